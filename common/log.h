@@ -1,0 +1,42 @@
+/*
+ * log.h - log records, sent to the log process one datagram per record.
+ *
+ * CONTRACT  log_msg() formats "<ISO time>Z mtad[<pid>]: <ident>: <text>\n"
+ *           and sends it with MSG_DONTWAIT on the fd given to log_open();
+ *           when the socket is full the record is dropped and counted
+ *           (log_dropped()).  With no fd (-1), records go to stderr
+ *           synchronously (start-up, mtactl, tests).  Records above the
+ *           level are not formatted at all.
+ * FAILURE   Never fails and never blocks.
+ */
+#ifndef MTAD_LOG_H
+#define MTAD_LOG_H
+
+#include <stdint.h>
+
+enum log_level {
+    LOGL_ERR = 0, LOGL_WARN, LOGL_NOTICE, LOGL_INFO, LOGL_DEBUG
+};
+
+#define LOG_RECORD_MAX  4096
+
+extern int log_level;
+
+void        log_open(const char *ident, int fd, int level); /* ident: "worker 3" */
+void        log_set_ident(const char *ident);
+int         log_fd(void);
+int         log_parse_level(const char *s);          /* -1 if unknown */
+uint64_t    log_dropped(void);
+void        log_msg(int level, const char *fmt, ...)
+                __attribute__((format(printf, 2, 3)));
+
+#define log_enabled(l)  ((l) <= log_level)
+#define log_err(...)    log_msg(LOGL_ERR, __VA_ARGS__)
+#define log_warn(...)   log_msg(LOGL_WARN, __VA_ARGS__)
+#define log_notice(...) log_msg(LOGL_NOTICE, __VA_ARGS__)
+#define log_info(...)   do { if (log_enabled(LOGL_INFO)) \
+                            log_msg(LOGL_INFO, __VA_ARGS__); } while (0)
+#define log_debug(...)  do { if (log_enabled(LOGL_DEBUG)) \
+                            log_msg(LOGL_DEBUG, __VA_ARGS__); } while (0)
+
+#endif /* MTAD_LOG_H */

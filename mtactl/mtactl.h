@@ -1,0 +1,24 @@
+/*
+ * mtactl.h - the pieces of mtactl, one file per command family.
+ *
+ * CONTRACT  Each mtactl_<family>() gets the arguments after the family
+ *           word (argv[0] is the family word itself) and the loaded config
+ *           (NULL when it could not be loaded and the command does not need
+ *           it).  Returns the process exit code: 0 ok, 1 failed, 2 usage.
+ *           Errors go to stderr as "mtactl: <what>: <why>".
+ */
+#ifndef MTAD_MTACTL_H
+#define MTAD_MTACTL_H
+
+struct config;
+
+#define MTACTL_OK     0
+#define MTACTL_FAIL   1
+#define MTACTL_USAGE  2
+
+int     mtactl_route(int argc, char **argv, const struct config *cfg);  /* route.c */
+int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue.c */
+void    mtactl_route_help(void);
+void    mtactl_queue_help(void);
+
+#endif /* MTAD_MTACTL_H */

@@ -1,0 +1,17 @@
+#!/bin/sh
+# deps.sh - install what mtad needs to build, test and benchmark on Debian 12.
+set -e
+PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
+libcriterion-dev python3 python3-pytest python3-aiosmtpd swaks procps iproute2"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && { echo "deps: all present"; exit 0; }
+echo "deps: installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+echo "deps: done"

@@ -1,0 +1,51 @@
+/*
+ * route.h - route values: parse and format, no I/O (pure; used by config,
+ * router, the delivery code and mtactl).
+ *
+ *   smtp:[host]:port          host taken literally (no MX lookup)
+ *   smtp:host:port            same here: mtad does no DNS MX lookups yet
+ *   smtp:a:25,smtp:[b]:2525   fail-over list, tried in order (max 8)
+ *   maildir:/path             local delivery into a Maildir
+ *   discard                   accept and drop (logged)
+ *   reject:5xx x.y.z text     answered at RCPT
+ *   defer:4xx x.y.z text      answered at RCPT
+ *
+ * CONTRACT  route_parse() fills a struct route whose strings point into
+ *           the route's own storage (no allocation, no pointers into the
+ *           input).  Keys: route_key_check() accepts "user@domain",
+ *           "domain", ".domain"; route_key_normalize() lower-cases.
+ * FAILURE   0, or -1 with a one-line reason in why.
+ */
+#ifndef MTAD_ROUTE_H
+#define MTAD_ROUTE_H
+
+#include <stddef.h>
+
+#define ROUTE_MAX_HOSTS  8
+#define ROUTE_TEXT_MAX   512
+
+enum route_kind {
+    ROUTE_SMTP = 1, ROUTE_MAILDIR, ROUTE_DISCARD, ROUTE_REJECT, ROUTE_DEFER
+};
+
+struct route_host {
+    char            name[256];      /* host name or address, no brackets */
+    unsigned        port;
+    int             literal;        /* written as [host] */
+};
+
+struct route {
+    enum route_kind kind;
+    size_t          nhosts;                    /* ROUTE_SMTP */
+    struct route_host hosts[ROUTE_MAX_HOSTS];
+    char            path[ROUTE_TEXT_MAX];      /* ROUTE_MAILDIR */
+    int             code;                      /* ROUTE_REJECT/DEFER: 550 */
+    char            text[ROUTE_TEXT_MAX];      /* "5.7.1 no such user" */
+};
+
+int     route_parse(const char *value, struct route *out, char *why,
+            size_t whysz);
+int     route_key_check(const char *key, char *why, size_t whysz);
+void    route_key_normalize(char *key);  /* lower-case in place */
+
+#endif /* MTAD_ROUTE_H */

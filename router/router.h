@@ -1,0 +1,64 @@
+/*
+ * router.h - next-hop lookup in an LMDB table that every worker reads
+ * without locks.
+ *
+ * CONTRACT  One struct router per process, opened after fork (LMDB handles
+ *           must not cross a fork).  router_lookup() uses one read-only
+ *           transaction that is reset after each lookup and renewed before
+ *           the next: no write lock, no allocation on the hot path, and a
+ *           write committed by mtactl is seen by the next lookup.
+ *           Lookup order for "local@domain": the address, the domain, then
+ *           ".parent" wildcards from the nearest up (".sub.example.org",
+ *           ".example.org", ".org"), then routes.default.
+ *           The writer side (router_put/del/load_static) runs a write
+ *           transaction; values are checked with route_parse() first.
+ * FAILURE   Never logs.  0 or ROUTER_E*; router_errstr() tells why.
+ */
+#ifndef MTAD_ROUTER_H
+#define MTAD_ROUTER_H
+
+#include <stddef.h>
+
+#include "router/route.h"
+
+enum router_rc {
+    ROUTER_OK = 0, ROUTER_ESYS = -1, ROUTER_ENOTFOUND = -3,
+    ROUTER_EINVAL = -4, ROUTER_EDB = -5
+};
+
+enum router_match {
+    ROUTER_MATCH_ADDRESS = 1, ROUTER_MATCH_DOMAIN, ROUTER_MATCH_WILDCARD,
+    ROUTER_MATCH_DEFAULT
+};
+
+struct router_result {
+    enum router_match match;
+    char         key[320];          /* the key that matched ("default" for it) */
+    char         value[1024];       /* route text as stored */
+    struct route route;             /* parsed */
+};
+
+struct router;
+
+/* Opens (creating if missing, when create is set) the environment at path.
+ * default_route is used when no key matches. */
+int     router_open(struct router **rp, const char *path,
+            const char *default_route, int create);
+void    router_close(struct router *r);          /* NULL ok */
+const char *router_errstr(const struct router *r);
+
+/* address is "local@domain" (any case); "" or "<>" looks up the default. */
+int     router_lookup(struct router *r, const char *address,
+            struct router_result *res);
+
+/* Writer side (master at start, mtactl).  Keys are normalised. */
+int     router_put(struct router *r, const char *key, const char *value);
+int     router_del(struct router *r, const char *key);   /* ENOTFOUND */
+/* Calls fn for every key in order; stops when fn returns non-zero. */
+int     router_each(struct router *r,
+            int (*fn)(const char *key, const char *value, void *arg),
+            void *arg);
+/* Reclaim reader slots of dead processes (after a worker died). */
+void    router_reader_check(struct router *r);
+
+#endif /* MTAD_ROUTER_H */

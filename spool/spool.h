@@ -1,0 +1,137 @@
+/*
+ * spool.h - the message spool: one directory tree, usually on tmpfs.
+ *
+ *   <dir>/tmp/<id>      being received; only the accepting worker touches it
+ *   <dir>/queue/<id>    committed message: envelope + body, never rewritten
+ *   <dir>/state/<id>    delivery state (per-recipient results, next retry,
+ *                       held flag), replaced atomically (write + rename)
+ *
+ * Queue ids are 16 upper-case hex digits: 11 of wall-clock milliseconds,
+ * 2 of the accepting worker's shard index, 3 of a per-process counter
+ * (random start); spool_create() also refuses an id already in queue/.  They sort by arrival
+ * and are unique across workers and restarts without a shared counter.
+ *
+ * CONTRACT  Writer: spool_create() opens tmp/<id> (O_EXCL) and writes the
+ *           envelope; spool_write() appends body bytes through a 256 KiB
+ *           write buffer (a write() only when it fills); spool_finish()
+ *           flushes and records the body length; spool_commit() fsyncs when
+ *           configured and renames tmp/<id> to queue/<id>: THE COMMIT POINT.
+ *           Only after spool_commit() returned SPOOL_OK may 250 be sent.
+ *           spool_commit_batch() does the same for many messages with one
+ *           syncfs() (group commit).
+ *           Ownership after commit: whoever holds flock(LOCK_EX) on the
+ *           queue file owns the message (delivery, mtactl delete/hold/...);
+ *           the lock dies with the process, so a killed worker's messages
+ *           are free again.
+ *           Reader: spool_msg_open() parses the envelope and state into a
+ *           struct spool_env and gives the body's fd and offset.
+ * FAILURE   Never logs.  SPOOL_OK (0) or a negative SPOOL_E*; on SPOOL_ESYS
+ *           errno is kept and spool_errstr() names the failing call and path
+ *           (a string owned by the spool, valid until its next call).
+ *           A failed writer call leaves the tmp file for spool_abort().
+ */
+#ifndef MTAD_SPOOL_H
+#define MTAD_SPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SPOOL_ID_LEN  16
+#define SPOOL_ID_SIZE (SPOOL_ID_LEN + 1)
+
+enum spool_rc {
+    SPOOL_OK = 0, SPOOL_ESYS = -1, SPOOL_ENOSPC = -3, SPOOL_EFORMAT = -4,
+    SPOOL_ELOCKED = -5, SPOOL_ENOENT = -6
+};
+
+enum spool_body { SPOOL_BODY_7BIT = 0, SPOOL_BODY_8BITMIME, SPOOL_BODY_BINARYMIME };
+enum spool_ret  { SPOOL_RET_NONE = 0, SPOOL_RET_FULL, SPOOL_RET_HDRS };
+
+/* NOTIFY= bits; 0 means "not given" (default: FAILURE). */
+#define SPOOL_NOTIFY_NEVER    0x1u
+#define SPOOL_NOTIFY_SUCCESS  0x2u
+#define SPOOL_NOTIFY_FAILURE  0x4u
+#define SPOOL_NOTIFY_DELAY    0x8u
+
+enum spool_rcpt_status {
+    SPOOL_RCPT_PENDING = 0, SPOOL_RCPT_SENT, SPOOL_RCPT_BOUNCED
+};
+
+struct spool_rcpt {
+    char       *addr;               /* "user@domain", no angle brackets */
+    char       *orcpt;              /* ORCPT= as given (xtext decoded), or NULL */
+    unsigned    notify;             /* SPOOL_NOTIFY_* */
+    /* delivery state (from state/<id>; PENDING and NULL when none) */
+    int         status;             /* enum spool_rcpt_status */
+    char       *last_reply;         /* peer's last reply or our reason */
+    char       *relay;              /* "host[ip]:port" of the last attempt */
+};
+
+struct spool_env {
+    char        id[SPOOL_ID_SIZE];
+    uint64_t    arrival_ms;         /* wall clock */
+    char       *sender;             /* "" for the null sender <> */
+    enum spool_body body;
+    int         smtputf8;
+    enum spool_ret ret;
+    char       *envid;              /* ENVID= (xtext decoded) or NULL */
+    char       *client_ip;          /* "127.0.0.1" */
+    unsigned    client_port;
+    char       *helo;               /* as the client said it, or NULL */
+    struct spool_rcpt *rcpt;
+    size_t      nrcpt;
+    uint64_t    body_size;          /* bytes after the envelope */
+    /* delivery state */
+    uint64_t    next_retry_ms;      /* wall clock; 0 = now */
+    unsigned    attempts;
+    int         held;
+};
+
+struct spool;
+struct spool_msg;                   /* a message being written */
+
+/* Create the tree (tmp, queue, state) with owner uid/gid (-1: unchanged)
+ * and remove everything left in tmp/ (never acknowledged). */
+int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
+
+int     spool_open(struct spool **sp, const char *dir, int fsync,
+            unsigned shard);
+void    spool_close(struct spool *sp);                   /* NULL ok */
+const char *spool_errstr(const struct spool *sp);
+const char *spool_dir(const struct spool *sp);
+
+/* Writer.  env->id is ignored and filled in; env->body_size is computed. */
+int     spool_create(struct spool *sp, struct spool_env *env,
+            struct spool_msg **mp);
+const char *spool_msg_id(const struct spool_msg *m);
+int     spool_write(struct spool_msg *m, const void *p, size_t n);
+uint64_t spool_msg_size(const struct spool_msg *m);      /* body bytes so far */
+int     spool_finish(struct spool_msg *m);               /* flush + length */
+int     spool_commit(struct spool_msg *m);               /* fsync?, rename; frees m */
+int     spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
+            int *rcs);                                   /* one syncfs */
+void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
+
+/* Reader.  Opens queue/<id>, optionally takes flock(LOCK_EX|LOCK_NB)
+ * (SPOOL_ELOCKED if another process holds it), parses envelope + state.
+ * *fd stays open (holding the lock) until spool_env_free's caller closes
+ * it; *body_off is where the body starts in that file. */
+int     spool_msg_open(struct spool *sp, const char *id, int lock,
+            struct spool_env **envp, int *fd, off_t *body_off);
+void    spool_env_free(struct spool_env *env);           /* NULL ok */
+/* Rewrite state/<id> from env's delivery fields (atomic). */
+int     spool_state_save(struct spool *sp, const struct spool_env *env);
+/* Remove a delivered/bounced/deleted message: queue file, then state. */
+int     spool_remove(struct spool *sp, const char *id);
+/* Every id in queue/, sorted.  *ids is one malloc'd array of ids. */
+int     spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *n);
+
+/* Pure envelope format, for tests and the reader: text lines, values
+ * xtext-encoded so no byte of an address can break the format. */
+void    spool_env_format(const struct spool_env *env, char **out, size_t *len);
+int     spool_env_parse(const char *p, size_t n, struct spool_env **envp,
+            size_t *consumed);
+int     spool_id_valid(const char *id);
+
+#endif /* MTAD_SPOOL_H */

@@ -1,0 +1,42 @@
+/*
+ * deliver.h - outbound delivery inside a worker's event loop: the retry
+ * schedule, the SMTP client toward next hops, maildir delivery, bounces.
+ *
+ * CONTRACT  The worker that accepted a message delivers it at once from the
+ *           same loop (deliver_submit()); deferred messages wait in an
+ *           in-memory schedule (a heap keyed by next retry).  At start,
+ *           deliver_recover() rebuilds the schedule from the spool for the
+ *           messages of this worker's shard; nothing scans the spool on a
+ *           timer.  Before an attempt the worker takes flock on queue/<id>;
+ *           if another process holds it (mtactl, an old-generation worker)
+ *           the attempt is retried a little later.  A message leaves the
+ *           spool only when every recipient has a final result.
+ * FAILURE   Logs each attempt, Postfix-style:
+ *           "<id>: to=<a@b>, relay=host[ip]:port, delay=0.12,
+ *            status=sent (250 2.0.0 Ok)".
+ */
+#ifndef MTAD_DELIVER_H
+#define MTAD_DELIVER_H
+
+#include <stddef.h>
+
+struct ev_loop;
+struct config;
+struct spool;
+struct router;
+struct status_worker;
+struct deliver;
+
+struct deliver *deliver_new(struct ev_loop *loop, const struct config *cfg,
+            struct spool *sp, struct router *r, struct status_worker *st,
+            unsigned shard, unsigned nshards);
+void    deliver_free(struct deliver *d);                 /* NULL ok */
+int     deliver_recover(struct deliver *d);              /* at start */
+void    deliver_submit(struct deliver *d, const char *id); /* just queued */
+void    deliver_kick(struct deliver *d, const char *id);  /* NULL/"*": all */
+/* Graceful stop: start nothing new; returns deliveries still in flight. */
+size_t  deliver_drain(struct deliver *d);
+/* Shard of a queue id under nshards workers. */
+unsigned deliver_shard_of(const char *id, unsigned nshards);
+
+#endif /* MTAD_DELIVER_H */

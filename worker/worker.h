@@ -1,0 +1,49 @@
+/*
+ * worker.h - a worker process: one epoll loop holding many inbound SMTP
+ * sessions and the outbound deliveries of the messages it owns.
+ *
+ * CONTRACT  The master forks, then in the child: resets signals, calls
+ *           log_open(), worker_init() (still privileged: opens LMDB, the
+ *           spool, the loop), drops privileges, then worker_run(), and
+ *           exits with its return value.  A worker never execs.
+ *
+ * CHANNEL   chan_fd is one end of a SOCK_SEQPACKET socketpair with the
+ *           master; each packet is one text command:
+ *             master -> worker:  "stop"          graceful: close listeners,
+ *                                                finish sessions and
+ *                                                deliveries, then exit 0
+ *                                "kick <id>"     deliver <id> now if ours
+ *                                "kick *"        every message we own, now
+ *             worker -> master:  "ready"         after worker_run() started
+ *           EOF on the channel (master gone) ends the worker at once.
+ *
+ * OWNERSHIP Queue shard: ids carry the accepting worker's shard index; a
+ *           worker owns the queued messages whose shard % nshards is its own
+ *           (see spool.h for ids; deliver.h for the schedule).
+ */
+#ifndef MTAD_WORKER_H
+#define MTAD_WORKER_H
+
+#include <stddef.h>
+
+struct config;
+struct status_page;
+
+struct worker_args {
+    const struct config *cfg;
+    unsigned            shard;      /* 0 .. nshards-1, stable across respawn */
+    unsigned            nshards;    /* cfg->workers */
+    unsigned            slot;       /* index in status->w[] */
+    unsigned            generation;
+    int                 chan_fd;
+    const int          *listen_fds;
+    size_t              nlisten;
+    struct status_page *status;
+};
+
+struct worker;
+
+struct worker *worker_init(const struct worker_args *a); /* NULL: logged */
+int         worker_run(struct worker *w);                /* exit status */
+
+#endif /* MTAD_WORKER_H */
