@@ -36,6 +36,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
+.SECONDARY:
 .PHONY: all deps run test unit integration asan bench install clean check-deps
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
@@ -58,7 +59,14 @@ $(LIB): $(BASE_OBJ) $(WORKER_OBJ) $(MASTER_OBJ)
 $(BUILD)/mtad: $(BUILD)/master/main.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/mtactl: $(call obj,$(MTACTL_SRC)) $(LIB)
+# mtactl's objects cannot live in $(BUILD)/mtactl/: that is the binary.
+MTACTL_OBJ := $(patsubst mtactl/%.c,$(BUILD)/obj-mtactl/%.o,$(MTACTL_SRC))
+$(BUILD)/obj-mtactl/%.o: mtactl/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/mtactl: $(MTACTL_OBJ) $(LIB)
+	@if [ -d $@ ]; then rm -rf $@; fi
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)
@@ -86,8 +94,14 @@ asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
+# As root, workers run as the system user mtad (created here if missing),
+# so the Maildir under var/ must be theirs.
 run: all
 	@mkdir -p var
+	@if [ "$$(id -u)" = 0 ]; then \
+	    id mtad >/dev/null 2>&1 || { echo "run: creating system user mtad"; \
+	        useradd --system --no-create-home --shell /usr/sbin/nologin mtad; }; \
+	    chown mtad:mtad var; fi
 	$(BUILD)/mtad -f -c relay.yaml
 
 bench: all

@@ -27,6 +27,9 @@ void        log_set_ident(const char *ident);
 int         log_fd(void);
 int         log_parse_level(const char *s);          /* -1 if unknown */
 uint64_t    log_dropped(void);
+/* Also count drops into *counter (atomically), e.g. the worker's status
+ * slot's log_dropped; NULL stops it.  log_open() resets it. */
+void        log_set_dropped_counter(uint64_t *counter);
 void        log_msg(int level, const char *fmt, ...)
                 __attribute__((format(printf, 2, 3)));
 

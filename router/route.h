@@ -5,6 +5,9 @@
  *   smtp:[host]:port          host taken literally (no MX lookup)
  *   smtp:host:port            same here: mtad does no DNS MX lookups yet
  *   smtp:a:25,smtp:[b]:2525   fail-over list, tried in order (max 8)
+ *                             (":port" may be left out: 25; IPv6 only in
+ *                             brackets, smtp:[::1]:25 or smtp:[IPv6:::1]:25,
+ *                             name stored without brackets or "IPv6:")
  *   maildir:/path             local delivery into a Maildir
  *   discard                   accept and drop (logged)
  *   reject:5xx x.y.z text     answered at RCPT
@@ -23,6 +26,8 @@
 
 #define ROUTE_MAX_HOSTS  8
 #define ROUTE_TEXT_MAX   512
+#define ROUTE_VALUE_MAX  1023       /* bytes of a route value (no NUL) */
+#define ROUTE_KEY_MAX    319        /* bytes of a key (no NUL) */
 
 enum route_kind {
     ROUTE_SMTP = 1, ROUTE_MAILDIR, ROUTE_DISCARD, ROUTE_REJECT, ROUTE_DEFER

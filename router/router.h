@@ -39,9 +39,13 @@ struct router_result {
 };
 
 struct router;
+struct config_route;
 
-/* Opens (creating if missing, when create is set) the environment at path.
- * default_route is used when no key matches. */
+/* Opens (creating if missing, when create is set) the environment at path:
+ * one file (MDB_NOSUBDIR) plus "<path>-lock".  default_route is used when
+ * no key matches (NULL: no default, such lookups return ROUTER_ENOTFOUND).
+ * On failure *rp still holds a router whose router_errstr() says why;
+ * router_close() it (router_errstr(NULL) is safe too). */
 int     router_open(struct router **rp, const char *path,
             const char *default_route, int create);
 void    router_close(struct router *r);          /* NULL ok */
@@ -60,5 +64,20 @@ int     router_each(struct router *r,
             void *arg);
 /* Reclaim reader slots of dead processes (after a worker died). */
 void    router_reader_check(struct router *r);
+
+/* Batch writes: between router_begin() and router_commit() every
+ * router_put/del/clear goes into one write transaction, so the batch is
+ * seen whole or not at all (mtactl route import).  router_abort() drops
+ * it.  Lookups during a batch see the last committed state. */
+int     router_begin(struct router *r);
+int     router_commit(struct router *r);
+void    router_abort(struct router *r);                  /* no batch ok */
+/* Deletes every key (in the batch, or in its own transaction). */
+int     router_clear(struct router *r);
+/* routes.static from relay.yaml: puts every entry in one transaction
+ * (adds or replaces those keys; other keys are kept).  ROUTER_EINVAL names
+ * the entry's line when one is malformed; then nothing is written. */
+int     router_load_static(struct router *r,
+            const struct config_route *routes, size_t n);
 
 #endif /* MTAD_ROUTER_H */

@@ -96,8 +96,9 @@ struct spool_msg;                   /* a message being written */
 int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
 
 int     spool_open(struct spool **sp, const char *dir, int fsync,
-            unsigned shard);
+            unsigned shard);                             /* shard 0..255 */
 void    spool_close(struct spool *sp);                   /* NULL ok */
+/* spool_errstr(NULL): the last spool_prepare()/spool_open() failure. */
 const char *spool_errstr(const struct spool *sp);
 const char *spool_dir(const struct spool *sp);
 
@@ -108,7 +109,12 @@ const char *spool_msg_id(const struct spool_msg *m);
 int     spool_write(struct spool_msg *m, const void *p, size_t n);
 uint64_t spool_msg_size(const struct spool_msg *m);      /* body bytes so far */
 int     spool_finish(struct spool_msg *m);               /* flush + length */
+/* spool_commit() frees m only on SPOOL_OK; on failure m stays valid and
+ * the caller must spool_abort() it (nothing is left in queue/). */
 int     spool_commit(struct spool_msg *m);               /* fsync?, rename; frees m */
+/* Batch: rcs[i] per message; committed ones are freed and ms[i] set to
+ * NULL, failed ones stay for spool_abort().  Returns SPOOL_OK or the first
+ * failure.  spool_finish() is called for any message not yet finished. */
 int     spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
             int *rcs);                                   /* one syncfs */
 void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
@@ -132,6 +138,13 @@ int     spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *n);
 void    spool_env_format(const struct spool_env *env, char **out, size_t *len);
 int     spool_env_parse(const char *p, size_t n, struct spool_env **envp,
             size_t *consumed);
-int     spool_id_valid(const char *id);
+int     spool_id_valid(const char *id);                  /* 1 valid, 0 not */
+
+/* Ids without a file (spool_create() uses this): strictly increasing within
+ * the process, even when the clock stands still or steps back. */
+void    spool_new_id(struct spool *sp, char *id);        /* id[SPOOL_ID_SIZE] */
+/* Fields of a valid id: arrival milliseconds and accepting shard. */
+uint64_t spool_id_ms(const char *id);
+unsigned spool_id_shard(const char *id);
 
 #endif /* MTAD_SPOOL_H */

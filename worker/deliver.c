@@ -1,60 +1,216 @@
 /*
- * deliver.c - the per-worker delivery schedule (early skeleton; the real
- * schedule replaces this within the session).
+ * deliver.c - the per-worker delivery schedule: which queued message is
+ * tried when, by whom, and what happens with the results.
+ *
+ * PURPOSE   A worker delivers the messages of its shard from the same event
+ *           loop that accepts them: deliver_submit() right after the
+ *           commit (the message is still in the page cache), and retries
+ *           from an in-memory min-heap of (next attempt, id) driven by one
+ *           ev_timer.  deliver_recover() rebuilds the heap from the spool
+ *           at start; nothing scans the spool on a timer.
+ * OWNERSHIP A queue id carries the accepting worker's shard in id[11..12];
+ *           worker <shard> schedules the ids with deliver_shard_of(id) ==
+ *           shard.  The shard index survives a respawn, so the worker that
+ *           replaces a dead one (same shard) recovers its messages.  The
+ *           real exclusion is flock on queue/<id> for the whole attempt
+ *           (spool_msg_open(lock=1)): a busy lock (mtactl, an old
+ *           generation still draining) retries in DELIVER_LOCKED_MS, and a
+ *           vanished file means someone else finished it.
+ * ATTEMPT   Open + lock, then group the PENDING recipients by route text
+ *           (router_lookup per recipient): smtp groups become one relay
+ *           transaction each (relay.c); maildir, discard, reject: and
+ *           defer: are settled on the spot.  When every group is back:
+ *           all final -> DSN for the failed ones (dsn.c), spool_remove();
+ *           else attempts++, next retry from delivery.retry (the last step
+ *           repeats), state saved, lock released, rescheduled; past
+ *           max_queue_time the open recipients bounce (4.4.7).
+ * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open at once (each
+ *           holds the queue fd and its lock); the rest wait in the heap.
+ *           Connections per destination: this worker's share of
+ *           delivery.connections_per_destination, ceil(limit / nshards), so
+ *           all workers together stay within the configured limit.
+ * FAILURE   Logs each recipient's result Postfix-style and counts it on
+ *           the status page; a spool error on save is logged and the
+ *           message is retried from memory (the file keeps its last state;
+ *           a repeat delivery is possible, a loss is not).
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/status.h"
 #include "common/util.h"
+#include "config/config.h"
+#include "router/router.h"
+#include "spool/spool.h"
 #include "worker/deliver.h"
+#include "worker/deliver_int.h"
+#include "worker/dsn.h"
+#include "worker/maildir.h"
+#include "worker/relay.h"
 
-struct deliver {
-    unsigned shard, nshards;
+#define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
+#define DELIVER_ERROR_MS     60000       /* unreadable queue/state file */
+#define DELIVER_MAX_ACTIVE   256         /* attempts open at once */
+#define DELIVER_BATCH        64          /* attempts started per timer run */
+#define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
+
+struct dl_entry {
+    uint64_t when;                      /* wall-clock ms */
+    char     id[SPOOL_ID_SIZE];
 };
 
-struct deliver *
-deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
-    struct router *r, struct status_worker *st, unsigned shard,
-    unsigned nshards)
-{
-    struct deliver *d = xcalloc(1, sizeof(*d));
+struct dl_attempt;
 
-    (void)loop; (void)cfg; (void)sp; (void)r; (void)st;
-    d->shard = shard;
-    d->nshards = nshards ? nshards : 1;
-    return d;
+struct dl_txn {
+    struct relay_txn   rt;
+    struct dl_attempt *a;
+    struct dl_txn     *next;
+    char               text[ROUTE_TEXT_MAX + 512];
+    struct route       route;
+    size_t             cap;
+};
+
+struct dl_attempt {
+    struct deliver    *d;
+    struct dl_attempt *next, *prev;
+    struct spool_env  *env;
+    int                fd;
+    off_t              body_off;
+    struct dl_txn     *txns;
+    size_t             open;            /* relay txns not yet done */
+};
+
+struct deliver {
+    struct ev_loop       *loop;
+    const struct config  *cfg;
+    struct spool         *sp;
+    struct router        *router;
+    struct status_worker *st;
+    unsigned              shard, nshards;
+    struct relay         *relay;
+    struct dl_entry      *heap;
+    size_t                nheap, capheap;
+    struct ev_timer       timer;
+    struct dl_attempt    *active;
+    size_t                nactive;
+    int                   draining;
+};
+
+static void deliver_arm(struct deliver *d);
+
+
+/* ---- the schedule: a binary min-heap on when ---- */
+
+static void
+dl_heap_swap(struct dl_entry *a, struct dl_entry *b)
+{
+    struct dl_entry t = *a;
+
+    *a = *b;
+    *b = t;
 }
 
-void
-deliver_free(struct deliver *d)
+
+static void
+dl_heap_up(struct deliver *d, size_t i)
 {
-    free(d);
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+
+        if (d->heap[p].when <= d->heap[i].when)
+            break;
+        dl_heap_swap(&d->heap[p], &d->heap[i]);
+        i = p;
+    }
 }
 
-int
-deliver_recover(struct deliver *d)
+
+static void
+dl_heap_down(struct deliver *d, size_t i)
 {
-    (void)d;
-    return 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+
+        if (l < d->nheap && d->heap[l].when < d->heap[m].when)
+            m = l;
+        if (r < d->nheap && d->heap[r].when < d->heap[m].when)
+            m = r;
+        if (m == i)
+            return;
+        dl_heap_swap(&d->heap[m], &d->heap[i]);
+        i = m;
+    }
 }
 
-void
-deliver_submit(struct deliver *d, const char *id)
+
+static void
+dl_heap_push(struct deliver *d, uint64_t when, const char *id)
 {
-    (void)d; (void)id;
+    if (d->nheap == d->capheap) {
+        d->capheap = d->capheap ? d->capheap * 2 : 64;
+        d->heap = xrealloc(d->heap, d->capheap * sizeof(*d->heap));
+    }
+    d->heap[d->nheap].when = when;
+    util_strlcpy(d->heap[d->nheap].id, id, SPOOL_ID_SIZE);
+    dl_heap_up(d, d->nheap++);
 }
 
-void
-deliver_kick(struct deliver *d, const char *id)
+
+static void
+dl_heap_pop(struct deliver *d, struct dl_entry *out)
 {
-    (void)d; (void)id;
+    *out = d->heap[0];
+    d->heap[0] = d->heap[--d->nheap];
+    if (d->nheap > 0)
+        dl_heap_down(d, 0);
 }
 
-size_t
-deliver_drain(struct deliver *d)
+
+/* dl_schedule - (re)schedule id at wall-clock time when. */
+static void
+dl_schedule(struct deliver *d, const char *id, uint64_t when)
 {
-    (void)d;
-    return 0;
+    dl_heap_push(d, when, id);
+    deliver_arm(d);
 }
+
+
+/* ---- pure helpers (deliver_int.h) ---- */
+
+uint64_t
+deliver_retry_delay(const uint64_t *retry_ms, size_t nretry,
+    unsigned attempts)
+{
+    size_t i;
+
+    if (nretry == 0)
+        return 60000;
+    i = attempts == 0 ? 0 : attempts - 1;
+    if (i >= nretry)
+        i = nretry - 1;
+    return retry_ms[i];
+}
+
+
+uint64_t
+deliver_next_retry(const uint64_t *retry_ms, size_t nretry,
+    unsigned attempts, uint64_t now, uint64_t arrival, uint64_t max_queue)
+{
+    uint64_t next = now + deliver_retry_delay(retry_ms, nretry, attempts);
+    uint64_t expire = arrival + max_queue;
+
+    /* one last try when the message expires, not a whole step later */
+    if (max_queue > 0 && next > expire)
+        next = expire > now ? expire : now;
+    return next;
+}
+
 
 unsigned
 deliver_shard_of(const char *id, unsigned nshards)
@@ -67,9 +223,613 @@ deliver_shard_of(const char *id, unsigned nshards)
     for (i = 11; i < 13; i++) {
         char c = id[i];
 
-        v = v * 16 + (unsigned)(c >= 'A' && c <= 'F' ? c - 'A' + 10 :
-            c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= '0' && c <= '9' ?
-            c - '0' : 0);
+        if (c >= '0' && c <= '9')
+            v = v * 16 + (unsigned)(c - '0');
+        else if (c >= 'A' && c <= 'F')
+            v = v * 16 + (unsigned)(c - 'A' + 10);
+        else if (c >= 'a' && c <= 'f')
+            v = v * 16 + (unsigned)(c - 'a' + 10);
+        else
+            return 0;                   /* not an id: shard 0 takes it */
     }
     return v % nshards;
+}
+
+
+/* ---- results ---- */
+
+static const char *const dl_status_word[] = { "deferred", "sent", "bounced" };
+
+/*
+ * dl_result - record one recipient's result in the envelope, log it and
+ * count it.  status is enum relay_status; word overrides the logged
+ * status word ("discarded").
+ */
+static void
+dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
+    const char *relay, const char *word)
+{
+    struct spool_env  *env = a->env;
+    struct spool_rcpt *rc = &env->rcpt[i];
+    uint64_t           now = util_wall_ms();
+    double             delay;
+
+    delay = now > env->arrival_ms ? (double)(now - env->arrival_ms) / 1000.0 :
+        0.0;
+    free(rc->last_reply);
+    free(rc->relay);
+    rc->last_reply = xstrdup(reply);
+    rc->relay = xstrdup(relay);
+    rc->status = status == RELAY_SENT ? SPOOL_RCPT_SENT :
+        status == RELAY_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
+    log_info("%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
+        rc->addr, relay, delay, word ? word : dl_status_word[status], reply);
+    if (a->d->st == NULL)
+        return;
+    if (status == RELAY_SENT)
+        STATUS_ADD(a->d->st->msgs_out, 1);
+    else if (status == RELAY_BOUNCE)
+        STATUS_ADD(a->d->st->msgs_bounced, 1);
+    else
+        STATUS_ADD(a->d->st->msgs_deferred, 1);
+}
+
+
+/* ---- bounces ---- */
+
+/* dl_read_orig - the original message, or its headers, for the DSN. */
+static char *
+dl_read_orig(struct dl_attempt *a, int full, size_t *len)
+{
+    uint64_t want = a->env->body_size;
+    char    *p;
+    size_t   got = 0;
+
+    if (!full && want > DELIVER_HDRS_MAX)
+        want = DELIVER_HDRS_MAX;
+    p = xmalloc((size_t)want + 1);
+    while (got < want) {
+        ssize_t n = pread(a->fd, p + got, (size_t)want - got,
+            a->body_off + (off_t)got);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    *len = full ? got : dsn_headers_len(p, got);
+    return p;
+}
+
+
+/*
+ * dl_bounce - queue a DSN for the failed recipients that asked for one.
+ * Returns 0 (sent, or none due) or -1 (could not queue: keep the message
+ * and try again later, so the bounce is not lost).
+ */
+static int
+dl_bounce(struct dl_attempt *a)
+{
+    struct deliver    *d = a->d;
+    struct spool_env  *env = a->env, denv;
+    struct spool_rcpt  rc;
+    struct spool_msg  *m = NULL;
+    struct dsn_info    in;
+    struct buf         out;
+    char               newid[SPOOL_ID_SIZE];
+    size_t             olen;
+    char              *orig;
+    int                full, rcode;
+
+    if (dsn_count(env) == 0)
+        return 0;
+    if (env->sender[0] == '\0') {
+        log_info("%s: bounce for null sender dropped", env->id);
+        return 0;
+    }
+    full = env->ret == SPOOL_RET_FULL && env->body != SPOOL_BODY_BINARYMIME;
+    orig = dl_read_orig(a, full, &olen);
+    memset(&in, 0, sizeof(in));
+    in.env = env;
+    in.hostname = d->cfg->hostname;
+    in.now_ms = util_wall_ms();
+    in.orig = orig;
+    in.orig_len = olen;
+    in.full = full;
+    buf_init(&out);
+    dsn_build(&in, &out);
+    free(orig);
+
+    memset(&denv, 0, sizeof(denv));
+    memset(&rc, 0, sizeof(rc));
+    rc.addr = env->sender;
+    denv.sender = "";
+    denv.arrival_ms = in.now_ms;
+    denv.body = (env->body != SPOOL_BODY_7BIT || env->smtputf8) ?
+        SPOOL_BODY_8BITMIME : SPOOL_BODY_7BIT;
+    denv.smtputf8 = env->smtputf8;
+    denv.client_ip = "127.0.0.1";
+    denv.helo = d->cfg->hostname;
+    denv.rcpt = &rc;
+    denv.nrcpt = 1;
+    rcode = spool_create(d->sp, &denv, &m);
+    if (rcode == SPOOL_OK)
+        rcode = spool_write(m, buf_head(&out), buf_avail(&out));
+    if (rcode == SPOOL_OK)
+        rcode = spool_finish(m);
+    if (rcode == SPOOL_OK) {
+        util_strlcpy(newid, spool_msg_id(m), sizeof(newid));
+        rcode = spool_commit(m);
+        m = NULL;
+    }
+    buf_free(&out);
+    if (rcode != SPOOL_OK) {
+        log_warn("%s: cannot queue the bounce: %s", env->id,
+            spool_errstr(d->sp));
+        spool_abort(m);
+        return -1;
+    }
+    log_info("%s: sender non-delivery notification: %s", env->id, newid);
+    deliver_submit(d, newid);
+    return 0;
+}
+
+
+/* ---- attempts ---- */
+
+static void
+dl_attempt_free(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+    struct dl_txn  *t, *tn;
+
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        d->active = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    d->nactive--;
+    for (t = a->txns; t; t = tn) {
+        tn = t->next;
+        free(t->rt.rcpt);
+        free(t->rt.res);
+        free(t);
+    }
+    if (a->fd >= 0)
+        close(a->fd);                   /* releases the flock */
+    spool_env_free(a->env);
+    free(a);
+}
+
+
+/* dl_expire - past max_queue_time: the open recipients bounce. */
+static void
+dl_expire(struct dl_attempt *a)
+{
+    struct spool_env *env = a->env;
+    char              why[RELAY_REPLY_MAX + 100];
+    size_t            i;
+
+    for (i = 0; i < env->nrcpt; i++) {
+        struct spool_rcpt *rc = &env->rcpt[i];
+
+        if (rc->status != SPOOL_RCPT_PENDING)
+            continue;
+        snprintf(why, sizeof(why), "4.4.7 message expired after %llu "
+            "seconds in the queue; last error: %s",
+            (unsigned long long)(a->d->cfg->max_queue_time_ms / 1000),
+            rc->last_reply ? rc->last_reply : "none");
+        dl_result(a, i, RELAY_BOUNCE, why, rc->relay ? rc->relay : "none",
+            NULL);
+    }
+}
+
+
+/* dl_finish - every group is back: remove, or save and reschedule. */
+static void
+dl_finish(struct dl_attempt *a)
+{
+    struct deliver   *d = a->d;
+    struct spool_env *env = a->env;
+    uint64_t          now = util_wall_ms();
+    size_t            i, pending = 0;
+
+    for (i = 0; i < env->nrcpt; i++)
+        if (env->rcpt[i].status == SPOOL_RCPT_PENDING)
+            pending++;
+    if (pending > 0 && d->cfg->max_queue_time_ms > 0 &&
+        now >= env->arrival_ms + d->cfg->max_queue_time_ms) {
+        dl_expire(a);
+        pending = 0;
+    }
+    if (pending == 0) {
+        if (dl_bounce(a) == 0) {
+            if (spool_remove(d->sp, env->id) != SPOOL_OK)
+                log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
+            else
+                log_info("%s: removed", env->id);
+            dl_attempt_free(a);
+            deliver_arm(d);
+            return;
+        }
+        env->next_retry_ms = now + deliver_retry_delay(d->cfg->retry_ms,
+            d->cfg->nretry, 1);
+    } else {
+        env->attempts++;
+        env->next_retry_ms = deliver_next_retry(d->cfg->retry_ms,
+            d->cfg->nretry, env->attempts, now, env->arrival_ms,
+            d->cfg->max_queue_time_ms);
+    }
+    if (spool_state_save(d->sp, env) != SPOOL_OK)
+        log_warn("%s: saving the delivery state: %s", env->id,
+            spool_errstr(d->sp));
+    {
+        char     id[SPOOL_ID_SIZE];
+        uint64_t when = env->next_retry_ms;
+
+        util_strlcpy(id, env->id, sizeof(id));
+        dl_attempt_free(a);             /* unlock before rescheduling */
+        dl_schedule(d, id, when);
+    }
+}
+
+
+/* dl_txn_done - a relay transaction is back with its results. */
+static void
+dl_txn_done(struct relay_txn *rt)
+{
+    struct dl_txn     *t = rt->arg;
+    struct dl_attempt *a = t->a;
+    size_t             i;
+
+    for (i = 0; i < rt->nrcpt; i++)
+        dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
+            rt->res[i].relay, NULL);
+    if (--a->open == 0)
+        dl_finish(a);
+}
+
+
+/* dl_group - the transaction of a for route text, new if needed. */
+static struct dl_txn *
+dl_group(struct dl_attempt *a, const struct router_result *res)
+{
+    struct dl_txn *t;
+
+    for (t = a->txns; t; t = t->next)
+        if (strcmp(t->text, res->value) == 0)
+            return t;
+    t = xcalloc(1, sizeof(*t));
+    t->a = a;
+    util_strlcpy(t->text, res->value, sizeof(t->text));
+    t->route = res->route;
+    t->next = a->txns;
+    a->txns = t;
+    return t;
+}
+
+
+/* dl_local - settle recipient i on a non-SMTP route now. */
+static void
+dl_local(struct dl_attempt *a, size_t i, const struct route *rt)
+{
+    struct deliver *d = a->d;
+    char            why[1200];
+
+    switch (rt->kind) {
+    case ROUTE_MAILDIR:
+        if (maildir_deliver(rt->path, a->env->sender, a->env->rcpt[i].addr,
+            a->fd, a->body_off, a->env->body_size, d->cfg->spool_fsync,
+            d->cfg->hostname, why, sizeof(why)) < 0) {
+            dl_result(a, i, RELAY_DEFER, why, "local", NULL);
+        } else {
+            snprintf(why, sizeof(why), "delivered to maildir %s", rt->path);
+            dl_result(a, i, RELAY_SENT, why, "local", NULL);
+        }
+        break;
+    case ROUTE_DISCARD:
+        dl_result(a, i, RELAY_SENT, "discarded by route", "none",
+            "discarded");
+        break;
+    case ROUTE_REJECT:
+    case ROUTE_DEFER:
+        snprintf(why, sizeof(why), "%d %s", rt->code, rt->text);
+        dl_result(a, i, rt->kind == ROUTE_REJECT ? RELAY_BOUNCE :
+            RELAY_DEFER, why, "none", NULL);
+        break;
+    default:
+        dl_result(a, i, RELAY_DEFER, "451 4.3.5 unknown route kind",
+            "none", NULL);
+        break;
+    }
+}
+
+
+/*
+ * dl_run - route the open recipients of a and start the groups.  SMTP
+ * groups go to the relay, which calls back later; when there are none the
+ * attempt finishes here.
+ */
+static void
+dl_run(struct dl_attempt *a)
+{
+    struct deliver      *d = a->d;
+    struct spool_env    *env = a->env;
+    struct router_result res;
+    struct dl_txn       *t;
+    size_t               i;
+    char                 why[600];
+
+    for (i = 0; i < env->nrcpt; i++) {
+        if (env->rcpt[i].status != SPOOL_RCPT_PENDING)
+            continue;
+        if (router_lookup(d->router, env->rcpt[i].addr, &res) != ROUTER_OK) {
+            snprintf(why, sizeof(why), "451 4.3.0 route lookup failed: %s",
+                router_errstr(d->router));
+            dl_result(a, i, RELAY_DEFER, why, "none", NULL);
+            continue;
+        }
+        if (res.route.kind != ROUTE_SMTP) {
+            dl_local(a, i, &res.route);
+            continue;
+        }
+        t = dl_group(a, &res);
+        if (t->rt.nrcpt == t->cap) {
+            t->cap = t->cap ? t->cap * 2 : 4;
+            t->rt.rcpt = xrealloc(t->rt.rcpt, t->cap * sizeof(size_t));
+        }
+        t->rt.rcpt[t->rt.nrcpt++] = i;
+    }
+    /* count first: a txn may complete only on a later loop turn, but the
+     * counter must be whole before the first submit */
+    for (t = a->txns; t; t = t->next)
+        a->open++;
+    if (a->open == 0) {
+        dl_finish(a);
+        return;
+    }
+    for (t = a->txns; t; t = t->next) {
+        t->rt.env = env;
+        t->rt.fd = a->fd;
+        t->rt.body_off = a->body_off;
+        t->rt.dest = t->text;
+        t->rt.route = &t->route;
+        t->rt.res = xcalloc(t->rt.nrcpt, sizeof(*t->rt.res));
+        t->rt.done = dl_txn_done;
+        t->rt.arg = t;
+        relay_submit(d->relay, &t->rt);
+    }
+}
+
+
+/* dl_start - open, lock and run one attempt for id. */
+static void
+dl_start(struct deliver *d, const char *id)
+{
+    struct spool_env  *env = NULL;
+    struct dl_attempt *a;
+    int                fd = -1, rc;
+    off_t              off = 0;
+
+    for (a = d->active; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return;                     /* already running */
+    rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
+    if (rc == SPOOL_ENOENT)
+        return;                         /* delivered or deleted meanwhile */
+    if (rc == SPOOL_ELOCKED) {
+        log_debug("%s: locked by another process; retrying", id);
+        dl_schedule(d, id, util_wall_ms() + DELIVER_LOCKED_MS);
+        return;
+    }
+    if (rc != SPOOL_OK) {
+        log_warn("%s: cannot open for delivery: %s", id, spool_errstr(d->sp));
+        if (fd >= 0)
+            close(fd);
+        spool_env_free(env);
+        dl_schedule(d, id, util_wall_ms() + DELIVER_ERROR_MS);
+        return;
+    }
+    if (env->held) {
+        log_info("%s: on hold; not delivering", id);
+        close(fd);
+        spool_env_free(env);
+        return;
+    }
+    a = xcalloc(1, sizeof(*a));
+    a->d = d;
+    a->env = env;
+    a->fd = fd;
+    a->body_off = off;
+    a->next = d->active;
+    if (d->active)
+        d->active->prev = a;
+    d->active = a;
+    d->nactive++;
+    dl_run(a);
+}
+
+
+/* deliver_fire - start the attempts that are due, within the limits. */
+static void
+deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct deliver *d = arg;
+    uint64_t        now = util_wall_ms();
+    int             n = 0;
+
+    (void)loop;
+    (void)tm;
+    while (!d->draining && d->nheap > 0 && d->heap[0].when <= now &&
+        d->nactive < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
+        struct dl_entry e;
+
+        dl_heap_pop(d, &e);
+        dl_start(d, e.id);
+        n++;
+    }
+    deliver_arm(d);
+}
+
+
+/* deliver_arm - point the timer at the earliest entry (or leave it off
+ * while the active limit is reached: a finishing attempt re-arms). */
+static void
+deliver_arm(struct deliver *d)
+{
+    uint64_t now, when;
+
+    if (d->draining || d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE) {
+        ev_timer_stop(d->loop, &d->timer);
+        return;
+    }
+    now = util_wall_ms();
+    when = d->heap[0].when;
+    ev_timer_start(d->loop, &d->timer, when > now ? when - now : 0);
+}
+
+
+/* ---- public ---- */
+
+struct deliver *
+deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
+    struct router *r, struct status_worker *st, unsigned shard,
+    unsigned nshards)
+{
+    struct deliver *d = xcalloc(1, sizeof(*d));
+    unsigned        share;
+
+    d->loop = loop;
+    d->cfg = cfg;
+    d->sp = sp;
+    d->router = r;
+    d->st = st;
+    d->nshards = nshards ? nshards : 1;
+    d->shard = shard % d->nshards;
+    /* this worker's share of connections_per_destination (see LIMITS) */
+    share = cfg->connections_per_destination > 0 ?
+        ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
+        d->nshards : 1;
+    d->relay = relay_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    ev_timer_init(&d->timer, deliver_fire, d);
+    return d;
+}
+
+
+void
+deliver_free(struct deliver *d)
+{
+    if (d == NULL)
+        return;
+    ev_timer_stop(d->loop, &d->timer);
+    /* connections first: they point at the attempts' envelopes */
+    relay_free(d->relay);
+    while (d->active != NULL)
+        dl_attempt_free(d->active);
+    free(d->heap);
+    free(d);
+}
+
+
+/* deliver_load - schedule every id of our shard found in the spool; when
+ * now is set, at once (a kick), else at its saved next retry. */
+static int
+deliver_load(struct deliver *d, int now)
+{
+    char  (*ids)[SPOOL_ID_SIZE] = NULL;
+    size_t n = 0, i, taken = 0, held = 0;
+    int    rc;
+
+    rc = spool_list(d->sp, &ids, &n);
+    if (rc != SPOOL_OK) {
+        log_warn("recover: listing the queue: %s", spool_errstr(d->sp));
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        struct spool_env *env = NULL;
+        int               fd = -1;
+        off_t             off;
+        uint64_t          when = 0;
+
+        if (deliver_shard_of(ids[i], d->nshards) != d->shard)
+            continue;
+        rc = spool_msg_open(d->sp, ids[i], 0, &env, &fd, &off);
+        if (rc == SPOOL_ENOENT)
+            continue;
+        if (rc == SPOOL_OK) {
+            when = env->next_retry_ms;
+            if (env->held)
+                held++;
+        }
+        if (fd >= 0)
+            close(fd);
+        if (rc == SPOOL_OK && env->held) {
+            spool_env_free(env);
+            continue;
+        }
+        spool_env_free(env);
+        /* an unreadable file is tried now: the attempt logs why */
+        dl_heap_push(d, now ? 0 : when, ids[i]);
+        taken++;
+    }
+    free(ids);
+    log_info("%s: %zu queued messages of shard %u scheduled, %zu on hold",
+        now ? "kick" : "recover", taken, d->shard, held);
+    deliver_arm(d);
+    return 0;
+}
+
+
+int
+deliver_recover(struct deliver *d)
+{
+    return deliver_load(d, 0);
+}
+
+
+void
+deliver_submit(struct deliver *d, const char *id)
+{
+    dl_schedule(d, id, 0);
+}
+
+
+void
+deliver_kick(struct deliver *d, const char *id)
+{
+    size_t i;
+
+    if (d->draining)
+        return;
+    if (id == NULL || strcmp(id, "*") == 0) {
+        /* rebuild from the spool: this also finds released messages */
+        d->nheap = 0;
+        (void)deliver_load(d, 1);
+        return;
+    }
+    if (!spool_id_valid(id) || deliver_shard_of(id, d->nshards) != d->shard)
+        return;
+    for (i = 0; i < d->nheap; i++) {
+        if (strcmp(d->heap[i].id, id) == 0) {
+            d->heap[i].when = 0;
+            dl_heap_up(d, i);
+            deliver_arm(d);
+            return;
+        }
+    }
+    dl_schedule(d, id, 0);
+}
+
+
+size_t
+deliver_drain(struct deliver *d)
+{
+    if (!d->draining) {
+        d->draining = 1;
+        ev_timer_stop(d->loop, &d->timer);
+        relay_drain(d->relay);
+    }
+    return d->nactive;
 }

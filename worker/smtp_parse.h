@@ -7,7 +7,12 @@
  *           most SMTP_ADDR_MAX-1 bytes: 64 local + @ + 255 domain).
  * FAILURE   Parsers return 0, or -1 and set *reply to a static, complete
  *           SMTP reply without CRLF, e.g. "501 5.1.7 Bad sender address
- *           syntax" or "555 5.5.4 Unsupported option: FOO".
+ *           syntax" or "555 5.5.4 Unsupported option: FOO".  That 555
+ *           reply (it names the option) is in a static buffer valid until
+ *           the next smtp_parse_* call; all others are string constants.
+ *           smtp_parse_path() words its replies for MAIL (5.1.7) when
+ *           allow_null is set and for RCPT (5.1.3) otherwise; a non-ASCII
+ *           address without SMTPUTF8 gets "553 5.6.7 ...".
  */
 #ifndef MTAD_SMTP_PARSE_H
 #define MTAD_SMTP_PARSE_H

@@ -1,60 +1,457 @@
 /*
- * worker.c - placeholder worker until the event loop lands: greets each
- * connection with 220 and "421 4.3.2 not yet serving", then closes.
+ * worker.c - a worker process: the event loop, the listeners, the channel
+ * to the master, admission control; the sessions live in sess.c and the
+ * outbound side in deliver.c.
+ *
+ * PURPOSE   worker_init() (still privileged) opens the loop, the spool, the
+ *           router and the delivery schedule; worker_run() watches the
+ *           shared listeners with EPOLLEXCLUSIVE, accepts in batches, and
+ *           runs the loop until "stop" has drained everything or the master
+ *           is gone.
+ * ADMISSION limits.max_connections and limits.max_connections_per_ip are
+ *           daemon-wide, but the workers share no counters: each worker
+ *           enforces its share, ceil(limit / nshards).  With EPOLLEXCLUSIVE
+ *           the kernel spreads connections over the workers, so the daemon
+ *           as a whole admits about the configured number; one worker may
+ *           refuse a little early when the spread is uneven.  Over the
+ *           limit the client gets 421 4.7.0 and the connection is closed.
+ *           While the master sets status->throttle, the listeners are
+ *           unwatched (checked on a 1 s tick).
+ * FAILURE   worker_init() logs and returns NULL; worker_run() returns the
+ *           process exit status.
  */
 #include <errno.h>
-#include <poll.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "router/router.h"
+#include "spool/spool.h"
+#include "worker/deliver.h"
 #include "worker/worker.h"
+#include "worker/worker_int.h"
 
-struct worker {
-    struct worker_args a;
-};
+#define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
+#define WORKER_TICK_MS        1000
 
-static struct worker worker_self;
+
+/* --- per-IP connection counts ----------------------------------------- */
+
+/* worker_ip_key - family and address bytes; v4-mapped IPv6 counts as v4. */
+static int
+worker_ip_key(const struct sockaddr *sa, uint8_t *fam, uint8_t addr[16])
+{
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+    memset(addr, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        memcpy(addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        *fam = AF_INET;
+    } else if (sa->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+        memcpy(addr, &s6->sin6_addr.s6_addr[12], 4);
+        *fam = AF_INET;
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(addr, &s6->sin6_addr, 16);
+        *fam = AF_INET6;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+
+static struct worker_ipnode **
+worker_ip_find(struct worker *w, uint8_t fam, const uint8_t addr[16])
+{
+    struct worker_ipnode **np;
+    uint32_t               h = 2166136261u;        /* FNV-1a */
+    size_t                 i;
+
+    for (i = 0; i < 16; i++)
+        h = (h ^ addr[i]) * 16777619u;
+    h ^= fam;
+    for (np = &w->ip[h & (WORKER_IP_BUCKETS - 1)]; *np != NULL;
+        np = &(*np)->next)
+        if ((*np)->family == fam && memcmp((*np)->addr, addr, 16) == 0)
+            break;
+    return np;
+}
+
+
+/* worker_ip_acquire - count one more session from sa's address; -1 when
+ * that passes the per-IP share (nothing counted then). */
+int
+worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
+{
+    struct worker_ipnode **np, *n;
+    uint8_t                fam, addr[16];
+
+    if (worker_ip_key(sa, &fam, addr) < 0)
+        return 0;
+    np = worker_ip_find(w, fam, addr);
+    if (*np == NULL) {
+        n = xcalloc(1, sizeof(*n));
+        n->family = fam;
+        memcpy(n->addr, addr, 16);
+        *np = n;
+    }
+    if ((*np)->count >= w->max_per_ip)
+        return -1;
+    (*np)->count++;
+    return 0;
+}
+
+
+void
+worker_ip_release(struct worker *w, const struct sockaddr *sa)
+{
+    struct worker_ipnode **np, *n;
+    uint8_t                fam, addr[16];
+
+    if (worker_ip_key(sa, &fam, addr) < 0)
+        return;
+    np = worker_ip_find(w, fam, addr);
+    if ((n = *np) == NULL)
+        return;
+    if (n->count > 0)
+        n->count--;
+    if (n->count == 0) {
+        *np = n->next;
+        free(n);
+    }
+}
+
+
+/* --- listeners and admission ------------------------------------------ */
+
+static void worker_on_accept(struct ev_loop *loop, int fd, unsigned events,
+            void *arg);
+
+
+/* worker_listen - watch (on) or unwatch (off) every open listener. */
+static void
+worker_listen(struct worker *w, int on)
+{
+    size_t i;
+
+    if (w->listening == on)
+        return;
+    for (i = 0; i < w->nlisten; i++) {
+        if (w->lfds[i] < 0)
+            continue;
+        if (on) {
+            if (ev_watch(w->loop, w->lfds[i], EV_READ | EV_EXCLUSIVE,
+                worker_on_accept, w) < 0)
+                log_err("epoll_ctl listener %d: %s", w->lfds[i],
+                    strerror(errno));
+        } else {
+            ev_unwatch(w->loop, w->lfds[i]);
+        }
+    }
+    w->listening = on;
+}
+
+
+/* worker_refuse - one best-effort 421 on a fresh socket, then close. */
+static void
+worker_refuse(int fd, const char *text)
+{
+    (void)send(fd, text, strlen(text), MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(fd);
+}
+
+
+static void
+worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
+    socklen_t len)
+{
+    char text[400], who[INET6_ADDRSTRLEN + 16], ip[INET6_ADDRSTRLEN];
+    const struct sockaddr *sa = (const struct sockaddr *)ss;
+
+    if (w->nsess >= w->max_sess) {
+        util_sockaddr_str(sa, who, sizeof(who));
+        snprintf(text, sizeof(text),
+            "421 4.7.0 %s Error: too many connections\r\n",
+            w->cfg->hostname);
+        log_warn("refused %s: too many connections (%zu)", who, w->nsess);
+        worker_refuse(fd, text);
+        return;
+    }
+    if (worker_ip_acquire(w, sa) < 0) {
+        util_sockaddr_str(sa, who, sizeof(who));
+        util_sockaddr_ip(sa, ip, sizeof(ip));
+        snprintf(text, sizeof(text),
+            "421 4.7.0 %s Error: too many connections from %s\r\n",
+            w->cfg->hostname, ip);
+        log_warn("refused %s: too many connections from %s (%u)", who, ip,
+            (unsigned)w->max_per_ip);
+        worker_refuse(fd, text);
+        return;
+    }
+    w->nsess++;
+    sess_accept(w, fd, sa, len);
+}
+
+
+static void
+worker_on_accept(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct worker          *w = arg;
+    struct sockaddr_storage ss;
+    socklen_t               len;
+    int                     i, c;
+
+    (void)loop;
+    (void)events;
+    for (i = 0; i < WORKER_ACCEPT_BUDGET && !w->stopping; i++) {
+        len = sizeof(ss);
+        c = accept4(fd, (struct sockaddr *)&ss, &len,
+            SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* Level-triggered: without a pause this would spin. */
+                log_warn("accept: %s; pausing for a second",
+                    strerror(errno));
+                w->accept_pause = 1;
+                worker_listen(w, 0);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                log_warn("accept: %s", strerror(errno));
+            }
+            return;
+        }
+        worker_admit(w, c, &ss, len);
+    }
+}
+
+
+/* --- stop, channel, tick ---------------------------------------------- */
+
+/* worker_check_done - after "stop": exit once sessions and deliveries are
+ * gone. */
+static void
+worker_check_done(struct worker *w)
+{
+    if (!w->stopping || w->nsess > 0)
+        return;
+    if (deliver_drain(w->deliver) > 0)
+        return;
+    log_info("stopped: sessions and deliveries finished");
+    w->exit_code = 0;
+    ev_stop(w->loop);
+}
+
+
+void
+worker_session_gone(struct worker *w)
+{
+    if (w->nsess > 0)
+        w->nsess--;
+    worker_check_done(w);
+}
+
+
+static void
+worker_stop(struct worker *w)
+{
+    size_t i;
+
+    if (w->stopping)
+        return;
+    log_info("stopping: closing listeners, finishing %zu sessions", w->nsess);
+    worker_listen(w, 0);
+    for (i = 0; i < w->nlisten; i++)
+        if (w->lfds[i] >= 0) {
+            close(w->lfds[i]);
+            w->lfds[i] = -1;
+        }
+    w->stopping = 1;
+    (void)deliver_drain(w->deliver);
+    sess_stop_idle(w);
+    worker_check_done(w);
+}
+
+
+static void
+worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct worker *w = arg;
+    char           msg[256];
+    ssize_t        n;
+
+    (void)events;
+    n = recv(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        /* The master is gone: end at once, the next one recovers. */
+        log_notice("master channel closed; exiting");
+        ev_unwatch(loop, fd);
+        w->exit_code = 0;
+        ev_stop(loop);
+        return;
+    }
+    msg[n] = '\0';
+    if (strcmp(msg, "stop") == 0)
+        worker_stop(w);
+    else if (strcmp(msg, "kick *") == 0)
+        deliver_kick(w->deliver, NULL);
+    else if (strncmp(msg, "kick ", 5) == 0 && spool_id_valid(msg + 5))
+        deliver_kick(w->deliver, msg + 5);
+    else
+        log_warn("unknown channel command '%.64s'", msg);
+}
+
+
+static void
+worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct worker *w = arg;
+    uint32_t       throttle = 0;
+
+    if (w->a.status != NULL)
+        throttle = __atomic_load_n(&w->a.status->throttle, __ATOMIC_RELAXED);
+    if (!w->stopping) {
+        if (throttle && w->listening) {
+            log_notice("throttled by the master: not accepting");
+            worker_listen(w, 0);
+        } else if (!throttle && !w->listening) {
+            if (!w->accept_pause)
+                log_notice("accepting again");
+            w->accept_pause = 0;
+            worker_listen(w, 1);
+        }
+    }
+    worker_check_done(w);
+    ev_timer_start(loop, t, WORKER_TICK_MS);
+}
+
+
+/* --- entry points ----------------------------------------------------- */
+
+static uint32_t
+worker_share(int limit, unsigned nshards)
+{
+    if (limit <= 0)
+        return 1;
+    return (uint32_t)(((unsigned)limit + nshards - 1) / nshards);
+}
+
 
 struct worker *
 worker_init(const struct worker_args *a)
 {
-    worker_self.a = *a;
-    return &worker_self;
+    const struct config *cfg = a->cfg;
+    struct worker       *w = xcalloc(1, sizeof(*w));
+    unsigned             nshards = a->nshards ? a->nshards : 1;
+    size_t               i;
+    int                  rc, fl;
+
+    w->a = *a;
+    w->cfg = cfg;
+    w->st = a->status != NULL && a->slot < STATUS_MAX_WORKERS ?
+        &a->status->w[a->slot] : &w->st_local;
+    if ((w->loop = ev_new()) == NULL) {
+        log_err("epoll_create: %s", strerror(errno));
+        goto fail;
+    }
+    rc = spool_open(&w->spool, cfg->spool_dir, cfg->spool_fsync, a->shard);
+    if (rc != SPOOL_OK) {
+        log_err("spool %s: %s", cfg->spool_dir, w->spool ?
+            spool_errstr(w->spool) : strerror(errno));
+        goto fail;
+    }
+    rc = router_open(&w->router, cfg->routes_db, cfg->routes_default, 0);
+    if (rc != ROUTER_OK) {
+        log_err("routes %s: %s", cfg->routes_db, w->router ?
+            router_errstr(w->router) : strerror(errno));
+        goto fail;
+    }
+    w->deliver = deliver_new(w->loop, cfg, w->spool, w->router, w->st,
+        a->shard, nshards);
+    if (w->deliver == NULL) {
+        log_err("delivery schedule: cannot start");
+        goto fail;
+    }
+    /* Shares of the daemon-wide limits: see ADMISSION above. */
+    w->max_sess = worker_share(cfg->max_connections, nshards);
+    w->max_per_ip = worker_share(cfg->max_connections_per_ip, nshards);
+    w->nlisten = a->nlisten;
+    w->lfds = xcalloc(a->nlisten ? a->nlisten : 1, sizeof(int));
+    for (i = 0; i < a->nlisten; i++) {
+        w->lfds[i] = a->listen_fds[i];
+        /* Shared listeners must not block: another worker may take the
+         * connection between our wakeup and accept4(). */
+        fl = fcntl(w->lfds[i], F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(w->lfds[i], F_SETFL, fl | O_NONBLOCK);
+    }
+    ev_timer_init(&w->tick, worker_on_tick, w);
+    return w;
+fail:
+    deliver_free(w->deliver);
+    router_close(w->router);
+    spool_close(w->spool);
+    ev_free(w->loop);
+    free(w);
+    return NULL;
 }
+
 
 int
 worker_run(struct worker *w)
 {
-    struct pollfd pf[65];
-    size_t        i, n = w->a.nlisten < 64 ? w->a.nlisten : 64;
-    char          reply[512];
-    int           len;
+    struct worker_ipnode *n;
+    size_t                i;
+    int                   rc;
 
-    len = snprintf(reply, sizeof(reply), "220 %s ESMTP mtad\r\n"
-        "421 4.3.2 not yet serving\r\n", w->a.cfg->hostname);
-    (void)send(w->a.chan_fd, "ready", 5, 0);
-    for (;;) {
-        for (i = 0; i < n; i++)
-            pf[i] = (struct pollfd){ .fd = w->a.listen_fds[i], .events = POLLIN };
-        pf[n] = (struct pollfd){ .fd = w->a.chan_fd, .events = POLLIN };
-        if (poll(pf, n + 1, -1) < 0 && errno != EINTR)
-            return 1;
-        if (pf[n].revents)
-            return 0;                       /* stop, or master gone */
-        for (i = 0; i < n; i++) {
-            int c;
-
-            if (!(pf[i].revents & POLLIN))
-                continue;
-            c = accept4(pf[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (c < 0)
-                continue;
-            (void)send(c, reply, (size_t)len, MSG_NOSIGNAL);
-            close(c);
-        }
+    /* Order matters: the group commit queues its 250s before the flush. */
+    ev_before_sleep(w->loop, sess_commit_hook, w);
+    ev_before_sleep(w->loop, sess_flush_hook, w);
+    worker_listen(w, 1);
+    if (ev_watch(w->loop, w->a.chan_fd, EV_READ, worker_on_chan, w) < 0) {
+        log_err("epoll_ctl channel: %s", strerror(errno));
+        return 1;
     }
+    ev_timer_start(w->loop, &w->tick, WORKER_TICK_MS);
+    if (send(w->a.chan_fd, "ready", 5, MSG_NOSIGNAL) < 0)
+        log_warn("channel: ready: %s", strerror(errno));
+    if (deliver_recover(w->deliver) < 0)
+        log_warn("delivery recovery was incomplete");
+    w->exit_code = 0;
+    rc = ev_run(w->loop);
+    if (rc < 0) {
+        log_err("epoll_wait: %s", strerror(errno));
+        w->exit_code = 1;
+    }
+    sess_close_all(w);
+    deliver_free(w->deliver);
+    router_close(w->router);
+    spool_close(w->spool);
+    ev_free(w->loop);
+    for (i = 0; i < WORKER_IP_BUCKETS; i++)
+        while ((n = w->ip[i]) != NULL) {
+            w->ip[i] = n->next;
+            free(n);
+        }
+    for (i = 0; i < w->nout_spare; i++)
+        free(w->out_spare[i]);
+    free(w->out_spare);
+    free(w->commit);
+    free(w->lfds);
+    rc = w->exit_code;
+    free(w);
+    return rc;
 }

@@ -1,0 +1,841 @@
+#!/usr/bin/python3
+"""bench/harness.py - mtad against Postfix, side by side (`make bench`).
+
+PURPOSE   Starts sinks, mtad and Postfix on loopback (random free ports,
+          temporary directories: spools on /dev/shm, durable runs on
+          /var/tmp), drives the scenarios of issue 6 with two tool pairs -
+          Postfix's smtp-source -> MTA -> smtp-sink, and ours, smtpblast ->
+          MTA -> smtpsink - and prints one table (also written to
+          bench/RESULTS.md).
+CONTRACT  Run by bench/run.sh as root after `make`.  BENCH_QUICK=1: one
+          repetition, fewer messages.  BENCH_ONLY=name,name limits the
+          scenarios; BENCH_MTAS=mtad,postfix limits the peers; BENCH_TOOLS=
+          ours,pf limits the tool pairs.  Exit 0 when the table was produced
+          (missed figures show as "-"), 1 when set-up failed.
+FAILURE   Every process it starts is recorded by pid and stopped by pid
+          (SIGTERM, then SIGKILL for it and its descendants) in a finally
+          block and on SIGINT/SIGTERM; Postfix is stopped with
+          `postfix -c DIR stop`.  Every wait is bounded in time.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, os.environ.get("MTAD_BUILD", "build"))
+MTAD = os.path.join(BUILD, "mtad")
+BLAST = os.path.join(BUILD, "bench", "smtpblast")
+SINK = os.path.join(BUILD, "bench", "smtpsink")
+SMTP_SOURCE = "/usr/sbin/smtp-source"
+SMTP_SINK = "/usr/sbin/smtp-sink"
+POSTFIX = "/usr/sbin/postfix"
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+REPS = 1 if QUICK else int(os.environ.get("BENCH_REPS", "3"))
+NCPU = os.cpu_count() or 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+IDLE_CONNS = int(os.environ.get("BENCH_IDLE", "10000"))
+E2E_TIMEOUT = 60.0
+
+
+def log(msg):
+    sys.stderr.write("bench: %s\n" % msg)
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------- processes
+
+STARTED = []          # Popen objects we started, stopped by pid at the end
+
+
+def spawn(argv, out, **kw):
+    f = open(out, "ab")
+    p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, **kw)
+    f.close()
+    STARTED.append(p)
+    return p
+
+
+def children_map():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        kids.setdefault(int(fields[1]), []).append(int(d))
+    return kids
+
+
+def tree(pid):
+    """pid and all its descendants."""
+    kids = children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def proc_stat(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+    except OSError:
+        return None
+    return st[st.rindex(")") + 2:].split()
+
+
+def tree_cpu(pid):
+    """CPU seconds of pid's tree: utime+stime of each live process plus
+    cutime+cstime (children it has reaped), so exited workers still count."""
+    total = 0
+    for p in tree(pid):
+        f = proc_stat(p)
+        if f and f[0] != "Z":
+            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pss_kb(pid):
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def alive(pid):
+    f = proc_stat(pid)
+    return f is not None and f[0] != "Z"
+
+
+def kill_tree(pid, grace=5.0):
+    """SIGTERM pid, wait, then SIGKILL what is left of its tree."""
+    procs = tree(pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.time() + grace
+    while time.time() < deadline and alive(pid):
+        time.sleep(0.05)
+    for p in procs:
+        if alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_banner(port, timeout=15.0, proc=None):
+    """True once something on port answers with a 220 greeting."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                data = s.recv(512)
+                if data.startswith(b"220"):
+                    s.sendall(b"QUIT\r\n")
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+# --------------------------------------------------------------- sinks
+
+class Sink:
+    """Our smtpsink ('ours') or Postfix's smtp-sink ('pf') on a fixed port."""
+
+    def __init__(self, kind, port, workdir):
+        self.kind, self.port, self.dir = kind, port, workdir
+        self.proc = None
+        self.countfile = os.path.join(workdir, "sink-%d.count" % port)
+        self.outfile = os.path.join(workdir, "sink-%d-%s.out" % (port, kind))
+
+    def start(self):
+        if self.kind == "ours":
+            argv = [SINK, "-l", "127.0.0.1:%d" % self.port, "-c", self.countfile,
+                    "-i", "20"]
+        else:
+            argv = [SMTP_SINK, "-c", "-u", "nobody", "127.0.0.1:%d" % self.port, "1024"]
+        if os.path.exists(self.outfile):
+            os.unlink(self.outfile)
+        self.proc = spawn(argv, self.outfile)
+        if not wait_banner(self.port, 10, self.proc):
+            raise RuntimeError("sink %s on port %d did not start" % (self.kind, self.port))
+
+    def count(self):
+        """Messages the sink has accepted since it started."""
+        if self.kind == "ours":
+            try:
+                with open(self.countfile) as f:
+                    m = re.search(r"msgs=(\d+)", f.read())
+                    return int(m.group(1)) if m else 0
+            except OSError:
+                return 0
+        try:
+            with open(self.outfile, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - 256))
+                tail = f.read().decode(errors="replace")
+        except OSError:
+            return 0
+        found = re.findall(r"mesg=(\d+)", tail)
+        return int(found[-1]) if found else 0
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            kill_tree(self.proc.pid, 3)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+
+# --------------------------------------------------------------- MTAs
+
+def mta_user():
+    import pwd
+    import grp
+    for user, group in (("mtad", "mtad"), ("nobody", "nogroup")):
+        try:
+            pw = pwd.getpwnam(user)
+            grp.getgrnam(group)
+            return user, group, pw.pw_uid, pw.pw_gid
+        except KeyError:
+            continue
+    raise RuntimeError("no unprivileged user for mtad's workers")
+
+
+class Mtad:
+    name = "mtad"
+
+    def __init__(self, workdir, spooldir, fsync, sinkport):
+        self.dir, self.spool, self.fsync, self.sinkport = workdir, spooldir, fsync, sinkport
+        self.port = free_port()
+        self.proc = None
+        self.cfg = os.path.join(workdir, "relay.yaml")
+        self.logfile = os.path.join(workdir, "mtad.log")
+
+    def write_config(self):
+        user, group, uid, gid = mta_user()
+        os.makedirs(self.spool, exist_ok=True)
+        os.chown(self.spool, uid, gid)
+        os.chown(self.dir, uid, gid)
+        conns = IDLE_CONNS + 2000
+        with open(self.cfg, "w") as f:
+            f.write("""server:
+  hostname: bench.mtad.test
+  listen: ["127.0.0.1:%(port)d"]
+  workers: %(workers)d
+  user: %(user)s
+  group: %(group)s
+  pid_file: %(dir)s/mtad.pid
+  control_socket: %(dir)s/control.sock
+  shutdown_timeout: 2s
+limits:
+  max_message_size: 50M
+  max_connections: %(conns)d
+  max_connections_per_ip: %(conns)d
+relay:
+  allow_networks: [127.0.0.0/8]
+spool:
+  dir: %(spool)s
+  fsync: %(fsync)s
+routes:
+  db: %(dir)s/routes.mdb
+  default: "smtp:[127.0.0.1]:%(sinkport)d"
+delivery:
+  retry: [1s, 2s, 5s]
+  connections_per_destination: 20
+  connect_timeout: 5s
+log:
+  file: %(log)s
+  level: info
+""" % dict(port=self.port, workers=NCPU, user=user, group=group, dir=self.dir,
+               conns=conns, spool=self.spool, fsync="true" if self.fsync else "false",
+               sinkport=self.sinkport, log=self.logfile))
+
+    def start(self):
+        self.write_config()
+        chk = subprocess.run([MTAD, "-t", "-c", self.cfg], capture_output=True, text=True,
+                             timeout=20)
+        if chk.returncode != 0:
+            raise RuntimeError("mtad -t rejected the bench config:\n" + chk.stdout + chk.stderr)
+        self.proc = spawn([MTAD, "-f", "-c", self.cfg], os.path.join(self.dir, "mtad.out"))
+        if not wait_banner(self.port, 15, self.proc):
+            raise RuntimeError("mtad did not answer on port %d (see %s)" % (self.port, self.dir))
+
+    def root(self):
+        return self.proc.pid
+
+    def workers(self):
+        return [p for p in tree(self.proc.pid) if "worker" in cmdline(p)]
+
+    def worker_rss_kb(self):
+        return sum(rss_kb(p) for p in self.workers())
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            kill_tree(self.proc.pid, 8)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
+
+
+MASTER_CF = """%(port)d inet n - n - - smtpd
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+proxywrite unix -       -       n       -       1       proxymap
+smtp      unix  -       -       n       -       -       smtp
+relay     unix  -       -       n       -       -       smtp
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+"""
+
+MAIN_CF = """compatibility_level = 3.6
+queue_directory = %(queue)s
+data_directory = %(queue)s/data
+command_directory = /usr/sbin
+daemon_directory = /usr/lib/postfix/sbin
+shlib_directory = /usr/lib/postfix
+meta_directory = /etc/postfix
+mail_owner = postfix
+setgid_group = postdrop
+myhostname = bench.postfix.test
+mydomain = postfix.test
+myorigin = $myhostname
+mydestination =
+local_recipient_maps =
+alias_maps =
+alias_database =
+local_transport = error:local delivery disabled
+relayhost = [127.0.0.1]:%(sinkport)d
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+mynetworks = 127.0.0.0/8
+smtpd_client_restrictions =
+smtpd_relay_restrictions = permit_mynetworks, reject
+smtp_dns_support_level = disabled
+smtp_host_lookup = native
+default_process_limit = 300
+smtpd_client_connection_count_limit = 0
+smtpd_client_connection_rate_limit = 0
+message_size_limit = 52428800
+maillog_file_prefixes = /dev/shm, /var/tmp, /tmp
+maillog_file = %(dir)s/maillog
+biff = no
+append_dot_mydomain = no
+minimal_backoff_time = 1s
+maximal_backoff_time = 4s
+queue_run_delay = 1s
+"""
+
+
+class Postfix:
+    name = "postfix"
+
+    def __init__(self, workdir, queuedir, sinkport):
+        self.dir, self.queue, self.sinkport = workdir, queuedir, sinkport
+        self.etc = os.path.join(workdir, "etc")
+        self.port = free_port()
+        self.master = None
+
+    def start(self):
+        os.makedirs(self.etc, exist_ok=True)
+        os.makedirs(self.queue, exist_ok=True)
+        with open(os.path.join(self.etc, "main.cf"), "w") as f:
+            f.write(MAIN_CF % dict(queue=self.queue, sinkport=self.sinkport, dir=self.dir))
+        with open(os.path.join(self.etc, "master.cf"), "w") as f:
+            f.write(MASTER_CF % dict(port=self.port))
+        r = subprocess.run([POSTFIX, "-c", self.etc, "start"], capture_output=True,
+                           text=True, timeout=60)
+        pidfile = os.path.join(self.queue, "pid", "master.pid")
+        deadline = time.time() + 15
+        while time.time() < deadline and not os.path.exists(pidfile):
+            time.sleep(0.1)
+        try:
+            with open(pidfile) as f:
+                self.master = int(f.read().strip())
+        except (OSError, ValueError):
+            self.master = None
+        if r.returncode != 0 or not self.master or not wait_banner(self.port, 15):
+            logtail = ""
+            try:
+                with open(os.path.join(self.dir, "maillog")) as f:
+                    logtail = f.read()[-2000:]
+            except OSError:
+                pass
+            raise RuntimeError("postfix did not start (rc %d): %s %s %s" %
+                               (r.returncode, r.stdout, r.stderr, logtail))
+
+    def root(self):
+        return self.master
+
+    def worker_rss_kb(self):
+        # Proportional set size: ~200 processes share their libraries, so a
+        # sum of RSS would count those pages 200 times.
+        return sum(pss_kb(p) for p in tree(self.master))
+
+    def stop(self):
+        if self.master is None:
+            return
+        subprocess.run([POSTFIX, "-c", self.etc, "stop"], capture_output=True, timeout=60)
+        deadline = time.time() + 10
+        while time.time() < deadline and alive(self.master):
+            time.sleep(0.1)
+        if alive(self.master):
+            kill_tree(self.master, 3)
+        self.master = None
+
+
+# --------------------------------------------------------------- load
+
+def run_load(tool, port, sessions, msgs, per_conn, size, limit):
+    """Run one load; returns dict with accepted, wall, and (ours) latency."""
+    t0 = time.time()
+    if tool == "ours":
+        argv = [BLAST, "-s", "127.0.0.1:%d" % port, "-c", str(sessions), "-m", str(msgs),
+                "-k", str(per_conn), "-z", str(size), "-T", str(limit)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=limit + 30)
+        wall = time.time() - t0
+        kv = dict(re.findall(r"(\w+)=([\d.]+)", r.stdout))
+        if "accepted" not in kv:
+            return dict(accepted=0, wall=wall, error=(r.stdout + r.stderr).strip()[-300:])
+        return dict(accepted=int(kv["accepted"]), wall=wall, p50=int(kv["p50_us"]),
+                    p99=int(kv["p99_us"]), errors=int(kv["errors"]),
+                    failed=int(kv["tempfail"]) + int(kv["permfail"]),
+                    timed_out=kv.get("timed_out") == "1")
+    # smtp-source: -d keeps each session's connection for all its messages;
+    # -l is the body length (it adds ~120 bytes of headers).
+    argv = [SMTP_SOURCE, "-s", str(sessions), "-m", str(msgs), "-l", str(size)]
+    if per_conn != 1:
+        argv.append("-d")
+    argv.append("127.0.0.1:%d" % port)
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return dict(accepted=0, wall=time.time() - t0, error="smtp-source timed out")
+    wall = time.time() - t0
+    if r.returncode != 0:
+        return dict(accepted=0, wall=wall, error=(r.stdout + r.stderr).strip()[-300:])
+    return dict(accepted=msgs, wall=wall, errors=0, failed=0)
+
+
+def measure(mta, sink, tool, sessions, msgs, per_conn, size):
+    """One repetition: load through mta (or straight into the sink when mta
+    is None), wait for the sink to count every accepted message."""
+    port = mta.port if mta else sink.port
+    before = sink.count()
+    cpu0 = tree_cpu(mta.root()) if mta else 0.0
+    t0 = time.time()
+    limit = 120 if not QUICK else 60
+    res = run_load(tool, port, sessions, msgs, per_conn, size, limit)
+    deadline = time.time() + E2E_TIMEOUT
+    got = sink.count() - before
+    while got < res["accepted"] and time.time() < deadline:
+        time.sleep(0.01)
+        got = sink.count() - before
+    t_e2e = time.time() - t0
+    cpu1 = tree_cpu(mta.root()) if mta else 0.0
+    res["delivered"] = got
+    res["acc_rate"] = res["accepted"] / res["wall"] if res["wall"] > 0 else 0
+    res["e2e_rate"] = got / t_e2e if t_e2e > 0 else 0
+    res["e2e_complete"] = got >= res["accepted"] and res["accepted"] > 0
+    res["mb_s"] = got * size / t_e2e / 1e6 if t_e2e > 0 else 0
+    res["cpu_per_1000"] = (cpu1 - cpu0) / got * 1000 if mta and got else None
+    res["rss_kb"] = mta.worker_rss_kb() if mta else None
+    return res
+
+
+# --------------------------------------------------------------- scenarios
+
+def n(full, quick):
+    return quick if QUICK else full
+
+
+# name, sessions, per_conn (0 = all on one connection), size,
+# messages for mtad, messages for postfix, storage
+SCENARIOS = [
+    ("1k-s1", 1, 1, 1024, n(2000, 300), n(300, 60), "tmpfs"),
+    ("1k-s20", 20, 1, 1024, n(10000, 2000), n(1500, 300), "tmpfs"),
+    ("1k-s200", 200, 1, 1024, n(10000, 2000), n(1500, 400), "tmpfs"),
+    ("1k-s20-many", 20, 0, 1024, n(20000, 4000), n(1500, 300), "tmpfs"),
+    ("1M-s20", 20, 1, 1048576, n(400, 100), n(200, 40), "tmpfs"),
+    ("1k-s20-durable", 20, 1, 1024, n(5000, 1000), n(1000, 200), "disk"),
+]
+CEILINGS = [
+    ("ceiling-1k-s20", 20, 1, 1024, n(20000, 4000)),
+    ("ceiling-1M-s20", 20, 1, 1048576, n(1000, 200)),
+]
+
+
+def summarize(vals):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return (statistics.median(vals), min(vals), max(vals))
+
+
+def fmt(s, digits=0, unit=""):
+    if s is None:
+        return "-"
+    med, lo, hi = s
+    f = "%%.%df" % digits
+    if REPS == 1 or lo == hi:
+        return (f % med) + unit
+    return (f + " [" + f + "–" + f + "]") % (med, lo, hi) + unit
+
+
+def main():
+    for b in (MTAD, BLAST, SINK):
+        if not os.access(b, os.X_OK):
+            log("missing %s: run make first" % b)
+            return 1
+    have_pf = all(os.access(b, os.X_OK) for b in (SMTP_SOURCE, SMTP_SINK, POSTFIX))
+    only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+    mtas = set(filter(None, os.environ.get("BENCH_MTAS", "mtad,postfix").split(",")))
+    tools = [t for t in ("pf", "ours")
+             if t in os.environ.get("BENCH_TOOLS", "pf,ours").split(",")]
+    if not have_pf:
+        log("postfix tools missing (bench/deps installs them): only our tools, no peer")
+        tools = ["ours"]
+        mtas.discard("postfix")
+
+    shm = tempfile.mkdtemp(prefix="mtad-bench.", dir="/dev/shm")
+    disk = tempfile.mkdtemp(prefix="mtad-bench.", dir="/var/tmp")
+    for d in (shm, disk):
+        os.chmod(d, 0o755)
+    results = {}      # (scenario, tool, mta) -> list of result dicts
+    notes = []
+    running = []      # objects with stop()
+
+    def stop_all():
+        for obj in reversed(running):
+            try:
+                obj.stop()
+            except Exception as e:        # keep stopping the others
+                log("stop: %s" % e)
+        running.clear()
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.time()
+    try:
+        # Raw ceiling: each load tool straight into its sink.
+        for name, sess, k, size, msgs in CEILINGS:
+            if only and name not in only:
+                continue
+            for tool in tools:
+                sink = Sink(tool, free_port(), shm)
+                sink.start()
+                running.append(sink)
+                for _ in range(REPS):
+                    r = measure(None, sink, tool, sess, msgs, k, size)
+                    results.setdefault((name, tool, "sink"), []).append(r)
+                    log("%s %s: %.0f msgs/s accepted, %.0f delivered" %
+                        (name, tool, r["acc_rate"], r["e2e_rate"]))
+                stop_all()
+
+        for storage in ("tmpfs", "disk"):
+            scen = [s for s in SCENARIOS if s[6] == storage and (not only or s[0] in only)]
+            want_idle = storage == "tmpfs" and "mtad" in mtas and \
+                (not only or "1k-s20+idle" in only)
+            if not scen and not want_idle:
+                continue
+            base = shm if storage == "tmpfs" else disk
+            for tool in tools:
+                peers = []
+                for mname in ("mtad", "postfix"):
+                    if mname not in mtas:
+                        continue
+                    wd = os.path.join(shm, "%s-%s-%s" % (mname, storage, tool))
+                    os.makedirs(wd, exist_ok=True)
+                    os.chmod(wd, 0o755)
+                    sink = Sink(tool, free_port(), wd)
+                    sink.start()
+                    running.append(sink)
+                    qdir = os.path.join(base, "%s-%s-queue" % (mname, tool))
+                    if mname == "mtad":
+                        mta = Mtad(wd, qdir, storage == "disk", sink.port)
+                    else:
+                        mta = Postfix(wd, qdir, sink.port)
+                    try:
+                        mta.start()
+                    except Exception as e:
+                        notes.append("%s (%s, %s tools) did not start: %s" %
+                                     (mname, storage, tool, str(e)[:300]))
+                        log(notes[-1])
+                        mta.stop()
+                        continue
+                    running.append(mta)
+                    peers.append((mta, sink))
+                    # warm-up: spawn processes, open the delivery connections
+                    measure(mta, sink, tool, 20, 200 if mname == "mtad" else 100, 1, 1024)
+                for name, sess, k, size, m_mtad, m_pf, _ in scen:
+                    for _ in range(REPS):       # interleave the peers per repetition
+                        for mta, sink in peers:
+                            msgs = m_mtad if mta.name == "mtad" else m_pf
+                            kk = k if k else msgs  # "many": all on one connection
+                            r = measure(mta, sink, tool, min(sess, msgs), msgs, kk, size)
+                            results.setdefault((name, tool, mta.name), []).append(r)
+                            log("%s %s %s: %.0f msgs/s accepted, %.0f delivered%s" %
+                                (name, tool, mta.name, r["acc_rate"], r["e2e_rate"],
+                                 "" if r["e2e_complete"] else
+                                 " (INCOMPLETE: %d of %d) %s" % (r["delivered"], r["accepted"],
+                                                                 r.get("error", ""))))
+                if want_idle:
+                    for mta, sink in peers:
+                        if mta.name == "mtad":
+                            idle_scenario(mta, sink, tool, results, notes, shm)
+                stop_all()
+    except KeyboardInterrupt:
+        notes.append("interrupted")
+        log("interrupted")
+    finally:
+        stop_all()
+        for p in STARTED:
+            if p.poll() is None:
+                kill_tree(p.pid, 2)
+        shutil.rmtree(shm, ignore_errors=True)
+        shutil.rmtree(disk, ignore_errors=True)
+
+    if "postfix" in mtas:
+        notes.append("1k-s20+idle: Postfix not run: it needs one smtpd process per "
+                     "connection (10,000 processes)")
+    table = render(results, tools)
+    print(table)
+    for note in notes:
+        print("note: " + note)
+    write_results(table, notes, time.time() - started)
+    return 0
+
+
+def idle_scenario(mta, sink, tool, results, notes, workdir):
+    """20-session load while IDLE_CONNS idle connections are held open."""
+    name = "1k-s20+idle"
+    msgs = n(10000, 2000)
+    rss0 = mta.worker_rss_kb()
+    holder = spawn([BLAST, "-s", "127.0.0.1:%d" % mta.port, "-i", str(IDLE_CONNS),
+                    "-T", "600", "-j", "1"], os.path.join(workdir, "idle-%s.out" % tool))
+    outf = os.path.join(workdir, "idle-%s.out" % tool)
+    deadline = time.time() + 60
+    up = 0
+    while time.time() < deadline and holder.poll() is None:
+        with open(outf) as f:
+            m = re.search(r"idle_established=(\d+)", f.read())
+        if m:
+            up = int(m.group(1))
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    rss1 = mta.worker_rss_kb()
+    for _ in range(REPS):
+        r = measure(mta, sink, tool, 20, msgs, 1, 1024)
+        r["idle_up"] = up
+        r["rss_before_kb"] = rss0
+        r["rss_idle_kb"] = rss1
+        results.setdefault((name, tool, "mtad"), []).append(r)
+        log("%s %s mtad: %.0f msgs/s accepted, %.0f delivered, %d idle, RSS %d -> %d KiB" %
+            (name, tool, r["acc_rate"], r["e2e_rate"], up, rss0, rss1))
+    kill_tree(holder.pid, 5)
+    if up < IDLE_CONNS:
+        notes.append("%s (%s): only %d of %d idle connections established" %
+                     (name, tool, up, IDLE_CONNS))
+    per = (rss1 - rss0) * 1024 / up if up else 0
+    notes.append("%s (%s tools): worker RSS %d KiB before, %d KiB with %d idle "
+                 "connections = %.0f bytes per idle connection" %
+                 (name, tool, rss0, rss1, up, per))
+
+
+TOOLNAME = {"pf": "smtp-source→smtp-sink", "ours": "smtpblast→smtpsink"}
+
+
+def render(results, tools):
+    head = ("| scenario | tool | mtad msgs/s accepted | mtad msgs/s end-to-end | "
+            "postfix msgs/s accepted | postfix msgs/s end-to-end | ratio e2e | "
+            "MB/s e2e mtad / postfix | CPU s/1000 msgs mtad / postfix | "
+            "p50/p99 ms mtad | p50/p99 ms postfix | memory KiB: mtad workers RSS / postfix all PSS |")
+    lines = [head, "|" + "---|" * 12]
+    names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + ["1k-s20+idle"]
+    for name in names:
+        for tool in tools:
+            if (name, tool, "sink") in results:
+                rs = results[(name, tool, "sink")]
+                acc = summarize([r["acc_rate"] for r in rs])
+                e2e = summarize([r["e2e_rate"] for r in rs])
+                mb = summarize([r["mb_s"] for r in rs])
+                lat = "-"
+                if tool == "ours":
+                    lat = "%.2f / %.2f" % (statistics.median(r.get("p50", 0) for r in rs) / 1000,
+                                           statistics.median(r.get("p99", 0) for r in rs) / 1000)
+                lines.append("| %s | %s | (sink direct) %s | %s | | | | %s | | %s | | |" %
+                             (name, TOOLNAME[tool], fmt(acc), fmt(e2e), fmt(mb, 1), lat))
+                continue
+            rm = results.get((name, tool, "mtad"), [])
+            rp = results.get((name, tool, "postfix"), [])
+            if not rm and not rp:
+                continue
+
+            def col(rs, key, digits=0):
+                return fmt(summarize([r.get(key) for r in rs]), digits) if rs else "-"
+
+            def lat(rs):
+                if tool != "ours" or not rs:
+                    return "-"
+                return "%.2f / %.2f" % (statistics.median(r.get("p50", 0) for r in rs) / 1000,
+                                        statistics.median(r.get("p99", 0) for r in rs) / 1000)
+
+            ratio = "-"
+            if rm and rp:
+                em = statistics.median(r["e2e_rate"] for r in rm)
+                ep = statistics.median(r["e2e_rate"] for r in rp)
+                ratio = "%.1f×" % (em / ep) if ep > 0 else "-"
+
+            def rss(rs):
+                v = [r.get("rss_kb") for r in rs if r.get("rss_kb") is not None]
+                return str(int(statistics.median(v))) if v else "-"
+
+            incomplete = [r for r in rm + rp if not r["e2e_complete"]]
+            flag = " (!)" if incomplete else ""
+            lines.append("| %s%s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s | %s / %s |" % (
+                name, flag, TOOLNAME[tool], col(rm, "acc_rate"), col(rm, "e2e_rate"),
+                col(rp, "acc_rate"), col(rp, "e2e_rate"), ratio,
+                col(rm, "mb_s", 1), col(rp, "mb_s", 1),
+                col(rm, "cpu_per_1000", 2), col(rp, "cpu_per_1000", 2),
+                lat(rm), lat(rp), rss(rm), rss(rp)))
+    return "\n".join(lines)
+
+
+def machine():
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "%s, %d cores, kernel %s" % (model, NCPU, os.uname().release)
+
+
+def write_results(table, notes, secs):
+    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    pfver = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True,
+                           text=True).stdout.strip() if shutil.which("postconf") else "?"
+    env = " ".join("%s=%s" % (k, os.environ[k]) for k in
+                   ("BENCH_QUICK", "BENCH_ONLY", "BENCH_MTAS", "BENCH_TOOLS", "BENCH_REPS")
+                   if k in os.environ)
+    with open(path, "w") as f:
+        f.write("# Benchmark results: mtad against Postfix\n\n")
+        f.write("Written by `bench/run.sh` (`make bench`); see bench/README-section below.\n\n")
+        f.write("- date: %s\n" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        f.write("- machine: %s\n" % machine())
+        f.write("- peer: Postfix %s (Debian package), queue on the same storage as mtad's spool\n" % pfver)
+        f.write("- command: `%smake bench` (%d repetitions per figure, %.0f s in all)\n\n" %
+                (env + " " if env else "", REPS, secs))
+        f.write(table + "\n\n")
+        for note in notes:
+            f.write("- %s\n" % note)
+        f.write(METHOD)
+
+
+METHOD = """
+## How the figures are made
+
+- Tool pairs: `smtp-source→smtp-sink` is Postfix's `smtp-source -s S -m M -l SIZE
+  [-d]` into the MTA, relaying to Postfix's `smtp-sink -c`; `smtpblast→smtpsink` is
+  ours (`build/bench/smtpblast -c S -m M -k K -z SIZE` into the MTA, relaying to
+  `build/bench/smtpsink`).  smtp-source sends one command at a time (no
+  PIPELINING); smtpblast pipelines MAIL/RCPT/DATA.  The raw ceiling rows drive
+  each load tool straight into its sink and show which tool is the bottleneck.
+- Each figure is the median of the repetitions, with [min–max].  mtad and
+  Postfix run side by side (each with its own sink) and are measured
+  alternately within each repetition.
+- accepted: messages answered 250 by the MTA / wall time of the load tool.
+  end-to-end: messages counted at the sink / time from load start until the
+  sink has counted every accepted message (bounded at 60 s; rows marked (!)
+  did not complete).  MB/s: end-to-end bytes of message payload.
+- CPU s/1000 msgs: utime+stime (+ reaped children) of the MTA's whole process
+  tree (mtad master, log process, workers; Postfix master and every daemon)
+  from /proc, before and after each repetition, per 1,000 delivered messages.
+- p50/p99: from smtpblast only, end-of-data sent → final reply received.
+- memory: sum of VmRSS of mtad's worker processes after the run; for
+  Postfix, the sum of PSS (proportional set size) of its whole process tree.
+- Scenarios: 1k = 1 KiB messages, sN = N concurrent sessions, one message
+  per connection unless "-many" (every session keeps its connection);
+  durable = mtad with `spool.fsync: true` and Postfix, both queued on /var/tmp
+  (disk); +idle = 10,000 idle connections held open (after the greeting) while
+  the 20-session load runs.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,676 @@
+/*
+ * smtpsink.c - benchmark SMTP sink: accepts and discards mail, counts it.
+ *
+ * PURPOSE   The far end of `make bench`: mtad and Postfix relay to it, and
+ *           the harness counts end-to-end deliveries from its counters.
+ *           Event-driven (one epoll loop per thread, threads share the
+ *           listening socket with EPOLLEXCLUSIVE), PIPELINING (all complete
+ *           commands in a read are answered with one write), CHUNKING/BDAT.
+ *           It can answer a chosen share of messages with 4xx or 5xx and
+ *           delay the end-of-data reply, because a sink that always says 250
+ *           at once hides queue behaviour.
+ * CONTRACT  smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]
+ *                    [-4 PCT] [-5 PCT] [-d MS] [-j THREADS]
+ *           Port 0 picks a free port; it is printed ("port=N") and written
+ *           to PORTFILE.  Counters (msgs bytes rcpts tempfail permfail conns)
+ *           are written as one "key=value ..." line to COUNTFILE every MS ms
+ *           (atomically, by rename) and on exit; SIGUSR1 prints them to
+ *           stdout, SIGTERM/SIGINT print them and exit 0.  "msgs" counts
+ *           only messages answered 250.
+ * FAILURE   A broken connection is closed and counted nowhere else; start-up
+ *           errors exit 1 with a message on stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SINK_INBUF   (128 * 1024)   /* big reads: one per wake-up */
+#define SINK_OUTBUF  8192
+#define SINK_MAXLINE 4096
+#define SINK_THREADS 8
+
+enum cstate { C_CMD, C_DATA, C_BDAT, C_WAIT, C_QUIT };
+
+struct conn {
+    int          fd;
+    enum cstate  st;
+    bool         mail, want_out;
+    bool         more;              /* input left unparsed: output was full */
+    int          nrcpt;
+    int          dmatch;            /* chars of "\r\n.\r\n" matched so far */
+    uint64_t     msgbytes;
+    uint64_t     bdat_left;
+    bool         bdat_last;
+    size_t       inlen;
+    size_t       outlen, outoff;
+    uint64_t     due_ns;            /* C_WAIT: when the delayed reply goes */
+    char         pending[128];      /* C_WAIT: the delayed reply */
+    struct conn *tnext;
+    char         out[SINK_OUTBUF];
+    char        *in;                /* SINK_INBUF, allocated on accept */
+};
+
+struct counters {
+    _Atomic uint64_t msgs, bytes, rcpts, tempfail, permfail, conns;
+};
+
+struct worker {
+    int              ep;
+    int              lfd;
+    pthread_t        tid;
+    uint64_t         rng;
+    struct conn     *thead, *ttail; /* delayed replies, FIFO = due order */
+    struct counters  c;
+};
+
+static struct {
+    int           pct4, pct5;
+    uint64_t      delay_ns;
+    const char   *countfile;
+    uint64_t      interval_ns;
+    int           nthreads;
+    struct worker w[SINK_THREADS];
+} g = { .interval_ns = 100000000ull, .nthreads = 1 };
+
+static volatile sig_atomic_t sig_term, sig_usr1;
+
+static void on_signal(int s)
+{
+    if (s == SIGUSR1)
+        sig_usr1 = 1;
+    else
+        sig_term = 1;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static void add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+static int format_counters(char *buf, size_t sz)
+{
+    uint64_t v[6] = { 0 };
+    for (int i = 0; i < g.nthreads; i++) {
+        struct counters *c = &g.w[i].c;
+        v[0] += atomic_load_explicit(&c->msgs, memory_order_relaxed);
+        v[1] += atomic_load_explicit(&c->bytes, memory_order_relaxed);
+        v[2] += atomic_load_explicit(&c->rcpts, memory_order_relaxed);
+        v[3] += atomic_load_explicit(&c->tempfail, memory_order_relaxed);
+        v[4] += atomic_load_explicit(&c->permfail, memory_order_relaxed);
+        v[5] += atomic_load_explicit(&c->conns, memory_order_relaxed);
+    }
+    return snprintf(buf, sz, "msgs=%" PRIu64 " bytes=%" PRIu64 " rcpts=%" PRIu64
+                    " tempfail=%" PRIu64 " permfail=%" PRIu64 " conns=%" PRIu64 "\n",
+                    v[0], v[1], v[2], v[3], v[4], v[5]);
+}
+
+/* Write the counters to COUNTFILE through a temporary file and rename, so
+ * a reader never sees half a line. */
+static void write_countfile(void)
+{
+    char line[256], tmp[4096];
+    if (!g.countfile)
+        return;
+    int n = format_counters(line, sizeof line);
+    snprintf(tmp, sizeof tmp, "%s.tmp", g.countfile);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return;
+    ssize_t w = write(fd, line, (size_t)n);
+    close(fd);
+    if (w == n)
+        rename(tmp, g.countfile);
+}
+
+static void conn_close(struct worker *w, struct conn *c)
+{
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    /* A connection waiting for its delayed reply stays on the timer list;
+     * it is freed there (fd = -1 marks it dead). */
+    if (c->st == C_WAIT) {
+        c->fd = -1;
+        return;
+    }
+    free(c->in);
+    free(c);
+}
+
+/* Interest follows state: output pending -> EPOLLOUT; reading only while
+ * not parked on a delayed reply (level-triggered input would spin). */
+static void arm(struct worker *w, struct conn *c)
+{
+    struct epoll_event ev = { .events = 0, .data.ptr = c };
+    if (c->want_out)
+        ev.events |= EPOLLOUT;
+    else if (c->st != C_WAIT)
+        ev.events |= EPOLLIN;
+    epoll_ctl(w->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void reply(struct conn *c, const char *s)
+{
+    size_t n = strlen(s);
+    if (c->outlen + n > sizeof c->out)
+        return;                      /* cannot happen: flushed per read */
+    memcpy(c->out + c->outlen, s, n);
+    c->outlen += n;
+}
+
+/* Flush the output; returns -1 when the connection is dead, 0 when all was
+ * written, 1 when some remains (EPOLLOUT armed). */
+static int flush_out(struct worker *w, struct conn *c)
+{
+    while (c->outoff < c->outlen) {
+        ssize_t n = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                if (!c->want_out) {
+                    c->want_out = true;
+                    arm(w, c);
+                }
+                return 1;
+            }
+            return -1;
+        }
+        c->outoff += (size_t)n;
+    }
+    c->outlen = c->outoff = 0;
+    if (c->want_out) {
+        c->want_out = false;
+        arm(w, c);
+    }
+    return 0;
+}
+
+/* The reply for a finished message: 250, or the chosen share of 4xx/5xx. */
+static const char *message_verdict(struct worker *w, struct conn *c)
+{
+    int r = (int)(rng_next(&w->rng) % 10000);
+    if (r < g.pct4 * 100) {
+        add(&w->c.tempfail, 1);
+        return "451 4.3.0 sink: temporary failure (chosen)\r\n";
+    }
+    if (r < (g.pct4 + g.pct5) * 100) {
+        add(&w->c.permfail, 1);
+        return "554 5.3.0 sink: rejected (chosen)\r\n";
+    }
+    add(&w->c.msgs, 1);
+    add(&w->c.bytes, c->msgbytes);
+    add(&w->c.rcpts, (uint64_t)c->nrcpt);
+    return "250 2.0.0 Ok: queued\r\n";
+}
+
+/* A message is complete: answer now, or park the connection until the
+ * delay has passed (it reads nothing meanwhile, as a slow server would). */
+static void message_done(struct worker *w, struct conn *c)
+{
+    const char *v = message_verdict(w, c);
+    c->mail = false;
+    c->nrcpt = 0;
+    c->msgbytes = 0;
+    if (!g.delay_ns) {
+        c->st = C_CMD;
+        reply(c, v);
+        return;
+    }
+    snprintf(c->pending, sizeof c->pending, "%s", v);
+    c->st = C_WAIT;
+    c->due_ns = now_ns() + g.delay_ns;
+    c->tnext = NULL;
+    if (w->ttail)
+        w->ttail->tnext = c;
+    else
+        w->thead = c;
+    w->ttail = c;
+    arm(w, c);
+}
+
+static bool verb_is(const char *line, size_t len, const char *verb)
+{
+    size_t n = strlen(verb);
+    return len >= n && strncasecmp(line, verb, n) == 0 &&
+           (len == n || line[n] == ' ');
+}
+
+static void command(struct conn *c, char *line, size_t len)
+{
+    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n'))
+        len--;
+    if (verb_is(line, len, "EHLO") || verb_is(line, len, "LHLO")) {
+        reply(c, "250-smtpsink\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n"
+                 "250-8BITMIME\r\n250-CHUNKING\r\n250-ENHANCEDSTATUSCODES\r\n"
+                 "250 SMTPUTF8\r\n");
+    } else if (verb_is(line, len, "HELO")) {
+        reply(c, "250 smtpsink\r\n");
+    } else if (len >= 10 && strncasecmp(line, "MAIL FROM:", 10) == 0) {
+        c->mail = true;
+        c->nrcpt = 0;
+        reply(c, "250 2.1.0 Ok\r\n");
+    } else if (len >= 8 && strncasecmp(line, "RCPT TO:", 8) == 0) {
+        if (!c->mail) {
+            reply(c, "503 5.5.1 need MAIL\r\n");
+            return;
+        }
+        c->nrcpt++;
+        reply(c, "250 2.1.5 Ok\r\n");
+    } else if (verb_is(line, len, "DATA")) {
+        if (!c->nrcpt) {
+            reply(c, "503 5.5.1 need RCPT\r\n");
+            return;
+        }
+        c->st = C_DATA;
+        c->dmatch = 2;               /* ".\r\n" at the very start ends it */
+        c->msgbytes = 0;
+        reply(c, "354 End data with <CR><LF>.<CR><LF>\r\n");
+    } else if (verb_is(line, len, "BDAT")) {
+        char *end;
+        unsigned long long n = strtoull(line + 5, &end, 10);
+        if (len < 6 || end == line + 5) {
+            reply(c, "501 5.5.4 BDAT size\r\n");
+            return;
+        }
+        while (*end == ' ')
+            end++;
+        c->bdat_left = n;
+        c->bdat_last = strncasecmp(end, "LAST", 4) == 0;
+        c->st = C_BDAT;
+    } else if (verb_is(line, len, "RSET")) {
+        c->mail = false;
+        c->nrcpt = 0;
+        c->msgbytes = 0;
+        reply(c, "250 2.0.0 Ok\r\n");
+    } else if (verb_is(line, len, "NOOP")) {
+        reply(c, "250 2.0.0 Ok\r\n");
+    } else if (verb_is(line, len, "QUIT")) {
+        reply(c, "221 2.0.0 Bye\r\n");
+        c->st = C_QUIT;
+    } else {
+        reply(c, "500 5.5.2 command not recognized\r\n");
+    }
+}
+
+/* Scan DATA bytes for CRLF.CRLF; returns bytes consumed (up to and
+ * including the terminator, or all of them). */
+static size_t scan_data(struct worker *w, struct conn *c, const char *p, size_t n)
+{
+    static const char term[] = "\r\n.\r\n";
+    size_t i = 0;
+    while (i < n) {
+        if (c->dmatch == 0) {
+            const char *cr = memchr(p + i, '\r', n - i);
+            if (!cr)
+                break;
+            i = (size_t)(cr - p) + 1;
+            c->dmatch = 1;
+            continue;
+        }
+        if (p[i] == term[c->dmatch]) {
+            i++;
+            if (++c->dmatch == 5) {
+                /* terminator ".\r\n" after CRLF is not message content */
+                c->msgbytes += i >= 3 ? i - 3 : 0;
+                message_done(w, c);
+                return i;
+            }
+        } else {
+            c->dmatch = (p[i] == '\r') ? 1 : 0;
+            i++;
+        }
+    }
+    c->msgbytes += n;
+    return n;
+}
+
+/* Consume what is in c->in; leaves an incomplete command line in place. */
+static void process(struct worker *w, struct conn *c)
+{
+    size_t off = 0;
+    c->more = false;
+    while (off < c->inlen && (c->st == C_CMD || c->st == C_DATA || c->st == C_BDAT)) {
+        char *p = c->in + off;
+        size_t n = c->inlen - off;
+        if (c->outlen > SINK_OUTBUF - 512) {
+            c->more = true;          /* let the replies go first */
+            break;
+        }
+        if (c->st == C_DATA) {
+            off += scan_data(w, c, p, n);
+        } else if (c->st == C_BDAT) {
+            size_t take = n < c->bdat_left ? n : (size_t)c->bdat_left;
+            c->bdat_left -= take;
+            c->msgbytes += take;
+            off += take;
+            if (c->bdat_left == 0) {
+                if (c->bdat_last) {
+                    message_done(w, c);
+                } else {
+                    c->st = C_CMD;
+                    reply(c, "250 2.0.0 chunk ok\r\n");
+                }
+            }
+        } else {
+            char *nl = memchr(p, '\n', n);
+            if (!nl) {
+                if (n > SINK_MAXLINE) {
+                    reply(c, "500 5.5.2 line too long\r\n");
+                    off = c->inlen;
+                }
+                break;
+            }
+            size_t len = (size_t)(nl - p) + 1;
+            command(c, p, len);
+            off += len;
+            if (c->st == C_BDAT && c->bdat_left == 0) {
+                /* "BDAT 0 LAST" */
+                if (c->bdat_last)
+                    message_done(w, c);
+                else {
+                    c->st = C_CMD;
+                    reply(c, "250 2.0.0 chunk ok\r\n");
+                }
+            }
+        }
+    }
+    if (off) {
+        memmove(c->in, c->in + off, c->inlen - off);
+        c->inlen -= off;
+    }
+}
+
+static void on_readable(struct worker *w, struct conn *c)
+{
+    for (;;) {
+        if (c->st == C_WAIT || c->st == C_QUIT)
+            return;
+        size_t room = SINK_INBUF - c->inlen;
+        bool drained = false;
+        ssize_t n = 0;
+        if (room) {
+            n = read(c->fd, c->in + c->inlen, room);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN) {
+                drained = true;
+                n = 0;
+            } else if (n <= 0) {
+                conn_close(w, c);    /* EOF or error */
+                return;
+            }
+        }
+        c->inlen += (size_t)n;
+        process(w, c);
+        int f = flush_out(w, c);
+        if (f < 0 || (f == 0 && c->st == C_QUIT)) {
+            conn_close(w, c);
+            return;
+        }
+        if (f > 0)
+            return;                  /* wait for EPOLLOUT */
+        if (c->more)
+            continue;                /* replies went out; parse the rest */
+        if (drained || (size_t)n < room)
+            return;                  /* level-triggered: epoll says when more comes */
+    }
+}
+
+static void on_writable(struct worker *w, struct conn *c)
+{
+    int f = flush_out(w, c);
+    if (f < 0 || (f == 0 && c->st == C_QUIT)) {
+        conn_close(w, c);
+        return;
+    }
+    if (f == 0)
+        on_readable(w, c);
+}
+
+static void run_timers(struct worker *w, uint64_t now)
+{
+    while (w->thead && w->thead->due_ns <= now) {
+        struct conn *c = w->thead;
+        w->thead = c->tnext;
+        if (!w->thead)
+            w->ttail = NULL;
+        if (c->fd < 0) {             /* closed while waiting */
+            free(c->in);
+            free(c);
+            continue;
+        }
+        c->st = C_CMD;
+        arm(w, c);
+        reply(c, c->pending);
+        process(w, c);
+        if (flush_out(w, c) < 0 || (c->st == C_QUIT && !c->outlen)) {
+            conn_close(w, c);
+            continue;
+        }
+        if (!c->want_out)
+            on_readable(w, c);
+    }
+}
+
+static void on_accept(struct worker *w)
+{
+    for (;;) {
+        int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;                  /* EAGAIN, or EMFILE: retried next wake */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct conn *c = calloc(1, sizeof *c);
+        char *in = malloc(SINK_INBUF);
+        if (!c || !in) {
+            free(c);
+            free(in);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->in = in;
+        c->st = C_CMD;
+        add(&w->c.conns, 1);
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+        epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
+        reply(c, "220 smtpsink ESMTP\r\n");
+        if (flush_out(w, c) < 0)
+            conn_close(w, c);
+    }
+}
+
+static void print_counters(void)
+{
+    char line[256];
+    format_counters(line, sizeof line);
+    fputs(line, stdout);
+    fflush(stdout);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct epoll_event evs[256];
+    bool leader = (w == &g.w[0]);
+    uint64_t next_file = now_ns() + g.interval_ns;
+    while (!sig_term) {
+        int timeout = 100;
+        if (w->thead) {
+            uint64_t now = now_ns();
+            int ms = w->thead->due_ns > now
+                         ? (int)((w->thead->due_ns - now + 999999) / 1000000) : 0;
+            if (ms < timeout)
+                timeout = ms;
+        }
+        int n = epoll_wait(w->ep, evs, 256, timeout);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) {
+                on_accept(w);
+                continue;
+            }
+            struct conn *c = evs[i].data.ptr;
+            if (c->st == C_WAIT && (evs[i].events & (EPOLLERR | EPOLLHUP)))
+                conn_close(w, c);
+            else if (c->st == C_WAIT && !(evs[i].events & EPOLLOUT))
+                continue;
+            else if (c->want_out && (evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+                on_writable(w, c);
+            else if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+                on_readable(w, c);
+        }
+        uint64_t now = now_ns();
+        if (w->thead)
+            run_timers(w, now);
+        if (leader) {
+            if (sig_usr1) {
+                sig_usr1 = 0;
+                print_counters();
+            }
+            if (now >= next_file) {
+                write_countfile();
+                next_file = now + g.interval_ns;
+            }
+        }
+    }
+    return NULL;
+}
+
+static int listen_on(const char *spec, int *port_out)
+{
+    char host[256];
+    snprintf(host, sizeof host, "%s", spec);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return -1;
+    *colon = '\0';
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 4096) < 0) {
+        close(fd);
+        return -1;
+    }
+    socklen_t sl = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    *port_out = ntohs(sa.sin_port);
+    return fd;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]\n"
+                    "                [-4 PCT] [-5 PCT] [-d MS] [-j THREADS]\n");
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    const char *spec = "127.0.0.1:0", *portfile = NULL;
+    int opt;
+    while ((opt = getopt(argc, argv, "l:p:c:i:4:5:d:j:")) != -1) {
+        switch (opt) {
+        case 'l': spec = optarg; break;
+        case 'p': portfile = optarg; break;
+        case 'c': g.countfile = optarg; break;
+        case 'i': g.interval_ns = strtoull(optarg, NULL, 10) * 1000000ull; break;
+        case '4': g.pct4 = atoi(optarg); break;
+        case '5': g.pct5 = atoi(optarg); break;
+        case 'd': g.delay_ns = strtoull(optarg, NULL, 10) * 1000000ull; break;
+        case 'j': g.nthreads = atoi(optarg); break;
+        default: usage();
+        }
+    }
+    if (g.nthreads < 1 || g.nthreads > SINK_THREADS || g.pct4 < 0 || g.pct5 < 0 ||
+        g.pct4 + g.pct5 > 100 || g.interval_ns == 0)
+        usage();
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+
+    int port = 0;
+    int lfd = listen_on(spec, &port);
+    if (lfd < 0) {
+        fprintf(stderr, "smtpsink: cannot listen on %s: %s\n", spec, strerror(errno));
+        return 1;
+    }
+    if (portfile) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", portfile);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0 || rename(tmp, portfile) < 0) {
+            fprintf(stderr, "smtpsink: cannot write %s\n", portfile);
+            return 1;
+        }
+    }
+    printf("port=%d\n", port);
+    fflush(stdout);
+    write_countfile();
+
+    for (int i = 0; i < g.nthreads; i++) {
+        struct worker *w = &g.w[i];
+        w->lfd = lfd;
+        w->rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)getpid() << 16) ^ (uint64_t)(i + 1);
+        w->ep = epoll_create1(EPOLL_CLOEXEC);
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL };
+        if (w->ep < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, lfd, &ev) < 0) {
+            fprintf(stderr, "smtpsink: epoll: %s\n", strerror(errno));
+            return 1;
+        }
+    }
+    /* Signals go to the main thread only: the others block them. */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    for (int i = 1; i < g.nthreads; i++)
+        pthread_create(&g.w[i].tid, NULL, worker_main, &g.w[i]);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    worker_main(&g.w[0]);
+    for (int i = 1; i < g.nthreads; i++)
+        pthread_join(g.w[i].tid, NULL);
+    write_countfile();
+    print_counters();
+    return 0;
+}

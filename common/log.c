@@ -1,0 +1,156 @@
+/*
+ * log.c - format log records and hand each one to the log process.
+ *
+ * PURPOSE   "2026-11-30T05:17:31.123Z mtad[1234]: worker 3: <text>\n", one
+ *           datagram per record, sent with MSG_DONTWAIT on the socketpair
+ *           given to log_open().  The log process batches the writes.
+ * CONTRACT  The formatted date of the current second is cached; only the
+ *           millisecond digits are redone per record.  Newlines inside the
+ *           text become spaces so one record is always one line.  Errors
+ *           and warnings carry an "error: " / "warning: " tag.
+ * FAILURE   Never blocks, never fails: a record the socket cannot take now
+ *           is counted (log_dropped(), and the counter registered with
+ *           log_set_dropped_counter(), e.g. the worker's status slot).
+ *           With no fd (-1) records go to stderr synchronously.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "common/util.h"
+#include "common/log.h"
+
+int log_level = LOGL_INFO;
+
+static int       log_sock = -1;
+static char      log_ident[64] = "mtad";
+static char      log_pidstr[16] = "0";
+static uint64_t  log_ndropped;
+static uint64_t *log_dropped_mirror;
+static time_t    log_cached_sec = (time_t)-1;
+static char      log_cached_date[32];   /* "2026-11-30T05:17:31" */
+
+void
+log_open(const char *ident, int fd, int level)
+{
+    log_sock = fd;
+    log_level = level;
+    log_ndropped = 0;
+    log_dropped_mirror = NULL;
+    snprintf(log_pidstr, sizeof(log_pidstr), "%d", (int)getpid());
+    log_set_ident(ident);
+}
+
+void
+log_set_ident(const char *ident)
+{
+    util_strlcpy(log_ident, ident != NULL ? ident : "mtad", sizeof(log_ident));
+}
+
+void
+log_set_dropped_counter(uint64_t *counter)
+{
+    log_dropped_mirror = counter;
+}
+
+int
+log_fd(void)
+{
+    return log_sock;
+}
+
+uint64_t
+log_dropped(void)
+{
+    return log_ndropped;
+}
+
+int
+log_parse_level(const char *s)
+{
+    static const struct { const char *name; int level; } names[] = {
+        { "err", LOGL_ERR }, { "error", LOGL_ERR }, { "warn", LOGL_WARN },
+        { "warning", LOGL_WARN }, { "notice", LOGL_NOTICE },
+        { "info", LOGL_INFO }, { "debug", LOGL_DEBUG },
+    };
+    size_t i;
+
+    if (s == NULL)
+        return -1;
+    for (i = 0; i < ARRAY_LEN(names); i++)
+        if (strcasecmp(s, names[i].name) == 0)
+            return names[i].level;
+    return -1;
+}
+
+/* Writes "YYYY-MM-DDTHH:MM:SS.mmmZ" into out (at least 25 bytes). */
+static size_t
+log_timestamp(char *out)
+{
+    struct timespec ts;
+    struct tm       tm;
+    unsigned        ms;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ts.tv_sec != log_cached_sec) {
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(log_cached_date, sizeof(log_cached_date),
+            "%Y-%m-%dT%H:%M:%S", &tm);
+        log_cached_sec = ts.tv_sec;
+    }
+    ms = (unsigned)(ts.tv_nsec / 1000000);
+    memcpy(out, log_cached_date, 19);
+    out[19] = '.';
+    out[20] = (char)('0' + ms / 100);
+    out[21] = (char)('0' + ms / 10 % 10);
+    out[22] = (char)('0' + ms % 10);
+    out[23] = 'Z';
+    return 24;
+}
+
+static void
+log_count_drop(void)
+{
+    log_ndropped++;
+    if (log_dropped_mirror != NULL)
+        __atomic_fetch_add(log_dropped_mirror, 1, __ATOMIC_RELAXED);
+}
+
+void
+log_msg(int level, const char *fmt, ...)
+{
+    char    rec[LOG_RECORD_MAX];
+    size_t  n, text;
+    int     r, saved = errno;
+    va_list ap;
+
+    if (level > log_level)
+        return;
+    n = log_timestamp(rec);
+    r = snprintf(rec + n, sizeof(rec) - n, " mtad[%s]: %s: %s", log_pidstr,
+        log_ident, level == LOGL_ERR ? "error: " :
+        level == LOGL_WARN ? "warning: " : "");
+    n += (size_t)r < sizeof(rec) - n ? (size_t)r : sizeof(rec) - n - 1;
+    text = n;
+    va_start(ap, fmt);
+    errno = saved;                  /* so %m still means the caller's errno */
+    r = vsnprintf(rec + n, sizeof(rec) - n - 1, fmt, ap);
+    va_end(ap);
+    if (r > 0)
+        n += (size_t)r < sizeof(rec) - n - 1 ? (size_t)r : sizeof(rec) - n - 2;
+    for (; text < n; text++)        /* one record, one line */
+        if (rec[text] == '\n' || rec[text] == '\r')
+            rec[text] = ' ';
+    rec[n++] = '\n';
+    if (log_sock < 0) {
+        (void)util_write_all(STDERR_FILENO, rec, n);
+    } else if (send(log_sock, rec, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        log_count_drop();
+    }
+    errno = saved;
+}

@@ -1,0 +1,1074 @@
+/*
+ * config.c - load relay.yaml (libyaml document API) into struct config.
+ *
+ * CONTRACT  One table per section names every key, its type and where it
+ *           goes in struct config; anything not in a table is an error.
+ *           Every default is filled in before the file is read, so a key
+ *           that is absent keeps its default and a key that is present
+ *           replaces it.  Relative paths are kept as written: they are
+ *           relative to the working directory mtad was started in.
+ *           An empty section ("server:" with nothing under it) is an empty
+ *           mapping; an empty value for a key is an error.
+ * FAILURE   Never logs and never stops at the first problem: every problem
+ *           becomes one line "FILE:LINE:COL: KEY: message" (LINE and COL
+ *           1-based, from the yaml mark of the offending node), and
+ *           config_load() returns NULL with all of them in err.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "router/route.h"
+#include "config/config.h"
+
+#define CONFIG_PATH_MAX    512     /* dotted key path in messages */
+#define CONFIG_SHOW_MAX    64      /* longest value quoted back in a message */
+#define CONFIG_DURATION_MAX ((uint64_t)365 * 24 * 60 * 60 * 1000)
+
+enum config_type {
+    CONFIG_SECTION,                /* mapping of further keys */
+    CONFIG_STRING,                 /* non-empty text (paths, user names) */
+    CONFIG_HOSTNAME,
+    CONFIG_INT,                    /* int, from min to max */
+    CONFIG_WORKERS,                /* "auto" or 1..STATUS_MAX_WORKERS */
+    CONFIG_SIZE,                   /* uint64_t bytes, > 0 */
+    CONFIG_DURATION,               /* uint64_t ms, from min to 365d */
+    CONFIG_BOOL,
+    CONFIG_LOGLEVEL,               /* int, enum log_level */
+    CONFIG_BARE_NL,                /* bool: accept */
+    CONFIG_LISTEN,
+    CONFIG_CIDRS,
+    CONFIG_RETRY,
+    CONFIG_ROUTE,                  /* char *, checked with route_parse() */
+    CONFIG_STATIC                  /* routes.static */
+};
+
+struct config_key {
+    const char            *name;
+    enum config_type          type;
+    size_t                 off;     /* into struct config */
+    long long              min, max;
+    const struct config_key  *sub;     /* CONFIG_SECTION */
+};
+
+#define OFF(field)      offsetof(struct config, field)
+#define KEY(n, t, f)    { n, t, OFF(f), 0, 0, NULL }
+#define INT(n, f)       { n, CONFIG_INT, OFF(f), 1, 2147483647, NULL }
+#define DUR(n, f, lo)   { n, CONFIG_DURATION, OFF(f), lo, 0, NULL }
+#define SECTION(n, s)   { n, CONFIG_SECTION, 0, 0, 0, s }
+#define END             { NULL, CONFIG_SECTION, 0, 0, 0, NULL }
+
+static const struct config_key config_server[] = {
+    KEY("hostname", CONFIG_HOSTNAME, hostname),
+    KEY("listen", CONFIG_LISTEN, listen),
+    KEY("workers", CONFIG_WORKERS, workers),
+    KEY("user", CONFIG_STRING, user),
+    KEY("group", CONFIG_STRING, group),
+    KEY("pid_file", CONFIG_STRING, pid_file),
+    KEY("control_socket", CONFIG_STRING, control_socket),
+    DUR("shutdown_timeout", shutdown_timeout_ms, 0),
+    END
+};
+
+static const struct config_key config_limits[] = {
+    KEY("max_message_size", CONFIG_SIZE, max_message_size),
+    INT("max_recipients", max_recipients),
+    INT("max_connections", max_connections),
+    INT("max_connections_per_ip", max_connections_per_ip),
+    DUR("command_timeout", command_timeout_ms, 1),
+    DUR("data_timeout", data_timeout_ms, 1),
+    INT("max_errors", max_errors),
+    KEY("bare_newline", CONFIG_BARE_NL, bare_newline_accept),
+    END
+};
+
+static const struct config_key config_relay[] = {
+    KEY("allow_networks", CONFIG_CIDRS, allow_networks),
+    END
+};
+
+static const struct config_key config_spool[] = {
+    KEY("dir", CONFIG_STRING, spool_dir),
+    KEY("fsync", CONFIG_BOOL, spool_fsync),
+    END
+};
+
+static const struct config_key config_routes[] = {
+    KEY("db", CONFIG_STRING, routes_db),
+    KEY("default", CONFIG_ROUTE, routes_default),
+    KEY("static", CONFIG_STATIC, static_routes),
+    END
+};
+
+static const struct config_key config_delivery[] = {
+    { "retry", CONFIG_RETRY, OFF(retry_ms), 1, 0, NULL },  /* min 1 ms */
+    DUR("max_queue_time", max_queue_time_ms, 1),
+    INT("connections_per_destination", connections_per_destination),
+    DUR("connect_timeout", connect_timeout_ms, 1),
+    END
+};
+
+static const struct config_key config_log[] = {
+    KEY("file", CONFIG_STRING, log_file),
+    KEY("level", CONFIG_LOGLEVEL, log_level),
+    DUR("flush_interval", log_flush_interval_ms, 1),
+    END
+};
+
+static const struct config_key config_top[] = {
+    SECTION("server", config_server),
+    SECTION("limits", config_limits),
+    SECTION("relay", config_relay),
+    SECTION("spool", config_spool),
+    SECTION("routes", config_routes),
+    SECTION("delivery", config_delivery),
+    SECTION("log", config_log),
+    END
+};
+
+/* Own table, so config does not depend on log.c (log_parse_level). */
+static const struct { const char *name; int level; } config_levels[] = {
+    { "err", LOGL_ERR }, { "warn", LOGL_WARN }, { "notice", LOGL_NOTICE },
+    { "info", LOGL_INFO }, { "debug", LOGL_DEBUG },
+};
+
+struct config_parse {
+    const char      *file;          /* as given to config_load() */
+    yaml_document_t *doc;
+    struct config   *cfg;
+    char            *errs;          /* lines joined by '\n' */
+    size_t           errlen, errcap;
+    int              nerr;
+    int              have_default;  /* routes.default was set */
+    yaml_mark_t      routes_mark;   /* where "routes:" was, for "missing" */
+};
+
+static void config_section(struct config_parse *, const struct config_key *,
+    yaml_node_t *, const char *);
+
+/* Append one message line. */
+static void __attribute__((format(printf, 3, 4)))
+config_addf(struct config_parse *p, const yaml_mark_t *mark,
+    const char *fmt, ...)
+{
+    char line[2048];
+    size_t len;
+    int n;
+    va_list ap;
+
+    if (mark != NULL)
+        n = snprintf(line, sizeof(line), "%s:%zu:%zu: ", p->file,
+            mark->line + 1, mark->column + 1);
+    else
+        n = snprintf(line, sizeof(line), "%s: ", p->file);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        n = 0;
+    va_start(ap, fmt);
+    (void)vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+
+    len = strlen(line);
+    if (p->errlen + len + 2 > p->errcap) {
+        p->errcap = (p->errlen + len + 2) * 2;
+        p->errs = xrealloc(p->errs, p->errcap);
+    }
+    if (p->errlen > 0)
+        p->errs[p->errlen++] = '\n';
+    memcpy(p->errs + p->errlen, line, len + 1);
+    p->errlen += len;
+    p->nerr++;
+}
+
+static int
+config_is_null(const yaml_node_t *n)
+{
+    static const char *nulls[] = { "", "~", "null", "Null", "NULL" };
+    size_t i;
+
+    if (n->type != YAML_SCALAR_NODE ||
+        n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    for (i = 0; i < ARRAY_LEN(nulls); i++)
+        if (strcmp((const char *)n->data.scalar.value, nulls[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * What was found, for "expected X, got Y": the value quoted (control
+ * characters shown as '?', long values cut) or the kind of node.
+ */
+static const char *
+config_found(const yaml_node_t *n, char *buf, size_t bufsz)
+{
+    const char *v;
+    size_t i, o = 0;
+
+    if (n->type == YAML_MAPPING_NODE)
+        return n->data.mapping.pairs.start == n->data.mapping.pairs.top ?
+            "an empty mapping" : "a mapping";
+    if (n->type == YAML_SEQUENCE_NODE)
+        return n->data.sequence.items.start == n->data.sequence.items.top ?
+            "an empty sequence" : "a sequence";
+    if (config_is_null(n))
+        return "an empty value";
+    v = (const char *)n->data.scalar.value;
+    buf[o++] = '\'';
+    for (i = 0; v[i] != '\0' && o + 5 < bufsz; i++) {
+        if (i == CONFIG_SHOW_MAX) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        buf[o++] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
+    }
+    buf[o++] = '\'';
+    buf[o] = '\0';
+    return buf;
+}
+
+static void
+config_expected(struct config_parse *p, const yaml_node_t *n, const char *path,
+    const char *what)
+{
+    char show[CONFIG_SHOW_MAX + 8];
+
+    config_addf(p, &n->start_mark, "%s: expected %s, got %s", path, what,
+        config_found(n, show, sizeof(show)));
+}
+
+/* The text of a non-empty scalar, or NULL after reporting what was found. */
+static const char *
+config_scalar(struct config_parse *p, const yaml_node_t *n, const char *path,
+    const char *what)
+{
+    if (n->type != YAML_SCALAR_NODE || config_is_null(n) ||
+        n->data.scalar.length == 0) {
+        config_expected(p, n, path, what);
+        return NULL;
+    }
+    if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length) {
+        config_addf(p, &n->start_mark, "%s: expected %s, got a value with a "
+            "NUL byte", path, what);
+        return NULL;
+    }
+    return (const char *)n->data.scalar.value;
+}
+
+/*
+ * "parent.name" (or "name" at the top), cut to fit; control characters in
+ * a quoted key become '?' so that each message stays one line.
+ */
+static void
+config_path(char *buf, size_t bufsz, const char *parent, const char *name)
+{
+    size_t o = util_strlcpy(buf, parent, bufsz);
+
+    if (parent[0] != '\0' && o < bufsz)
+        o += util_strlcpy(buf + o, ".", bufsz - o);
+    if (o < bufsz)
+        (void)util_strlcpy(buf + o, name, bufsz - o);
+    for (; *buf != '\0'; buf++)
+        if ((unsigned char)*buf < 0x20 || *buf == 0x7f)
+            *buf = '?';
+}
+
+/* "path[i]", cut to fit. */
+static void
+config_ipath(char *buf, size_t bufsz, const char *path, long i)
+{
+    char idx[32];
+    size_t o;
+
+    (void)snprintf(idx, sizeof(idx), "[%ld]", i);
+    o = util_strlcpy(buf, path, bufsz);
+    if (o < bufsz)
+        (void)util_strlcpy(buf + o, idx, bufsz - o);
+}
+
+static void *
+config_field(struct config_parse *p, const struct config_key *k)
+{
+    return (char *)p->cfg + k->off;
+}
+
+static void
+config_set_str(char **dst, const char *v)
+{
+    free(*dst);
+    *dst = xstrdup(v);
+}
+
+static int
+config_valid_hostname(const char *s)
+{
+    size_t i, len = strlen(s);
+
+    if (len > 253 || s[0] == '.' || s[0] == '-')
+        return 0;
+    for (i = 0; i < len; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+            (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '.'))
+            return 0;
+    return 1;
+}
+
+/* Decimal integer in [min, max]; -1 when not. */
+static int
+config_parse_int(const char *s, long long min, long long max, int *out)
+{
+    long long v;
+    char *end;
+
+    if (s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int
+config_ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (n < 1)
+        return 1;
+    return n > STATUS_MAX_WORKERS ? STATUS_MAX_WORKERS : (int)n;
+}
+
+static void
+config_set_duration(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path, uint64_t *dst)
+{
+    static const char what[] = "a duration like 30s, 5m, 1h (units ms, s, "
+        "m, h, d)";
+    const char *v = config_scalar(p, n, path, what);
+    uint64_t ms;
+
+    if (v == NULL)
+        return;
+    if (util_parse_duration(v, &ms) != 0)
+        config_expected(p, n, path, what);
+    else if (ms < (uint64_t)k->min)
+        config_expected(p, n, path, "a duration greater than 0");
+    else if (ms > CONFIG_DURATION_MAX)
+        config_expected(p, n, path, "a duration of at most 365d");
+    else
+        *dst = ms;
+}
+
+/* Number of items of a sequence node, or -1 after reporting another type. */
+static long
+config_seq_len(struct config_parse *p, const yaml_node_t *n, const char *path,
+    const char *what)
+{
+    if (n->type != YAML_SEQUENCE_NODE) {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return n->data.sequence.items.top - n->data.sequence.items.start;
+}
+
+static yaml_node_t *
+config_item(struct config_parse *p, const yaml_node_t *seq, long i)
+{
+    return yaml_document_get_node(p->doc, seq->data.sequence.items.start[i]);
+}
+
+static void
+config_set_listen(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    static const char what[] =
+        "host:port like 127.0.0.1:2525, \"[::1]:25\" or \"*:25\"";
+    struct config *cfg = p->cfg;
+    struct config_listen *l;
+    char ipath[CONFIG_PATH_MAX];
+    long i, j, cnt;
+    size_t nl = 0;
+    int bad = 0;
+
+    cnt = config_seq_len(p, n, path, "a sequence of host:port like "
+        "[\"127.0.0.1:2525\"]");
+    if (cnt < 0)
+        return;
+    if (cnt == 0) {
+        config_expected(p, n, path, "at least one host:port");
+        return;
+    }
+    l = xcalloc((size_t)cnt, sizeof(*l));
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+        const char *v;
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        v = config_scalar(p, it, ipath, what);
+        if (v == NULL || util_parse_hostport(v, &l[nl].addr,
+            &l[nl].addrlen) != 0) {
+            if (v != NULL)
+                config_expected(p, it, ipath, what);
+            bad = 1;
+            continue;
+        }
+        for (j = 0; j < (long)nl; j++)
+            if (l[j].addrlen == l[nl].addrlen &&
+                memcmp(&l[j].addr, &l[nl].addr, l[nl].addrlen) == 0)
+                break;
+        if (j < (long)nl) {
+            config_addf(p, &it->start_mark, "%s: '%s' is listed twice "
+                "(also %s[%ld])", ipath, v, path, j);
+            bad = 1;
+            continue;
+        }
+        l[nl++].spec = xstrdup(v);
+    }
+    if (bad) {
+        for (i = 0; i < (long)nl; i++)
+            free(l[i].spec);
+        free(l);
+        return;
+    }
+    for (i = 0; i < (long)cfg->nlisten; i++)
+        free(cfg->listen[i].spec);
+    free(cfg->listen);
+    cfg->listen = l;
+    cfg->nlisten = nl;
+}
+
+static void
+config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    static const char what[] = "a network like 10.0.0.0/8 or 2001:db8::/32";
+    struct config *cfg = p->cfg;
+    struct cidr *c;
+    char ipath[CONFIG_PATH_MAX];
+    long i, cnt;
+    int bad = 0;
+
+    cnt = config_seq_len(p, n, path, "a sequence of networks like "
+        "[127.0.0.0/8, \"::1/128\"]");
+    if (cnt < 0)
+        return;
+    c = xcalloc((size_t)cnt, sizeof(*c));
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+        const char *v;
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        v = config_scalar(p, it, ipath, what);
+        if (v != NULL && util_parse_cidr(v, &c[i]) != 0)
+            config_expected(p, it, ipath, what);
+        if (v == NULL || c[i].family == 0)
+            bad = 1;
+    }
+    if (bad) {
+        free(c);
+        return;
+    }
+    free(cfg->allow_networks);
+    cfg->allow_networks = c;
+    cfg->nallow_networks = (size_t)cnt;
+}
+
+static void
+config_set_retry(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
+    struct config *cfg = p->cfg;
+    char ipath[CONFIG_PATH_MAX];
+    uint64_t *r;
+    long i, cnt;
+    int before = p->nerr;
+
+    cnt = config_seq_len(p, n, path, "a sequence of durations like "
+        "[1m, 5m, 1h]");
+    if (cnt < 0)
+        return;
+    if (cnt == 0) {
+        config_expected(p, n, path, "at least one duration");
+        return;
+    }
+    r = xcalloc((size_t)cnt, sizeof(*r));
+    for (i = 0; i < cnt; i++) {
+        config_ipath(ipath, sizeof(ipath), path, i);
+        config_set_duration(p, k, config_item(p, n, i), ipath, &r[i]);
+    }
+    if (p->nerr != before) {
+        free(r);
+        return;
+    }
+    free(cfg->retry_ms);
+    cfg->retry_ms = r;
+    cfg->nretry = (size_t)cnt;
+}
+
+static int
+config_check_route(struct config_parse *p, const yaml_node_t *n,
+    const char *path, const char *v)
+{
+    struct route r;
+    char why[256], show[CONFIG_SHOW_MAX + 8];
+
+    why[0] = '\0';
+    if (route_parse(v, &r, why, sizeof(why)) == 0)
+        return 0;
+    config_addf(p, &n->start_mark, "%s: bad route %s: %s", path,
+        config_found(n, show, sizeof(show)), why);
+    return -1;
+}
+
+static void
+config_set_static(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    static const char vwhat[] = "a route like \"smtp:[host]:25\" or "
+        "\"maildir:/path\"";
+    struct config *cfg = p->cfg;
+    struct config_route *r;
+    yaml_node_pair_t *pair;
+    char kpath[CONFIG_PATH_MAX], why[256], show[CONFIG_SHOW_MAX + 8];
+    size_t nr = 0, i, cnt;
+    int before = p->nerr;
+
+    if (config_is_null(n))
+        return;                         /* "static:" alone: no routes */
+    if (n->type != YAML_MAPPING_NODE) {
+        config_expected(p, n, path, "a mapping of key: route");
+        return;
+    }
+    cnt = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+    r = xcalloc(cnt ? cnt : 1, sizeof(*r));
+    for (pair = n->data.mapping.pairs.start;
+        pair < n->data.mapping.pairs.top; pair++) {
+        yaml_node_t *kn = yaml_document_get_node(p->doc, pair->key);
+        yaml_node_t *vn = yaml_document_get_node(p->doc, pair->value);
+        const char *key, *v;
+        char *norm;
+
+        key = config_scalar(p, kn, path, "a key like example.org, "
+            ".example.org or user@example.org");
+        if (key == NULL)
+            continue;
+        why[0] = '\0';
+        if (route_key_check(key, why, sizeof(why)) != 0) {
+            config_addf(p, &kn->start_mark, "%s: bad key %s: %s", path,
+                config_found(kn, show, sizeof(show)), why);
+            continue;
+        }
+        norm = xstrdup(key);
+        route_key_normalize(norm);
+        for (i = 0; i < nr; i++)
+            if (strcmp(r[i].key, norm) == 0)
+                break;
+        config_path(kpath, sizeof(kpath), path, key);
+        if (i < nr) {
+            config_addf(p, &kn->start_mark, "%s: duplicate key (first at "
+                "line %d)", kpath, r[i].line);
+            free(norm);
+            continue;
+        }
+        v = config_scalar(p, vn, kpath, vwhat);
+        if (v == NULL || config_check_route(p, vn, kpath, v) != 0) {
+            free(norm);
+            continue;
+        }
+        r[nr].line = (int)kn->start_mark.line + 1;
+        r[nr].col = (int)kn->start_mark.column + 1;
+        r[nr].key = norm;
+        r[nr].route = xstrdup(v);
+        nr++;
+    }
+    if (p->nerr != before) {
+        for (i = 0; i < nr; i++) {
+            free(r[i].key);
+            free(r[i].route);
+        }
+        free(r);
+        return;
+    }
+    for (i = 0; i < cfg->nstatic_routes; i++) {
+        free(cfg->static_routes[i].key);
+        free(cfg->static_routes[i].route);
+    }
+    free(cfg->static_routes);
+    cfg->static_routes = r;
+    cfg->nstatic_routes = nr;
+}
+
+/* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
+static int
+config_word(const char *v, const char *const *words, size_t nwords)
+{
+    size_t i;
+
+    for (i = 0; i < nwords; i++)
+        if (strcasecmp(v, words[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void
+config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
+    static const char *const bools[] = {
+        "false", "no", "off", "true", "yes", "on"
+    };
+    static const char *const bare[] = { "reject", "accept" };
+    static const char levels[] = "one of err, warn, notice, info, debug";
+    static const char size_what[] = "a size like 50M (units K, M, G)";
+    void *f = config_field(p, k);
+    char range[64];
+    const char *v;
+    uint64_t u;
+    size_t i;
+    int w;
+
+    switch (k->type) {
+    case CONFIG_STRING:
+        if ((v = config_scalar(p, n, path, "a non-empty string")) != NULL)
+            config_set_str(f, v);
+        break;
+    case CONFIG_HOSTNAME:
+        v = config_scalar(p, n, path, "a host name like mx1.example.net");
+        if (v != NULL && !config_valid_hostname(v))
+            config_expected(p, n, path, "a host name like mx1.example.net");
+        else if (v != NULL)
+            config_set_str(f, v);
+        break;
+    case CONFIG_INT:
+        (void)snprintf(range, sizeof(range), "an integer from %lld to %lld",
+            k->min, k->max);
+        v = config_scalar(p, n, path, range);
+        if (v != NULL && config_parse_int(v, k->min, k->max, f) != 0)
+            config_expected(p, n, path, range);
+        break;
+    case CONFIG_WORKERS:
+        v = config_scalar(p, n, path, "auto or an integer from 1 to 128");
+        if (v != NULL && strcmp(v, "auto") == 0)
+            *(int *)f = config_ncpu();
+        else if (v != NULL &&
+            config_parse_int(v, 1, STATUS_MAX_WORKERS, f) != 0)
+            config_expected(p, n, path, "auto or an integer from 1 to 128");
+        break;
+    case CONFIG_SIZE:
+        v = config_scalar(p, n, path, size_what);
+        if (v != NULL && util_parse_size(v, &u) != 0)
+            config_expected(p, n, path, size_what);
+        else if (v != NULL && u == 0)
+            config_expected(p, n, path, "a size greater than 0");
+        else if (v != NULL)
+            *(uint64_t *)f = u;
+        break;
+    case CONFIG_DURATION:
+        config_set_duration(p, k, n, path, f);
+        break;
+    case CONFIG_BOOL:
+        v = config_scalar(p, n, path, "true or false");
+        if (v != NULL && (w = config_word(v, bools, ARRAY_LEN(bools))) < 0)
+            config_expected(p, n, path, "true or false");
+        else if (v != NULL)
+            *(bool *)f = w >= 3;
+        break;
+    case CONFIG_BARE_NL:
+        v = config_scalar(p, n, path, "reject or accept");
+        if (v != NULL && (w = config_word(v, bare, ARRAY_LEN(bare))) < 0)
+            config_expected(p, n, path, "reject or accept");
+        else if (v != NULL)
+            *(bool *)f = w == 1;
+        break;
+    case CONFIG_LOGLEVEL:
+        if ((v = config_scalar(p, n, path, levels)) == NULL)
+            break;
+        for (i = 0; i < ARRAY_LEN(config_levels); i++)
+            if (strcmp(v, config_levels[i].name) == 0)
+                break;
+        if (i == ARRAY_LEN(config_levels))
+            config_expected(p, n, path, levels);
+        else
+            *(int *)f = config_levels[i].level;
+        break;
+    case CONFIG_ROUTE:
+        v = config_scalar(p, n, path, "a route like \"smtp:[host]:25\" or "
+            "\"maildir:/path\"");
+        if (v != NULL && config_check_route(p, n, path, v) == 0)
+            config_set_str(f, v);
+        p->have_default = 1;        /* present: "missing" would mislead */
+        break;
+    default:
+        break;
+    }
+}
+
+static void
+config_value(struct config_parse *p, const struct config_key *k,
+    yaml_node_t *n, const char *path)
+{
+    switch (k->type) {
+    case CONFIG_SECTION:
+        config_section(p, k->sub, n, path);
+        break;
+    case CONFIG_LISTEN:
+        config_set_listen(p, n, path);
+        break;
+    case CONFIG_CIDRS:
+        config_set_cidrs(p, n, path);
+        break;
+    case CONFIG_RETRY:
+        config_set_retry(p, k, n, path);
+        break;
+    case CONFIG_STATIC:
+        config_set_static(p, n, path);
+        break;
+    default:
+        config_set_scalar_kind(p, k, n, path);
+        break;
+    }
+}
+
+/* "hostname, listen, workers" for unknown-key messages. */
+static void
+config_key_list(const struct config_key *keys, char *buf, size_t bufsz)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (; keys->name != NULL; keys++) {
+        int n = snprintf(buf + o, bufsz - o, "%s%s", o ? ", " : "",
+            keys->name);
+
+        if (n < 0 || (size_t)n >= bufsz - o)
+            break;
+        o += (size_t)n;
+    }
+}
+
+/*
+ * Walk one mapping against its key table.  parent is the dotted path of
+ * the mapping ("" at the top).
+ */
+static void
+config_section(struct config_parse *p, const struct config_key *keys,
+    yaml_node_t *n, const char *parent)
+{
+    yaml_node_pair_t *pair, *prev;
+    char path[CONFIG_PATH_MAX], list[400], what[440];
+    char show[CONFIG_SHOW_MAX + 8];
+    const struct config_key *k;
+
+    if (config_is_null(n))
+        return;                 /* "limits:" with every key commented out */
+    if (n->type != YAML_MAPPING_NODE) {
+        config_key_list(keys, list, sizeof(list));
+        (void)snprintf(what, sizeof(what), "a mapping of keys (%s)", list);
+        config_expected(p, n, parent[0] ? parent : "top level", what);
+        return;
+    }
+    for (pair = n->data.mapping.pairs.start;
+        pair < n->data.mapping.pairs.top; pair++) {
+        yaml_node_t *kn = yaml_document_get_node(p->doc, pair->key);
+        yaml_node_t *vn = yaml_document_get_node(p->doc, pair->value);
+        const char *name;
+
+        name = config_scalar(p, kn, parent[0] ? parent : "top level",
+            "a key name");
+        if (name == NULL)
+            continue;
+        config_path(path, sizeof(path), parent, name);
+        for (prev = n->data.mapping.pairs.start; prev < pair; prev++) {
+            yaml_node_t *pk = yaml_document_get_node(p->doc, prev->key);
+
+            if (pk->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)pk->data.scalar.value, name) == 0)
+                break;
+        }
+        if (prev < pair) {
+            yaml_node_t *pk = yaml_document_get_node(p->doc, prev->key);
+
+            config_addf(p, &kn->start_mark, "%s: duplicate key (first at "
+                "line %zu)", path, pk->start_mark.line + 1);
+            continue;
+        }
+        for (k = keys; k->name != NULL; k++)
+            if (strcmp(k->name, name) == 0)
+                break;
+        if (k->name == NULL) {
+            config_key_list(keys, list, sizeof(list));
+            config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
+                "one of: %s)", path, config_found(kn, show, sizeof(show)),
+                list);
+            continue;
+        }
+        if (k->sub == config_routes)
+            p->routes_mark = kn->start_mark;
+        config_value(p, k, vn, path);
+    }
+}
+
+/* Every default of issue 2, before the file is read. */
+static struct config *
+config_defaults(const char *path)
+{
+    static const char *const nets[] = { "127.0.0.0/8", "::1/128" };
+    static const uint64_t retry[] = {
+        60000, 300000, 900000, 3600000, 14400000
+    };
+    struct config *cfg = xcalloc(1, sizeof(*cfg));
+    size_t i;
+
+    cfg->path = xstrdup(path);
+    cfg->listen = xcalloc(1, sizeof(*cfg->listen));
+    cfg->listen[0].spec = xstrdup("127.0.0.1:2525");
+    (void)util_parse_hostport(cfg->listen[0].spec, &cfg->listen[0].addr,
+        &cfg->listen[0].addrlen);
+    cfg->nlisten = 1;
+    cfg->workers = config_ncpu();
+    cfg->user = xstrdup("mtad");
+    cfg->group = xstrdup("mtad");
+    cfg->pid_file = xstrdup("/run/mtad/mtad.pid");
+    cfg->control_socket = xstrdup("/run/mtad/control.sock");
+    cfg->shutdown_timeout_ms = 30 * 1000;
+
+    cfg->max_message_size = 50 * 1024 * 1024;
+    cfg->max_recipients = 1000;
+    cfg->max_connections = 10000;
+    cfg->max_connections_per_ip = 100;
+    cfg->command_timeout_ms = 5 * 60 * 1000;
+    cfg->data_timeout_ms = 10 * 60 * 1000;
+    cfg->max_errors = 20;
+    cfg->bare_newline_accept = false;
+
+    cfg->nallow_networks = ARRAY_LEN(nets);
+    cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
+    for (i = 0; i < ARRAY_LEN(nets); i++)
+        (void)util_parse_cidr(nets[i], &cfg->allow_networks[i]);
+
+    cfg->spool_dir = xstrdup("/run/mtad/spool");
+    cfg->spool_fsync = false;
+    cfg->routes_db = xstrdup("/var/lib/mtad/routes.mdb");
+
+    cfg->nretry = ARRAY_LEN(retry);
+    cfg->retry_ms = xcalloc(ARRAY_LEN(retry), sizeof(uint64_t));
+    memcpy(cfg->retry_ms, retry, sizeof(retry));
+    cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
+    cfg->connections_per_destination = 20;
+    cfg->connect_timeout_ms = 30 * 1000;
+
+    cfg->log_file = xstrdup("-");
+    cfg->log_level = LOGL_INFO;
+    cfg->log_flush_interval_ms = 100;
+    return cfg;
+}
+
+static void
+config_default_hostname(struct config *cfg)
+{
+    char host[256];
+
+    if (cfg->hostname != NULL)
+        return;
+    if (gethostname(host, sizeof(host)) != 0 || host[0] == '\0')
+        util_strlcpy(host, "localhost", sizeof(host));
+    host[sizeof(host) - 1] = '\0';
+    cfg->hostname = xstrdup(host);
+}
+
+static void
+config_yaml_error(struct config_parse *p, const yaml_parser_t *y)
+{
+    const char *problem = y->problem ? y->problem : "unknown error";
+
+    switch (y->error) {
+    case YAML_MEMORY_ERROR:
+        config_addf(p, NULL, "out of memory");
+        break;
+    case YAML_READER_ERROR:
+        config_addf(p, NULL, "syntax error: %s at byte %zu", problem,
+            y->problem_offset);
+        break;
+    default:
+        if (y->context != NULL)
+            config_addf(p, &y->problem_mark, "syntax error: %s %s at "
+                "line %zu column %zu", problem, y->context,
+                y->context_mark.line + 1, y->context_mark.column + 1);
+        else
+            config_addf(p, &y->problem_mark, "syntax error: %s", problem);
+        break;
+    }
+}
+
+/*
+ * Copy the messages into err.  When they do not all fit, keep whole lines
+ * and end with "FILE: and N more errors"; a first line too long for err on
+ * its own is cut rather than lost.
+ */
+static void
+config_copy_errors(const struct config_parse *p, char *err, size_t errsz)
+{
+    const char *s = p->errs, *nl;
+    size_t o = 0, reserve;
+    int shown = 0, n;
+
+    if (err == NULL || errsz == 0)
+        return;
+    err[0] = '\0';
+    if (s == NULL)
+        return;
+    if (p->errlen < errsz) {
+        memcpy(err, s, p->errlen + 1);
+        return;
+    }
+    reserve = strlen(p->file) + 40;
+    while (*s != '\0') {
+        size_t len;
+
+        nl = strchr(s, '\n');
+        len = nl ? (size_t)(nl - s) : strlen(s);
+        if (o + 1 + len + reserve >= errsz)
+            break;
+        if (o)
+            err[o++] = '\n';
+        memcpy(err + o, s, len);
+        o += len;
+        err[o] = '\0';
+        shown++;
+        s += len + (nl ? 1 : 0);
+    }
+    if (shown == 0) {
+        nl = strchr(s, '\n');
+        o = (nl ? (size_t)(nl - s) : strlen(s)) + 1;
+        util_strlcpy(err, s, o < errsz ? o : errsz);
+        o = strlen(err);
+        shown = 1;
+    }
+    n = snprintf(err + o, errsz - o, "\n%s: and %d more errors", p->file,
+        p->nerr - shown);
+    if (n < 0 || (size_t)n >= errsz - o)
+        err[o] = '\0';             /* no room for a whole tail line */
+}
+
+/* Parse the open file into p: YAML errors, then every key's problems. */
+static void
+config_parse_file(struct config_parse *p, FILE *fp)
+{
+    yaml_parser_t y;
+    yaml_document_t doc, extra;
+    yaml_node_t *root;
+
+    if (!yaml_parser_initialize(&y)) {
+        config_addf(p, NULL, "out of memory");
+        return;
+    }
+    yaml_parser_set_input_file(&y, fp);
+    /* On failure libyaml has already freed the document. */
+    if (!yaml_parser_load(&y, &doc)) {
+        config_yaml_error(p, &y);
+        yaml_parser_delete(&y);
+        return;
+    }
+    p->doc = &doc;
+    root = yaml_document_get_root_node(&doc);
+    if (root != NULL) {
+        p->routes_mark = root->start_mark;
+        config_section(p, config_top, root, "");
+    }
+    if (root == NULL || root->type == YAML_MAPPING_NODE ||
+        config_is_null(root))
+        if (!p->have_default)
+            config_addf(p, &p->routes_mark, "routes.default: required key is "
+                "missing (the route for mail that matches no other key)");
+
+    /* A second document would be silently ignored: refuse it. */
+    if (!yaml_parser_load(&y, &extra))
+        config_yaml_error(p, &y);
+    else {
+        if (yaml_document_get_root_node(&extra) != NULL)
+            config_addf(p, &extra.start_mark, "top level: expected one YAML "
+                "document, found a second one");
+        yaml_document_delete(&extra);
+    }
+    p->doc = NULL;
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&y);
+}
+
+struct config *
+config_load(const char *path, char *err, size_t errsz)
+{
+    struct config_parse p;
+    struct stat st;
+    FILE *fp;
+
+    memset(&p, 0, sizeof(p));
+    p.file = path;
+    if (err != NULL && errsz > 0)
+        err[0] = '\0';
+
+    fp = fopen(path, "rb");
+    if (fp == NULL || fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = fp == NULL ? errno : S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+
+        config_addf(&p, NULL, "cannot open: %s", strerror(e));
+        if (fp != NULL)
+            fclose(fp);
+        config_copy_errors(&p, err, errsz);
+        free(p.errs);
+        return NULL;
+    }
+    p.cfg = config_defaults(path);
+    config_parse_file(&p, fp);
+    fclose(fp);
+    if (p.nerr > 0) {
+        config_copy_errors(&p, err, errsz);
+        free(p.errs);
+        config_free(p.cfg);
+        return NULL;
+    }
+    config_default_hostname(p.cfg);
+    return p.cfg;
+}
+
+void
+config_free(struct config *cfg)
+{
+    size_t i;
+
+    if (cfg == NULL)
+        return;
+    free(cfg->path);
+    free(cfg->hostname);
+    for (i = 0; i < cfg->nlisten; i++)
+        free(cfg->listen[i].spec);
+    free(cfg->listen);
+    free(cfg->user);
+    free(cfg->group);
+    free(cfg->pid_file);
+    free(cfg->control_socket);
+    free(cfg->allow_networks);
+    free(cfg->spool_dir);
+    free(cfg->routes_db);
+    free(cfg->routes_default);
+    for (i = 0; i < cfg->nstatic_routes; i++) {
+        free(cfg->static_routes[i].key);
+        free(cfg->static_routes[i].route);
+    }
+    free(cfg->static_routes);
+    free(cfg->retry_ms);
+    free(cfg->log_file);
+    free(cfg);
+}

@@ -1,0 +1,265 @@
+/*
+ * child.c - fork the master's children (workers, the log process) and set
+ * each one up without exec, and the privilege drop they share.
+ *
+ * PURPOSE   In the child, in this order: PR_SET_PDEATHSIG and a check that
+ *           the master did not die meanwhile; default signal handling and
+ *           an empty mask; close every fd the child must not hold (control
+ *           socket, signalfd, epoll, other children's channels, listeners
+ *           of other generations); log_open(); worker_init() while still
+ *           privileged; the privilege drop (setgroups, setresgid,
+ *           setresuid, then proof that root is gone); PR_SET_NO_NEW_PRIVS;
+ *           then the role's loop.
+ * CONTRACT  child_spawn_*() return the child's pid in the master.  The
+ *           child never returns from them.
+ * FAILURE   In the master: -1 with errno (socketpair or fork failed).  In
+ *           the child: a set-up failure ends it with status 1 after a log
+ *           record; the master's back-off handles a crash loop.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+
+#include "common/util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "config/config.h"
+#include "worker/worker.h"
+#include "master/master.h"
+#include "master/master_int.h"
+
+static pid_t  child_master_pid;
+static int    child_master_fds[MASTER_MAX_SLOTS * 2 + 64];
+static size_t child_nmaster_fds;
+
+void
+child_set_master_pid(pid_t pid)
+{
+    child_master_pid = pid;
+}
+
+void
+child_register_master_fd(int fd)
+{
+    if (fd >= 0 && child_nmaster_fds < ARRAY_LEN(child_master_fds))
+        child_master_fds[child_nmaster_fds++] = fd;
+}
+
+void
+child_unregister_master_fd(int fd)
+{
+    size_t i;
+
+    for (i = 0; i < child_nmaster_fds; i++) {
+        if (child_master_fds[i] == fd) {
+            child_master_fds[i] = child_master_fds[--child_nmaster_fds];
+            return;
+        }
+    }
+}
+
+static int
+child_kept(int fd, const int *keep, size_t nkeep)
+{
+    for (size_t i = 0; i < nkeep; i++)
+        if (keep[i] == fd)
+            return 1;
+    return 0;
+}
+
+/* First steps of every child: die with the master, plain signals, only
+ * the fds it needs. */
+static void
+child_common(const int *keep, size_t nkeep)
+{
+    struct sigaction sa;
+    sigset_t         none;
+    int              sig;
+
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != child_master_pid)
+        _exit(1);                   /* the master is already gone */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    for (sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)sigaction(sig, &sa, NULL);
+    /* A peer closing its socket must be an EPIPE, not a dead worker. */
+    sa.sa_handler = SIG_IGN;
+    (void)sigaction(SIGPIPE, &sa, NULL);
+    sigemptyset(&none);
+    (void)sigprocmask(SIG_SETMASK, &none, NULL);
+    for (size_t i = 0; i < child_nmaster_fds; i++)
+        if (!child_kept(child_master_fds[i], keep, nkeep))
+            (void)close(child_master_fds[i]);
+    child_nmaster_fds = 0;
+}
+
+pid_t
+child_spawn_worker(struct slot *s, struct generation *g,
+    struct status_page *st, int log_send_fd)
+{
+    struct worker_args a;
+    struct worker     *w;
+    char               ident[32];
+    pid_t              pid;
+    int                sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return -1;
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+
+        close(sv[0]);
+        close(sv[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid > 0) {
+        close(sv[1]);
+        s->chan = sv[0];
+        return pid;
+    }
+    child_common(g->lfds, g->nlisten);
+    (void)close(sv[0]);
+    snprintf(ident, sizeof(ident), "worker %u", s->shard);
+    proctitle_set("mtad: worker", "mtad: worker %u (generation %u)",
+        s->shard, g->id);
+    log_open(ident, log_send_fd, g->cfg->log_level);
+    log_set_dropped_counter(&st->w[s->sidx].log_dropped);
+    memset(&a, 0, sizeof(a));
+    a.cfg = g->cfg;
+    a.shard = s->shard;
+    a.nshards = (unsigned)g->cfg->workers;
+    a.slot = s->sidx;
+    a.generation = g->id;
+    a.chan_fd = sv[1];
+    a.listen_fds = g->lfds;
+    a.nlisten = g->nlisten;
+    a.status = st;
+    w = worker_init(&a);            /* still privileged: LMDB, spool */
+    if (w == NULL)
+        _exit(1);                   /* worker_init logged why */
+    privs_drop(&g->privs);
+    exit(worker_run(w));
+}
+
+pid_t
+child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
+    int log_file_fd, uint64_t flush_ms)
+{
+    int   keep[2] = { log_recv_fd, log_file_fd };
+    pid_t pid;
+    int   sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return -1;
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+
+        close(sv[0]);
+        close(sv[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid > 0) {
+        close(sv[1]);
+        s->chan = sv[0];
+        return pid;
+    }
+    child_common(keep, 2);
+    (void)close(sv[0]);
+    proctitle_set("mtad: logd", "mtad: log process");
+    log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
+    privs_drop(p);
+    logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms);
+}
+
+int
+privs_resolve(const struct config *cfg, struct privs *p, char *err,
+    size_t errsz)
+{
+    struct passwd *pw;
+    struct group  *gr;
+    int            n = 32;
+
+    memset(p, 0, sizeof(*p));
+    if (geteuid() != 0)
+        return 0;                   /* run as we are (systemd User=) */
+    errno = 0;
+    pw = getpwnam(cfg->user);
+    if (pw == NULL) {
+        snprintf(err, errsz, "server.user: no such user '%s'%s%s", cfg->user,
+            errno ? ": " : "", errno ? strerror(errno) : "");
+        return -1;
+    }
+    p->uid = pw->pw_uid;
+    errno = 0;
+    gr = getgrnam(cfg->group);
+    if (gr == NULL) {
+        snprintf(err, errsz, "server.group: no such group '%s'%s%s",
+            cfg->group, errno ? ": " : "", errno ? strerror(errno) : "");
+        return -1;
+    }
+    p->gid = gr->gr_gid;
+    if (p->uid == 0) {
+        snprintf(err, errsz, "server.user: '%s' is root; workers must run "
+            "as an unprivileged user", cfg->user);
+        return -1;
+    }
+    /* The supplementary groups are looked up here, in the master, so the
+     * children do no NSS look-ups after fork. */
+    p->groups = xcalloc((size_t)n, sizeof(gid_t));
+    if (getgrouplist(cfg->user, p->gid, p->groups, &n) < 0) {
+        p->groups = xrealloc(p->groups, (size_t)n * sizeof(gid_t));
+        if (getgrouplist(cfg->user, p->gid, p->groups, &n) < 0)
+            n = 0;
+    }
+    if (n == 0) {
+        p->groups[0] = p->gid;
+        n = 1;
+    }
+    p->ngroups = n;
+    p->drop = 1;
+    return 0;
+}
+
+void
+privs_free(struct privs *p)
+{
+    free(p->groups);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Called in a child.  Root is given up for good or the child dies. */
+void
+privs_drop(const struct privs *p)
+{
+    uid_t ru, eu, su;
+    gid_t rg, eg, sg;
+
+    if (p->drop) {
+        if (setgroups((size_t)p->ngroups, p->groups) < 0)
+            fatal("setgroups");     /* fatal */
+        if (setresgid(p->gid, p->gid, p->gid) < 0)
+            fatal("setresgid %u", (unsigned)p->gid);
+        if (setresuid(p->uid, p->uid, p->uid) < 0)
+            fatal("setresuid %u", (unsigned)p->uid);
+        if (setuid(0) == 0 || seteuid(0) == 0)
+            fatalx("privilege drop failed: root can be regained");
+        if (getresuid(&ru, &eu, &su) < 0 || ru == 0 || eu == 0 || su == 0)
+            fatalx("privilege drop failed: a uid is still 0");
+        if (p->gid != 0 && (getresgid(&rg, &eg, &sg) < 0 ||
+            rg == 0 || eg == 0 || sg == 0))
+            fatalx("privilege drop failed: a gid is still 0");
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        fatal("prctl(PR_SET_NO_NEW_PRIVS)");
+}

@@ -1,0 +1,365 @@
+/*
+ * control.c - the server side of the control socket (protocol: common/ctl.h).
+ *
+ * PURPOSE   Accept mtactl connections, read one request line, answer with
+ *           "ok" or "error: ..." and a body, then close.  "reload" is
+ *           answered later, when the master knows the outcome.
+ * CONTRACT  At most MASTER_MAX_CLIENTS clients at once; a client that sends
+ *           no full line within 5 s is dropped.  The socket is mode 0660,
+ *           owned root:server.group when the master is root.
+ * FAILURE   A client that misbehaves is closed; the master carries on.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "common/util.h"
+#include "common/ctl.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "config/config.h"
+#include "spool/spool.h"
+#include "master/master_int.h"
+
+#define CTL_CLIENT_TIMEOUT_MS 5000
+
+int
+ctl_listen(const char *path, gid_t gid, int chown_it, char *err, size_t errsz)
+{
+    struct sockaddr_un sun;
+    int                fd, probe;
+
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sun.sun_path)) {
+        snprintf(err, errsz, "server.control_socket: path too long: %s", path);
+        return -1;
+    }
+    memcpy(sun.sun_path, path, strlen(path));
+    /* A socket file that answers belongs to a running mtad; one that does
+     * not is left over from a crash and is replaced. */
+    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0 && connect(probe, (struct sockaddr *)&sun,
+        sizeof(sun)) == 0) {
+        close(probe);
+        snprintf(err, errsz, "server.control_socket: %s answers: is another "
+            "mtad running?", path);
+        return -1;
+    }
+    if (probe >= 0)
+        close(probe);
+    (void)unlink(path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+        chmod(path, 0660) < 0 || (chown_it && chown(path, 0, gid) < 0) ||
+        listen(fd, 64) < 0) {
+        snprintf(err, errsz, "server.control_socket: %s: %s", path,
+            strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void
+ctl_reply_fd(int fd, const char *text)
+{
+    struct timeval tv = { 2, 0 };
+    int            fl = fcntl(fd, F_GETFL);
+
+    /* Replies are small and rare: a bounded blocking write is simplest. */
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    (void)util_write_all(fd, text, strlen(text));
+    close(fd);
+}
+
+static void
+ctl_client_close(struct master *m, struct ctl_client *c)
+{
+    if (c->fd < 0)
+        return;
+    master_unwatch(m, c->fd);
+    child_unregister_master_fd(c->fd);
+    close(c->fd);
+    c->fd = -1;
+    c->waiting_reload = 0;
+}
+
+static void
+ctl_client_reply(struct master *m, struct ctl_client *c, const char *text)
+{
+    master_unwatch(m, c->fd);
+    child_unregister_master_fd(c->fd);
+    ctl_reply_fd(c->fd, text);
+    c->fd = -1;
+    c->waiting_reload = 0;
+}
+
+void
+ctl_accept(struct master *m)
+{
+    struct ctl_client *c;
+    size_t             i;
+    int                fd;
+
+    while ((fd = accept4(m->ctlfd, NULL, NULL,
+        SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+        for (i = 0; i < MASTER_MAX_CLIENTS && m->clients[i].fd >= 0; i++)
+            ;
+        if (i == MASTER_MAX_CLIENTS) {
+            ctl_reply_fd(fd, "error: busy, try again\n");
+            continue;
+        }
+        c = &m->clients[i];
+        memset(c, 0, sizeof(*c));
+        c->fd = fd;
+        c->deadline = util_now_ms() + CTL_CLIENT_TIMEOUT_MS;
+        child_register_master_fd(fd);
+        master_watch(m, fd, MASTER_TAG_CLIENT, (unsigned)i);
+    }
+}
+
+void
+ctl_expire(struct master *m, uint64_t now)
+{
+    for (size_t i = 0; i < MASTER_MAX_CLIENTS; i++) {
+        struct ctl_client *c = &m->clients[i];
+
+        if (c->fd >= 0 && !c->waiting_reload && now >= c->deadline)
+            ctl_client_close(m, c);
+    }
+}
+
+/* ---- the status report ------------------------------------------------ */
+
+struct ctl_text {
+    char  *p;
+    size_t len, cap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+ctl_printf(struct ctl_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
+        t->p = xrealloc(t->p, t->cap);
+    }
+}
+
+/* Files in <spool>/queue, counted here on request: never on a hot path. */
+static long
+ctl_queue_size(const char *spool_dir)
+{
+    char           path[4096];
+    DIR           *d;
+    struct dirent *e;
+    long           n = 0;
+
+    snprintf(path, sizeof(path), "%s/queue", spool_dir);
+    d = opendir(path);
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+static const char *
+ctl_state_name(const struct slot *s)
+{
+    switch (s->state) {
+    case SLOT_RUNNING:
+        return s->ready || s->role == ROLE_LOGD ? "running" : "starting";
+    case SLOT_STOPPING: return "stopping";
+    case SLOT_BACKOFF:  return "restart-wait";
+    default:            return "free";
+    }
+}
+
+void
+ctl_status_report(struct master *m, char **out)
+{
+    struct ctl_text      t = { xmalloc(4096), 0, 4096 };
+    struct status_worker tot;
+    struct status_page  *st = m->status;
+    uint64_t             now = util_now_ms(), wall = util_wall_ms();
+    double               in_ps, out_ps;
+    long                 q = ctl_queue_size(m->cur->cfg->spool_dir);
+    unsigned             load = __atomic_load_n(&st->load_x100,
+                             __ATOMIC_RELAXED);
+
+    master_totals(m, &tot);
+    master_rates(m, &in_ps, &out_ps);
+    ctl_printf(&t, "ok\n");
+    ctl_printf(&t, "pid: %d\n", (int)getpid());
+    ctl_printf(&t, "uptime: %" PRIu64 "s\n", (now - m->started_ms) / 1000);
+    ctl_printf(&t, "generation: %u\n", m->cur->id);
+    ctl_printf(&t, "workers: %d\n", m->cur->cfg->workers);
+    ctl_printf(&t, "load: %u.%02u\n", load / 100, load % 100);
+    ctl_printf(&t, "logd: pid=%d state=%s\n", (int)m->logd.pid,
+        ctl_state_name(&m->logd));
+    ctl_printf(&t, "reload: %s\n", m->next != NULL ? "in progress" : "idle");
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        const struct slot          *s = &m->slots[i];
+        const struct status_worker *w = &st->w[i];
+
+        if (s->role != ROLE_WORKER)
+            continue;
+#define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
+        ctl_printf(&t, "worker slot=%zu pid=%d gen=%u shard=%u state=%s "
+            "uptime=%" PRIu64 "s conns=%" PRIu64 " conns_total=%" PRIu64
+            " msgs_in=%" PRIu64 " msgs_out=%" PRIu64 " deferred=%" PRIu64
+            " bounced=%" PRIu64 " bytes_in=%" PRIu64 " errors=%" PRIu64
+            " log_dropped=%" PRIu64 "\n", i, (int)s->pid, s->generation,
+            s->shard, ctl_state_name(s),
+            s->pid > 0 && wall > LD(started_ms) ?
+                (wall - LD(started_ms)) / 1000 : 0,
+            LD(conns_cur), LD(conns_total), LD(msgs_in), LD(msgs_out),
+            LD(msgs_deferred), LD(msgs_bounced), LD(bytes_in), LD(errors),
+            LD(log_dropped));
+#undef LD
+    }
+    ctl_printf(&t, "total: conns=%" PRIu64 " conns_total=%" PRIu64
+        " msgs_in=%" PRIu64 " msgs_out=%" PRIu64 " deferred=%" PRIu64
+        " bounced=%" PRIu64 " bytes_in=%" PRIu64 " errors=%" PRIu64 "\n",
+        tot.conns_cur, tot.conns_total, tot.msgs_in, tot.msgs_out,
+        tot.msgs_deferred, tot.msgs_bounced, tot.bytes_in, tot.errors);
+    ctl_printf(&t, "rate: msgs_in=%.2f/s msgs_out=%.2f/s (last %us)\n",
+        in_ps, out_ps, MASTER_RATE_WINDOW);
+    if (q >= 0)
+        ctl_printf(&t, "queue: %ld\n", q);
+    else
+        ctl_printf(&t, "queue: unknown (%s/queue: %s)\n",
+            m->cur->cfg->spool_dir, strerror(errno));
+    ctl_printf(&t, "log dropped: %" PRIu64 "\n", tot.log_dropped +
+        log_dropped());
+    *out = t.p;
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+static void
+ctl_check(struct master *m, struct ctl_client *c)
+{
+    char           err[8192] = "";
+    struct config *cfg = config_load(m->config_path, err, sizeof(err));
+    char          *text;
+    size_t         n = strlen(err) + strlen(m->config_path) + 64;
+
+    text = xmalloc(n);
+    if (cfg != NULL)
+        snprintf(text, n, "ok\n%s: ok\n", m->config_path);
+    else
+        snprintf(text, n, "error: %s: configuration invalid\n%s%s",
+            m->config_path, err, err[0] && err[strlen(err) - 1] != '\n' ?
+            "\n" : "");
+    config_free(cfg);
+    ctl_client_reply(m, c, text);
+    free(text);
+}
+
+static void
+ctl_kick(struct master *m, struct ctl_client *c, const char *arg)
+{
+    char text[128];
+    int  n;
+
+    if (strcmp(arg, "*") != 0 && !spool_id_valid(arg)) {
+        ctl_client_reply(m, c, "error: kick: expected a queue id or *\n");
+        return;
+    }
+    n = master_kick(m, arg);
+    snprintf(text, sizeof(text), "ok\nkick %s: sent to %d workers\n", arg, n);
+    ctl_client_reply(m, c, text);
+}
+
+static void
+ctl_handle(struct master *m, struct ctl_client *c, char *line)
+{
+    char *report;
+    char  text[CTL_REQUEST_MAX + 64];
+
+    line[strcspn(line, "\r\n")] = '\0';
+    log_info("control: %s", line);
+    if (strcmp(line, "status") == 0) {
+        ctl_status_report(m, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+    } else if (strcmp(line, "reload") == 0) {
+        if (m->stopping) {
+            ctl_client_reply(m, c, "error: mtad is stopping\n");
+            return;
+        }
+        c->waiting_reload = m->next != NULL ? 2 : 1;
+        master_request_reload(m);   /* may answer c at once */
+    } else if (strcmp(line, "stop") == 0) {
+        ctl_client_reply(m, c, "ok\nstopping\n");
+        master_request_stop(m);
+    } else if (strcmp(line, "check") == 0) {
+        ctl_check(m, c);
+    } else if (strncmp(line, "kick ", 5) == 0) {
+        ctl_kick(m, c, line + 5);
+    } else {
+        snprintf(text, sizeof(text), "error: unknown request '%.64s'\n",
+            line);
+        ctl_client_reply(m, c, text);
+    }
+}
+
+void
+ctl_client_event(struct master *m, int idx)
+{
+    struct ctl_client *c;
+    ssize_t            r;
+    char               junk[64];
+
+    if (idx < 0 || idx >= MASTER_MAX_CLIENTS || m->clients[idx].fd < 0)
+        return;
+    c = &m->clients[idx];
+    if (c->waiting_reload) {
+        /* Nothing more is expected; EOF means the client gave up. */
+        r = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            ctl_client_close(m, c);
+        return;
+    }
+    r = recv(c->fd, c->req + c->len, sizeof(c->req) - 1 - c->len,
+        MSG_DONTWAIT);
+    if (r < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            ctl_client_close(m, c);
+        return;
+    }
+    c->len += (size_t)r;
+    c->req[c->len] = '\0';
+    if (memchr(c->req, '\n', c->len) != NULL || (r == 0 && c->len > 0))
+        ctl_handle(m, c, c->req);
+    else if (r == 0)
+        ctl_client_close(m, c);
+    else if (c->len == sizeof(c->req) - 1)
+        ctl_client_reply(m, c, "error: request too long\n");
+}

@@ -1,0 +1,156 @@
+/*
+ * listen.c - the listening sockets, shared by all workers of a generation
+ * and kept open by the master across reloads.
+ *
+ * PURPOSE   One socket per configured address, bound by the master before
+ *           any privilege change: SO_REUSEADDR, IPV6_V6ONLY for v6,
+ *           non-blocking, backlog somaxconn (at least 4096).  Every worker
+ *           inherits the fd and waits on it with EPOLLEXCLUSIVE (one shared
+ *           accept queue; see docs/ARCHITECTURE.md for why not
+ *           SO_REUSEPORT).
+ * CONTRACT  listen_acquire() gives one fd per cfg->listen entry; an address
+ *           that is already bound (same sockaddr) reuses the same fd, so a
+ *           reload never closes a socket that keeps its address: no
+ *           connection is refused during the swap.  listen_release() drops
+ *           the references; the socket closes with the last one.
+ * FAILURE   -1 and "cannot listen on SPEC: <why>" in err; nothing is held.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/util.h"
+#include "config/config.h"
+#include "master/master_int.h"
+
+#define LISTEN_MAX       64
+#define LISTEN_BACKLOG   4096
+
+static struct listener listen_tab[LISTEN_MAX];
+
+static int
+listen_backlog(void)
+{
+    char buf[32];
+    int  fd, n = LISTEN_BACKLOG;
+    ssize_t r;
+
+    fd = open("/proc/sys/net/core/somaxconn", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        r = read(fd, buf, sizeof(buf) - 1);
+        if (r > 0) {
+            buf[r] = '\0';
+            if (atoi(buf) > n)
+                n = atoi(buf);
+        }
+        close(fd);
+    }
+    return n;
+}
+
+static struct listener *
+listen_find(const struct config_listen *cl)
+{
+    for (size_t i = 0; i < LISTEN_MAX; i++) {
+        struct listener *l = &listen_tab[i];
+
+        if (l->refs > 0 && l->addrlen == cl->addrlen &&
+            memcmp(&l->addr, &cl->addr, cl->addrlen) == 0)
+            return l;
+    }
+    return NULL;
+}
+
+static int
+listen_bind(const struct config_listen *cl, char *err, size_t errsz)
+{
+    int fd, on = 1;
+
+    fd = socket(cl->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+        0);
+    if (fd < 0)
+        goto fail;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0)
+        goto fail;
+    if (cl->addr.ss_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) < 0)
+        goto fail;
+    if (bind(fd, (const struct sockaddr *)&cl->addr, cl->addrlen) < 0)
+        goto fail;
+    if (listen(fd, listen_backlog()) < 0)
+        goto fail;
+    return fd;
+fail:
+    snprintf(err, errsz, "cannot listen on %s: %s", cl->spec, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+static void
+listen_unref(int fd)
+{
+    for (size_t i = 0; i < LISTEN_MAX; i++) {
+        struct listener *l = &listen_tab[i];
+
+        if (l->refs > 0 && l->fd == fd) {
+            if (--l->refs == 0) {
+                child_unregister_master_fd(l->fd);
+                close(l->fd);
+                free(l->spec);
+                memset(l, 0, sizeof(*l));
+            }
+            return;
+        }
+    }
+}
+
+int
+listen_acquire(const struct config *cfg, int **fdsp, char *err, size_t errsz)
+{
+    int   *fds = xcalloc(cfg->nlisten ? cfg->nlisten : 1, sizeof(int));
+    size_t i, j;
+
+    for (i = 0; i < cfg->nlisten; i++) {
+        const struct config_listen *cl = &cfg->listen[i];
+        struct listener            *l = listen_find(cl);
+
+        if (l == NULL) {
+            for (j = 0; j < LISTEN_MAX && listen_tab[j].refs > 0; j++)
+                ;
+            if (j == LISTEN_MAX) {
+                snprintf(err, errsz, "cannot listen on %s: more than %d "
+                    "addresses", cl->spec, LISTEN_MAX);
+                goto fail;
+            }
+            l = &listen_tab[j];
+            l->fd = listen_bind(cl, err, errsz);
+            if (l->fd < 0)
+                goto fail;
+            l->addr = cl->addr;
+            l->addrlen = cl->addrlen;
+            l->spec = xstrdup(cl->spec);
+            child_register_master_fd(l->fd);
+        }
+        l->refs++;
+        fds[i] = l->fd;
+    }
+    *fdsp = fds;
+    return 0;
+fail:
+    listen_release(fds, i);
+    free(fds);
+    return -1;
+}
+
+void
+listen_release(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        listen_unref(fds[i]);
+}

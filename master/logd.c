@@ -1,0 +1,230 @@
+/*
+ * logd.c - the log process: gathers the records every process sends on the
+ * log socketpair and writes them in batches.
+ *
+ * PURPOSE   Receive datagrams (one record each) straight into one 256 KiB
+ *           buffer and write it with one write() when 64 KiB are gathered,
+ *           when log.flush_interval has passed since the oldest unwritten
+ *           record, and at the end.  A worker never waits for the disk.
+ * CONTRACT  The master keeps the receiving end and the log file open, so a
+ *           restarted log process continues with both.  Channel commands
+ *           from the master (SOCK_SEQPACKET): "reopen" carrying a new file
+ *           fd (SCM_RIGHTS; the master, still root, opened it), "stop"
+ *           (drain, write, exit 0).  EOF on the channel or SIGTERM (the
+ *           master died) ends it the same way.
+ * FAILURE   A failed write drops that batch (and says so on stderr): the
+ *           log must not stall the relay.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "common/util.h"
+#include "common/log.h"
+#include "master/master_int.h"
+
+#define LOGD_BUF        (256 * 1024)
+#define LOGD_HIGH_WATER (64 * 1024)
+
+struct logd {
+    int      recv_fd, chan, file_fd, sig_fd;
+    uint64_t flush_ms;
+    char    *buf;
+    size_t   len;
+    uint64_t first_ms;              /* arrival of the oldest unwritten record */
+    uint64_t write_errors;
+};
+
+static void
+logd_flush(struct logd *d)
+{
+    size_t  off = 0;
+    ssize_t w;
+
+    while (off < d->len) {
+        w = write(d->file_fd, d->buf + off, d->len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (d->write_errors++ == 0) {
+                char msg[128];
+                int  n = snprintf(msg, sizeof(msg), "mtad: logd: write: %s; "
+                    "records dropped\n", strerror(errno));
+
+                (void)!write(STDERR_FILENO, msg, (size_t)n);
+            }
+            break;
+        }
+        off += (size_t)w;
+    }
+    d->len = 0;
+}
+
+/* Receive until the socket is empty; flush whenever the buffer is full. */
+static void
+logd_drain(struct logd *d)
+{
+    ssize_t r;
+
+    for (;;) {
+        if (LOGD_BUF - d->len < LOG_RECORD_MAX)
+            logd_flush(d);
+        r = recv(d->recv_fd, d->buf + d->len, LOGD_BUF - d->len, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return;                 /* EAGAIN: empty */
+        }
+        if (r == 0)
+            continue;               /* empty datagram */
+        if (d->len == 0)
+            d->first_ms = util_now_ms();
+        d->len += (size_t)r;
+        if (d->buf[d->len - 1] != '\n')
+            d->buf[d->len++] = '\n';    /* LOG_RECORD_MAX left room */
+        if (d->len >= LOGD_HIGH_WATER)
+            logd_flush(d);
+    }
+}
+
+static void __attribute__((noreturn))
+logd_exit(struct logd *d)
+{
+    logd_drain(d);
+    logd_flush(d);
+    _exit(0);
+}
+
+/* One command from the master; a "reopen" carries the new file's fd. */
+static void
+logd_command(struct logd *d)
+{
+    char           cmd[64];
+    char           cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec   iov = { cmd, sizeof(cmd) - 1 };
+    struct msghdr  mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                          .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+    struct cmsghdr *c;
+    ssize_t        r;
+    int            newfd = -1;
+
+    r = recvmsg(d->chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (r <= 0)
+        logd_exit(d);               /* the master is gone */
+    cmd[r] = '\0';
+    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(&newfd, CMSG_DATA(c), sizeof(int));
+    if (strcmp(cmd, "stop") == 0)
+        logd_exit(d);
+    if (strcmp(cmd, "reopen") == 0 && newfd >= 0) {
+        /* What is gathered goes to the old file; what still waits in the
+         * socket (sent after the command, or about then) to the new one. */
+        logd_flush(d);
+        if (d->file_fd != STDERR_FILENO)
+            close(d->file_fd);
+        d->file_fd = newfd;
+        d->write_errors = 0;
+        return;
+    }
+    if (newfd >= 0)
+        close(newfd);
+}
+
+static int
+logd_timeout(const struct logd *d)
+{
+    uint64_t now, due;
+
+    if (d->len == 0)
+        return -1;
+    now = util_now_ms();
+    due = d->first_ms + d->flush_ms;
+    return due <= now ? 0 : (int)(due - now);
+}
+
+void
+logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
+{
+    struct logd   d;
+    struct pollfd pf[3];
+    sigset_t      set;
+
+    memset(&d, 0, sizeof(d));
+    d.recv_fd = recv_fd;
+    d.chan = chan_fd;
+    d.file_fd = file_fd;
+    d.flush_ms = flush_ms;
+    d.buf = xmalloc(LOGD_BUF);
+    /* SIGTERM (the master died: PDEATHSIG) means "write what you have". */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGUSR1, SIG_IGN);       /* the master handles log rotation */
+    signal(SIGHUP, SIG_IGN);
+    d.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    for (;;) {
+        pf[0] = (struct pollfd){ .fd = d.recv_fd, .events = POLLIN };
+        pf[1] = (struct pollfd){ .fd = d.chan, .events = POLLIN };
+        pf[2] = (struct pollfd){ .fd = d.sig_fd, .events = POLLIN };
+        if (poll(pf, 3, logd_timeout(&d)) < 0 && errno != EINTR)
+            fatal("logd: poll");    /* fatal: the master restarts us */
+        if (pf[1].revents)
+            logd_command(&d);       /* first: a reopen precedes new records */
+        if (pf[0].revents & POLLIN)
+            logd_drain(&d);
+        if (pf[2].revents)
+            logd_exit(&d);
+        if (d.len > 0 && logd_timeout(&d) == 0)
+            logd_flush(&d);
+    }
+}
+
+int
+logd_open_file(const char *path, char *err, size_t errsz)
+{
+    int fd;
+
+    if (strcmp(path, "-") == 0)
+        return STDERR_FILENO;
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        snprintf(err, errsz, "log.file: cannot open %s: %s", path,
+            strerror(errno));
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends cmd (and fd when >= 0) to the log process. */
+int
+logd_send_fd(int chan, const char *cmd, int fd)
+{
+    char           cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec   iov = { (void *)cmd, strlen(cmd) };
+    struct msghdr  mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    struct cmsghdr *c;
+
+    if (fd >= 0) {
+        memset(cbuf, 0, sizeof(cbuf));
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof(cbuf);
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    return sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -1 : 0;
+}

@@ -1,0 +1,82 @@
+/*
+ * main.c - mtad's main(): options, "mtad -t", then the master.
+ *
+ * PURPOSE   mtad -c FILE [-f] [-t] [-h].
+ * CONTRACT  Exit codes (sysexits.h), also in the usage text:
+ *             0  EX_OK           stopped cleanly; -t: the config is valid
+ *             1                  -t: the config is invalid
+ *            64  EX_USAGE        bad command line
+ *            67  EX_NOUSER       server.user / server.group do not exist
+ *            69  EX_UNAVAILABLE  a listener or the control socket failed
+ *            71  EX_OSERR        fork, epoll, signalfd ... failed
+ *            73  EX_CANTCREAT    spool, routes db, pid file or log file
+ *            78  EX_CONFIG       the config is invalid (at start)
+ * FAILURE   Messages on stderr, "mtad: <what>: <why>".
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "config/config.h"
+#include "master/master.h"
+
+#define MTAD_DEFAULT_CONFIG "/etc/mtad/relay.yaml"
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+        "usage: mtad [-f] [-t] [-c FILE]\n"
+        "  -c FILE  configuration (default " MTAD_DEFAULT_CONFIG ")\n"
+        "  -f       stay in the foreground (systemd, make run)\n"
+        "  -t       check the configuration, print \"FILE: ok\" or the errors\n"
+        "  -h       this help\n"
+        "exit codes: 0 ok; 1 -t found errors; 64 usage; 67 no such user or\n"
+        "  group; 69 cannot listen or open the control socket; 71 system\n"
+        "  error; 73 cannot create the spool, routes db, pid or log file;\n"
+        "  78 invalid configuration\n"
+        "signals: HUP reload, TERM/INT stop, USR1 reopen the log file\n");
+}
+
+static int
+check_config(const char *path)
+{
+    char           err[8192] = "";
+    struct config *cfg = config_load(path, err, sizeof(err));
+
+    if (cfg == NULL) {
+        fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ?
+            "\n" : "");
+        return 1;
+    }
+    config_free(cfg);
+    printf("%s: ok\n", path);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct master_opts o = { MTAD_DEFAULT_CONFIG, 0 };
+    int                c, test = 0;
+
+    proctitle_init(argc, argv);
+    while ((c = getopt(argc, argv, "c:fth")) != -1) {
+        switch (c) {
+        case 'c': o.config_path = optarg; break;
+        case 'f': o.foreground = 1; break;
+        case 't': test = 1; break;
+        case 'h': usage(stdout); return EX_OK;
+        default:  usage(stderr); return EX_USAGE;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return EX_USAGE;
+    }
+    if (test)
+        return check_config(o.config_path);
+    return master_run(&o);
+}

@@ -1,0 +1,29 @@
+/*
+ * master.h - the master process: what main() needs.
+ *
+ * CONTRACT  master_run() loads the config, binds the listeners, creates the
+ *           status page, the spool tree and the routes db, starts the log
+ *           process and the workers, then supervises them until SIGTERM,
+ *           SIGINT or "mtactl stop".  It returns the process exit code
+ *           (sysexits values for start-up failures) or exits in the
+ *           children it forks.
+ * FAILURE   Start-up errors are printed on stderr as "mtad: <what>: <why>".
+ */
+#ifndef MTAD_MASTER_H
+#define MTAD_MASTER_H
+
+struct master_opts {
+    const char *config_path;
+    int         foreground;         /* -f: no fork/setsid */
+};
+
+int     master_run(const struct master_opts *o);
+
+/* Process titles ("mtad: worker 2 (generation 1)"), seen by ps; comm (the
+ * first 15 bytes of name) is what tests and pgrep see.  proctitle_init()
+ * must get main()'s argv before anything else reads it. */
+void    proctitle_init(int argc, char **argv);
+void    proctitle_set(const char *comm, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+
+#endif /* MTAD_MASTER_H */

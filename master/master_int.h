@@ -1,0 +1,176 @@
+/*
+ * master_int.h - declarations shared by the master's own files (master.c,
+ * child.c, listen.c, logd.c, ctl.c, notify.c).  Nothing outside master/
+ * includes it.
+ */
+#ifndef MTAD_MASTER_INT_H
+#define MTAD_MASTER_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+
+#include "common/status.h"
+
+struct config;
+
+#define MASTER_MAX_SLOTS      STATUS_MAX_WORKERS
+#define MASTER_TICK_MS        1000u     /* counters ring, deadlines */
+#define MASTER_LOAD_EVERY     2u        /* ticks between getloadavg() */
+#define MASTER_RATE_WINDOW    60u       /* seconds of the msgs/s average */
+#define MASTER_READY_TIMEOUT  10000u    /* new generation: wait for "ready" */
+#define MASTER_BACKOFF_MIN    100u
+#define MASTER_BACKOFF_MAX    10000u
+#define MASTER_QUICK_EXIT_MS  1000u     /* died sooner: crash loop suspect */
+#define LOGD_STOP_TIMEOUT     3000u
+
+/* The user the children run as; drop is 0 when the master is not root. */
+struct privs {
+    int     drop;
+    uid_t   uid;
+    gid_t   gid;
+    gid_t  *groups;
+    int     ngroups;
+};
+
+/* A listening socket, shared by the generations that listen there. */
+struct listener {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char     *spec;
+    int       fd;
+    unsigned  refs;
+};
+
+/* One configuration and what was made from it. */
+struct generation {
+    unsigned       id;
+    struct config *cfg;
+    struct privs   privs;
+    int           *lfds;            /* parallel to cfg->listen */
+    size_t         nlisten;
+    int            notified;        /* READY=1 sent for it */
+};
+
+enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD };
+enum slot_state { SLOT_FREE = 0, SLOT_RUNNING, SLOT_STOPPING, SLOT_BACKOFF };
+
+/* One supervised child. */
+struct slot {
+    enum slot_role  role;
+    enum slot_state state;
+    pid_t           pid;
+    unsigned        shard;
+    unsigned        generation;
+    unsigned        sidx;           /* status page index (workers) */
+    int             chan;           /* master's end, -1 when closed */
+    int             ready;
+    uint64_t        started_ms;     /* monotonic */
+    uint64_t        restart_at;     /* SLOT_BACKOFF: when to fork again */
+    uint64_t        backoff_ms;     /* last back-off, doubles on quick exits */
+    uint64_t        stop_deadline;  /* SLOT_STOPPING: SIGKILL after */
+    unsigned        quick_exits;
+};
+
+/* Children: fork a worker or the log process into the slot.  Return the
+ * pid or -1 (errno) in the master; never return in the child. */
+pid_t   child_spawn_worker(struct slot *s, struct generation *g,
+            struct status_page *st, int log_send_fd);
+pid_t   child_spawn_logd(struct slot *s, const struct privs *p,
+            int log_recv_fd, int log_file_fd, uint64_t flush_ms);
+/* Every fd only the master needs (listeners included: a child keeps only
+ * its own generation's); closed in each child unless it keeps it. */
+void    child_register_master_fd(int fd);
+void    child_unregister_master_fd(int fd);
+void    child_set_master_pid(pid_t pid);
+
+/* Privileges. */
+int     privs_resolve(const struct config *cfg, struct privs *p,
+            char *err, size_t errsz);
+void    privs_free(struct privs *p);
+void    privs_drop(const struct privs *p);        /* fatal on failure */
+
+/* Listeners: acquire one fd per cfg->listen entry, sharing the fd of an
+ * address that is already bound.  On failure nothing is held. */
+int     listen_acquire(const struct config *cfg, int **fds,
+            char *err, size_t errsz);
+void    listen_release(int *fds, size_t n);
+
+/* The log process. */
+void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
+            __attribute__((noreturn));
+int     logd_open_file(const char *path, char *err, size_t errsz);
+int     logd_send_fd(int chan, const char *cmd, int fd);
+
+/* systemd notification (no-op without NOTIFY_SOCKET). */
+void    notify_init(void);
+void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Control socket server. */
+int     ctl_listen(const char *path, gid_t gid, int chown_it,
+            char *err, size_t errsz);
+struct master;
+void    ctl_accept(struct master *m);
+void    ctl_client_event(struct master *m, int fd);
+void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
+void    ctl_expire(struct master *m, uint64_t now);
+void    ctl_status_report(struct master *m, char **out);
+
+/* Master state, for master.c and ctl.c. */
+struct ctl_client {
+    int      fd;
+    uint64_t deadline;
+    size_t   len;
+    char     req[1024];
+    int      waiting_reload;        /* reply when the reload completes */
+};
+
+#define MASTER_MAX_CLIENTS 16
+#define MASTER_RATE_RING   (MASTER_RATE_WINDOW + 1)
+
+struct master {
+    const char        *config_path;
+    struct generation *cur;
+    struct generation *next;        /* a reload in progress */
+    uint64_t           reload_deadline;
+    int                reload_again;   /* another request came meanwhile */
+    struct slot        slots[MASTER_MAX_SLOTS];
+    struct slot        logd;
+    struct status_page *status;
+    int                epfd, sigfd, ctlfd;
+    int                log_send, log_recv, log_file;
+    char              *log_path;
+    char              *ctl_path;
+    char              *pid_path;
+    int                stopping;
+    uint64_t           stop_deadline;
+    uint64_t           started_ms;
+    uint64_t           next_tick;
+    unsigned           ticks;
+    struct ctl_client  clients[MASTER_MAX_CLIENTS];
+    /* counters of workers that are gone, so totals only grow */
+    struct status_worker retired;
+    uint64_t           dropped_reported;
+    /* per-second samples of total msgs in/out */
+    uint64_t           ring_in[MASTER_RATE_RING], ring_out[MASTER_RATE_RING];
+    uint64_t           ring_ms[MASTER_RATE_RING];
+    unsigned           ring_head, ring_n;
+};
+
+/* master.c services used by ctl.c */
+void    master_request_reload(struct master *m);
+void    master_request_stop(struct master *m);
+int     master_kick(struct master *m, const char *arg);
+void    master_totals(struct master *m, struct status_worker *t);
+void    master_rates(struct master *m, double *in_ps, double *out_ps);
+void    master_watch(struct master *m, int fd, int tag, unsigned idx);
+void    master_unwatch(struct master *m, int fd);
+
+#define MASTER_TAG_SIGNAL  1
+#define MASTER_TAG_CTL     2
+#define MASTER_TAG_CLIENT  3
+#define MASTER_TAG_CHAN    4
+#define MASTER_TAG_LOGD    5
+
+#endif /* MTAD_MASTER_INT_H */

@@ -1,0 +1,404 @@
+/*
+ * route.c - "mtactl route ...": edit and inspect the routes table.
+ *
+ * PURPOSE   add, del, get, list, import, export on cfg->routes_db.
+ * CONTRACT  Opens the LMDB file directly with router_open() (creating it
+ *           if missing for add/import); LMDB serialises writers, and
+ *           running workers see a commit at their next lookup, so nothing
+ *           is reloaded.  list and export print keys in the table's sorted
+ *           order; export prints "key route" lines that import reads back
+ *           (export | import round-trips).  import checks every line first
+ *           and then writes all of them in one transaction, or none.
+ * FAILURE   Messages to stderr as "mtactl: route <cmd>: <why>"; returns
+ *           MTACTL_OK (0), MTACTL_FAIL (1) or MTACTL_USAGE (2).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "router/router.h"
+#include "mtactl/mtactl.h"
+
+struct route_line {
+    char   *key;
+    char   *value;
+};
+
+void
+mtactl_route_help(void)
+{
+    printf(
+"mtactl route add KEY ROUTE     add or replace a route (ROUTE may be several\n"
+"                               words: reject:550 5.7.1 no such user)\n"
+"mtactl route del KEY           delete a route\n"
+"mtactl route get ADDRESS       show the route for ADDRESS and which key\n"
+"                               matched (a bare DOMAIN is looked up as a\n"
+"                               domain)\n"
+"mtactl route list              every route, \"KEY<TAB>ROUTE\", sorted\n"
+"mtactl route import [--replace] FILE\n"
+"                               add the \"KEY ROUTE\" lines of FILE ('-' =\n"
+"                               stdin; '#' comments) in one transaction;\n"
+"                               --replace also deletes every other key\n"
+"mtactl route export            every route as \"KEY ROUTE\" lines\n"
+"  KEY:   user@domain | domain | .domain (its subdomains only)\n"
+"  ROUTE: smtp:[host]:port | smtp:host:port, comma-separated for fail-over\n"
+"         (max 8; IPv6 as smtp:[::1]:25 or smtp:[IPv6:::1]:25; port 25\n"
+"         when left out) | maildir:/path | discard |\n"
+"         reject:5xx 5.x.x text | defer:4xx 4.x.x text\n"
+"  Lookup order: address, domain, .parent wildcards nearest first,\n"
+"  then routes.default.  Changes apply at once; no reload needed.\n");
+}
+
+
+/* mtactl_route_open - the table from cfg; NULL after an error message. */
+static struct router *
+mtactl_route_open(const struct config *cfg, const char *cmd, int create)
+{
+    struct router *r = NULL;
+
+    if (cfg == NULL) {
+        fprintf(stderr, "mtactl: route %s: no configuration loaded\n", cmd);
+        return NULL;
+    }
+    if (router_open(&r, cfg->routes_db, cfg->routes_default, create)
+        != ROUTER_OK) {
+        fprintf(stderr, "mtactl: route %s: %s\n", cmd, router_errstr(r));
+        router_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+
+/* mtactl_route_lower - the key as stored (argv is ours to change). */
+static const char *
+mtactl_route_lower(char *key)
+{
+    route_key_normalize(key);
+    return key;
+}
+
+
+static int
+mtactl_route_add(struct router *r, int argc, char **argv)
+{
+    char    value[ROUTE_VALUE_MAX + 2];
+    size_t  len = 0, n;
+    int     i;
+
+    /* Join the words of ROUTE with single blanks so that an unquoted
+     * "reject:550 5.7.1 no such user" works as typed. */
+    value[0] = '\0';
+    for (i = 3; i < argc; i++) {
+        n = strlen(argv[i]);
+        if (len + n + 1 >= sizeof(value)) {
+            fprintf(stderr, "mtactl: route add: route too long (max %d "
+                "bytes)\n", ROUTE_VALUE_MAX);
+            return MTACTL_FAIL;
+        }
+        if (i > 3)
+            value[len++] = ' ';
+        memcpy(value + len, argv[i], n + 1);
+        len += n;
+    }
+    if (router_put(r, argv[2], value) != ROUTER_OK) {
+        fprintf(stderr, "mtactl: route add: %s\n", router_errstr(r));
+        return MTACTL_FAIL;
+    }
+    printf("%s -> %s\n", mtactl_route_lower(argv[2]), value);
+    return MTACTL_OK;
+}
+
+
+static int
+mtactl_route_get(struct router *r, const char *arg)
+{
+    static const char *why[] = {
+        [ROUTER_MATCH_ADDRESS] = "address", [ROUTER_MATCH_DOMAIN] = "domain",
+        [ROUTER_MATCH_WILDCARD] = "wildcard",
+    };
+    struct router_result res;
+    char    addr[1024];
+    int     rc;
+
+    /* A bare domain ("example.org") is looked up as "@example.org": no
+     * address key can match it, so the domain and its parents decide. */
+    if (strchr(arg, '@') == NULL && arg[0] != '\0')
+        snprintf(addr, sizeof(addr), "@%s", arg);
+    else
+        snprintf(addr, sizeof(addr), "%s", arg);
+    rc = router_lookup(r, addr, &res);
+    if (rc == ROUTER_ENOTFOUND) {
+        printf("%s -> no route (no key matched and no routes.default)\n",
+            arg);
+        return MTACTL_FAIL;
+    }
+    if (rc != ROUTER_OK) {
+        fprintf(stderr, "mtactl: route get: %s\n", router_errstr(r));
+        return MTACTL_FAIL;
+    }
+    if (res.match == ROUTER_MATCH_DEFAULT)
+        printf("%s -> %s (no key matched; routes.default)\n", arg,
+            res.value);
+    else
+        printf("%s -> %s (matched %s key '%s')\n", arg, res.value,
+            why[res.match], res.key);
+    return MTACTL_OK;
+}
+
+
+/* mtactl_route_print - router_each callback; arg is the separator. */
+static int
+mtactl_route_print(const char *key, const char *value, void *arg)
+{
+    printf("%s%s%s\n", key, (const char *)arg, value);
+    return ferror(stdout) ? 1 : 0;
+}
+
+
+static int
+mtactl_route_list(struct router *r, const char *cmd, const char *sep)
+{
+    if (router_each(r, mtactl_route_print, (void *)sep) != ROUTER_OK) {
+        fprintf(stderr, "mtactl: route %s: %s\n", cmd, router_errstr(r));
+        return MTACTL_FAIL;
+    }
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        fprintf(stderr, "mtactl: route %s: stdout: %s\n", cmd,
+            strerror(errno));
+        return MTACTL_FAIL;
+    }
+    return MTACTL_OK;
+}
+
+
+/*
+ * mtactl_route_parse_line - split "KEY ROUTE" (blanks or tabs between;
+ * leading and trailing blanks ignored).  1 for an entry, 0 for a blank or
+ * comment line, -1 with why.
+ */
+static int
+mtactl_route_parse_line(char *line, struct route_line *out, char *why,
+    size_t whysz)
+{
+    struct route rt;
+    char   *p = line, *e, *k;
+    char    rwhy[256];
+
+    p[strcspn(p, "\r\n")] = '\0';
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\0' || *p == '#')
+        return 0;
+    e = p + strlen(p);
+    while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+        *--e = '\0';
+    k = p;
+    p += strcspn(p, " \t");
+    if (*p == '\0') {
+        snprintf(why, whysz, "missing route after key '%s'", k);
+        return -1;
+    }
+    *p++ = '\0';
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (route_key_check(k, rwhy, sizeof(rwhy)) == -1) {
+        snprintf(why, whysz, "bad key: %s", rwhy);
+        return -1;
+    }
+    if (route_parse(p, &rt, rwhy, sizeof(rwhy)) == -1) {
+        snprintf(why, whysz, "bad route for '%s': %s", k, rwhy);
+        return -1;
+    }
+    out->key = k;
+    out->value = p;
+    return 1;
+}
+
+
+/* mtactl_route_read - every entry of FILE into *linesp (owned strings);
+ * the number of errors printed, or -1 when FILE cannot be read. */
+static int
+mtactl_route_read(const char *file, struct route_line **linesp, size_t *np)
+{
+    struct route_line *lines = NULL, ent;
+    size_t  n = 0, cap = 0, lineno = 0, bufsz = 0;
+    char   *buf = NULL, why[512];
+    FILE   *fp;
+    int     errs = 0, rc;
+
+    fp = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
+    if (fp == NULL) {
+        fprintf(stderr, "mtactl: route import: %s: %s\n", file,
+            strerror(errno));
+        return -1;
+    }
+    while (getline(&buf, &bufsz, fp) != -1) {
+        lineno++;
+        rc = mtactl_route_parse_line(buf, &ent, why, sizeof(why));
+        if (rc == -1) {
+            fprintf(stderr, "mtactl: route import: %s:%zu: %s\n", file,
+                lineno, why);
+            errs++;
+            continue;
+        }
+        if (rc == 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            if ((lines = realloc(lines, cap * sizeof(*lines))) == NULL) {
+                fprintf(stderr, "mtactl: route import: out of memory\n");
+                exit(MTACTL_FAIL);
+            }
+        }
+        if ((lines[n].key = strdup(ent.key)) == NULL ||
+            (lines[n].value = strdup(ent.value)) == NULL) {
+            fprintf(stderr, "mtactl: route import: out of memory\n");
+            exit(MTACTL_FAIL);
+        }
+        n++;
+    }
+    if (ferror(fp)) {
+        fprintf(stderr, "mtactl: route import: %s: %s\n", file,
+            strerror(errno));
+        errs++;
+    }
+    free(buf);
+    if (fp != stdin)
+        fclose(fp);
+    *linesp = lines;
+    *np = n;
+    return errs;
+}
+
+
+static void
+mtactl_route_free(struct route_line *lines, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        free(lines[i].key);
+        free(lines[i].value);
+    }
+    free(lines);
+}
+
+
+static int
+mtactl_route_import(const struct config *cfg, const char *file, int replace)
+{
+    struct route_line *lines = NULL;
+    struct router *r;
+    size_t  n = 0, i;
+    int     errs, rc = MTACTL_FAIL;
+
+    if ((errs = mtactl_route_read(file, &lines, &n)) != 0) {
+        if (errs > 0)
+            fprintf(stderr, "mtactl: route import: %d bad line%s in %s; "
+                "nothing imported\n", errs, errs == 1 ? "" : "s", file);
+        mtactl_route_free(lines, n);
+        return MTACTL_FAIL;
+    }
+    if ((r = mtactl_route_open(cfg, "import", 1)) == NULL)
+        goto out;
+    if (router_begin(r) != ROUTER_OK)
+        goto fail;
+    if (replace && router_clear(r) != ROUTER_OK)
+        goto fail;
+    for (i = 0; i < n; i++)         /* a later line replaces an earlier one */
+        if (router_put(r, lines[i].key, lines[i].value) != ROUTER_OK)
+            goto fail;
+    if (router_commit(r) != ROUTER_OK)
+        goto fail;
+    printf("imported %zu route%s from %s%s\n", n, n == 1 ? "" : "s", file,
+        replace ? " (replacing the table)" : "");
+    rc = MTACTL_OK;
+    goto close;
+fail:
+    fprintf(stderr, "mtactl: route import: %s; nothing imported\n",
+        router_errstr(r));
+    router_abort(r);
+close:
+    router_close(r);
+out:
+    mtactl_route_free(lines, n);
+    return rc;
+}
+
+
+/* mtactl_route_usage - a usage error: the one-line hint and exit 2. */
+static int
+mtactl_route_usage(const char *msg)
+{
+    fprintf(stderr, "mtactl: route: %s\n"
+        "usage: mtactl route add KEY ROUTE | del KEY | get ADDRESS | list |\n"
+        "       import [--replace] FILE | export   (mtactl route help)\n",
+        msg);
+    return MTACTL_USAGE;
+}
+
+
+int
+mtactl_route(int argc, char **argv, const struct config *cfg)
+{
+    struct router *r;
+    const char *cmd;
+    int         rc;
+
+    if (argc < 2)
+        return mtactl_route_usage("missing command");
+    cmd = argv[1];
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "-h") == 0 ||
+        strcmp(cmd, "--help") == 0) {
+        mtactl_route_help();
+        return MTACTL_OK;
+    }
+    if (strcmp(cmd, "add") == 0) {
+        if (argc < 4)
+            return mtactl_route_usage("add needs KEY and ROUTE");
+    } else if (strcmp(cmd, "del") == 0 || strcmp(cmd, "get") == 0) {
+        if (argc != 3)
+            return mtactl_route_usage(strcmp(cmd, "del") == 0 ?
+                "del needs exactly one KEY" : "get needs exactly one ADDRESS");
+    } else if (strcmp(cmd, "list") == 0 || strcmp(cmd, "export") == 0) {
+        if (argc != 2)
+            return mtactl_route_usage("list and export take no arguments");
+    } else if (strcmp(cmd, "import") == 0) {
+        if (argc == 4 && strcmp(argv[2], "--replace") == 0)
+            return mtactl_route_import(cfg, argv[3], 1);
+        if (argc != 3 || argv[2][0] == '\0' || (argv[2][0] == '-' &&
+            argv[2][1] != '\0'))
+            return mtactl_route_usage("import needs one FILE (or '-')");
+        return mtactl_route_import(cfg, argv[2], 0);
+    } else {
+        char msg[128];
+
+        snprintf(msg, sizeof(msg), "unknown command '%.40s'", cmd);
+        return mtactl_route_usage(msg);
+    }
+
+    if ((r = mtactl_route_open(cfg, cmd, strcmp(cmd, "add") == 0)) == NULL)
+        return MTACTL_FAIL;
+    if (strcmp(cmd, "add") == 0)
+        rc = mtactl_route_add(r, argc, argv);
+    else if (strcmp(cmd, "del") == 0) {
+        rc = MTACTL_OK;
+        if (router_del(r, argv[2]) != ROUTER_OK) {
+            fprintf(stderr, "mtactl: route del: %s\n", router_errstr(r));
+            rc = MTACTL_FAIL;
+        }
+    } else if (strcmp(cmd, "get") == 0)
+        rc = mtactl_route_get(r, argv[2]);
+    else if (strcmp(cmd, "list") == 0)
+        rc = mtactl_route_list(r, "list", "\t");
+    else {
+        printf("# mtad routes from %s (mtactl route export; read back with "
+            "mtactl route import FILE)\n", cfg->routes_db);
+        rc = mtactl_route_list(r, "export", " ");
+    }
+    router_close(r);
+    return rc;
+}

@@ -1,0 +1,584 @@
+/*
+ * router.c - next-hop lookup in an LMDB table (routes.mdb).
+ *
+ * PURPOSE   Map a recipient address to its route: address key, domain key,
+ *           ".parent" wildcard keys from the nearest up, then the default.
+ * CONTRACT  One environment file opened with MDB_NOSUBDIR ("<path>" plus
+ *           "<path>-lock"), 256 MiB map, the unnamed main database; keys
+ *           are lower-case, values are route texts checked by route_parse()
+ *           before they are written.  MDB_NOTLS because the read
+ *           transaction outlives a call: it is begun once, reset after each
+ *           lookup (releasing its snapshot, so writers never wait on an idle
+ *           worker) and renewed before the next one, which is what makes a
+ *           write committed by another process visible at the next lookup.
+ *           Lookups copy the candidate keys into a stack buffer and the
+ *           result into the caller's struct: no allocation, no syscall
+ *           beyond what mdb_txn_renew does (none on Linux: the reader slot
+ *           is kept).  Writers (master at start, mtactl) use one write
+ *           transaction per call, or one per batch (router_begin/commit).
+ * FAILURE   Never logs.  ROUTER_OK or ROUTER_E*; router_errstr() holds the
+ *           failing call and the reason (valid until the next call).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <lmdb.h>
+
+#include "config/config.h"
+#include "router/router.h"
+
+#define ROUTER_MAPSIZE     ((size_t)256 << 20)
+#define ROUTER_MAXREADERS  1024     /* workers + mtactl, with room to spare */
+#define ROUTER_MODE        0660     /* readers write their slot in -lock */
+#define ROUTER_ADDR_MAX    512      /* longer addresses cannot match a key */
+
+struct router {
+    MDB_env    *env;
+    MDB_dbi     dbi;
+    MDB_txn    *rtxn;               /* read txn, reset between lookups */
+    MDB_txn    *wtxn;               /* open batch, or NULL */
+    int         has_default;
+    char        default_value[ROUTE_VALUE_MAX + 1];
+    struct route default_route;
+    char        err[512];
+};
+
+static const char router_closed_err[] = "router not open";
+
+/* router_fail - record why and return rc. */
+static int router_fail(struct router *r, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+router_fail(struct router *r, int rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof(r->err), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+
+/* router_mdb_rc - an LMDB return code as ROUTER_ESYS (errno) or _EDB. */
+static int
+router_mdb_rc(int mrc)
+{
+    if (mrc > 0) {                  /* LMDB passes errno values through */
+        errno = mrc;
+        return ROUTER_ESYS;
+    }
+    return ROUTER_EDB;
+}
+
+
+int
+router_open(struct router **rp, const char *path, const char *default_route,
+    int create)
+{
+    struct router *r;
+    struct stat st;
+    MDB_txn *txn;
+    char    why[256];
+    int     mrc;
+
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        *rp = NULL;
+        return ROUTER_ESYS;
+    }
+    *rp = r;
+    if (default_route != NULL) {
+        if (strlen(default_route) > ROUTE_VALUE_MAX ||
+            route_parse(default_route, &r->default_route, why,
+            sizeof(why)) == -1)
+            return router_fail(r, ROUTER_EINVAL, "routes.default '%.60s': %s",
+                default_route, strlen(default_route) > ROUTE_VALUE_MAX ?
+                "too long" : why);
+        memcpy(r->default_value, default_route, strlen(default_route) + 1);
+        r->has_default = 1;
+    }
+    if (!create && stat(path, &st) == -1)
+        return router_fail(r, ROUTER_ESYS, "routes db %s: %s", path,
+            strerror(errno));
+    if ((mrc = mdb_env_create(&r->env)) != 0)
+        return router_fail(r, router_mdb_rc(mrc), "mdb_env_create: %s",
+            mdb_strerror(mrc));
+    if ((mrc = mdb_env_set_mapsize(r->env, ROUTER_MAPSIZE)) != 0 ||
+        (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0)
+        goto fail;
+    if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS,
+        ROUTER_MODE)) != 0)
+        goto fail;
+    /* The main database always exists; its handle stays valid after the
+     * opening transaction ends. */
+    if ((mrc = mdb_txn_begin(r->env, NULL, MDB_RDONLY, &txn)) != 0)
+        goto fail;
+    if ((mrc = mdb_dbi_open(txn, NULL, 0, &r->dbi)) != 0) {
+        mdb_txn_abort(txn);
+        goto fail;
+    }
+    if ((mrc = mdb_txn_commit(txn)) != 0)
+        goto fail;
+    router_reader_check(r);         /* slots left by killed processes */
+    r->err[0] = '\0';
+    return ROUTER_OK;
+fail:
+    router_fail(r, router_mdb_rc(mrc), "routes db %s: %s", path,
+        mdb_strerror(mrc));
+    mdb_env_close(r->env);          /* keep err, drop the half-open env */
+    r->env = NULL;
+    return router_mdb_rc(mrc);
+}
+
+
+void
+router_close(struct router *r)
+{
+    if (r == NULL)
+        return;
+    if (r->wtxn != NULL)
+        mdb_txn_abort(r->wtxn);
+    if (r->rtxn != NULL)
+        mdb_txn_abort(r->rtxn);
+    if (r->env != NULL)
+        mdb_env_close(r->env);
+    free(r);
+}
+
+
+const char *
+router_errstr(const struct router *r)
+{
+    return r != NULL ? r->err : router_closed_err;
+}
+
+
+/* router_rbegin - the read txn, begun once and renewed after each reset. */
+static int
+router_rbegin(struct router *r)
+{
+    int mrc;
+
+    if (r->env == NULL)
+        return router_fail(r, ROUTER_EDB, "%s", router_closed_err);
+    if (r->rtxn == NULL)
+        mrc = mdb_txn_begin(r->env, NULL, MDB_RDONLY, &r->rtxn);
+    else
+        mrc = mdb_txn_renew(r->rtxn);
+    if (mrc != 0) {
+        if (r->rtxn != NULL) {
+            mdb_txn_abort(r->rtxn);  /* begin afresh next time */
+            r->rtxn = NULL;
+        }
+        return router_fail(r, router_mdb_rc(mrc), "read transaction: %s",
+            mdb_strerror(mrc));
+    }
+    return ROUTER_OK;
+}
+
+
+/* router_get - look up one candidate key in the open read txn. */
+static int
+router_get(struct router *r, const char *k, size_t n, MDB_val *val)
+{
+    MDB_val key;
+
+    if (n == 0 || n > ROUTE_KEY_MAX)
+        return MDB_NOTFOUND;        /* no such key can be stored */
+    key.mv_data = (void *)k;
+    key.mv_size = n;
+    return mdb_get(r->rtxn, r->dbi, &key, val);
+}
+
+
+/* router_found - copy a match into res (before the txn is reset). */
+static int
+router_found(struct router *r, enum router_match m, const char *k, size_t n,
+    const MDB_val *val, struct router_result *res)
+{
+    char why[256];
+
+    res->match = m;
+    if (n >= sizeof(res->key))
+        n = sizeof(res->key) - 1;
+    memcpy(res->key, k, n);
+    res->key[n] = '\0';
+    if (val->mv_size >= sizeof(res->value))
+        return router_fail(r, ROUTER_EINVAL, "stored route for key '%s' is "
+            "too long", res->key);
+    memcpy(res->value, val->mv_data, val->mv_size);
+    res->value[val->mv_size] = '\0';
+    if (route_parse(res->value, &res->route, why, sizeof(why)) == -1)
+        return router_fail(r, ROUTER_EINVAL, "stored route for key '%s' is "
+            "malformed: %s", res->key, why);
+    return ROUTER_OK;
+}
+
+
+/* router_lower - ASCII lower-case copy of n bytes. */
+static void
+router_lower(char *dst, const char *src, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        char c = src[i];
+
+        dst[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    }
+}
+
+
+/*
+ * router_search - the lookup order over the lower-cased address in buf:
+ * the whole address, then its domain, then ".parent" suffixes of the
+ * domain from the nearest up.  1 when matched (res filled), 0 when not,
+ * negative on error.
+ */
+static int
+router_search(struct router *r, const char *buf, size_t n, int whole,
+    struct router_result *res)
+{
+    const char *at, *dom, *p;
+    size_t      dn;
+    MDB_val     val;
+    int         mrc;
+
+    if (whole) {
+        mrc = router_get(r, buf, n, &val);
+        if (mrc == 0)
+            return router_found(r, ROUTER_MATCH_ADDRESS, buf, n, &val, res)
+                == ROUTER_OK ? 1 : ROUTER_EINVAL;
+        if (mrc != MDB_NOTFOUND)
+            goto fail;
+    }
+    if ((at = memrchr(buf, '@', n)) == NULL)
+        return 0;                   /* "postmaster": address key only */
+    dom = at + 1;
+    dn = (size_t)(buf + n - dom);
+    if (dn > 0 && dom[dn - 1] == '.')
+        dn--;                       /* "example.org." is example.org */
+    if (dn == 0 || dom[0] == '.')
+        return 0;
+    mrc = router_get(r, dom, dn, &val);
+    if (mrc == 0)
+        return router_found(r, ROUTER_MATCH_DOMAIN, dom, dn, &val, res)
+            == ROUTER_OK ? 1 : ROUTER_EINVAL;
+    if (mrc != MDB_NOTFOUND)
+        goto fail;
+    if (dom[0] == '[')
+        return 0;                   /* address literals have no parents */
+    for (p = dom + 1; p < dom + dn; p++) {
+        if (*p != '.')
+            continue;
+        mrc = router_get(r, p, (size_t)(dom + dn - p), &val);
+        if (mrc == 0)
+            return router_found(r, ROUTER_MATCH_WILDCARD, p,
+                (size_t)(dom + dn - p), &val, res) == ROUTER_OK ? 1 :
+                ROUTER_EINVAL;
+        if (mrc != MDB_NOTFOUND)
+            goto fail;
+    }
+    return 0;
+fail:
+    return router_fail(r, ROUTER_EDB, "mdb_get: %s", mdb_strerror(mrc));
+}
+
+
+int
+router_lookup(struct router *r, const char *address,
+    struct router_result *res)
+{
+    char    buf[ROUTER_ADDR_MAX];
+    const char *at;
+    size_t  n;
+    int     rc;
+
+    if (address == NULL)
+        address = "";
+    n = strlen(address);
+    if (n >= 2 && address[0] == '<' && address[n - 1] == '>') {
+        address++;                  /* "<a@b>" as given in MAIL/RCPT */
+        n -= 2;
+    }
+    rc = 0;
+    if (n > 0) {
+        if ((rc = router_rbegin(r)) != ROUTER_OK)
+            return rc;
+        if (n < sizeof(buf)) {
+            router_lower(buf, address, n);
+            rc = router_search(r, buf, n, 1, res);
+        } else if ((at = memrchr(address, '@', n)) != NULL &&
+            (size_t)(address + n - at) < sizeof(buf)) {
+            /* Too long for any address key; its domain may still match. */
+            n = (size_t)(address + n - at);
+            router_lower(buf, at, n);
+            rc = router_search(r, buf, n, 0, res);
+        }
+        mdb_txn_reset(r->rtxn);     /* release the snapshot at once */
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            return ROUTER_OK;
+    }
+    if (!r->has_default)
+        return router_fail(r, ROUTER_ENOTFOUND, "no route for '%.*s' and no "
+            "default", (int)(n > 200 ? 200 : n), address);
+    res->match = ROUTER_MATCH_DEFAULT;
+    memcpy(res->key, "default", sizeof("default"));
+    memcpy(res->value, r->default_value, strlen(r->default_value) + 1);
+    res->route = r->default_route;
+    return ROUTER_OK;
+}
+
+
+/* router_wbegin - the batch txn if one is open, else a new write txn. */
+static int
+router_wbegin(struct router *r, MDB_txn **txn)
+{
+    int mrc;
+
+    if (r->env == NULL)
+        return router_fail(r, ROUTER_EDB, "%s", router_closed_err);
+    if (r->wtxn != NULL) {
+        *txn = r->wtxn;
+        return ROUTER_OK;
+    }
+    if ((mrc = mdb_txn_begin(r->env, NULL, 0, txn)) != 0)
+        return router_fail(r, router_mdb_rc(mrc), "write transaction: %s",
+            mdb_strerror(mrc));
+    return ROUTER_OK;
+}
+
+
+/* router_wend - commit (or abort on rc < 0) unless inside a batch. */
+static int
+router_wend(struct router *r, MDB_txn *txn, int rc)
+{
+    int mrc;
+
+    if (txn == r->wtxn)
+        return rc;
+    if (rc < 0) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    if ((mrc = mdb_txn_commit(txn)) != 0)
+        return router_fail(r, router_mdb_rc(mrc), "commit: %s",
+            mdb_strerror(mrc));
+    return rc;
+}
+
+
+/* router_check_kv - validate and normalise a key/value pair into kbuf. */
+static int
+router_check_kv(struct router *r, const char *key, const char *value,
+    char *kbuf, size_t kbufsz)
+{
+    char why[256];
+
+    if (route_key_check(key, why, sizeof(why)) == -1)
+        return router_fail(r, ROUTER_EINVAL, "bad key: %s", why);
+    if (value != NULL) {
+        struct route rt;
+
+        if (route_parse(value, &rt, why, sizeof(why)) == -1)
+            return router_fail(r, ROUTER_EINVAL, "bad route for '%s': %s",
+                key, why);
+    }
+    snprintf(kbuf, kbufsz, "%s", key);      /* fits: key was checked */
+    route_key_normalize(kbuf);
+    return ROUTER_OK;
+}
+
+
+int
+router_put(struct router *r, const char *key, const char *value)
+{
+    char    k[ROUTE_KEY_MAX + 1];
+    MDB_txn *txn;
+    MDB_val mk, mv;
+    int     rc, mrc;
+
+    if ((rc = router_check_kv(r, key, value, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    mk.mv_data = k;
+    mk.mv_size = strlen(k);
+    mv.mv_data = (void *)value;
+    mv.mv_size = strlen(value);
+    if ((mrc = mdb_put(txn, r->dbi, &mk, &mv, 0)) != 0)
+        rc = router_fail(r, router_mdb_rc(mrc), "put '%s': %s", k,
+            mdb_strerror(mrc));
+    return router_wend(r, txn, rc);
+}
+
+
+int
+router_del(struct router *r, const char *key)
+{
+    char    k[ROUTE_KEY_MAX + 1];
+    MDB_txn *txn;
+    MDB_val mk;
+    int     rc, mrc;
+
+    if ((rc = router_check_kv(r, key, NULL, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    mk.mv_data = k;
+    mk.mv_size = strlen(k);
+    mrc = mdb_del(txn, r->dbi, &mk, NULL);
+    if (mrc == MDB_NOTFOUND)
+        rc = router_fail(r, ROUTER_ENOTFOUND, "no such key '%s'", k);
+    else if (mrc != 0)
+        rc = router_fail(r, router_mdb_rc(mrc), "del '%s': %s", k,
+            mdb_strerror(mrc));
+    if (rc == ROUTER_ENOTFOUND && txn != r->wtxn) {
+        mdb_txn_abort(txn);         /* nothing changed; not a failure of */
+        return rc;                  /* the batch either */
+    }
+    return router_wend(r, txn, rc);
+}
+
+
+int
+router_each(struct router *r,
+    int (*fn)(const char *key, const char *value, void *arg), void *arg)
+{
+    char        k[ROUTE_KEY_MAX + 1], v[ROUTE_VALUE_MAX + 1];
+    MDB_cursor *cur;
+    MDB_val     mk, mv;
+    int         rc, mrc;
+
+    if ((rc = router_rbegin(r)) != ROUTER_OK)
+        return rc;
+    if ((mrc = mdb_cursor_open(r->rtxn, r->dbi, &cur)) != 0) {
+        mdb_txn_reset(r->rtxn);
+        return router_fail(r, router_mdb_rc(mrc), "mdb_cursor_open: %s",
+            mdb_strerror(mrc));
+    }
+    rc = ROUTER_OK;
+    for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
+        mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
+        if (mk.mv_size >= sizeof(k) || mv.mv_size >= sizeof(v)) {
+            rc = router_fail(r, ROUTER_EINVAL, "oversized entry in the db "
+                "(key %.40s...)", (const char *)mk.mv_data);
+            break;
+        }
+        memcpy(k, mk.mv_data, mk.mv_size);
+        k[mk.mv_size] = '\0';
+        memcpy(v, mv.mv_data, mv.mv_size);
+        v[mv.mv_size] = '\0';
+        if (fn(k, v, arg) != 0)
+            break;
+    }
+    if (rc == ROUTER_OK && mrc != 0 && mrc != MDB_NOTFOUND)
+        rc = router_fail(r, router_mdb_rc(mrc), "mdb_cursor_get: %s",
+            mdb_strerror(mrc));
+    mdb_cursor_close(cur);
+    mdb_txn_reset(r->rtxn);
+    return rc;
+}
+
+
+void
+router_reader_check(struct router *r)
+{
+    int dead;
+
+    if (r != NULL && r->env != NULL)
+        mdb_reader_check(r->env, &dead);
+}
+
+
+int
+router_begin(struct router *r)
+{
+    MDB_txn *txn;
+    int      rc;
+
+    if (r->wtxn != NULL)
+        return router_fail(r, ROUTER_EINVAL, "a batch is already open");
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    r->wtxn = txn;
+    return ROUTER_OK;
+}
+
+
+int
+router_commit(struct router *r)
+{
+    MDB_txn *txn = r->wtxn;
+    int      mrc;
+
+    if (txn == NULL)
+        return router_fail(r, ROUTER_EINVAL, "no batch open");
+    r->wtxn = NULL;
+    if ((mrc = mdb_txn_commit(txn)) != 0)
+        return router_fail(r, router_mdb_rc(mrc), "commit: %s",
+            mdb_strerror(mrc));
+    return ROUTER_OK;
+}
+
+
+void
+router_abort(struct router *r)
+{
+    if (r != NULL && r->wtxn != NULL) {
+        mdb_txn_abort(r->wtxn);
+        r->wtxn = NULL;
+    }
+}
+
+
+int
+router_clear(struct router *r)
+{
+    MDB_txn *txn;
+    int      rc, mrc;
+
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    if ((mrc = mdb_drop(txn, r->dbi, 0)) != 0)
+        rc = router_fail(r, router_mdb_rc(mrc), "mdb_drop: %s",
+            mdb_strerror(mrc));
+    return router_wend(r, txn, rc);
+}
+
+
+int
+router_load_static(struct router *r, const struct config_route *routes,
+    size_t n)
+{
+    char    why[256];
+    size_t  i;
+    int     rc, own;
+
+    for (i = 0; i < n; i++) {       /* check all before writing any */
+        struct route rt;
+
+        if (route_key_check(routes[i].key, why, sizeof(why)) == -1 ||
+            route_parse(routes[i].route, &rt, why, sizeof(why)) == -1)
+            return router_fail(r, ROUTER_EINVAL, "routes.static line %d: %s",
+                routes[i].line, why);
+    }
+    own = r->wtxn == NULL;
+    if (own && (rc = router_begin(r)) != ROUTER_OK)
+        return rc;
+    for (i = 0; i < n; i++)
+        if ((rc = router_put(r, routes[i].key, routes[i].route)) !=
+            ROUTER_OK) {
+            if (own)
+                router_abort(r);
+            return rc;
+        }
+    return own ? router_commit(r) : ROUTER_OK;
+}

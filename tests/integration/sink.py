@@ -1,0 +1,293 @@
+"""A test SMTP sink: records every message mtad relays to it.
+
+Raw asyncio in a background thread (no aiosmtpd: the tests need to steer
+the sink's answers exactly).  It speaks enough ESMTP for a relay client:
+EHLO/HELO, MAIL, RCPT, DATA (with dot-unstuffing), BDAT (when CHUNKING is
+offered), RSET, NOOP, QUIT, and PIPELINING (commands are answered in order
+as they arrive, so pipelined batches just work).
+
+Steering (attributes; change them any time, they are read per command):
+  fail_first   answer `fail_code` to the first K end-of-data replies
+  fail_code    default "451 4.3.0 try again later"
+  reject       set of recipient addresses answered "550 5.1.1 ..."
+  data_delay   seconds to wait before answering the end of data
+  caps         EHLO keywords offered (default PIPELINING, 8BITMIME,
+               SMTPUTF8, DSN, SIZE, ENHANCEDSTATUSCODES)
+
+Run as a module for manual tests: python3 -m sink --port 2526
+"""
+import asyncio
+import threading
+import time
+
+DEFAULT_CAPS = ("PIPELINING", "SIZE 104857600", "8BITMIME", "SMTPUTF8",
+                "DSN", "ENHANCEDSTATUSCODES")
+
+
+class Message:
+    def __init__(self, mail_from, mail_params, rcpt_tos, rcpt_params, data,
+                 peer, conn_id):
+        self.mail_from = mail_from
+        self.mail_params = mail_params
+        self.rcpt_tos = rcpt_tos
+        self.rcpt_params = rcpt_params
+        self.data = data
+        self.peer = peer
+        self.conn_id = conn_id
+
+    def __repr__(self):
+        return "<Message from=%r to=%r %d bytes>" % (
+            self.mail_from, self.rcpt_tos, len(self.data))
+
+
+def _path(arg):
+    """'FROM:<a@b> SIZE=1' -> ('a@b', ['SIZE=1'])."""
+    _, _, rest = arg.partition(":")
+    rest = rest.strip()
+    if rest.startswith("<"):
+        end = rest.find(">")
+        addr = rest[1:end]
+        params = rest[end + 1:].split()
+    else:
+        parts = rest.split()
+        addr = parts[0] if parts else ""
+        params = parts[1:]
+    return addr, params
+
+
+class Sink:
+    def __init__(self, host="127.0.0.1", port=0, caps=DEFAULT_CAPS,
+                 name="sink.test"):
+        self.host = host
+        self.port = port
+        self.caps = list(caps)
+        self.name = name
+        self.fail_first = 0
+        self.fail_code = "451 4.3.0 try again later"
+        self.reject = set()
+        self.data_delay = 0.0
+        self.messages = []
+        self.connections = 0
+        self.transactions = 0       # end-of-data replies given
+        self.events = []            # ("data_started", conn_id) etc.
+        self._lock = threading.Lock()
+        self._loop = None
+        self._server = None
+        self._thread = None
+        self._ready = threading.Event()
+
+    # ---- lifecycle ----
+    def start(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("sink did not start")
+        return self
+
+    def _run(self):
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(
+            self._session, self.host, self.port, limit=1 << 24))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        self._server.close()
+        pending = asyncio.all_tasks(self._loop)
+        for t in pending:
+            t.cancel()
+        self._loop.run_until_complete(asyncio.gather(
+            *pending, return_exceptions=True))
+        self._loop.close()
+
+    def stop(self):
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    @property
+    def route(self):
+        return "smtp:[%s]:%d" % (self.host, self.port)
+
+    # ---- queries ----
+    def received(self):
+        with self._lock:
+            return list(self.messages)
+
+    def wait_for(self, n, timeout=30.0):
+        """Wait until at least n messages arrived; returns them."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with self._lock:
+                if len(self.messages) >= n:
+                    return list(self.messages)
+            time.sleep(0.05)
+        with self._lock:
+            raise AssertionError("sink got %d messages, wanted %d" % (
+                len(self.messages), n))
+
+    def wait_event(self, kind, timeout=30.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with self._lock:
+                for e in self.events:
+                    if e[0] == kind:
+                        return e
+            time.sleep(0.02)
+        raise AssertionError("no %s event" % kind)
+
+    def messages_to(self, addr):
+        return [m for m in self.received() if addr in m.rcpt_tos]
+
+    # ---- the protocol ----
+    async def _session(self, reader, writer):
+        with self._lock:
+            self.connections += 1
+            conn_id = self.connections
+        peer = writer.get_extra_info("peername")
+        state = {"from": None, "fparams": [], "rcpts": [], "rparams": [],
+                 "bdat": bytearray()}
+
+        def reset():
+            state.update({"from": None, "fparams": [], "rcpts": [],
+                          "rparams": [], "bdat": bytearray()})
+
+        async def reply(line):
+            writer.write(line.encode() + b"\r\n")
+            await writer.drain()
+
+        try:
+            await reply("220 %s ESMTP test sink" % self.name)
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                verb, _, arg = text.partition(" ")
+                verb = verb.upper()
+                if verb == "EHLO":
+                    lines = [self.name] + list(self.caps)
+                    out = ["250-%s" % l for l in lines[:-1]]
+                    out.append("250 %s" % lines[-1])
+                    await reply("\r\n".join(out))
+                elif verb == "HELO":
+                    await reply("250 %s" % self.name)
+                elif verb == "MAIL":
+                    reset()
+                    addr, params = _path(arg)
+                    state["from"], state["fparams"] = addr, params
+                    await reply("250 2.1.0 Ok")
+                elif verb == "RCPT":
+                    addr, params = _path(arg)
+                    if state["from"] is None:
+                        await reply("503 5.5.1 need MAIL")
+                    elif addr in self.reject:
+                        await reply("550 5.1.1 <%s>: Recipient address "
+                                    "rejected: no such user" % addr)
+                    else:
+                        state["rcpts"].append(addr)
+                        state["rparams"].append(params)
+                        await reply("250 2.1.5 Ok")
+                elif verb == "DATA":
+                    if not state["rcpts"]:
+                        await reply("554 5.5.1 no valid recipients")
+                        continue
+                    await reply("354 End data with <CR><LF>.<CR><LF>")
+                    with self._lock:
+                        self.events.append(("data_started", conn_id))
+                    data = await self._read_data(reader)
+                    if data is None:
+                        return
+                    await self._end_of_data(reply, state, data, peer,
+                                            conn_id, reader)
+                    reset()
+                elif verb == "BDAT":
+                    parts = arg.split()
+                    size = int(parts[0])
+                    last = len(parts) > 1 and parts[1].upper() == "LAST"
+                    chunk = await reader.readexactly(size)
+                    state["bdat"] += chunk
+                    if not last:
+                        await reply("250 2.0.0 %d octets received" % size)
+                        continue
+                    if not state["rcpts"]:
+                        await reply("554 5.5.1 no valid recipients")
+                        reset()
+                        continue
+                    with self._lock:
+                        self.events.append(("data_started", conn_id))
+                    await self._end_of_data(reply, state,
+                                            bytes(state["bdat"]), peer,
+                                            conn_id, reader)
+                    reset()
+                elif verb == "RSET":
+                    reset()
+                    await reply("250 2.0.0 Ok")
+                elif verb == "NOOP":
+                    await reply("250 2.0.0 Ok")
+                elif verb == "QUIT":
+                    await reply("221 2.0.0 Bye")
+                    return
+                else:
+                    await reply("502 5.5.2 command not recognized")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def _read_data(self, reader):
+        """Read until CRLF.CRLF; undo dot-stuffing."""
+        out = bytearray()
+        while True:
+            line = await reader.readline()
+            if not line:
+                return None
+            if line == b".\r\n":
+                return bytes(out)
+            if line.startswith(b"."):
+                line = line[1:]
+            out += line
+
+    async def _end_of_data(self, reply, state, data, peer, conn_id,
+                           reader):
+        if self.data_delay:
+            await asyncio.sleep(self.data_delay)
+            if reader.at_eof():
+                # the client went away before our reply: like a real MTA
+                # that never said 250, we do not keep the message
+                with self._lock:
+                    self.events.append(("dropped", conn_id))
+                return
+        with self._lock:
+            self.transactions += 1
+            failing = self.fail_first > 0
+            if failing:
+                self.fail_first -= 1
+        if failing:
+            await reply(self.fail_code)
+            return
+        msg = Message(state["from"], state["fparams"], list(state["rcpts"]),
+                      list(state["rparams"]), data, peer, conn_id)
+        with self._lock:
+            self.messages.append(msg)
+            n = len(self.messages)
+        await reply("250 2.0.0 Ok: queued as S%d" % n)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=2526)
+    a = ap.parse_args()
+    s = Sink(port=a.port).start()
+    print("sink on", s.route)
+    try:
+        while True:
+            time.sleep(1)
+            print(len(s.received()), "messages")
+    except KeyboardInterrupt:
+        s.stop()

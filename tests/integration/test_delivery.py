@@ -1,0 +1,256 @@
+"""Delivery end to end: mtad accepts, routes and relays to test sinks
+(sink.py), retries, bounces, delivers into Maildirs, survives a killed
+worker and a restart.  Loopback only; every wait is bounded."""
+import os
+import signal
+import smtplib
+import threading
+import time
+
+import pytest
+
+from delivery_util import (closed_port, make_message, maildir_files, send,
+                           sink, sink_factory, strip_received, wait_until,
+                           worker_pid_of)
+from conftest import MTACTL
+
+__all__ = ["sink", "sink_factory"]     # fixtures used by name below
+
+
+def start(mtad_factory, default_route, static=None, **over):
+    cfg = {"routes": {"default": default_route}}
+    if static:
+        cfg["routes"]["static"] = static
+    for k, v in over.items():
+        cfg.setdefault(k, {}).update(v)
+    return mtad_factory(cfg).start()
+
+
+def test_thousand_messages_arrive_once_each_byte_identical(mtad_factory,
+                                                           sink):
+    m = start(mtad_factory, sink.route)
+    n_conn, per_conn = 4, 250
+    sent = {}
+    errors = []
+
+    def client(c):
+        try:
+            s = m.smtp(timeout=30)
+            s.ehlo("client.test")
+            for k in range(per_conn):
+                n = c * per_conn + k
+                extra = b""
+                if n % 7 == 0:
+                    extra += b".leading dot\r\n..two dots\r\n.\r\nend\r\n"
+                if n % 11 == 0:
+                    extra += "8-bit caf\u00e9\r\n".encode()
+                msg = make_message(n, extra)
+                sent[n] = msg
+                s.sendmail("sender@example.org", ["rcpt%d@example.net" % n],
+                           msg)
+            s.quit()
+        except Exception as e:      # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,))
+               for c in range(n_conn)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    total = n_conn * per_conn
+    got = sink.wait_for(total, timeout=120)
+    # let stragglers (duplicates) show up, then count exactly
+    time.sleep(0.5)
+    got = sink.received()
+    seen = {}
+    for msg in got:
+        assert len(msg.rcpt_tos) == 1
+        n = int(msg.rcpt_tos[0][len("rcpt"):].split("@")[0])
+        seen[n] = seen.get(n, 0) + 1
+        received, rest = strip_received(msg.data)
+        assert rest == sent[n], "message %d differs" % n
+        assert msg.mail_from == "sender@example.org"
+    assert sorted(seen) == list(range(total))
+    assert all(v == 1 for v in seen.values()), \
+        [n for n, v in seen.items() if v != 1]
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    # connections were reused: far fewer than one per message
+    assert sink.connections < total / 4, sink.connections
+
+
+def test_temporary_failure_then_delivered_on_retry(mtad_factory, sink):
+    sink.fail_first = 1
+    m = start(mtad_factory, sink.route)
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    got = sink.wait_for(1, timeout=30)
+    assert len(got) == 1
+    text = m.wait_log("%s: to=<b@example.net>" % qid)
+    m.wait_log("status=sent")
+    text = m.log_text()
+    assert "%s: to=<b@example.net>, relay=127.0.0.1[127.0.0.1]:%d" % (
+        qid, sink.port) in text
+    assert "status=deferred (451 4.3.0 try again later)" in text
+    assert sink.transactions == 2
+    assert wait_until(lambda: m.queue_ids() == [], 10)
+
+
+def test_permanent_failure_sends_a_dsn_to_the_sender(mtad_factory,
+                                                     sink_factory):
+    remote = sink_factory()
+    home = sink_factory()
+    remote.reject = {"bad@remote.test"}
+    m = start(mtad_factory, remote.route, static={"home.test": home.route})
+    msg = make_message(7, b"the body text\r\n")
+    qid = send(m, "alice@home.test", ["bad@remote.test", "ok@remote.test"],
+               msg)
+    ok = remote.wait_for(1, timeout=20)
+    assert ok[0].rcpt_tos == ["ok@remote.test"]
+    dsn = home.wait_for(1, timeout=20)[0]
+    assert dsn.mail_from == ""
+    assert dsn.rcpt_tos == ["alice@home.test"]
+    body = dsn.data.decode("utf-8", "replace")
+    assert "multipart/report; report-type=delivery-status" in body
+    assert "Final-Recipient: rfc822; bad@remote.test\r\n" in body
+    assert "Action: failed\r\n" in body
+    assert "Status: 5.1.1\r\n" in body
+    assert "Diagnostic-Code: smtp; 550 5.1.1" in body
+    assert "ok@remote.test" not in body.split("message/delivery-status")[1] \
+        .split("text/rfc822-headers")[0]
+    # default RET: headers only
+    assert "X-Serial: 7" in body
+    assert "the body text" not in body
+    m.wait_log("%s: to=<bad@remote.test>" % qid)
+    assert "status=bounced (550 5.1.1" in m.log_text()
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+
+
+def test_null_sender_failure_is_not_bounced(mtad_factory, sink_factory):
+    remote = sink_factory()
+    home = sink_factory()
+    remote.reject = {"bad@remote.test"}
+    m = start(mtad_factory, remote.route, static={"home.test": home.route})
+    qid = send(m, "", ["bad@remote.test"], make_message(8))
+    m.wait_log("%s: bounce for null sender dropped" % qid)
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    time.sleep(0.5)
+    assert home.received() == []
+    assert remote.received() == []
+
+
+def test_maildir_delivery(mtad_factory, workdir):
+    md = os.path.join(workdir, "Maildir")
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port(),
+              static={"local.test": "maildir:" + md})
+    msg = make_message(9, b".dotted\r\nline\r\n")
+    qid = send(m, "alice@example.org", ["bob@local.test"], msg)
+    files = wait_until(lambda: maildir_files(md), 20)
+    assert len(files) == 1, files
+    data = open(files[0], "rb").read()
+    head = b"Return-Path: <alice@example.org>\nDelivered-To: bob@local.test\n"
+    assert data.startswith(head)
+    received, rest = strip_received(data[len(head):].replace(b"\n", b"\r\n"))
+    assert rest == msg
+    assert os.listdir(os.path.join(md, "tmp")) == []
+    assert os.path.isdir(os.path.join(md, "cur"))
+    m.wait_log("%s: to=<bob@local.test>, relay=local" % qid)
+    assert wait_until(lambda: m.queue_ids() == [], 10)
+
+
+@pytest.mark.skipif(not (os.path.isfile(MTACTL) and os.access(MTACTL, os.X_OK)),
+                    reason="no mtactl binary")
+def test_route_change_with_mtactl_takes_effect_without_reload(
+        mtad_factory, sink_factory):
+    a = sink_factory()
+    b = sink_factory()
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port(),
+              static={"dyn.test": a.route})
+    send(m, "x@example.org", ["u@dyn.test"], make_message(1))
+    assert a.wait_for(1, timeout=20)[0].rcpt_tos == ["u@dyn.test"]
+    r = m.ctl("route", "add", "dyn.test", b.route)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    send(m, "x@example.org", ["u@dyn.test"], make_message(2))
+    got = b.wait_for(1, timeout=20)
+    assert b"X-Serial: 2" in got[0].data
+    assert len(a.received()) == 1
+
+
+def test_failover_to_second_host_when_first_refuses(mtad_factory, sink):
+    dead = closed_port()
+    route = "smtp:[127.0.0.1]:%d,smtp:[127.0.0.1]:%d" % (dead, sink.port)
+    m = start(mtad_factory, route)
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(3))
+    got = sink.wait_for(1, timeout=20)
+    assert b"X-Serial: 3" in got[0].data
+    text = m.wait_log("%s: to=<b@example.net>" % qid)
+    assert "status=sent" in text
+    assert "127.0.0.1[127.0.0.1]:%d: Connection refused" % dead in text
+    # delivered on the first attempt: never deferred
+    assert "%s: to=<b@example.net>, relay=none" % qid not in text
+    assert "status=deferred" not in text
+
+
+def test_kill_worker_during_delivery_then_delivered(mtad_factory, sink):
+    sink.data_delay = 3.0
+    m = start(mtad_factory, sink.route)
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(4))
+    sink.wait_event("data_started", timeout=20)
+    pid = worker_pid_of(m, qid)
+    assert pid in m.children()
+    os.kill(pid, signal.SIGKILL)
+    sink.data_delay = 0
+    got = sink.wait_for(1, timeout=30)
+    assert any(b"X-Serial: 4" in g.data for g in got)
+    assert wait_until(lambda: m.queue_ids() == [], 15), m.queue_ids()
+    assert m.proc.poll() is None
+
+
+def test_restart_with_queued_messages_delivers_them(mtad_factory, sink):
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port())
+    ids = [send(m, "a@example.org", ["r%d@example.net" % i],
+                make_message(i)) for i in range(3)]
+    for qid in ids:
+        m.wait_log("%s: to=<r" % qid)
+    assert "status=deferred" in m.log_text()
+    m.stop()
+    assert m.proc.returncode is not None
+    assert sorted(m.queue_ids()) == sorted(ids)
+    m.cfg["routes"]["default"] = sink.route
+    m.write_config()
+    m.start()
+    got = sink.wait_for(3, timeout=30)
+    assert sorted(g.rcpt_tos[0] for g in got) == [
+        "r%d@example.net" % i for i in range(3)]
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+
+
+def test_bdat_when_chunking_is_offered(mtad_factory, sink_factory):
+    from sink import DEFAULT_CAPS
+    s = sink_factory(caps=DEFAULT_CAPS + ("CHUNKING",))
+    m = start(mtad_factory, s.route)
+    msg = make_message(5, b".a dot line\r\n\r\n.\r\nno final newline")
+    send(m, "a@example.org", ["b@example.net"], msg)
+    got = s.wait_for(1, timeout=20)
+    _, rest = strip_received(got[0].data)
+    # smtplib appends the CRLF the DATA end needs
+    assert rest == msg + b"\r\n"
+
+
+def test_smtputf8_needed_but_not_offered_bounces_5_6_7(mtad_factory,
+                                                      sink_factory):
+    remote = sink_factory(caps=("PIPELINING", "8BITMIME"))
+    home = sink_factory()
+    m = start(mtad_factory, remote.route, static={"home.test": home.route})
+    s = m.smtp()
+    s.ehlo("client.test")
+    code, _ = s.mail("alice@home.test", ["SMTPUTF8", "BODY=8BITMIME"])
+    assert code == 250
+    code, _ = s.rcpt("j\u00f6rg@remote.test")
+    assert code == 250
+    code, _ = s.data(make_message(6))
+    assert code == 250
+    s.quit()
+    dsn = home.wait_for(1, timeout=20)[0]
+    assert "Status: 5.6.7" in dsn.data.decode("utf-8", "replace")
+    assert remote.received() == []

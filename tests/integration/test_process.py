@@ -1,0 +1,377 @@
+"""The process model (issue 2): master, workers, log process, supervision,
+reload, shutdown, privileges, sd_notify, mtad -t and the core of mtactl.
+
+Real processes on loopback with random ports and temporary directories
+(fixtures in conftest.py; /proc helpers in process_util.py).
+"""
+import os
+import pwd
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import IS_ROOT, MTAD, USER
+from process_util import (alive, children, children_by_comm, comm, greet,
+                          parse_status, proc_status, wait_for, workers)
+
+
+def worker_set(m, n):
+    """Waits until exactly n workers exist and the master reports each of
+    them ready (so they have dropped privileges); returns their pids."""
+    def ready():
+        w = sorted(workers(m.pid))
+        if len(w) != n:
+            return None
+        r = m.ctl("status")
+        if r.returncode != 0:
+            return None
+        _, ws = parse_status(r.stdout)
+        st = {int(x["pid"]): x["state"] for x in ws}
+        return w if all(st.get(p) == "running" for p in w) else None
+    return wait_for(ready, what="%d ready workers" % n)
+
+
+def test_listener_answers_220(mtad):
+    _, data = greet(mtad.port)
+    assert data.startswith(b"220 ")
+
+
+def test_ipv6_listener(mtad_factory):
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    m = mtad_factory()
+    from conftest import free_port
+    p6 = free_port("::1")
+    m.cfg["server"]["listen"].append("[::1]:%d" % p6)
+    m.write_config()
+    m.start()
+    _, data = greet(p6, host="::1")
+    assert data.startswith(b"220 ")
+
+
+def test_worker_count_titles_and_status(mtad_factory):
+    m = mtad_factory({"server": {"workers": 3}}).start()
+    pids = worker_set(m, 3)
+    logd = children_by_comm(m.pid, "mtad: logd")
+    assert len(logd) == 1
+    assert comm(m.pid) == "mtad: master"
+    assert sorted(children(m.pid)) == sorted(pids + logd)
+    r = m.ctl("status", check=True)
+    head, ws = parse_status(r.stdout)
+    assert int(head["pid"]) == m.pid
+    assert head["workers"] == "3"
+    assert sorted(int(w["pid"]) for w in ws) == pids
+    assert sorted(int(w["shard"]) for w in ws) == [0, 1, 2]
+    assert head["logd"].startswith("pid=%d " % logd[0])
+    assert "queue" in head and "rate" in head and "load" in head
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="privilege drop needs root")
+def test_children_run_as_configured_user(mtad):
+    pw = pwd.getpwnam(USER)
+    kids = worker_set(mtad, 2) + children_by_comm(mtad.pid, "mtad: logd")
+    assert len(kids) == 3
+    for pid in kids:
+        st = proc_status(pid)
+        assert st["Uid"].split() == [str(pw.pw_uid)] * 4, (pid, st["Uid"])
+        assert st["Gid"].split() == [str(pw.pw_gid)] * 4, (pid, st["Gid"])
+        assert "0" not in st["Groups"].split()
+        assert st["NoNewPrivs"] == "1"
+        assert st["CapEff"] == "0000000000000000"
+    # The master stays root: it binds new addresses on reload.
+    assert proc_status(mtad.pid)["Uid"].split()[1] == "0"
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="user look-up happens only as root")
+def test_missing_user_is_a_clear_error(mtad_factory):
+    m = mtad_factory({"server": {"user": "mtad-no-such-user"}})
+    m.start(wait=False)
+    rc = m.proc.wait(15)
+    assert rc == 67                                  # EX_NOUSER
+    assert "no such user 'mtad-no-such-user'" in m.stderr_text()
+
+
+def test_killed_worker_is_replaced(mtad):
+    before = worker_set(mtad, 2)
+    victim = before[0]
+    os.kill(victim, signal.SIGKILL)
+    after = wait_for(lambda: (lambda w: w if len(w) == 2 and victim not in w
+                              else None)(workers(mtad.pid)),
+                     what="a replacement worker")
+    assert victim not in after
+    text = mtad.wait_log("(pid %d) exited on signal 9" % victim)
+    assert "restarting" in text
+    # The replacement serves: every worker can answer (bounded attempts).
+    for _ in range(10):
+        _, data = greet(mtad.port)
+        assert data.startswith(b"220 ")
+    head, ws = parse_status(mtad.ctl("status", check=True).stdout)
+    assert sorted(int(w["pid"]) for w in ws) == sorted(after)
+    assert sorted(int(w["shard"]) for w in ws) == [0, 1]
+
+
+class Hammer(threading.Thread):
+    """Connects in a bounded loop and records every outcome."""
+
+    def __init__(self, port, limit=5000):
+        super().__init__(daemon=True)
+        self.port, self.limit = port, limit
+        self.stop_flag = threading.Event()
+        self.ok = 0
+        self.errors = []
+
+    def run(self):
+        deadline = time.time() + 60
+        for _ in range(self.limit):
+            if self.stop_flag.is_set() or time.time() > deadline:
+                break
+            try:
+                _, data = greet(self.port, timeout=10)
+                if data.startswith(b"220 "):
+                    self.ok += 1
+                else:
+                    self.errors.append(("no greeting", data))
+            except OSError as e:
+                self.errors.append((type(e).__name__, str(e)))
+
+
+def test_sighup_new_worker_count_without_refusals(mtad):
+    old = worker_set(mtad, 2)
+    h = Hammer(mtad.port)
+    h.start()
+    wait_for(lambda: h.ok >= 20, what="client traffic")
+    mtad.cfg["server"]["workers"] = 4
+    mtad.write_config()
+    os.kill(mtad.pid, signal.SIGHUP)
+    new = wait_for(lambda: (lambda w: w if len(w) == 4 and
+                            not set(w) & set(old) else None)(
+                                workers(mtad.pid)),
+                   timeout=20, what="4 new-generation workers")
+    served = h.ok
+    # Longer than the client's own 10 s timeout, so that a stalled
+    # connection shows up below as the error it is.
+    wait_for(lambda: h.ok >= served + 20, timeout=30,
+             what="traffic after the swap")
+    h.stop_flag.set()
+    h.join(30)
+    assert not h.is_alive()
+    assert h.errors == [], h.errors[:5]
+    assert len(new) == 4
+    head, ws = parse_status(mtad.ctl("status", check=True).stdout)
+    assert head["generation"] == "2"
+    assert sorted(int(w["pid"]) for w in ws) == sorted(new)
+    mtad.wait_log("reload done: generation 2 serving with 4 workers")
+
+
+def test_sighup_broken_config_keeps_serving(mtad):
+    before = worker_set(mtad, 2)
+    with open(mtad.cfg_path, "a") as f:
+        f.write("bogus_section:\n  x: 1\n")
+    os.kill(mtad.pid, signal.SIGHUP)
+    text = mtad.wait_log("reload rejected; generation 1 keeps serving")
+    assert re.search(r"reload rejected: .*relay\.yaml:\d+:\d+: ", text)
+    _, data = greet(mtad.port)
+    assert data.startswith(b"220 ")
+    assert sorted(workers(mtad.pid)) == before
+
+
+def test_sigterm_stops_everything(mtad):
+    pids = [mtad.pid] + children(mtad.pid)
+    assert len(pids) == 4                            # master, 2 workers, logd
+    assert os.path.exists(mtad.pid_file)
+    with open(mtad.pid_file) as f:
+        assert int(f.read()) == mtad.pid
+    mtad.proc.send_signal(signal.SIGTERM)
+    assert mtad.proc.wait(20) == 0
+    wait_for(lambda: not any(alive(p) for p in pids), what="all processes gone")
+    assert not os.path.exists(mtad.pid_file)
+    assert not os.path.exists(mtad.sock)
+    text = mtad.log_text()
+    assert "stop requested" in text and "mtad exits" in text
+
+
+def test_killed_master_leaves_no_orphans(mtad):
+    kids = worker_set(mtad, 2) + children_by_comm(mtad.pid, "mtad: logd")
+    mtad.proc.kill()
+    mtad.proc.wait(5)
+    # PR_SET_PDEATHSIG makes this immediate; a second is the issue's bound.
+    wait_for(lambda: not any(alive(p) for p in kids), timeout=1.0,
+             step=0.02, what="workers gone after the master died")
+    with pytest.raises(OSError):
+        greet(mtad.port, timeout=2)
+
+
+def test_worker_records_in_order_per_worker(mtad_factory):
+    m = mtad_factory({"server": {"workers": 3}}).start()
+    worker_set(m, 3)
+    ports = [greet(m.port)[0] for _ in range(60)]
+    pat = re.compile(r"^(\S+) mtad\[(\d+)\]: worker \d+: connect from "
+                     r"\[127\.0\.0\.1\]:(\d+)$", re.M)
+
+    def ours():
+        found = [(t, int(pid), int(p)) for t, pid, p in pat.findall(
+            m.log_text()) if int(p) in ports]
+        return found if len(found) >= len(ports) else None
+
+    recs = wait_for(ours, what="a connect record per connection")
+    assert sorted(p for _, _, p in recs) == sorted(ports)
+    order = {p: i for i, p in enumerate(ports)}
+    by_pid = {}
+    for t, pid, p in recs:
+        by_pid.setdefault(pid, []).append((t, order[p]))
+    assert set(by_pid) <= set(workers(m.pid))
+    for pid, seq in by_pid.items():
+        idx = [i for _, i in seq]
+        assert idx == sorted(idx), (pid, idx)
+        stamps = [t for t, _ in seq]
+        assert stamps == sorted(stamps), (pid, stamps)
+
+
+def test_sigusr1_reopens_log(mtad):
+    mtad.wait_log("ready: generation 1")
+    rotated = mtad.log + ".1"
+    os.rename(mtad.log, rotated)
+    os.kill(mtad.pid, signal.SIGUSR1)
+    wait_for(lambda: os.path.exists(mtad.log), what="a new log file")
+    port, _ = greet(mtad.port)
+    text = mtad.wait_log("connect from [127.0.0.1]:%d" % port)
+    assert "(re)opened" in text
+    with open(rotated) as f:
+        assert "connect from [127.0.0.1]:%d" % port not in f.read()
+
+
+def test_mtad_t_good_and_bad(mtad_factory):
+    m = mtad_factory()
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "%s: ok" % m.cfg_path
+    m.cfg["limits"] = {"max_message_size": "5X"}
+    m.write_config()
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 1
+    assert re.search(r"relay\.yaml:\d+:\d+: limits\.max_message_size: ",
+                     r.stderr), r.stderr
+    assert "ok" not in r.stdout
+
+
+def test_mtad_usage_and_bad_config_exit_codes(mtad_factory):
+    r = subprocess.run([MTAD, "-x"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 64 and "usage:" in r.stderr
+    r = subprocess.run([MTAD, "-h"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and "exit codes" in r.stdout
+    m = mtad_factory({"server": {"workers": "many"}})
+    r = subprocess.run([MTAD, "-f", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 78 and "server.workers" in r.stderr
+
+
+def test_mtactl_check(mtad_factory):
+    m = mtad_factory()
+    r = m.ctl("check")
+    assert r.returncode == 0 and r.stdout.strip() == "%s: ok" % m.cfg_path
+    m.cfg["server"]["workers"] = "many"
+    m.write_config()
+    r = m.ctl("check")
+    assert r.returncode == 1 and "server.workers" in r.stderr
+
+
+def test_mtactl_reload_waits_for_outcome(mtad):
+    old = worker_set(mtad, 2)
+    mtad.cfg["server"]["workers"] = 3
+    mtad.write_config()
+    r = mtad.ctl("reload")
+    assert r.returncode == 0, r.stderr
+    assert "reloaded: generation 2, 3 workers" in r.stdout
+    head, ws = parse_status(mtad.ctl("status", check=True).stdout)
+    gen2 = [w for w in ws if w["gen"] == "2"]
+    assert len(gen2) == 3 and all(w["state"] == "running" for w in gen2)
+    assert not {int(w["pid"]) for w in gen2} & set(old)
+    # A broken file: rejected, exit 1 with the error, generation 2 serves.
+    with open(mtad.cfg_path, "a") as f:
+        f.write("nonsense: [\n")
+    r = mtad.ctl("reload")
+    assert r.returncode == 1
+    assert "rejected" in r.stderr and "relay.yaml:" in r.stderr
+    _, data = greet(mtad.port)
+    assert data.startswith(b"220 ")
+    head, _ = parse_status(mtad.ctl("status", check=True).stdout)
+    assert head["generation"] == "2"
+
+
+def test_mtactl_stop_and_errors(mtad):
+    r = mtad.ctl("stop")
+    assert r.returncode == 0, r.stderr
+    assert mtad.proc.wait(20) == 0
+    assert not os.path.exists(mtad.pid_file)
+    r = mtad.ctl("status")
+    assert r.returncode == 1
+    assert "cannot connect to %s" % mtad.sock in r.stderr
+    assert "is mtad running?" in r.stderr
+    assert mtad.ctl("frobnicate").returncode == 2
+
+
+def test_mtactl_kick_forwards(mtad):
+    r = mtad.ctl("kick", "*", check=True)
+    assert "sent to 2 workers" in r.stdout
+    assert mtad.ctl("kick", "not-an-id").returncode == 1
+
+
+def test_daemon_mode_writes_pid_file(mtad_factory):
+    m = mtad_factory()
+    r = subprocess.run([MTAD, "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    with open(m.pid_file) as f:
+        pid = int(f.read())
+    try:
+        assert alive(pid) and comm(pid) == "mtad: master"
+        _, data = greet(m.port)
+        assert data.startswith(b"220 ")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not alive(pid), timeout=20, what="daemon gone")
+    wait_for(lambda: not os.path.exists(m.pid_file), what="pid file removed")
+
+
+def test_sd_notify(mtad_factory, workdir):
+    path = os.path.join(workdir, "notify.sock")
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(path)
+    os.chmod(path, 0o666)
+    ns.settimeout(15)
+    m = mtad_factory()
+    env = dict(os.environ, NOTIFY_SOCKET=path)
+    logf = open(os.path.join(workdir, "stderr.log"), "ab")
+    m.proc = subprocess.Popen([MTAD, "-f", "-c", m.cfg_path], env=env,
+                              stdout=logf, stderr=logf)
+    m.logf = logf
+
+    def expect(word):
+        for _ in range(20):
+            msg = ns.recv(4096).decode()
+            if word in msg.split("\n"):
+                return
+        raise AssertionError("no %s" % word)
+
+    try:
+        expect("READY=1")
+        os.kill(m.pid, signal.SIGHUP)
+        expect("RELOADING=1")
+        expect("READY=1")
+        m.proc.send_signal(signal.SIGTERM)
+        expect("STOPPING=1")
+        assert m.proc.wait(20) == 0
+    finally:
+        ns.close()

@@ -1,0 +1,619 @@
+/*
+ * test_config.c - config_load() on a file with every key, on a file with
+ * only the required key (every default), and on one bad file per kind of
+ * error, checking the exact message text with file:line:col.
+ *
+ * Each test writes its YAML into its own mkdtemp() directory and removes
+ * it afterwards; no fixture files are shipped.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <criterion/criterion.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "router/route.h"
+#include "config/config.h"
+
+static char tdir[64];
+static char tpath[128];                 /* tdir/relay.yaml */
+static char terr[8192];
+
+static void
+tc_setup(void)
+{
+    util_strlcpy(tdir, "/tmp/mtad-test-config-XXXXXX", sizeof(tdir));
+    cr_assert_not_null(mkdtemp(tdir), "mkdtemp: %s", strerror(errno));
+    snprintf(tpath, sizeof(tpath), "%s/relay.yaml", tdir);
+}
+
+static void
+tc_teardown(void)
+{
+    unlink(tpath);
+    rmdir(tdir);
+}
+
+TestSuite(config, .init = tc_setup, .fini = tc_teardown);
+
+static void
+tc_write(const char *text)
+{
+    FILE *fp = fopen(tpath, "w");
+
+    cr_assert_not_null(fp, "fopen %s: %s", tpath, strerror(errno));
+    cr_assert_eq(fputs(text, fp) >= 0, 1);
+    cr_assert_eq(fclose(fp), 0);
+}
+
+static struct config *
+tc_load_ok(const char *text)
+{
+    struct config *cfg;
+
+    tc_write(text);
+    cfg = config_load(tpath, terr, sizeof(terr));
+    cr_assert_not_null(cfg, "config_load failed: %s", terr);
+    return cfg;
+}
+
+/* Load text, expect failure, and compare the whole error text to
+ * "<path>:" + expect (expect may hold several lines, each starting with
+ * "%P" where the path goes). */
+static void
+tc_load_bad(const char *text, const char *expect)
+{
+    char want[8192];
+    size_t o = 0;
+    const char *e;
+
+    tc_write(text);
+    cr_assert_null(config_load(tpath, terr, sizeof(terr)),
+        "config_load accepted a bad file");
+    for (e = expect; *e != '\0' && o + sizeof(tpath) < sizeof(want); e++) {
+        if (e[0] == '%' && e[1] == 'P') {
+            o += util_strlcpy(want + o, tpath, sizeof(want) - o);
+            e++;
+        } else
+            want[o++] = *e;
+    }
+    want[o] = '\0';
+    cr_assert_str_eq(terr, want);
+}
+
+static const char good_yaml[] =
+    "# every key, none at its default\n"
+    "server:\n"
+    "  hostname: mx1.example.net\n"
+    "  listen: [\"127.0.0.1:2525\", \"[::1]:2526\", \"*:2527\"]\n"
+    "  workers: 3\n"
+    "  user: mail\n"
+    "  group: daemon\n"
+    "  pid_file: /tmp/x/mtad.pid\n"
+    "  control_socket: ./var/control.sock\n"
+    "  shutdown_timeout: 45s\n"
+    "limits:\n"
+    "  max_message_size: 20M\n"
+    "  max_recipients: 500\n"
+    "  max_connections: 2000\n"
+    "  max_connections_per_ip: 7\n"
+    "  command_timeout: 2m\n"
+    "  data_timeout: 1h\n"
+    "  max_errors: 9\n"
+    "  bare_newline: accept\n"
+    "relay:\n"
+    "  allow_networks:\n"
+    "    - 10.0.0.0/8\n"
+    "    - \"2001:db8::/32\"\n"
+    "    - 192.168.1.7\n"
+    "spool:\n"
+    "  dir: /dev/shm/spool\n"
+    "  fsync: true\n"
+    "routes:\n"
+    "  db: ./var/routes.mdb\n"
+    "  default: \"smtp:[smarthost.example.net]:25\"\n"
+    "  static:\n"
+    "    Example.ORG: \"maildir:/var/mail/example\"\n"
+    "    .example.net: discard\n"
+    "    postmaster@example.com: \"smtp:[10.0.0.1]:2525\"\n"
+    "delivery:\n"
+    "  retry: [30s, 2m, 1h]\n"
+    "  max_queue_time: 2d\n"
+    "  connections_per_destination: 4\n"
+    "  connect_timeout: 1500ms\n"
+    "log:\n"
+    "  file: /var/log/mtad.log\n"
+    "  level: debug\n"
+    "  flush_interval: 250ms\n";
+
+Test(config, every_key)
+{
+    struct config *c = tc_load_ok(good_yaml);
+    const struct sockaddr_in *sin;
+    const struct sockaddr_in6 *sin6;
+    char ip[64];
+
+    cr_assert_str_eq(c->path, tpath);
+    cr_assert_str_eq(c->hostname, "mx1.example.net");
+    cr_assert_eq(c->nlisten, 3);
+    cr_assert_str_eq(c->listen[0].spec, "127.0.0.1:2525");
+    sin = (const struct sockaddr_in *)&c->listen[0].addr;
+    cr_assert_eq(sin->sin_family, AF_INET);
+    cr_assert_eq(ntohs(sin->sin_port), 2525);
+    cr_assert_eq(c->listen[0].addrlen, sizeof(struct sockaddr_in));
+    cr_assert_str_eq(util_sockaddr_ip((const struct sockaddr *)sin, ip,
+        sizeof(ip)), "127.0.0.1");
+    sin6 = (const struct sockaddr_in6 *)&c->listen[1].addr;
+    cr_assert_eq(sin6->sin6_family, AF_INET6);
+    cr_assert_eq(ntohs(sin6->sin6_port), 2526);
+    cr_assert_eq(c->listen[1].addrlen, sizeof(struct sockaddr_in6));
+    cr_assert_str_eq(c->listen[2].spec, "*:2527");
+    sin = (const struct sockaddr_in *)&c->listen[2].addr;
+    cr_assert_eq(sin->sin_addr.s_addr, htonl(INADDR_ANY));
+    cr_assert_eq(c->workers, 3);
+    cr_assert_str_eq(c->user, "mail");
+    cr_assert_str_eq(c->group, "daemon");
+    cr_assert_str_eq(c->pid_file, "/tmp/x/mtad.pid");
+    cr_assert_str_eq(c->control_socket, "./var/control.sock");
+    cr_assert_eq(c->shutdown_timeout_ms, 45000);
+
+    cr_assert_eq(c->max_message_size, 20ull * 1024 * 1024);
+    cr_assert_eq(c->max_recipients, 500);
+    cr_assert_eq(c->max_connections, 2000);
+    cr_assert_eq(c->max_connections_per_ip, 7);
+    cr_assert_eq(c->command_timeout_ms, 120000);
+    cr_assert_eq(c->data_timeout_ms, 3600000);
+    cr_assert_eq(c->max_errors, 9);
+    cr_assert_eq(c->bare_newline_accept, true);
+
+    cr_assert_eq(c->nallow_networks, 3);
+    cr_assert_eq(c->allow_networks[0].family, AF_INET);
+    cr_assert_eq(c->allow_networks[0].prefix, 8);
+    cr_assert_eq(c->allow_networks[0].addr[0], 10);
+    cr_assert_eq(c->allow_networks[1].family, AF_INET6);
+    cr_assert_eq(c->allow_networks[1].prefix, 32);
+    cr_assert_eq(c->allow_networks[1].addr[0], 0x20);
+    cr_assert_eq(c->allow_networks[1].addr[1], 0x01);
+    cr_assert_eq(c->allow_networks[2].prefix, 32);
+    cr_assert_eq(c->allow_networks[2].addr[3], 7);
+
+    cr_assert_str_eq(c->spool_dir, "/dev/shm/spool");
+    cr_assert_eq(c->spool_fsync, true);
+
+    cr_assert_str_eq(c->routes_db, "./var/routes.mdb");
+    cr_assert_str_eq(c->routes_default, "smtp:[smarthost.example.net]:25");
+    cr_assert_eq(c->nstatic_routes, 3);
+    cr_assert_str_eq(c->static_routes[0].key, "example.org");
+    cr_assert_str_eq(c->static_routes[0].route, "maildir:/var/mail/example");
+    cr_assert_eq(c->static_routes[0].line, 32);
+    cr_assert_eq(c->static_routes[0].col, 5);
+    cr_assert_str_eq(c->static_routes[1].key, ".example.net");
+    cr_assert_str_eq(c->static_routes[1].route, "discard");
+    cr_assert_eq(c->static_routes[1].line, 33);
+    cr_assert_str_eq(c->static_routes[2].key, "postmaster@example.com");
+    cr_assert_str_eq(c->static_routes[2].route, "smtp:[10.0.0.1]:2525");
+
+    cr_assert_eq(c->nretry, 3);
+    cr_assert_eq(c->retry_ms[0], 30000);
+    cr_assert_eq(c->retry_ms[1], 120000);
+    cr_assert_eq(c->retry_ms[2], 3600000);
+    cr_assert_eq(c->max_queue_time_ms, 2ull * 86400 * 1000);
+    cr_assert_eq(c->connections_per_destination, 4);
+    cr_assert_eq(c->connect_timeout_ms, 1500);
+
+    cr_assert_str_eq(c->log_file, "/var/log/mtad.log");
+    cr_assert_eq(c->log_level, LOGL_DEBUG);
+    cr_assert_eq(c->log_flush_interval_ms, 250);
+    config_free(c);
+}
+
+static int
+tc_ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n < 1 ? 1 : n > 128 ? 128 : (int)n;
+}
+
+Test(config, defaults)
+{
+    struct config *c = tc_load_ok("routes:\n  default: discard\n");
+    char host[256] = "";
+    const struct sockaddr_in *sin;
+    struct sockaddr_in v4;
+    struct sockaddr_in6 v6;
+
+    cr_assert_eq(gethostname(host, sizeof(host) - 1), 0);
+    cr_assert_str_eq(c->hostname, host);
+    cr_assert_eq(c->nlisten, 1);
+    cr_assert_str_eq(c->listen[0].spec, "127.0.0.1:2525");
+    sin = (const struct sockaddr_in *)&c->listen[0].addr;
+    cr_assert_eq(sin->sin_family, AF_INET);
+    cr_assert_eq(ntohs(sin->sin_port), 2525);
+    cr_assert_eq(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+    cr_assert_eq(c->workers, tc_ncpu());
+    cr_assert_str_eq(c->user, "mtad");
+    cr_assert_str_eq(c->group, "mtad");
+    cr_assert_str_eq(c->pid_file, "/run/mtad/mtad.pid");
+    cr_assert_str_eq(c->control_socket, "/run/mtad/control.sock");
+    cr_assert_eq(c->shutdown_timeout_ms, 30000);
+
+    cr_assert_eq(c->max_message_size, 50ull * 1024 * 1024);
+    cr_assert_eq(c->max_recipients, 1000);
+    cr_assert_eq(c->max_connections, 10000);
+    cr_assert_eq(c->max_connections_per_ip, 100);
+    cr_assert_eq(c->command_timeout_ms, 300000);
+    cr_assert_eq(c->data_timeout_ms, 600000);
+    cr_assert_eq(c->max_errors, 20);
+    cr_assert_eq(c->bare_newline_accept, false);
+
+    /* 127.0.0.0/8 and ::1/128: check by matching addresses. */
+    cr_assert_eq(c->nallow_networks, 2);
+    memset(&v4, 0, sizeof(v4));
+    v4.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.9.8.7", &v4.sin_addr);
+    cr_assert(util_cidr_match(&c->allow_networks[0],
+        (struct sockaddr *)&v4));
+    cr_assert_eq(c->allow_networks[0].prefix, 8);
+    memset(&v6, 0, sizeof(v6));
+    v6.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "::1", &v6.sin6_addr);
+    cr_assert(util_cidr_match(&c->allow_networks[1],
+        (struct sockaddr *)&v6));
+    cr_assert_eq(c->allow_networks[1].prefix, 128);
+
+    cr_assert_str_eq(c->spool_dir, "/run/mtad/spool");
+    cr_assert_eq(c->spool_fsync, false);
+    cr_assert_str_eq(c->routes_db, "/var/lib/mtad/routes.mdb");
+    cr_assert_str_eq(c->routes_default, "discard");
+    cr_assert_eq(c->nstatic_routes, 0);
+
+    cr_assert_eq(c->nretry, 5);
+    cr_assert_eq(c->retry_ms[0], 60000);
+    cr_assert_eq(c->retry_ms[1], 300000);
+    cr_assert_eq(c->retry_ms[2], 900000);
+    cr_assert_eq(c->retry_ms[3], 3600000);
+    cr_assert_eq(c->retry_ms[4], 14400000);
+    cr_assert_eq(c->max_queue_time_ms, 5ull * 86400 * 1000);
+    cr_assert_eq(c->connections_per_destination, 20);
+    cr_assert_eq(c->connect_timeout_ms, 30000);
+
+    cr_assert_str_eq(c->log_file, "-");
+    cr_assert_eq(c->log_level, LOGL_INFO);
+    cr_assert_eq(c->log_flush_interval_ms, 100);
+    config_free(c);
+}
+
+Test(config, workers_auto_and_empty_sections)
+{
+    struct config *c = tc_load_ok("server:\n  workers: auto\nlimits:\n"
+        "routes:\n  default: discard\n  static:\n");
+
+    cr_assert_eq(c->workers, tc_ncpu());
+    cr_assert_eq(c->max_recipients, 1000);
+    cr_assert_eq(c->nstatic_routes, 0);
+    config_free(c);
+}
+
+Test(config, booleans_and_levels)
+{
+    static const struct { const char *word; bool v; } b[] = {
+        { "true", true }, { "yes", true }, { "on", true },
+        { "false", false }, { "no", false }, { "off", false },
+        { "True", true }, { "OFF", false },
+    };
+    static const struct { const char *word; int v; } l[] = {
+        { "err", LOGL_ERR }, { "warn", LOGL_WARN },
+        { "notice", LOGL_NOTICE }, { "info", LOGL_INFO },
+        { "debug", LOGL_DEBUG },
+    };
+    char text[256];
+    size_t i;
+
+    for (i = 0; i < ARRAY_LEN(b); i++) {
+        struct config *c;
+
+        snprintf(text, sizeof(text), "spool:\n  fsync: %s\nlimits:\n"
+            "  bare_newline: reject\nroutes:\n  default: discard\n",
+            b[i].word);
+        c = tc_load_ok(text);
+        cr_assert_eq(c->spool_fsync, b[i].v, "fsync: %s", b[i].word);
+        cr_assert_eq(c->bare_newline_accept, false);
+        config_free(c);
+    }
+    for (i = 0; i < ARRAY_LEN(l); i++) {
+        struct config *c;
+
+        snprintf(text, sizeof(text), "log:\n  level: %s\nroutes:\n"
+            "  default: discard\n", l[i].word);
+        c = tc_load_ok(text);
+        cr_assert_eq(c->log_level, l[i].v, "level: %s", l[i].word);
+        config_free(c);
+    }
+}
+
+Test(config, unknown_key_top)
+{
+    tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
+        "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
+        "relay, spool, routes, delivery, log)");
+}
+
+Test(config, unknown_key_nested)
+{
+    tc_load_bad("server:\n  hostname: mx.example.org\n  listn: []\n"
+        "routes:\n  default: discard\n",
+        "%P:3:3: server.listn: unknown key 'listn' (expected one of: "
+        "hostname, listen, workers, user, group, pid_file, control_socket, "
+        "shutdown_timeout)");
+}
+
+Test(config, wrong_type)
+{
+    tc_load_bad("server:\n  listen: 127.0.0.1:25\n"
+        "routes:\n  default: discard\nspool: [a, b]\n"
+        "limits:\n  max_recipients: {a: 1}\n",
+        "%P:2:11: server.listen: expected a sequence of host:port like "
+        "[\"127.0.0.1:2525\"], got '127.0.0.1:25'\n"
+        "%P:5:8: spool: expected a mapping of keys (dir, fsync), got a "
+        "sequence\n"
+        "%P:7:19: limits.max_recipients: expected an integer from 1 to "
+        "2147483647, got a mapping");
+}
+
+Test(config, empty_value)
+{
+    tc_load_bad("routes:\n  default: discard\n  db:\n",
+        "%P:3:6: routes.db: expected a non-empty string, got an empty "
+        "value");
+}
+
+/* An empty required key is one problem, not also "missing". */
+Test(config, empty_default)
+{
+    tc_load_bad("routes:\n  default:\n",
+        "%P:2:11: routes.default: expected a route like \"smtp:[host]:25\" "
+        "or \"maildir:/path\", got an empty value");
+}
+
+/* Control characters never split a message over two lines. */
+Test(config, control_characters_in_key)
+{
+    tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
+        "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
+        "relay, spool, routes, delivery, log)");
+}
+
+Test(config, bad_size)
+{
+    tc_load_bad("routes:\n  default: discard\nlimits:\n"
+        "  max_message_size: 5X\n",
+        "%P:4:21: limits.max_message_size: expected a size like 50M "
+        "(units K, M, G), got '5X'");
+}
+
+Test(config, bad_duration)
+{
+    tc_load_bad("routes:\n  default: discard\ndelivery:\n"
+        "  connect_timeout: 30 s\n  retry: [1m, 5x, 0s]\n",
+        "%P:4:20: delivery.connect_timeout: expected a duration like 30s, "
+        "5m, 1h (units ms, s, m, h, d), got '30 s'\n"
+        "%P:5:15: delivery.retry[1]: expected a duration like 30s, 5m, 1h "
+        "(units ms, s, m, h, d), got '5x'\n"
+        "%P:5:19: delivery.retry[2]: expected a duration greater than 0, "
+        "got '0s'");
+}
+
+Test(config, empty_retry)
+{
+    tc_load_bad("routes:\n  default: discard\ndelivery:\n  retry: []\n",
+        "%P:4:10: delivery.retry: expected at least one duration, got an "
+        "empty sequence");
+}
+
+Test(config, bad_cidr_v4)
+{
+    tc_load_bad("routes:\n  default: discard\nrelay:\n"
+        "  allow_networks: [10.0.0.0/8, 10.0.0.0/33, 10.0.0/8]\n",
+        "%P:4:32: relay.allow_networks[1]: expected a network like "
+        "10.0.0.0/8 or 2001:db8::/32, got '10.0.0.0/33'\n"
+        "%P:4:45: relay.allow_networks[2]: expected a network like "
+        "10.0.0.0/8 or 2001:db8::/32, got '10.0.0/8'");
+}
+
+Test(config, bad_cidr_v6)
+{
+    tc_load_bad("routes:\n  default: discard\nrelay:\n  allow_networks:\n"
+        "    - \"::1/129\"\n    - \"2001:db8:::/32\"\n",
+        "%P:5:7: relay.allow_networks[0]: expected a network like "
+        "10.0.0.0/8 or 2001:db8::/32, got '::1/129'\n"
+        "%P:6:7: relay.allow_networks[1]: expected a network like "
+        "10.0.0.0/8 or 2001:db8::/32, got '2001:db8:::/32'");
+}
+
+Test(config, bad_listen)
+{
+    tc_load_bad("routes:\n  default: discard\nserver:\n"
+        "  listen: [\"127.0.0.1:2525\", \"localhost:25\", \"::1:25\", "
+        "\"127.0.0.1:70000\", \"127.0.0.1:2525\"]\n",
+        "%P:4:30: server.listen[1]: expected host:port like "
+        "127.0.0.1:2525, \"[::1]:25\" or \"*:25\", got 'localhost:25'\n"
+        "%P:4:46: server.listen[2]: expected host:port like "
+        "127.0.0.1:2525, \"[::1]:25\" or \"*:25\", got '::1:25'\n"
+        "%P:4:56: server.listen[3]: expected host:port like "
+        "127.0.0.1:2525, \"[::1]:25\" or \"*:25\", got '127.0.0.1:70000'\n"
+        "%P:4:75: server.listen[4]: '127.0.0.1:2525' is listed twice "
+        "(also server.listen[0])");
+}
+
+Test(config, empty_listen)
+{
+    tc_load_bad("routes:\n  default: discard\nserver:\n  listen: []\n",
+        "%P:4:11: server.listen: expected at least one host:port, got an "
+        "empty sequence");
+}
+
+Test(config, bad_route_value)
+{
+    char why[256] = "", want[1024];
+    struct route r;
+
+    cr_assert_eq(route_parse("smtpx:foo", &r, why, sizeof(why)), -1);
+    cr_assert_neq(why[0], '\0');
+    snprintf(want, sizeof(want),
+        "%%P:2:12: routes.default: bad route 'smtpx:foo': %s\n"
+        "%%P:4:18: routes.static.example.org: bad route 'smtpx:foo': %s",
+        why, why);
+    tc_load_bad("routes:\n  default: smtpx:foo\n  static:\n"
+        "    example.org: smtpx:foo\n", want);
+}
+
+Test(config, bad_route_key)
+{
+    char why[256] = "", want[1024];
+
+    cr_assert_eq(route_key_check("bad key!", why, sizeof(why)), -1);
+    snprintf(want, sizeof(want),
+        "%%P:4:5: routes.static: bad key 'bad key!': %s\n"
+        "%%P:6:5: routes.static.EXAMPLE.org: duplicate key (first at "
+        "line 5)", why);
+    tc_load_bad("routes:\n  default: discard\n  static:\n"
+        "    \"bad key!\": discard\n    example.org: discard\n"
+        "    EXAMPLE.org: discard\n", want);
+}
+
+Test(config, missing_default)
+{
+    tc_load_bad("server:\n  workers: 2\nroutes:\n  db: /tmp/r.mdb\n",
+        "%P:3:1: routes.default: required key is missing (the route for "
+        "mail that matches no other key)");
+}
+
+Test(config, missing_default_no_routes)
+{
+    tc_load_bad("", "%P:1:1: routes.default: required key is missing (the "
+        "route for mail that matches no other key)");
+}
+
+Test(config, missing_file)
+{
+    char want[256];
+
+    snprintf(want, sizeof(want), "%s/nope.yaml", tdir);
+    cr_assert_null(config_load(want, terr, sizeof(terr)));
+    strncat(want, ": cannot open: No such file or directory",
+        sizeof(want) - strlen(want) - 1);
+    cr_assert_str_eq(terr, want);
+}
+
+Test(config, syntax_error)
+{
+    tc_load_bad("routes:\n  default: discard\n  db: a: b\n",
+        "%P:3:8: syntax error: mapping values are not allowed in this "
+        "context");
+}
+
+Test(config, syntax_error_context)
+{
+    tc_load_bad("server:\n  listen: [\"127.0.0.1:25\"\nroutes:\n",
+        "%P:3:1: syntax error: did not find expected ',' or ']' while "
+        "parsing a flow sequence at line 2 column 11");
+}
+
+Test(config, bad_workers)
+{
+    tc_load_bad("routes:\n  default: discard\nserver:\n  workers: 0\n",
+        "%P:4:12: server.workers: expected auto or an integer from 1 to "
+        "128, got '0'");
+    tc_load_bad("routes:\n  default: discard\nserver:\n  workers: 129\n",
+        "%P:4:12: server.workers: expected auto or an integer from 1 to "
+        "128, got '129'");
+}
+
+Test(config, bad_log_level)
+{
+    tc_load_bad("routes:\n  default: discard\nlog:\n  level: loud\n",
+        "%P:4:10: log.level: expected one of err, warn, notice, info, "
+        "debug, got 'loud'");
+}
+
+Test(config, bad_bare_newline)
+{
+    tc_load_bad("routes:\n  default: discard\nlimits:\n"
+        "  bare_newline: sometimes\n",
+        "%P:4:17: limits.bare_newline: expected reject or accept, got "
+        "'sometimes'");
+}
+
+Test(config, bad_bool_int_hostname)
+{
+    tc_load_bad("routes:\n  default: discard\nspool:\n  fsync: maybe\n"
+        "limits:\n  max_errors: -1\nserver:\n  hostname: \"mx 1\"\n",
+        "%P:4:10: spool.fsync: expected true or false, got 'maybe'\n"
+        "%P:6:15: limits.max_errors: expected an integer from 1 to "
+        "2147483647, got '-1'\n"
+        "%P:8:13: server.hostname: expected a host name like "
+        "mx1.example.net, got 'mx 1'");
+}
+
+Test(config, duplicate_key)
+{
+    tc_load_bad("routes:\n  default: discard\nlog:\n  level: info\n"
+        "  level: debug\n",
+        "%P:5:3: log.level: duplicate key (first at line 4)");
+}
+
+Test(config, top_level_not_mapping)
+{
+    tc_load_bad("- a\n- b\n",
+        "%P:1:1: top level: expected a mapping of keys (server, limits, "
+        "relay, spool, routes, delivery, log), got a sequence");
+}
+
+Test(config, second_document)
+{
+    tc_load_bad("routes:\n  default: discard\n---\nlog:\n  level: info\n",
+        "%P:3:1: top level: expected one YAML document, found a second "
+        "one");
+}
+
+/* Every problem is reported, in file order, not just the first. */
+Test(config, all_errors_collected)
+{
+    tc_load_bad("server:\n  workers: many\n  bogus: 1\nlimits:\n"
+        "  max_message_size: 1T\nrouting: {}\n",
+        "%P:2:12: server.workers: expected auto or an integer from 1 to "
+        "128, got 'many'\n"
+        "%P:3:3: server.bogus: unknown key 'bogus' (expected one of: "
+        "hostname, listen, workers, user, group, pid_file, control_socket, "
+        "shutdown_timeout)\n"
+        "%P:5:21: limits.max_message_size: expected a size like 50M "
+        "(units K, M, G), got '1T'\n"
+        "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
+        "limits, relay, spool, routes, delivery, log)\n"
+        "%P:1:1: routes.default: required key is missing (the route for "
+        "mail that matches no other key)");
+}
+
+/* A small err buffer still gets whole, terminated lines. */
+Test(config, small_error_buffer)
+{
+    char small[250];
+    const char *nl;
+
+    tc_write("server:\n  workers: x\n  user: \"\"\n  group: \"\"\n"
+        "routes:\n  default: discard\n");
+    memset(small, 'Z', sizeof(small));
+    cr_assert_null(config_load(tpath, small, sizeof(small)));
+    cr_assert_lt(strlen(small), sizeof(small));
+    nl = strrchr(small, '\n');
+    cr_assert_not_null(nl, "got: %s", small);
+    cr_assert_str_eq(nl + 1 + strlen(tpath), ": and 2 more errors",
+        "got: %s", small);
+}

@@ -1,0 +1,198 @@
+/*
+ * test_dsn.c - the DSN text (RFC 3464): structure, per-recipient fields,
+ * NOTIFY selection, RET=FULL versus headers only.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "spool/spool.h"
+#include "worker/dsn.h"
+
+static const char MSG[] = "Received: from x\r\nSubject: hello\r\n"
+    "From: a@example.org\r\n\r\nbody line 1\r\nsecret body\r\n";
+
+static struct spool_rcpt rcpts[3];
+static struct spool_env  env;
+
+static void
+setup(void)
+{
+    memset(&env, 0, sizeof(env));
+    memset(rcpts, 0, sizeof(rcpts));
+    strcpy(env.id, "0123456789A01ABC");
+    env.arrival_ms = 1796016000000ULL;     /* 2026-11-30 */
+    env.sender = "a@example.org";
+    env.rcpt = rcpts;
+    env.nrcpt = 3;
+    rcpts[0].addr = "bad@example.net";
+    rcpts[0].status = SPOOL_RCPT_BOUNCED;
+    rcpts[0].last_reply = "550 5.1.1 <bad@example.net>: no such user";
+    rcpts[0].relay = "mx.example.net[127.0.0.1]:2525";
+    rcpts[0].orcpt = "rfc822;Bad@Example.NET";
+    rcpts[1].addr = "good@example.net";
+    rcpts[1].status = SPOOL_RCPT_SENT;
+    rcpts[1].last_reply = "250 2.0.0 Ok";
+    rcpts[1].relay = "mx.example.net[127.0.0.1]:2525";
+    rcpts[2].addr = "quiet@example.net";
+    rcpts[2].status = SPOOL_RCPT_BOUNCED;
+    rcpts[2].notify = SPOOL_NOTIFY_NEVER;
+    rcpts[2].last_reply = "550 5.7.1 denied";
+}
+
+static char *
+build(int full)
+{
+    struct dsn_info in;
+    struct buf      out;
+    char           *s;
+
+    memset(&in, 0, sizeof(in));
+    in.env = &env;
+    in.hostname = "mx.test.example";
+    in.now_ms = 1796016060000ULL;
+    in.orig = MSG;
+    in.orig_len = full ? strlen(MSG) : dsn_headers_len(MSG, strlen(MSG));
+    in.full = full;
+    buf_init(&out);
+    dsn_build(&in, &out);
+    s = strndup(buf_head(&out), buf_avail(&out));
+    buf_free(&out);
+    return s;
+}
+
+TestSuite(dsn, .init = setup);
+
+Test(dsn, wanted_follows_notify)
+{
+    struct spool_rcpt r;
+
+    memset(&r, 0, sizeof(r));
+    r.status = SPOOL_RCPT_BOUNCED;
+    cr_assert(dsn_wanted(&r));
+    r.notify = SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY;
+    cr_assert(dsn_wanted(&r));
+    r.notify = SPOOL_NOTIFY_SUCCESS;
+    cr_assert_not(dsn_wanted(&r));
+    r.notify = SPOOL_NOTIFY_NEVER;
+    cr_assert_not(dsn_wanted(&r));
+    r.notify = 0;
+    r.status = SPOOL_RCPT_SENT;
+    cr_assert_not(dsn_wanted(&r));
+    r.status = SPOOL_RCPT_PENDING;
+    cr_assert_not(dsn_wanted(&r));
+    cr_assert_eq(dsn_count(&env), 1);
+}
+
+Test(dsn, headers_len)
+{
+    cr_assert_eq(dsn_headers_len(MSG, strlen(MSG)),
+        (size_t)(strstr(MSG, "\r\n\r\n") - MSG) + 2);
+    cr_assert_eq(dsn_headers_len("A: b\nC: d\n\nbody", 16), 10);
+    cr_assert_eq(dsn_headers_len("A: b\r\nno end", 13), 13);
+    cr_assert_eq(dsn_headers_len("\r\nbody", 6), 0);
+}
+
+Test(dsn, structure_and_fields)
+{
+    char *s = build(0);
+    char *boundary, *p, *q;
+    char  b[200];
+
+    cr_assert(strstr(s, "Content-Type: multipart/report; "
+        "report-type=delivery-status;") != NULL, "%s", s);
+    boundary = strstr(s, "boundary=\"");
+    cr_assert_not_null(boundary);
+    boundary += strlen("boundary=\"");
+    q = strchr(boundary, '"');
+    snprintf(b, sizeof(b), "--%.*s", (int)(q - boundary), boundary);
+    /* three parts, then the closing delimiter */
+    p = s;
+    {
+        int n = 0;
+
+        while ((p = strstr(p, b)) != NULL) {
+            n++;
+            p += strlen(b);
+        }
+        cr_assert_eq(n, 4, "delimiters: %d", n);
+    }
+    strcat(b, "--\r\n");
+    cr_assert(strstr(s, b) != NULL);
+    cr_assert(strstr(s, "To: <a@example.org>\r\n") != NULL);
+    cr_assert(strstr(s, "Auto-Submitted: auto-replied\r\n") != NULL);
+    cr_assert(strstr(s, "Content-Type: message/delivery-status\r\n") != NULL);
+    cr_assert(strstr(s, "Reporting-MTA: dns; mx.test.example\r\n") != NULL);
+    cr_assert(strstr(s, "Arrival-Date: ") != NULL);
+    cr_assert(strstr(s, "Final-Recipient: rfc822; bad@example.net\r\n"
+        "Original-Recipient: rfc822;Bad@Example.NET\r\n"
+        "Action: failed\r\nStatus: 5.1.1\r\n"
+        "Remote-MTA: dns; mx.example.net\r\n"
+        "Diagnostic-Code: smtp; 550 5.1.1 <bad@example.net>: no such user\r\n")
+        != NULL, "%s", s);
+    /* the sent one and the NOTIFY=NEVER one are not reported */
+    cr_assert_null(strstr(s, "good@example.net"));
+    cr_assert_null(strstr(s, "quiet@example.net"));
+    /* every line ends in CRLF */
+    for (p = s; (p = strchr(p, '\n')) != NULL; p++)
+        cr_assert(p > s && p[-1] == '\r', "bare LF at %ld", (long)(p - s));
+    free(s);
+}
+
+Test(dsn, headers_only_by_default)
+{
+    char *s = build(0);
+
+    cr_assert(strstr(s, "Content-Type: text/rfc822-headers\r\n") != NULL);
+    cr_assert(strstr(s, "Subject: hello\r\n") != NULL);
+    cr_assert_null(strstr(s, "secret body"));
+    cr_assert_null(strstr(s, "message/rfc822"));
+    free(s);
+}
+
+Test(dsn, ret_full_has_the_whole_message)
+{
+    char *s = build(1);
+
+    cr_assert(strstr(s, "Content-Type: message/rfc822\r\n") != NULL);
+    cr_assert(strstr(s, MSG) != NULL);
+    free(s);
+}
+
+Test(dsn, reason_of_ours_and_expiry)
+{
+    char *s;
+
+    rcpts[0].last_reply = "4.4.7 message expired after 432000 seconds";
+    rcpts[0].relay = "none";
+    rcpts[0].orcpt = NULL;
+    s = build(0);
+    cr_assert(strstr(s, "Status: 4.4.7\r\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "Diagnostic-Code: X-mtad; 4.4.7 message expired")
+        != NULL);
+    cr_assert_null(strstr(s, "Remote-MTA"));
+    cr_assert_null(strstr(s, "Original-Recipient"));
+    free(s);
+}
+
+Test(dsn, basic_code_only_gives_class_status)
+{
+    char *s;
+
+    rcpts[0].last_reply = "554 rejected";
+    s = build(0);
+    cr_assert(strstr(s, "Status: 5.0.0\r\n") != NULL);
+    free(s);
+}
+
+Test(dsn, date_format)
+{
+    char d[48];
+
+    cr_assert_str_eq(dsn_date(0, d, sizeof(d)),
+        "Thu, 01 Jan 1970 00:00:00 +0000");
+    cr_assert_str_eq(dsn_date(1796016061000ULL, d, sizeof(d)),
+        "Mon, 30 Nov 2026 05:21:01 +0000");
+}

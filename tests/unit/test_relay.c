@@ -1,0 +1,267 @@
+/*
+ * test_relay.c - the pure parts of the outbound SMTP client: the reply
+ * parser, EHLO capabilities, enhanced status codes, dot-stuffing.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/relay.h"
+
+#define MAX 65536
+
+static int
+parse(const char *s, struct relay_reply *r)
+{
+    return relay_reply_parse(s, strlen(s), MAX, r);
+}
+
+
+Test(relay_reply, single_line_crlf)
+{
+    struct relay_reply r;
+
+    cr_assert_eq(parse("250 2.0.0 Ok: queued as X\r\n", &r), 1);
+    cr_assert_eq(r.code, 250);
+    cr_assert_str_eq(r.text, "250 2.0.0 Ok: queued as X");
+    cr_assert_eq(r.len, strlen("250 2.0.0 Ok: queued as X\r\n"));
+}
+
+
+Test(relay_reply, bare_code_and_bare_lf)
+{
+    struct relay_reply r;
+
+    cr_assert_eq(parse("354\n", &r), 1);
+    cr_assert_eq(r.code, 354);
+    cr_assert_str_eq(r.text, "354");
+    cr_assert_eq(r.len, 4);
+}
+
+
+Test(relay_reply, multi_line_joined_and_length_exact)
+{
+    const char        *s = "250-mx.example.org hello\r\n250-PIPELINING\r\n"
+        "250 8BITMIME\r\n220 next\r\n";
+    struct relay_reply r;
+
+    cr_assert_eq(parse(s, &r), 1);
+    cr_assert_eq(r.code, 250);
+    cr_assert_str_eq(r.text, "250-mx.example.org hello PIPELINING 8BITMIME");
+    cr_assert_eq(r.len, strlen(s) - strlen("220 next\r\n"));
+}
+
+
+Test(relay_reply, incomplete_needs_more_at_every_cut)
+{
+    const char        *s = "550-5.1.1 no\r\n550-such\r\n550 5.1.1 user\r\n";
+    size_t             n = strlen(s), cut;
+    struct relay_reply r;
+
+    for (cut = 0; cut < n; cut++)
+        cr_assert_eq(relay_reply_parse(s, cut, MAX, &r), 0, "cut %zu", cut);
+    cr_assert_eq(relay_reply_parse(s, n, MAX, &r), 1);
+    cr_assert_eq(r.code, 550);
+}
+
+
+Test(relay_reply, bad_lines_are_errors)
+{
+    static const char *bad[] = {
+        "25 short\r\n", "abc text\r\n", "250x text\r\n",
+        "250-a\r\n251 b\r\n", "\r\n", "099 too low\r\n", "2500 long\r\n",
+    };
+    struct relay_reply r;
+    size_t             i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(parse(bad[i], &r), -1, "input %zu", i);
+}
+
+
+Test(relay_reply, endless_reply_is_an_error)
+{
+    char              *s = malloc(MAX + 100);
+    struct relay_reply r;
+    size_t             n = 0;
+
+    while (n + 10 < MAX + 50) {
+        memcpy(s + n, "250-xxxx\r\n", 10);
+        n += 10;
+    }
+    cr_assert_eq(relay_reply_parse(s, n, MAX, &r), -1);
+    /* a long line without LF too */
+    memset(s, 'a', MAX + 10);
+    memcpy(s, "250 ", 4);
+    cr_assert_eq(relay_reply_parse(s, MAX + 10, MAX, &r), -1);
+    free(s);
+}
+
+
+Test(relay_reply, long_text_is_truncated_not_overflowed)
+{
+    char               s[3000];
+    struct relay_reply r;
+
+    memset(s, 'x', sizeof(s));
+    memcpy(s, "451 ", 4);
+    memcpy(s + sizeof(s) - 3, "\r\n", 3);
+    cr_assert_eq(relay_reply_parse(s, strlen(s), MAX, &r), 1);
+    cr_assert_eq(r.code, 451);
+    cr_assert_eq(strlen(r.text), RELAY_REPLY_MAX - 1);
+}
+
+
+Test(relay_ehlo, capabilities)
+{
+    const char *s = "250-mx.example.org greets you\r\n"
+        "250-PIPELINING\r\n250-SIZE 10240000\r\n250-8bitmime\r\n"
+        "250-SMTPUTF8\r\n250-CHUNKING\r\n250-DSN\r\n250-BINARYMIME\r\n"
+        "250 ENHANCEDSTATUSCODES\r\n";
+    uint64_t    size;
+    unsigned    caps = relay_ehlo_caps(s, strlen(s), &size);
+
+    cr_assert_eq(caps, RELAY_CAP_PIPELINING | RELAY_CAP_SIZE |
+        RELAY_CAP_8BITMIME | RELAY_CAP_SMTPUTF8 | RELAY_CAP_CHUNKING |
+        RELAY_CAP_DSN | RELAY_CAP_BINARYMIME);
+    cr_assert_eq(size, 10240000);
+}
+
+
+Test(relay_ehlo, first_line_and_lookalikes_are_not_caps)
+{
+    const char *s = "250-PIPELINING is my name\r\n250-PIPELININGX\r\n"
+        "250-XDSN\r\n250 SIZE\r\n";
+    uint64_t    size = 7;
+    unsigned    caps = relay_ehlo_caps(s, strlen(s), &size);
+
+    cr_assert_eq(caps, RELAY_CAP_SIZE);
+    cr_assert_eq(size, 0);
+}
+
+
+Test(relay_ehlo, single_line_reply_has_none)
+{
+    uint64_t size;
+
+    cr_assert_eq(relay_ehlo_caps("250 hi\r\n", 8, &size), 0);
+}
+
+
+Test(relay_enhanced, forms)
+{
+    char out[16];
+
+    cr_assert_str_eq(relay_enhanced("550 5.1.1 no such user", "x", out,
+        sizeof(out)), "5.1.1");
+    cr_assert_str_eq(relay_enhanced("451 4.7.1 try later", "x", out,
+        sizeof(out)), "4.7.1");
+    cr_assert_str_eq(relay_enhanced("550 no such user", "x", out,
+        sizeof(out)), "5.0.0");
+    cr_assert_str_eq(relay_enhanced("4.4.7 expired", "5.0.0", out,
+        sizeof(out)), "4.4.7");
+    cr_assert_str_eq(relay_enhanced("connect to x: refused", "4.4.1", out,
+        sizeof(out)), "4.4.1");
+    /* class must agree with the basic code */
+    cr_assert_str_eq(relay_enhanced("550 4.1.1 odd", "x", out,
+        sizeof(out)), "5.0.0");
+    cr_assert_str_eq(relay_enhanced("554 5.1234.1 bad", "x", out,
+        sizeof(out)), "5.0.0");
+    cr_assert_str_eq(relay_enhanced("250 2.0.0", "x", out, sizeof(out)),
+        "2.0.0");
+}
+
+
+/* stuff_whole - stuff in with the input split at the given cuts. */
+static size_t
+stuff_split(const char *in, size_t n, const size_t *cuts, size_t ncuts,
+    char *out)
+{
+    struct relay_stuff st;
+    size_t             o = 0, prev = 0, i;
+
+    relay_stuff_init(&st);
+    for (i = 0; i <= ncuts; i++) {
+        size_t end = i < ncuts ? cuts[i] : n;
+
+        o += relay_stuff(&st, in + prev, end - prev, out + o);
+        prev = end;
+    }
+    o += relay_stuff_end(&st, out + o);
+    return o;
+}
+
+
+static void
+check_stuff(const char *in, const char *want)
+{
+    size_t n = strlen(in), wn = strlen(want), cut, c2;
+    char  *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+    size_t o;
+
+    o = stuff_split(in, n, NULL, 0, out);
+    cr_assert_eq(o, wn, "whole: got %zu bytes, want %zu", o, wn);
+    cr_assert(memcmp(out, want, wn) == 0, "whole: got '%.*s'", (int)o, out);
+    for (cut = 0; cut <= n; cut++) {
+        o = stuff_split(in, n, &cut, 1, out);
+        cr_assert_eq(o, wn, "cut %zu", cut);
+        cr_assert(memcmp(out, want, wn) == 0, "cut %zu: '%.*s'", cut,
+            (int)o, out);
+        for (c2 = cut; c2 <= n; c2++) {
+            size_t cuts[2] = { cut, c2 };
+
+            o = stuff_split(in, n, cuts, 2, out);
+            cr_assert_eq(o, wn, "cuts %zu,%zu", cut, c2);
+            cr_assert(memcmp(out, want, wn) == 0, "cuts %zu,%zu", cut, c2);
+        }
+    }
+    free(out);
+}
+
+
+Test(relay_stuff, leading_dots_at_every_split)
+{
+    check_stuff(".a\r\n..b\r\nc.d\r\n.\r\n", "..a\r\n...b\r\nc.d\r\n..\r\n"
+        ".\r\n");
+}
+
+
+Test(relay_stuff, no_final_crlf_gets_one)
+{
+    check_stuff("abc", "abc\r\n.\r\n");
+    check_stuff("abc\r", "abc\r\r\n.\r\n");
+    check_stuff("", ".\r\n");
+}
+
+
+Test(relay_stuff, bare_lf_and_cr_are_not_line_starts)
+{
+    check_stuff("a\n.b\r\n", "a\n.b\r\n.\r\n");
+    check_stuff("a\r.b\r\n", "a\r.b\r\n.\r\n");
+    check_stuff("a\r\r\n.b\r\n", "a\r\r\n..b\r\n.\r\n");
+}
+
+
+Test(relay_stuff, only_dots)
+{
+    check_stuff(".\r\n.\r\n..\r\n", "..\r\n..\r\n...\r\n.\r\n");
+    check_stuff("...", "....\r\n.\r\n");
+}
+
+
+Test(relay_stuff, worst_case_fits_the_room)
+{
+    size_t n = 3 * 1000, o;
+    char  *in = malloc(n), *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+    struct relay_stuff st;
+    size_t i;
+
+    for (i = 0; i < n; i += 3)
+        memcpy(in + i, ".\r\n", 3);
+    relay_stuff_init(&st);
+    o = relay_stuff(&st, in, n, out);
+    cr_assert_eq(o, n + n / 3);
+    cr_assert(o <= RELAY_STUFF_ROOM(n));
+    free(in);
+    free(out);
+}

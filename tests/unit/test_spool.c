@@ -1,0 +1,951 @@
+/*
+ * test_spool.c - unit tests for spool/: queue ids, the envelope and state
+ * formats (hostile values, truncation, garbling), the writer (chunked
+ * writes, commit, abort, batch), start-up purge, flock ownership and the
+ * ENOSPC mapping (on a tiny tmpfs when root may mount one).
+ *
+ * Every test works in its own mkdtemp() directory and removes it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+
+#include "common/util.h"
+#include "spool/spool.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+#define T_PATH(buf, ...) cr_assert_lt((size_t)snprintf((buf), sizeof(buf), \
+    __VA_ARGS__), sizeof(buf), "path too long")
+
+static char *
+t_mkdtemp(void)
+{
+    char tmpl[] = "/tmp/mtad-spool-test-XXXXXX";
+
+    cr_assert_not_null(mkdtemp(tmpl), "mkdtemp: %s", strerror(errno));
+    return xstrdup(tmpl);
+}
+
+
+static int
+t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    return remove(path);
+}
+
+
+static void
+t_rm_rf(char *dir)
+{
+    nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(dir);
+}
+
+
+static struct spool *
+t_spool(const char *dir, int fsync, unsigned shard)
+{
+    struct spool *sp;
+    int           rc;
+
+    rc = spool_prepare(dir, (uid_t)-1, (gid_t)-1);
+    cr_assert_eq(rc, SPOOL_OK, "prepare: %s", spool_errstr(NULL));
+    rc = spool_open(&sp, dir, fsync, shard);
+    cr_assert_eq(rc, SPOOL_OK, "open: %s", spool_errstr(NULL));
+    return sp;
+}
+
+
+/* t_count - entries in dir/sub, . and .. excluded. */
+static size_t
+t_count(const char *dir, const char *sub)
+{
+    char           path[4096];
+    DIR           *d;
+    struct dirent *de;
+    size_t         n = 0;
+
+    T_PATH(path, "%s/%s", dir, sub);
+    d = opendir(path);
+    cr_assert_not_null(d, "opendir %s", path);
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+
+static void
+t_touch(const char *dir, const char *sub, const char *name, const char *text)
+{
+    char path[4096];
+    FILE *f;
+
+    T_PATH(path, "%s/%s/%s", dir, sub, name);
+    f = fopen(path, "w");
+    cr_assert_not_null(f, "fopen %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+
+static int
+t_exists(const char *dir, const char *sub, const char *name)
+{
+    char        path[4096];
+    struct stat st;
+
+    T_PATH(path, "%s/%s/%s", dir, sub, name);
+    return stat(path, &st) == 0;
+}
+
+
+/* A plain envelope whose strings belong to the test (not freed). */
+static struct spool_rcpt t_rcpts[3] = {
+    { .addr = "a@example.org", .notify = 0 },
+    { .addr = "b@example.net", .orcpt = "rfc822;b@example.net",
+      .notify = SPOOL_NOTIFY_SUCCESS | SPOOL_NOTIFY_FAILURE },
+    { .addr = "c@[127.0.0.1]", .notify = SPOOL_NOTIFY_NEVER },
+};
+
+static void
+t_env(struct spool_env *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->sender = "sender@example.com";
+    e->body = SPOOL_BODY_8BITMIME;
+    e->ret = SPOOL_RET_HDRS;
+    e->envid = "env-1";
+    e->client_ip = "127.0.0.1";
+    e->client_port = 40000;
+    e->helo = "client.example";
+    e->rcpt = t_rcpts;
+    e->nrcpt = 3;
+}
+
+
+static int
+t_streq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+
+static void
+t_env_eq(const struct spool_env *got, const struct spool_env *want)
+{
+    size_t i;
+
+    cr_assert_str_eq(got->id, want->id);
+    cr_assert_eq(got->arrival_ms, want->arrival_ms);
+    cr_assert(t_streq(got->sender, want->sender), "sender got %s want %s",
+        got->sender, want->sender);
+    cr_assert_eq(got->body, want->body);
+    cr_assert_eq(got->smtputf8, want->smtputf8);
+    cr_assert_eq(got->ret, want->ret);
+    cr_assert(t_streq(got->envid, want->envid));
+    cr_assert(t_streq(got->client_ip, want->client_ip));
+    cr_assert_eq(got->client_port, want->client_port);
+    cr_assert(t_streq(got->helo, want->helo), "helo got %s want %s",
+        got->helo, want->helo);
+    cr_assert_eq(got->nrcpt, want->nrcpt);
+    for (i = 0; i < want->nrcpt; i++) {
+        cr_assert(t_streq(got->rcpt[i].addr, want->rcpt[i].addr),
+            "rcpt %zu got %s want %s", i, got->rcpt[i].addr,
+            want->rcpt[i].addr);
+        cr_assert(t_streq(got->rcpt[i].orcpt, want->rcpt[i].orcpt));
+        cr_assert_eq(got->rcpt[i].notify, want->rcpt[i].notify);
+    }
+}
+
+
+/* t_commit - a committed message with body; returns its id in id. */
+static void
+t_commit(struct spool *sp, const char *body, size_t n, char *id)
+{
+    struct spool_env  e;
+    struct spool_msg *m;
+
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_write(m, body, n), SPOOL_OK);
+    cr_assert_eq(spool_finish(m), SPOOL_OK);
+    memcpy(id, spool_msg_id(m), SPOOL_ID_SIZE);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+}
+
+
+static char *
+t_body(int fd, off_t off, uint64_t n)
+{
+    char   *b = xmalloc(n + 1);
+    ssize_t r;
+    size_t  got = 0;
+
+    while (got < n && (r = pread(fd, b + got, n - got, off + (off_t)got)) > 0)
+        got += (size_t)r;
+    cr_assert_eq(got, n);
+    b[n] = '\0';
+    return b;
+}
+
+
+/* ---- ids ---------------------------------------------------------------- */
+
+Test(spool_id, hundred_thousand_ids_are_valid_increasing_and_timed)
+{
+    char         *dir = t_mkdtemp();
+    struct spool *sp = t_spool(dir, 0, 0x2a);
+    char          prev[SPOOL_ID_SIZE] = "", id[SPOOL_ID_SIZE];
+    uint64_t      t0 = util_wall_ms(), t1, ms;
+    int           i;
+
+    for (i = 0; i < 100000; i++) {
+        spool_new_id(sp, id);
+        cr_assert(spool_id_valid(id), "invalid id %s", id);
+        cr_assert_gt(strcmp(id, prev), 0, "id %s after %s", id, prev);
+        cr_assert_eq(spool_id_shard(id), 0x2a);
+        memcpy(prev, id, sizeof(id));
+        if (i == 0)
+            cr_assert_geq(spool_id_ms(id), t0);
+    }
+    t1 = util_wall_ms();
+    /* Borrowing from the next milliseconds is allowed only when more than
+     * 4096 ids were made in one millisecond. */
+    ms = spool_id_ms(prev);
+    cr_assert_leq(ms, t1 + 100000 / 4096 + 1, "ms %llu t1 %llu",
+        (unsigned long long)ms, (unsigned long long)t1);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_id, shards_keep_ids_apart)
+{
+    char         *dir = t_mkdtemp();
+    struct spool *a = t_spool(dir, 0, 1), *b = t_spool(dir, 0, 2), *c;
+    char          ia[SPOOL_ID_SIZE], ib[SPOOL_ID_SIZE];
+
+    spool_new_id(a, ia);
+    spool_new_id(b, ib);
+    cr_assert_str_neq(ia, ib);
+    cr_assert_eq(spool_id_shard(ia), 1);
+    cr_assert_eq(spool_id_shard(ib), 2);
+    cr_assert_eq(spool_open(&c, dir, 0, 256), SPOOL_ESYS);
+    cr_assert_null(c);
+    spool_close(a);
+    spool_close(b);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_id, valid_form_only)
+{
+    static const struct { const char *id; int want; } cases[] = {
+        { "0123456789ABCDEF", 1 }, { "FFFFFFFFFFFFFFFF", 1 },
+        { "0123456789abcdef", 0 }, { "0123456789ABCDE", 0 },
+        { "0123456789ABCDEF0", 0 }, { "0123456789ABCDEG", 0 },
+        { "../queue/0123456", 0 }, { "0123456789ABCDE/", 0 },
+        { "", 0 }, { " 123456789ABCDEF", 0 },
+    };
+    size_t i;
+
+    for (i = 0; i < ARRAY_LEN(cases); i++)
+        cr_assert_eq(spool_id_valid(cases[i].id), cases[i].want,
+            "id \"%s\": got %d want %d", cases[i].id,
+            spool_id_valid(cases[i].id), cases[i].want);
+    cr_assert_eq(spool_id_valid(NULL), 0);
+}
+
+
+/* ---- envelope format ------------------------------------------------------ */
+
+Test(spool_env, round_trip_with_hostile_values)
+{
+    struct spool_env   e, *got;
+    struct spool_rcpt *r = xcalloc(1000, sizeof(*r));
+    char             **addrs = xcalloc(1000, sizeof(*addrs));
+    char              *out;
+    size_t             len, used, i, lines = 0, rcptlines = 0;
+
+    t_env(&e);
+    memcpy(e.id, "0123456789ABCDEF", SPOOL_ID_SIZE);
+    e.arrival_ms = 1234567890123ULL;
+    e.sender = "a b\r\n+=x\xc3\xa9@d\x01\x7f\xff";
+    e.helo = "evil\nrcpt 0 x@y +\nend\n";
+    e.envid = "+=";
+    e.client_ip = "::1";
+    e.client_port = 65535;
+    e.smtputf8 = 1;
+    e.body = SPOOL_BODY_BINARYMIME;
+    e.ret = SPOOL_RET_FULL;
+    e.body_size = 18446744073709551615ULL;
+    for (i = 0; i < 1000; i++) {
+        addrs[i] = xmalloc(64);
+        snprintf(addrs[i], 64, "\"u %zu\\\n+\"@d\xe2\x82\xac.example", i);
+        r[i].addr = addrs[i];
+        r[i].orcpt = i % 3 == 0 ? NULL : i % 3 == 1 ? "" : "rfc822;x+y=z@ex";
+        r[i].notify = (unsigned)(i % 16);
+    }
+    e.rcpt = r;
+    e.nrcpt = 1000;
+    spool_env_format(&e, &out, &len);
+    cr_assert_eq(strlen(out), len);
+    /* No value can add a line: count lines and rcpt lines. */
+    for (i = 0; i < len; i++)
+        if (out[i] == '\n') {
+            lines++;
+            if (i + 6 < len && memcmp(out + i + 1, "rcpt ", 5) == 0)
+                rcptlines++;
+        }
+    cr_assert_eq(lines, 13 + 1000, "lines %zu", lines);
+    cr_assert_eq(rcptlines, 1000);
+    cr_assert_eq(spool_env_parse(out, len, &got, &used), SPOOL_OK);
+    cr_assert_eq(used, len);
+    t_env_eq(got, &e);
+    cr_assert_eq(got->body_size, e.body_size);
+    spool_env_free(got);
+
+    /* Empty sender and NULL optional fields survive too. */
+    e.sender = "";
+    e.envid = NULL;
+    e.helo = NULL;
+    e.client_ip = NULL;
+    e.body_size = 0;
+    free(out);
+    spool_env_format(&e, &out, &len);
+    cr_assert_eq(spool_env_parse(out, len, &got, &used), SPOOL_OK);
+    t_env_eq(got, &e);
+    spool_env_free(got);
+    free(out);
+    for (i = 0; i < 1000; i++)
+        free(addrs[i]);
+    free(addrs);
+    free(r);
+}
+
+
+Test(spool_env, parse_stops_at_end_line_and_reports_consumed)
+{
+    struct spool_env e, *got;
+    char            *out, *withbody;
+    size_t           len, used;
+
+    t_env(&e);
+    memcpy(e.id, "00000000001FF001", SPOOL_ID_SIZE);
+    e.body_size = 5;
+    spool_env_format(&e, &out, &len);
+    withbody = xmalloc(len + 6);
+    memcpy(withbody, out, len);
+    memcpy(withbody + len, "end\nx", 5);   /* body may look like anything */
+    cr_assert_eq(spool_env_parse(withbody, len + 5, &got, &used), SPOOL_OK);
+    cr_assert_eq(used, len);
+    cr_assert_eq(got->body_size, 5);
+    spool_env_free(got);
+    free(withbody);
+    free(out);
+}
+
+
+/* t_mutate - out with the first "from" replaced by "to"; must occur. */
+static char *
+t_mutate(const char *src, const char *from, const char *to, size_t *len)
+{
+    const char *at = strstr(src, from);
+    char       *dst;
+    size_t      pre;
+
+    cr_assert_not_null(at, "\"%s\" not in envelope", from);
+    pre = (size_t)(at - src);
+    *len = strlen(src) - strlen(from) + strlen(to);
+    dst = xmalloc(*len + 1);
+    memcpy(dst, src, pre);
+    strcpy(dst + pre, to);
+    strcat(dst, at + strlen(from));
+    return dst;
+}
+
+
+Test(spool_env, parse_rejects_truncated_and_garbled)
+{
+    static const struct { const char *name, *from, *to; } cases[] = {
+        { "magic", "MTAD-SPOOL 1", "MTAD-SPOOL 2" },
+        { "unknown key", "\nhelo ", "\nhelo2 " },
+        { "missing key", "helo client.example\n", "" },
+        { "repeated key", "helo client.example\n",
+          "helo client.example\nhelo x\n" },
+        { "size not first", "size 00000000000000000000\nid 0123456789ABCDEF\n",
+          "id 0123456789ABCDEF\nsize 00000000000000000000\n" },
+        { "short size", "size 00000000000000000000", "size 0000000000000000000" },
+        { "size letters", "size 00000000000000000000", "size 0000000000000000000x" },
+        { "bad id", "id 0123456789ABCDEF", "id 0123456789abcdef" },
+        { "arrival letters", "arrival 0", "arrival 0x" },
+        { "arrival overflow", "arrival 0", "arrival 99999999999999999999" },
+        { "arrival empty", "arrival 0", "arrival " },
+        { "port range", "127.0.0.1 40000", "127.0.0.1 65536" },
+        { "port missing", "127.0.0.1 40000", "127.0.0.1" },
+        { "extra field", "helo client.example", "helo client.example x" },
+        { "double space", "helo client.example", "helo  client.example" },
+        { "body word", "body 8BITMIME", "body 8bitmime" },
+        { "ret word", "ret HDRS", "ret HEADERS" },
+        { "smtputf8 2", "smtputf8 0", "smtputf8 2" },
+        { "smtputf8 00", "smtputf8 0", "smtputf8 00" },
+        { "notify bits", "rcpt 6 ", "rcpt 16 " },
+        { "xtext cut", "sender sender@example.com", "sender a+4" },
+        { "xtext lower", "sender sender@example.com", "sender a+0a" },
+        { "xtext canonical", "sender sender@example.com", "sender +41" },
+        { "xtext NUL", "sender sender@example.com", "sender a+00b" },
+        { "raw =", "sender sender@example.com", "sender a=b" },
+        { "null sender +", "sender sender@example.com", "sender +" },
+        { "null addr +", "rcpt 0 a@example.org +", "rcpt 0 + +" },
+        { "CRLF", "helo client.example\n", "helo client.example\r\n" },
+        { "too few rcpts", "rcpts 3", "rcpts 4" },
+        { "too many rcpts", "rcpts 3", "rcpts 2" },
+        { "rcpts overflow", "rcpts 3", "rcpts 99999999999999999999" },
+        { "rcpt before rcpts", "rcpts 3\nrcpt 0 a@example.org +\n",
+          "rcpt 0 a@example.org +\nrcpts 3\n" },
+        { "end with field", "\nend\n", "\nend x\n" },
+        { "empty line", "\nend\n", "\n\nend\n" },
+    };
+    struct spool_env e, *got;
+    char            *out, *bad;
+    size_t           len, blen, i;
+
+    t_env(&e);
+    memcpy(e.id, "0123456789ABCDEF", SPOOL_ID_SIZE);
+    spool_env_format(&e, &out, &len);
+    cr_assert_eq(spool_env_parse(out, len, &got, NULL), SPOOL_OK);
+    spool_env_free(got);
+    for (i = 0; i < ARRAY_LEN(cases); i++) {
+        bad = t_mutate(out, cases[i].from, cases[i].to, &blen);
+        got = (struct spool_env *)1;
+        cr_assert_eq(spool_env_parse(bad, blen, &got, NULL), SPOOL_EFORMAT,
+            "case \"%s\" was accepted", cases[i].name);
+        cr_assert_null(got);
+        free(bad);
+    }
+    /* Every proper prefix is incomplete. */
+    for (i = 0; i < len; i++)
+        cr_assert_eq(spool_env_parse(out, i, &got, NULL), SPOOL_EFORMAT,
+            "prefix of %zu bytes accepted", i);
+    free(out);
+}
+
+
+/* ---- writer ----------------------------------------------------------------- */
+
+Test(spool_write, twenty_megabytes_in_odd_chunks_arrive_exactly)
+{
+    static const size_t chunks[] = { 1, 7, 4093, 262143, 262144, 262145,
+        1000003, 3, 524288 };
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 0, 3);
+    const size_t      total = 20 * 1024 * 1024;
+    char             *body = xmalloc(total), *back, id[SPOOL_ID_SIZE];
+    struct spool_env  e, *got;
+    struct spool_msg *m;
+    size_t            off = 0, k = 0, c;
+    uint32_t          x = 12345;
+    off_t             boff;
+    struct stat       st;
+    int               fd;
+
+    for (off = 0; off < total; off++) {
+        x = x * 1103515245u + 12345u;
+        body[off] = (char)(x >> 16);
+    }
+    t_env(&e);
+    e.arrival_ms = 1700000000000ULL;
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_str_eq(e.id, spool_msg_id(m));
+    cr_assert_eq(t_count(dir, "tmp"), 1);
+    for (off = 0; off < total; off += c, k++) {
+        c = chunks[k % ARRAY_LEN(chunks)];
+        if (c > total - off)
+            c = total - off;
+        cr_assert_eq(spool_write(m, body + off, c), SPOOL_OK);
+    }
+    cr_assert_eq(spool_msg_size(m), total);
+    cr_assert_eq(spool_finish(m), SPOOL_OK);
+    memcpy(id, spool_msg_id(m), sizeof(id));
+    cr_assert_eq(t_count(dir, "queue"), 0, "visible before commit");
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert(t_exists(dir, "queue", id));
+
+    cr_assert_eq(spool_msg_open(sp, id, 0, &got, &fd, &boff), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    t_env_eq(got, &e);
+    cr_assert_eq(got->body_size, total);
+    cr_assert_eq(fstat(fd, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    cr_assert_eq((uint64_t)st.st_size, (uint64_t)boff + total);
+    back = t_body(fd, boff, total);
+    cr_assert(memcmp(back, body, total) == 0, "body differs");
+    free(back);
+    close(fd);
+    spool_env_free(got);
+    free(body);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_write, envelope_over_the_write_buffer_is_written_whole)
+{
+    char              *dir = t_mkdtemp();
+    struct spool      *sp = t_spool(dir, 0, 0);
+    struct spool_rcpt *r = xcalloc(1000, sizeof(*r));
+    struct spool_env   e, *got;
+    char               id[SPOOL_ID_SIZE], *back;
+    size_t             i;
+    off_t              boff;
+    int                fd;
+
+    t_env(&e);
+    for (i = 0; i < 1000; i++) {        /* ~400 bytes each, 400 KB in all */
+        r[i].addr = xmalloc(400);
+        memset(r[i].addr, 'a' + (int)(i % 26), 390);
+        snprintf(r[i].addr + 390, 10, "@%zu", i);
+    }
+    e.rcpt = r;
+    e.nrcpt = 1000;
+    {
+        struct spool_msg *m;
+
+        cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+        cr_assert_eq(spool_write(m, "hello\r\n", 7), SPOOL_OK);
+        memcpy(id, spool_msg_id(m), sizeof(id));
+        cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    }
+    cr_assert_eq(spool_msg_open(sp, id, 1, &got, &fd, &boff), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    t_env_eq(got, &e);
+    cr_assert_gt(boff, 256 * 1024);
+    back = t_body(fd, boff, got->body_size);
+    cr_assert_str_eq(back, "hello\r\n");
+    free(back);
+    close(fd);
+    spool_env_free(got);
+    for (i = 0; i < 1000; i++)
+        free(r[i].addr);
+    free(r);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_write, abort_leaves_nothing)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env  e;
+    struct spool_msg *m;
+    char              big[300000];
+
+    memset(big, 'x', sizeof(big));
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, big, sizeof(big)), SPOOL_OK);
+    spool_abort(m);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, big, 10), SPOOL_OK);
+    cr_assert_eq(spool_finish(m), SPOOL_OK);
+    spool_abort(m);
+    spool_abort(NULL);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    cr_assert_eq(t_count(dir, "state"), 0);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_write, fsync_commit_and_write_after_finish)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env  e;
+    struct spool_msg *m;
+    char              id[SPOOL_ID_SIZE];
+
+    t_commit(sp, "body\r\n", 6, id);
+    cr_assert(t_exists(dir, "queue", id));
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_finish(m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, "x", 1), SPOOL_ESYS);
+    cr_assert_eq(errno, EINVAL);
+    spool_abort(m);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_write, batch_commit_of_a_hundred)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 1, 7);
+    struct spool_msg *ms[100];
+    struct spool_env  e, *got;
+    char              ids[100][SPOOL_ID_SIZE], (*list)[SPOOL_ID_SIZE];
+    char              body[64], *back;
+    int               rcs[100], fd;
+    size_t            i, n;
+    off_t             boff;
+
+    t_env(&e);
+    for (i = 0; i < 100; i++) {
+        cr_assert_eq(spool_create(sp, &e, &ms[i]), SPOOL_OK);
+        snprintf(body, sizeof(body), "message %zu\r\n", i);
+        cr_assert_eq(spool_write(ms[i], body, strlen(body)), SPOOL_OK);
+        cr_assert_eq(spool_finish(ms[i]), SPOOL_OK);
+        memcpy(ids[i], spool_msg_id(ms[i]), SPOOL_ID_SIZE);
+        rcs[i] = 99;
+    }
+    cr_assert_eq(spool_commit_batch(sp, ms, 100, rcs), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    for (i = 0; i < 100; i++) {
+        cr_assert_eq(rcs[i], SPOOL_OK);
+        cr_assert_null(ms[i]);
+    }
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(spool_list(sp, &list, &n), SPOOL_OK);
+    cr_assert_eq(n, 100);
+    for (i = 0; i < 100; i++) {
+        cr_assert_str_eq(list[i], ids[i], "list is sorted by creation");
+        cr_assert_eq(spool_msg_open(sp, ids[i], 0, &got, &fd, &boff),
+            SPOOL_OK);
+        snprintf(body, sizeof(body), "message %zu\r\n", i);
+        back = t_body(fd, boff, got->body_size);
+        cr_assert_str_eq(back, body);
+        free(back);
+        close(fd);
+        spool_env_free(got);
+    }
+    free(list);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_write, create_skips_an_id_already_queued)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env  e;
+    struct spool_msg *m;
+    char              probe[SPOOL_ID_SIZE], next[SPOOL_ID_SIZE];
+    int               i;
+
+    /* Occupy the next few thousand ids the counter could give (the clock
+     * may also move on, which gives a free id anyway). */
+    spool_new_id(sp, probe);
+    for (i = 1; i <= 64; i++) {
+        uint64_t v = strtoull(probe, NULL, 16) + (uint64_t)i;
+
+        snprintf(next, sizeof(next), "%016llX", (unsigned long long)v);
+        /* only the counter part moves; the shard digits stay 00 */
+        if (spool_id_valid(next) && spool_id_shard(next) == 0)
+            t_touch(dir, "queue", next, "occupied");
+    }
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    {
+        char path[4096];
+        struct stat st;
+
+        T_PATH(path, "%s/queue/%s", dir, spool_msg_id(m));
+        cr_assert_neq(stat(path, &st), 0, "id %s reused", spool_msg_id(m));
+    }
+    cr_assert_eq(spool_commit(m), SPOOL_OK);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* ---- start-up ------------------------------------------------------------- */
+
+Test(spool_prepare, purges_tmp_and_orphan_state)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[4096];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    struct stat       st;
+    int               fd;
+
+    t_commit(sp, "x", 1, id);
+    cr_assert_eq(spool_msg_open(sp, id, 1, &env, &fd, NULL), SPOOL_OK);
+    env->attempts = 1;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK);
+    close(fd);
+    spool_env_free(env);
+    t_touch(dir, "tmp", "0123456789ABCDEF", "never acknowledged");
+    t_touch(dir, "tmp", "junk", "x");
+    t_touch(dir, "state", "00000000000AA000", "orphan");
+    t_touch(dir, "state", ".00000000000AA001.tmp", "half written");
+    spool_close(sp);
+
+    cr_assert_eq(spool_prepare(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "queue"), 1);
+    cr_assert_eq(t_count(dir, "state"), 1);
+    cr_assert(t_exists(dir, "state", id));
+    T_PATH(path, "%s/queue", dir);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_prepare, creates_missing_parents)
+{
+    char *dir = t_mkdtemp(), path[4096];
+
+    T_PATH(path, "%s/a/b/spool", dir);
+    cr_assert_eq(spool_prepare(path, getuid(), getgid()), SPOOL_OK, "%s",
+        spool_errstr(NULL));
+    cr_assert(t_exists(path, "tmp", "."));
+    cr_assert(t_exists(path, "state", "."));
+    t_touch(dir, "a", "file", "x");
+    T_PATH(path, "%s/a/file", dir);
+    cr_assert_eq(spool_prepare(path, (uid_t)-1, (gid_t)-1), SPOOL_ESYS);
+    cr_assert_not_null(strstr(spool_errstr(NULL), "a/file"), "%s",
+        spool_errstr(NULL));
+    t_rm_rf(dir);
+}
+
+
+/* ---- reader, state, removal ----------------------------------------------- */
+
+Test(spool_state, save_and_load_round_trip)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE];
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env *env, *again;
+    int               fd;
+    off_t             boff;
+
+    t_commit(sp, "hi", 2, id);
+    cr_assert_eq(spool_msg_open(sp, id, 1, &env, &fd, &boff), SPOOL_OK);
+    cr_assert_eq(env->rcpt[0].status, SPOOL_RCPT_PENDING);
+    cr_assert_null(env->rcpt[0].relay);
+    cr_assert_eq(env->attempts, 0);
+    cr_assert_eq(env->held, 0);
+    cr_assert_eq(env->next_retry_ms, 0);
+    env->next_retry_ms = 1800000000000ULL;
+    env->attempts = 7;
+    env->held = 1;
+    env->rcpt[0].status = SPOOL_RCPT_SENT;
+    env->rcpt[0].relay = xstrdup("mx.example[127.0.0.1]:25");
+    env->rcpt[0].last_reply = xstrdup("250 2.0.0 Ok: queued as X");
+    env->rcpt[1].status = SPOOL_RCPT_BOUNCED;
+    env->rcpt[1].last_reply = xstrdup("550 5.1.1 no\r\nrcpt 0 + +\nend\n+=");
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(t_count(dir, "state"), 1, "no temporary file left");
+    close(fd);
+
+    cr_assert_eq(spool_msg_open(sp, id, 1, &again, &fd, NULL), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    cr_assert_eq(again->next_retry_ms, 1800000000000ULL);
+    cr_assert_eq(again->attempts, 7);
+    cr_assert_eq(again->held, 1);
+    cr_assert_eq(again->rcpt[0].status, SPOOL_RCPT_SENT);
+    cr_assert_str_eq(again->rcpt[0].relay, "mx.example[127.0.0.1]:25");
+    cr_assert_str_eq(again->rcpt[0].last_reply, "250 2.0.0 Ok: queued as X");
+    cr_assert_eq(again->rcpt[1].status, SPOOL_RCPT_BOUNCED);
+    cr_assert_null(again->rcpt[1].relay);
+    cr_assert_str_eq(again->rcpt[1].last_reply, env->rcpt[1].last_reply);
+    cr_assert_eq(again->rcpt[2].status, SPOOL_RCPT_PENDING);
+    cr_assert_null(again->rcpt[2].last_reply);
+    close(fd);
+    spool_env_free(again);
+
+    env->rcpt[2].status = 9;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_EFORMAT);
+    spool_env_free(env);
+
+    t_touch(dir, "state", id, "MTAD-STATE 1\nid x\nend\n");
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_EFORMAT);
+    cr_assert_null(env);
+
+    cr_assert_eq(spool_remove(sp, id), SPOOL_OK);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    cr_assert_eq(t_count(dir, "state"), 0);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_ENOENT);
+    cr_assert_eq(spool_remove(sp, id), SPOOL_ENOENT);
+    cr_assert_eq(spool_remove(sp, "../state/x"), SPOOL_EFORMAT);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_reader, rejects_cut_or_foreign_files)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[4096];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    int               fd;
+
+    t_commit(sp, "0123456789", 10, id);
+    T_PATH(path, "%s/queue/%s", dir, id);
+    cr_assert_eq(truncate(path, 100), 0);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_EFORMAT);
+    t_commit(sp, "0123456789", 10, id);
+    T_PATH(path, "%s/queue/%s", dir, id);
+    fd = open(path, O_WRONLY | O_APPEND);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "x", 1), 1);
+    close(fd);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_EFORMAT);
+    /* A file whose envelope names another id. */
+    t_commit(sp, "0123456789", 10, id);
+    t_touch(dir, "queue", "0000000000000000", "MTAD-SPOOL 1\n");
+    {
+        char src[4096];
+
+        T_PATH(src, "%s/queue/%s", dir, id);
+        T_PATH(path, "%s/queue/0000000000000000", dir);
+        cr_assert_eq(rename(src, path), 0);
+    }
+    cr_assert_eq(spool_msg_open(sp, "0000000000000000", 0, &env, &fd, NULL),
+        SPOOL_EFORMAT);
+    cr_assert_eq(spool_msg_open(sp, "../tmp/0000000000", 0, &env, &fd, NULL),
+        SPOOL_EFORMAT);
+    cr_assert_null(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_reader, list_is_sorted_and_ignores_strangers)
+{
+    char          *dir = t_mkdtemp(), ids[5][SPOOL_ID_SIZE];
+    struct spool  *sp = t_spool(dir, 0, 0);
+    char         (*list)[SPOOL_ID_SIZE];
+    size_t         n, i;
+
+    cr_assert_eq(spool_list(sp, &list, &n), SPOOL_OK);
+    cr_assert_eq(n, 0);
+    free(list);
+    for (i = 0; i < 5; i++)
+        t_commit(sp, "x", 1, ids[i]);
+    t_touch(dir, "queue", "README", "x");
+    t_touch(dir, "queue", "0123456789abcdef", "x");
+    cr_assert_eq(spool_list(sp, &list, &n), SPOOL_OK);
+    cr_assert_eq(n, 5);
+    for (i = 0; i < 5; i++)
+        cr_assert_str_eq(list[i], ids[i]);
+    free(list);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_reader, lock_excludes_other_processes_until_closed)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    int               fd, status, round;
+    pid_t             pid;
+
+    t_commit(sp, "x", 1, id);
+    cr_assert_eq(spool_msg_open(sp, id, 1, &env, &fd, NULL), SPOOL_OK);
+    for (round = 0; round < 2; round++) {
+        if (round == 1) {
+            close(fd);                  /* the parent lets go */
+            spool_env_free(env);
+        }
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            struct spool     *sp2;
+            struct spool_env *e2;
+            int               fd2, rc, want = round == 0 ? SPOOL_ELOCKED :
+                SPOOL_OK;
+
+            if (spool_open(&sp2, dir, 0, 1) != SPOOL_OK)
+                _exit(3);
+            rc = spool_msg_open(sp2, id, 1, &e2, &fd2, NULL);
+            if (rc != want)
+                _exit(1);
+            /* Reading without the lock is always possible. */
+            if (spool_msg_open(sp2, id, 0, &e2, &fd2, NULL) != SPOOL_OK)
+                _exit(2);
+            _exit(0);
+        }
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "round %d: child status %d", round, status);
+    }
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* ---- ENOSPC ------------------------------------------------------------------ */
+
+Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
+{
+    char             *dir, want[64], big[1 << 16];
+    struct spool     *sp;
+    struct spool_env  e;
+    struct spool_msg *m;
+    int               rc = SPOOL_OK, i;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to mount a tmpfs");
+    /* A private mount namespace: the mount dies with this test process. */
+    if (unshare(CLONE_NEWNS) == -1 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == -1)
+        cr_skip_test("no mount namespace: %s", strerror(errno));
+    dir = t_mkdtemp();
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") == -1) {
+        t_rm_rf(dir);
+        cr_skip_test("mount tmpfs: %s", strerror(errno));
+    }
+    sp = t_spool(dir, 0, 0);
+    memset(big, 'y', sizeof(big));
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    for (i = 0; i < 64 && rc == SPOOL_OK; i++)
+        rc = spool_write(m, big, sizeof(big));
+    if (rc == SPOOL_OK)
+        rc = spool_finish(m);
+    cr_assert_eq(rc, SPOOL_ENOSPC, "rc %d: %s", rc, spool_errstr(sp));
+    cr_assert_eq(errno, ENOSPC);
+    snprintf(want, sizeof(want), "write tmp/%s: ", spool_msg_id(m));
+    cr_assert_not_null(strstr(spool_errstr(sp), want), "%s",
+        spool_errstr(sp));
+    cr_assert_not_null(strstr(spool_errstr(sp), strerror(ENOSPC)));
+    spool_abort(m);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    /* Space is back: the next message goes through. */
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, big, 1024), SPOOL_OK);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(t_count(dir, "queue"), 1);
+    spool_close(sp);
+    umount2(dir, MNT_DETACH);
+    t_rm_rf(dir);
+}

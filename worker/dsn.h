@@ -1,0 +1,47 @@
+/*
+ * dsn.h - delivery status notifications (RFC 3464): which recipients get
+ * one, and the text of the report.  Pure: no I/O; deliver.c reads the
+ * original message, calls dsn_build() and queues the result.
+ *
+ * CONTRACT  dsn_build() appends one complete message (headers and body,
+ *           CRLF line ends) to out: multipart/report with a human-readable
+ *           part, a message/delivery-status part with one block per
+ *           recipient that dsn_wanted() selects, and the original message
+ *           (message/rfc822 when orig is the whole message, else
+ *           text/rfc822-headers).  The bytes of orig are copied unchanged.
+ * FAILURE   Cannot fail (buffers grow with xmalloc).
+ */
+#ifndef MTAD_DSN_H
+#define MTAD_DSN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct buf;
+struct spool_env;
+struct spool_rcpt;
+
+struct dsn_info {
+    const struct spool_env *env;    /* original envelope with its results */
+    const char *hostname;           /* Reporting-MTA */
+    uint64_t    now_ms;             /* wall clock, for Date: */
+    const char *orig;               /* original message, or its headers */
+    size_t      orig_len;
+    int         full;               /* orig is the whole message */
+};
+
+/* A failure DSN is due for this recipient: BOUNCED, and NOTIFY is absent
+ * or has FAILURE (NEVER or SUCCESS/DELAY alone: none). */
+int     dsn_wanted(const struct spool_rcpt *rc);
+/* Recipients of env for which dsn_wanted() holds. */
+size_t  dsn_count(const struct spool_env *env);
+/* Length of the header section of p[0..n): up to and including the line
+ * end of the last header, without the empty line; n when there is no
+ * empty line. */
+size_t  dsn_headers_len(const char *p, size_t n);
+/* RFC 5322 date of a wall-clock time in ms ("Mon, 30 Nov 2026 06:37:01
+ * +0000"); out holds 40 bytes.  Returns out. */
+const char *dsn_date(uint64_t ms, char *out, size_t outsz);
+void    dsn_build(const struct dsn_info *in, struct buf *out);
+
+#endif /* MTAD_DSN_H */

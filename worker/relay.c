@@ -1,0 +1,1277 @@
+/*
+ * relay.c - the outbound SMTP client: one state machine per connection on
+ * the worker's event loop, toward the hosts of an "smtp:" route.
+ *
+ * PURPOSE   Run the transactions deliver.c hands over: connect (fail-over
+ *           through the route's hosts in order), greeting, EHLO (HELO on a
+ *           5xx), MAIL/RCPT/DATA pipelined when offered, the body streamed
+ *           from the queue file (dot-stuffed in one pass for DATA, sent
+ *           as is with sendfile for BDAT), then the per-recipient results.
+ * CONTRACT  A destination is a route text.  Its connections (connecting,
+ *           busy or idle) never exceed conns_per_dest; transactions beyond
+ *           that wait in the destination's FIFO.  After a transaction the
+ *           connection stays idle for RELAY_IDLE_MS and the next
+ *           transaction to the same destination reuses it after an RSET;
+ *           a reused connection that turns out dead (no RSET reply) is
+ *           dropped and the transaction starts again on a fresh one, once.
+ *           done() is called exactly once per transaction, from a loop
+ *           callback, never from inside relay_submit().
+ * FAILURE   Every problem becomes a per-recipient result: a failed
+ *           connect, a 4xx greeting or EHLO moves on to the next host;
+ *           when none is left, or the connection drops or times out later,
+ *           the recipients without a final answer are deferred; 5xx
+ *           answers bounce.  Host names that are not address literals are
+ *           resolved with a blocking getaddrinfo() (routes name next hops,
+ *           normally literal or in /etc/hosts; mtad does no MX lookups).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "spool/spool.h"
+#include "worker/relay.h"
+
+/*
+ * Per-phase timeouts.  RFC 5321 4.5.3.2 gives the client's minimums; only
+ * connect_timeout is a relay.yaml key, the others are these constants.
+ */
+#define RELAY_T_GREETING   (5 * 60 * 1000)
+#define RELAY_T_COMMAND    (5 * 60 * 1000)   /* EHLO, MAIL, RCPT, RSET */
+#define RELAY_T_DATA_INIT  (2 * 60 * 1000)   /* reply to DATA */
+#define RELAY_T_BLOCK      (3 * 60 * 1000)   /* each body write */
+#define RELAY_T_FINAL      (10 * 60 * 1000)  /* reply after the dot */
+#define RELAY_IDLE_MS      (10 * 1000)       /* reuse window */
+#define RELAY_CHUNK        (128 * 1024)      /* body read size */
+#define RELAY_MAX_ADDRS    16
+#define RELAY_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
+#define RELAY_WRITE_TURNS  8                 /* body refills per callback */
+
+enum relay_state {
+    C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
+    C_DOT, C_IDLE
+};
+
+static const char *const relay_phase[] = {
+    "connecting", "receiving the initial server greeting",
+    "sending EHLO", "sending HELO", "sending RSET",
+    "sending MAIL/RCPT/DATA", "sending message content",
+    "waiting for the end of data reply", "idle"
+};
+
+/* per-recipient progress within a transaction */
+enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
+
+struct relay_addr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    unsigned  host;                 /* index into route->hosts */
+};
+
+struct relay_dest;
+
+struct relay_conn {
+    struct relay      *r;
+    struct relay_dest *dest;
+    struct relay_conn *next;        /* dest->conns */
+    int                fd;
+    int                state;
+    int                reused;      /* has carried a transaction before */
+    struct ev_timer    timer;
+    struct buf         in, out;
+    struct relay_addr  addr[RELAY_MAX_ADDRS];
+    size_t             naddr, cur;
+    char               name[320];   /* "host[ip]:port" */
+    char               lasterr[RELAY_REPLY_MAX];
+    unsigned           caps;
+    uint64_t           peer_size;
+    /* the transaction in progress */
+    struct relay_txn  *txn;
+    unsigned char     *rst;         /* R_* per recipient */
+    size_t             rst_cap;
+    size_t             nreply;      /* replies received in this txn */
+    size_t             expect;      /* commands sent, replies due */
+    size_t             nsent;       /* commands of the txn sent */
+    int                pipelining, bdat, mail_failed, empty_data;
+    uint64_t           body_left;
+    off_t              body_pos;
+    struct relay_stuff stuff;
+};
+
+struct relay_dest {
+    struct relay_dest *next;
+    char               key[ROUTE_TEXT_MAX];
+    struct route       route;
+    size_t             nconns;
+    struct relay_conn *conns;
+    struct relay_txn  *wait_head, *wait_tail;
+    int                running;     /* inside relay_dest_run() */
+};
+
+struct relay {
+    struct ev_loop    *loop;
+    char              *helo;
+    uint64_t           connect_timeout_ms;
+    unsigned           cap;
+    int                draining;
+    int                freeing;
+    struct relay_dest *dests;
+    size_t             nconns;
+    char              *chunk;       /* RELAY_CHUNK read buffer, shared */
+    struct relay_txn  *posted;      /* finished, done() not yet called */
+    struct ev_timer    post_timer;
+};
+
+static void relay_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
+static int  relay_conn_next(struct relay_conn *c);
+static void relay_dest_run(struct relay *r, struct relay_dest *d);
+static void relay_connect_next(struct relay_conn *c);
+
+
+/* ---- completion ---- */
+
+/* relay_post_fire - call done() for the transactions finished this turn. */
+static void
+relay_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct relay     *r = arg;
+    struct relay_txn *list = r->posted, *next;
+
+    (void)loop;
+    (void)t;
+    r->posted = NULL;
+    /* posted is LIFO; reverse so done() runs in completion order */
+    {
+        struct relay_txn *rev = NULL;
+
+        while (list) {
+            next = list->next;
+            list->next = rev;
+            rev = list;
+            list = next;
+        }
+        list = rev;
+    }
+    for (; list; list = next) {
+        next = list->next;
+        list->next = NULL;
+        list->done(list);
+    }
+}
+
+
+/* relay_post - hand a finished transaction back on the next loop turn. */
+static void
+relay_post(struct relay *r, struct relay_txn *t)
+{
+    t->next = r->posted;
+    r->posted = t;
+    if (!ev_timer_active(&r->post_timer))
+        ev_timer_start(r->loop, &r->post_timer, 0);
+}
+
+
+/* relay_set - record a final result for recipient i of t. */
+static void
+relay_set(struct relay_txn *t, size_t i, int status, const char *reply,
+    const char *relay)
+{
+    t->res[i].status = status;
+    util_strlcpy(t->res[i].reply, reply, sizeof(t->res[i].reply));
+    util_strlcpy(t->res[i].relay, relay, sizeof(t->res[i].relay));
+}
+
+
+/* relay_status_of - a reply code as a result: 2xx sent, 5xx bounced, else
+ * deferred. */
+static int
+relay_status_of(int code)
+{
+    if (code >= 200 && code < 300)
+        return RELAY_SENT;
+    if (code >= 500 && code < 600)
+        return RELAY_BOUNCE;
+    return RELAY_DEFER;
+}
+
+
+/* ---- destinations ---- */
+
+static struct relay_dest *
+relay_dest_get(struct relay *r, const char *key, const struct route *route)
+{
+    struct relay_dest *d;
+
+    for (d = r->dests; d; d = d->next)
+        if (strcmp(d->key, key) == 0)
+            return d;
+    d = xcalloc(1, sizeof(*d));
+    util_strlcpy(d->key, key, sizeof(d->key));
+    d->route = *route;
+    d->next = r->dests;
+    r->dests = d;
+    return d;
+}
+
+
+/* relay_dest_gc - forget a destination with no connection and no queue. */
+static void
+relay_dest_gc(struct relay *r, struct relay_dest *d)
+{
+    struct relay_dest **pp;
+
+    if (d->nconns > 0 || d->wait_head != NULL)
+        return;
+    for (pp = &r->dests; *pp; pp = &(*pp)->next) {
+        if (*pp == d) {
+            *pp = d->next;
+            free(d);
+            return;
+        }
+    }
+}
+
+
+static struct relay_txn *
+relay_dest_pop(struct relay_dest *d)
+{
+    struct relay_txn *t = d->wait_head;
+
+    if (t) {
+        d->wait_head = t->next;
+        if (d->wait_head == NULL)
+            d->wait_tail = NULL;
+        t->next = NULL;
+    }
+    return t;
+}
+
+
+static void
+relay_dest_push_front(struct relay_dest *d, struct relay_txn *t)
+{
+    t->next = d->wait_head;
+    d->wait_head = t;
+    if (d->wait_tail == NULL)
+        d->wait_tail = t;
+}
+
+
+/* ---- connections ---- */
+
+/* relay_conn_close - close and free c; the caller has dealt with c->txn. */
+static void
+relay_conn_close(struct relay_conn *c)
+{
+    struct relay      *r = c->r;
+    struct relay_dest *d = c->dest;
+    struct relay_conn **pp;
+
+    ev_timer_stop(r->loop, &c->timer);
+    if (c->fd >= 0) {
+        ev_unwatch(r->loop, c->fd);
+        close(c->fd);
+    }
+    for (pp = &d->conns; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    d->nconns--;
+    r->nconns--;
+    buf_free(&c->in);
+    buf_free(&c->out);
+    free(c->rst);
+    free(c);
+    /* relay_dest_run() collects d when nothing is left; inside a run the
+     * running loop does it */
+    if (!r->freeing && !d->running)
+        relay_dest_run(r, d);
+}
+
+
+/* relay_flush - write what is buffered; watch for writability if some is
+ * left.  Returns 0, or -1 with lasterr set when the socket failed. */
+static int
+relay_flush(struct relay_conn *c)
+{
+    while (buf_avail(&c->out) > 0) {
+        ssize_t w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+            MSG_NOSIGNAL);
+
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            snprintf(c->lasterr, sizeof(c->lasterr),
+                "lost connection with %s while %s: %s", c->name,
+                relay_phase[c->state], strerror(errno));
+            return -1;
+        }
+        buf_consume(&c->out, (size_t)w);
+    }
+    if (buf_avail(&c->out) == 0)
+        c->out.off = c->out.len = 0;
+    (void)ev_watch(c->r->loop, c->fd,
+        EV_READ | (buf_avail(&c->out) > 0 || c->state == C_BODY ?
+        EV_WRITE : 0), relay_io, c);
+    return 0;
+}
+
+
+/* relay_cmd - queue one command line (no CRLF in fmt). */
+static void __attribute__((format(printf, 2, 3)))
+relay_cmd(struct relay_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    char    line[1200];
+    int     n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line) - 2, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof(line) - 3)
+        n = (int)sizeof(line) - 3;
+    line[n++] = '\r';
+    line[n++] = '\n';
+    buf_append(&c->out, line, (size_t)n);
+    c->expect++;
+}
+
+
+static void
+relay_arm(struct relay_conn *c, uint64_t ms)
+{
+    ev_timer_start(c->r->loop, &c->timer, ms);
+}
+
+
+/* relay_fail_txn - the connection failed during a transaction: defer every
+ * recipient without a final answer, close, and hand the txn back. */
+static void
+relay_fail_txn(struct relay_conn *c, const char *why)
+{
+    struct relay_txn *t = c->txn;
+    size_t            i;
+    /* c->rst describes t only once relay_begin() ran for it */
+    int               begun = c->state == C_TXN || c->state == C_BODY ||
+        c->state == C_DOT;
+
+    if (t != NULL) {
+        for (i = 0; i < t->nrcpt; i++)
+            if (!begun || c->rst[i] != R_FINAL)
+                relay_set(t, i, RELAY_DEFER, why, c->name);
+        c->txn = NULL;
+        relay_post(c->r, t);
+    }
+    relay_conn_close(c);
+}
+
+
+/*
+ * relay_lost - the connection broke (EOF, error, timeout, bad reply).
+ * Where it happened decides what follows: before the session is set up,
+ * the next host is tried; on a reused connection that fails its RSET,
+ * the transaction starts over on a fresh connection (once); later, the
+ * open recipients are deferred.
+ */
+static void
+relay_lost(struct relay_conn *c, const char *why)
+{
+    struct relay_txn *t = c->txn;
+
+    switch (c->state) {
+    case C_CONNECT:
+    case C_GREETING:
+    case C_EHLO:
+    case C_HELO:
+        util_strlcpy(c->lasterr, why, sizeof(c->lasterr));
+        relay_connect_next(c);
+        return;
+    case C_RSET:
+        if (t != NULL && t->restarts == 0) {
+            t->restarts++;
+            c->txn = NULL;
+            relay_dest_push_front(c->dest, t);
+            relay_conn_close(c);            /* runs the dest queue */
+            return;
+        }
+        break;
+    case C_IDLE:
+        relay_conn_close(c);
+        return;
+    default:
+        break;
+    }
+    relay_fail_txn(c, why);
+}
+
+
+/* ---- connecting ---- */
+
+/* relay_resolve - the route's hosts as addresses, in order. */
+static void
+relay_resolve(struct relay_conn *c, const struct route *rt)
+{
+    size_t h;
+
+    c->naddr = 0;
+    for (h = 0; h < rt->nhosts && c->naddr < RELAY_MAX_ADDRS; h++) {
+        const struct route_host *rh = &rt->hosts[h];
+        struct addrinfo hints, *res = NULL, *ai;
+        char            port[16];
+        int             rc;
+
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_NUMERICSERV | (rh->literal ? AI_NUMERICHOST : 0);
+        snprintf(port, sizeof(port), "%u", rh->port);
+        rc = getaddrinfo(rh->name, port, &hints, &res);
+        if (rc != 0) {
+            snprintf(c->lasterr, sizeof(c->lasterr),
+                "Host or domain name not found: %s: %s", rh->name,
+                gai_strerror(rc));
+            continue;
+        }
+        for (ai = res; ai && c->naddr < RELAY_MAX_ADDRS; ai = ai->ai_next) {
+            struct relay_addr *a = &c->addr[c->naddr++];
+
+            memcpy(&a->ss, ai->ai_addr, ai->ai_addrlen);
+            a->len = ai->ai_addrlen;
+            a->host = (unsigned)h;
+        }
+        freeaddrinfo(res);
+    }
+}
+
+
+/* relay_connect_next - try the next address; none left: defer the txn. */
+static void
+relay_connect_next(struct relay_conn *c)
+{
+    struct relay *r = c->r;
+
+    ev_timer_stop(r->loop, &c->timer);
+    if (c->fd >= 0) {
+        ev_unwatch(r->loop, c->fd);
+        close(c->fd);
+        c->fd = -1;
+    }
+    c->in.off = c->in.len = 0;
+    c->out.off = c->out.len = 0;
+    c->expect = 0;
+    while (c->cur < c->naddr) {
+        struct relay_addr *a = &c->addr[c->cur++];
+        char               ip[INET6_ADDRSTRLEN + 8];
+
+        if (c->cur > 1 && c->txn != NULL)
+            log_info("%s: %s; trying the next host", c->txn->env->id,
+                c->lasterr);
+        snprintf(c->name, sizeof(c->name), "%s[%s]:%u",
+            c->dest->route.hosts[a->host].name,
+            util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
+            c->dest->route.hosts[a->host].port);
+        c->fd = socket(a->ss.ss_family,
+            SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (c->fd < 0) {
+            snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
+                c->name, strerror(errno));
+            continue;
+        }
+        if (connect(c->fd, (struct sockaddr *)&a->ss, a->len) < 0 &&
+            errno != EINPROGRESS) {
+            snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
+                c->name, strerror(errno));
+            close(c->fd);
+            c->fd = -1;
+            continue;
+        }
+        c->state = C_CONNECT;
+        if (ev_watch(r->loop, c->fd, EV_WRITE, relay_io, c) < 0) {
+            snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
+                c->name, strerror(errno));
+            close(c->fd);
+            c->fd = -1;
+            continue;
+        }
+        relay_arm(c, r->connect_timeout_ms);
+        return;
+    }
+    c->state = C_CONNECT;
+    {
+        char why[RELAY_REPLY_MAX];
+
+        util_strlcpy(why, c->lasterr, sizeof(why));
+        if (c->naddr == 0 && why[0] == '\0')
+            util_strlcpy(why, "no address for the route", sizeof(why));
+        util_strlcpy(c->name, "none", sizeof(c->name));
+        relay_fail_txn(c, why);
+    }
+}
+
+
+/* relay_connected - the non-blocking connect finished (or failed). */
+static void
+relay_connected(struct relay_conn *c)
+{
+    int       err = 0;
+    socklen_t len = sizeof(err);
+
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err != 0) {
+        snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
+            c->name, strerror(err));
+        relay_connect_next(c);
+        return;
+    }
+    c->state = C_GREETING;
+    (void)ev_watch(c->r->loop, c->fd, EV_READ, relay_io, c);
+    relay_arm(c, RELAY_T_GREETING);
+}
+
+
+/* ---- the transaction ---- */
+
+/* relay_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
+static int
+relay_need_utf8(const struct relay_txn *t)
+{
+    return t->env->smtputf8 != 0;
+}
+
+
+/* relay_reject_all - a verdict for the whole txn before any command. */
+static void
+relay_reject_all(struct relay_conn *c, struct relay_txn *t, const char *why)
+{
+    size_t i;
+
+    for (i = 0; i < t->nrcpt; i++)
+        relay_set(t, i, RELAY_BOUNCE, why, c->name);
+    relay_post(c->r, t);
+}
+
+
+/* relay_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
+static void
+relay_rcpt_cmd(struct relay_conn *c, size_t k)
+{
+    const struct spool_rcpt *rc = &c->txn->env->rcpt[c->txn->rcpt[k]];
+    char                     notify[64] = "", orcpt[600] = "";
+
+    if (c->caps & RELAY_CAP_DSN) {
+        if (rc->notify & SPOOL_NOTIFY_NEVER) {
+            util_strlcpy(notify, " NOTIFY=NEVER", sizeof(notify));
+        } else if (rc->notify) {
+            snprintf(notify, sizeof(notify), " NOTIFY=%s%s%s%s%s",
+                rc->notify & SPOOL_NOTIFY_SUCCESS ? "SUCCESS" : "",
+                (rc->notify & SPOOL_NOTIFY_SUCCESS) &&
+                (rc->notify & (SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY)) ?
+                "," : "",
+                rc->notify & SPOOL_NOTIFY_FAILURE ? "FAILURE" : "",
+                (rc->notify & SPOOL_NOTIFY_FAILURE) &&
+                (rc->notify & SPOOL_NOTIFY_DELAY) ? "," : "",
+                rc->notify & SPOOL_NOTIFY_DELAY ? "DELAY" : "");
+        }
+        if (rc->orcpt != NULL) {
+            /* xtext-encode: '+', '=' and anything outside 33..126 */
+            size_t o, j;
+
+            o = (size_t)snprintf(orcpt, sizeof(orcpt), " ORCPT=");
+            for (j = 0; rc->orcpt[j] && o + 4 < sizeof(orcpt); j++) {
+                unsigned char ch = (unsigned char)rc->orcpt[j];
+
+                if (ch < 33 || ch > 126 || ch == '+' || ch == '=')
+                    o += (size_t)snprintf(orcpt + o, sizeof(orcpt) - o,
+                        "+%02X", ch);
+                else
+                    orcpt[o++] = (char)ch;
+            }
+            orcpt[o] = '\0';
+        }
+    }
+    relay_cmd(c, "RCPT TO:<%s>%s%s", rc->addr, notify, orcpt);
+}
+
+
+/* relay_begin - start t on c (session ready, any RSET done).  Returns 0,
+ * or -1 when t was finished without a command (c stays usable). */
+static int
+relay_begin(struct relay_conn *c, struct relay_txn *t)
+{
+    const struct spool_env *env = t->env;
+    char                    why[RELAY_REPLY_MAX], size[40] = "", body[24] = "";
+    size_t                  k;
+
+    if (relay_need_utf8(t) && !(c->caps & RELAY_CAP_SMTPUTF8)) {
+        snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
+            "was not offered by host %s", c->name);
+        relay_reject_all(c, t, why);
+        return -1;
+    }
+    if (env->body == SPOOL_BODY_BINARYMIME &&
+        (c->caps & (RELAY_CAP_CHUNKING | RELAY_CAP_BINARYMIME)) !=
+        (RELAY_CAP_CHUNKING | RELAY_CAP_BINARYMIME)) {
+        snprintf(why, sizeof(why), "554 5.6.3 binary content requires "
+            "BINARYMIME, but it was not offered by host %s", c->name);
+        relay_reject_all(c, t, why);
+        return -1;
+    }
+    if (t->nrcpt > c->rst_cap) {
+        free(c->rst);
+        c->rst = xcalloc(t->nrcpt, 1);
+        c->rst_cap = t->nrcpt;
+    }
+    memset(c->rst, R_PENDING, t->nrcpt);
+    c->txn = t;
+    t->accepted = 0;
+    c->nreply = 0;
+    c->nsent = 0;
+    c->mail_failed = 0;
+    c->empty_data = 0;
+    c->pipelining = (c->caps & RELAY_CAP_PIPELINING) != 0;
+    c->bdat = (c->caps & RELAY_CAP_CHUNKING) != 0;
+    if (c->caps & RELAY_CAP_SIZE)
+        snprintf(size, sizeof(size), " SIZE=%llu",
+            (unsigned long long)env->body_size);
+    if (env->body == SPOOL_BODY_BINARYMIME)
+        util_strlcpy(body, " BODY=BINARYMIME", sizeof(body));
+    else if (env->body == SPOOL_BODY_8BITMIME &&
+        (c->caps & RELAY_CAP_8BITMIME))
+        util_strlcpy(body, " BODY=8BITMIME", sizeof(body));
+    {
+        char extra[200] = "";
+
+        if (c->caps & RELAY_CAP_DSN) {
+            if (env->ret != SPOOL_RET_NONE)
+                snprintf(extra, sizeof(extra), " RET=%s",
+                    env->ret == SPOOL_RET_FULL ? "FULL" : "HDRS");
+            if (env->envid != NULL && strlen(env->envid) < 100) {
+                size_t o = strlen(extra), j;
+
+                o += (size_t)snprintf(extra + o, sizeof(extra) - o,
+                    " ENVID=");
+                for (j = 0; env->envid[j] && o + 4 < sizeof(extra); j++) {
+                    unsigned char ch = (unsigned char)env->envid[j];
+
+                    if (ch < 33 || ch > 126 || ch == '+' || ch == '=')
+                        o += (size_t)snprintf(extra + o, sizeof(extra) - o,
+                            "+%02X", ch);
+                    else
+                        extra[o++] = (char)ch;
+                }
+                extra[o] = '\0';
+            }
+        }
+        relay_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
+            relay_need_utf8(t) ? " SMTPUTF8" : "", extra);
+    }
+    c->nsent = 1;
+    if (c->pipelining) {
+        for (k = 0; k < t->nrcpt; k++)
+            relay_rcpt_cmd(c, k);
+        c->nsent += t->nrcpt;
+        if (!c->bdat) {
+            relay_cmd(c, "DATA");
+            c->nsent++;
+        }
+    }
+    c->state = C_TXN;
+    relay_arm(c, RELAY_T_COMMAND);
+    return 0;
+}
+
+
+/* relay_idle - the transaction is over and every reply is in: hand the
+ * txn back and reuse c.  Returns 1 when c was closed. */
+static int
+relay_idle(struct relay_conn *c)
+{
+    struct relay_txn *t = c->txn;
+
+    c->txn = NULL;
+    c->reused = 1;
+    if (t != NULL)
+        relay_post(c->r, t);
+    return relay_conn_next(c);
+}
+
+
+/*
+ * relay_conn_next - c is ready for a transaction: the one it was opened
+ * for, else the next waiting one (after an RSET on a used connection).
+ * With none, park c idle, or close it when draining.  Returns 1 when c was
+ * closed.
+ */
+static int
+relay_conn_next(struct relay_conn *c)
+{
+    struct relay_txn *t = c->txn;
+
+    c->txn = NULL;
+    for (;;) {
+        if (t == NULL)
+            t = relay_dest_pop(c->dest);
+        if (t == NULL)
+            break;
+        if (c->reused) {
+            c->txn = t;
+            relay_cmd(c, "RSET");
+            c->state = C_RSET;
+            relay_arm(c, RELAY_T_COMMAND);
+            if (relay_flush(c) < 0) {
+                relay_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        if (relay_begin(c, t) == 0) {
+            if (relay_flush(c) < 0) {
+                relay_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        t = NULL;
+    }
+    if (c->r->draining) {
+        relay_cmd(c, "QUIT");
+        (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+            MSG_NOSIGNAL | MSG_DONTWAIT);
+        relay_conn_close(c);
+        return 1;
+    }
+    c->state = C_IDLE;
+    c->expect = 0;
+    (void)ev_watch(c->r->loop, c->fd, EV_READ, relay_io, c);
+    relay_arm(c, RELAY_IDLE_MS);
+    return 0;
+}
+
+
+/* relay_body_start - 354 received (DATA) or RCPTs accepted (BDAT). */
+static void
+relay_body_start(struct relay_conn *c)
+{
+    c->state = C_BODY;
+    c->body_left = c->txn->env->body_size;
+    c->body_pos = c->txn->body_off;
+    relay_stuff_init(&c->stuff);
+    if (c->bdat) {
+        relay_cmd(c, "BDAT %llu LAST", (unsigned long long)c->body_left);
+        c->expect--;                        /* counted when the body ends */
+    }
+    relay_arm(c, RELAY_T_BLOCK);
+}
+
+
+/*
+ * relay_body_write - move body bytes toward the socket.  DATA: pread a
+ * 128 KiB chunk, stuff it into the out buffer, send; BDAT: flush the
+ * command line, then sendfile() straight from the queue file.  Stops at
+ * EAGAIN or after RELAY_WRITE_TURNS chunks so one big message does not
+ * hold the loop.
+ */
+static int
+relay_body_write(struct relay_conn *c)
+{
+    int turns;
+
+    for (turns = 0; turns < RELAY_WRITE_TURNS; turns++) {
+        if (buf_avail(&c->out) > 0) {
+            if (relay_flush(c) < 0)
+                return -1;
+            if (buf_avail(&c->out) > 0)
+                return 0;                   /* EAGAIN */
+        }
+        if (c->body_left == 0) {
+            if (!c->bdat) {
+                char end[5];
+                size_t n = relay_stuff_end(&c->stuff, end);
+
+                buf_append(&c->out, end, n);
+            }
+            c->expect++;
+            c->state = C_DOT;
+            relay_arm(c, RELAY_T_FINAL);
+            return relay_flush(c);
+        }
+        if (c->bdat) {
+            ssize_t w = sendfile(c->fd, c->txn->fd, &c->body_pos,
+                c->body_left > RELAY_CHUNK * 4 ? RELAY_CHUNK * 4 :
+                c->body_left);
+
+            if (w < 0 && (errno == EAGAIN || errno == EINTR))
+                return relay_flush(c);
+            if (w <= 0) {
+                snprintf(c->lasterr, sizeof(c->lasterr),
+                    "lost connection with %s while sending message "
+                    "content: %s", c->name,
+                    w < 0 ? strerror(errno) : "queue file truncated");
+                return -1;
+            }
+            c->body_left -= (uint64_t)w;
+        } else {
+            size_t  want = c->body_left > RELAY_CHUNK ? RELAY_CHUNK :
+                (size_t)c->body_left;
+            ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+
+            if (n <= 0) {
+                snprintf(c->lasterr, sizeof(c->lasterr),
+                    "cannot read the queue file: %s",
+                    n < 0 ? strerror(errno) : "truncated");
+                return -1;
+            }
+            c->body_pos += n;
+            c->body_left -= (uint64_t)n;
+            buf_compact(&c->out);
+            (void)buf_reserve(&c->out, RELAY_STUFF_ROOM((size_t)n) + 5);
+            buf_produce(&c->out, relay_stuff(&c->stuff, c->r->chunk,
+                (size_t)n, buf_tail(&c->out)));
+        }
+        relay_arm(c, RELAY_T_BLOCK);
+    }
+    return relay_flush(c);
+}
+
+
+/* relay_final - apply a final reply to every accepted recipient. */
+static void
+relay_final(struct relay_conn *c, const struct relay_reply *rp)
+{
+    struct relay_txn *t = c->txn;
+    size_t            i;
+
+    for (i = 0; i < t->nrcpt; i++) {
+        if (c->rst[i] == R_ACCEPTED) {
+            relay_set(t, i, relay_status_of(rp->code), rp->text, c->name);
+            c->rst[i] = R_FINAL;
+        }
+    }
+}
+
+
+/* relay_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
+ * was closed. */
+static int
+relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
+{
+    struct relay_txn *t = c->txn;
+    size_t            k = c->nreply++;
+    size_t            i;
+
+    if (k == 0) {                           /* MAIL */
+        if (rp->code / 100 != 2) {
+            c->mail_failed = 1;
+            for (i = 0; i < t->nrcpt; i++) {
+                relay_set(t, i, relay_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    } else if (k <= t->nrcpt) {             /* RCPT k-1 */
+        i = k - 1;
+        if (!c->mail_failed) {
+            if (rp->code / 100 == 2) {
+                c->rst[i] = R_ACCEPTED;
+                t->accepted++;
+            } else {
+                relay_set(t, i, relay_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    } else {                                /* DATA */
+        if (rp->code == 354) {
+            if (t->accepted > 0) {
+                relay_body_start(c);
+                if (relay_body_write(c) < 0) {
+                    relay_lost(c, c->lasterr);
+                    return 1;
+                }
+                return 0;
+            }
+            /* nobody to send to, but the peer wants data: end it empty */
+            buf_append(&c->out, ".\r\n", 3);
+            c->expect++;
+            c->empty_data = 1;
+            c->state = C_DOT;
+            relay_arm(c, RELAY_T_FINAL);
+            if (relay_flush(c) < 0) {
+                relay_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        relay_final(c, rp);
+    }
+    if (c->expect > 0) {
+        relay_arm(c, k + 1 >= t->nrcpt + 1 ? RELAY_T_DATA_INIT :
+            RELAY_T_COMMAND);
+        return 0;
+    }
+    /* every reply to what was sent is in: send the next step */
+    if (c->mail_failed)
+        return relay_idle(c);
+    if (c->nsent <= t->nrcpt) {             /* not pipelining: next RCPT */
+        relay_rcpt_cmd(c, c->nsent - 1);
+        c->nsent++;
+    } else if (c->nsent == t->nrcpt + 1 && t->accepted > 0) {
+        c->nsent++;
+        if (c->bdat) {
+            relay_body_start(c);
+            if (relay_body_write(c) < 0) {
+                relay_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        relay_cmd(c, "DATA");
+    } else {
+        return relay_idle(c);               /* done, or nobody accepted */
+    }
+    relay_arm(c, c->nsent > t->nrcpt + 1 ? RELAY_T_DATA_INIT :
+        RELAY_T_COMMAND);
+    if (relay_flush(c) < 0) {
+        relay_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
+
+
+/* relay_reply - dispatch one complete reply (raw: its bytes, for EHLO) by
+ * state.  Returns 1 when c was closed or restarted (stop parsing). */
+static int
+relay_reply(struct relay_conn *c, const struct relay_reply *rp,
+    const char *raw)
+{
+    char why[1024];
+
+    if (c->expect == 0 && c->state != C_GREETING) {
+        /* unsolicited (e.g. 421 on an idle connection) */
+        snprintf(why, sizeof(why), "host %s said: %s", c->name, rp->text);
+        relay_lost(c, why);
+        return 1;
+    }
+    if (c->expect > 0)
+        c->expect--;
+    switch (c->state) {
+    case C_GREETING:
+        if (rp->code / 100 != 2) {
+            snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
+                c->name, rp->text);
+            relay_lost(c, why);
+            return 1;
+        }
+        relay_cmd(c, "EHLO %s", c->r->helo);
+        c->state = C_EHLO;
+        break;
+    case C_EHLO:
+        if (rp->code / 100 == 2) {
+            c->caps = relay_ehlo_caps(raw, rp->len, &c->peer_size);
+            return relay_conn_next(c);
+        }
+        if (rp->code / 100 == 5) {
+            relay_cmd(c, "HELO %s", c->r->helo);
+            c->state = C_HELO;
+            break;
+        }
+        snprintf(why, sizeof(why), "host %s said: %s (in reply to EHLO)",
+            c->name, rp->text);
+        relay_lost(c, why);
+        return 1;
+    case C_HELO:
+        if (rp->code / 100 == 2) {
+            c->caps = 0;
+            return relay_conn_next(c);
+        }
+        snprintf(why, sizeof(why), "host %s said: %s (in reply to HELO)",
+            c->name, rp->text);
+        relay_lost(c, why);
+        return 1;
+    case C_RSET:
+        if (rp->code / 100 != 2) {
+            snprintf(why, sizeof(why), "host %s said: %s (in reply to RSET)",
+                c->name, rp->text);
+            relay_lost(c, why);
+            return 1;
+        }
+        {
+            struct relay_txn *t = c->txn;
+
+            c->txn = NULL;
+            if (relay_begin(c, t) < 0)
+                return relay_conn_next(c);
+        }
+        break;
+    case C_TXN:
+        return relay_txn_reply(c, rp);
+    case C_DOT:
+        if (!c->empty_data)
+            relay_final(c, rp);
+        return relay_idle(c);
+    default:
+        snprintf(why, sizeof(why), "unexpected reply from %s: %s", c->name,
+            rp->text);
+        relay_lost(c, why);
+        return 1;
+    }
+    relay_arm(c, RELAY_T_COMMAND);
+    if (relay_flush(c) < 0) {
+        relay_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
+
+
+/* relay_read - read, then handle every complete reply in the buffer. */
+static void
+relay_read(struct relay_conn *c)
+{
+    char    why[RELAY_REPLY_MAX + 64];
+    ssize_t n;
+
+    (void)buf_reserve(&c->in, 8192);
+    n = recv(c->fd, buf_tail(&c->in), buf_room(&c->in), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        snprintf(why, sizeof(why), "lost connection with %s while %s%s%s",
+            c->name, relay_phase[c->state], n < 0 ? ": " : "",
+            n < 0 ? strerror(errno) : "");
+        relay_lost(c, why);
+        return;
+    }
+    buf_produce(&c->in, (size_t)n);
+    for (;;) {
+        struct relay_reply rp;
+        const char        *raw = buf_head(&c->in);
+        int                rc = relay_reply_parse(raw, buf_avail(&c->in),
+            RELAY_REPLY_LIMIT, &rp);
+
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            snprintf(why, sizeof(why), "malformed reply from %s while %s",
+                c->name, relay_phase[c->state]);
+            relay_lost(c, why);
+            return;
+        }
+        /* consume first: the bytes stay readable at raw until the next
+         * change to c->in, and c may be freed by the handler */
+        buf_consume(&c->in, rp.len);
+        if (relay_reply(c, &rp, raw))
+            return;
+    }
+    if (buf_avail(&c->in) == 0)
+        c->in.off = c->in.len = 0;
+}
+
+
+static void
+relay_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
+{
+    struct relay_conn *c = arg;
+
+    (void)loop;
+    (void)fd;
+    if (c->state == C_CONNECT) {
+        relay_connected(c);
+        return;
+    }
+    if (ev & (EV_READ | EV_ERROR)) {
+        relay_read(c);
+        return;                 /* c may be gone; writes come next turn */
+    }
+    if (ev & EV_WRITE) {
+        if (c->state == C_BODY) {
+            if (relay_body_write(c) < 0)
+                relay_lost(c, c->lasterr);
+        } else if (relay_flush(c) < 0) {
+            relay_lost(c, c->lasterr);
+        }
+    }
+}
+
+
+static void
+relay_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct relay_conn *c = arg;
+    char               why[1024];
+
+    (void)loop;
+    (void)tm;
+    if (c->state == C_IDLE) {
+        relay_cmd(c, "QUIT");
+        (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+            MSG_NOSIGNAL | MSG_DONTWAIT);
+        relay_conn_close(c);
+        return;
+    }
+    if (c->state == C_CONNECT)
+        snprintf(why, sizeof(why), "connect to %s: Connection timed out",
+            c->name);
+    else
+        snprintf(why, sizeof(why), "conversation with %s timed out while %s",
+            c->name, relay_phase[c->state]);
+    relay_lost(c, why);
+}
+
+
+/* relay_conn_new - open a connection to d for t (t rides along until the
+ * session is set up, or fails with the connection). */
+static void
+relay_conn_new(struct relay *r, struct relay_dest *d, struct relay_txn *t)
+{
+    struct relay_conn *c = xcalloc(1, sizeof(*c));
+
+    c->r = r;
+    c->dest = d;
+    c->fd = -1;
+    c->txn = t;
+    buf_init(&c->in);
+    buf_init(&c->out);
+    ev_timer_init(&c->timer, relay_timeout, c);
+    c->next = d->conns;
+    d->conns = c;
+    d->nconns++;
+    r->nconns++;
+    relay_resolve(c, &d->route);
+    relay_connect_next(c);
+}
+
+
+/* relay_dest_run - start waiting transactions on idle connections, or on
+ * new ones while under the cap. */
+static void
+relay_dest_run(struct relay *r, struct relay_dest *d)
+{
+    struct relay_conn *c;
+
+    if (d->running)
+        return;
+    d->running = 1;
+    while (d->wait_head != NULL) {
+        for (c = d->conns; c; c = c->next)
+            if (c->state == C_IDLE)
+                break;
+        if (c != NULL) {
+            (void)relay_conn_next(c);
+            continue;
+        }
+        if (d->nconns >= r->cap)
+            break;
+        relay_conn_new(r, d, relay_dest_pop(d));
+    }
+    d->running = 0;
+    relay_dest_gc(r, d);
+}
+
+
+/* ---- public ---- */
+
+struct relay *
+relay_new(struct ev_loop *loop, const char *helo_name,
+    uint64_t connect_timeout_ms, unsigned conns_per_dest)
+{
+    struct relay *r = xcalloc(1, sizeof(*r));
+
+    r->loop = loop;
+    r->helo = xstrdup(helo_name);
+    r->connect_timeout_ms = connect_timeout_ms ? connect_timeout_ms : 30000;
+    r->cap = conns_per_dest ? conns_per_dest : 1;
+    r->chunk = xmalloc(RELAY_CHUNK);
+    ev_timer_init(&r->post_timer, relay_post_fire, r);
+    return r;
+}
+
+
+void
+relay_free(struct relay *r)
+{
+    if (r == NULL)
+        return;
+    r->freeing = 1;
+    ev_timer_stop(r->loop, &r->post_timer);
+    while (r->dests != NULL) {
+        struct relay_dest *d = r->dests;
+
+        while (d->conns != NULL)
+            relay_conn_close(d->conns);
+        r->dests = d->next;
+        free(d);
+    }
+    free(r->chunk);
+    free(r->helo);
+    free(r);
+}
+
+
+void
+relay_submit(struct relay *r, struct relay_txn *t)
+{
+    struct relay_dest *d = relay_dest_get(r, t->dest, t->route);
+    size_t             i;
+
+    for (i = 0; i < t->nrcpt; i++)
+        relay_set(t, i, RELAY_DEFER, "not attempted", "none");
+    t->next = NULL;
+    t->restarts = 0;
+    t->accepted = 0;
+    if (d->wait_tail)
+        d->wait_tail->next = t;
+    else
+        d->wait_head = t;
+    d->wait_tail = t;
+    relay_dest_run(r, d);
+}
+
+
+void
+relay_drain(struct relay *r)
+{
+    struct relay_dest *d, *dn;
+    struct relay_conn *c, *cn;
+
+    r->draining = 1;
+    for (d = r->dests; d; d = dn) {
+        dn = d->next;
+        d->running = 1;                     /* no re-entry while closing */
+        for (c = d->conns; c; c = cn) {
+            cn = c->next;
+            if (c->state == C_IDLE) {
+                relay_cmd(c, "QUIT");
+                (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+                    MSG_NOSIGNAL | MSG_DONTWAIT);
+                relay_conn_close(c);
+            }
+        }
+        d->running = 0;
+        relay_dest_gc(r, d);
+    }
+}
+
+
+size_t
+relay_nconns(const struct relay *r)
+{
+    return r->nconns;
+}

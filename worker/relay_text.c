@@ -1,0 +1,247 @@
+/*
+ * relay_text.c - the pure parts of the outbound SMTP client: the reply
+ * parser, the EHLO capability parser, enhanced status codes and one-pass
+ * dot-stuffing.  No I/O, no allocation.
+ *
+ * CONTRACT  See relay.h.  Every function works on caller bytes only, so the
+ *           unit tests feed them whole inputs, split inputs and bad inputs.
+ * FAILURE   relay_reply_parse() returns -1 on a malformed reply; the caller
+ *           treats that as a protocol error (the connection is dropped and
+ *           the recipients are deferred).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "worker/relay.h"
+
+/* relay_text_append - append n bytes to the flattened text, truncating. */
+static void
+relay_text_append(struct relay_reply *r, size_t *tl, const char *p, size_t n)
+{
+    size_t room = sizeof(r->text) - 1 - *tl;
+
+    if (n > room)
+        n = room;
+    memcpy(r->text + *tl, p, n);
+    *tl += n;
+    r->text[*tl] = '\0';
+}
+
+
+int
+relay_reply_parse(const char *p, size_t n, size_t max, struct relay_reply *r)
+{
+    size_t pos = 0, tl = 0;
+    int    code = -1;
+
+    r->text[0] = '\0';
+    for (;;) {
+        const char *nl = memchr(p + pos, '\n', n - pos);
+        size_t      end, ll;
+        int         c, last;
+
+        if (nl == NULL)
+            return (n - pos > max || pos > max) ? -1 : 0;
+        end = (size_t)(nl - p);
+        ll = end - pos;
+        if (ll > 0 && p[end - 1] == '\r')
+            ll--;
+        /* "ddd" then ' ', '-' or the end of the line */
+        if (ll < 3 || !isdigit((unsigned char)p[pos]) ||
+            !isdigit((unsigned char)p[pos + 1]) ||
+            !isdigit((unsigned char)p[pos + 2]) ||
+            (ll > 3 && p[pos + 3] != ' ' && p[pos + 3] != '-'))
+            return -1;
+        c = (p[pos] - '0') * 100 + (p[pos + 1] - '0') * 10 + (p[pos + 2] - '0');
+        if (c < 100 || (code >= 0 && c != code))
+            return -1;
+        last = (ll == 3 || p[pos + 3] == ' ');
+        if (code < 0) {
+            relay_text_append(r, &tl, p + pos, ll);
+        } else if (ll > 4) {
+            relay_text_append(r, &tl, " ", 1);
+            relay_text_append(r, &tl, p + pos + 4, ll - 4);
+        }
+        code = c;
+        pos = end + 1;
+        if (last)
+            break;
+        if (pos > max)
+            return -1;
+    }
+    if (pos > max)
+        return -1;
+    r->code = code;
+    r->len = pos;
+    return 1;
+}
+
+
+/* relay_word_is - does the keyword p[0..n) equal w, ignoring case? */
+static int
+relay_word_is(const char *p, size_t n, const char *w)
+{
+    return strlen(w) == n && strncasecmp(p, w, n) == 0;
+}
+
+
+unsigned
+relay_ehlo_caps(const char *p, size_t n, uint64_t *size)
+{
+    unsigned caps = 0;
+    size_t   pos = 0;
+    int      first = 1;
+
+    *size = 0;
+    while (pos < n) {
+        const char *nl = memchr(p + pos, '\n', n - pos);
+        size_t      end = nl ? (size_t)(nl - p) : n, ll = end - pos, kw;
+        const char *l = p + pos;
+
+        if (ll > 0 && l[ll - 1] == '\r')
+            ll--;
+        pos = end + 1;
+        if (first || ll < 4) {              /* line 1: our peer's name */
+            first = 0;
+            continue;
+        }
+        l += 4;                             /* "250-" / "250 " */
+        ll -= 4;
+        for (kw = 0; kw < ll && l[kw] != ' '; kw++)
+            ;
+        if (relay_word_is(l, kw, "PIPELINING"))
+            caps |= RELAY_CAP_PIPELINING;
+        else if (relay_word_is(l, kw, "8BITMIME"))
+            caps |= RELAY_CAP_8BITMIME;
+        else if (relay_word_is(l, kw, "SMTPUTF8"))
+            caps |= RELAY_CAP_SMTPUTF8;
+        else if (relay_word_is(l, kw, "CHUNKING"))
+            caps |= RELAY_CAP_CHUNKING;
+        else if (relay_word_is(l, kw, "DSN"))
+            caps |= RELAY_CAP_DSN;
+        else if (relay_word_is(l, kw, "BINARYMIME"))
+            caps |= RELAY_CAP_BINARYMIME;
+        else if (relay_word_is(l, kw, "SIZE")) {
+            uint64_t v = 0;
+            size_t   i;
+
+            caps |= RELAY_CAP_SIZE;
+            for (i = kw + 1; i < ll && isdigit((unsigned char)l[i]); i++) {
+                if (v > (UINT64_MAX - 9) / 10)
+                    break;
+                v = v * 10 + (uint64_t)(l[i] - '0');
+            }
+            *size = v;
+        }
+    }
+    return caps;
+}
+
+
+const char *
+relay_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
+{
+    const char *p = reply;
+    size_t      i, dots = 0;
+    int         basic = 0;
+
+    if (isdigit((unsigned char)p[0]) && isdigit((unsigned char)p[1]) &&
+        isdigit((unsigned char)p[2]) && (p[3] == ' ' || p[3] == '-' ||
+        p[3] == '\0')) {
+        basic = p[0];
+        p += p[3] ? 4 : 3;
+    }
+    /* class "." subject "." detail: 2/4/5, 1-3 digits, 1-3 digits */
+    if ((p[0] == '2' || p[0] == '4' || p[0] == '5') && p[1] == '.' &&
+        (basic == 0 || basic == p[0])) {
+        size_t digits = 0;
+
+        for (i = 2; p[i] != '\0' && p[i] != ' '; i++) {
+            if (p[i] == '.') {
+                if (digits == 0 || digits > 3)
+                    break;
+                dots++;
+                digits = 0;
+            } else if (isdigit((unsigned char)p[i])) {
+                digits++;
+            } else {
+                break;
+            }
+        }
+        if ((p[i] == '\0' || p[i] == ' ') && dots == 1 && digits >= 1 &&
+            digits <= 3 && i < outsz) {
+            memcpy(out, p, i);
+            out[i] = '\0';
+            return out;
+        }
+    }
+    if (basic == '2' || basic == '4' || basic == '5')
+        snprintf(out, outsz, "%c.0.0", basic);
+    else
+        snprintf(out, outsz, "%s", dflt);
+    return out;
+}
+
+
+/*
+ * Dot-stuffing states: LINE = at the start of a line (after CRLF or at the
+ * start of the body), MID = inside a line, CR = just after a CR.
+ */
+enum { STUFF_LINE = 0, STUFF_MID, STUFF_CR };
+
+void
+relay_stuff_init(struct relay_stuff *s)
+{
+    s->state = STUFF_LINE;
+}
+
+
+size_t
+relay_stuff(struct relay_stuff *s, const char *in, size_t n, char *out)
+{
+    size_t i = 0, o = 0;
+
+    while (i < n) {
+        const char *lf;
+        size_t      span;
+
+        if (s->state == STUFF_LINE && in[i] == '.')
+            out[o++] = '.';
+        if (s->state == STUFF_CR && in[i] == '\n') {
+            out[o++] = '\n';
+            i++;
+            s->state = STUFF_LINE;
+            continue;
+        }
+        /* copy up to and including the next LF in one memcpy */
+        lf = memchr(in + i, '\n', n - i);
+        span = lf ? (size_t)(lf - (in + i)) + 1 : n - i;
+        memcpy(out + o, in + i, span);
+        o += span;
+        i += span;
+        if (lf == NULL) {
+            s->state = in[n - 1] == '\r' ? STUFF_CR : STUFF_MID;
+        } else if (span >= 2 && lf[-1] == '\r') {
+            s->state = STUFF_LINE;
+        } else {
+            s->state = STUFF_MID;           /* bare LF: not a line start */
+        }
+    }
+    return o;
+}
+
+
+size_t
+relay_stuff_end(struct relay_stuff *s, char *out)
+{
+    if (s->state == STUFF_LINE) {
+        memcpy(out, ".\r\n", 3);
+        return 3;
+    }
+    memcpy(out, "\r\n.\r\n", 5);
+    s->state = STUFF_LINE;
+    return 5;
+}

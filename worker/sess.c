@@ -1,0 +1,1251 @@
+/*
+ * sess.c - the inbound ESMTP session: a per-connection state machine
+ * driven by the worker's event loop.
+ *
+ * PURPOSE   RFC 5321 with PIPELINING, SIZE, 8BITMIME, SMTPUTF8, CHUNKING
+ *           (BDAT), ENHANCEDSTATUSCODES and DSN.  Every complete command in
+ *           the input buffer is run in one go; replies are gathered in the
+ *           session's out buffer and written once per turn by
+ *           sess_flush_hook().  DATA content streams from the read buffer
+ *           through smtp_data_feed() straight into spool_write(): no line
+ *           splitting, no allocation per line.
+ * MEMORY    An idle session holds only struct sess (a few hundred bytes),
+ *           its kernel socket and an epoll entry: the 128 KiB input buffer
+ *           comes from the pool when bytes arrive and goes back when none
+ *           are left unparsed; the reply buffer is recycled after each
+ *           flush; the transaction (struct sess_txn) exists from MAIL to
+ *           the end of the message.
+ * COMMIT    250 after the final dot only once spool_commit() (or the group
+ *           commit in sess_commit_hook(), with spool.fsync) returned OK.
+ *           A session waiting for the group commit parses no more input;
+ *           the hook resumes it after queueing its reply.
+ * FAILURE   Never crashes on input and never blocks.  Spool failures are
+ *           452 4.3.1 (the message is aborted, the session goes on); I/O
+ *           errors end the session, aborting any message in progress.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "router/router.h"
+#include "spool/spool.h"
+#include "worker/deliver.h"
+#include "worker/smtp_data.h"
+#include "worker/smtp_parse.h"
+#include "worker/transport.h"
+#include "worker/worker_int.h"
+
+#define SESS_OUT_CAP    4096        /* recycled reply buffer size */
+#define SESS_OUT_SPARE  256         /* recycled reply buffers kept */
+
+enum sess_state {
+    SS_CMD = 0,                     /* reading command lines */
+    SS_DATA,                        /* DATA content, up to CRLF.CRLF */
+    SS_BDAT,                        /* a BDAT chunk of exact length */
+    SS_COMMIT,                      /* message finished, waiting for commit */
+    SS_CLOSING                      /* last reply queued; close once sent */
+};
+
+#define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
+#define SF_PENDING   0x02u          /* on w->pending */
+#define SF_WBLOCK    0x04u          /* a write left bytes behind: EPOLLOUT */
+#define SF_DISCARD   0x08u          /* dropping an over-long line to its LF */
+#define SF_RELAY     0x10u          /* client in relay.allow_networks */
+#define SF_COMMITQ   0x20u          /* on w->commit */
+
+/* The mail transaction: from MAIL to the end of the message. */
+struct sess_txn {
+    struct spool_env  env;          /* client_ip/helo point into the session */
+    size_t            rcap;
+    struct spool_msg *msg;          /* created at DATA / first BDAT */
+    char              id[SPOOL_ID_SIZE];
+    struct smtp_data  dp;
+    uint64_t          bytes;        /* content bytes from the client */
+    int               used_bdat;
+    int               too_big;
+    int               spool_rc;     /* first failed spool call, 0 = none */
+};
+
+struct sess {
+    struct worker    *w;
+    struct sess      *prev, *next;   /* w->sessions */
+    struct sess      *pprev, *pnext; /* w->pending */
+    struct transport  tp;
+    unsigned          watched;       /* EV_* mask given to the loop */
+    struct ev_timer   timer;
+    struct buf        in;
+    struct buf        out;
+    struct sess_txn  *txn;
+    char             *helo;
+    uint64_t          bdat_left;     /* bytes of the current chunk to read */
+    const char       *bdat_err;      /* reply for a chunk being discarded */
+    union {
+        struct sockaddr     sa;
+        struct sockaddr_in  sin;
+        struct sockaddr_in6 sin6;
+    } peer;
+    char              ip[INET6_ADDRSTRLEN];
+    uint16_t          port;
+    uint8_t           state;
+    uint8_t           bdat_last;
+    uint16_t          flags;
+    uint16_t          nerrors;
+    uint16_t          ncmd[SMTP_STARTTLS + 1];
+};
+
+static void sess_process(struct sess *s);
+static void sess_free(struct sess *s, const char *why);
+static void sess_on_io(struct ev_loop *loop, int fd, unsigned events,
+            void *arg);
+
+static const char *const sess_verb_name[SMTP_STARTTLS + 1] = {
+    "unknown", "ehlo", "helo", "mail", "rcpt", "data", "bdat", "rset",
+    "noop", "quit", "vrfy", "help", "starttls"
+};
+
+
+/* --- lists and buffers ------------------------------------------------ */
+
+static void
+sess_pending_add(struct sess *s)
+{
+    struct worker *w = s->w;
+
+    if (s->flags & (SF_PENDING | SF_WBLOCK))
+        return;                     /* queued, or EPOLLOUT will flush */
+    s->flags |= SF_PENDING;
+    s->pprev = NULL;
+    s->pnext = w->pending;
+    if (w->pending != NULL)
+        w->pending->pprev = s;
+    w->pending = s;
+}
+
+
+static void
+sess_pending_del(struct sess *s)
+{
+    if (!(s->flags & SF_PENDING))
+        return;
+    if (s->pprev != NULL)
+        s->pprev->pnext = s->pnext;
+    else
+        s->w->pending = s->pnext;
+    if (s->pnext != NULL)
+        s->pnext->pprev = s->pprev;
+    s->pprev = s->pnext = NULL;
+    s->flags &= ~SF_PENDING;
+}
+
+
+static void
+sess_commit_del(struct sess *s)
+{
+    struct worker *w = s->w;
+    size_t         i;
+
+    if (!(s->flags & SF_COMMITQ))
+        return;
+    for (i = 0; i < w->ncommit; i++)
+        if (w->commit[i] == s) {
+            w->commit[i] = w->commit[--w->ncommit];
+            break;
+        }
+    s->flags &= ~SF_COMMITQ;
+}
+
+
+/* sess_out_take - give the session a reply buffer, recycled if possible. */
+static void
+sess_out_take(struct sess *s)
+{
+    struct worker *w = s->w;
+
+    if (s->out.data != NULL)
+        return;
+    s->out.data = w->nout_spare > 0 ? w->out_spare[--w->nout_spare]
+                                    : xmalloc(SESS_OUT_CAP);
+    s->out.cap = SESS_OUT_CAP;
+    s->out.off = s->out.len = 0;
+}
+
+
+static void
+sess_out_give(struct sess *s)
+{
+    struct worker *w = s->w;
+
+    if (s->out.data == NULL)
+        return;
+    if (s->out.cap == SESS_OUT_CAP && w->nout_spare < SESS_OUT_SPARE) {
+        if (w->out_spare == NULL)
+            w->out_spare = xmalloc(SESS_OUT_SPARE * sizeof(char *));
+        w->out_spare[w->nout_spare++] = s->out.data;
+    } else {
+        free(s->out.data);
+    }
+    buf_init(&s->out);
+}
+
+
+/* sess_in_release - return the input buffer to the pool once it is empty,
+ * otherwise move the partial line to the front (one short memmove). */
+static void
+sess_in_release(struct sess *s)
+{
+    if (s->in.data == NULL)
+        return;
+    if (buf_avail(&s->in) == 0) {
+        s->in.off = s->in.len = 0;
+        buf_pool_give(&s->in);
+    } else if (s->in.off > 0 && s->state == SS_CMD) {
+        buf_compact(&s->in);
+    }
+}
+
+
+static void
+sess_watch(struct sess *s, unsigned events)
+{
+    if (s->watched == events)
+        return;
+    if (ev_watch(s->w->loop, s->tp.fd, events, sess_on_io, s) == 0)
+        s->watched = events;
+}
+
+
+/* --- replies ---------------------------------------------------------- */
+
+/* sess_error - count a 4xx/5xx reply; at max_errors the session ends. */
+static void
+sess_error(struct sess *s)
+{
+    const struct config *cfg = s->w->cfg;
+
+    STATUS_ADD(s->w->st->errors, 1);
+    if (++s->nerrors < cfg->max_errors || s->state == SS_CLOSING)
+        return;
+    buf_printf(&s->out, "421 4.7.0 %s Error: too many errors\r\n",
+        cfg->hostname);
+    log_info("too many errors from %s:%u after %u errors", s->ip,
+        (unsigned)s->port, (unsigned)s->nerrors);
+    s->state = SS_CLOSING;
+}
+
+
+/* sess_reply - queue one reply line (text without CRLF). */
+static void
+sess_reply(struct sess *s, const char *text)
+{
+    size_t n = strlen(text);
+
+    sess_out_take(s);
+    buf_reserve(&s->out, n + 2);
+    memcpy(buf_tail(&s->out), text, n);
+    memcpy(buf_tail(&s->out) + n, "\r\n", 2);
+    buf_produce(&s->out, n + 2);
+    sess_pending_add(s);
+    if (text[0] == '4' || text[0] == '5')
+        sess_error(s);
+}
+
+
+static void sess_replyf(struct sess *s, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+
+static void
+sess_replyf(struct sess *s, const char *fmt, ...)
+{
+    char    line[1200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    sess_reply(s, line);
+}
+
+
+/* sess_close_after - queue a final reply; the session closes once it is
+ * written (or when its timer fires first). */
+static void
+sess_close_after(struct sess *s, const char *text)
+{
+    sess_out_take(s);
+    buf_printf(&s->out, "%s\r\n", text);
+    sess_pending_add(s);
+    s->state = SS_CLOSING;
+}
+
+
+/* --- transactions ----------------------------------------------------- */
+
+static void
+sess_txn_free(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+    size_t           i;
+
+    if (t == NULL)
+        return;
+    sess_commit_del(s);
+    spool_abort(t->msg);
+    free(t->env.sender);
+    free(t->env.envid);
+    for (i = 0; i < t->env.nrcpt; i++) {
+        free(t->env.rcpt[i].addr);
+        free(t->env.rcpt[i].orcpt);
+    }
+    free(t->env.rcpt);
+    free(t);
+    s->txn = NULL;
+}
+
+
+/* sess_received - the Received: header, first bytes of the stored body. */
+static int
+sess_received(struct sess *s, struct sess_txn *t)
+{
+    const struct config *cfg = s->w->cfg;
+    char                 hdr[2048], date[64], forc[SMTP_ADDR_MAX + 16];
+    const char          *with;
+    struct tm            tm;
+    time_t               now = time(NULL);
+    int                  n;
+
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
+    if (t->env.smtputf8)
+        with = "UTF8SMTP";
+    else
+        with = (s->flags & SF_ESMTP) ? "ESMTP" : "SMTP";
+    forc[0] = '\0';
+    if (t->env.nrcpt == 1)
+        snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
+    n = snprintf(hdr, sizeof(hdr),
+        "Received: from %s ([%s])\r\n"
+        "\tby %s (mtad) with %s id %s%s;\r\n"
+        "\t%s\r\n",
+        s->helo ? s->helo : "unknown", s->ip, cfg->hostname, with, t->id,
+        forc, date);
+    if (n < 0 || (size_t)n >= sizeof(hdr))
+        n = (int)strlen(hdr);
+    return spool_write(t->msg, hdr, (size_t)n);
+}
+
+
+/* sess_spool_fail - log a spool failure once per message. */
+static void
+sess_spool_fail(struct sess *s, const char *what, int rc)
+{
+    log_warn("%s: %s failed for client %s:%u: %s (%s)",
+        s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
+        (unsigned)s->port,
+        rc == SPOOL_ENOSPC ? "no space" : "error",
+        spool_errstr(s->w->spool));
+}
+
+
+/* sess_msg_open - create tmp/<id> with the envelope, then Received:. */
+static int
+sess_msg_open(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+    int              rc;
+
+    t->env.arrival_ms = util_wall_ms();
+    rc = spool_create(s->w->spool, &t->env, &t->msg);
+    if (rc != SPOOL_OK) {
+        /* t->msg may hold a half-made file: sess_txn_free() aborts it. */
+        sess_spool_fail(s, "spool_create", rc);
+        return rc;
+    }
+    util_strlcpy(t->id, spool_msg_id(t->msg), sizeof(t->id));
+    rc = sess_received(s, t);
+    if (rc != SPOOL_OK) {
+        sess_spool_fail(s, "spool_write", rc);
+        t->spool_rc = rc;
+    }
+    return SPOOL_OK;
+}
+
+
+/* sess_queued - the message is committed: 250, log, hand to delivery. */
+static void
+sess_queued(struct sess *s, uint64_t size)
+{
+    struct sess_txn *t = s->txn;
+    struct worker   *w = s->w;
+
+    t->msg = NULL;                  /* spool_commit freed it */
+    sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
+    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u", t->id,
+        t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
+        (unsigned)s->port);
+    STATUS_ADD(w->st->msgs_in, 1);
+    deliver_submit(w->deliver, t->id);
+    sess_txn_free(s);
+}
+
+
+static void
+sess_storage_fail(struct sess *s)
+{
+    sess_reply(s, "452 4.3.1 Insufficient system storage");
+    sess_txn_free(s);               /* spool_abort: nothing stays behind */
+}
+
+
+/* sess_finish_msg - content complete and valid: flush, then commit now
+ * (no fsync) or join the group commit of this turn. */
+static void
+sess_finish_msg(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+    struct worker   *w = s->w;
+    uint64_t         size = spool_msg_size(t->msg);
+    int              rc;
+
+    rc = spool_finish(t->msg);
+    if (rc != SPOOL_OK) {
+        sess_spool_fail(s, "spool_finish", rc);
+        sess_storage_fail(s);
+        return;
+    }
+    if (!w->cfg->spool_fsync) {
+        rc = spool_commit(t->msg);
+        if (rc != SPOOL_OK) {
+            sess_spool_fail(s, "spool_commit", rc);
+            sess_storage_fail(s);
+            return;
+        }
+        sess_queued(s, size);
+        return;
+    }
+    if (w->ncommit == w->commitcap) {
+        w->commitcap = w->commitcap ? w->commitcap * 2 : 16;
+        w->commit = xrealloc(w->commit, w->commitcap * sizeof(*w->commit));
+    }
+    w->commit[w->ncommit++] = s;
+    s->flags |= SF_COMMITQ;
+    s->state = SS_COMMIT;
+}
+
+
+/* sess_emit - smtp_data span sink: count, enforce the size, spool. */
+static int
+sess_emit(void *arg, const char *p, size_t n)
+{
+    struct sess     *s = arg;
+    struct sess_txn *t = s->txn;
+    int              rc;
+
+    t->bytes += n;
+    if (t->too_big || t->spool_rc != 0)
+        return 0;                   /* keep consuming, stop writing */
+    if (t->bytes > s->w->cfg->max_message_size) {
+        t->too_big = 1;
+        return 0;
+    }
+    rc = spool_write(t->msg, p, n);
+    if (rc != SPOOL_OK) {
+        t->spool_rc = rc;
+        sess_spool_fail(s, "spool_write", rc);
+    }
+    return 0;
+}
+
+
+/* sess_data_end - the final dot was read: answer for the message. */
+static void
+sess_data_end(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+
+    s->state = SS_CMD;
+    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->command_timeout_ms);
+    if (t->dp.bad_newline && !s->w->cfg->bare_newline_accept) {
+        log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
+            t->id, s->ip, (unsigned)s->port);
+        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
+        sess_txn_free(s);
+    } else if (t->too_big) {
+        log_info("%s: reject: message too large from %s:%u", t->id, s->ip,
+            (unsigned)s->port);
+        sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+        sess_txn_free(s);
+    } else if (t->spool_rc != 0) {
+        sess_storage_fail(s);
+    } else {
+        sess_finish_msg(s);
+    }
+}
+
+
+/* sess_bdat_end - a whole chunk was read. */
+static void
+sess_bdat_end(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+
+    s->state = SS_CMD;
+    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->command_timeout_ms);
+    if (s->bdat_err != NULL) {
+        sess_reply(s, s->bdat_err);
+        s->bdat_err = NULL;
+        return;
+    }
+    if (t->too_big) {
+        sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+        sess_txn_free(s);
+    } else if (t->spool_rc != 0) {
+        sess_storage_fail(s);
+    } else if (s->bdat_last) {
+        sess_finish_msg(s);
+    } else {
+        sess_replyf(s, "250 2.0.0 Ok: %llu octets received",
+            (unsigned long long)t->bytes);
+    }
+}
+
+
+/* --- commands --------------------------------------------------------- */
+
+static void
+sess_ehlo(struct sess *s, struct str arg, int esmtp)
+{
+    const struct config *cfg = s->w->cfg;
+    const char          *reply;
+
+    if (smtp_parse_helo(arg, &reply) < 0) {
+        sess_reply(s, reply);
+        return;
+    }
+    sess_txn_free(s);               /* EHLO implies RSET */
+    free(s->helo);
+    s->helo = xstrndup(arg.p, arg.n);
+    if (!esmtp) {
+        s->flags &= ~SF_ESMTP;
+        sess_replyf(s, "250 %s", cfg->hostname);
+        return;
+    }
+    s->flags |= SF_ESMTP;
+    sess_out_take(s);
+    buf_printf(&s->out,
+        "250-%s\r\n"
+        "250-PIPELINING\r\n"
+        "250-SIZE %llu\r\n"
+        "250-8BITMIME\r\n"
+        "250-SMTPUTF8\r\n"
+        "250-CHUNKING\r\n"
+        "250-BINARYMIME\r\n"
+        "250-ENHANCEDSTATUSCODES\r\n"
+        "250 DSN\r\n",
+        cfg->hostname, (unsigned long long)cfg->max_message_size);
+    sess_pending_add(s);
+}
+
+
+static void
+sess_mail(struct sess *s, struct str arg)
+{
+    struct smtp_mail m;
+    struct sess_txn *t;
+    const char      *reply;
+
+    if (s->helo == NULL) {
+        sess_reply(s, "503 5.5.1 Error: send HELO/EHLO first");
+        return;
+    }
+    if (s->txn != NULL) {
+        sess_reply(s, "503 5.5.1 Error: nested MAIL command");
+        return;
+    }
+    if (smtp_parse_mail(arg, &m, &reply) < 0) {
+        sess_reply(s, reply);
+        return;
+    }
+    if (m.size > s->w->cfg->max_message_size) {
+        sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+        return;
+    }
+    t = xcalloc(1, sizeof(*t));
+    t->env.sender = xstrdup(m.addr);
+    t->env.body = m.body;
+    t->env.smtputf8 = m.smtputf8;
+    t->env.ret = m.ret;
+    t->env.envid = m.envid[0] ? xstrdup(m.envid) : NULL;
+    t->env.client_ip = s->ip;
+    t->env.client_port = s->port;
+    t->env.helo = s->helo;
+    s->txn = t;
+    sess_reply(s, "250 2.1.0 Ok");
+}
+
+
+/* sess_rcpt_route - 0 when the recipient may be accepted, else a reply was
+ * queued: relay control, then reject:/defer: routes. */
+static int
+sess_rcpt_route(struct sess *s, const char *addr)
+{
+    struct worker        *w = s->w;
+    struct router_result *res = &w->rres;
+    int                   rc;
+
+    rc = router_lookup(w->router, addr, res);
+    if (rc != ROUTER_OK) {
+        log_warn("route lookup for <%s> failed: %s", addr,
+            router_errstr(w->router));
+        sess_reply(s, "451 4.3.0 Error: route lookup failed");
+        return -1;
+    }
+    if (!(s->flags & SF_RELAY) && res->match == ROUTER_MATCH_DEFAULT) {
+        log_info("reject: RCPT from [%s]:%u: 554 5.7.1 <%s>: Relay access "
+            "denied; from=<%s> to=<%s> helo=<%s>", s->ip, (unsigned)s->port,
+            addr, s->txn->env.sender, addr, s->helo ? s->helo : "");
+        sess_replyf(s, "554 5.7.1 <%s>: Relay access denied", addr);
+        return -1;
+    }
+    if (res->route.kind == ROUTE_REJECT || res->route.kind == ROUTE_DEFER) {
+        log_info("reject: RCPT from [%s]:%u: %d %s; to=<%s>", s->ip,
+            (unsigned)s->port, res->route.code, res->route.text, addr);
+        sess_replyf(s, "%d %s", res->route.code, res->route.text);
+        return -1;
+    }
+    return 0;
+}
+
+
+static void
+sess_rcpt(struct sess *s, struct str arg)
+{
+    struct smtp_rcpt  r;
+    struct sess_txn  *t = s->txn;
+    struct spool_rcpt *sr;
+    const char       *reply;
+
+    if (t == NULL) {
+        sess_reply(s, "503 5.5.1 Error: need MAIL command");
+        return;
+    }
+    if (smtp_parse_rcpt(arg, t->env.smtputf8, &r, &reply) < 0) {
+        sess_reply(s, reply);
+        return;
+    }
+    if (t->env.nrcpt >= (size_t)s->w->cfg->max_recipients) {
+        sess_reply(s, "452 4.5.3 Error: too many recipients");
+        return;
+    }
+    if (sess_rcpt_route(s, r.addr) < 0)
+        return;
+    if (t->env.nrcpt == t->rcap) {
+        t->rcap = t->rcap ? t->rcap * 2 : 4;
+        t->env.rcpt = xrealloc(t->env.rcpt, t->rcap * sizeof(*t->env.rcpt));
+    }
+    sr = &t->env.rcpt[t->env.nrcpt++];
+    memset(sr, 0, sizeof(*sr));
+    sr->addr = xstrdup(r.addr);
+    sr->orcpt = r.orcpt[0] ? xstrdup(r.orcpt) : NULL;
+    sr->notify = r.notify;
+    sess_reply(s, "250 2.1.5 Ok");
+}
+
+
+static void
+sess_data(struct sess *s, struct str arg)
+{
+    struct sess_txn *t = s->txn;
+
+    if (arg.n > 0) {
+        sess_reply(s, "501 5.5.4 Syntax: DATA");
+        return;
+    }
+    if (t == NULL) {
+        sess_reply(s, "503 5.5.1 Error: need MAIL command");
+        return;
+    }
+    if (t->env.nrcpt == 0) {
+        sess_reply(s, "503 5.5.1 Error: need RCPT command");
+        return;
+    }
+    if (t->used_bdat) {
+        sess_reply(s, "503 5.5.1 Error: DATA not allowed after BDAT");
+        return;
+    }
+    if (t->env.body == SPOOL_BODY_BINARYMIME) {
+        sess_reply(s, "503 5.5.1 Error: BODY=BINARYMIME requires BDAT");
+        return;
+    }
+    if (sess_msg_open(s) != SPOOL_OK) {
+        sess_storage_fail(s);
+        return;
+    }
+    smtp_data_init(&t->dp, s->w->cfg->bare_newline_accept);
+    sess_reply(s, "354 End data with <CR><LF>.<CR><LF>");
+    s->state = SS_DATA;
+    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->data_timeout_ms);
+}
+
+
+/* sess_bdat - a chunk follows the command whatever the verdict, so the
+ * session always reads exactly its size; the verdict is sent after it. */
+static void
+sess_bdat(struct sess *s, struct str arg)
+{
+    struct sess_txn *t = s->txn;
+    const char      *reply;
+    uint64_t         size;
+    int              last;
+
+    if (smtp_parse_bdat(arg, &size, &last, &reply) < 0) {
+        sess_reply(s, reply);
+        return;
+    }
+    s->bdat_left = size;
+    s->bdat_last = (uint8_t)last;
+    s->bdat_err = NULL;
+    if (t == NULL)
+        s->bdat_err = "503 5.5.1 Error: need MAIL command";
+    else if (t->env.nrcpt == 0)
+        s->bdat_err = "503 5.5.1 Error: need RCPT command";
+    else if (t->msg == NULL && sess_msg_open(s) != SPOOL_OK) {
+        s->bdat_err = "452 4.3.1 Insufficient system storage";
+        sess_txn_free(s);           /* the transaction failed */
+        t = NULL;
+    }
+    if (t != NULL && s->bdat_err == NULL)
+        t->used_bdat = 1;
+    s->state = SS_BDAT;
+    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->data_timeout_ms);
+    if (size == 0)
+        sess_bdat_end(s);
+}
+
+
+static void
+sess_command(struct sess *s, struct str line, int bare_lf)
+{
+    const struct config *cfg = s->w->cfg;
+    enum smtp_verb       verb;
+    struct str           arg;
+
+    if (!cfg->bare_newline_accept &&
+        (bare_lf || memchr(line.p, '\r', line.n) != NULL)) {
+        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
+        return;
+    }
+    if (line.n > SMTP_LINE_MAX) {
+        sess_reply(s, "500 5.5.2 Error: line too long");
+        return;
+    }
+    verb = smtp_parse_verb(line, &arg);
+    if ((unsigned)verb > SMTP_STARTTLS)
+        verb = SMTP_UNKNOWN;
+    if (s->ncmd[verb] < UINT16_MAX)
+        s->ncmd[verb]++;
+    if (s->w->stopping && s->txn == NULL && verb != SMTP_QUIT) {
+        char text[300];
+
+        snprintf(text, sizeof(text),
+            "421 4.3.2 %s Error: service shutting down", cfg->hostname);
+        sess_close_after(s, text);
+        return;
+    }
+    switch (verb) {
+    case SMTP_EHLO:
+        sess_ehlo(s, arg, 1);
+        break;
+    case SMTP_HELO:
+        sess_ehlo(s, arg, 0);
+        break;
+    case SMTP_MAIL:
+        sess_mail(s, arg);
+        break;
+    case SMTP_RCPT:
+        sess_rcpt(s, arg);
+        break;
+    case SMTP_DATA:
+        sess_data(s, arg);
+        break;
+    case SMTP_BDAT:
+        sess_bdat(s, arg);
+        break;
+    case SMTP_RSET:
+        if (arg.n > 0) {
+            sess_reply(s, "501 5.5.4 Syntax: RSET");
+            break;
+        }
+        sess_txn_free(s);
+        sess_reply(s, "250 2.0.0 Ok");
+        break;
+    case SMTP_NOOP:
+        sess_reply(s, "250 2.0.0 Ok");
+        break;
+    case SMTP_QUIT:
+        sess_close_after(s, "221 2.0.0 Bye");
+        break;
+    case SMTP_VRFY:
+        if (arg.n == 0)
+            sess_reply(s, "501 5.5.4 Syntax: VRFY address");
+        else
+            sess_reply(s, "252 2.5.2 Cannot VRFY user, but will accept "
+                "message and attempt delivery");
+        break;
+    case SMTP_HELP:
+        sess_reply(s, "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT "
+            "RSET NOOP QUIT VRFY HELP");
+        break;
+    case SMTP_STARTTLS:
+        sess_reply(s, "502 5.5.1 Error: command not implemented");
+        break;
+    default:
+        sess_reply(s, "500 5.5.2 Error: command not recognized");
+        break;
+    }
+}
+
+
+/* --- input ------------------------------------------------------------ */
+
+/* sess_cmd_step - run one command line from the buffer; 0 when more input
+ * is needed. */
+static int
+sess_cmd_step(struct sess *s)
+{
+    struct str line;
+    char      *lf;
+    int        bare_lf;
+
+    if (s->flags & SF_DISCARD) {
+        /* The tail of an over-long line: drop it up to its LF. */
+        lf = memchr(buf_head(&s->in), '\n', buf_avail(&s->in));
+        if (lf == NULL) {
+            buf_consume(&s->in, buf_avail(&s->in));
+            return 0;
+        }
+        buf_consume(&s->in, (size_t)(lf - buf_head(&s->in)) + 1);
+        s->flags &= ~SF_DISCARD;
+        return 1;
+    }
+    if (buf_getline(&s->in, &line, &bare_lf) < 0) {
+        if (buf_avail(&s->in) > SMTP_LINE_MAX) {
+            sess_reply(s, "500 5.5.2 Error: line too long");
+            buf_consume(&s->in, buf_avail(&s->in));
+            s->flags |= SF_DISCARD;
+        }
+        return 0;
+    }
+    sess_command(s, line, bare_lf);
+    return 1;
+}
+
+
+/* sess_data_step - feed DATA content to the byte machine. */
+static int
+sess_data_step(struct sess *s)
+{
+    size_t used = 0;
+    int    r;
+
+    if (buf_avail(&s->in) == 0)
+        return 0;
+    r = smtp_data_feed(&s->txn->dp, buf_head(&s->in), buf_avail(&s->in),
+        &used, sess_emit, s);
+    buf_consume(&s->in, r == 1 ? used : buf_avail(&s->in));
+    if (r == 1)
+        sess_data_end(s);
+    return 1;
+}
+
+
+/* sess_bdat_step - copy (or drop) up to the rest of the chunk. */
+static int
+sess_bdat_step(struct sess *s)
+{
+    size_t n = buf_avail(&s->in);
+
+    if (n == 0)
+        return 0;
+    if (n > s->bdat_left)
+        n = (size_t)s->bdat_left;
+    if (s->bdat_err == NULL)
+        (void)sess_emit(s, buf_head(&s->in), n);
+    buf_consume(&s->in, n);
+    s->bdat_left -= n;
+    if (s->bdat_left == 0)
+        sess_bdat_end(s);
+    return 1;
+}
+
+
+/* sess_process - run everything the buffer holds (PIPELINING), stopping
+ * while a message waits for its commit or when the session is closing. */
+static void
+sess_process(struct sess *s)
+{
+    int more = 1;
+
+    while (more && s->in.data != NULL) {
+        switch (s->state) {
+        case SS_CMD:
+            more = sess_cmd_step(s);
+            break;
+        case SS_DATA:
+            more = sess_data_step(s);
+            break;
+        case SS_BDAT:
+            more = sess_bdat_step(s);
+            break;
+        default:
+            more = 0;               /* SS_COMMIT, SS_CLOSING */
+            break;
+        }
+    }
+    if (s->w->stopping && s->state == SS_CMD && s->txn == NULL &&
+        (s->in.data == NULL || buf_avail(&s->in) == 0)) {
+        /* Graceful stop: the message in progress is answered; say
+         * goodbye instead of waiting for the client's next command. */
+        char text[300];
+
+        snprintf(text, sizeof(text),
+            "421 4.3.2 %s Error: service shutting down", s->w->cfg->hostname);
+        sess_close_after(s, text);
+    }
+    sess_in_release(s);
+}
+
+
+/* sess_read - one recv into the pooled buffer, as large as its room. */
+static void
+sess_read(struct sess *s)
+{
+    struct worker *w = s->w;
+    ssize_t        n;
+
+    buf_pool_take(&s->in);
+    if (buf_room(&s->in) == 0)
+        buf_compact(&s->in);
+    if (buf_room(&s->in) == 0) {
+        /* Cannot happen (lines over SMTP_LINE_MAX are discarded), but never
+         * spin on a full buffer. */
+        sess_free(s, "input overflow");
+        return;
+    }
+    n = transport_read(&s->tp, buf_tail(&s->in), buf_room(&s->in));
+    if (n == MTA_AGAIN) {
+        sess_in_release(s);
+        return;
+    }
+    if (n <= 0) {
+        sess_free(s, n == 0 ? NULL : strerror(errno));
+        return;
+    }
+    buf_produce(&s->in, (size_t)n);
+    STATUS_ADD(w->st->bytes_in, (uint64_t)n);
+    ev_timer_start(w->loop, &s->timer,
+        s->state == SS_DATA || s->state == SS_BDAT ?
+        w->cfg->data_timeout_ms : w->cfg->command_timeout_ms);
+    sess_process(s);
+}
+
+
+/* sess_write - send what the out buffer holds in one write.  Returns -1
+ * when the session was freed. */
+static int
+sess_write(struct sess *s)
+{
+    ssize_t n = 0;
+
+    if (buf_avail(&s->out) > 0) {
+        n = transport_write(&s->tp, buf_head(&s->out), buf_avail(&s->out));
+        if (n < 0 && n != MTA_AGAIN) {
+            sess_free(s, strerror(errno));
+            return -1;
+        }
+        if (n > 0)
+            buf_consume(&s->out, (size_t)n);
+    }
+    if (buf_avail(&s->out) > 0) {
+        /* Backpressure: stop reading until the client takes its replies. */
+        s->flags |= SF_WBLOCK;
+        sess_watch(s, EV_WRITE);
+        return 0;
+    }
+    s->flags &= ~SF_WBLOCK;
+    sess_out_give(s);
+    if (s->state == SS_CLOSING) {
+        sess_free(s, NULL);
+        return -1;
+    }
+    sess_watch(s, EV_READ);
+    return 0;
+}
+
+
+static void
+sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct sess *s = arg;
+
+    (void)loop;
+    (void)fd;
+    if (s->flags & SF_WBLOCK) {
+        if (events & (EV_WRITE | EV_ERROR))
+            (void)sess_write(s);
+        return;
+    }
+    if (s->state == SS_COMMIT || s->state == SS_CLOSING)
+        return;                     /* resumed by the hooks */
+    if (events & (EV_READ | EV_ERROR))
+        sess_read(s);
+}
+
+
+static void
+sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct sess *s = arg;
+    char         text[300];
+
+    (void)t;
+    if (s->state == SS_CLOSING) {
+        sess_free(s, "timeout while closing");
+        return;
+    }
+    if (s->state == SS_COMMIT)
+        return;                     /* the commit hook answers this turn */
+    log_info("timeout after %s from [%s]:%u",
+        s->state == SS_DATA || s->state == SS_BDAT ? "DATA" : "command",
+        s->ip, (unsigned)s->port);
+    snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
+        s->w->cfg->hostname);
+    sess_close_after(s, text);
+    /* Bound the time a client that does not read may hold us. */
+    ev_timer_start(loop, &s->timer, 5000);
+}
+
+
+/* --- life cycle ------------------------------------------------------- */
+
+static void
+sess_free(struct sess *s, const char *why)
+{
+    struct worker *w = s->w;
+    char           counts[256];
+    size_t         off = 0, total = 0;
+    unsigned       i;
+
+    for (i = 1; i <= SMTP_STARTTLS; i++) {
+        total += s->ncmd[i];
+        if (s->ncmd[i] > 0 && off < sizeof(counts))
+            off += (size_t)snprintf(counts + off, sizeof(counts) - off,
+                "%s=%u ", sess_verb_name[i], (unsigned)s->ncmd[i]);
+    }
+    total += s->ncmd[0];
+    if (s->ncmd[0] > 0 && off < sizeof(counts))
+        off += (size_t)snprintf(counts + off, sizeof(counts) - off,
+            "unknown=%u ", (unsigned)s->ncmd[0]);
+    if (off >= sizeof(counts))
+        off = sizeof(counts) - 1;
+    counts[off] = '\0';
+    log_info("disconnect from [%s]:%u %scommands=%zu%s%s", s->ip,
+        (unsigned)s->port, counts, total, why ? " reason=" : "",
+        why ? why : "");
+
+    sess_pending_del(s);
+    sess_txn_free(s);               /* aborts an unfinished message */
+    ev_timer_stop(w->loop, &s->timer);
+    ev_unwatch(w->loop, s->tp.fd);
+    transport_close(&s->tp);
+    s->in.off = s->in.len = 0;
+    buf_pool_give(&s->in);
+    sess_out_give(s);
+    free(s->helo);
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        w->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    worker_ip_release(w, &s->peer.sa);
+    STATUS_SUB(w->st->conns_cur, 1);
+    free(s);
+    worker_session_gone(w);
+}
+
+
+/* sess_peer - copy the address, unmapping v4-mapped IPv6 so that relay
+ * networks and per-IP counts see plain IPv4. */
+static void
+sess_peer(struct sess *s, const struct sockaddr *sa, socklen_t salen)
+{
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+    memset(&s->peer, 0, sizeof(s->peer));
+    if (sa->sa_family == AF_INET6 && salen >= sizeof(*s6) &&
+        IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+        s->peer.sin.sin_family = AF_INET;
+        s->peer.sin.sin_port = s6->sin6_port;
+        memcpy(&s->peer.sin.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+    } else if (sa->sa_family == AF_INET6 && salen >= sizeof(*s6)) {
+        s->peer.sin6 = *s6;
+    } else if (sa->sa_family == AF_INET &&
+        salen >= sizeof(struct sockaddr_in)) {
+        s->peer.sin = *(const struct sockaddr_in *)sa;
+    } else {
+        s->peer.sa.sa_family = AF_UNSPEC;
+    }
+    if (s->peer.sa.sa_family == AF_INET) {
+        inet_ntop(AF_INET, &s->peer.sin.sin_addr, s->ip, sizeof(s->ip));
+        s->port = ntohs(s->peer.sin.sin_port);
+    } else if (s->peer.sa.sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &s->peer.sin6.sin6_addr, s->ip, sizeof(s->ip));
+        s->port = ntohs(s->peer.sin6.sin6_port);
+    } else {
+        util_strlcpy(s->ip, "unknown", sizeof(s->ip));
+    }
+}
+
+
+void
+sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
+    socklen_t salen)
+{
+    const struct config *cfg = w->cfg;
+    struct sess         *s = xcalloc(1, sizeof(*s));
+    size_t               i;
+
+    s->w = w;
+    transport_init(&s->tp, fd);
+    sess_peer(s, sa, salen);
+    for (i = 0; i < cfg->nallow_networks; i++)
+        if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
+            s->flags |= SF_RELAY;
+            break;
+        }
+    if (ev_watch(w->loop, fd, EV_READ, sess_on_io, s) < 0) {
+        log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
+        worker_ip_release(w, &s->peer.sa);
+        transport_close(&s->tp);
+        free(s);
+        worker_session_gone(w);
+        return;
+    }
+    s->watched = EV_READ;
+    s->next = w->sessions;
+    if (w->sessions != NULL)
+        w->sessions->prev = s;
+    w->sessions = s;
+    STATUS_ADD(w->st->conns_cur, 1);
+    STATUS_ADD(w->st->conns_total, 1);
+    ev_timer_init(&s->timer, sess_on_timer, s);
+    ev_timer_start(w->loop, &s->timer, cfg->command_timeout_ms);
+    log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
+    sess_out_take(s);
+    buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
+    sess_pending_add(s);
+}
+
+
+/* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
+ * message finished this turn, then their 250s, then the input they had
+ * pipelined behind the dot.  Runs before sess_flush_hook. */
+void
+sess_commit_hook(struct ev_loop *loop, void *arg)
+{
+    struct worker     *w = arg;
+    struct sess      **ss;
+    struct spool_msg **ms;
+    int               *rcs;
+    uint64_t          *sizes;
+    size_t             i, n;
+
+    (void)loop;
+    while (w->ncommit > 0) {
+        n = w->ncommit;
+        ss = xmalloc(n * sizeof(*ss));
+        ms = xmalloc(n * sizeof(*ms));
+        rcs = xcalloc(n, sizeof(*rcs));
+        sizes = xmalloc(n * sizeof(*sizes));
+        for (i = 0; i < n; i++) {
+            ss[i] = w->commit[i];
+            ss[i]->flags &= ~SF_COMMITQ;
+            ms[i] = ss[i]->txn->msg;
+            sizes[i] = spool_msg_size(ms[i]);
+        }
+        w->ncommit = 0;
+        (void)spool_commit_batch(w->spool, ms, n, rcs);
+        for (i = 0; i < n; i++) {
+            struct sess *s = ss[i];
+
+            s->state = SS_CMD;
+            if (rcs[i] == SPOOL_OK) {
+                sess_queued(s, sizes[i]);
+            } else {
+                sess_spool_fail(s, "spool_commit", rcs[i]);
+                sess_storage_fail(s);
+            }
+        }
+        /* Resume after every reply is queued: a resumed session may finish
+         * another message and land in w->commit for the next round. */
+        for (i = 0; i < n; i++)
+            if (ss[i]->state == SS_CMD)
+                sess_process(ss[i]);
+        free(ss);
+        free(ms);
+        free(rcs);
+        free(sizes);
+    }
+}
+
+
+/* sess_flush_hook - one write per session with replies queued this turn. */
+void
+sess_flush_hook(struct ev_loop *loop, void *arg)
+{
+    struct worker *w = arg;
+    struct sess   *s;
+
+    (void)loop;
+    while ((s = w->pending) != NULL) {
+        sess_pending_del(s);
+        (void)sess_write(s);
+    }
+}
+
+
+/* sess_stop_idle - graceful stop: sessions between transactions get 421
+ * now; the others get it at their next command after the message. */
+void
+sess_stop_idle(struct worker *w)
+{
+    struct sess *s;
+    char         text[300];
+
+    snprintf(text, sizeof(text), "421 4.3.2 %s Error: service shutting down",
+        w->cfg->hostname);
+    for (s = w->sessions; s != NULL; s = s->next)
+        if (s->state == SS_CMD && s->txn == NULL &&
+            (s->in.data == NULL || buf_avail(&s->in) == 0))
+            sess_close_after(s, text);
+}
+
+
+void
+sess_close_all(struct worker *w)
+{
+    while (w->sessions != NULL)
+        sess_free(w->sessions, "worker exit");
+}
