@@ -44,6 +44,7 @@ NCPU = os.cpu_count() or 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 IDLE_CONNS = int(os.environ.get("BENCH_IDLE", "10000"))
+PERF = os.environ.get("BENCH_PERF", "0" if QUICK else "1") == "1"
 E2E_TIMEOUT = 60.0
 
 
@@ -199,13 +200,14 @@ class Sink:
     def __init__(self, kind, port, workdir):
         self.kind, self.port, self.dir = kind, port, workdir
         self.proc = None
+        self.extra = []             # e.g. ["-4", "10"]: 10% answered 451
         self.countfile = os.path.join(workdir, "sink-%d.count" % port)
         self.outfile = os.path.join(workdir, "sink-%d-%s.out" % (port, kind))
 
     def start(self):
         if self.kind == "ours":
             argv = [SINK, "-l", "127.0.0.1:%d" % self.port, "-c", self.countfile,
-                    "-i", "20"]
+                    "-i", "20"] + self.extra
         else:
             argv = [SMTP_SINK, "-c", "-u", "nobody", "127.0.0.1:%d" % self.port, "1024"]
         if os.path.exists(self.outfile):
@@ -243,6 +245,16 @@ class Sink:
 
 # --------------------------------------------------------------- MTAs
 
+CONFIGS = []          # (title, text) of the first config of each kind
+
+
+def remember_config(title, path, skip):
+    if skip or any(t == title for t, _ in CONFIGS):
+        return
+    with open(path) as f:
+        CONFIGS.append((title, f.read()))
+
+
 def mta_user():
     import pwd
     import grp
@@ -271,7 +283,9 @@ class Mtad:
         os.makedirs(self.spool, exist_ok=True)
         os.chown(self.spool, uid, gid)
         os.chown(self.dir, uid, gid)
-        conns = IDLE_CONNS + 2000
+        # mtad splits max_connections evenly between its workers, and the
+        # kernel does not spread accepts evenly: leave each worker room.
+        conns = (IDLE_CONNS + 2000) * max(2, NCPU)
         with open(self.cfg, "w") as f:
             f.write("""server:
   hostname: bench.mtad.test
@@ -287,7 +301,7 @@ limits:
   max_connections: %(conns)d
   max_connections_per_ip: %(conns)d
 relay:
-  allow_networks: [127.0.0.0/8]
+  allow_networks: [127.0.0.1/32]
 spool:
   dir: %(spool)s
   fsync: %(fsync)s
@@ -307,6 +321,8 @@ log:
 
     def start(self):
         self.write_config()
+        remember_config("mtad relay.yaml (tmpfs; durable: spool on /var/tmp, fsync: true)",
+                        self.cfg, self.fsync)
         chk = subprocess.run([MTAD, "-t", "-c", self.cfg], capture_output=True, text=True,
                              timeout=20)
         if chk.returncode != 0:
@@ -377,7 +393,7 @@ local_transport = error:local delivery disabled
 relayhost = [127.0.0.1]:%(sinkport)d
 inet_interfaces = 127.0.0.1
 inet_protocols = ipv4
-mynetworks = 127.0.0.0/8
+mynetworks = 127.0.0.1/32
 smtpd_client_restrictions =
 smtpd_relay_restrictions = permit_mynetworks, reject
 smtp_dns_support_level = disabled
@@ -412,6 +428,8 @@ class Postfix:
             f.write(MAIN_CF % dict(queue=self.queue, sinkport=self.sinkport, dir=self.dir))
         with open(os.path.join(self.etc, "master.cf"), "w") as f:
             f.write(MASTER_CF % dict(port=self.port))
+        remember_config("Postfix main.cf", os.path.join(self.etc, "main.cf"), False)
+        remember_config("Postfix master.cf", os.path.join(self.etc, "master.cf"), False)
         r = subprocess.run([POSTFIX, "-c", self.etc, "start"], capture_output=True,
                            text=True, timeout=60)
         pidfile = os.path.join(self.queue, "pid", "master.pid")
@@ -486,6 +504,15 @@ def run_load(tool, port, sessions, msgs, per_conn, size, limit):
     return dict(accepted=msgs, wall=wall, errors=0, failed=0)
 
 
+def command_text(tool, sessions, msgs, per_conn, size, limit):
+    """The load command as run_load() builds it, for RESULTS.md."""
+    if tool == "ours":
+        return "build/bench/smtpblast -s 127.0.0.1:PORT -c %d -m %d -k %d -z %d -T %d" % (
+            sessions, msgs, per_conn, size, limit)
+    return "smtp-source -s %d -m %d -l %d%s 127.0.0.1:PORT" % (
+        sessions, msgs, size, " -d" if per_conn != 1 else "")
+
+
 def measure(mta, sink, tool, sessions, msgs, per_conn, size):
     """One repetition: load through mta (or straight into the sink when mta
     is None), wait for the sink to count every accepted message."""
@@ -495,6 +522,7 @@ def measure(mta, sink, tool, sessions, msgs, per_conn, size):
     t0 = time.time()
     limit = 120 if not QUICK else 60
     res = run_load(tool, port, sessions, msgs, per_conn, size, limit)
+    res["cmd"] = command_text(tool, sessions, msgs, per_conn, size, limit)
     deadline = time.time() + E2E_TIMEOUT
     got = sink.count() - before
     while got < res["accepted"] and time.time() < deadline:
@@ -514,24 +542,51 @@ def measure(mta, sink, tool, sessions, msgs, per_conn, size):
 
 # --------------------------------------------------------------- scenarios
 
-def n(full, quick):
-    return quick if QUICK else full
-
-
-# name, sessions, per_conn (0 = all on one connection), size,
-# messages for mtad, messages for postfix, storage
+# name, sessions, per_conn (0 = all on one connection), size, storage.
+# The message count of each run is calibrated (see calibrate()).
 SCENARIOS = [
-    ("1k-s1", 1, 1, 1024, n(2000, 300), n(300, 60), "tmpfs"),
-    ("1k-s20", 20, 1, 1024, n(10000, 2000), n(1500, 300), "tmpfs"),
-    ("1k-s200", 200, 1, 1024, n(10000, 2000), n(1500, 400), "tmpfs"),
-    ("1k-s20-many", 20, 0, 1024, n(20000, 4000), n(1500, 300), "tmpfs"),
-    ("1M-s20", 20, 1, 1048576, n(400, 100), n(200, 40), "tmpfs"),
-    ("1k-s20-durable", 20, 1, 1024, n(5000, 1000), n(1000, 200), "disk"),
+    ("1k-s1", 1, 1, 1024, "tmpfs"),
+    ("1k-s20", 20, 1, 1024, "tmpfs"),
+    ("1k-s200", 200, 1, 1024, "tmpfs"),
+    ("1k-s20-many", 20, 0, 1024, "tmpfs"),
+    ("1M-s20", 20, 1, 1048576, "tmpfs"),
+    ("1k-s20-durable", 20, 1, 1024, "disk"),
 ]
 CEILINGS = [
-    ("ceiling-1k-s20", 20, 1, 1024, n(20000, 4000)),
-    ("ceiling-1M-s20", 20, 1, 1048576, n(1000, 200)),
+    ("ceiling-1k-s20", 20, 1, 1024),
+    ("ceiling-1M-s20", 20, 1, 1048576),
 ]
+RUN_SECS = float(os.environ.get("BENCH_SECS", "1.5" if QUICK else "2.5"))
+
+
+SOFTFAIL = "1k-s20-sink10%4xx"
+
+
+def run_scenario(peers, tool, name, sess, k, size, results):
+    counts = {mta.name: calibrate(mta, sink, tool, sess, k, size) for mta, sink in peers}
+    for _ in range(REPS):       # interleave the peers per repetition
+        for mta, sink in peers:
+            msgs = counts[mta.name]
+            kk = k if k else msgs  # "many": all on one connection
+            r = measure(mta, sink, tool, min(sess, msgs), msgs, kk, size)
+            results.setdefault((name, tool, mta.name), []).append(r)
+            log("%s %s %s: %d msgs, %.0f msgs/s accepted, %.0f delivered%s" %
+                (name, tool, mta.name, msgs, r["acc_rate"], r["e2e_rate"],
+                 "" if r["e2e_complete"] else
+                 " (INCOMPLETE: %d of %d) %s" % (r["delivered"], r["accepted"],
+                                                 r.get("error", ""))))
+
+
+def calibrate(mta, sink, tool, sess, k, size):
+    """Pick the message count so that one repetition lasts about RUN_SECS
+    at the rate a short trial run shows (the trial is not recorded)."""
+    big = size >= 65536
+    trial = max(2 * sess, 30 if big else 300)
+    r = measure(mta, sink, tool, min(sess, trial), trial, k if k else trial, size)
+    rate = r["e2e_rate"] if r["e2e_complete"] else r["e2e_rate"] / 2
+    lo = max(2 * sess, 40 if big else 200)
+    hi = 2000 if big else 100000
+    return int(min(hi, max(lo, rate * RUN_SECS)))
 
 
 def summarize(vals):
@@ -552,6 +607,7 @@ def fmt(s, digits=0, unit=""):
 
 
 def main():
+    global MTAD, BLAST, SINK
     for b in (MTAD, BLAST, SINK):
         if not os.access(b, os.X_OK):
             log("missing %s: run make first" % b)
@@ -570,7 +626,14 @@ def main():
     disk = tempfile.mkdtemp(prefix="mtad-bench.", dir="/var/tmp")
     for d in (shm, disk):
         os.chmod(d, 0o755)
+    # Run private copies: a `make` elsewhere in the tree relinks build/
+    # binaries in place, and a half-written one cannot be executed.
+    bindir = os.path.join(shm, "bin")
+    os.makedirs(bindir)
+    os.chmod(bindir, 0o755)
+    MTAD, BLAST, SINK = [shutil.copy2(b, bindir) for b in (MTAD, BLAST, SINK)]
     results = {}      # (scenario, tool, mta) -> list of result dicts
+    profiles = []     # (title, perf report text)
     notes = []
     running = []      # objects with stop()
 
@@ -587,15 +650,17 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     started = time.time()
+    load0 = os.getloadavg()
     try:
         # Raw ceiling: each load tool straight into its sink.
-        for name, sess, k, size, msgs in CEILINGS:
+        for name, sess, k, size in CEILINGS:
             if only and name not in only:
                 continue
             for tool in tools:
                 sink = Sink(tool, free_port(), shm)
                 sink.start()
                 running.append(sink)
+                msgs = calibrate(None, sink, tool, sess, k, size)
                 for _ in range(REPS):
                     r = measure(None, sink, tool, sess, msgs, k, size)
                     results.setdefault((name, tool, "sink"), []).append(r)
@@ -604,10 +669,12 @@ def main():
                 stop_all()
 
         for storage in ("tmpfs", "disk"):
-            scen = [s for s in SCENARIOS if s[6] == storage and (not only or s[0] in only)]
+            scen = [s for s in SCENARIOS if s[4] == storage and (not only or s[0] in only)]
             want_idle = storage == "tmpfs" and "mtad" in mtas and \
                 (not only or "1k-s20+idle" in only)
-            if not scen and not want_idle:
+            want_soft = storage == "tmpfs" and "ours" in tools and \
+                (not only or SOFTFAIL in only)
+            if not scen and not want_idle and not want_soft:
                 continue
             base = shm if storage == "tmpfs" else disk
             for tool in tools:
@@ -638,26 +705,32 @@ def main():
                     peers.append((mta, sink))
                     # warm-up: spawn processes, open the delivery connections
                     measure(mta, sink, tool, 20, 200 if mname == "mtad" else 100, 1, 1024)
-                for name, sess, k, size, m_mtad, m_pf, _ in scen:
-                    for _ in range(REPS):       # interleave the peers per repetition
-                        for mta, sink in peers:
-                            msgs = m_mtad if mta.name == "mtad" else m_pf
-                            kk = k if k else msgs  # "many": all on one connection
-                            r = measure(mta, sink, tool, min(sess, msgs), msgs, kk, size)
-                            results.setdefault((name, tool, mta.name), []).append(r)
-                            log("%s %s %s: %.0f msgs/s accepted, %.0f delivered%s" %
-                                (name, tool, mta.name, r["acc_rate"], r["e2e_rate"],
-                                 "" if r["e2e_complete"] else
-                                 " (INCOMPLETE: %d of %d) %s" % (r["delivered"], r["accepted"],
-                                                                 r.get("error", ""))))
+                for name, sess, k, size, _ in scen:
+                    run_scenario(peers, tool, name, sess, k, size, results)
+                for mta, sink in peers:
+                    if PERF and tool == "ours" and storage == "tmpfs" and \
+                            ("1k-s20", tool, mta.name) in results:
+                        profile(mta, sink, tool, notes, profiles, shm)
                 if want_idle:
                     for mta, sink in peers:
                         if mta.name == "mtad":
-                            idle_scenario(mta, sink, tool, results, notes, shm)
+                            idle_scenario(sink, tool, results, notes, shm, running)
+                if tool == "ours" and want_soft and peers:
+                    # The same sink port, now answering 10% of messages with
+                    # 451: both MTAs must queue and retry (retry delay 1 s).
+                    for mta, sink in peers:
+                        sink.stop()
+                        sink.extra = ["-4", "10"]
+                        sink.start()
+                    run_scenario(peers, tool, SOFTFAIL, 20, 1, 1024, results)
                 stop_all()
     except KeyboardInterrupt:
         notes.append("interrupted")
         log("interrupted")
+    except Exception as e:            # report what was measured so far
+        import traceback
+        traceback.print_exc()
+        notes.append("aborted: %s" % str(e)[:300])
     finally:
         stop_all()
         for p in STARTED:
@@ -670,21 +743,98 @@ def main():
         notes.append("1k-s20+idle: Postfix not run: it needs one smtpd process per "
                      "connection (10,000 processes)")
     table = render(results, tools)
+    checks = targets(results, tools)
     print(table)
+    print()
+    for c in checks:
+        print("target: " + c)
     for note in notes:
         print("note: " + note)
-    write_results(table, notes, time.time() - started)
+    for title, text in profiles:
+        print("\n" + title + "\n" + text)
+    cmds = []
+    for (name, tool, who), rs in results.items():
+        cmds.append("%s, %s: `%s`" % (name, who if who != "sink" else "straight into the sink",
+                                      rs[0].get("cmd", "?")))
+    write_results(table, checks, notes, time.time() - started, load0, profiles, cmds, CONFIGS)
     return 0
 
 
-def idle_scenario(mta, sink, tool, results, notes, workdir):
-    """20-session load while IDLE_CONNS idle connections are held open."""
+def profile(mta, sink, tool, notes, profiles, workdir):
+    """During one extra 1k-s20 run: perf record (flat, the MTA's processes)
+    and perf stat of every system call; keeps the top of each, the syscalls
+    per delivered message."""
+    if not shutil.which("perf"):
+        notes.append("perf not installed: no profile")
+        return
+    msgs = 2 * calibrate(mta, sink, tool, 20, 1, 1024)
+    data = os.path.join(workdir, "perf-%s.data" % mta.name)
+    stat = os.path.join(workdir, "perf-%s.stat" % mta.name)
+    pids = ",".join(str(p) for p in tree(mta.root()) if alive(p))
+    rec = spawn(["perf", "record", "-q", "-F", "999", "-o", data, "-p", pids],
+                os.path.join(workdir, "perf-%s.out" % mta.name))
+    cnt = spawn(["perf", "stat", "-x", ",", "-o", stat, "-e", "syscalls:sys_enter_*",
+                 "-p", pids], os.path.join(workdir, "perf-%s.out" % mta.name))
+    time.sleep(0.5)
+    r = measure(mta, sink, tool, 20, msgs, 1, 1024)
+    for p in (rec, cnt):
+        try:
+            os.kill(p.pid, signal.SIGINT)
+            p.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            kill_tree(p.pid, 2)
+    rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                          "--sort", "comm,dso,sym", "--percent-limit", "1.5"],
+                         capture_output=True, text=True, timeout=120)
+    lines = [l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    text = "\n".join(lines[:20])
+    if not lines:
+        try:
+            with open(os.path.join(workdir, "perf-%s.out" % mta.name)) as f:
+                text = "(perf gave no samples: %s)" % f.read().strip()[-300:]
+        except OSError:
+            text = "(perf gave no samples)"
+    calls = []
+    try:
+        with open(stat) as f:
+            for line in f:
+                parts = line.strip().split(",")
+                if len(parts) > 2 and parts[0].isdigit() and "sys_enter_" in parts[2]:
+                    calls.append((int(parts[0]), parts[2].split("sys_enter_")[1]))
+    except OSError:
+        pass
+    got = r.get("delivered") or 0
+    if calls and got:
+        calls.sort(reverse=True)
+        total = sum(c for c, _ in calls)
+        text += "\n\nsystem calls per delivered message: %.1f (top: %s)" % (
+            total / got, ", ".join("%s %.1f" % (name, c / got) for c, name in calls[:10]))
+    profiles.append(("Profile: %s, 1k-s20 (%s tools, %d messages; perf record -F 999, "
+                     "flat; perf stat of syscalls)" % (mta.name, TOOLNAME[tool], msgs), text))
+
+
+def idle_scenario(sink, tool, results, notes, workdir, running):
+    """20-session load while IDLE_CONNS idle connections are held open, on a
+    fresh mtad (so that worker RSS before the idle connections is not the
+    high-water mark of earlier scenarios).  The idle holder connects from
+    127.0.0.2: fresh 4-tuples, not the TIME_WAIT ones of the load."""
     name = "1k-s20+idle"
-    msgs = n(10000, 2000)
+    wd = os.path.join(workdir, "mtad-idle-%s" % tool)
+    os.makedirs(wd, exist_ok=True)
+    os.chmod(wd, 0o755)
+    mta = Mtad(wd, os.path.join(workdir, "mtad-idle-%s-queue" % tool), False, sink.port)
+    try:
+        mta.start()
+    except Exception as e:
+        notes.append("%s (%s): mtad did not start: %s" % (name, tool, str(e)[:300]))
+        mta.stop()
+        return
+    running.append(mta)
+    msgs = calibrate(mta, sink, tool, 20, 1, 1024)
     rss0 = mta.worker_rss_kb()
-    holder = spawn([BLAST, "-s", "127.0.0.1:%d" % mta.port, "-i", str(IDLE_CONNS),
-                    "-T", "600", "-j", "1"], os.path.join(workdir, "idle-%s.out" % tool))
-    outf = os.path.join(workdir, "idle-%s.out" % tool)
+    outf = os.path.join(wd, "idle.out")
+    holder = spawn([BLAST, "-s", "127.0.0.1:%d" % mta.port, "-b", "127.0.0.2",
+                    "-i", str(IDLE_CONNS), "-T", "600", "-j", "1"], outf)
     deadline = time.time() + 60
     up = 0
     while time.time() < deadline and holder.poll() is None:
@@ -702,16 +852,27 @@ def idle_scenario(mta, sink, tool, results, notes, workdir):
         r["rss_before_kb"] = rss0
         r["rss_idle_kb"] = rss1
         results.setdefault((name, tool, "mtad"), []).append(r)
-        log("%s %s mtad: %.0f msgs/s accepted, %.0f delivered, %d idle, RSS %d -> %d KiB" %
-            (name, tool, r["acc_rate"], r["e2e_rate"], up, rss0, rss1))
+        log("%s %s mtad: %d msgs, %.0f msgs/s accepted, %.0f delivered, %d idle, "
+            "RSS %d -> %d KiB" % (name, tool, msgs, r["acc_rate"], r["e2e_rate"], up, rss0, rss1))
+    with open(outf) as f:
+        still = f.read()
     kill_tree(holder.pid, 5)
+    with open(outf) as f:
+        final = f.read().strip().splitlines()
     if up < IDLE_CONNS:
-        notes.append("%s (%s): only %d of %d idle connections established" %
-                     (name, tool, up, IDLE_CONNS))
+        notes.append("%s (%s): only %d of %d idle connections established (%s)" %
+                     (name, tool, up, IDLE_CONNS, final[-1] if final else still[-200:]))
+    elif final and "idle_lost=" in final[-1]:
+        lost = re.search(r"idle_lost=(\d+)", final[-1])
+        if lost and int(lost.group(1)):
+            notes.append("%s (%s): the server closed %s idle connections during the load" %
+                         (name, tool, lost.group(1)))
     per = (rss1 - rss0) * 1024 / up if up else 0
-    notes.append("%s (%s tools): worker RSS %d KiB before, %d KiB with %d idle "
-                 "connections = %.0f bytes per idle connection" %
-                 (name, tool, rss0, rss1, up, per))
+    notes.append("%s (%s tools): fresh mtad, worker RSS %d KiB before, %d KiB with %d idle "
+                  "connections = %.0f bytes per idle connection" %
+                  (name, TOOLNAME[tool], rss0, rss1, up, per))
+    mta.stop()
+    running.remove(mta)
 
 
 TOOLNAME = {"pf": "smtp-source→smtp-sink", "ours": "smtpblast→smtpsink"}
@@ -723,7 +884,7 @@ def render(results, tools):
             "MB/s e2e mtad / postfix | CPU s/1000 msgs mtad / postfix | "
             "p50/p99 ms mtad | p50/p99 ms postfix | memory KiB: mtad workers RSS / postfix all PSS |")
     lines = [head, "|" + "---|" * 12]
-    names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + ["1k-s20+idle"]
+    names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + ["1k-s20+idle", SOFTFAIL]
     for name in names:
         for tool in tools:
             if (name, tool, "sink") in results:
@@ -786,7 +947,62 @@ def machine():
     return "%s, %d cores, kernel %s" % (model, NCPU, os.uname().release)
 
 
-def write_results(table, notes, secs):
+def med(results, key, field):
+    rs = results.get(key)
+    if not rs:
+        return None
+    return statistics.median(r[field] for r in rs if r.get(field) is not None)
+
+
+def targets(results, tools):
+    """Issue 6's targets, checked on the figures of this run, per tool pair."""
+    out = []
+
+    def check(label, value, goal, higher=True, unit=""):
+        if value is None or goal is None:
+            out.append("%s: not measured" % label)
+            return
+        ok = value >= goal if higher else value <= goal
+        if ok:
+            out.append("%s: met (%.2f%s, goal %s %.2f%s)" %
+                       (label, value, unit, ">=" if higher else "<=", goal, unit))
+        else:
+            by = (goal / value if higher and value else value / goal if goal else 0)
+            out.append("%s: MISSED (%.2f%s, goal %s %.2f%s; off by %.1f×)" %
+                       (label, value, unit, ">=" if higher else "<=", goal, unit, by))
+
+    for tool in tools:
+        t = TOOLNAME[tool]
+        m20 = med(results, ("1k-s20", tool, "mtad"), "e2e_rate")
+        p20 = med(results, ("1k-s20", tool, "postfix"), "e2e_rate")
+        ceil = med(results, ("ceiling-1k-s20", tool, "sink"), "e2e_rate")
+        check("[%s] 1k-s20 end-to-end >= 10× Postfix" % t,
+              m20 / p20 if m20 is not None and p20 else None, 10.0, unit="×")
+        check("[%s] 1k-s20 end-to-end >= half the raw ceiling" % t,
+              m20 / ceil if m20 is not None and ceil else None, 0.5, unit="×ceiling")
+        check("[%s] 1k-s20 CPU per 1,000 messages" % t,
+              med(results, ("1k-s20", tool, "mtad"), "cpu_per_1000"), 0.3, higher=False,
+              unit=" s")
+        m1 = med(results, ("1M-s20", tool, "mtad"), "mb_s")
+        p1 = med(results, ("1M-s20", tool, "postfix"), "mb_s")
+        check("[%s] 1M-s20 MB/s >= 3× Postfix" % t,
+              m1 / p1 if m1 is not None and p1 else None, 3.0, unit="×")
+        mi = med(results, ("1k-s20+idle", tool, "mtad"), "e2e_rate")
+        check("[%s] 1k-s20 with 10,000 idle connections within 10%% of without" % t,
+              mi / m20 if mi is not None and m20 else None, 0.9, unit="×")
+        rs = results.get(("1k-s20+idle", tool, "mtad"))
+        if rs and rs[0].get("idle_up"):
+            per = (rs[0]["rss_idle_kb"] - rs[0]["rss_before_kb"]) / rs[0]["idle_up"]
+            check("[%s] worker memory per idle connection" % t, per, 10.0, higher=False,
+                  unit=" KiB")
+        md = med(results, ("1k-s20-durable", tool, "mtad"), "e2e_rate")
+        pd = med(results, ("1k-s20-durable", tool, "postfix"), "e2e_rate")
+        check("[%s] durable end-to-end >= 5× Postfix durable" % t,
+              md / pd if md is not None and pd else None, 5.0, unit="×")
+    return out
+
+
+def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
     path = os.path.join(ROOT, "bench", "RESULTS.md")
     pfver = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True,
                            text=True).stdout.strip() if shutil.which("postconf") else "?"
@@ -795,16 +1011,35 @@ def write_results(table, notes, secs):
                    if k in os.environ)
     with open(path, "w") as f:
         f.write("# Benchmark results: mtad against Postfix\n\n")
-        f.write("Written by `bench/run.sh` (`make bench`); see bench/README-section below.\n\n")
+        f.write("Written by `bench/run.sh` (`make bench`); how the figures are made is "
+                "described at the end.\n\n")
         f.write("- date: %s\n" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         f.write("- machine: %s\n" % machine())
         f.write("- peer: Postfix %s (Debian package), queue on the same storage as mtad's spool\n" % pfver)
         f.write("- command: `%smake bench` (%d repetitions per figure, %.0f s in all)\n\n" %
                 (env + " " if env else "", REPS, secs))
-        f.write(table + "\n\n")
+        f.write("- load average (1/5/15 min) at start %.2f %.2f %.2f, at end %.2f %.2f %.2f "
+                "(other work on the machine skews figures)\n\n" % (load0 + os.getloadavg()))
+        f.write(table + "\n\n## Targets (issue 6), checked on this run\n\n")
+        for c in checks:
+            f.write("- %s\n" % c)
+        f.write("\n## Notes\n\n")
         for note in notes:
             f.write("- %s\n" % note)
+        for title, text in profiles:
+            f.write("\n## %s\n\n```\n%s\n```\n" % (title, text))
         f.write(METHOD)
+        f.write("\n## Exact commands\n\n")
+        f.write("- sinks: `build/bench/smtpsink -l 127.0.0.1:PORT -c COUNTFILE -i 20` "
+                "(sink10%4xx: `-4 10`); `smtp-sink -c -u nobody 127.0.0.1:PORT 1024`\n")
+        f.write("- mtad: `build/mtad -f -c relay.yaml`; Postfix: `postfix -c ETCDIR start` / "
+                "`postfix -c ETCDIR stop`\n")
+        f.write("- idle holder: `build/bench/smtpblast -s 127.0.0.1:PORT -b 127.0.0.2 "
+                "-i %d -T 600 -j 1`\n" % IDLE_CONNS)
+        for c in sorted(cmds):
+            f.write("- %s\n" % c)
+        for title, text in configs:
+            f.write("\n%s:\n\n```\n%s```\n" % (title, text))
 
 
 METHOD = """
@@ -833,7 +1068,10 @@ METHOD = """
   per connection unless "-many" (every session keeps its connection);
   durable = mtad with `spool.fsync: true` and Postfix, both queued on /var/tmp
   (disk); +idle = 10,000 idle connections held open (after the greeting) while
-  the 20-session load runs.
+  the 20-session load runs, on a fresh mtad (Postfix is not run: one smtpd
+  process per connection); sink10%4xx = our sink answers 10% of messages
+  with 451, so end-to-end includes the MTAs' queueing and retries (retry
+  delay set to 1 s in both).
 """
 
 

@@ -16,4 +16,4 @@ sh bench/deps
 # 10,000 idle connections plus the load: both ends live on this machine.
 ulimit -Hn 65536 2>/dev/null || true
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-exec /usr/bin/python3 bench/harness.py "$@"
+exec /usr/bin/python3 -B bench/harness.py "$@"

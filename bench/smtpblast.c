@@ -11,9 +11,13 @@
  *           offers CHUNKING.  With -i it instead opens and holds X idle
  *           connections (greeting read, nothing sent) until the time limit
  *           or SIGTERM, to load a server with idle sessions.
- * CONTRACT  smtpblast -s ADDR:PORT [-c SESSIONS] [-m MESSAGES] [-k PER_CONN]
- *                     [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS] [-T SECS]
- *           smtpblast -s ADDR:PORT -i IDLE [-T SECS] [-j THREADS]
+ * CONTRACT  smtpblast -s ADDR:PORT [-b SRC] [-c SESSIONS] [-m MESSAGES]
+ *                     [-k PER_CONN] [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS]
+ *                     [-T SECS]
+ *           smtpblast -s ADDR:PORT [-b SRC] -i IDLE [-T SECS] [-j THREADS]
+ *           -k 0: every session keeps its connection for all its messages;
+ *           -P: never pipeline; -B: BDAT instead of DATA (when offered);
+ *           -b: connect from source address SRC (e.g. 127.0.0.2).
  *           Prints one "key=value ..." line on stdout at the end: sent
  *           accepted tempfail permfail errors conns elapsed_s msgs_per_s
  *           mb_per_s p50_us p99_us max_us timed_out.  Idle mode prints
@@ -97,6 +101,7 @@ struct worker {
 
 static struct {
     struct sockaddr_in addr;
+    struct sockaddr_in src;         /* -b: source address, else the kernel's */
     int      sessions, threads, rcpts;
     uint64_t messages, per_conn, size;
     bool     use_bdat, no_pipelining;
@@ -189,6 +194,15 @@ static int sess_connect(struct sess *s)
         return -1;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (g.src.sin_family) {
+        /* a source address of our own: fresh 4-tuples, and the kernel
+         * still picks the port at connect() time */
+        setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&g.src, sizeof g.src) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
     if (connect(fd, (struct sockaddr *)&g.addr, sizeof g.addr) < 0 && errno != EINPROGRESS) {
         close(fd);
         return -1;
@@ -334,6 +348,12 @@ static void on_reply(struct sess *s, int code)
     bool bdat = g.use_bdat && s->chunking;
     switch (s->ph) {
     case P_GREET:
+        if (code != 220 && g.idle) {
+            s->w->errors++;          /* refused: this idle slot stays empty */
+            s->w->connecting--;
+            s->ph = P_DONE;
+            return;
+        }
         if (code != 220) {
             s->w->errors++;
             atomic_fetch_add(&g.conn_errors, 1);
@@ -521,8 +541,9 @@ static void on_input(struct sess *s)
     return;
 reconnect:
     /* The session ended with QUIT; a new connection if messages remain
-     * (and the server has not failed too often). */
-    if (!stop_flag && !conn_error_limit() && (s->claimed || claim_message())) {
+     * (and the server has not failed too often).  Idle slots never come
+     * back. */
+    if (!g.idle && !stop_flag && !conn_error_limit() && (s->claimed || claim_message())) {
         s->claimed = true;
         if (sess_connect(s) == 0)
             return;
@@ -658,9 +679,10 @@ static void build_message(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: smtpblast -s ADDR:PORT [-c SESSIONS] [-m MESSAGES] [-k PER_CONN(0=all)]\n"
-            "                 [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS] [-T SECS]\n"
-            "       smtpblast -s ADDR:PORT -i IDLE [-T SECS] [-j THREADS]\n");
+            "usage: smtpblast -s ADDR:PORT [-b SRCADDR] [-c SESSIONS] [-m MESSAGES]\n"
+            "                 [-k PER_CONN(0=all)] [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS]\n"
+            "                 [-T SECS]\n"
+            "       smtpblast -s ADDR:PORT [-b SRCADDR] -i IDLE [-T SECS] [-j THREADS]\n");
     exit(1);
 }
 
@@ -680,9 +702,14 @@ int main(int argc, char **argv)
     const char *server = NULL;
     double limit_s = 60;
     int opt;
-    while ((opt = getopt(argc, argv, "s:c:m:k:z:r:BPj:T:i:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:b:c:m:k:z:r:BPj:T:i:")) != -1) {
         switch (opt) {
         case 's': server = optarg; break;
+        case 'b':
+            g.src.sin_family = AF_INET;
+            if (inet_pton(AF_INET, optarg, &g.src.sin_addr) != 1)
+                usage();
+            break;
         case 'c': g.sessions = atoi(optarg); break;
         case 'm': g.messages = strtoull(optarg, NULL, 10); break;
         case 'k': g.per_conn = strtoull(optarg, NULL, 10); break;

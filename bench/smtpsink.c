@@ -298,8 +298,8 @@ static void command(struct conn *c, char *line, size_t len)
         c->msgbytes = 0;
         reply(c, "354 End data with <CR><LF>.<CR><LF>\r\n");
     } else if (verb_is(line, len, "BDAT")) {
-        char *end;
-        unsigned long long n = strtoull(line + 5, &end, 10);
+        char *end = NULL;
+        unsigned long long n = len >= 6 ? strtoull(line + 5, &end, 10) : 0;
         if (len < 6 || end == line + 5) {
             reply(c, "501 5.5.4 BDAT size\r\n");
             return;
@@ -342,8 +342,10 @@ static size_t scan_data(struct worker *w, struct conn *c, const char *p, size_t 
         if (p[i] == term[c->dmatch]) {
             i++;
             if (++c->dmatch == 5) {
-                /* terminator ".\r\n" after CRLF is not message content */
-                c->msgbytes += i >= 3 ? i - 3 : 0;
+                /* the ".\r\n" after the last CRLF is not message content;
+                 * part of it may have been counted by an earlier read */
+                c->msgbytes += i;
+                c->msgbytes -= 3;
                 message_done(w, c);
                 return i;
             }

@@ -89,9 +89,16 @@ child_common(const int *keep, size_t nkeep)
     for (sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
             (void)sigaction(sig, &sa, NULL);
-    /* A peer closing its socket must be an EPIPE, not a dead worker. */
+    /* A peer closing its socket must be an EPIPE, not a dead worker.  The
+     * terminal's SIGINT/SIGHUP (Ctrl-C reaches the whole process group)
+     * and a stray USR1/USR2 are the master's business: it stops or
+     * reloads the children over their channels. */
     sa.sa_handler = SIG_IGN;
     (void)sigaction(SIGPIPE, &sa, NULL);
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGHUP, &sa, NULL);
+    (void)sigaction(SIGUSR1, &sa, NULL);
+    (void)sigaction(SIGUSR2, &sa, NULL);
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
     for (size_t i = 0; i < child_nmaster_fds; i++)
@@ -176,9 +183,9 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
     }
     child_common(keep, 2);
     (void)close(sv[0]);
-    proctitle_set("mtad: logd", "mtad: log process");
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
     privs_drop(p);
+    proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */
     logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms);
 }
 

@@ -304,7 +304,10 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     char  text[CTL_REQUEST_MAX + 64];
 
     line[strcspn(line, "\r\n")] = '\0';
-    log_info("control: %s", line);
+    if (strcmp(line, "status") == 0)
+        log_debug("control: %s", line);     /* read-only, often polled */
+    else
+        log_info("control: %.200s", line);
     if (strcmp(line, "status") == 0) {
         ctl_status_report(m, &report);
         ctl_client_reply(m, c, report);

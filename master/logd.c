@@ -9,9 +9,11 @@
  * CONTRACT  The master keeps the receiving end and the log file open, so a
  *           restarted log process continues with both.  Channel commands
  *           from the master (SOCK_SEQPACKET): "reopen" carrying a new file
- *           fd (SCM_RIGHTS; the master, still root, opened it), "stop"
- *           (drain, write, exit 0).  EOF on the channel or SIGTERM (the
- *           master died) ends it the same way.
+ *           fd (SCM_RIGHTS; the master, still root, opened it),
+ *           "interval <ms>" (a new flush interval), "stop" (drain, write,
+ *           exit 0).  EOF on the channel or SIGTERM (the
+ *           master died) ends it the same way; SIGINT (a Ctrl-C to the
+ *           process group) is ignored: the master stops it last.
  * FAILURE   A failed write drops that batch (and says so on stderr): the
  *           log must not stall the relay.
  */
@@ -127,6 +129,10 @@ logd_command(struct logd *d)
             memcpy(&newfd, CMSG_DATA(c), sizeof(int));
     if (strcmp(cmd, "stop") == 0)
         logd_exit(d);
+    if (strncmp(cmd, "interval ", 9) == 0) {
+        d->flush_ms = strtoull(cmd + 9, NULL, 10);    /* after a reload */
+        return;
+    }
     if (strcmp(cmd, "reopen") == 0 && newfd >= 0) {
         /* What is gathered goes to the old file; what still waits in the
          * socket (sent after the command, or about then) to the new one. */
@@ -169,10 +175,7 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
     /* SIGTERM (the master died: PDEATHSIG) means "write what you have". */
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
     sigprocmask(SIG_BLOCK, &set, NULL);
-    signal(SIGUSR1, SIG_IGN);       /* the master handles log rotation */
-    signal(SIGHUP, SIG_IGN);
     d.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     for (;;) {
         pf[0] = (struct pollfd){ .fd = d.recv_fd, .events = POLLIN };

@@ -55,6 +55,7 @@ static struct master master_self;
 static unsigned      master_gen_seq;
 
 static void master_spawn(struct master *m, struct slot *s);
+static void master_mkparent(const char *path);
 static void master_finish_reload(struct master *m, int timed_out);
 static void master_reload_begin(struct master *m);
 
@@ -207,6 +208,7 @@ master_gen_prepare(struct config *cfg, char *err, size_t errsz)
         snprintf(err, errsz, "spool.dir: %s", spool_errstr(NULL));
         goto fail;
     }
+    master_mkparent(cfg->routes_db);
     if (master_load_routes(cfg, err, errsz) < 0)
         goto fail;
     master_chown_routes(cfg, &g->privs);
@@ -539,6 +541,20 @@ master_gen_ready(struct master *m, const struct generation *g)
     return n == (unsigned)g->cfg->workers;
 }
 
+static unsigned
+master_gen_nready(struct master *m, const struct generation *g)
+{
+    unsigned n = 0;
+
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        const struct slot *s = &m->slots[i];
+
+        n += s->role == ROLE_WORKER && s->generation == g->id &&
+            s->state == SLOT_RUNNING && s->ready;
+    }
+    return n;
+}
+
 static void
 master_notify_status(struct master *m)
 {
@@ -728,6 +744,14 @@ master_finish_reload(struct master *m, int timed_out)
     log_level = g->cfg->log_level;
     if (strcmp(g->cfg->log_file, m->log_path) != 0)
         master_reopen_log(m, g->cfg->log_file);
+    if (g->cfg->log_flush_interval_ms != old->cfg->log_flush_interval_ms &&
+        m->logd.chan >= 0) {
+        char cmd[48];
+
+        snprintf(cmd, sizeof(cmd), "interval %" PRIu64,
+            g->cfg->log_flush_interval_ms);
+        (void)logd_send_fd(m->logd.chan, cmd, -1);
+    }
     master_gen_free(old);           /* closes listeners no longer in use */
     m->status->generation = g->id;
     m->status->nworkers = (uint32_t)g->cfg->workers;
@@ -738,6 +762,27 @@ master_finish_reload(struct master *m, int timed_out)
         "%d old workers told to stop", g->id, g->cfg->workers,
         timed_out ? " (not all ready in time)" : "", nold);
     master_reload_done(m, NULL);
+}
+
+/* Not one new worker became ready in time (they crash or hang): keep the
+ * old generation rather than swap to one that does not serve. */
+static void
+master_abort_reload(struct master *m)
+{
+    struct generation *g = m->next;
+    char               err[256];
+
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        struct slot *s = &m->slots[i];
+
+        if (s->role == ROLE_WORKER && s->generation == g->id)
+            master_stop_worker(s, MASTER_BACKOFF_MAX);
+    }
+    snprintf(err, sizeof(err), "no worker of generation %u became ready "
+        "within %ums", g->id, MASTER_READY_TIMEOUT);
+    m->next = NULL;
+    master_gen_free(g);
+    master_reload_reject(m, err);
 }
 
 void
@@ -859,8 +904,12 @@ master_deadlines(struct master *m, uint64_t now)
         (void)kill(m->logd.pid, SIGKILL);
         m->logd.stop_deadline = UINT64_MAX;
     }
-    if (m->next != NULL && now >= m->reload_deadline)
-        master_finish_reload(m, 1);
+    if (m->next != NULL && now >= m->reload_deadline) {
+        if (master_gen_nready(m, m->next) > 0)
+            master_finish_reload(m, 1);
+        else
+            master_abort_reload(m);
+    }
 }
 
 static int

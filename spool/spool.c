@@ -53,9 +53,11 @@ struct spool_msg {
     struct spool *sp;
     int         fd;                 /* tmp/<id>, -1 once closed */
     int         finished;
+    int         err;                /* sticky: a failed write poisons m */
     char        id[SPOOL_ID_SIZE];
     char       *wb;                 /* write buffer, NULL after finish */
     size_t      wlen;
+    uint64_t    written;            /* bytes handed to write() so far */
     uint64_t    body;               /* body bytes accepted */
 };
 
@@ -377,10 +379,11 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
         if ((w = write(m->fd, p, n)) == -1) {
             if (errno == EINTR)
                 continue;
-            return spool_fail(m->sp, "write tmp/%s", m->id);
+            return m->err = spool_fail(m->sp, "write tmp/%s", m->id);
         }
         p += w;
         n -= (size_t)w;
+        m->written += (uint64_t)w;
     }
     return SPOOL_OK;
 }
@@ -512,6 +515,8 @@ spool_write(struct spool_msg *m, const void *p, size_t n)
     size_t      c;
     int         rc;
 
+    if (m->err != SPOOL_OK)
+        return m->err;
     if (m->finished) {
         errno = EINVAL;
         return spool_fail(m->sp, "write tmp/%s", m->id);
@@ -539,19 +544,30 @@ spool_finish(struct spool_msg *m)
     ssize_t w;
     int     rc;
 
+    if (m->err != SPOOL_OK)
+        return m->err;
     if (m->finished)
         return SPOOL_OK;
+    spool_size_digits(digits, m->body);
+    /* A message that never left the buffer gets its size patched in
+     * memory: one write() for the whole file, no pwrite(). */
+    if (m->written == 0) {
+        memcpy(m->wb + SPOOL_SIZE_OFF, digits, sizeof(digits));
+        if ((rc = spool_flush(m)) != SPOOL_OK)
+            return rc;
+        goto done;
+    }
     if ((rc = spool_flush(m)) != SPOOL_OK)
         return rc;
-    spool_size_digits(digits, m->body);
     do
         w = pwrite(m->fd, digits, sizeof(digits), (off_t)SPOOL_SIZE_OFF);
     while (w == -1 && errno == EINTR);
     if (w != (ssize_t)sizeof(digits)) {
         if (w >= 0)
             errno = EIO;
-        return spool_fail(m->sp, "pwrite tmp/%s", m->id);
+        return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->id);
     }
+done:
     spool_buf_give(m->sp, m->wb);
     m->wb = NULL;
     m->finished = 1;
@@ -774,6 +790,17 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
             SPOOL_ELOCKED) : spool_fail(sp, "flock queue/%s", id);
         goto fail;
     }
+    if (fstat(fd, &st) == -1) {
+        rc = spool_fail(sp, "stat queue/%s", id);
+        goto fail;
+    }
+    /* Locked, but removed by the previous lock holder (mtactl delete, a
+     * finished delivery) between our open and our flock: it is gone. */
+    if (st.st_nlink == 0) {
+        snprintf(sp->err, sizeof(sp->err), "queue/%s: removed", id);
+        rc = SPOOL_ENOENT;
+        goto fail;
+    }
     if ((rc = spool_read_head(sp, fd, "queue", id, 0, &b, &n)) != SPOOL_OK)
         goto fail;
     if (spool_env_parse(b, n, &env, &used) != SPOOL_OK ||
@@ -782,10 +809,6 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
         goto fail;
     }
     /* A short file was cut off; a longer one was not written by us. */
-    if (fstat(fd, &st) == -1) {
-        rc = spool_fail(sp, "stat queue/%s", id);
-        goto fail;
-    }
     if ((uint64_t)st.st_size != used + env->body_size) {
         rc = spool_efmt(sp, "queue", id);
         goto fail;

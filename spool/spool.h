@@ -92,7 +92,8 @@ struct spool;
 struct spool_msg;                   /* a message being written */
 
 /* Create the tree (tmp, queue, state) with owner uid/gid (-1: unchanged)
- * and remove everything left in tmp/ (never acknowledged). */
+ * and remove everything left in tmp/ (never acknowledged) and every
+ * state/ file whose queue/ file is gone.  Master only, before workers. */
 int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
 
 int     spool_open(struct spool **sp, const char *dir, int fsync,
@@ -102,7 +103,10 @@ void    spool_close(struct spool *sp);                   /* NULL ok */
 const char *spool_errstr(const struct spool *sp);
 const char *spool_dir(const struct spool *sp);
 
-/* Writer.  env->id is ignored and filled in; env->body_size is computed. */
+/* Writer.  env->id is ignored and filled in; env->body_size is computed
+ * (spool_msg_size()); arrival_ms 0 becomes now.  The envelope is copied at
+ * once: env's strings may be freed after spool_create() returns.  On
+ * failure *mp is NULL or a message to spool_abort() (NULL is fine there). */
 int     spool_create(struct spool *sp, struct spool_env *env,
             struct spool_msg **mp);
 const char *spool_msg_id(const struct spool_msg *m);
@@ -122,9 +126,15 @@ void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL o
 /* Reader.  Opens queue/<id>, optionally takes flock(LOCK_EX|LOCK_NB)
  * (SPOOL_ELOCKED if another process holds it), parses envelope + state.
  * *fd stays open (holding the lock) until spool_env_free's caller closes
- * it; *body_off is where the body starts in that file. */
+ * it; *body_off is where the body starts in that file.  SPOOL_ENOENT when
+ * the message is gone (also when the previous lock holder removed it
+ * between our open and our flock); SPOOL_EFORMAT for a bad id, a damaged
+ * envelope or state, or a file whose size disagrees with its envelope.
+ * fd and body_off may be NULL (then the file is closed, lock and all). */
 int     spool_msg_open(struct spool *sp, const char *id, int lock,
             struct spool_env **envp, int *fd, off_t *body_off);
+/* Frees an env made by spool_msg_open()/spool_env_parse() (every string
+ * malloc'd); not for an env the caller built itself. */
 void    spool_env_free(struct spool_env *env);           /* NULL ok */
 /* Rewrite state/<id> from env's delivery fields (atomic). */
 int     spool_state_save(struct spool *sp, const struct spool_env *env);
@@ -136,6 +146,7 @@ int     spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *n);
 /* Pure envelope format, for tests and the reader: text lines, values
  * xtext-encoded so no byte of an address can break the format. */
 void    spool_env_format(const struct spool_env *env, char **out, size_t *len);
+                                                /* *out malloc'd, NUL-ended */
 int     spool_env_parse(const char *p, size_t n, struct spool_env **envp,
             size_t *consumed);
 int     spool_id_valid(const char *id);                  /* 1 valid, 0 not */

@@ -23,6 +23,15 @@
  *             rcpts <n>
  *             rcpt <notify bits> <addr xtext> <orcpt xtext|+>   (n times)
  *             end
+ *           then the body.  state/<id> (written whole, renamed into place):
+ *             MTAD-STATE 1
+ *             id <16 hex>
+ *             next_retry <ms>
+ *             attempts <n>
+ *             held 0|1
+ *             rcpts <n>                   must equal the envelope's
+ *             rcpt PENDING|SENT|BOUNCED <relay xtext|+> <reply xtext|+>
+ *             end
  * FAILURE   Parsers are strict: an unknown, repeated or missing key, a bad
  *           number, a non-canonical xtext or a missing line end gives
  *           SPOOL_EFORMAT.  Allocation never fails (xmalloc).

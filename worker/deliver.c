@@ -29,6 +29,10 @@
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
+ * STOP      deliver_drain(): idle connections close, running attempts
+ *           finish, and messages the last sessions still accept get their
+ *           first attempt; deferred ones are left to the next generation,
+ *           which learns of them from its recovery or a "kick *".
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
  *           the status page; a spool error on save is logged and the
  *           message is retried from memory (the file keeps its last state;
@@ -55,10 +59,11 @@
 #include "worker/relay.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
-#define DELIVER_ERROR_MS     60000       /* unreadable queue/state file */
+#define DELIVER_ERROR_MS     60000       /* at least, for a damaged file */
 #define DELIVER_MAX_ACTIVE   256         /* attempts open at once */
 #define DELIVER_BATCH        64          /* attempts started per timer run */
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
+#define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
 
 struct dl_entry {
     uint64_t when;                      /* wall-clock ms */
@@ -256,14 +261,20 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
 
     delay = now > env->arrival_ms ? (double)(now - env->arrival_ms) / 1000.0 :
         0.0;
-    free(rc->last_reply);
-    free(rc->relay);
-    rc->last_reply = xstrdup(reply);
-    rc->relay = xstrdup(relay);
+    /* copy first: reply or relay may be the strings being replaced */
+    {
+        char *r2 = xstrdup(reply), *l2 = xstrdup(relay);
+
+        free(rc->last_reply);
+        free(rc->relay);
+        rc->last_reply = r2;
+        rc->relay = l2;
+    }
     rc->status = status == RELAY_SENT ? SPOOL_RCPT_SENT :
         status == RELAY_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
     log_info("%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
-        rc->addr, relay, delay, word ? word : dl_status_word[status], reply);
+        rc->addr, rc->relay, delay, word ? word : dl_status_word[status],
+        rc->last_reply);
     if (a->d->st == NULL)
         return;
     if (status == RELAY_SENT)
@@ -277,15 +288,16 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
 
 /* ---- bounces ---- */
 
-/* dl_read_orig - the original message, or its headers, for the DSN. */
+/* dl_read_headers - the original's header section (at most
+ * DELIVER_HDRS_MAX bytes read), malloc'd; *len its length. */
 static char *
-dl_read_orig(struct dl_attempt *a, int full, size_t *len)
+dl_read_headers(struct dl_attempt *a, size_t *len)
 {
     uint64_t want = a->env->body_size;
     char    *p;
     size_t   got = 0;
 
-    if (!full && want > DELIVER_HDRS_MAX)
+    if (want > DELIVER_HDRS_MAX)
         want = DELIVER_HDRS_MAX;
     p = xmalloc((size_t)want + 1);
     while (got < want) {
@@ -298,15 +310,58 @@ dl_read_orig(struct dl_attempt *a, int full, size_t *len)
             break;
         got += (size_t)n;
     }
-    *len = full ? got : dsn_headers_len(p, got);
+    *len = dsn_headers_len(p, got);
     return p;
 }
 
 
+/* dl_copy_orig - append the original to the DSN being written: the whole
+ * message in 128 KiB preads (RET=FULL), or its headers.  *last is the last
+ * byte written ('\n' when none).  SPOOL_OK or a spool error. */
+static int
+dl_copy_orig(struct dl_attempt *a, struct spool_msg *m, int full, char *last)
+{
+    uint64_t left = a->env->body_size;
+    off_t    off = a->body_off;
+    char    *p;
+    size_t   n;
+    int      rc = SPOOL_OK;
+
+    *last = '\n';
+    if (!full) {
+        p = dl_read_headers(a, &n);
+        if (n > 0) {
+            rc = spool_write(m, p, n);
+            *last = p[n - 1];
+        }
+        free(p);
+        return rc;
+    }
+    p = xmalloc(DELIVER_CHUNK);
+    while (left > 0 && rc == SPOOL_OK) {
+        ssize_t got = pread(a->fd, p, left > DELIVER_CHUNK ? DELIVER_CHUNK :
+            (size_t)left, off);
+
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;                      /* short file: send what there is */
+        rc = spool_write(m, p, (size_t)got);
+        *last = p[got - 1];
+        off += got;
+        left -= (uint64_t)got;
+    }
+    free(p);
+    return rc;
+}
+
+
 /*
- * dl_bounce - queue a DSN for the failed recipients that asked for one.
- * Returns 0 (sent, or none due) or -1 (could not queue: keep the message
- * and try again later, so the bounce is not lost).
+ * dl_bounce - queue a DSN for the failed recipients that asked for one:
+ * the report (dsn.c), with the original streamed into the new spool file
+ * between head and tail.  The DSN has the null sender and goes through
+ * routing like any message.  Returns 0 (queued, or none due) or -1 (could
+ * not queue: the caller keeps the message so the bounce is not lost).
  */
 static int
 dl_bounce(struct dl_attempt *a)
@@ -317,10 +372,9 @@ dl_bounce(struct dl_attempt *a)
     struct spool_msg  *m = NULL;
     struct dsn_info    in;
     struct buf         out;
-    char               newid[SPOOL_ID_SIZE];
-    size_t             olen;
-    char              *orig;
-    int                full, rcode;
+    char               newid[SPOOL_ID_SIZE], last;
+    uint64_t           size = 0;
+    int                rcode;
 
     if (dsn_count(env) == 0)
         return 0;
@@ -328,18 +382,13 @@ dl_bounce(struct dl_attempt *a)
         log_info("%s: bounce for null sender dropped", env->id);
         return 0;
     }
-    full = env->ret == SPOOL_RET_FULL && env->body != SPOOL_BODY_BINARYMIME;
-    orig = dl_read_orig(a, full, &olen);
     memset(&in, 0, sizeof(in));
     in.env = env;
     in.hostname = d->cfg->hostname;
     in.now_ms = util_wall_ms();
-    in.orig = orig;
-    in.orig_len = olen;
-    in.full = full;
-    buf_init(&out);
-    dsn_build(&in, &out);
-    free(orig);
+    /* binary content cannot travel inside a message/rfc822 part */
+    in.full = env->ret == SPOOL_RET_FULL &&
+        env->body != SPOOL_BODY_BINARYMIME;
 
     memset(&denv, 0, sizeof(denv));
     memset(&rc, 0, sizeof(rc));
@@ -353,15 +402,26 @@ dl_bounce(struct dl_attempt *a)
     denv.helo = d->cfg->hostname;
     denv.rcpt = &rc;
     denv.nrcpt = 1;
+
+    buf_init(&out);
+    dsn_build_head(&in, &out);
     rcode = spool_create(d->sp, &denv, &m);
     if (rcode == SPOOL_OK)
         rcode = spool_write(m, buf_head(&out), buf_avail(&out));
     if (rcode == SPOOL_OK)
+        rcode = dl_copy_orig(a, m, in.full, &last);
+    if (rcode == SPOOL_OK) {
+        out.off = out.len = 0;
+        dsn_build_tail(&in, last == '\n', &out);
+        rcode = spool_write(m, buf_head(&out), buf_avail(&out));
+    }
+    if (rcode == SPOOL_OK)
         rcode = spool_finish(m);
     if (rcode == SPOOL_OK) {
         util_strlcpy(newid, spool_msg_id(m), sizeof(newid));
+        size = spool_msg_size(m);
         rcode = spool_commit(m);
-        m = NULL;
+        m = NULL;                       /* spool_commit() freed it */
     }
     buf_free(&out);
     if (rcode != SPOOL_OK) {
@@ -371,6 +431,8 @@ dl_bounce(struct dl_attempt *a)
         return -1;
     }
     log_info("%s: sender non-delivery notification: %s", env->id, newid);
+    log_info("%s: from=<>, size=%llu, nrcpt=1 (bounce of %s)", newid,
+        (unsigned long long)size, env->id);
     deliver_submit(d, newid);
     return 0;
 }
@@ -625,11 +687,18 @@ dl_start(struct deliver *d, const char *id)
         return;
     }
     if (rc != SPOOL_OK) {
+        uint64_t wait = deliver_retry_delay(d->cfg->retry_ms, d->cfg->nretry,
+            (unsigned)-1);
+
+        /* a damaged file will not heal by itself: the longest step, so
+         * the warning does not flood the log */
+        if (wait < DELIVER_ERROR_MS)
+            wait = DELIVER_ERROR_MS;
         log_warn("%s: cannot open for delivery: %s", id, spool_errstr(d->sp));
         if (fd >= 0)
             close(fd);
         spool_env_free(env);
-        dl_schedule(d, id, util_wall_ms() + DELIVER_ERROR_MS);
+        dl_schedule(d, id, util_wall_ms() + wait);
         return;
     }
     if (env->held) {
@@ -662,7 +731,7 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 
     (void)loop;
     (void)tm;
-    while (!d->draining && d->nheap > 0 && d->heap[0].when <= now &&
+    while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
         d->nactive < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
         struct dl_entry e;
 
@@ -675,13 +744,16 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 
 
 /* deliver_arm - point the timer at the earliest entry (or leave it off
- * while the active limit is reached: a finishing attempt re-arms). */
+ * while the active limit is reached: a finishing attempt re-arms).  While
+ * draining only "now" entries run: messages the finishing sessions still
+ * accept get their first attempt; retries wait for the next generation. */
 static void
 deliver_arm(struct deliver *d)
 {
     uint64_t now, when;
 
-    if (d->draining || d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE) {
+    if (d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE ||
+        (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
     }
@@ -828,8 +900,9 @@ deliver_drain(struct deliver *d)
 {
     if (!d->draining) {
         d->draining = 1;
-        ev_timer_stop(d->loop, &d->timer);
         relay_drain(d->relay);
+        deliver_arm(d);
     }
-    return d->nactive;
+    /* first attempts still due count as in flight (see deliver_arm) */
+    return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);
 }

@@ -190,16 +190,30 @@ dsn_status(const struct dsn_info *in, struct buf *out)
 }
 
 
+/* dsn_boundary - the MIME boundary: the same for head and tail. */
+static void
+dsn_boundary(const struct dsn_info *in, char *out, size_t outsz)
+{
+    snprintf(out, outsz, "%s.%llu/%s", in->env->id,
+        (unsigned long long)(in->now_ms / 1000), in->hostname);
+}
+
+
+static const char *
+dsn_cte(const struct spool_env *env)
+{
+    return (env->body != SPOOL_BODY_7BIT || env->smtputf8) ? "8bit" : "7bit";
+}
+
+
 void
-dsn_build(const struct dsn_info *in, struct buf *out)
+dsn_build_head(const struct dsn_info *in, struct buf *out)
 {
     const struct spool_env *env = in->env;
     char                    date[48], boundary[160];
-    const char             *cte = (env->body != SPOOL_BODY_7BIT ||
-        env->smtputf8) ? "8bit" : "7bit";
+    const char             *cte = dsn_cte(env);
 
-    snprintf(boundary, sizeof(boundary), "%s.%llu/%s", env->id,
-        (unsigned long long)(in->now_ms / 1000), in->hostname);
+    dsn_boundary(in, boundary, sizeof(boundary));
     buf_printf(out, "From: MAILER-DAEMON@%s (Mail Delivery System)\r\n",
         in->hostname);
     buf_printf(out, "To: <%s>\r\n", env->sender);
@@ -236,8 +250,26 @@ dsn_build(const struct dsn_info *in, struct buf *out)
         buf_printf(out, "Content-Description: Undelivered Message "
             "Headers\r\nContent-Type: text/rfc822-headers\r\n"
             "Content-Transfer-Encoding: %s\r\n\r\n", cte);
-    buf_append(out, in->orig, in->orig_len);
-    if (in->orig_len > 0 && in->orig[in->orig_len - 1] != '\n')
+}
+
+
+void
+dsn_build_tail(const struct dsn_info *in, int ended_nl, struct buf *out)
+{
+    char boundary[160];
+
+    dsn_boundary(in, boundary, sizeof(boundary));
+    if (!ended_nl)
         buf_append(out, "\r\n", 2);
     buf_printf(out, "\r\n--%s--\r\n", boundary);
+}
+
+
+void
+dsn_build(const struct dsn_info *in, struct buf *out)
+{
+    dsn_build_head(in, out);
+    buf_append(out, in->orig, in->orig_len);
+    dsn_build_tail(in, in->orig_len == 0 ||
+        in->orig[in->orig_len - 1] == '\n', out);
 }

@@ -43,5 +43,12 @@ size_t  dsn_headers_len(const char *p, size_t n);
  * +0000"); out holds 40 bytes.  Returns out. */
 const char *dsn_date(uint64_t ms, char *out, size_t outsz);
 void    dsn_build(const struct dsn_info *in, struct buf *out);
+/* The same in two pieces, so a big original can be streamed in between:
+ * head (ignores orig), then the original's bytes, then tail (ended_nl:
+ * the original ended with a line end, or was empty).  head + orig + tail
+ * is exactly what dsn_build() makes. */
+void    dsn_build_head(const struct dsn_info *in, struct buf *out);
+void    dsn_build_tail(const struct dsn_info *in, int ended_nl,
+            struct buf *out);
 
 #endif /* MTAD_DSN_H */

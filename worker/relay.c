@@ -11,9 +11,19 @@
  *           busy or idle) never exceed conns_per_dest; transactions beyond
  *           that wait in the destination's FIFO.  After a transaction the
  *           connection stays idle for RELAY_IDLE_MS and the next
- *           transaction to the same destination reuses it after an RSET;
- *           a reused connection that turns out dead (no RSET reply) is
- *           dropped and the transaction starts again on a fresh one, once.
+ *           transaction to the same destination reuses it after an RSET
+ *           (sent in the same write as MAIL/RCPT/DATA when the peer offers
+ *           PIPELINING); a reused connection that turns out dead (no 2xx
+ *           to the RSET) is dropped and the transaction starts again on a
+ *           fresh one, once.
+ *           Extensions: SIZE= when offered; BODY=8BITMIME when the message
+ *           is 8-bit and the peer offers it (a peer without 8BITMIME gets
+ *           the bytes as they are, as Postfix does); a message that needs
+ *           SMTPUTF8 fails 5.6.7 at a peer without it, BINARYMIME 5.6.3
+ *           without BINARYMIME+CHUNKING; NOTIFY/ORCPT/RET/ENVID are passed
+ *           on when the peer offers DSN; BDAT (sendfile, no stuffing) when
+ *           it offers CHUNKING.  Sockets use TCP_NODELAY: every write is a
+ *           whole batch of commands or body, so Nagle only adds delay.
  *           done() is called exactly once per transaction, from a loop
  *           callback, never from inside relay_submit().
  * FAILURE   Every problem becomes a per-recipient result: a failed
@@ -26,12 +36,13 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netinet/tcp.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 
@@ -85,6 +96,7 @@ struct relay_conn {
     struct relay_dest *dest;
     struct relay_conn *next;        /* dest->conns */
     int                fd;
+    unsigned           watched;     /* EV_* mask given to the loop */
     int                state;
     int                reused;      /* has carried a transaction before */
     struct ev_timer    timer;
@@ -103,6 +115,7 @@ struct relay_conn {
     size_t             expect;      /* commands sent, replies due */
     size_t             nsent;       /* commands of the txn sent */
     int                pipelining, bdat, mail_failed, empty_data;
+    int                rset_pending; /* RSET pipelined ahead of MAIL */
     uint64_t           body_left;
     off_t              body_pos;
     struct relay_stuff stuff;
@@ -301,6 +314,18 @@ relay_conn_close(struct relay_conn *c)
 }
 
 
+/* relay_watch - tell the loop what to wait for, only when it changes (each
+ * change is an epoll_ctl). */
+static int
+relay_watch(struct relay_conn *c, unsigned mask)
+{
+    if (c->watched == mask)
+        return 0;
+    c->watched = mask;
+    return ev_watch(c->r->loop, c->fd, mask, relay_io, c);
+}
+
+
 /* relay_flush - write what is buffered; watch for writability if some is
  * left.  Returns 0, or -1 with lasterr set when the socket failed. */
 static int
@@ -324,9 +349,8 @@ relay_flush(struct relay_conn *c)
     }
     if (buf_avail(&c->out) == 0)
         c->out.off = c->out.len = 0;
-    (void)ev_watch(c->r->loop, c->fd,
-        EV_READ | (buf_avail(&c->out) > 0 || c->state == C_BODY ?
-        EV_WRITE : 0), relay_io, c);
+    relay_watch(c, EV_READ | (buf_avail(&c->out) > 0 ||
+        c->state == C_BODY ? EV_WRITE : 0));
     return 0;
 }
 
@@ -402,7 +426,11 @@ relay_lost(struct relay_conn *c, const char *why)
         util_strlcpy(c->lasterr, why, sizeof(c->lasterr));
         relay_connect_next(c);
         return;
+    case C_TXN:
     case C_RSET:
+        /* only a dead reused connection (no RSET reply) restarts */
+        if (c->state == C_TXN && !c->rset_pending)
+            break;
         if (t != NULL && t->restarts == 0) {
             t->restarts++;
             c->txn = NULL;
@@ -470,12 +498,14 @@ relay_connect_next(struct relay_conn *c)
         ev_unwatch(r->loop, c->fd);
         close(c->fd);
         c->fd = -1;
+        c->watched = 0;
     }
     c->in.off = c->in.len = 0;
     c->out.off = c->out.len = 0;
     c->expect = 0;
     while (c->cur < c->naddr) {
         struct relay_addr *a = &c->addr[c->cur++];
+        int                one = 1;
         char               ip[INET6_ADDRSTRLEN + 8];
 
         if (c->cur > 1 && c->txn != NULL)
@@ -485,6 +515,7 @@ relay_connect_next(struct relay_conn *c)
             c->dest->route.hosts[a->host].name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
             c->dest->route.hosts[a->host].port);
+        c->watched = 0;
         c->fd = socket(a->ss.ss_family,
             SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (c->fd < 0) {
@@ -500,8 +531,10 @@ relay_connect_next(struct relay_conn *c)
             c->fd = -1;
             continue;
         }
+        /* commands go out whole, in one write each: no Nagle delays */
+        (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->state = C_CONNECT;
-        if (ev_watch(r->loop, c->fd, EV_WRITE, relay_io, c) < 0) {
+        if (relay_watch(c, EV_WRITE) < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
             close(c->fd);
@@ -540,7 +573,7 @@ relay_connected(struct relay_conn *c)
         return;
     }
     c->state = C_GREETING;
-    (void)ev_watch(c->r->loop, c->fd, EV_READ, relay_io, c);
+    (void)relay_watch(c, EV_READ);
     relay_arm(c, RELAY_T_GREETING);
 }
 
@@ -609,14 +642,13 @@ relay_rcpt_cmd(struct relay_conn *c, size_t k)
 }
 
 
-/* relay_begin - start t on c (session ready, any RSET done).  Returns 0,
- * or -1 when t was finished without a command (c stays usable). */
+/* relay_precheck - can t go to this peer at all?  Returns 0, or -1 when t
+ * was finished (bounced) without a command; c stays usable. */
 static int
-relay_begin(struct relay_conn *c, struct relay_txn *t)
+relay_precheck(struct relay_conn *c, struct relay_txn *t)
 {
     const struct spool_env *env = t->env;
-    char                    why[RELAY_REPLY_MAX], size[40] = "", body[24] = "";
-    size_t                  k;
+    char                    why[RELAY_REPLY_MAX];
 
     if (relay_need_utf8(t) && !(c->caps & RELAY_CAP_SMTPUTF8)) {
         snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
@@ -632,6 +664,22 @@ relay_begin(struct relay_conn *c, struct relay_txn *t)
         relay_reject_all(c, t, why);
         return -1;
     }
+    return 0;
+}
+
+
+/* relay_begin - queue the commands of t on c (session ready, prechecked),
+ * behind an RSET when rset is set (a reused connection with PIPELINING). */
+static void
+relay_begin(struct relay_conn *c, struct relay_txn *t, int rset)
+{
+    const struct spool_env *env = t->env;
+    char                    size[40] = "", body[24] = "";
+    size_t                  k;
+
+    c->rset_pending = rset;
+    if (rset)
+        relay_cmd(c, "RSET");
     if (t->nrcpt > c->rst_cap) {
         free(c->rst);
         c->rst = xcalloc(t->nrcpt, 1);
@@ -693,7 +741,6 @@ relay_begin(struct relay_conn *c, struct relay_txn *t)
     }
     c->state = C_TXN;
     relay_arm(c, RELAY_T_COMMAND);
-    return 0;
 }
 
 
@@ -729,25 +776,24 @@ relay_conn_next(struct relay_conn *c)
             t = relay_dest_pop(c->dest);
         if (t == NULL)
             break;
-        if (c->reused) {
+        if (relay_precheck(c, t) < 0) {
+            t = NULL;
+            continue;
+        }
+        if (c->reused && !(c->caps & RELAY_CAP_PIPELINING)) {
+            /* RSET alone first; MAIL follows its reply */
             c->txn = t;
             relay_cmd(c, "RSET");
             c->state = C_RSET;
             relay_arm(c, RELAY_T_COMMAND);
-            if (relay_flush(c) < 0) {
-                relay_lost(c, c->lasterr);
-                return 1;
-            }
-            return 0;
+        } else {
+            relay_begin(c, t, c->reused);
         }
-        if (relay_begin(c, t) == 0) {
-            if (relay_flush(c) < 0) {
-                relay_lost(c, c->lasterr);
-                return 1;
-            }
-            return 0;
+        if (relay_flush(c) < 0) {
+            relay_lost(c, c->lasterr);
+            return 1;
         }
-        t = NULL;
+        return 0;
     }
     if (c->r->draining) {
         relay_cmd(c, "QUIT");
@@ -758,7 +804,7 @@ relay_conn_next(struct relay_conn *c)
     }
     c->state = C_IDLE;
     c->expect = 0;
-    (void)ev_watch(c->r->loop, c->fd, EV_READ, relay_io, c);
+    (void)relay_watch(c, EV_READ);
     relay_arm(c, RELAY_IDLE_MS);
     return 0;
 }
@@ -843,6 +889,17 @@ relay_body_write(struct relay_conn *c)
             (void)buf_reserve(&c->out, RELAY_STUFF_ROOM((size_t)n) + 5);
             buf_produce(&c->out, relay_stuff(&c->stuff, c->r->chunk,
                 (size_t)n, buf_tail(&c->out)));
+            if (c->body_left == 0) {
+                /* the end of data rides in the same write as the last
+                 * chunk: a separate small segment would wait for the
+                 * peer's delayed ACK */
+                buf_produce(&c->out, relay_stuff_end(&c->stuff,
+                    buf_tail(&c->out)));
+                c->expect++;
+                c->state = C_DOT;
+                relay_arm(c, RELAY_T_FINAL);
+                return relay_flush(c);
+            }
         }
         relay_arm(c, RELAY_T_BLOCK);
     }
@@ -1012,15 +1069,20 @@ relay_reply(struct relay_conn *c, const struct relay_reply *rp,
             relay_lost(c, why);
             return 1;
         }
-        {
-            struct relay_txn *t = c->txn;
-
-            c->txn = NULL;
-            if (relay_begin(c, t) < 0)
-                return relay_conn_next(c);
-        }
+        relay_begin(c, c->txn, 0);
         break;
     case C_TXN:
+        if (c->rset_pending) {
+            c->rset_pending = 0;
+            if (rp->code / 100 != 2) {
+                snprintf(why, sizeof(why), "host %s said: %s (in reply to "
+                    "RSET)", c->name, rp->text);
+                c->rset_pending = 1;        /* restart like a dead conn */
+                relay_lost(c, why);
+                return 1;
+            }
+            return 0;
+        }
         return relay_txn_reply(c, rp);
     case C_DOT:
         if (!c->empty_data)

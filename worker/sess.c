@@ -49,6 +49,7 @@
 
 #define SESS_OUT_CAP    4096        /* recycled reply buffer size */
 #define SESS_OUT_SPARE  256         /* recycled reply buffers kept */
+#define SESS_OUT_HIGH   (64 * 1024) /* stop running commands above this */
 
 enum sess_state {
     SS_CMD = 0,                     /* reading command lines */
@@ -235,11 +236,13 @@ sess_error(struct sess *s)
     const struct config *cfg = s->w->cfg;
 
     STATUS_ADD(s->w->st->errors, 1);
-    if (++s->nerrors < cfg->max_errors || s->state == SS_CLOSING)
+    if (s->nerrors < UINT16_MAX)
+        s->nerrors++;
+    if ((int)s->nerrors < cfg->max_errors || s->state == SS_CLOSING)
         return;
     buf_printf(&s->out, "421 4.7.0 %s Error: too many errors\r\n",
         cfg->hostname);
-    log_info("too many errors from %s:%u after %u errors", s->ip,
+    log_info("too many errors from [%s]:%u after %u errors", s->ip,
         (unsigned)s->port, (unsigned)s->nerrors);
     s->state = SS_CLOSING;
 }
@@ -350,7 +353,7 @@ sess_received(struct sess *s, struct sess_txn *t)
 static void
 sess_spool_fail(struct sess *s, const char *what, int rc)
 {
-    log_warn("%s: %s failed for client %s:%u: %s (%s)",
+    log_warn("%s: %s failed for client [%s]:%u: %s (%s)",
         s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
         (unsigned)s->port,
         rc == SPOOL_ENOSPC ? "no space" : "error",
@@ -840,7 +843,8 @@ sess_cmd_step(struct sess *s)
         return 1;
     }
     if (buf_getline(&s->in, &line, &bare_lf) < 0) {
-        if (buf_avail(&s->in) > SMTP_LINE_MAX) {
+        /* +1: a line of exactly SMTP_LINE_MAX may wait for its LF. */
+        if (buf_avail(&s->in) > SMTP_LINE_MAX + 1) {
             sess_reply(s, "500 5.5.2 Error: line too long");
             buf_consume(&s->in, buf_avail(&s->in));
             s->flags |= SF_DISCARD;
@@ -900,7 +904,9 @@ sess_process(struct sess *s)
     while (more && s->in.data != NULL) {
         switch (s->state) {
         case SS_CMD:
-            more = sess_cmd_step(s);
+            /* A client that pipelines without reading its replies: pause
+             * here; the flush resumes once the replies are written. */
+            more = buf_avail(&s->out) < SESS_OUT_HIGH && sess_cmd_step(s);
             break;
         case SS_DATA:
             more = sess_data_step(s);
@@ -990,6 +996,8 @@ sess_write(struct sess *s)
         return -1;
     }
     sess_watch(s, EV_READ);
+    if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
+        sess_process(s);            /* commands paused at SESS_OUT_HIGH */
     return 0;
 }
 
@@ -1218,11 +1226,15 @@ sess_flush_hook(struct ev_loop *loop, void *arg)
     struct worker *w = arg;
     struct sess   *s;
 
-    (void)loop;
-    while ((s = w->pending) != NULL) {
-        sess_pending_del(s);
-        (void)sess_write(s);
-    }
+    do {
+        /* A write can resume commands paused at SESS_OUT_HIGH; if they
+         * finish a message, its group commit must not wait for a wakeup. */
+        sess_commit_hook(loop, w);
+        while ((s = w->pending) != NULL) {
+            sess_pending_del(s);
+            (void)sess_write(s);
+        }
+    } while (w->ncommit > 0);
 }
 
 

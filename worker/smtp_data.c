@@ -20,7 +20,6 @@
  * the buffer ends, so a clean buffer is one emit() and no per-line work
  * beyond a few compares.
  */
-#include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif

@@ -2,7 +2,6 @@
 started per test and stopped afterwards, and small send/parse helpers."""
 import os
 import re
-import smtplib
 import socket
 import time
 

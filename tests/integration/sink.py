@@ -13,6 +13,9 @@ Steering (attributes; change them any time, they are read per command):
   data_delay   seconds to wait before answering the end of data
   caps         EHLO keywords offered (default PIPELINING, 8BITMIME,
                SMTPUTF8, DSN, SIZE, ENHANCEDSTATUSCODES)
+  greeting     the banner; anything but 220 is sent and the line closed
+  ehlo_ok      False: EHLO gets 502, so the client must fall back to HELO
+  rset_reply   answer RSET with this line and close (a dead reused line)
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
@@ -66,6 +69,10 @@ class Sink:
         self.fail_code = "451 4.3.0 try again later"
         self.reject = set()
         self.data_delay = 0.0
+        self.greeting = "220 %s ESMTP test sink" % name
+        self.ehlo_ok = True         # False: 502 to EHLO (HELO fallback)
+        self.rset_reply = None      # e.g. "421 ...": answer RSET so, close
+        self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
         self.transactions = 0       # end-of-data replies given
@@ -157,7 +164,9 @@ class Sink:
             await writer.drain()
 
         try:
-            await reply("220 %s ESMTP test sink" % self.name)
+            await reply(self.greeting)
+            if not self.greeting.startswith("220"):
+                return
             while True:
                 line = await reader.readline()
                 if not line:
@@ -165,7 +174,11 @@ class Sink:
                 text = line.decode("utf-8", "replace").rstrip("\r\n")
                 verb, _, arg = text.partition(" ")
                 verb = verb.upper()
-                if verb == "EHLO":
+                with self._lock:
+                    self.commands.append((conn_id, verb))
+                if verb == "EHLO" and not self.ehlo_ok:
+                    await reply("502 5.5.2 EHLO not implemented")
+                elif verb == "EHLO":
                     lines = [self.name] + list(self.caps)
                     out = ["250-%s" % l for l in lines[:-1]]
                     out.append("250 %s" % lines[-1])
@@ -220,6 +233,9 @@ class Sink:
                                             bytes(state["bdat"]), peer,
                                             conn_id, reader)
                     reset()
+                elif verb == "RSET" and self.rset_reply:
+                    await reply(self.rset_reply)
+                    return
                 elif verb == "RSET":
                     reset()
                     await reply("250 2.0.0 Ok")

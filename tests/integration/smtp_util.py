@@ -34,7 +34,7 @@ class Client:
             self.sock.bind((source, 0))
         self.sock.connect((host, port))
         self.local_port = self.sock.getsockname()[1]
-        self.buf = b""
+        self.buf = bytearray()
 
     def close(self):
         try:
@@ -54,13 +54,16 @@ class Client:
         self.sock.sendall(data)
 
     def _line(self):
-        while b"\r\n" not in self.buf:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                line = self.buf[:i]
+                del self.buf[:i + 2]
+                return bytes(line)
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise EOFError("connection closed; partial %r" % self.buf)
             self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
 
     def reply(self):
         lines = []

@@ -3,7 +3,6 @@
 worker and a restart.  Loopback only; every wait is bounded."""
 import os
 import signal
-import smtplib
 import threading
 import time
 
@@ -15,6 +14,10 @@ from delivery_util import (closed_port, make_message, maildir_files, send,
 from conftest import MTACTL
 
 __all__ = ["sink", "sink_factory"]     # fixtures used by name below
+
+needs_mtactl = pytest.mark.skipif(
+    not (os.path.isfile(MTACTL) and os.access(MTACTL, os.X_OK)),
+    reason="no mtactl binary")
 
 
 def start(mtad_factory, default_route, static=None, **over):
@@ -158,8 +161,7 @@ def test_maildir_delivery(mtad_factory, workdir):
     assert wait_until(lambda: m.queue_ids() == [], 10)
 
 
-@pytest.mark.skipif(not (os.path.isfile(MTACTL) and os.access(MTACTL, os.X_OK)),
-                    reason="no mtactl binary")
+@needs_mtactl
 def test_route_change_with_mtactl_takes_effect_without_reload(
         mtad_factory, sink_factory):
     a = sink_factory()
@@ -254,3 +256,144 @@ def test_smtputf8_needed_but_not_offered_bounces_5_6_7(mtad_factory,
     dsn = home.wait_for(1, timeout=20)[0]
     assert "Status: 5.6.7" in dsn.data.decode("utf-8", "replace")
     assert remote.received() == []
+
+
+def test_helo_fallback_without_pipelining_one_transaction_per_route(
+        mtad_factory, sink_factory):
+    remote = sink_factory(caps=())
+    remote.ehlo_ok = False
+    home = sink_factory()
+    remote.reject = {"no@remote.test"}
+    m = start(mtad_factory, remote.route, static={"home.test": home.route})
+    msg = make_message(10, b".x\r\n")
+    qid = send(m, "alice@home.test",
+               ["a@remote.test", "no@remote.test", "b@remote.test"], msg)
+    got = remote.wait_for(1, timeout=20)
+    assert len(got) == 1
+    # one transaction for the route, the rejected recipient left out
+    assert got[0].rcpt_tos == ["a@remote.test", "b@remote.test"]
+    _, rest = strip_received(got[0].data)
+    assert rest == msg
+    dsn = home.wait_for(1, timeout=20)[0]
+    assert "Final-Recipient: rfc822; no@remote.test" in dsn.data.decode()
+    text = m.wait_log("%s: removed" % qid)
+    assert text.count("%s: to=<" % qid) == 3
+
+
+def test_failover_on_4xx_greeting(mtad_factory, sink_factory):
+    busy = sink_factory()
+    busy.greeting = "421 4.3.2 busy, try another"
+    good = sink_factory()
+    m = start(mtad_factory, "%s,%s" % (busy.route, good.route))
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(11))
+    assert good.wait_for(1, timeout=20)
+    text = m.wait_log("%s: to=<b@example.net>" % qid)
+    assert "status=sent" in text
+    assert "421 4.3.2 busy" in text         # the fail-over is logged
+    assert busy.received() == []
+
+
+def test_max_queue_time_bounces_with_the_last_error(mtad_factory, sink):
+    dead = closed_port()
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % dead,
+              static={"home.test": sink.route},
+              delivery={"retry": ["1s"], "max_queue_time": "2s",
+                        "connect_timeout": "2s"})
+    qid = send(m, "alice@home.test", ["r@remote.test"], make_message(12))
+    dsn = sink.wait_for(1, timeout=30)[0]
+    body = dsn.data.decode()
+    assert dsn.rcpt_tos == ["alice@home.test"]
+    assert "Final-Recipient: rfc822; r@remote.test" in body
+    assert "Status: 4.4.7" in body
+    assert "Connection refused" in body
+    text = m.wait_log("%s: removed" % qid)
+    assert "status=bounced (4.4.7 message expired" in text
+
+
+@pytest.mark.parametrize("caps", [("PIPELINING",), ()],
+                         ids=["pipelining", "plain"])
+def test_connection_reused_with_rset(mtad_factory, sink_factory, caps):
+    s = sink_factory(caps=caps)
+    m = start(mtad_factory, s.route, server={"workers": 1})
+    for i in range(3):
+        send(m, "a@example.org", ["b%d@example.net" % i], make_message(i))
+        s.wait_for(i + 1, timeout=20)
+    assert s.connections == 1
+    verbs = [v for _, v in s.commands]
+    assert verbs.count("RSET") == 2
+    # each RSET comes right before a MAIL
+    for k, v in enumerate(verbs):
+        if v == "RSET":
+            assert verbs[k + 1] == "MAIL"
+
+
+@pytest.mark.parametrize("caps", [("PIPELINING",), ()],
+                         ids=["pipelining", "plain"])
+def test_dead_reused_connection_restarts_on_a_fresh_one(mtad_factory,
+                                                        sink_factory, caps):
+    s = sink_factory(caps=caps)
+    m = start(mtad_factory, s.route, server={"workers": 1})
+    send(m, "a@example.org", ["b@example.net"], make_message(1))
+    s.wait_for(1, timeout=20)
+    s.rset_reply = "421 4.4.2 idle too long, closing"
+    qid = send(m, "a@example.org", ["c@example.net"], make_message(2))
+    got = s.wait_for(2, timeout=20)
+    assert b"X-Serial: 2" in got[1].data
+    assert s.connections == 2
+    text = m.wait_log("%s: to=<c@example.net>" % qid)
+    assert "status=deferred" not in text
+
+
+def test_ret_full_returns_the_whole_message_and_notify_never_none(
+        mtad_factory, sink_factory):
+    remote = sink_factory()
+    home = sink_factory()
+    remote.reject = {"bad@remote.test", "quiet@remote.test"}
+    m = start(mtad_factory, remote.route, static={"home.test": home.route})
+    big = b"".join(b"line %06d of the body\r\n" % i for i in range(20000))
+    msg = make_message(13, big + b".dot at the end\r\n")
+    s = m.smtp()
+    s.ehlo("client.test")
+    assert s.mail("alice@home.test", ["RET=FULL", "ENVID=env13"])[0] == 250
+    assert s.rcpt("bad@remote.test",
+                  ["NOTIFY=FAILURE", "ORCPT=rfc822;Bad@Remote.TEST"])[0] == 250
+    assert s.rcpt("quiet@remote.test", ["NOTIFY=NEVER"])[0] == 250
+    code, resp = s.data(msg)
+    assert code == 250
+    s.quit()
+    dsn = home.wait_for(1, timeout=20)[0]
+    body = dsn.data
+    assert b"Content-Type: message/rfc822\r\n" in body
+    assert msg in body                      # whole, byte for byte
+    assert b"Final-Recipient: rfc822; bad@remote.test" in body
+    assert b"Original-Recipient: rfc822;Bad@Remote.TEST" in body
+    assert b"Original-Envelope-Id: env13" in body
+    assert b"quiet@remote.test" not in body
+    time.sleep(0.5)
+    assert len(home.received()) == 1
+
+
+@needs_mtactl
+def test_kick_one_then_all_delivers_deferred_messages_now(mtad_factory,
+                                                         sink):
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port(),
+              static={"kick.test": "smtp:[127.0.0.1]:%d" % closed_port()},
+              delivery={"retry": ["1h"]})
+    ids = [send(m, "a@example.org", ["u%d@kick.test" % i], make_message(i))
+           for i in range(3)]
+    for qid in ids:
+        m.wait_log("%s: to=<u" % qid)
+    r = m.ctl("route", "add", "kick.test", sink.route)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    time.sleep(0.3)
+    assert sink.received() == []            # next retry is an hour away
+    r = m.ctl("kick", ids[1])
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    got = sink.wait_for(1, timeout=15)
+    assert got[0].rcpt_tos == ["u1@kick.test"]
+    r = m.ctl("kick", "*")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    got = sink.wait_for(3, timeout=15)
+    assert sorted(g.rcpt_tos[0] for g in got) == [
+        "u%d@kick.test" % i for i in range(3)]
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()

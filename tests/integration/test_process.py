@@ -121,7 +121,7 @@ def test_killed_worker_is_replaced(mtad):
 class Hammer(threading.Thread):
     """Connects in a bounded loop and records every outcome."""
 
-    def __init__(self, port, limit=5000):
+    def __init__(self, port, limit=200000):
         super().__init__(daemon=True)
         self.port, self.limit = port, limit
         self.stop_flag = threading.Event()
@@ -129,7 +129,7 @@ class Hammer(threading.Thread):
         self.errors = []
 
     def run(self):
-        deadline = time.time() + 60
+        deadline = time.time() + 90
         for _ in range(self.limit):
             if self.stop_flag.is_set() or time.time() > deadline:
                 break
@@ -375,3 +375,118 @@ def test_sd_notify(mtad_factory, workdir):
         assert m.proc.wait(20) == 0
     finally:
         ns.close()
+
+
+def test_killed_log_process_is_replaced(mtad):
+    logd = wait_for(lambda: children_by_comm(mtad.pid, "mtad: logd"),
+                    what="the log process")[0]
+    os.kill(logd, signal.SIGKILL)
+    new = wait_for(lambda: [p for p in children_by_comm(mtad.pid, "mtad: logd")
+                            if p != logd], what="a new log process")
+    assert len(new) == 1
+    # Records still reach the same file through the new log process.
+    port, _ = greet(mtad.port)
+    text = mtad.wait_log("connect from [127.0.0.1]:%d" % port)
+    assert "log process exited on signal 9" in text
+
+
+def test_crash_loop_backs_off(mtad):
+    """A worker that dies right after its start is restarted with a
+    growing delay, and the master says so."""
+    killed = set()
+    for _ in range(4):
+        def fresh():
+            w = [p for p in workers(mtad.pid) if p not in killed]
+            return w if len(w) == 2 else None
+        victim = wait_for(fresh, what="two live workers")[0]
+        os.kill(victim, signal.SIGKILL)
+        killed.add(victim)
+    text = mtad.wait_log("crash-loop back-off")
+    assert re.search(r"restarting in 0\.\ds \(crash-loop back-off", text)
+    worker_set(mtad, 2)
+    _, data = greet(mtad.port)
+    assert data.startswith(b"220 ")
+
+
+def test_ctrl_c_to_the_process_group_stops_gracefully(mtad_factory, workdir):
+    """make run's Ctrl-C: SIGINT reaches master, workers and log process;
+    only the master acts, the workers finish and exit 0."""
+    m = mtad_factory()
+    logf = open(os.path.join(workdir, "stderr.log"), "ab")
+    m.logf = logf
+    m.proc = subprocess.Popen([MTAD, "-f", "-c", m.cfg_path], stdout=logf,
+                              stderr=logf, start_new_session=True)
+    m.wait_ready()
+    ws = worker_set(m, 2)
+    os.killpg(m.pid, signal.SIGINT)                  # our own new group
+    assert m.proc.wait(20) == 0
+    text = m.wait_log("workers stopped; mtad exits")
+    for pid in ws:
+        assert "(pid %d, generation 1) exited with status 0" % pid in text
+    assert "SIGINT: stop requested" in text
+
+
+def test_reload_moves_listener(mtad):
+    """A new address is bound on reload; one that left the config is closed
+    once the old generation is gone; an unchanged one stays the same
+    socket (the swap test shows it never refuses)."""
+    from conftest import free_port
+    old_port = mtad.port
+    new_port = free_port()
+    mtad.cfg["server"]["listen"] = ["127.0.0.1:%d" % new_port]
+    mtad.write_config()
+    r = mtad.ctl("reload")
+    assert r.returncode == 0, r.stderr
+    _, data = greet(new_port)
+    assert data.startswith(b"220 ")
+
+    def old_closed():
+        try:
+            socket.create_connection(("127.0.0.1", old_port), timeout=2).close()
+            return False
+        except ConnectionRefusedError:
+            return True
+    wait_for(old_closed, what="the old address closed")
+
+
+def test_reload_with_taken_address_is_rejected(mtad):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    taken = blocker.getsockname()[1]
+    try:
+        mtad.cfg["server"]["listen"].append("127.0.0.1:%d" % taken)
+        mtad.write_config()
+        r = mtad.ctl("reload")
+        assert r.returncode == 1
+        assert "cannot listen on 127.0.0.1:%d" % taken in r.stderr
+        _, data = greet(mtad.port)
+        assert data.startswith(b"220 ")
+    finally:
+        blocker.close()
+
+
+def test_status_counts_traffic(mtad):
+    for i in range(3):
+        s = mtad.smtp()
+        try:
+            s.sendmail("a@example.org", ["b@example.net"],
+                       "Subject: %d\r\n\r\nbody %d\r\n" % (i, i))
+        finally:
+            s.quit()
+
+    def counted():
+        head, ws = parse_status(mtad.ctl("status", check=True).stdout)
+        tot = dict(kv.split("=", 1) for kv in head["total"].split())
+        return (head, ws, tot) if int(tot["msgs_in"]) >= 3 else None
+    head, ws, tot = wait_for(counted, what="3 messages in the totals")
+    assert int(tot["msgs_in"]) == 3
+    assert int(tot["conns_total"]) >= 3
+    assert sum(int(w["msgs_in"]) for w in ws) == 3
+    assert int(tot["bytes_in"]) > 0
+    # The per-second ring sees them within its minute.
+    rate = wait_for(lambda: (lambda r: r if float(
+        r.split()[0].split("=")[1].rstrip("/s")) > 0 else None)(
+            parse_status(mtad.ctl("status").stdout)[0]["rate"]),
+        timeout=5, what="a non-zero msgs_in rate")
+    assert "msgs_in=" in rate

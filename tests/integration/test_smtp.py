@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import IS_ROOT
+from conftest import IS_ROOT, free_port
 from smtp_util import (Blackhole, Client, assert_enhanced, dot_stuff,
                        read_queue_file, spool_files, strip_received, wait_for,
                        xtext_decode)
@@ -368,6 +368,14 @@ def test_line_too_long_keeps_session(one):
         assert c.reply().code == 250
         qid = queued_id(send_message(c, "a@x.test", ["b@y.test"], b"x\r\n"))
         assert qid
+        # exactly 2048 bytes is allowed, even when its LF comes later
+        line = b"NOOP " + b"y" * 2043
+        assert len(line) == 2048
+        c.send(line + b"\r")
+        time.sleep(0.2)
+        c.send(b"\n")
+        assert c.reply().code == 250
+        assert c.cmd(line + b"y").code == 500
 
 
 def test_bare_newline_in_command_is_550(one):
@@ -664,3 +672,94 @@ def test_stop_finishes_the_message_in_progress(mk):
     assert m.proc.wait(10) == 0
     _, _, rest = body_of(m, qid)
     assert rest == b"Subject: stop\r\n\r\nfirst half\r\nsecond half\r\n"
+
+
+# --- hostile input -------------------------------------------------------------
+
+def test_garbage_never_breaks_the_worker(one):
+    """Random bytes, NULs, huge BDAT sizes, endless lines, abrupt closes:
+    the worker survives (same pid) and serves the next client."""
+    workers = set(one.children())
+    rnd = random.Random(3)
+    nasty = [
+        b"\0" * 3000 + b"\r\n",
+        b"EHLO \xff\xfe\r\nMAIL FROM:<\0@x>\r\n",
+        b"BDAT 99999999999999999999999\r\n",
+        b"BDAT 18446744073709551615 LAST\r\nxx",
+        b"BDAT -1\r\nBDAT 1 LAST LAST\r\n",
+        b"EHLO a\r\nMAIL FROM:<a@b> SIZE=99999999999999999999999\r\n",
+        b"EHLO a\r\nMAIL FROM:<a@b>\r\nRCPT TO:<b@c>\r\nDATA\r\n\r\n.\r",
+        b"\r\n" * 50 + b"\n" * 50 + b"\r" * 50,
+        b"EHLO a\r\nMAIL FROM:<a@b>\r\nRCPT TO:<b@c>\r\nBDAT 10\r\nabc",
+        b"x" * 200000,
+    ]
+    for _ in range(20):
+        nasty.append(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 5000))))
+    for data in nasty:
+        with Client(one.port) as c:
+            c.reply()
+            try:
+                c.send(data)
+                c.sock.settimeout(0.2)
+                c.sock.recv(65536)
+            except OSError:
+                pass
+    with Client(one.port) as c:
+        c.greet()
+        queued_id(send_message(c, "a@x.test", ["b@y.test"], b"ok\r\n"))
+    assert set(one.children()) == workers, "a worker was respawned"
+    assert wait_for(lambda: spool_files(one.spool, "tmp") == [])
+
+
+def test_pipelining_without_reading_is_bounded(one):
+    """40,000 pipelined NOOPs while the client does not read: one read of
+    them makes more than 64 KiB of replies, so the server pauses the
+    commands, writes, resumes, and answers every one in order."""
+    n = 40000
+    with Client(one.port, timeout=30) as c:
+        c.greet()
+        c.send(b"NOOP\r\n" * n + b"QUIT\r\n")
+        time.sleep(0.5)
+        got = 0
+        while True:
+            r = c.reply()
+            if r.code == 221:
+                break
+            assert r.code == 250, r
+            got += 1
+        assert got == n
+
+
+def test_ipv6_client(mk):
+    port6 = free_port("::1")
+    m = mk(start=False)
+    m.cfg["server"]["listen"].append("[::1]:%d" % port6)
+    m.write_config()
+    m.start()
+    s = socket.create_connection(("::1", port6), timeout=10)
+    c = Client.__new__(Client)
+    c.sock, c.buf, c.local_port = s, bytearray(), s.getsockname()[1]
+    with c:
+        c.greet()
+        qid = queued_id(send_message(c, "a@x.test", ["b@y.test"], b"v6\r\n"))
+    env, received, rest = body_of(m, qid)
+    assert rest == b"v6\r\n"
+    assert b"([::1])" in received
+    assert env["client"].startswith(b"::1 ")
+
+
+def test_group_commit_after_paused_commands(mk):
+    """Commands paused behind a large reply backlog resume after the write;
+    a message they finish still goes through the group commit."""
+    m = mk({"spool": {"fsync": True}})
+    with Client(m.port, timeout=30) as c:
+        c.greet()
+        c.send(b"NOOP\r\n" * 10000 +
+               b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nDATA\r\n" +
+               dot_stuff(b"Subject: late\r\n\r\nbody\r\n") + b"QUIT\r\n")
+        rs = c.replies(10000 + 5)
+        assert all(r.code == 250 for r in rs[:10000])
+        assert [r.code for r in rs[10000:]] == [250, 250, 354, 250, 221], rs[10000:]
+        qid = queued_id(rs[10003])
+    _, _, rest = body_of(m, qid)
+    assert rest == b"Subject: late\r\n\r\nbody\r\n"

@@ -29,13 +29,23 @@
 #define T_PATH(buf, ...) cr_assert_lt((size_t)snprintf((buf), sizeof(buf), \
     __VA_ARGS__), sizeof(buf), "path too long")
 
+/* Temp dirs of the running test: removed by t_rm_rf(), or by the suites'
+ * .fini when an assertion ended the test early. */
+static char *t_dirs[4];
+
+
 static char *
 t_mkdtemp(void)
 {
-    char tmpl[] = "/tmp/mtad-spool-test-XXXXXX";
+    char   tmpl[] = "/tmp/mtad-spool-test-XXXXXX";
+    size_t i;
 
     cr_assert_not_null(mkdtemp(tmpl), "mkdtemp: %s", strerror(errno));
-    return xstrdup(tmpl);
+    for (i = 0; i < ARRAY_LEN(t_dirs) && t_dirs[i] != NULL; i++)
+        ;
+    cr_assert_lt(i, ARRAY_LEN(t_dirs));
+    t_dirs[i] = xstrdup(tmpl);
+    return t_dirs[i];
 }
 
 
@@ -52,9 +62,33 @@ t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
 static void
 t_rm_rf(char *dir)
 {
+    size_t i;
+
+    umount2(dir, MNT_DETACH);           /* only the ENOSPC test mounts */
     nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    for (i = 0; i < ARRAY_LEN(t_dirs); i++)
+        if (t_dirs[i] == dir)
+            t_dirs[i] = NULL;
     free(dir);
 }
+
+
+static void
+t_cleanup(void)
+{
+    size_t i;
+
+    for (i = 0; i < ARRAY_LEN(t_dirs); i++)
+        if (t_dirs[i] != NULL)
+            t_rm_rf(t_dirs[i]);
+}
+
+TestSuite(spool_id, .fini = t_cleanup);
+TestSuite(spool_env, .fini = t_cleanup);
+TestSuite(spool_write, .fini = t_cleanup);
+TestSuite(spool_prepare, .fini = t_cleanup);
+TestSuite(spool_state, .fini = t_cleanup);
+TestSuite(spool_reader, .fini = t_cleanup);
 
 
 static struct spool *
@@ -648,6 +682,47 @@ Test(spool_write, batch_commit_of_a_hundred)
 }
 
 
+Test(spool_write, batch_commit_never_replaces_a_queue_file)
+{
+    char             *dir = t_mkdtemp(), path[4096], text[64];
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_msg *ms[3];
+    struct spool_env  e;
+    char              ids[3][SPOOL_ID_SIZE];
+    int               rcs[3], i;
+    FILE             *f;
+
+    t_env(&e);
+    for (i = 0; i < 3; i++) {
+        cr_assert_eq(spool_create(sp, &e, &ms[i]), SPOOL_OK);
+        cr_assert_eq(spool_write(ms[i], "b\r\n", 3), SPOOL_OK);
+        memcpy(ids[i], spool_msg_id(ms[i]), SPOOL_ID_SIZE);
+    }
+    /* Someone else committed the middle id meanwhile. */
+    t_touch(dir, "queue", ids[1], "theirs");
+    cr_assert_eq(spool_commit_batch(sp, ms, 3, rcs), SPOOL_ESYS);
+    cr_assert_eq(rcs[0], SPOOL_OK);
+    cr_assert_eq(rcs[1], SPOOL_ESYS);
+    cr_assert_eq(rcs[2], SPOOL_OK);
+    cr_assert_null(ms[0]);
+    cr_assert_not_null(ms[1]);
+    cr_assert_null(ms[2]);
+    cr_assert_not_null(strstr(spool_errstr(sp), "rename tmp/"), "%s",
+        spool_errstr(sp));
+    T_PATH(path, "%s/queue/%s", dir, ids[1]);
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    cr_assert_str_eq(text, "theirs");
+    spool_abort(ms[1]);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "queue"), 3);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
 Test(spool_write, create_skips_an_id_already_queued)
 {
     char             *dir = t_mkdtemp();
@@ -657,16 +732,17 @@ Test(spool_write, create_skips_an_id_already_queued)
     char              probe[SPOOL_ID_SIZE], next[SPOOL_ID_SIZE];
     int               i;
 
-    /* Occupy the next few thousand ids the counter could give (the clock
-     * may also move on, which gives a free id anyway). */
+    /* The next id is (ms, counter + 1) for whatever millisecond create
+     * runs in: occupy that counter for the next 300 ms, so create must
+     * skip an id that is already queued. */
     spool_new_id(sp, probe);
-    for (i = 1; i <= 64; i++) {
-        uint64_t v = strtoull(probe, NULL, 16) + (uint64_t)i;
+    for (i = 0; i <= 300; i++) {
+        unsigned ctr = ((unsigned)strtoul(probe + 13, NULL, 16) + 1) & 0xfff;
 
-        snprintf(next, sizeof(next), "%016llX", (unsigned long long)v);
-        /* only the counter part moves; the shard digits stay 00 */
-        if (spool_id_valid(next) && spool_id_shard(next) == 0)
-            t_touch(dir, "queue", next, "occupied");
+        snprintf(next, sizeof(next), "%011llX00%03X",
+            (unsigned long long)(spool_id_ms(probe) + (uint64_t)i), ctr);
+        cr_assert(spool_id_valid(next));
+        t_touch(dir, "queue", next, "occupied");
     }
     t_env(&e);
     cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
@@ -938,6 +1014,9 @@ Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
     cr_assert_not_null(strstr(spool_errstr(sp), want), "%s",
         spool_errstr(sp));
     cr_assert_not_null(strstr(spool_errstr(sp), strerror(ENOSPC)));
+    /* The failure sticks: the message cannot be finished or committed. */
+    cr_assert_eq(spool_finish(m), SPOOL_ENOSPC);
+    cr_assert_eq(spool_commit(m), SPOOL_ENOSPC);
     spool_abort(m);
     cr_assert_eq(t_count(dir, "tmp"), 0);
     /* Space is back: the next message goes through. */
@@ -946,6 +1025,5 @@ Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
     cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
     cr_assert_eq(t_count(dir, "queue"), 1);
     spool_close(sp);
-    umount2(dir, MNT_DETACH);
     t_rm_rf(dir);
 }

@@ -1,0 +1,127 @@
+/*
+ * test_log.c - common/log.c: the record format, one datagram per record,
+ * level filtering, newlines flattened, long records truncated to one line,
+ * drops counted (and mirrored) when the socket is full, log_parse_level.
+ */
+#include <regex.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include <criterion/criterion.h>
+
+#include "common/util.h"
+#include "common/log.h"
+
+static int sv[2];
+
+static void
+setup(void)
+{
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+    log_open("worker 3", sv[0], LOGL_INFO);
+}
+
+static void
+teardown(void)
+{
+    log_open("test", -1, LOGL_INFO);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static ssize_t
+next_record(char *buf, size_t n)
+{
+    ssize_t r = recv(sv[1], buf, n - 1, MSG_DONTWAIT);
+
+    if (r >= 0)
+        buf[r] = '\0';
+    return r;
+}
+
+TestSuite(log, .init = setup, .fini = teardown);
+
+Test(log, record_format)
+{
+    char    rec[LOG_RECORD_MAX + 16], want[64];
+    regex_t re;
+
+    log_info("connect from %s", "[127.0.0.1]:41234");
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_eq(regcomp(&re, "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:"
+        "[0-9]{2}\\.[0-9]{3}Z mtad\\[[0-9]+\\]: worker 3: connect from "
+        "\\[127\\.0\\.0\\.1\\]:41234\n$", REG_EXTENDED), 0);
+    cr_assert_eq(regexec(&re, rec, 0, NULL, 0), 0, "record: %s", rec);
+    regfree(&re);
+    snprintf(want, sizeof(want), "mtad[%d]: ", (int)getpid());
+    cr_assert_not_null(strstr(rec, want));
+    cr_assert_eq(next_record(rec, sizeof(rec)), -1, "one datagram only");
+}
+
+Test(log, levels_and_tags)
+{
+    char rec[LOG_RECORD_MAX + 16];
+
+    log_debug("not formatted at info");
+    cr_assert_eq(next_record(rec, sizeof(rec)), -1);
+    log_err("disk %s", "full");
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_not_null(strstr(rec, ": worker 3: error: disk full\n"));
+    log_warn("slow");
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_not_null(strstr(rec, ": worker 3: warning: slow\n"));
+    log_set_ident("master");
+    log_notice("ready");
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_not_null(strstr(rec, ": master: ready\n"));
+}
+
+Test(log, one_line_per_record)
+{
+    char rec[LOG_RECORD_MAX + 16];
+    char big[LOG_RECORD_MAX * 2];
+    ssize_t n;
+
+    log_info("a\nb\rc");
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_not_null(strstr(rec, ": a b c\n"));
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    log_info("%s", big);
+    n = next_record(rec, sizeof(rec));
+    cr_assert_gt(n, LOG_RECORD_MAX - 64, "truncated, not dropped");
+    cr_assert_leq(n, LOG_RECORD_MAX);
+    cr_assert_eq(rec[n - 1], '\n');
+    cr_assert_null(memchr(rec, '\n', (size_t)n - 1));
+}
+
+Test(log, full_socket_counts_drops)
+{
+    uint64_t mirror = 0, sent = 0;
+    int      small = 4096;
+    char     rec[LOG_RECORD_MAX + 16];
+    ssize_t  got = 0;
+
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+    log_set_dropped_counter(&mirror);
+    for (int i = 0; i < 2000; i++, sent++)
+        log_info("record %d", i);
+    cr_assert_gt(log_dropped(), 0, "a full socket must drop, not block");
+    cr_assert_eq(mirror, log_dropped());
+    while (next_record(rec, sizeof(rec)) > 0)
+        got++;
+    cr_assert_eq((uint64_t)got + log_dropped(), sent);
+}
+
+Test(log, parse_level)
+{
+    cr_assert_eq(log_parse_level("err"), LOGL_ERR);
+    cr_assert_eq(log_parse_level("warning"), LOGL_WARN);
+    cr_assert_eq(log_parse_level("notice"), LOGL_NOTICE);
+    cr_assert_eq(log_parse_level("INFO"), LOGL_INFO);
+    cr_assert_eq(log_parse_level("debug"), LOGL_DEBUG);
+    cr_assert_eq(log_parse_level("verbose"), -1);
+    cr_assert_eq(log_parse_level(NULL), -1);
+}

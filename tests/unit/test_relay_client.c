@@ -1,0 +1,334 @@
+/*
+ * test_relay_client.c - the outbound client state machine (relay.c) on a
+ * real event loop against a scripted SMTP server thread on loopback:
+ * pipelined MAIL/RCPT/DATA, per-recipient results, the dot-stuffed body,
+ * HELO fallback, fail-over past a refused port, and connection reuse.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "common/ev.h"
+#include "common/log.h"
+#include "router/route.h"
+#include "spool/spool.h"
+#include "worker/relay.h"
+
+/* ---- a small scripted server ---- */
+
+struct fake {
+    int         lfd;
+    unsigned    port;
+    int         pipelining, ehlo_ok, conns_to_serve;
+    const char *reject;             /* RCPT answered 550 */
+    char        log[8192];          /* commands received, '|' separated */
+    char        body[8192];         /* raw DATA bytes up to the dot */
+    size_t      nbody;
+    int         conns;
+    pthread_t   th;
+};
+
+static int
+fake_line(int fd, char *buf, size_t sz)
+{
+    size_t n = 0;
+
+    while (n + 1 < sz) {
+        char    ch;
+        ssize_t r = read(fd, &ch, 1);
+
+        if (r <= 0)
+            return -1;
+        buf[n++] = ch;
+        if (ch == '\n')
+            break;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+static void
+fake_say(int fd, const char *s)
+{
+    (void)!write(fd, s, strlen(s));
+}
+
+static void *
+fake_run(void *arg)
+{
+    struct fake *f = arg;
+    char         line[1024];
+    int          k;
+
+    for (k = 0; k < f->conns_to_serve; k++) {
+        int fd = accept(f->lfd, NULL, NULL);
+
+        if (fd < 0)
+            return NULL;
+        f->conns++;
+        fake_say(fd, "220 fake ESMTP\r\n");
+        while (fake_line(fd, line, sizeof(line)) > 0) {
+            strncat(f->log, line, sizeof(f->log) - strlen(f->log) - 2);
+            f->log[strlen(f->log) - 2] = '|';   /* CRLF -> "|" */
+            f->log[strlen(f->log) - 1] = '\0';
+            if (strncmp(line, "EHLO", 4) == 0) {
+                if (!f->ehlo_ok)
+                    fake_say(fd, "502 5.5.2 no\r\n");
+                else if (f->pipelining)
+                    fake_say(fd, "250-fake\r\n250-PIPELINING\r\n250 DSN\r\n");
+                else
+                    fake_say(fd, "250 fake\r\n");
+            } else if (strncmp(line, "HELO", 4) == 0 ||
+                strncmp(line, "MAIL", 4) == 0 ||
+                strncmp(line, "RSET", 4) == 0) {
+                fake_say(fd, "250 2.0.0 ok\r\n");
+            } else if (strncmp(line, "RCPT", 4) == 0) {
+                if (f->reject && strstr(line, f->reject))
+                    fake_say(fd, "550 5.1.1 no such user\r\n");
+                else
+                    fake_say(fd, "250 2.1.5 ok\r\n");
+            } else if (strncmp(line, "DATA", 4) == 0) {
+                fake_say(fd, "354 go\r\n");
+                f->nbody = 0;
+                while (fake_line(fd, line, sizeof(line)) > 0 &&
+                    strcmp(line, ".\r\n") != 0) {
+                    memcpy(f->body + f->nbody, line, strlen(line));
+                    f->nbody += strlen(line);
+                }
+                fake_say(fd, "250 2.0.0 queued as F1\r\n");
+            } else if (strncmp(line, "QUIT", 4) == 0) {
+                fake_say(fd, "221 bye\r\n");
+                break;
+            } else {
+                fake_say(fd, "500 what\r\n");
+            }
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void
+fake_start(struct fake *f)
+{
+    struct sockaddr_in sa;
+    socklen_t          len = sizeof(sa);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(f->lfd >= 0);
+    cr_assert(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    cr_assert(listen(f->lfd, 8) == 0);
+    getsockname(f->lfd, (struct sockaddr *)&sa, &len);
+    f->port = ntohs(sa.sin_port);
+    cr_assert(pthread_create(&f->th, NULL, fake_run, f) == 0);
+}
+
+static unsigned
+refused_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t          len = sizeof(sa);
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);                      /* bound, never listening: refused */
+    return ntohs(sa.sin_port);
+}
+
+/* ---- the client side ---- */
+
+static const char BODY[] = "Subject: t\r\n\r\n.leading dot\r\nmid\r\n.\r\nend";
+
+static int ndone;
+
+static void
+done(struct relay_txn *t)
+{
+    (void)t;
+    ndone++;
+}
+
+static void
+stop_when(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    int want = *(int *)arg;
+
+    if (ndone >= want)
+        ev_stop(loop);
+    else
+        ev_timer_start(loop, t, 5);
+}
+
+struct client {
+    struct spool_env    env;
+    struct spool_rcpt   rc[3];
+    size_t              idx[3];
+    struct relay_result res[3];
+    struct relay_txn    t;
+    struct route        route;
+    char                text[256];
+    int                 fd;
+};
+
+static void
+client_init(struct client *c, const char *route_text, size_t nrcpt)
+{
+    char   path[] = "/tmp/test_relay_bodyXXXXXX";
+    char   why[200];
+    size_t i;
+    static const char *addrs[] = { "a@x.test", "bad@x.test", "c@x.test" };
+
+    memset(c, 0, sizeof(*c));
+    c->fd = mkstemp(path);
+    cr_assert(c->fd >= 0);
+    unlink(path);
+    cr_assert(write(c->fd, "HDR", 3) == 3);       /* "envelope" */
+    cr_assert(write(c->fd, BODY, strlen(BODY)) == (ssize_t)strlen(BODY));
+    strcpy(c->env.id, "0123456789A00ABC");
+    c->env.sender = "s@y.test";
+    c->env.body_size = strlen(BODY);
+    c->env.rcpt = c->rc;
+    c->env.nrcpt = nrcpt;
+    for (i = 0; i < nrcpt; i++) {
+        c->rc[i].addr = (char *)addrs[i];
+        c->idx[i] = i;
+    }
+    snprintf(c->text, sizeof(c->text), "%s", route_text);
+    cr_assert(route_parse(c->text, &c->route, why, sizeof(why)) == 0, "%s",
+        why);
+    c->t.env = &c->env;
+    c->t.fd = c->fd;
+    c->t.body_off = 3;
+    c->t.dest = c->text;
+    c->t.route = &c->route;
+    c->t.rcpt = c->idx;
+    c->t.nrcpt = nrcpt;
+    c->t.res = c->res;
+    c->t.done = done;
+}
+
+static void
+run(struct ev_loop *loop, int want)
+{
+    struct ev_timer tm;
+
+    ev_timer_init(&tm, stop_when, &want);
+    ev_timer_start(loop, &tm, 5);
+    cr_assert(ev_run(loop) == 0);
+    ev_timer_stop(loop, &tm);
+}
+
+static void
+quiet(void)
+{
+    log_open("test", -1, LOGL_ERR);
+    ndone = 0;
+}
+
+TestSuite(relay_client, .init = quiet, .timeout = 20);
+
+Test(relay_client, pipelined_transaction_results_and_body)
+{
+    struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1,
+                          .reject = "bad@" };
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = relay_new(loop, "me.test", 2000, 2);
+    struct client   c;
+    char            route[64];
+
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
+    client_init(&c, route, 3);
+    relay_submit(r, &c.t);
+    cr_assert_eq(ndone, 0, "done() must not run inside relay_submit()");
+    run(loop, 1);
+    cr_assert_eq(c.res[0].status, RELAY_SENT);
+    cr_assert_str_eq(c.res[0].reply, "250 2.0.0 queued as F1");
+    cr_assert_eq(c.res[1].status, RELAY_BOUNCE);
+    cr_assert_str_eq(c.res[1].reply, "550 5.1.1 no such user");
+    cr_assert_eq(c.res[2].status, RELAY_SENT);
+    cr_assert(strstr(c.res[0].relay, "127.0.0.1[127.0.0.1]:") != NULL);
+    cr_assert(strstr(f.log, "EHLO me.test|MAIL FROM:<s@y.test>|"
+        "RCPT TO:<a@x.test>|RCPT TO:<bad@x.test>|RCPT TO:<c@x.test>|DATA|")
+        != NULL, "%s", f.log);
+    /* stuffed on the wire, CRLF added before the dot */
+    cr_assert_eq(f.nbody, strlen("Subject: t\r\n\r\n..leading dot\r\nmid\r\n"
+        "..\r\nend\r\n"));
+    cr_assert(memcmp(f.body, "Subject: t\r\n\r\n..leading dot\r\nmid\r\n"
+        "..\r\nend\r\n", f.nbody) == 0);
+    cr_assert_eq(relay_nconns(r), 1, "kept idle for reuse");
+    relay_drain(r);
+    cr_assert_eq(relay_nconns(r), 0);
+    pthread_join(f.th, NULL);
+    cr_assert(strstr(f.log, "QUIT|") != NULL);
+    relay_free(r);
+    ev_free(loop);
+    close(c.fd);
+    close(f.lfd);
+}
+
+Test(relay_client, helo_fallback_failover_and_reuse)
+{
+    struct fake     f = { .pipelining = 0, .ehlo_ok = 0, .conns_to_serve = 1 };
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = relay_new(loop, "me.test", 2000, 1);
+    struct client   c1, c2;
+    char            route[128];
+
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u,smtp:[127.0.0.1]:%u",
+        refused_port(), f.port);
+    client_init(&c1, route, 1);
+    client_init(&c2, route, 1);
+    relay_submit(r, &c1.t);
+    relay_submit(r, &c2.t);             /* waits: cap is 1 connection */
+    run(loop, 2);
+    cr_assert_eq(c1.res[0].status, RELAY_SENT, "%s", c1.res[0].reply);
+    cr_assert_eq(c2.res[0].status, RELAY_SENT, "%s", c2.res[0].reply);
+    cr_assert_eq(f.conns, 1);
+    cr_assert(strstr(f.log, "EHLO me.test|HELO me.test|MAIL") != NULL, "%s",
+        f.log);
+    /* not pipelining: the second transaction starts with its own RSET */
+    cr_assert(strstr(f.log, "DATA|RSET|MAIL FROM:<s@y.test>|RCPT TO:<a@x.test>"
+        "|DATA|") != NULL, "%s", f.log);
+    relay_free(r);
+    pthread_join(f.th, NULL);
+    ev_free(loop);
+    close(c1.fd);
+    close(c2.fd);
+    close(f.lfd);
+}
+
+Test(relay_client, every_host_refused_defers_with_the_reason)
+{
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = relay_new(loop, "me.test", 2000, 1);
+    struct client   c;
+    char            route[64];
+
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", refused_port());
+    client_init(&c, route, 2);
+    relay_submit(r, &c.t);
+    run(loop, 1);
+    cr_assert_eq(c.res[0].status, RELAY_DEFER);
+    cr_assert_eq(c.res[1].status, RELAY_DEFER);
+    cr_assert(strstr(c.res[0].reply, "Connection refused") != NULL, "%s",
+        c.res[0].reply);
+    cr_assert_eq(relay_nconns(r), 0);
+    relay_free(r);
+    ev_free(loop);
+    close(c.fd);
+}
