@@ -113,6 +113,9 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
+	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
+	install -m 0644 packaging/systemd/mtad.sysusers $(DESTDIR)/usr/lib/sysusers.d/mtad.conf
+	install -m 0644 packaging/systemd/mtad.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/mtad.conf
 	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' packaging/systemd/mtad.service \
 	    > $(DESTDIR)/lib/systemd/system/mtad.service
 	-install -m 0644 docs/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null

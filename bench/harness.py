@@ -744,6 +744,7 @@ def main():
                      "connection (10,000 processes)")
     table = render(results, tools)
     checks = targets(results, tools)
+    notes.extend(bottlenecks(results, tools))
     print(table)
     print()
     for c in checks:
@@ -945,6 +946,31 @@ def machine():
     except OSError:
         pass
     return "%s, %d cores, kernel %s" % (model, NCPU, os.uname().release)
+
+
+def bottlenecks(results, tools):
+    """Say where a tool pair, not the MTA, limits the figures: rows whose
+    MTA rate reaches 80% of that pair's raw ceiling (load straight into the
+    sink) for the same message size."""
+    out = []
+    for tool in tools:
+        for size, ceiling in (("1k", "ceiling-1k-s20"), ("1M", "ceiling-1M-s20")):
+            c = med(results, (ceiling, tool, "sink"), "e2e_rate")
+            if not c:
+                continue
+            bound = []
+            for (name, t, who), rs in results.items():
+                if t != tool or who == "sink" or not name.startswith(size):
+                    continue
+                v = statistics.median(r["e2e_rate"] for r in rs)
+                if v >= 0.8 * c:
+                    bound.append("%s/%s %.0f" % (name, who, v))
+            if bound:
+                out.append("tool-bound: %s's raw ceiling for %s messages is %.0f msgs/s; "
+                           "these rows reach 80%% of it or more, so the load tools and "
+                           "not the MTA limit them: %s" %
+                           (TOOLNAME[tool], size, c, ", ".join(sorted(bound))))
+    return out
 
 
 def med(results, key, field):

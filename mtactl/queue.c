@@ -17,6 +17,8 @@
  *           that the attempt finished is gone (the command says "no such
  *           message"), one it deferred gets the change.  A lock won on a
  *           file already unlinked by its last holder counts as gone too.
+ *           flush alone does not wait: a message being tried is left to
+ *           that attempt.
  *           After the change the lock is released and release, flush and
  *           bounce ask the master to "kick" the ids, so the owning worker
  *           acts at once; when mtad is not running the change stands and
@@ -1418,7 +1420,7 @@ queue_cmd_change(int argc, char **argv, const struct config *cfg,
 fail:
     spool_close(sp);
     queue_become_self(&cr);
-    /* the kicks go out as ourselves: the control socket is root's */
+    /* the kicks go out as ourselves, who may reach the control socket */
     if (kick != NULL && queue_kick_all(cfg, argv[0], kick, nkick,
         everything) != 0)
         rc = MTACTL_FAIL;

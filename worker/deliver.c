@@ -31,8 +31,11 @@
  *           all workers together stay within the configured limit.
  * STOP      deliver_drain(): idle connections close, running attempts
  *           finish, and messages the last sessions still accept get their
- *           first attempt; deferred ones are left to the next generation,
- *           which learns of them from its recovery or a "kick *".
+ *           first attempt; deferred ones are left to the next generation.
+ *           That one recovered at its start, before the old one finished,
+ *           so it rescans once more at shutdown_timeout + 1 s (the old
+ *           workers are gone by then): the one "settle" pass per worker
+ *           start.  A "kick *" also rebuilds the schedule from the spool.
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
  *           the status page; a spool error on save is logged and the
  *           message is retried from memory (the file keeps its last state;
@@ -102,12 +105,15 @@ struct deliver {
     struct dl_entry      *heap;
     size_t                nheap, capheap;
     struct ev_timer       timer;
+    struct ev_timer       settle;       /* one rescan after a handover */
     struct dl_attempt    *active;
     size_t                nactive;
     int                   draining;
 };
 
 static void deliver_arm(struct deliver *d);
+static void deliver_settle(struct ev_loop *loop, struct ev_timer *t,
+            void *arg);
 
 
 /* ---- the schedule: a binary min-heap on when ---- */
@@ -786,6 +792,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         d->nshards : 1;
     d->relay = relay_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
     ev_timer_init(&d->timer, deliver_fire, d);
+    ev_timer_init(&d->settle, deliver_settle, d);
     return d;
 }
 
@@ -796,6 +803,7 @@ deliver_free(struct deliver *d)
     if (d == NULL)
         return;
     ev_timer_stop(d->loop, &d->timer);
+    ev_timer_stop(d->loop, &d->settle);
     /* connections first: they point at the attempts' envelopes */
     relay_free(d->relay);
     while (d->active != NULL)
@@ -805,18 +813,33 @@ deliver_free(struct deliver *d)
 }
 
 
-/* deliver_load - schedule every id of our shard found in the spool; when
- * now is set, at once (a kick), else at its saved next retry. */
+/* dl_is_active - is an attempt for id open right now? */
 static int
-deliver_load(struct deliver *d, int now)
+dl_is_active(const struct deliver *d, const char *id)
+{
+    const struct dl_attempt *a;
+
+    for (a = d->active; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return 1;
+    return 0;
+}
+
+
+/* deliver_load - rebuild the schedule from the spool: every id of our
+ * shard, at once (now: a kick) or at its saved next retry.  Ids with an
+ * attempt open are left to it; it reschedules itself. */
+static int
+deliver_load(struct deliver *d, int now, const char *why)
 {
     char  (*ids)[SPOOL_ID_SIZE] = NULL;
-    size_t n = 0, i, taken = 0, held = 0;
+    struct dl_entry *found = NULL;
+    size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0;
     int    rc;
 
     rc = spool_list(d->sp, &ids, &n);
     if (rc != SPOOL_OK) {
-        log_warn("recover: listing the queue: %s", spool_errstr(d->sp));
+        log_warn("%s: listing the queue: %s", why, spool_errstr(d->sp));
         return -1;
     }
     for (i = 0; i < n; i++) {
@@ -825,7 +848,8 @@ deliver_load(struct deliver *d, int now)
         off_t             off;
         uint64_t          when = 0;
 
-        if (deliver_shard_of(ids[i], d->nshards) != d->shard)
+        if (deliver_shard_of(ids[i], d->nshards) != d->shard ||
+            dl_is_active(d, ids[i]))
             continue;
         rc = spool_msg_open(d->sp, ids[i], 0, &env, &fd, &off);
         if (rc == SPOOL_ENOENT)
@@ -843,21 +867,53 @@ deliver_load(struct deliver *d, int now)
         }
         spool_env_free(env);
         /* an unreadable file is tried now: the attempt logs why */
-        dl_heap_push(d, now ? 0 : when, ids[i]);
+        if (nfound == capfound) {
+            capfound = capfound ? capfound * 2 : 64;
+            found = xrealloc(found, capfound * sizeof(*found));
+        }
+        found[nfound].when = now ? 0 : when;
+        util_strlcpy(found[nfound].id, ids[i], SPOOL_ID_SIZE);
+        nfound++;
         taken++;
     }
     free(ids);
+    d->nheap = 0;                       /* the spool is the truth */
+    for (i = 0; i < nfound; i++)
+        dl_heap_push(d, found[i].when, found[i].id);
+    free(found);
     log_info("%s: %zu queued messages of shard %u scheduled, %zu on hold",
-        now ? "kick" : "recover", taken, d->shard, held);
+        why, taken, d->shard, held);
     deliver_arm(d);
     return 0;
+}
+
+
+/*
+ * deliver_settle - one rescan, shutdown_timeout after start.  At a reload
+ * the old generation drains while this one already runs: what the old
+ * workers accept or defer after our recovery is in the spool but in no
+ * schedule.  By now they are gone (the master kills them at the timeout),
+ * so one more pass picks those up.  Once per worker start, never again.
+ */
+static void
+deliver_settle(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct deliver *d = arg;
+
+    (void)loop;
+    (void)t;
+    if (!d->draining)
+        (void)deliver_load(d, 0, "settle");
 }
 
 
 int
 deliver_recover(struct deliver *d)
 {
-    return deliver_load(d, 0);
+    int rc = deliver_load(d, 0, "recover");
+
+    ev_timer_start(d->loop, &d->settle, d->cfg->shutdown_timeout_ms + 1000);
+    return rc;
 }
 
 
@@ -877,8 +933,7 @@ deliver_kick(struct deliver *d, const char *id)
         return;
     if (id == NULL || strcmp(id, "*") == 0) {
         /* rebuild from the spool: this also finds released messages */
-        d->nheap = 0;
-        (void)deliver_load(d, 1);
+        (void)deliver_load(d, 1, "kick");
         return;
     }
     if (!spool_id_valid(id) || deliver_shard_of(id, d->nshards) != d->shard)

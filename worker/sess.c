@@ -19,6 +19,11 @@
  *           commit in sess_commit_hook(), with spool.fsync) returned OK.
  *           A session waiting for the group commit parses no more input;
  *           the hook resumes it after queueing its reply.
+ * STOP      Graceful stop (worker_int.h STOP): sessions go on as usual,
+ *           transactions included; only one between transactions that has
+ *           been quiet (nothing read, nothing left to write) for
+ *           WORKER_STOP_GRACE_MS is told "421 4.3.2" and closed, checked by
+ *           its own timer, so a stop costs nothing per turn.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
  *           errors end the session, aborting any message in progress.
@@ -92,6 +97,7 @@ struct sess {
     char             *helo;
     uint64_t          bdat_left;     /* bytes of the current chunk to read */
     const char       *bdat_err;      /* reply for a chunk being discarded */
+    uint64_t          active_ms;     /* ev_now() at the last read or flush */
     union {
         struct sockaddr     sa;
         struct sockaddr_in  sin;
@@ -107,6 +113,7 @@ struct sess {
 };
 
 static void sess_process(struct sess *s);
+static void sess_stop_check(struct sess *s);
 static void sess_free(struct sess *s, const char *why);
 static void sess_on_io(struct ev_loop *loop, int fd, unsigned events,
             void *arg);
@@ -290,6 +297,56 @@ sess_close_after(struct sess *s, const char *text)
     buf_printf(&s->out, "%s\r\n", text);
     sess_pending_add(s);
     s->state = SS_CLOSING;
+}
+
+
+/* --- graceful stop ---------------------------------------------------- */
+
+/* sess_stop_idle - between transactions with nothing half-read: closing
+ * now cannot cut a message or a command short. */
+static int
+sess_stop_idle(const struct sess *s)
+{
+    return s->state == SS_CMD && s->txn == NULL &&
+        !(s->flags & SF_DISCARD) &&
+        (s->in.data == NULL || buf_avail(&s->in) == 0);
+}
+
+
+/* sess_shutdown - the goodbye of a stopping worker; closed once written
+ * (the timer bounds a client that does not read). */
+static void
+sess_shutdown(struct sess *s)
+{
+    char text[300];
+
+    snprintf(text, sizeof(text), "421 4.3.2 %s Error: service shutting down",
+        s->w->cfg->hostname);
+    sess_close_after(s, text);
+    ev_timer_start(s->w->loop, &s->timer, 5000);
+}
+
+
+/* sess_stop_check - during a stop: a session between transactions that has
+ * been quiet for the grace (none after the deadline) is told 421; one that
+ * has not is re-armed to look again when the grace runs out (or at the
+ * command timeout, if that is shorter, which then ends it the same way).
+ * A session in a transaction keeps its usual timers. */
+static void
+sess_stop_check(struct sess *s)
+{
+    struct worker *w = s->w;
+    uint64_t       grace = w->stop_final ? 0 : WORKER_STOP_GRACE_MS;
+    uint64_t       now = ev_now(w->loop), due = s->active_ms + grace;
+
+    if (!sess_stop_idle(s))
+        return;
+    if (now >= due) {
+        sess_shutdown(s);
+        return;
+    }
+    ev_timer_start(w->loop, &s->timer, due - now < w->cfg->command_timeout_ms
+        ? due - now : w->cfg->command_timeout_ms);
 }
 
 
@@ -758,14 +815,6 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         verb = SMTP_UNKNOWN;
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;
-    if (s->w->stopping && s->txn == NULL && verb != SMTP_QUIT) {
-        char text[300];
-
-        snprintf(text, sizeof(text),
-            "421 4.3.2 %s Error: service shutting down", cfg->hostname);
-        sess_close_after(s, text);
-        return;
-    }
     switch (verb) {
     case SMTP_EHLO:
         sess_ehlo(s, arg, 1);
@@ -919,17 +968,9 @@ sess_process(struct sess *s)
             break;
         }
     }
-    if (s->w->stopping && s->state == SS_CMD && s->txn == NULL &&
-        (s->in.data == NULL || buf_avail(&s->in) == 0)) {
-        /* Graceful stop: the message in progress is answered; say
-         * goodbye instead of waiting for the client's next command. */
-        char text[300];
-
-        snprintf(text, sizeof(text),
-            "421 4.3.2 %s Error: service shutting down", s->w->cfg->hostname);
-        sess_close_after(s, text);
-    }
     sess_in_release(s);
+    if (s->w->stopping)
+        sess_stop_check(s);
 }
 
 
@@ -959,6 +1000,7 @@ sess_read(struct sess *s)
         return;
     }
     buf_produce(&s->in, (size_t)n);
+    s->active_ms = ev_now(w->loop);
     STATUS_ADD(w->st->bytes_in, (uint64_t)n);
     ev_timer_start(w->loop, &s->timer,
         s->state == SS_DATA || s->state == SS_BDAT ?
@@ -990,6 +1032,8 @@ sess_write(struct sess *s)
         return 0;
     }
     s->flags &= ~SF_WBLOCK;
+    if (n > 0)
+        s->active_ms = ev_now(s->w->loop);
     sess_out_give(s);
     if (s->state == SS_CLOSING) {
         sess_free(s, NULL);
@@ -1034,6 +1078,10 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     }
     if (s->state == SS_COMMIT)
         return;                     /* the commit hook answers this turn */
+    if (s->w->stopping && sess_stop_idle(s)) {
+        sess_stop_check(s);         /* closes, or re-arms for the rest */
+        return;
+    }
     log_info("timeout after %s from [%s]:%u",
         s->state == SS_DATA || s->state == SS_BDAT ? "DATA" : "command",
         s->ip, (unsigned)s->port);
@@ -1160,10 +1208,13 @@ sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
     STATUS_ADD(w->st->conns_total, 1);
     ev_timer_init(&s->timer, sess_on_timer, s);
     ev_timer_start(w->loop, &s->timer, cfg->command_timeout_ms);
+    s->active_ms = ev_now(w->loop);
     log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
     sess_out_take(s);
     buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
     sess_pending_add(s);
+    if (w->stopping)
+        sess_stop_check(s);         /* accepted while draining the backlog */
 }
 
 
@@ -1238,20 +1289,36 @@ sess_flush_hook(struct ev_loop *loop, void *arg)
 }
 
 
-/* sess_stop_idle - graceful stop: sessions between transactions get 421
- * now; the others get it at their next command after the message. */
+/* sess_stop_begin - "stop" arrived: check every session once; from now
+ * on each one is checked when it goes quiet (sess_process, its timer). */
 void
-sess_stop_idle(struct worker *w)
+sess_stop_begin(struct worker *w)
 {
-    struct sess *s;
-    char         text[300];
+    struct sess *s, *next;
 
-    snprintf(text, sizeof(text), "421 4.3.2 %s Error: service shutting down",
-        w->cfg->hostname);
-    for (s = w->sessions; s != NULL; s = s->next)
-        if (s->state == SS_CMD && s->txn == NULL &&
-            (s->in.data == NULL || buf_avail(&s->in) == 0))
-            sess_close_after(s, text);
+    for (s = w->sessions; s != NULL; s = next) {
+        next = s->next;
+        sess_stop_check(s);
+    }
+}
+
+
+/* sess_stop_all - the stop deadline: every session is told 421 now, also
+ * one in the middle of a message (aborted when it is freed).  One waiting
+ * for the group commit is answered by the hook this turn and told then. */
+void
+sess_stop_all(struct worker *w, uint64_t linger_ms)
+{
+    struct sess *s, *next;
+
+    for (s = w->sessions; s != NULL; s = next) {
+        next = s->next;
+        if (s->state == SS_COMMIT)
+            continue;
+        if (s->state != SS_CLOSING)
+            sess_shutdown(s);
+        ev_timer_start(w->loop, &s->timer, linger_ms);
+    }
 }
 
 

@@ -17,6 +17,15 @@
  *           limit the client gets 421 4.7.0 and the connection is closed.
  *           While the master sets status->throttle, the listeners are
  *           unwatched (checked on a 1 s tick).
+ * STOP      "stop" (reload, daemon stop): unwatch the listeners first, so
+ *           the kernel wakes the other generation's workers for new
+ *           connections, then accept until EAGAIN what is already queued
+ *           (a wakeup this worker took must not leave a connection waiting
+ *           for the next arrival), then close them.  Sessions go on (see
+ *           worker_int.h STOP); at the stop deadline, a little before the
+ *           master's SIGKILL at server.shutdown_timeout so that clients see
+ *           the 421, every session left is closed.  The worker exits when
+ *           it has no session and deliver_drain() reports nothing running.
  * FAILURE   worker_init() logs and returns NULL; worker_run() returns the
  *           process exit status.
  */
@@ -41,7 +50,9 @@
 #include "worker/worker_int.h"
 
 #define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
+#define WORKER_DRAIN_MAX      4096  /* accepts per listener when stopping */
 #define WORKER_TICK_MS        1000
+#define WORKER_STOP_MARGIN_MS 1000  /* stop deadline before the SIGKILL */
 
 
 /* --- per-IP connection counts ----------------------------------------- */
@@ -203,37 +214,50 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
 }
 
 
+/* worker_accept_one - accept and admit one connection: 1 when one was
+ * taken (or lost to the client's reset), 0 when there is none or accepting
+ * must pause. */
+static int
+worker_accept_one(struct worker *w, int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t               len = sizeof(ss);
+    int                     c;
+
+    c = accept4(fd, (struct sockaddr *)&ss, &len,
+        SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) {
+        worker_admit(w, c, &ss, len);
+        return 1;
+    }
+    if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+        return 1;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+        errno == ENOMEM) {
+        /* Level-triggered: without a pause this would spin. */
+        log_warn("accept: %s; pausing for a second", strerror(errno));
+        if (!w->stopping) {
+            w->accept_pause = 1;
+            worker_listen(w, 0);
+        }
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        log_warn("accept: %s", strerror(errno));
+    }
+    return 0;
+}
+
+
 static void
 worker_on_accept(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
-    struct worker          *w = arg;
-    struct sockaddr_storage ss;
-    socklen_t               len;
-    int                     i, c;
+    struct worker *w = arg;
+    int            i;
 
     (void)loop;
     (void)events;
-    for (i = 0; i < WORKER_ACCEPT_BUDGET && !w->stopping; i++) {
-        len = sizeof(ss);
-        c = accept4(fd, (struct sockaddr *)&ss, &len,
-            SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
-                continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-                errno == ENOMEM) {
-                /* Level-triggered: without a pause this would spin. */
-                log_warn("accept: %s; pausing for a second",
-                    strerror(errno));
-                w->accept_pause = 1;
-                worker_listen(w, 0);
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                log_warn("accept: %s", strerror(errno));
-            }
+    for (i = 0; i < WORKER_ACCEPT_BUDGET && !w->stopping; i++)
+        if (!worker_accept_one(w, fd))
             return;
-        }
-        worker_admit(w, c, &ss, len);
-    }
 }
 
 
@@ -263,23 +287,63 @@ worker_session_gone(struct worker *w)
 }
 
 
+/* worker_on_stop_deadline - the grace is over: every session left is told
+ * 421 and closed (before the master's SIGKILL; see STOP). */
+static void
+worker_on_stop_deadline(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)loop;
+    (void)t;
+    w->stop_final = 1;
+    if (w->nsess > 0)
+        log_notice("stop deadline: closing %zu sessions", w->nsess);
+    sess_stop_all(w, WORKER_STOP_MARGIN_MS / 2);
+    worker_check_done(w);
+}
+
+
+/* worker_stop_deadline_ms - when the stop deadline falls after "stop":
+ * shutdown_timeout less a margin (a quarter of it when it is short). */
+static uint64_t
+worker_stop_deadline_ms(const struct config *cfg)
+{
+    uint64_t margin = cfg->shutdown_timeout_ms / 4;
+
+    if (margin > WORKER_STOP_MARGIN_MS)
+        margin = WORKER_STOP_MARGIN_MS;
+    return cfg->shutdown_timeout_ms - margin;
+}
+
+
 static void
 worker_stop(struct worker *w)
 {
-    size_t i;
+    size_t i, n = 0;
+    int    k;
 
     if (w->stopping)
         return;
-    log_info("stopping: closing listeners, finishing %zu sessions", w->nsess);
+    /* Unwatch first: from here the kernel wakes other workers for new
+     * connections; then take what is already queued; then close. */
     worker_listen(w, 0);
-    for (i = 0; i < w->nlisten; i++)
-        if (w->lfds[i] >= 0) {
-            close(w->lfds[i]);
-            w->lfds[i] = -1;
-        }
     w->stopping = 1;
+    for (i = 0; i < w->nlisten; i++) {
+        if (w->lfds[i] < 0)
+            continue;
+        for (k = 0; k < WORKER_DRAIN_MAX && worker_accept_one(w,
+            w->lfds[i]); k++)
+            n++;
+        close(w->lfds[i]);
+        w->lfds[i] = -1;
+    }
+    log_info("stopping: listeners closed (%zu taken from the backlog), "
+        "finishing %zu sessions", n, w->nsess);
     (void)deliver_drain(w->deliver);
-    sess_stop_idle(w);
+    ev_timer_init(&w->stop_timer, worker_on_stop_deadline, w);
+    ev_timer_start(w->loop, &w->stop_timer, worker_stop_deadline_ms(w->cfg));
+    sess_stop_begin(w);
     worker_check_done(w);
 }
 

@@ -10,6 +10,14 @@
  *           Hooks are registered in this order: sess_commit_hook (group
  *           commit, which queues the 250s), then sess_flush_hook (one write
  *           per session per turn).
+ * STOP      Graceful retirement ("stop"): the worker unwatches its
+ *           listeners, accepts what is already queued for it, closes them,
+ *           and keeps serving every session normally, transactions and all.
+ *           A session between transactions (no MAIL, no unparsed input) that
+ *           has been quiet for WORKER_STOP_GRACE_MS gets "421 4.3.2" and is
+ *           closed; a client sending one message after another is never
+ *           quiet that long, so it sees no error.  At the stop deadline
+ *           (stop_final) every session left gets the 421 at once.
  */
 #ifndef MTAD_WORKER_INT_H
 #define MTAD_WORKER_INT_H
@@ -36,6 +44,11 @@ struct worker_ipnode {
 
 #define WORKER_IP_BUCKETS  1024     /* power of two */
 
+/* Quiet time after which a session between transactions is closed during
+ * a graceful stop: longer than a client needs to answer a reply, short
+ * enough that the old generation goes away soon after a reload. */
+#define WORKER_STOP_GRACE_MS  2000
+
 struct worker {
     struct worker_args   a;
     const struct config *cfg;
@@ -57,6 +70,8 @@ struct worker {
     int                  listening; /* listeners watched */
     int                  accept_pause; /* EMFILE: retry on the next tick */
     int                  stopping;  /* "stop" received */
+    int                  stop_final; /* stop deadline passed: no grace */
+    struct ev_timer      stop_timer; /* the stop deadline */
     int                  exit_code;
     struct ev_timer      tick;      /* 1 s: throttle, stop progress */
 
@@ -81,7 +96,12 @@ void    sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
             socklen_t salen);
 void    sess_commit_hook(struct ev_loop *loop, void *arg);
 void    sess_flush_hook(struct ev_loop *loop, void *arg);
-void    sess_stop_idle(struct worker *w);  /* graceful stop: idle ones go */
+/* Graceful stop (see STOP): sess_stop_begin() when "stop" arrives (quiet
+ * sessions between transactions go, the others get their grace timer);
+ * sess_stop_all() at the deadline, with w->stop_final set: a 421 to every
+ * session, each closed once it is written or after linger_ms. */
+void    sess_stop_begin(struct worker *w);
+void    sess_stop_all(struct worker *w, uint64_t linger_ms);
 void    sess_close_all(struct worker *w);  /* immediate: aborts messages */
 
 #endif /* MTAD_WORKER_INT_H */

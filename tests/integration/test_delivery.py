@@ -397,3 +397,21 @@ def test_kick_one_then_all_delivers_deferred_messages_now(mtad_factory,
     assert sorted(g.rcpt_tos[0] for g in got) == [
         "u%d@kick.test" % i for i in range(3)]
     assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+
+
+@pytest.mark.parametrize("chunking", [False, True], ids=["data", "bdat"])
+def test_big_message_streams_byte_identical(mtad_factory, sink_factory,
+                                            chunking):
+    from sink import DEFAULT_CAPS
+    caps = DEFAULT_CAPS + (("CHUNKING",) if chunking else ())
+    s = sink_factory(caps=caps)
+    m = start(mtad_factory, s.route)
+    # 6 MB over many 128 KiB reads; dot lines land at every offset mod 3
+    lines = []
+    for i in range(120000):
+        lines.append(b"." * (i % 3) + b"line %07d\r\n" % i)
+    msg = make_message(14, b"".join(lines))
+    send(m, "a@example.org", ["b@example.net"], msg)
+    got = s.wait_for(1, timeout=60)
+    _, rest = strip_received(got[0].data)
+    assert rest == msg

@@ -6,11 +6,15 @@ progress; and the spool read and changed while mtad is stopped.
 Loopback only; every wait is bounded."""
 import json
 import os
+import pwd
 import re
+import subprocess
 import threading
 import time
 
 import pytest
+
+from conftest import IS_ROOT, MTACTL, USER
 
 from delivery_util import (make_message, send, sink, sink_factory,
                            strip_received, wait_until)
@@ -592,34 +596,58 @@ def test_exit_codes_and_bad_ids_for_every_change(kq):
 
 # ---- the race -------------------------------------------------------------
 
+@pytest.mark.parametrize("outcome", ["sent", "deferred"])
 @pytest.mark.parametrize("cmd", ["delete", "hold", "bounce"])
 def test_change_during_delivery_waits_and_leaves_a_consistent_state(
-        mtad_factory, sink_factory, cmd):
-    kq = KnownQueue(mtad_factory, sink_factory, slow_delay=2.0)
+        mtad_factory, sink_factory, cmd, outcome):
+    """The sink sits 2 s on its reply to the data while mtactl changes the
+    message.  mtactl must wait for the attempt.  When the attempt delivers
+    ("sent"), the message is gone and the change finds no such message;
+    when it defers (451), the change applies to the deferred message.
+    Retries are 500ms apart, so a change that did not stick would show."""
+    kq = KnownQueue(mtad_factory, sink_factory, slow_delay=2.0,
+                    overrides={"delivery": {"retry": ["500ms"]}})
     m = kq.m
+    if outcome == "deferred":
+        kq.slow.fail_first = 1
     workers = sorted(m.children())
     qid = kq.make_active()
     r = m.ctl(cmd, qid)
-    # mtactl waited for the attempt; the sink said 250 meanwhile, so the
-    # message was delivered and is gone
-    assert "being delivered; waiting for the attempt to end" in r.stderr
-    got = kq.slow.wait_for(1, 20)
-    if r.returncode == 0:
-        # the change won: the attempt must have failed, nothing delivered
-        assert got == [], (r.stdout, got)
-    else:
-        assert r.returncode == 1
+    assert "%s: being delivered; waiting for the attempt to end" % qid in \
+        r.stderr
+    if outcome == "sent":
+        assert r.returncode == 1, (r.stdout, r.stderr)
         assert r.stderr.endswith("%s: %s: no such message in the queue\n" % (
             cmd, qid)), r.stderr
-        assert len(got) == 1
+        got = kq.slow.wait_for(1, 20)
         _, rest = strip_received(got[0].data)
         assert rest == kq.sent[qid][2]
-    assert no_trace(m, qid), (m.queue_ids(), state_files(m))
-    m.wait_log("%s: removed" % qid)
-    time.sleep(1.0)
-    assert len(kq.slow.received()) <= 1
-    assert kq.home.received() == []                 # no DSN either way
-    assert m.log_text().count("%s: removed" % qid) == 1
+        m.wait_log("%s: removed" % qid)
+    else:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("%s: " % qid)
+        m.wait_log("%s: to=<s@slow.test>" % qid)
+        if cmd == "bounce":
+            dsn = kq.home.wait_for(1, 20)[0]
+            assert dsn.rcpt_tos == ["dave@home.test"]
+            assert b"Final-Recipient: rfc822; s@slow.test" in dsn.data
+            m.wait_log("%s: removed" % qid)
+    time.sleep(1.5)                 # three retry periods
+    if cmd == "hold" and outcome == "deferred":
+        e = queue_json(m)["messages"]
+        assert [(x["id"], x["state"], x["attempts"]) for x in e] == \
+            [(qid, "held", 1)]
+        assert kq.slow.received() == []
+    else:
+        assert no_trace(m, qid), (m.queue_ids(), state_files(m))
+        # removed by the worker, except what mtactl deleted itself
+        assert m.log_text().count("%s: removed" % qid) == (
+            0 if (cmd, outcome) == ("delete", "deferred") else 1)
+        assert len(kq.slow.received()) == (1 if outcome == "sent" else 0)
+    if not (cmd == "bounce" and outcome == "deferred"):
+        assert kq.home.received() == []
+    # one attempt only: nothing was tried again behind the change
+    assert m.log_text().count("%s: to=<s@slow.test>" % qid) == 1
     assert sorted(m.children()) == workers          # no worker died
     assert_log_clean(m)
 
@@ -632,8 +660,9 @@ def test_many_deletes_racing_many_deliveries(mtad_factory, sink_factory):
                     overrides={"delivery": {"retry": ["20ms"]}})
     m = kq.m
     n = 40
-    # half the first attempts fail (451): those messages wait deferred for
-    # a retry, where the deletes can catch them, or race their retry
+    # the first n replies to the data are 451: those messages wait
+    # deferred for a retry 20ms later, where the deletes can catch them or
+    # race the retry
     kq.slow.fail_first = n
     sent = {}
     stop = threading.Event()
@@ -681,7 +710,6 @@ def test_many_deletes_racing_many_deliveries(mtad_factory, sink_factory):
     del_serials = {sent[q] for q in deleted}
     assert not (set(delivered) & del_serials), \
         "deleted and delivered: %s" % (set(delivered) & del_serials)
-    print("RACE delivered=%d deleted=%d" % (len(delivered), len(del_serials)))
     assert set(delivered) | del_serials == set(range(n))
     assert state_files(m) == []
     assert_log_clean(m)
@@ -734,3 +762,45 @@ def test_commands_work_on_the_spool_while_mtad_is_stopped(kq):
     assert len(kq.good.received()) == 1
     assert queue_json(m)["messages"][0]["state"] == "held"
     assert_log_clean(m)
+
+
+def test_spool_that_was_never_made_is_a_clear_error(mtad_factory):
+    m = mtad_factory()                  # configured, never started
+    r = m.ctl("queue")
+    assert r.returncode == 1
+    assert r.stderr.startswith("mtactl: queue: spool %s: " % m.spool)
+    assert "No such file or directory" in r.stderr
+    r = m.ctl("flush")
+    assert r.returncode == 1 and "spool" in r.stderr
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to switch users")
+def test_other_users_get_a_clear_error_and_mtads_user_may_steer(kq):
+    m = kq.m
+
+    def as_user(name, *args):
+        pw = pwd.getpwnam(name)
+
+        def drop():
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+        return subprocess.run([MTACTL, "-c", m.cfg_path, *args],
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=drop)
+
+    r = as_user("nobody", "queue")
+    assert r.returncode == 1
+    assert "Permission denied" in r.stderr
+    assert "(run as root or as the user mtad runs as)" in r.stderr
+    r = as_user("nobody", "delete", kq.d1)
+    assert r.returncode == 1 and "Permission denied" in r.stderr
+    assert kq.d1 in m.queue_ids()
+    # the user mtad runs as owns the spool: it may look and steer
+    r = as_user(USER, "queue")
+    assert r.returncode == 0, r.stderr
+    assert parse_queue(r.stdout)[1][0] == 3
+    r = as_user(USER, "release", kq.h)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "%s: released; delivery now\n" % kq.h
+    kq.wait_deferred(kq.h, attempts=2)

@@ -232,3 +232,23 @@ Test(deliver_queue, reject_route_bounces_to_the_sender)
     deliver_free(d);
     ev_free(loop);
 }
+
+Test(deliver_queue, settle_pass_picks_up_what_came_after_recovery)
+{
+    char            a[SPOOL_ID_SIZE];
+    struct ev_loop *loop = ev_new();
+    struct deliver *d = deliver_new(loop, &cfg, sp0, rt, NULL, 0, 1);
+    int             i;
+
+    cfg.shutdown_timeout_ms = 0;        /* settle pass 1 s after recovery */
+    cr_assert_eq(deliver_recover(d), 0);
+    /* queued behind our back, as a draining old generation would */
+    put(sp0, "a@x.test", "b@y.test", a);
+    spin(loop, 300);
+    cr_assert(queued(a), "nothing scans before the settle pass");
+    for (i = 0; i < 50 && queued(a); i++)
+        spin(loop, 100);
+    cr_assert_not(queued(a), "the settle pass scheduled and delivered it");
+    deliver_free(d);
+    ev_free(loop);
+}
