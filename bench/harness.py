@@ -7,11 +7,17 @@ PURPOSE   Starts sinks, mtad and Postfix on loopback (random free ports,
           Postfix's smtp-source -> MTA -> smtp-sink, and ours, smtpblast ->
           MTA -> smtpsink - and prints one table (also written to
           bench/RESULTS.md).
-CONTRACT  Run by bench/run.sh as root after `make`.  BENCH_QUICK=1: one
-          repetition, fewer messages.  BENCH_ONLY=name,name limits the
-          scenarios; BENCH_MTAS=mtad,postfix limits the peers; BENCH_TOOLS=
-          ours,pf limits the tool pairs.  Exit 0 when the table was produced
-          (missed figures show as "-"), 1 when set-up failed.
+CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
+            BENCH_QUICK=1       one repetition, shorter runs, no profile
+            BENCH_ONLY=a,b      only these scenarios (names as in the table)
+            BENCH_MTAS=mtad     only these peers (mtad, postfix)
+            BENCH_TOOLS=ours    only these tool pairs (pf, ours)
+            BENCH_REPS=N        repetitions (default 3)
+            BENCH_SECS=S        target length of one run (default 2.5 s)
+            BENCH_IDLE=N        idle connections (default 10000)
+            BENCH_PERF=0|1      perf profile of one extra 1k-s20 run
+          Exit 0 when the table was produced (missed figures show as "-"),
+          1 when set-up failed.
 FAILURE   Every process it starts is recorded by pid and stopped by pid
           (SIGTERM, then SIGKILL for it and its descendants) in a finally
           block and on SIGINT/SIGTERM; Postfix is stopped with
@@ -552,19 +558,27 @@ SCENARIOS = [
     ("1M-s20", 20, 1, 1048576, "tmpfs"),
     ("1k-s20-durable", 20, 1, 1024, "disk"),
 ]
-CEILINGS = [
-    ("ceiling-1k-s20", 20, 1, 1024),
-    ("ceiling-1M-s20", 20, 1, 1048576),
-]
+# The raw ceiling of a tool pair (load straight into the sink) is measured
+# alongside these scenarios, with the same sessions and sizes.
+CEILING_FOR = {"1k-s20": "ceiling-1k-s20", "1M-s20": "ceiling-1M-s20"}
+CEILINGS = [("ceiling-1k-s20",), ("ceiling-1M-s20",)]
 RUN_SECS = float(os.environ.get("BENCH_SECS", "1.5" if QUICK else "2.5"))
 
 
 SOFTFAIL = "1k-s20-sink10%4xx"
 
 
-def run_scenario(peers, tool, name, sess, k, size, results):
+def run_scenario(peers, tool, name, sess, k, size, results, csink=None):
+    """REPS repetitions; the MTAs (and, with csink, the raw ceiling) take
+    turns within each repetition so that a busy moment hits all alike."""
     counts = {mta.name: calibrate(mta, sink, tool, sess, k, size) for mta, sink in peers}
-    for _ in range(REPS):       # interleave the peers per repetition
+    cmsgs = calibrate(None, csink, tool, sess, k, size) if csink else 0
+    for _ in range(REPS):
+        if csink:
+            r = measure(None, csink, tool, sess, cmsgs, k, size)
+            results.setdefault((CEILING_FOR[name], tool, "sink"), []).append(r)
+            log("%s %s: %d msgs, %.0f msgs/s accepted, %.0f delivered" %
+                (CEILING_FOR[name], tool, cmsgs, r["acc_rate"], r["e2e_rate"]))
         for mta, sink in peers:
             msgs = counts[mta.name]
             kk = k if k else msgs  # "many": all on one connection
@@ -649,27 +663,13 @@ def main():
         raise KeyboardInterrupt()
 
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     started = time.time()
     load0 = os.getloadavg()
     try:
-        # Raw ceiling: each load tool straight into its sink.
-        for name, sess, k, size in CEILINGS:
-            if only and name not in only:
-                continue
-            for tool in tools:
-                sink = Sink(tool, free_port(), shm)
-                sink.start()
-                running.append(sink)
-                msgs = calibrate(None, sink, tool, sess, k, size)
-                for _ in range(REPS):
-                    r = measure(None, sink, tool, sess, msgs, k, size)
-                    results.setdefault((name, tool, "sink"), []).append(r)
-                    log("%s %s: %.0f msgs/s accepted, %.0f delivered" %
-                        (name, tool, r["acc_rate"], r["e2e_rate"]))
-                stop_all()
-
         for storage in ("tmpfs", "disk"):
-            scen = [s for s in SCENARIOS if s[4] == storage and (not only or s[0] in only)]
+            scen = [s for s in SCENARIOS if s[4] == storage and
+                    (not only or s[0] in only or CEILING_FOR.get(s[0]) in only)]
             want_idle = storage == "tmpfs" and "mtad" in mtas and \
                 (not only or "1k-s20+idle" in only)
             want_soft = storage == "tmpfs" and "ours" in tools and \
@@ -705,8 +705,16 @@ def main():
                     peers.append((mta, sink))
                     # warm-up: spawn processes, open the delivery connections
                     measure(mta, sink, tool, 20, 200 if mname == "mtad" else 100, 1, 1024)
+                csink = None
+                if any(sc[0] in CEILING_FOR for sc in scen):
+                    # The raw ceiling: the same tools straight into a sink of
+                    # their own, measured in the same time window as the MTAs.
+                    csink = Sink(tool, free_port(), shm)
+                    csink.start()
+                    running.append(csink)
                 for name, sess, k, size, _ in scen:
-                    run_scenario(peers, tool, name, sess, k, size, results)
+                    run_scenario(peers, tool, name, sess, k, size, results,
+                                 csink if name in CEILING_FOR else None)
                 for mta, sink in peers:
                     if PERF and tool == "ours" and storage == "tmpfs" and \
                             ("1k-s20", tool, mta.name) in results:
@@ -757,8 +765,18 @@ def main():
     for (name, tool, who), rs in results.items():
         cmds.append("%s, %s: `%s`" % (name, who if who != "sink" else "straight into the sink",
                                       rs[0].get("cmd", "?")))
+    if "interrupted" in notes:
+        log("interrupted: bench/RESULTS.md left as it was")
+        return 1
     write_results(table, checks, notes, time.time() - started, load0, profiles, cmds, CONFIGS)
     return 0
+
+
+SYSCALLS = ["read", "write", "writev", "sendto", "recvfrom", "sendmsg", "recvmsg", "poll",
+            "select", "epoll_wait", "epoll_ctl", "openat", "close", "fsync", "fdatasync",
+            "rename", "renameat2", "unlinkat", "unlink", "accept4", "accept", "connect",
+            "sendfile64", "newfstatat", "newfstat", "fcntl", "lseek", "flock", "getpid", "socket",
+            "mmap", "munmap", "brk", "kill", "alarm", "rt_sigprocmask", "setsockopt"]
 
 
 def profile(mta, sink, tool, notes, profiles, workdir):
@@ -774,9 +792,19 @@ def profile(mta, sink, tool, notes, profiles, workdir):
     pids = ",".join(str(p) for p in tree(mta.root()) if alive(p))
     rec = spawn(["perf", "record", "-q", "-F", "999", "-o", data, "-p", pids],
                 os.path.join(workdir, "perf-%s.out" % mta.name))
-    cnt = spawn(["perf", "stat", "-x", ",", "-o", stat, "-e", "syscalls:sys_enter_*",
-                 "-p", pids], os.path.join(workdir, "perf-%s.out" % mta.name))
-    time.sleep(0.5)
+    # A few events, not all ~350: attaching is quicker, so a short-lived
+    # Postfix process is less likely to exit in between (perf stat then
+    # fails with ESRCH; it is tried again with the live pids).
+    events = ",".join(["raw_syscalls:sys_enter"] + ["syscalls:sys_enter_" + n for n in SYSCALLS])
+    cnt = None
+    for _ in range(3):
+        pids = ",".join(str(p) for p in tree(mta.root()) if alive(p))
+        cnt = spawn(["perf", "stat", "-x", ",", "-o", stat, "-e", events, "-p", pids],
+                    os.path.join(workdir, "perf-%s.out" % mta.name))
+        time.sleep(0.5)
+        if cnt.poll() is None:
+            break
+    time.sleep(0.2)
     r = measure(mta, sink, tool, 20, msgs, 1, 1024)
     for p in (rec, cnt):
         try:
@@ -795,21 +823,35 @@ def profile(mta, sink, tool, notes, profiles, workdir):
                 text = "(perf gave no samples: %s)" % f.read().strip()[-300:]
         except OSError:
             text = "(perf gave no samples)"
+    if mta.name == "mtad" and lines:
+        own = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                              "--dsos", "mtad", "--sort", "sym", "--percent-limit", "0.3"],
+                             capture_output=True, text=True, timeout=120)
+        olines = [l for l in own.stdout.splitlines() if l.strip() and not l.startswith("#")]
+        if olines:
+            text += "\n\nmtad's own code (share of all samples):\n" + "\n".join(olines[:12])
     calls = []
     try:
         with open(stat) as f:
             for line in f:
                 parts = line.strip().split(",")
-                if len(parts) > 2 and parts[0].isdigit() and "sys_enter_" in parts[2]:
-                    calls.append((int(parts[0]), parts[2].split("sys_enter_")[1]))
+                if len(parts) > 2 and parts[0].isdigit() and "sys_enter" in parts[2]:
+                    calls.append((int(parts[0]), parts[2].split(":")[1].replace(
+                        "sys_enter_", "")))
     except OSError:
         pass
     got = r.get("delivered") or 0
+    if not calls:
+        try:
+            with open(os.path.join(workdir, "perf-%s.out" % mta.name)) as f:
+                text += "\n\n(perf stat of syscalls failed: %s)" % f.read().strip()[-300:]
+        except OSError:
+            pass
     if calls and got:
-        calls.sort(reverse=True)
-        total = sum(c for c, _ in calls)
+        total = sum(c for c, n in calls if n == "sys_enter")
+        named = sorted(((c, n) for c, n in calls if n != "sys_enter"), reverse=True)
         text += "\n\nsystem calls per delivered message: %.1f (top: %s)" % (
-            total / got, ", ".join("%s %.1f" % (name, c / got) for c, name in calls[:10]))
+            total / got, ", ".join("%s %.1f" % (n, c / got) for c, n in named[:10] if c))
     profiles.append(("Profile: %s, 1k-s20 (%s tools, %d messages; perf record -F 999, "
                      "flat; perf stat of syscalls)" % (mta.name, TOOLNAME[tool], msgs), text))
 
@@ -935,6 +977,15 @@ def render(results, tools):
     return "\n".join(lines)
 
 
+def fs_of(path):
+    r = subprocess.run(["df", "-T", path], capture_output=True, text=True)
+    rows = r.stdout.splitlines()
+    if len(rows) < 2:
+        return "?"
+    f = rows[1].split()
+    return "%s on %s" % (f[1], f[0])
+
+
 def machine():
     model = "?"
     try:
@@ -1041,6 +1092,8 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
                 "described at the end.\n\n")
         f.write("- date: %s\n" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         f.write("- machine: %s\n" % machine())
+        f.write("- storage: spools and queues on /dev/shm (%s); durable runs on /var/tmp (%s)\n"
+                % (fs_of("/dev/shm"), fs_of("/var/tmp")))
         f.write("- peer: Postfix %s (Debian package), queue on the same storage as mtad's spool\n" % pfver)
         f.write("- command: `%smake bench` (%d repetitions per figure, %.0f s in all)\n\n" %
                 (env + " " if env else "", REPS, secs))
@@ -1079,7 +1132,9 @@ METHOD = """
   each load tool straight into its sink and show which tool is the bottleneck.
 - Each figure is the median of the repetitions, with [min–max].  mtad and
   Postfix run side by side (each with its own sink) and are measured
-  alternately within each repetition.
+  alternately within each repetition; the raw ceiling rows are measured in
+  the same turns as 1k-s20 and 1M-s20.  The message count of each run is
+  calibrated from a short unrecorded trial so that a run lasts a few seconds.
 - accepted: messages answered 250 by the MTA / wall time of the load tool.
   end-to-end: messages counted at the sink / time from load start until the
   sink has counted every accepted message (bounded at 60 s; rows marked (!)

@@ -73,6 +73,7 @@ struct sess {
     int          nreply;            /* replies received in this phase */
     int          msgs_on_conn;
     bool         tx_failed;
+    int          fail_code;         /* first non-2xx reply of the transaction */
     uint64_t     t_eod;
     size_t       inlen;
     size_t       cmdlen, cmdoff;
@@ -331,7 +332,9 @@ static void message_result(struct sess *s, int code)
     }
     s->t_eod = 0;
     s->msgs_on_conn++;
-    if (code >= 200 && code < 300 && !s->tx_failed) {
+    if (s->tx_failed)
+        code = s->fail_code;
+    if (code >= 200 && code < 300) {
         w->accepted++;
         w->bytes += g.bdat_len;
     } else if (code >= 400 && code < 500) {
@@ -341,8 +344,9 @@ static void message_result(struct sess *s, int code)
     }
 }
 
-/* One final reply line (code) arrived.  ehlo_line is set for EHLO lines to
- * pick up the extensions. */
+/* One final reply line (code) arrived: advance the session.  A failed
+ * transaction is counted by the first failing code (a 4xx at RCPT makes the
+ * message a temporary failure even when DATA then gets 554). */
 static void on_reply(struct sess *s, int code)
 {
     bool bdat = g.use_bdat && s->chunking;
@@ -389,8 +393,10 @@ static void on_reply(struct sess *s, int code)
         int idx = s->nreply++;
         int last = g.rcpts + 1;      /* index of the DATA/BDAT reply */
         if (idx < last) {
-            if (code < 200 || code >= 300)
+            if ((code < 200 || code >= 300) && !s->tx_failed) {
                 s->tx_failed = true;
+                s->fail_code = code;
+            }
             if (!s->pipelining) {    /* lock-step: send the next command */
                 if (idx < g.rcpts)
                     cmd_add(s, "RCPT TO:<rcpt%d@sink.example>\r\n", idx);
@@ -413,7 +419,7 @@ static void on_reply(struct sess *s, int code)
             return;
         }
         s->t_eod = 0;
-        message_result(s, code >= 400 ? code : 554);
+        message_result(s, s->tx_failed ? s->fail_code : code >= 400 ? code : 554);
         next_or_quit(s);
         return;
     }

@@ -8,6 +8,11 @@
  *           millisecond digits are redone per record.  Newlines inside the
  *           text become spaces so one record is always one line.  Errors
  *           and warnings carry an "error: " / "warning: " tag.
+ *           With log_set_batching(1) (the workers) records of one loop turn
+ *           are staged and handed over by log_flush() in ONE sendmmsg():
+ *           still one datagram per record, but one syscall per turn instead
+ *           of one per record.  The stage is flushed early when full, and
+ *           at exit.
  * FAILURE   Never blocks, never fails: a record the socket cannot take now
  *           is counted (log_dropped(), and the counter registered with
  *           log_set_dropped_counter(), e.g. the worker's status slot).
@@ -16,11 +21,13 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "common/util.h"
 #include "common/log.h"
@@ -35,15 +42,100 @@ static uint64_t *log_dropped_mirror;
 static time_t    log_cached_sec = (time_t)-1;
 static char      log_cached_date[32];   /* "2026-11-30T05:17:31" */
 
+#define LOG_STAGE_BYTES  (64 * 1024)
+#define LOG_STAGE_MAX    64              /* records per sendmmsg() */
+
+static int           log_batching;
+static char          log_stage[LOG_STAGE_BYTES];
+static size_t        log_stage_len;
+static struct iovec  log_stage_iov[LOG_STAGE_MAX];
+static size_t        log_stage_n;
+
 void
 log_open(const char *ident, int fd, int level)
 {
+    log_stage_n = 0;
+    log_stage_len = 0;
+    log_batching = 0;
     log_sock = fd;
     log_level = level;
     log_ndropped = 0;
     log_dropped_mirror = NULL;
     snprintf(log_pidstr, sizeof(log_pidstr), "%d", (int)getpid());
     log_set_ident(ident);
+}
+
+static void
+log_count_drop(void)
+{
+    log_ndropped++;
+    if (log_dropped_mirror != NULL)
+        __atomic_fetch_add(log_dropped_mirror, 1, __ATOMIC_RELAXED);
+}
+
+
+/* log_flush - hand every staged record over, one datagram each. */
+void
+log_flush(void)
+{
+    struct mmsghdr msgs[LOG_STAGE_MAX];
+    size_t         i, done = 0;
+    int            r, saved = errno;
+
+    if (log_stage_n == 0)
+        return;
+    memset(msgs, 0, sizeof(msgs[0]) * log_stage_n);
+    for (i = 0; i < log_stage_n; i++) {
+        msgs[i].msg_hdr.msg_iov = &log_stage_iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    while (done < log_stage_n) {
+        r = sendmmsg(log_sock, msgs + done, (unsigned)(log_stage_n - done),
+            MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        done += (size_t)r;
+    }
+    for (; done < log_stage_n; done++)
+        log_count_drop();
+    log_stage_n = 0;
+    log_stage_len = 0;
+    errno = saved;
+}
+
+static void
+log_flush_at_exit(void)
+{
+    log_flush();
+}
+
+void
+log_set_batching(int on)
+{
+    static int registered;
+
+    if (!on)
+        log_flush();
+    else if (!registered) {
+        atexit(log_flush_at_exit);
+        registered = 1;
+    }
+    log_batching = on;
+}
+
+/* log_stage_add - stage one formatted record (flushing first if full). */
+static void
+log_stage_add(const char *rec, size_t n)
+{
+    if (log_stage_n == LOG_STAGE_MAX || log_stage_len + n > LOG_STAGE_BYTES)
+        log_flush();
+    memcpy(log_stage + log_stage_len, rec, n);
+    log_stage_iov[log_stage_n].iov_base = log_stage + log_stage_len;
+    log_stage_iov[log_stage_n].iov_len = n;
+    log_stage_len += n;
+    log_stage_n++;
 }
 
 void
@@ -113,14 +205,6 @@ log_timestamp(char *out)
     return 24;
 }
 
-static void
-log_count_drop(void)
-{
-    log_ndropped++;
-    if (log_dropped_mirror != NULL)
-        __atomic_fetch_add(log_dropped_mirror, 1, __ATOMIC_RELAXED);
-}
-
 void
 log_msg(int level, const char *fmt, ...)
 {
@@ -149,6 +233,8 @@ log_msg(int level, const char *fmt, ...)
     rec[n++] = '\n';
     if (log_sock < 0) {
         (void)util_write_all(STDERR_FILENO, rec, n);
+    } else if (log_batching) {
+        log_stage_add(rec, n);
     } else if (send(log_sock, rec, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
         log_count_drop();
     }

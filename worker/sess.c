@@ -656,7 +656,10 @@ sess_mail(struct sess *s, struct str arg)
 
 
 /* sess_rcpt_route - 0 when the recipient may be accepted, else a reply was
- * queued: relay control, then reject:/defer: routes. */
+ * queued: relay control, then reject:/defer: routes.  The bare
+ * <Postmaster> (the parser lets no other address lack a domain) is routed
+ * like any address but never relay-denied: RFC 5321 4.5.1 says it must be
+ * accepted from anyone. */
 static int
 sess_rcpt_route(struct sess *s, const char *addr)
 {
@@ -671,7 +674,8 @@ sess_rcpt_route(struct sess *s, const char *addr)
         sess_reply(s, "451 4.3.0 Error: route lookup failed");
         return -1;
     }
-    if (!(s->flags & SF_RELAY) && res->match == ROUTER_MATCH_DEFAULT) {
+    if (!(s->flags & SF_RELAY) && res->match == ROUTER_MATCH_DEFAULT &&
+        strchr(addr, '@') != NULL) {
         log_info("reject: RCPT from [%s]:%u: 554 5.7.1 <%s>: Relay access "
             "denied; from=<%s> to=<%s> helo=<%s>", s->ip, (unsigned)s->port,
             addr, s->txn->env.sender, addr, s->helo ? s->helo : "");

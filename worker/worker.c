@@ -405,6 +405,17 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 /* --- entry points ----------------------------------------------------- */
 
+/* worker_log_hook - the last before-sleep hook: the records of this turn
+ * go to the log process in one sendmmsg() (log_set_batching()). */
+static void
+worker_log_hook(struct ev_loop *loop, void *arg)
+{
+    (void)loop;
+    (void)arg;
+    log_flush();
+}
+
+
 static uint32_t
 worker_share(int limit, unsigned nshards)
 {
@@ -481,9 +492,12 @@ worker_run(struct worker *w)
     size_t                i;
     int                   rc;
 
-    /* Order matters: the group commit queues its 250s before the flush. */
+    /* Order matters: the group commit queues its 250s before the flush;
+     * the log records of the turn go last. */
     ev_before_sleep(w->loop, sess_commit_hook, w);
     ev_before_sleep(w->loop, sess_flush_hook, w);
+    ev_before_sleep(w->loop, worker_log_hook, w);
+    log_set_batching(1);
     worker_listen(w, 1);
     if (ev_watch(w->loop, w->a.chan_fd, EV_READ, worker_on_chan, w) < 0) {
         log_err("epoll_ctl channel: %s", strerror(errno));
@@ -496,6 +510,7 @@ worker_run(struct worker *w)
         log_warn("delivery recovery was incomplete");
     w->exit_code = 0;
     rc = ev_run(w->loop);
+    log_set_batching(0);            /* flushes; from here records go at once */
     if (rc < 0) {
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;

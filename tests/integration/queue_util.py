@@ -6,19 +6,63 @@ The known queue (KnownQueue) has, once built:
   deferred   two messages to domains routed to a closed loopback port;
              delivery.retry is ["1h"], so they stay deferred
   held       one more deferred message, then `mtactl hold`
-  active     made on demand: a message to a sink that waits `slow_delay`
-             seconds before answering the end of data, so a worker holds
-             the message's lock while the test looks at it
-Sinks: `home` (home.test: the senders' domain, receives DSNs), `good`
-(good.test: a working destination), `slow` (slow.test).
+  active     made on demand: a message to the `slow` sink, which holds
+             its answer to the end of data until the test opens its gate
+             (kq.slow.gate.set()), so a worker holds the message's lock for
+             as long as the test needs: no timing involved
+Sinks (GatedSink, from the gated_sink_factory fixture): `home` (home.test:
+the senders' domain, receives DSNs), `good` (good.test: a working
+destination), `slow` (slow.test, gate closed unless gated=False).
 """
+import asyncio
 import os
 import re
 import subprocess
+import threading
 import time
+
+import pytest
 
 from conftest import MTACTL
 from delivery_util import closed_port, make_message, send, wait_until
+from sink import Sink
+
+GATE_MAX = 60.0         # a closed gate opens by itself after this long
+
+
+class GatedSink(Sink):
+    """A test sink (sink.py) that also waits for `gate` (a threading.Event,
+    open by default) before it answers the end of data."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    async def _end_of_data(self, reply, state, data, peer, conn_id,
+                           reader):
+        deadline = time.time() + GATE_MAX
+        while not self.gate.is_set() and time.time() < deadline:
+            await asyncio.sleep(0.02)
+        await super()._end_of_data(reply, state, data, peer, conn_id,
+                                   reader)
+
+
+@pytest.fixture
+def gated_sink_factory():
+    """Make and start GatedSinks; every one is opened and stopped after
+    the test."""
+    made = []
+
+    def make(**kw):
+        s = GatedSink(**kw).start()
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.gate.set()
+        s.stop()
 
 LINE_RE = re.compile(r"^([0-9A-F]{16}) +(\d+) (\S+) +(\S+) (\S+) +<([^>]*)> ->"
                      r"(.*)$")
@@ -109,12 +153,13 @@ def queue_json(m, *args):
 class KnownQueue:
     """Builds the known queue on a fresh mtad; see the module docstring."""
 
-    def __init__(self, mtad_factory, sink_factory, slow_delay=5.0,
+    def __init__(self, mtad_factory, gated_sink_factory, gated=True,
                  overrides=None):
-        self.home = sink_factory(name="home.sink")
-        self.good = sink_factory(name="good.sink")
-        self.slow = sink_factory(name="slow.sink")
-        self.slow.data_delay = slow_delay
+        self.home = gated_sink_factory(name="home.sink")
+        self.good = gated_sink_factory(name="good.sink")
+        self.slow = gated_sink_factory(name="slow.sink")
+        if gated:
+            self.slow.gate.clear()
         self.dead = "smtp:[127.0.0.1]:%d" % closed_port()
         cfg = {
             "routes": {"default": self.dead,
@@ -172,7 +217,8 @@ class KnownQueue:
 
     def make_active(self, serial=4):
         """A message a worker is delivering right now (to the slow sink):
-        returns its id once the sink has the data and sits on its reply."""
+        returns its id once the sink has the data and sits on its reply
+        (until kq.slow.gate is set)."""
         n = len([e for e in self.slow.events if e[0] == "data_started"])
         qid = self.send("dave@home.test", ["s@slow.test"], serial)
         assert wait_until(lambda: len([e for e in self.slow.events

@@ -16,20 +16,22 @@ import pytest
 
 from conftest import IS_ROOT, MTACTL, USER
 
-from delivery_util import (make_message, send, sink, sink_factory,
-                           strip_received, wait_until)
-from queue_util import (KnownQueue, ctl_bytes, parse_queue, parse_show,
-                        queue_json, raw_message, state_files)
+from delivery_util import make_message, send, strip_received, wait_until
+from queue_util import (KnownQueue, ctl_bytes, gated_sink_factory,
+                        parse_queue, parse_show, queue_json, raw_message,
+                        state_files)
 
-__all__ = ["sink", "sink_factory"]      # fixtures used by name below
+__all__ = ["gated_sink_factory"]        # fixtures used by name below
 
 KICK_RE = re.compile(r": kick: \d+ queued messages of shard \d+ scheduled, "
                      r"(\d+) on hold")
 
 
 @pytest.fixture
-def kq(mtad_factory, sink_factory):
-    return KnownQueue(mtad_factory, sink_factory).build()
+def kq(mtad_factory, gated_sink_factory):
+    q = KnownQueue(mtad_factory, gated_sink_factory).build()
+    yield q
+    q.slow.gate.set()           # let an active message finish before stop
 
 
 def no_trace(m, qid):
@@ -122,8 +124,8 @@ def test_queue_filters(kq):
     assert ids("--older-than", "1ms") == {kq.d1, kq.d2, kq.h, active}
 
 
-def test_queue_older_than_splits_by_age(mtad_factory, sink_factory):
-    kq = KnownQueue(mtad_factory, sink_factory)
+def test_queue_older_than_splits_by_age(mtad_factory, gated_sink_factory):
+    kq = KnownQueue(mtad_factory, gated_sink_factory)
     old = kq.send_deferred("old@home.test", ["a@far.test"], 1)
     time.sleep(3.5)
     new = kq.send("new@home.test", ["b@far.test"], 2)
@@ -230,8 +232,8 @@ def test_queue_json_matches_what_was_sent(kq):
 
 
 def test_queue_json_escapes_quotes_and_keeps_utf8(mtad_factory,
-                                                  sink_factory):
-    kq = KnownQueue(mtad_factory, sink_factory)
+                                                  gated_sink_factory):
+    kq = KnownQueue(mtad_factory, gated_sink_factory)
     quoted = '"we\\"ird\\\\x"@home.test'       # "we\"ird\\x"@home.test
     utf = "j\u00fcrgen@home.test"
     rcpt = "r\u00e9sum\u00e9@far.test"
@@ -343,6 +345,7 @@ def test_flush_of_an_active_message_leaves_it_to_its_attempt(kq):
     st = {e["id"]: e["state"] for e in queue_json(m)["messages"]}
     assert st[active] == "active"
     assert kq.slow.received() == []
+    kq.slow.gate.set()
     kq.slow.wait_for(1, 20)
     assert wait_until(lambda: no_trace(m, active), 10)
 
@@ -599,40 +602,57 @@ def test_exit_codes_and_bad_ids_for_every_change(kq):
 @pytest.mark.parametrize("outcome", ["sent", "deferred"])
 @pytest.mark.parametrize("cmd", ["delete", "hold", "bounce"])
 def test_change_during_delivery_waits_and_leaves_a_consistent_state(
-        mtad_factory, sink_factory, cmd, outcome):
-    """The sink sits 2 s on its reply to the data while mtactl changes the
-    message.  mtactl must wait for the attempt.  When the attempt delivers
+        mtad_factory, gated_sink_factory, cmd, outcome):
+    """The sink sits on its reply to the data while mtactl changes the
+    message: mtactl must wait for the attempt.  When the attempt delivers
     ("sent"), the message is gone and the change finds no such message;
     when it defers (451), the change applies to the deferred message.
-    Retries are 500ms apart, so a change that did not stick would show."""
-    kq = KnownQueue(mtad_factory, sink_factory, slow_delay=2.0,
-                    overrides={"delivery": {"retry": ["500ms"]}})
+    Retries are 300ms apart, so a change that did not stick would show."""
+    kq = KnownQueue(mtad_factory, gated_sink_factory,
+                    overrides={"delivery": {"retry": ["300ms"]}})
     m = kq.m
     if outcome == "deferred":
         kq.slow.fail_first = 1
     workers = sorted(m.children())
     qid = kq.make_active()
-    r = m.ctl(cmd, qid)
-    assert "%s: being delivered; waiting for the attempt to end" % qid in \
-        r.stderr
+    p = subprocess.Popen([MTACTL, "-c", m.cfg_path, cmd, qid],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        first = []
+        t = threading.Thread(target=lambda: first.append(
+            p.stderr.readline()))
+        t.start()
+        t.join(30)
+        assert first == ["mtactl: %s: %s: being delivered; waiting for the "
+                         "attempt to end\n" % (cmd, qid)], first
+        time.sleep(0.5)
+        assert p.poll() is None, "mtactl did not wait for the attempt"
+        assert kq.slow.received() == []
+        kq.slow.gate.set()      # the sink answers: the attempt ends
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     if outcome == "sent":
-        assert r.returncode == 1, (r.stdout, r.stderr)
-        assert r.stderr.endswith("%s: %s: no such message in the queue\n" % (
-            cmd, qid)), r.stderr
+        assert p.returncode == 1, (out, err)
+        assert err == "mtactl: %s: %s: no such message in the queue\n" % (
+            cmd, qid), err
         got = kq.slow.wait_for(1, 20)
         _, rest = strip_received(got[0].data)
         assert rest == kq.sent[qid][2]
         m.wait_log("%s: removed" % qid)
     else:
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.startswith("%s: " % qid)
+        assert p.returncode == 0, err
+        assert out.startswith("%s: " % qid)
         m.wait_log("%s: to=<s@slow.test>" % qid)
         if cmd == "bounce":
             dsn = kq.home.wait_for(1, 20)[0]
             assert dsn.rcpt_tos == ["dave@home.test"]
             assert b"Final-Recipient: rfc822; s@slow.test" in dsn.data
             m.wait_log("%s: removed" % qid)
-    time.sleep(1.5)                 # three retry periods
+    time.sleep(1.0)                 # three retry periods
     if cmd == "hold" and outcome == "deferred":
         e = queue_json(m)["messages"]
         assert [(x["id"], x["state"], x["attempts"]) for x in e] == \
@@ -652,12 +672,14 @@ def test_change_during_delivery_waits_and_leaves_a_consistent_state(
     assert_log_clean(m)
 
 
-def test_many_deletes_racing_many_deliveries(mtad_factory, sink_factory):
+def test_many_deletes_racing_many_deliveries(mtad_factory,
+                                            gated_sink_factory):
     """Messages stream to a slightly slow sink while `delete --all` runs
     again and again: each message ends delivered once or deleted, never
     both, and nothing is left behind."""
-    kq = KnownQueue(mtad_factory, sink_factory, slow_delay=0.05,
+    kq = KnownQueue(mtad_factory, gated_sink_factory, gated=False,
                     overrides={"delivery": {"retry": ["20ms"]}})
+    kq.slow.data_delay = 0.05
     m = kq.m
     n = 40
     # the first n replies to the data are 451: those messages wait

@@ -125,3 +125,45 @@ Test(log, parse_level)
     cr_assert_eq(log_parse_level("verbose"), -1);
     cr_assert_eq(log_parse_level(NULL), -1);
 }
+
+Test(log, batching_stages_until_flush_then_one_datagram_per_record)
+{
+    char rec[LOG_RECORD_MAX + 16];
+    int  i;
+
+    log_set_batching(1);
+    log_info("first %d", 1);
+    log_info("second %d", 2);
+    log_warn("third %d", 3);
+    cr_assert_eq(next_record(rec, sizeof(rec)), -1, "nothing before flush");
+    log_flush();
+    for (i = 1; i <= 3; i++) {
+        cr_assert_gt(next_record(rec, sizeof(rec)), 0, "record %d", i);
+        cr_assert_not_null(strstr(rec, i == 1 ? "first 1\n" :
+            i == 2 ? "second 2\n" : "warning: third 3\n"), "got %s", rec);
+        cr_assert_eq(strchr(rec, '\n'), rec + strlen(rec) - 1,
+            "one record per datagram: %s", rec);
+    }
+    cr_assert_eq(next_record(rec, sizeof(rec)), -1);
+    log_set_batching(0);
+}
+
+Test(log, batching_flushes_early_when_the_stage_is_full)
+{
+    char rec[LOG_RECORD_MAX + 16];
+    int  i, got = 0;
+
+    log_set_batching(1);
+    for (i = 0; i < 200; i++)
+        log_info("record %d", i);
+    while (next_record(rec, sizeof(rec)) > 0)
+        got++;
+    cr_assert_geq(got, 64, "full stages were sent without a flush");
+    cr_assert_lt(got, 200, "the last partial stage waits for the flush");
+    log_flush();
+    while (next_record(rec, sizeof(rec)) > 0)
+        got++;
+    cr_assert_eq(got, 200);
+    cr_assert_eq(log_dropped(), 0);
+    log_set_batching(0);
+}
