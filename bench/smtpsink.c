@@ -10,13 +10,15 @@
  *           delay the end-of-data reply, because a sink that always says 250
  *           at once hides queue behaviour.
  * CONTRACT  smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]
- *                    [-4 PCT] [-5 PCT] [-d MS] [-j THREADS]
+ *                    [-4 PCT] [-5 PCT] [-d MS] [-j THREADS] [-F FILE]
  *           Port 0 picks a free port; it is printed ("port=N") and written
  *           to PORTFILE.  Counters (msgs bytes rcpts tempfail permfail conns)
  *           are written as one "key=value ..." line to COUNTFILE every MS ms
  *           (atomically, by rename) and on exit; SIGUSR1 prints them to
  *           stdout, SIGTERM/SIGINT print them and exit 0.  "msgs" counts
- *           only messages answered 250.
+ *           only messages answered 250.  With -F FILE, SIGHUP re-reads the
+ *           shares and the delay from FILE ("4xx=PCT 5xx=PCT delay=MS"), so
+ *           a harness can change them without dropping any connection.
  * FAILURE   A broken connection is closed and counted nowhere else; start-up
  *           errors exit 1 with a message on stderr.
  */
@@ -80,22 +82,51 @@ struct worker {
 };
 
 static struct {
-    int           pct4, pct5;
-    uint64_t      delay_ns;
+    _Atomic int   pct4, pct5;       /* changed on SIGHUP with -F */
+    _Atomic uint64_t delay_ns;
+    const char   *sharefile;
     const char   *countfile;
     uint64_t      interval_ns;
     int           nthreads;
     struct worker w[SINK_THREADS];
 } g = { .interval_ns = 100000000ull, .nthreads = 1 };
 
-static volatile sig_atomic_t sig_term, sig_usr1;
+static volatile sig_atomic_t sig_term, sig_usr1, sig_hup;
 
 static void on_signal(int s)
 {
     if (s == SIGUSR1)
         sig_usr1 = 1;
+    else if (s == SIGHUP)
+        sig_hup = 1;
     else
         sig_term = 1;
+}
+
+/* -F FILE: "4xx=PCT 5xx=PCT delay=MS" (any order, missing keys = 0). */
+static void read_sharefile(void)
+{
+    char buf[256];
+    FILE *f = fopen(g.sharefile, "r");
+    if (!f) {
+        fprintf(stderr, "smtpsink: cannot read %s: %s\n", g.sharefile, strerror(errno));
+        return;
+    }
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p4 = strstr(buf, "4xx="), *p5 = strstr(buf, "5xx="), *pd = strstr(buf, "delay=");
+    int v4 = p4 ? atoi(p4 + 4) : 0, v5 = p5 ? atoi(p5 + 4) : 0;
+    long d = pd ? atol(pd + 6) : 0;
+    if (v4 < 0 || v5 < 0 || v4 + v5 > 100 || d < 0) {
+        fprintf(stderr, "smtpsink: %s: bad shares, kept the old ones\n", g.sharefile);
+        return;
+    }
+    g.pct4 = v4;
+    g.pct5 = v5;
+    g.delay_ns = (uint64_t)d * 1000000ull;
+    printf("shares: 4xx=%d 5xx=%d delay=%ld\n", v4, v5, d);
+    fflush(stdout);
 }
 
 static uint64_t now_ns(void)
@@ -561,6 +592,11 @@ static void *worker_main(void *arg)
                 sig_usr1 = 0;
                 print_counters();
             }
+            if (sig_hup) {
+                sig_hup = 0;
+                if (g.sharefile)
+                    read_sharefile();
+            }
             if (now >= next_file) {
                 write_countfile();
                 next_file = now + g.interval_ns;
@@ -599,7 +635,7 @@ static int listen_on(const char *spec, int *port_out)
 static void usage(void)
 {
     fprintf(stderr, "usage: smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]\n"
-                    "                [-4 PCT] [-5 PCT] [-d MS] [-j THREADS]\n");
+                    "                [-4 PCT] [-5 PCT] [-d MS] [-j THREADS] [-F FILE]\n");
     exit(1);
 }
 
@@ -607,7 +643,7 @@ int main(int argc, char **argv)
 {
     const char *spec = "127.0.0.1:0", *portfile = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "l:p:c:i:4:5:d:j:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:p:c:i:4:5:d:j:F:")) != -1) {
         switch (opt) {
         case 'l': spec = optarg; break;
         case 'p': portfile = optarg; break;
@@ -617,6 +653,7 @@ int main(int argc, char **argv)
         case '5': g.pct5 = atoi(optarg); break;
         case 'd': g.delay_ns = strtoull(optarg, NULL, 10) * 1000000ull; break;
         case 'j': g.nthreads = atoi(optarg); break;
+        case 'F': g.sharefile = optarg; break;
         default: usage();
         }
     }
@@ -628,6 +665,9 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (g.sharefile)
+        read_sharefile();
 
     int port = 0;
     int lfd = listen_on(spec, &port);
@@ -665,6 +705,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     for (int i = 1; i < g.nthreads; i++)
         pthread_create(&g.w[i].tid, NULL, worker_main, &g.w[i]);

@@ -13,7 +13,10 @@
  *           Reload (SIGHUP, "mtactl reload"): a valid new config starts a
  *           new generation; when all its workers said "ready" (or after
  *           10 s) the old generation gets "stop", and is SIGKILLed after
- *           server.shutdown_timeout.  The listening sockets stay open in
+ *           server.shutdown_timeout.  When its last worker is gone the
+ *           current workers get "kick *": they rebuild their schedules from
+ *           the spool, taking over what the old one left queued (the shard
+ *           count may have changed).  The listening sockets stay open in
  *           the master throughout, so no connection is refused.  An invalid
  *           config is logged and the old generation keeps serving.
  *           SIGTERM/SIGINT/"mtactl stop": "stop" to every worker, SIGKILL
@@ -189,6 +192,31 @@ master_gen_free(struct generation *g)
     free(g);
 }
 
+/*
+ * master_spool_prepare - create the spool tree and purge its tmp/, once per
+ * spool directory in the master's life.  A reload must not purge: the old
+ * generation may still be receiving into tmp/ while it retires.
+ */
+static int
+master_spool_prepare(const struct config *cfg, const struct privs *p)
+{
+    static char **done;
+    static size_t ndone;
+    size_t        i;
+    int           rc;
+
+    for (i = 0; i < ndone; i++)
+        if (strcmp(done[i], cfg->spool_dir) == 0)
+            return SPOOL_OK;
+    rc = spool_prepare(cfg->spool_dir, p->drop ? p->uid : (uid_t)-1,
+        p->drop ? p->gid : (gid_t)-1);
+    if (rc == SPOOL_OK) {
+        done = xrealloc(done, (ndone + 1) * sizeof(*done));
+        done[ndone++] = xstrdup(cfg->spool_dir);
+    }
+    return rc;
+}
+
 /* Everything a generation needs before its workers fork.  Takes cfg. */
 static struct generation *
 master_gen_prepare(struct config *cfg, char *err, size_t errsz)
@@ -202,8 +230,7 @@ master_gen_prepare(struct config *cfg, char *err, size_t errsz)
     if (listen_acquire(cfg, &g->lfds, err, errsz) < 0)
         goto fail;
     g->nlisten = cfg->nlisten;
-    rc = spool_prepare(cfg->spool_dir, g->privs.drop ? g->privs.uid : (uid_t)-1,
-        g->privs.drop ? g->privs.gid : (gid_t)-1);
+    rc = master_spool_prepare(cfg, &g->privs);
     if (rc != SPOOL_OK) {
         snprintf(err, errsz, "spool.dir: %s", spool_errstr(NULL));
         goto fail;
@@ -418,6 +445,34 @@ master_reader_check(struct master *m)
     router_close(r);
 }
 
+/* Does any worker of generation gen still run (or stop)? */
+static int
+master_gen_alive(const struct master *m, unsigned gen)
+{
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++)
+        if (m->slots[i].role == ROLE_WORKER && m->slots[i].pid > 0 &&
+            m->slots[i].generation == gen)
+            return 1;
+    return 0;
+}
+
+/* The last worker of a retired generation is gone: its locks are free,
+ * and what it deferred or accepted after the current workers recovered is
+ * in the spool but in no schedule.  "kick *" makes every current worker
+ * rebuild its schedule from the spool for its shard. */
+static void
+master_handover(struct master *m, unsigned gen)
+{
+    int n;
+
+    if (m->stopping || gen == m->cur->id ||
+        (m->next != NULL && gen == m->next->id) || master_gen_alive(m, gen))
+        return;
+    n = master_kick(m, "*");
+    log_info("generation %u gone; %d workers told to rescan the queue",
+        gen, n);
+}
+
 static void
 master_worker_exited(struct master *m, struct slot *s, int st)
 {
@@ -432,10 +487,13 @@ master_worker_exited(struct master *m, struct slot *s, int st)
     master_close_chan(m, s);
     s->pid = 0;
     if (expected) {
+        unsigned gen = s->generation;
+
         log_info("worker %u (pid %d, generation %u) %s", s->shard, (int)pid,
-            s->generation, why);
+            gen, why);
         master_slot_free(s);
         master_reader_check(m);
+        master_handover(m, gen);
         return;
     }
     master_reader_check(m);

@@ -38,6 +38,7 @@
 #define SPOOL_ID_TRIES    64
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
+#define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
 
 struct spool {
     char       *dir;
@@ -221,7 +222,16 @@ spool_state_keep(int rootfd, const char *name)
     if (!spool_id_valid(name))
         return name[0] != '.';
     snprintf(path, sizeof(path), "queue/%s", name);
-    return fstatat(rootfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (fstatat(rootfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return 0;
+    /* a state written before queue files carried the mark: mark it now,
+     * or the reader would not look for it (best effort: a failure here
+     * shows up as a failing save or read later, never as a lost state
+     * when the chmod works, and it does for the spool's owner or root) */
+    if (S_ISREG(st.st_mode) && !(st.st_mode & SPOOL_HAS_STATE))
+        (void)fchmodat(rootfd, path, (st.st_mode & 07777) | SPOOL_HAS_STATE,
+            0);
+    return 1;
 }
 
 
@@ -813,7 +823,10 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
         rc = spool_efmt(sp, "queue", id);
         goto fail;
     }
-    if ((rc = spool_load_state(sp, env)) != SPOOL_OK)
+    /* only a marked file can have a state (spool_state_save()): no open()
+     * of a missing state file for a message that never had one */
+    env->has_state = (st.st_mode & SPOOL_HAS_STATE) != 0;
+    if (env->has_state && (rc = spool_load_state(sp, env)) != SPOOL_OK)
         goto fail;
     free(b);
     *envp = env;
@@ -847,8 +860,15 @@ spool_state_save(struct spool *sp, const struct spool_env *env)
         return spool_efmt(sp, "state", "(bad id)");
     for (i = 0; i < env->nrcpt; i++)
         if (env->rcpt[i].status < SPOOL_RCPT_PENDING ||
-            env->rcpt[i].status > SPOOL_RCPT_BOUNCED)
+            env->rcpt[i].status > SPOOL_RCPT_BOUNCED ||
+            (env->rcpt[i].notified &&
+            env->rcpt[i].status != SPOOL_RCPT_BOUNCED))
             return spool_efmt(sp, "state", env->id);
+    /* the mark first: a reader that sees no mark finds no state either */
+    if (fchmodat(sp->queuefd, env->id, S_IRUSR | S_IWUSR | SPOOL_HAS_STATE,
+        0) == -1)
+        return errno == ENOENT ? (spool_fail(sp, "chmod queue/%s", env->id),
+            SPOOL_ENOENT) : spool_fail(sp, "chmod queue/%s", env->id);
     snprintf(tmp, sizeof(tmp), ".%s.tmp", env->id);
     n = spool_state_render(env, NULL);
     b = xmalloc(n);
@@ -882,8 +902,11 @@ spool_state_save(struct spool *sp, const struct spool_env *env)
 }
 
 
-int
-spool_remove(struct spool *sp, const char *id)
+/* spool_unlink - queue file first, then the state file when it may
+ * exist: a state file left behind by a crash in between is removed by the
+ * next spool_prepare(). */
+static int
+spool_unlink(struct spool *sp, const char *id, int has_state)
 {
     int rc = SPOOL_OK;
 
@@ -891,15 +914,27 @@ spool_remove(struct spool *sp, const char *id)
         snprintf(sp->err, sizeof(sp->err), "bad queue id");
         return SPOOL_EFORMAT;
     }
-    /* Queue file first: a state file left behind by a crash here is
-     * removed by the next spool_prepare(). */
     if (unlinkat(sp->queuefd, id, 0) == -1)
         rc = errno == ENOENT ? (spool_fail(sp, "unlink queue/%s", id),
             SPOOL_ENOENT) : spool_fail(sp, "unlink queue/%s", id);
-    if (rc != SPOOL_ESYS && unlinkat(sp->statefd, id, 0) == -1 &&
+    if (has_state && rc != SPOOL_ESYS && unlinkat(sp->statefd, id, 0) == -1 &&
         errno != ENOENT)
         rc = spool_fail(sp, "unlink state/%s", id);
     return rc;
+}
+
+
+int
+spool_remove(struct spool *sp, const char *id)
+{
+    return spool_unlink(sp, id, 1);
+}
+
+
+int
+spool_remove_env(struct spool *sp, const struct spool_env *env)
+{
+    return spool_unlink(sp, env->id, env->has_state);
 }
 
 

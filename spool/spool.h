@@ -64,6 +64,8 @@ struct spool_rcpt {
     unsigned    notify;             /* SPOOL_NOTIFY_* */
     /* delivery state (from state/<id>; PENDING and NULL when none) */
     int         status;             /* enum spool_rcpt_status */
+    int         notified;           /* BOUNCED and its DSN queued (or none
+                                     * due): never reported twice */
     char       *last_reply;         /* peer's last reply or our reason */
     char       *relay;              /* "host[ip]:port" of the last attempt */
 };
@@ -86,6 +88,7 @@ struct spool_env {
     uint64_t    next_retry_ms;      /* wall clock; 0 = now */
     unsigned    attempts;
     int         held;
+    int         has_state;          /* state/<id> may exist (see below) */
 };
 
 struct spool;
@@ -136,10 +139,20 @@ int     spool_msg_open(struct spool *sp, const char *id, int lock,
 /* Frees an env made by spool_msg_open()/spool_env_parse() (every string
  * malloc'd); not for an env the caller built itself. */
 void    spool_env_free(struct spool_env *env);           /* NULL ok */
-/* Rewrite state/<id> from env's delivery fields (atomic). */
+/* Rewrite state/<id> from env's delivery fields (atomic).  First it marks
+ * the queue file (owner-execute bit, S_IXUSR) as having a state file:
+ * spool_msg_open() reads state/<id> only for a marked file (its fstat()
+ * shows the bit), so a message that never had a state costs no open() of
+ * a missing file.  The mark is set before the state file appears and never
+ * cleared; spool_prepare() marks the queue files of state files written
+ * before the mark existed.  SPOOL_ENOENT when queue/<id> is gone. */
 int     spool_state_save(struct spool *sp, const struct spool_env *env);
 /* Remove a delivered/bounced/deleted message: queue file, then state. */
 int     spool_remove(struct spool *sp, const char *id);
+/* The same for a message opened with spool_msg_open() and locked since:
+ * state/<id> is unlinked only when env->has_state says one may exist
+ * (set it after a spool_state_save() of the same env). */
+int     spool_remove_env(struct spool *sp, const struct spool_env *env);
 /* Every id in queue/, sorted.  *ids is one malloc'd array of ids. */
 int     spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *n);
 

@@ -24,14 +24,18 @@
  *             rcpt <notify bits> <addr xtext> <orcpt xtext|+>   (n times)
  *             end
  *           then the body.  state/<id> (written whole, renamed into place):
- *             MTAD-STATE 1
+ *             MTAD-STATE 1                or 2, see below
  *             id <16 hex>
  *             next_retry <ms>
  *             attempts <n>
  *             held 0|1
  *             rcpts <n>                   must equal the envelope's
- *             rcpt PENDING|SENT|BOUNCED <relay xtext|+> <reply xtext|+>
+ *             rcpt PENDING|SENT|BOUNCED|NOTIFIED <relay xtext|+> <reply xtext|+>
  *             end
+ *           NOTIFIED is BOUNCED with its DSN already queued (rcpt->notified);
+ *           it exists only in version 2, which is written only when some
+ *           recipient is NOTIFIED, so an older reader still reads every
+ *           other state file, and a version-1 file never holds NOTIFIED.
  * FAILURE   Parsers are strict: an unknown, repeated or missing key, a bad
  *           number, a non-canonical xtext or a missing line end gives
  *           SPOOL_EFORMAT.  Allocation never fails (xmalloc).
@@ -64,7 +68,8 @@ static const char *const spool_body_names[] = { "7BIT", "8BITMIME",
     "BINARYMIME" };
 static const char *const spool_ret_names[] = { "NONE", "FULL", "HDRS" };
 static const char *const spool_status_names[] = { "PENDING", "SENT",
-    "BOUNCED" };
+    "BOUNCED", "NOTIFIED" };
+#define SPOOL_STATUS_NOTIFIED 3         /* word index: BOUNCED + notified */
 
 
 /* spool_put - append n bytes (or count them). */
@@ -205,8 +210,11 @@ spool_state_render(const struct spool_env *env, char *dst)
 {
     struct spool_out o = { dst, 0 };
     size_t           i;
+    int              v2 = 0;
 
-    spool_puts(&o, SPOOL_STATE_MAGIC "id ");
+    for (i = 0; i < env->nrcpt; i++)
+        v2 |= env->rcpt[i].notified != 0;
+    spool_puts(&o, v2 ? SPOOL_STATE_MAGIC2 "id " : SPOOL_STATE_MAGIC "id ");
     spool_put(&o, env->id, strnlen(env->id, SPOOL_ID_LEN));
     spool_puts(&o, "\nnext_retry ");
     spool_put_u64(&o, env->next_retry_ms);
@@ -217,7 +225,8 @@ spool_state_render(const struct spool_env *env, char *dst)
     spool_puts(&o, "\n");
     for (i = 0; i < env->nrcpt; i++) {
         spool_puts(&o, "rcpt ");
-        spool_puts(&o, spool_status_names[env->rcpt[i].status]);
+        spool_puts(&o, spool_status_names[env->rcpt[i].notified ?
+            SPOOL_STATUS_NOTIFIED : env->rcpt[i].status]);
         spool_put_xtext(&o, env->rcpt[i].relay);
         spool_put_xtext(&o, env->rcpt[i].last_reply);
         spool_puts(&o, "\n");
@@ -511,7 +520,8 @@ fail:
 /* spool_state_line - apply one state line to env; -1 on any error. */
 static int
 spool_state_line(struct spool_env *e, const struct spool_field *key,
-    const struct spool_field *f, int nf, size_t *nr, unsigned *seen)
+    const struct spool_field *f, int nf, size_t *nr, unsigned *seen,
+    int version)
 {
     static const char *const names[] = { "id", "next_retry", "attempts",
         "held", "rcpts", "rcpt" };
@@ -544,9 +554,12 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
         return spool_num(&f[0], SIZE_MAX, &v) == 0 && v == e->nrcpt ? 0 : -1;
     default:
         if (!(*seen & (1u << 4)) || *nr == e->nrcpt ||
-            (st = spool_word(&f[0], spool_status_names, 3)) < 0)
+            (st = spool_word(&f[0], spool_status_names,
+            version >= 2 ? 4 : 3)) < 0)
             return -1;
-        e->rcpt[*nr].status = st;
+        e->rcpt[*nr].notified = st == SPOOL_STATUS_NOTIFIED;
+        e->rcpt[*nr].status = st == SPOOL_STATUS_NOTIFIED ?
+            SPOOL_RCPT_BOUNCED : st;
         free(e->rcpt[*nr].relay);
         free(e->rcpt[*nr].last_reply);
         e->rcpt[*nr].relay = e->rcpt[*nr].last_reply = NULL;
@@ -565,16 +578,20 @@ spool_state_parse(const char *p, size_t n, struct spool_env *e)
     struct spool_field key, f[SPOOL_MAX_FIELDS];
     size_t             pos = sizeof(SPOOL_STATE_MAGIC) - 1, nr = 0;
     unsigned           seen = 0;
-    int                nf;
+    int                nf, version;
 
-    if (n < pos || memcmp(p, SPOOL_STATE_MAGIC, pos) != 0)
+    if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC, pos) == 0)
+        version = 1;
+    else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC2, pos) == 0)
+        version = 2;
+    else
         return SPOOL_EFORMAT;
     for (;;) {
         if ((nf = spool_line(p, n, &pos, &key, f)) < 0)
             return SPOOL_EFORMAT;
         if (spool_is(&key, "end") && nf == 0)
             break;
-        if (spool_state_line(e, &key, f, nf, &nr, &seen) < 0)
+        if (spool_state_line(e, &key, f, nf, &nr, &seen, version) < 0)
             return SPOOL_EFORMAT;
     }
     if (seen != 0x3f || nr != e->nrcpt || pos != n)

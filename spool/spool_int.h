@@ -16,6 +16,9 @@
 
 #define SPOOL_MAGIC        "MTAD-SPOOL 1\n"
 #define SPOOL_STATE_MAGIC  "MTAD-STATE 1\n"
+/* Version 2 adds the recipient status NOTIFIED; it is written only when a
+ * recipient has it, so files a version-1 reader can read stay version 1. */
+#define SPOOL_STATE_MAGIC2 "MTAD-STATE 2\n"
 #define SPOOL_SIZE_OFF     (sizeof(SPOOL_MAGIC) - 1 + sizeof("size ") - 1)
 #define SPOOL_SIZE_WIDTH   20
 
@@ -24,7 +27,8 @@
 size_t  spool_env_render(const struct spool_env *env, char *dst);
 
 /* Render the delivery state of env; same dst convention.  Statuses outside
- * enum spool_rcpt_status must be refused by the caller beforehand. */
+ * enum spool_rcpt_status, and notified on a recipient that is not BOUNCED,
+ * must be refused by the caller beforehand. */
 size_t  spool_state_render(const struct spool_env *env, char *dst);
 
 /* Parse a whole state file into env's delivery fields (strict: the id and

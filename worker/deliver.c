@@ -20,10 +20,13 @@
  *           (router_lookup per recipient): smtp groups become one relay
  *           transaction each (relay.c); maildir, discard, reject: and
  *           defer: are settled on the spot.  When every group is back:
- *           all final -> DSN for the failed ones (dsn.c), spool_remove();
- *           else attempts++, next retry from delivery.retry (the last step
- *           repeats), state saved, lock released, rescheduled; past
- *           max_queue_time the open recipients bounce (4.4.7).
+ *           one DSN (dsn.c) for the recipients that bounced and were not
+ *           reported yet, which are then marked notified (at once, as
+ *           Postfix does, not when the last deferred one is final); then
+ *           all final -> spool_remove(); else attempts++, next retry from
+ *           delivery.retry (the last step repeats), state saved, lock
+ *           released, rescheduled; past max_queue_time the open
+ *           recipients bounce (4.4.7).
  * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open at once (each
  *           holds the queue fd and its lock); the rest wait in the heap.
  *           Connections per destination: this worker's share of
@@ -32,10 +35,11 @@
  * STOP      deliver_drain(): idle connections close, running attempts
  *           finish, and messages the last sessions still accept get their
  *           first attempt; deferred ones are left to the next generation.
- *           That one recovered at its start, before the old one finished,
- *           so it rescans once more at shutdown_timeout + 1 s (the old
- *           workers are gone by then): the one "settle" pass per worker
- *           start.  A "kick *" also rebuilds the schedule from the spool.
+ *           That one recovered at its start, before the old one finished;
+ *           when the old generation's last worker is gone the master sends
+ *           "kick *" to the new workers, and deliver_kick() rebuilds the
+ *           schedule from the spool for this shard: ids not yet known are
+ *           added, and every one is due at once (a kick means "now").
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
  *           the status page; a spool error on save is logged and the
  *           message is retried from memory (the file keeps its last state;
@@ -105,15 +109,12 @@ struct deliver {
     struct dl_entry      *heap;
     size_t                nheap, capheap;
     struct ev_timer       timer;
-    struct ev_timer       settle;       /* one rescan after a handover */
     struct dl_attempt    *active;
     size_t                nactive;
     int                   draining;
 };
 
 static void deliver_arm(struct deliver *d);
-static void deliver_settle(struct ev_loop *loop, struct ev_timer *t,
-            void *arg);
 
 
 /* ---- the schedule: a binary min-heap on when ---- */
@@ -426,8 +427,10 @@ dl_bounce(struct dl_attempt *a)
     if (rcode == SPOOL_OK) {
         util_strlcpy(newid, spool_msg_id(m), sizeof(newid));
         size = spool_msg_size(m);
-        rcode = spool_commit(m);
-        m = NULL;                       /* spool_commit() freed it */
+        /* spool_commit() frees m only on success; a failed commit
+         * leaves it (and its tmp file) for spool_abort() below */
+        if ((rcode = spool_commit(m)) == SPOOL_OK)
+            m = NULL;
     }
     buf_free(&out);
     if (rcode != SPOOL_OK) {
@@ -440,6 +443,28 @@ dl_bounce(struct dl_attempt *a)
     log_info("%s: from=<>, size=%llu, nrcpt=1 (bounce of %s)", newid,
         (unsigned long long)size, env->id);
     deliver_submit(d, newid);
+    return 0;
+}
+
+
+/*
+ * dl_notify - at the end of every attempt: one DSN for the recipients that
+ * bounced since the last one, then every bounced recipient is marked
+ * notified, so a DSN (or a null sender's drop) happens once per recipient
+ * and never waits for the others to become final.  Returns dl_bounce()'s
+ * result; on -1 nothing is marked and the next attempt tries again.
+ */
+static int
+dl_notify(struct dl_attempt *a)
+{
+    struct spool_env *env = a->env;
+    size_t            i;
+
+    if (dl_bounce(a) < 0)
+        return -1;
+    for (i = 0; i < env->nrcpt; i++)
+        if (env->rcpt[i].status == SPOOL_RCPT_BOUNCED)
+            env->rcpt[i].notified = 1;
     return 0;
 }
 
@@ -495,7 +520,10 @@ dl_expire(struct dl_attempt *a)
 }
 
 
-/* dl_finish - every group is back: remove, or save and reschedule. */
+/* dl_finish - every group is back: the DSN for new failures, then
+ * remove, or save and reschedule.  A crash between the DSN's commit and
+ * the state save sends that DSN again at the next attempt (twice, never
+ * lost). */
 static void
 dl_finish(struct dl_attempt *a)
 {
@@ -503,6 +531,7 @@ dl_finish(struct dl_attempt *a)
     struct spool_env *env = a->env;
     uint64_t          now = util_wall_ms();
     size_t            i, pending = 0;
+    int               notified;
 
     for (i = 0; i < env->nrcpt; i++)
         if (env->rcpt[i].status == SPOOL_RCPT_PENDING)
@@ -512,16 +541,19 @@ dl_finish(struct dl_attempt *a)
         dl_expire(a);
         pending = 0;
     }
+    /* the bounce for what failed now goes out now, whatever the others */
+    notified = dl_notify(a) == 0;
+    if (pending == 0 && notified) {
+        if (spool_remove_env(d->sp, env) != SPOOL_OK)
+            log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
+        else
+            log_info("%s: removed", env->id);
+        dl_attempt_free(a);
+        deliver_arm(d);
+        return;
+    }
     if (pending == 0) {
-        if (dl_bounce(a) == 0) {
-            if (spool_remove(d->sp, env->id) != SPOOL_OK)
-                log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
-            else
-                log_info("%s: removed", env->id);
-            dl_attempt_free(a);
-            deliver_arm(d);
-            return;
-        }
+        /* kept until its bounce is queued */
         env->next_retry_ms = now + deliver_retry_delay(d->cfg->retry_ms,
             d->cfg->nretry, 1);
     } else {
@@ -533,6 +565,8 @@ dl_finish(struct dl_attempt *a)
     if (spool_state_save(d->sp, env) != SPOOL_OK)
         log_warn("%s: saving the delivery state: %s", env->id,
             spool_errstr(d->sp));
+    else
+        env->has_state = 1;
     {
         char     id[SPOOL_ID_SIZE];
         uint64_t when = env->next_retry_ms;
@@ -792,7 +826,6 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         d->nshards : 1;
     d->relay = relay_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
     ev_timer_init(&d->timer, deliver_fire, d);
-    ev_timer_init(&d->settle, deliver_settle, d);
     return d;
 }
 
@@ -803,7 +836,6 @@ deliver_free(struct deliver *d)
     if (d == NULL)
         return;
     ev_timer_stop(d->loop, &d->timer);
-    ev_timer_stop(d->loop, &d->settle);
     /* connections first: they point at the attempts' envelopes */
     relay_free(d->relay);
     while (d->active != NULL)
@@ -888,32 +920,10 @@ deliver_load(struct deliver *d, int now, const char *why)
 }
 
 
-/*
- * deliver_settle - one rescan, shutdown_timeout after start.  At a reload
- * the old generation drains while this one already runs: what the old
- * workers accept or defer after our recovery is in the spool but in no
- * schedule.  By now they are gone (the master kills them at the timeout),
- * so one more pass picks those up.  Once per worker start, never again.
- */
-static void
-deliver_settle(struct ev_loop *loop, struct ev_timer *t, void *arg)
-{
-    struct deliver *d = arg;
-
-    (void)loop;
-    (void)t;
-    if (!d->draining)
-        (void)deliver_load(d, 0, "settle");
-}
-
-
 int
 deliver_recover(struct deliver *d)
 {
-    int rc = deliver_load(d, 0, "recover");
-
-    ev_timer_start(d->loop, &d->settle, d->cfg->shutdown_timeout_ms + 1000);
-    return rc;
+    return deliver_load(d, 0, "recover");
 }
 
 

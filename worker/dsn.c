@@ -24,7 +24,7 @@
 int
 dsn_wanted(const struct spool_rcpt *rc)
 {
-    if (rc->status != SPOOL_RCPT_BOUNCED)
+    if (rc->status != SPOOL_RCPT_BOUNCED || rc->notified)
         return 0;
     if (rc->notify & SPOOL_NOTIFY_NEVER)
         return 0;

@@ -30,8 +30,9 @@ struct dsn_info {
     int         full;               /* orig is the whole message */
 };
 
-/* A failure DSN is due for this recipient: BOUNCED, and NOTIFY is absent
- * or has FAILURE (NEVER or SUCCESS/DELAY alone: none). */
+/* A failure DSN is due for this recipient: BOUNCED, not yet notified (an
+ * earlier DSN covered it), and NOTIFY is absent or has FAILURE (NEVER or
+ * SUCCESS/DELAY alone: none). */
 int     dsn_wanted(const struct spool_rcpt *rc);
 /* Recipients of env for which dsn_wanted() holds. */
 size_t  dsn_count(const struct spool_env *env);

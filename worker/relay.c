@@ -326,10 +326,11 @@ relay_watch(struct relay_conn *c, unsigned mask)
 }
 
 
-/* relay_flush - write what is buffered; watch for writability if some is
- * left.  Returns 0, or -1 with lasterr set when the socket failed. */
+/* relay_send - write what is buffered, as far as the socket takes it,
+ * without touching what the loop watches.  Returns 0, or -1 with lasterr
+ * set when the socket failed. */
 static int
-relay_flush(struct relay_conn *c)
+relay_send(struct relay_conn *c)
 {
     while (buf_avail(&c->out) > 0) {
         ssize_t w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
@@ -349,6 +350,17 @@ relay_flush(struct relay_conn *c)
     }
     if (buf_avail(&c->out) == 0)
         c->out.off = c->out.len = 0;
+    return 0;
+}
+
+
+/* relay_flush - relay_send(), then watch for writability if some is left
+ * (or the body is still being sent). */
+static int
+relay_flush(struct relay_conn *c)
+{
+    if (relay_send(c) < 0)
+        return -1;
     relay_watch(c, EV_READ | (buf_avail(&c->out) > 0 ||
         c->state == C_BODY ? EV_WRITE : 0));
     return 0;
@@ -828,10 +840,11 @@ relay_body_start(struct relay_conn *c)
 
 /*
  * relay_body_write - move body bytes toward the socket.  DATA: pread a
- * 128 KiB chunk, stuff it into the out buffer, send; BDAT: flush the
+ * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
  * command line, then sendfile() straight from the queue file.  Stops at
  * EAGAIN or after RELAY_WRITE_TURNS chunks so one big message does not
- * hold the loop.
+ * hold the loop.  Writability is watched only when it has to wait: a
+ * body that goes out in one call costs no epoll_ctl() on and off.
  */
 static int
 relay_body_write(struct relay_conn *c)
@@ -840,10 +853,12 @@ relay_body_write(struct relay_conn *c)
 
     for (turns = 0; turns < RELAY_WRITE_TURNS; turns++) {
         if (buf_avail(&c->out) > 0) {
-            if (relay_flush(c) < 0)
+            if (relay_send(c) < 0)
                 return -1;
-            if (buf_avail(&c->out) > 0)
-                return 0;                   /* EAGAIN */
+            if (buf_avail(&c->out) > 0) {   /* EAGAIN */
+                (void)relay_watch(c, EV_READ | EV_WRITE);
+                return 0;
+            }
         }
         if (c->body_left == 0) {
             if (!c->bdat) {
@@ -862,8 +877,10 @@ relay_body_write(struct relay_conn *c)
                 c->body_left > RELAY_CHUNK * 4 ? RELAY_CHUNK * 4 :
                 c->body_left);
 
-            if (w < 0 && (errno == EAGAIN || errno == EINTR))
-                return relay_flush(c);
+            if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+                (void)relay_watch(c, EV_READ | EV_WRITE);
+                return 0;
+            }
             if (w <= 0) {
                 snprintf(c->lasterr, sizeof(c->lasterr),
                     "lost connection with %s while sending message "
@@ -903,7 +920,11 @@ relay_body_write(struct relay_conn *c)
         }
         relay_arm(c, RELAY_T_BLOCK);
     }
-    return relay_flush(c);
+    /* turns used up with body left: go on when the socket takes more */
+    if (relay_send(c) < 0)
+        return -1;
+    (void)relay_watch(c, EV_READ | EV_WRITE);
+    return 0;
 }
 
 

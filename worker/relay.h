@@ -65,13 +65,15 @@ const char *relay_enhanced(const char *reply, const char *dflt, char *out,
             size_t outsz);
 
 /* Dot-stuffing in one pass (RFC 5321 4.5.2): a '.' at the start of a line
- * (after CRLF, or at the very start) is doubled.  State carries across
- * calls, so any split of the body gives the same output.  out must have
- * room for RELAY_STUFF_ROOM(n) bytes; returns the bytes written. */
+ * (after CRLF, after a bare LF, or at the very start) is doubled, so no
+ * parser, strict or LF-lenient, finds an end of data inside the body.
+ * State carries across calls, so any split of the body gives the same
+ * output.  out must have room for RELAY_STUFF_ROOM(n) bytes (worst case
+ * ".\n" repeated: 3 bytes out per 2 in); returns the bytes written. */
 struct relay_stuff {
     int     state;                  /* private */
 };
-#define RELAY_STUFF_ROOM(n)  ((n) + (n) / 3 + 2)
+#define RELAY_STUFF_ROOM(n)  ((n) + (n) / 2 + 2)
 void    relay_stuff_init(struct relay_stuff *s);
 size_t  relay_stuff(struct relay_stuff *s, const char *in, size_t n,
             char *out);

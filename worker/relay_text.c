@@ -186,11 +186,13 @@ relay_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
 }
 
 
-/*
- * Dot-stuffing states: LINE = at the start of a line (after CRLF or at the
- * start of the body), MID = inside a line, CR = just after a CR.
- */
-enum { STUFF_LINE = 0, STUFF_MID, STUFF_CR };
+/* Where the last byte left us: at the start of a line after CRLF (or of
+ * the body), after a bare LF, after a CR, or inside a line.  Both kinds of
+ * line start get a leading dot doubled: a lenient next hop may take a bare
+ * LF as a line end, and "\n.\r\n" left unstuffed would end the data there
+ * for it (SMTP smuggling).  Only the end mark needs the difference: after
+ * a bare LF the body still lacks its CRLF. */
+enum { STUFF_LINE = 0, STUFF_MID, STUFF_CR, STUFF_LF };
 
 void
 relay_stuff_init(struct relay_stuff *s)
@@ -208,7 +210,8 @@ relay_stuff(struct relay_stuff *s, const char *in, size_t n, char *out)
         const char *lf;
         size_t      span;
 
-        if (s->state == STUFF_LINE && in[i] == '.')
+        if ((s->state == STUFF_LINE || s->state == STUFF_LF) &&
+            in[i] == '.')
             out[o++] = '.';
         if (s->state == STUFF_CR && in[i] == '\n') {
             out[o++] = '\n';
@@ -222,13 +225,12 @@ relay_stuff(struct relay_stuff *s, const char *in, size_t n, char *out)
         memcpy(out + o, in + i, span);
         o += span;
         i += span;
-        if (lf == NULL) {
+        if (lf == NULL)
             s->state = in[n - 1] == '\r' ? STUFF_CR : STUFF_MID;
-        } else if (span >= 2 && lf[-1] == '\r') {
+        else if (span >= 2 && lf[-1] == '\r')
             s->state = STUFF_LINE;
-        } else {
-            s->state = STUFF_MID;           /* bare LF: not a line start */
-        }
+        else
+            s->state = STUFF_LF;            /* bare LF: a line start too */
     }
     return o;
 }

@@ -20,10 +20,11 @@
  *           A session waiting for the group commit parses no more input;
  *           the hook resumes it after queueing its reply.
  * STOP      Graceful stop (worker_int.h STOP): sessions go on as usual,
- *           transactions included; only one between transactions that has
- *           been quiet (nothing read, nothing left to write) for
- *           WORKER_STOP_GRACE_MS is told "421 4.3.2" and closed, checked by
- *           its own timer, so a stop costs nothing per turn.
+ *           transactions included; only one between transactions (no
+ *           MAIL, no unparsed input) on which nothing was read or written
+ *           for WORKER_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
+ *           session checks itself (sess_process, its timer), so a stop costs
+ *           nothing per turn.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
  *           errors end the session, aborting any message in progress.

@@ -22,10 +22,14 @@
  *           connections, then accept until EAGAIN what is already queued
  *           (a wakeup this worker took must not leave a connection waiting
  *           for the next arrival), then close them.  Sessions go on (see
- *           worker_int.h STOP); at the stop deadline, a little before the
- *           master's SIGKILL at server.shutdown_timeout so that clients see
- *           the 421, every session left is closed.  The worker exits when
- *           it has no session and deliver_drain() reports nothing running.
+ *           worker_int.h STOP); at the stop deadline, shutdown_timeout
+ *           less min(1 s, a quarter of it), so before the master's SIGKILL
+ *           at shutdown_timeout and clients see the 421, every session left
+ *           is closed.  The worker exits when it has no session and
+ *           deliver_drain() reports nothing running.
+ * LOGGING   Records are staged (log_set_batching) and the last before-sleep
+ *           hook hands a turn's records to the log process in one
+ *           sendmmsg(), instead of one send() per record.
  * FAILURE   worker_init() logs and returns NULL; worker_run() returns the
  *           process exit status.
  */

@@ -10,6 +10,7 @@ Steering (attributes; change them any time, they are read per command):
   fail_first   answer `fail_code` to the first K end-of-data replies
   fail_code    default "451 4.3.0 try again later"
   reject       set of recipient addresses answered "550 5.1.1 ..."
+  defer        set of recipient addresses answered "451 4.2.0 ..." at RCPT
   data_delay   seconds to wait before answering the end of data
   caps         EHLO keywords offered (default PIPELINING, 8BITMIME,
                SMTPUTF8, DSN, SIZE, ENHANCEDSTATUSCODES)
@@ -68,6 +69,7 @@ class Sink:
         self.fail_first = 0
         self.fail_code = "451 4.3.0 try again later"
         self.reject = set()
+        self.defer = set()
         self.data_delay = 0.0
         self.greeting = "220 %s ESMTP test sink" % name
         self.ehlo_ok = True         # False: 502 to EHLO (HELO fallback)
@@ -197,6 +199,9 @@ class Sink:
                     elif addr in self.reject:
                         await reply("550 5.1.1 <%s>: Recipient address "
                                     "rejected: no such user" % addr)
+                    elif addr in self.defer:
+                        await reply("451 4.2.0 <%s>: mailbox busy, try "
+                                    "again later" % addr)
                     else:
                         state["rcpts"].append(addr)
                         state["rparams"].append(params)

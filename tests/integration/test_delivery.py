@@ -415,3 +415,80 @@ def test_big_message_streams_byte_identical(mtad_factory, sink_factory,
     got = s.wait_for(1, timeout=60)
     _, rest = strip_received(got[0].data)
     assert rest == msg
+
+
+def test_bounce_goes_out_at_once_while_another_is_deferred_and_once(
+        mtad_factory, sink_factory):
+    remote = sink_factory()
+    home = sink_factory()
+    remote.reject = {"bad@remote.test"}
+    remote.defer = {"later@remote.test"}
+    m = start(mtad_factory, remote.route, static={"home.test": home.route},
+              delivery={"retry": ["1s"]})
+    qid = send(m, "alice@home.test", ["bad@remote.test", "later@remote.test"],
+               make_message(9))
+    dsn = home.wait_for(1, timeout=20)[0]
+    body = dsn.data.decode("utf-8", "replace")
+    assert "Final-Recipient: rfc822; bad@remote.test\r\n" in body
+    assert "later@remote.test" not in body
+    # the other recipient is still deferred: the message is still queued
+    assert qid in m.queue_ids()
+    assert remote.received() == []
+    m.wait_log("%s: to=<later@remote.test>" % qid)
+    assert "status=deferred (451 4.2.0" in m.log_text()
+    # let a retry or two pass while it is deferred: still no second DSN
+    assert wait_until(lambda: m.log_text().count(
+        "%s: to=<later@remote.test>" % qid) >= 2, 15)
+    remote.defer = set()
+    got = remote.wait_for(1, timeout=20)
+    assert got[0].rcpt_tos == ["later@remote.test"]
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    time.sleep(0.5)
+    assert len(home.received()) == 1, "no second DSN for bad@remote.test"
+    assert m.log_text().count("%s: sender non-delivery notification" %
+                              qid) == 1
+
+
+@needs_mtactl
+def test_reload_with_other_worker_count_hands_deferred_messages_over(
+        mtad_factory, sink):
+    dead = "smtp:[127.0.0.1]:%d" % closed_port()
+    m = start(mtad_factory, dead, static={"later.test": dead},
+              delivery={"retry": ["1h"]},
+              server={"workers": 3, "shutdown_timeout": "20s"})
+    ids = [send(m, "a@example.org", ["u%d@later.test" % i], make_message(i))
+           for i in range(6)]
+    for qid in ids:
+        m.wait_log("%s: to=<u" % qid)
+    # a transaction open in an old worker keeps it running after the
+    # reload: what it queues then is in no new worker's schedule
+    old = m.smtp()
+    old.ehlo("old.test")
+    assert old.mail("a@example.org")[0] == 250
+    assert old.rcpt("late@later.test")[0] == 250
+    m.cfg["server"]["workers"] = 2
+    m.write_config()
+    r = m.ctl("reload")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    m.wait_log("reload done", timeout=20)
+    code, _ = old.data(make_message(99))
+    assert code == 250
+    m.wait_log("to=<late@later.test>", timeout=10)
+    assert "status=deferred" in m.log_text()
+    r = m.ctl("route", "add", "later.test", sink.route)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    time.sleep(0.3)
+    assert sink.received() == []        # retries are an hour away
+    old.quit()                          # the old generation can go now
+    m.wait_log("told to rescan the queue", timeout=20)
+    got = sink.wait_for(1, timeout=20)
+    assert "late@later.test" in [g.rcpt_tos[0] for g in got]
+    r = m.ctl("flush")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    want = sorted(["late@later.test"] + ["u%d@later.test" % i
+                                         for i in range(6)])
+    got = sink.wait_for(len(want), timeout=30)
+    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    time.sleep(1.0)
+    assert sorted(g.rcpt_tos[0] for g in sink.received()) == want, \
+        "each delivered exactly once"

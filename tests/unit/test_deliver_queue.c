@@ -3,7 +3,9 @@
  * a temp dir: recovery takes only this worker's shard and skips held
  * messages, deliveries on "discard"/"maildir" routes remove the message,
  * a "defer:" route keeps it with the attempt counted and the next retry
- * saved, and a null-sender "reject:" leaves no bounce behind.
+ * saved, a null-sender "reject:" leaves no bounce behind, a bounce goes
+ * out while another recipient is still deferred (and only once), and
+ * "kick *" picks up messages queued behind the schedule's back.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -233,22 +235,98 @@ Test(deliver_queue, reject_route_bounces_to_the_sender)
     ev_free(loop);
 }
 
-Test(deliver_queue, settle_pass_picks_up_what_came_after_recovery)
+Test(deliver_queue, kick_all_picks_up_what_came_after_recovery)
 {
     char            a[SPOOL_ID_SIZE];
     struct ev_loop *loop = ev_new();
     struct deliver *d = deliver_new(loop, &cfg, sp0, rt, NULL, 0, 1);
     int             i;
 
-    cfg.shutdown_timeout_ms = 0;        /* settle pass 1 s after recovery */
     cr_assert_eq(deliver_recover(d), 0);
     /* queued behind our back, as a draining old generation would */
     put(sp0, "a@x.test", "b@y.test", a);
-    spin(loop, 300);
-    cr_assert(queued(a), "nothing scans before the settle pass");
+    spin(loop, 1300);
+    cr_assert(queued(a), "nothing scans the spool by itself");
+    deliver_kick(d, "*");               /* the master's hand-over */
     for (i = 0; i < 50 && queued(a); i++)
         spin(loop, 100);
-    cr_assert_not(queued(a), "the settle pass scheduled and delivered it");
+    cr_assert_not(queued(a), "the kick scheduled and delivered it");
+    deliver_free(d);
+    ev_free(loop);
+}
+
+
+/* put2 - one message to two recipients */
+static void
+put2(struct spool *sp, const char *sender, const char *r1, const char *r2,
+    char *id)
+{
+    struct spool_env  env;
+    struct spool_rcpt rc[2];
+    struct spool_msg *m = NULL;
+    const char        body[] = "Subject: two\r\n\r\nhello\r\n";
+
+    memset(&env, 0, sizeof(env));
+    memset(rc, 0, sizeof(rc));
+    env.sender = (char *)sender;
+    env.client_ip = "127.0.0.1";
+    rc[0].addr = (char *)r1;
+    rc[1].addr = (char *)r2;
+    env.rcpt = rc;
+    env.nrcpt = 2;
+    cr_assert_eq(spool_create(sp, &env, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, body, sizeof(body) - 1), SPOOL_OK);
+    cr_assert_eq(spool_finish(m), SPOOL_OK);
+    strcpy(id, spool_msg_id(m));
+    cr_assert_eq(spool_commit(m), SPOOL_OK);
+}
+
+
+/* md_count - messages delivered into the test maildir */
+static int
+md_count(void)
+{
+    char  cmd[160], line[32] = "";
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "ls %s/md/new 2>/dev/null | wc -l", dir);
+    f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    (void)!fgets(line, sizeof(line), f);
+    pclose(f);
+    return atoi(line);
+}
+
+
+Test(deliver_queue, bounce_goes_out_while_others_are_deferred_and_once)
+{
+    char              a[SPOOL_ID_SIZE];
+    struct spool_env *env = NULL;
+    struct ev_loop   *loop = ev_new();
+    struct deliver   *d = deliver_new(loop, &cfg, sp0, rt, NULL, 0, 1);
+    int               i;
+
+    /* the bounce goes to s@md.test: a maildir we can count */
+    put2(sp0, "s@md.test", "u@no.test", "v@later.test", a);
+    deliver_submit(d, a);
+    for (i = 0; i < 50 && md_count() < 1; i++)
+        spin(loop, 100);
+    cr_assert_eq(md_count(), 1, "the DSN for the 550 one arrived at once");
+    cr_assert(queued(a), "the deferred recipient keeps the message");
+    cr_assert_eq(spool_msg_open(sp0, a, 0, &env, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(env->rcpt[0].status, SPOOL_RCPT_BOUNCED);
+    cr_assert_eq(env->rcpt[0].notified, 1, "marked as reported");
+    cr_assert_eq(env->rcpt[1].status, SPOOL_RCPT_PENDING);
+    cr_assert_eq(env->attempts, 1);
+    spool_env_free(env);
+
+    deliver_kick(d, a);                 /* a second attempt: still 4xx */
+    spin(loop, 500);
+    cr_assert(queued(a));
+    cr_assert_eq(spool_msg_open(sp0, a, 0, &env, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(env->attempts, 2, "the second attempt ran");
+    spool_env_free(env);
+    cr_assert_eq(md_count(), 1, "no second DSN for the same recipient");
     deliver_free(d);
     ev_free(loop);
 }

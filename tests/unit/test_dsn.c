@@ -79,6 +79,9 @@ Test(dsn, wanted_follows_notify)
     r.notify = SPOOL_NOTIFY_NEVER;
     cr_assert_not(dsn_wanted(&r));
     r.notify = 0;
+    r.notified = 1;                     /* an earlier DSN reported it */
+    cr_assert_not(dsn_wanted(&r));
+    r.notified = 0;
     r.status = SPOOL_RCPT_SENT;
     cr_assert_not(dsn_wanted(&r));
     r.status = SPOOL_RCPT_PENDING;

@@ -234,11 +234,84 @@ Test(relay_stuff, no_final_crlf_gets_one)
 }
 
 
-Test(relay_stuff, bare_lf_and_cr_are_not_line_starts)
+Test(relay_stuff, bare_lf_is_a_line_start_bare_cr_is_not)
 {
-    check_stuff("a\n.b\r\n", "a\n.b\r\n.\r\n");
+    check_stuff("a\n.b\r\n", "a\n..b\r\n.\r\n");
     check_stuff("a\r.b\r\n", "a\r.b\r\n.\r\n");
     check_stuff("a\r\r\n.b\r\n", "a\r\r\n..b\r\n.\r\n");
+    /* a body ending in a bare LF still needs its CRLF before the dot */
+    check_stuff("a\n", "a\n\r\n.\r\n");
+}
+
+
+/* lenient_end - where an LF-lenient receiver (a line ends at LF, CR
+ * before it optional) sees the end of data: the offset just past the
+ * first line that is exactly "." or ".\r", or n when none. */
+static size_t
+lenient_end(const char *p, size_t n)
+{
+    size_t start = 0, i;
+
+    for (i = 0; i < n; i++) {
+        if (p[i] != '\n')
+            continue;
+        if ((i - start == 1 && p[start] == '.') ||
+            (i - start == 2 && p[start] == '.' && p[start + 1] == '\r'))
+            return i + 1;
+        start = i + 1;
+    }
+    return n;
+}
+
+
+/* strict_end - the same for a strict receiver: the first "\r\n.\r\n"
+ * (or ".\r\n" at the very start). */
+static size_t
+strict_end(const char *p, size_t n)
+{
+    const char *e;
+
+    if (n >= 3 && memcmp(p, ".\r\n", 3) == 0)
+        return 3;
+    e = memmem(p, n, "\r\n.\r\n", 5);
+    return e != NULL ? (size_t)(e - p) + 5 : n;
+}
+
+
+Test(relay_stuff, smuggling_variants_end_only_at_the_real_end)
+{
+    /* what a client may get stored with bare_newline: accept, each
+     * followed by a smuggled second transaction */
+    static const char *const bodies[] = {
+        "a\r\n\n.\r\nMAIL FROM:<x@evil>\r\n",
+        "a\r\n\n.\nMAIL FROM:<x@evil>\r\n",
+        "a\r\n.\nMAIL FROM:<x@evil>\r\n",
+        "a\n.\r\nMAIL FROM:<x@evil>\r\n",
+        "a\n.\nMAIL FROM:<x@evil>\r\n",
+        "\n.\r\nMAIL FROM:<x@evil>\r\n",
+        ".\nMAIL FROM:<x@evil>\r\n",
+        "a\r\n.\r\r\nMAIL FROM:<x@evil>\r\n",
+        "a\n.\r\n",
+        "a\n.\n",
+    };
+    size_t k;
+
+    for (k = 0; k < sizeof(bodies) / sizeof(bodies[0]); k++) {
+        const char *in = bodies[k];
+        size_t      n = strlen(in), cut, o;
+        char       *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+
+        for (cut = 0; cut <= n; cut++) {
+            o = stuff_split(in, n, &cut, 1, out);
+            cr_assert_eq(lenient_end(out, o), o, "body %zu cut %zu: a "
+                "lenient parser ends early in '%.*s'", k, cut, (int)o, out);
+            cr_assert_eq(strict_end(out, o), o, "body %zu cut %zu: a "
+                "strict parser ends early in '%.*s'", k, cut, (int)o, out);
+            cr_assert(o >= 5 && memcmp(out + o - 5, "\r\n.\r\n", 5) == 0,
+                "body %zu: no proper end", k);
+        }
+        free(out);
+    }
 }
 
 
@@ -251,17 +324,21 @@ Test(relay_stuff, only_dots)
 
 Test(relay_stuff, worst_case_fits_the_room)
 {
-    size_t n = 3 * 1000, o;
-    char  *in = malloc(n), *out = malloc(RELAY_STUFF_ROOM(n) + 8);
-    struct relay_stuff st;
-    size_t i;
+    static const char *const units[] = { ".\r\n", ".\n" };
+    size_t k;
 
-    for (i = 0; i < n; i += 3)
-        memcpy(in + i, ".\r\n", 3);
-    relay_stuff_init(&st);
-    o = relay_stuff(&st, in, n, out);
-    cr_assert_eq(o, n + n / 3);
-    cr_assert(o <= RELAY_STUFF_ROOM(n));
-    free(in);
-    free(out);
+    for (k = 0; k < 2; k++) {
+        size_t u = strlen(units[k]), n = u * 1000, o, i;
+        char  *in = malloc(n), *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+        struct relay_stuff st;
+
+        for (i = 0; i < n; i += u)
+            memcpy(in + i, units[k], u);
+        relay_stuff_init(&st);
+        o = relay_stuff(&st, in, n, out);
+        cr_assert_eq(o, n + n / u);
+        cr_assert(o <= RELAY_STUFF_ROOM(n));
+        free(in);
+        free(out);
+    }
 }

@@ -858,6 +858,10 @@ Test(spool_state, save_and_load_round_trip)
 
     env->rcpt[2].status = 9;
     cr_assert_eq(spool_state_save(sp, env), SPOOL_EFORMAT);
+    env->rcpt[2].status = SPOOL_RCPT_PENDING;
+    env->rcpt[2].notified = 1;          /* only a bounced one is notified */
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_EFORMAT);
+    env->rcpt[2].notified = 0;
     spool_env_free(env);
 
     t_touch(dir, "state", id, "MTAD-STATE 1\nid x\nend\n");
@@ -1024,6 +1028,115 @@ Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
     cr_assert_eq(spool_write(m, big, 1024), SPOOL_OK);
     cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
     cr_assert_eq(t_count(dir, "queue"), 1);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* t_read - a file of the spool into a malloc'd string. */
+static char *
+t_read(const char *d, const char *sub, const char *name)
+{
+    char  path[512], *b = calloc(1, 65536);
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s/%s", d, sub, name);
+    cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+    (void)!fread(b, 1, 65535, f);
+    fclose(f);
+    return b;
+}
+
+
+Test(spool_state, notified_needs_version_2_and_only_then)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], *b, *v1;
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env *env, *again;
+
+    t_commit(sp, "hi", 2, id);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->rcpt[0].status = SPOOL_RCPT_BOUNCED;
+    env->rcpt[0].last_reply = xstrdup("550 5.1.1 no");
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 1\n", 13) == 0, "none notified: v1");
+    free(b);
+
+    env->rcpt[0].notified = 1;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 2\n", 13) == 0, "%s", b);
+    cr_assert_not_null(strstr(b, "\nrcpt NOTIFIED "), "%s", b);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->rcpt[0].status, SPOOL_RCPT_BOUNCED);
+    cr_assert_eq(again->rcpt[0].notified, 1);
+    cr_assert_eq(again->rcpt[1].notified, 0);
+    cr_assert_str_eq(again->rcpt[0].last_reply, "550 5.1.1 no");
+    spool_env_free(again);
+
+    /* NOTIFIED under the version-1 magic is damage, not data */
+    v1 = strdup(b);
+    memcpy(v1, "MTAD-STATE 1", 12);
+    t_touch(dir, "state", id, v1);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL),
+        SPOOL_EFORMAT);
+    /* and an unknown version is refused */
+    memcpy(v1, "MTAD-STATE 3", 12);
+    t_touch(dir, "state", id, v1);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL),
+        SPOOL_EFORMAT);
+    free(v1);
+    free(b);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_state, queue_file_mark_says_whether_a_state_exists)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[512];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env, *again;
+    struct stat       st;
+
+    t_commit(sp, "hi", 2, id);
+    snprintf(path, sizeof(path), "%s/queue/%s", dir, id);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & S_IXUSR, 0, "a fresh message is unmarked");
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(env->has_state, 0);
+
+    env->attempts = 3;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_neq(st.st_mode & S_IXUSR, 0, "saving a state marks the file");
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->has_state, 1);
+    cr_assert_eq(again->attempts, 3);
+    spool_env_free(again);
+
+    /* a state from before the mark existed: spool_prepare() marks it */
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->attempts, 0, "unmarked: the state is not read");
+    spool_env_free(again);
+    cr_assert_eq(spool_prepare(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK, "%s",
+        spool_errstr(NULL));
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->attempts, 3, "marked at start, read again");
+    spool_env_free(again);
+
+    /* removal through the env skips the state only when it has none */
+    env->has_state = 1;
+    cr_assert_eq(spool_remove_env(sp, env), SPOOL_OK);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    cr_assert_eq(t_count(dir, "state"), 0);
+    /* no state for a message that is gone */
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_ENOENT);
+    cr_assert_eq(t_count(dir, "state"), 0);
+    spool_env_free(env);
     spool_close(sp);
     t_rm_rf(dir);
 }
