@@ -219,3 +219,22 @@ def test_idle_mode_holds_connections(sink_factory):
     assert kv(rest.strip().splitlines()[-1])["idle_lost"] == 0
     got = sink.stop()
     assert got["msgs"] == 0 and got["conns"] == 50
+
+
+def test_shares_change_on_sighup_without_dropping_connections(sink_factory, tmp_path):
+    shares = tmp_path / "shares"
+    shares.write_text("4xx=0 5xx=0 delay=0\n")
+    sink = sink_factory("-F", str(shares))
+    assert blast(sink.port, "-c", "2", "-m", "20")["accepted"] == 20
+    shares.write_text("4xx=0 5xx=100 delay=0\n")
+    sink.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        sink.out.seek(0)
+        if "shares: 4xx=0 5xx=100 delay=0" in sink.out.read():
+            break
+        time.sleep(0.05)
+    res = blast(sink.port, "-c", "2", "-m", "20")
+    assert res["accepted"] == 0 and res["permfail"] == 20
+    got = sink.stop()
+    assert got["msgs"] == 20 and got["permfail"] == 20
