@@ -775,6 +775,13 @@ def main():
     table = render(results, tools)
     checks = targets(results, tools)
     notes.extend(bottlenecks(results, tools))
+    for (name, tool, who), rs in sorted(results.items()):
+        bad = [r for r in rs if not r["e2e_complete"]]
+        if bad:
+            notes.append("(!) %s, %s, %s: %d of %d runs not delivered in full within %.0f s "
+                         "(%s); their end-to-end rate counts only what arrived" %
+                         (name, TOOLNAME[tool], who, len(bad), len(rs), E2E_TIMEOUT,
+                          ", ".join("%d of %d" % (r["delivered"], r["accepted"]) for r in bad)))
     print(table)
     print()
     for c in checks:

@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include <yaml.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -50,7 +52,9 @@ enum config_type {
     CONFIG_CIDRS,
     CONFIG_RETRY,
     CONFIG_ROUTE,                  /* char *, checked with route_parse() */
-    CONFIG_STATIC                  /* routes.static */
+    CONFIG_STATIC,                 /* routes.static */
+    CONFIG_TLSFILE,                /* a string; its node is kept for checks */
+    CONFIG_TLSVER                  /* TLSv1.2 | TLSv1.3 */
 };
 
 struct config_key {
@@ -125,6 +129,14 @@ static const struct config_key config_log[] = {
     END
 };
 
+static const struct config_key config_tls[] = {
+    KEY("cert_file", CONFIG_TLSFILE, tls_cert_file),
+    KEY("key_file", CONFIG_TLSFILE, tls_key_file),
+    KEY("min_version", CONFIG_TLSVER, tls_min_version),
+    KEY("ciphers", CONFIG_STRING, tls_ciphers),
+    END
+};
+
 static const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -133,6 +145,7 @@ static const struct config_key config_top[] = {
     SECTION("routes", config_routes),
     SECTION("delivery", config_delivery),
     SECTION("log", config_log),
+    SECTION("tls", config_tls),
     END
 };
 
@@ -151,6 +164,9 @@ struct config_parse {
     int              nerr;
     int              have_default;  /* routes.default was set */
     yaml_mark_t      routes_mark;   /* where "routes:" was, for "missing" */
+    /* tls: where each key was, for the checks made after the walk */
+    yaml_mark_t      tls_cert_mark, tls_key_mark, tls_ciphers_mark;
+    int              tls_bad;       /* a tls key already failed */
 };
 
 static void config_section(struct config_parse *, const struct config_key *,
@@ -610,6 +626,129 @@ config_set_static(struct config_parse *p, const yaml_node_t *n,
     cfg->nstatic_routes = nr;
 }
 
+/* tls.cert_file, tls.key_file, tls.min_version: set the value and keep
+ * where it was written for config_check_tls(). */
+static void
+config_set_tls(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
+    static const char ver[] = "TLSv1.2 or TLSv1.3";
+    struct config *cfg = p->cfg;
+    const char *v;
+
+    if (k->type == CONFIG_TLSVER) {
+        v = config_scalar(p, n, path, ver);
+        if (v != NULL && strcmp(v, "TLSv1.2") == 0)
+            cfg->tls_min_version = CONFIG_TLS12;
+        else if (v != NULL && strcmp(v, "TLSv1.3") == 0)
+            cfg->tls_min_version = CONFIG_TLS13;
+        else if (v != NULL)
+            config_expected(p, n, path, ver);
+        return;
+    }
+    if ((v = config_scalar(p, n, path, "a file name")) == NULL) {
+        p->tls_bad = 1;
+        return;
+    }
+    config_set_str(config_field(p, k), v);
+    if (k->off == OFF(tls_cert_file))
+        p->tls_cert_mark = n->start_mark;
+    else
+        p->tls_key_mark = n->start_mark;
+}
+
+/* The first queued OpenSSL error as text (the queue is cleared). */
+static const char *
+config_ssl_err(char *buf, size_t bufsz)
+{
+    unsigned long e = ERR_peek_last_error();
+
+    if (e == 0)
+        util_strlcpy(buf, "unknown OpenSSL error", bufsz);
+    else
+        ERR_error_string_n(e, buf, bufsz);
+    ERR_clear_error();
+    return buf;
+}
+
+/* config_tls_readable - open the file as mtad will (the master is still
+ * root at load); a message and -1 when it cannot be read. */
+static int
+config_tls_readable(struct config_parse *p, const yaml_mark_t *mark,
+    const char *key, const char *file)
+{
+    FILE *fp = fopen(file, "r");
+
+    if (fp == NULL) {
+        config_addf(p, mark, "%s: cannot read '%s': %s", key, file,
+            strerror(errno));
+        return -1;
+    }
+    fclose(fp);
+    return 0;
+}
+
+/* config_check_tls - after the walk: both files or neither, readable,
+ * PEM, the key matching the certificate, and a usable cipher list; all
+ * with a throw-away SSL_CTX (each worker builds its own). */
+static void
+config_check_tls(struct config_parse *p)
+{
+    struct config *cfg = p->cfg;
+    char why[256];
+    SSL_CTX *ctx;
+    int bad;
+
+    if (p->tls_bad)
+        return;
+    if (cfg->tls_cert_file == NULL && cfg->tls_key_file == NULL)
+        return;                     /* no STARTTLS */
+    if (cfg->tls_key_file == NULL) {
+        config_addf(p, &p->tls_cert_mark, "tls.key_file: required when "
+            "tls.cert_file is set");
+        return;
+    }
+    if (cfg->tls_cert_file == NULL) {
+        config_addf(p, &p->tls_key_mark, "tls.cert_file: required when "
+            "tls.key_file is set");
+        return;
+    }
+    bad = config_tls_readable(p, &p->tls_cert_mark, "tls.cert_file",
+        cfg->tls_cert_file);
+    bad |= config_tls_readable(p, &p->tls_key_mark, "tls.key_file",
+        cfg->tls_key_file);
+    if (bad)
+        return;
+    ERR_clear_error();
+    if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
+        config_addf(p, &p->tls_cert_mark, "tls.cert_file: cannot set up "
+            "TLS: %s", config_ssl_err(why, sizeof(why)));
+        return;
+    }
+    /* The key first: loaded after the certificate, a key that does not
+     * match would fail as unusable; loaded before, the certificate drops
+     * it quietly and SSL_CTX_check_private_key() names the real problem. */
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key_file,
+        SSL_FILETYPE_PEM) != 1)
+        config_addf(p, &p->tls_key_mark, "tls.key_file: no usable PEM "
+            "private key in '%s': %s", cfg->tls_key_file,
+            config_ssl_err(why, sizeof(why)));
+    else if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1)
+        config_addf(p, &p->tls_cert_mark, "tls.cert_file: no usable PEM "
+            "certificate in '%s': %s", cfg->tls_cert_file,
+            config_ssl_err(why, sizeof(why)));
+    else if (SSL_CTX_check_private_key(ctx) != 1)
+        config_addf(p, &p->tls_key_mark, "tls.key_file: the key in '%s' "
+            "does not match the certificate in tls.cert_file",
+            cfg->tls_key_file);
+    if (cfg->tls_ciphers != NULL &&
+        SSL_CTX_set_cipher_list(ctx, cfg->tls_ciphers) != 1)
+        config_addf(p, &p->tls_ciphers_mark, "tls.ciphers: no usable "
+            "cipher in '%s'", cfg->tls_ciphers);
+    ERR_clear_error();
+    SSL_CTX_free(ctx);
+}
+
 /* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
 static int
 config_word(const char *v, const char *const *words, size_t nwords)
@@ -702,6 +841,10 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
             config_expected(p, n, path, levels);
         else
             *(int *)f = config_levels[i].level;
+        break;
+    case CONFIG_TLSFILE:
+    case CONFIG_TLSVER:
+        config_set_tls(p, k, n, path);
         break;
     case CONFIG_ROUTE:
         v = config_scalar(p, n, path, "a route like \"smtp:[host]:25\" or "
@@ -816,6 +959,8 @@ config_section(struct config_parse *p, const struct config_key *keys,
         }
         if (k->sub == config_routes)
             p->routes_mark = kn->start_mark;
+        if (k->off == OFF(tls_ciphers) && keys == config_tls)
+            p->tls_ciphers_mark = vn->start_mark;
         config_value(p, k, vn, path);
     }
 }
@@ -872,6 +1017,8 @@ config_defaults(const char *path)
     cfg->log_file = xstrdup("-");
     cfg->log_level = LOGL_INFO;
     cfg->log_flush_interval_ms = 100;
+
+    cfg->tls_min_version = CONFIG_TLS12;
     return cfg;
 }
 
@@ -1033,6 +1180,7 @@ config_load(const char *path, char *err, size_t errsz)
     p.cfg = config_defaults(path);
     config_parse_file(&p, fp);
     fclose(fp);
+    config_check_tls(&p);
     if (p.nerr > 0) {
         config_copy_errors(&p, err, errsz);
         free(p.errs);
@@ -1070,5 +1218,8 @@ config_free(struct config *cfg)
     free(cfg->static_routes);
     free(cfg->retry_ms);
     free(cfg->log_file);
+    free(cfg->tls_cert_file);
+    free(cfg->tls_key_file);
+    free(cfg->tls_ciphers);
     free(cfg);
 }

@@ -82,7 +82,20 @@ struct config {
     char   *log_file;               /* "-" = stderr */
     int     log_level;              /* enum log_level, default info */
     uint64_t log_flush_interval_ms; /* 100ms */
+
+    /* tls: inbound STARTTLS, offered only when both files are set.  At
+     * load both files are read and the key is checked against the
+     * certificate (so an unreadable or mismatched pair is a config error). */
+    char   *tls_cert_file;          /* PEM chain, leaf first; NULL = no TLS */
+    char   *tls_key_file;           /* PEM private key */
+    int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
+    char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
 };
+
+/* tls_min_version values: the protocol's version numbers, as OpenSSL's
+ * TLS1_2_VERSION and TLS1_3_VERSION (config.h does not include OpenSSL). */
+#define CONFIG_TLS12  0x0303
+#define CONFIG_TLS13  0x0304
 
 /* Load and check FILE.  On error returns NULL and writes the messages,
  * newline-separated, into err (always terminated, truncated if long). */

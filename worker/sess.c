@@ -25,6 +25,17 @@
  *           for WORKER_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
  *           session checks itself (sess_process, its timer), so a stop costs
  *           nothing per turn.
+ * STARTTLS  (RFC 3207) "220 2.0.0 Ready to start TLS", then whatever the
+ *           client pipelined behind the command is thrown away unread
+ *           (plaintext injected before the handshake, CVE-2011-0411), the
+ *           220 is written in clear, and SSL_accept() runs on the loop
+ *           (SS_TLS, then SS_HANDSHAKE).  After it the session starts over
+ *           as if just connected, without a greeting: no HELO name, no
+ *           transaction.  A failed handshake closes the connection.  TLS
+ *           reads can leave decrypted bytes in the SSL object with nothing
+ *           on the socket: sess_tls_kick() puts such a session on
+ *           w->tls_ready, read again on the next turn.  Plain sessions pay
+ *           one pointer test for all this.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
  *           errors end the session, aborting any message in progress.
@@ -62,7 +73,9 @@ enum sess_state {
     SS_DATA,                        /* DATA content, up to CRLF.CRLF */
     SS_BDAT,                        /* a BDAT chunk of exact length */
     SS_COMMIT,                      /* message finished, waiting for commit */
-    SS_CLOSING                      /* last reply queued; close once sent */
+    SS_CLOSING,                     /* last reply queued; close once sent */
+    SS_TLS,                         /* STARTTLS: writing the 220 in clear */
+    SS_HANDSHAKE                    /* SSL_accept() in progress */
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
@@ -71,6 +84,7 @@ enum sess_state {
 #define SF_DISCARD   0x08u          /* dropping an over-long line to its LF */
 #define SF_RELAY     0x10u          /* client in relay.allow_networks */
 #define SF_COMMITQ   0x20u          /* on w->commit */
+#define SF_TLSREADY  0x40u          /* on w->tls_ready */
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -118,6 +132,8 @@ static void sess_stop_check(struct sess *s);
 static void sess_free(struct sess *s, const char *why);
 static void sess_on_io(struct ev_loop *loop, int fd, unsigned events,
             void *arg);
+static void sess_tls_kick(struct sess *s);
+static void sess_read(struct sess *s);
 
 static const char *const sess_verb_name[SMTP_STARTTLS + 1] = {
     "unknown", "ehlo", "helo", "mail", "rcpt", "data", "bdat", "rset",
@@ -381,8 +397,10 @@ sess_received(struct sess *s, struct sess_txn *t)
 {
     const struct config *cfg = s->w->cfg;
     char                 hdr[2048], date[64], forc[SMTP_ADDR_MAX + 16];
-    const char          *with;
+    const char          *with, *cipher;
+    char                 tls[200];
     struct tm            tm;
+    int                  bits, alg_bits;
     time_t               now = time(NULL);
     int                  n;
 
@@ -392,15 +410,25 @@ sess_received(struct sess *s, struct sess_txn *t)
         with = "UTF8SMTP";
     else
         with = (s->flags & SF_ESMTP) ? "ESMTP" : "SMTP";
+    tls[0] = '\0';
+    if (s->tp.ssl != NULL) {
+        /* RFC 3848 / 6531 names, and what was used, as Postfix writes it */
+        with = t->env.smtputf8 ? "UTF8SMTPS" : "ESMTPS";
+        cipher = transport_tls_cipher(&s->tp, &bits, &alg_bits);
+        snprintf(tls, sizeof(tls), "\t(using %s with cipher %s (%d/%d "
+            "bits))\r\n", transport_tls_version(&s->tp), cipher, bits,
+            alg_bits);
+    }
     forc[0] = '\0';
     if (t->env.nrcpt == 1)
         snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
     n = snprintf(hdr, sizeof(hdr),
         "Received: from %s ([%s])\r\n"
+        "%s"
         "\tby %s (mtad) with %s id %s%s;\r\n"
         "\t%s\r\n",
-        s->helo ? s->helo : "unknown", s->ip, cfg->hostname, with, t->id,
-        forc, date);
+        s->helo ? s->helo : "unknown", s->ip, tls, cfg->hostname, with,
+        t->id, forc, date);
     if (n < 0 || (size_t)n >= sizeof(hdr))
         n = (int)strlen(hdr);
     return spool_write(t->msg, hdr, (size_t)n);
@@ -606,6 +634,7 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
     sess_out_take(s);
     buf_printf(&s->out,
         "250-%s\r\n"
+        "%s"
         "250-PIPELINING\r\n"
         "250-SIZE %llu\r\n"
         "250-8BITMIME\r\n"
@@ -614,7 +643,9 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-BINARYMIME\r\n"
         "250-ENHANCEDSTATUSCODES\r\n"
         "250 DSN\r\n",
-        cfg->hostname, (unsigned long long)cfg->max_message_size);
+        cfg->hostname,
+        s->w->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
+        (unsigned long long)cfg->max_message_size);
     sess_pending_add(s);
 }
 
@@ -799,6 +830,32 @@ sess_bdat(struct sess *s, struct str arg)
 }
 
 
+/* sess_starttls - RFC 3207.  The input behind the command is dropped
+ * here: bytes a client pipelined after STARTTLS were sent in clear and
+ * must never be read as commands of the TLS session (CVE-2011-0411).  The
+ * handshake starts once the 220 is written (sess_write). */
+static void
+sess_starttls(struct sess *s, struct str arg)
+{
+    if (arg.n > 0) {
+        sess_reply(s, "501 5.5.4 Syntax: STARTTLS");
+        return;
+    }
+    if (s->tp.ssl != NULL) {
+        sess_reply(s, "503 5.5.1 Error: TLS already active");
+        return;
+    }
+    if (s->w->tls_ctx == NULL) {
+        sess_reply(s, "502 5.5.1 Error: command not implemented");
+        return;
+    }
+    sess_reply(s, "220 2.0.0 Ready to start TLS");
+    buf_consume(&s->in, buf_avail(&s->in));
+    s->flags &= ~SF_DISCARD;
+    s->state = SS_TLS;
+}
+
+
 static void
 sess_command(struct sess *s, struct str line, int bare_lf)
 {
@@ -865,12 +922,158 @@ sess_command(struct sess *s, struct str line, int bare_lf)
             "RSET NOOP QUIT VRFY HELP");
         break;
     case SMTP_STARTTLS:
-        sess_reply(s, "502 5.5.1 Error: command not implemented");
+        sess_starttls(s, arg);
         break;
     default:
         sess_reply(s, "500 5.5.2 Error: command not recognized");
         break;
     }
+}
+
+
+/* --- STARTTLS --------------------------------------------------------- */
+
+/* sess_tls_readable - the session would read now if bytes were there. */
+static int
+sess_tls_readable(const struct sess *s)
+{
+    return !(s->flags & SF_WBLOCK) && s->state <= SS_BDAT &&
+        buf_avail(&s->out) < SESS_OUT_HIGH;
+}
+
+
+/* sess_tls_kick - decrypted bytes wait in the SSL object and epoll will
+ * not tell: read them on the next turn (w->tls_timer, 0 ms). */
+static void
+sess_tls_kick(struct sess *s)
+{
+    struct worker *w = s->w;
+
+    if ((s->flags & SF_TLSREADY) || !sess_tls_readable(s) ||
+        !transport_pending(&s->tp))
+        return;
+    if (w->ntls_ready == w->tls_readycap) {
+        w->tls_readycap = w->tls_readycap ? w->tls_readycap * 2 : 16;
+        w->tls_ready = xrealloc(w->tls_ready,
+            w->tls_readycap * sizeof(*w->tls_ready));
+    }
+    w->tls_ready[w->ntls_ready++] = s;
+    s->flags |= SF_TLSREADY;
+    if (!ev_timer_active(&w->tls_timer))
+        ev_timer_start(w->loop, &w->tls_timer, 0);
+}
+
+
+static void
+sess_tls_ready_del(struct sess *s)
+{
+    struct worker *w = s->w;
+    size_t         i;
+
+    for (i = 0; i < w->ntls_ready; i++)
+        if (w->tls_ready[i] == s)
+            w->tls_ready[i] = NULL;
+    s->flags &= ~SF_TLSREADY;
+}
+
+
+/* sess_tls_ready_run - one read for each session queued before this call;
+ * those it queues again (still more pending) wait for the next turn, so
+ * one busy TLS client cannot starve the others. */
+void
+sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct worker *w = arg;
+    struct sess   *s;
+    size_t         i, n = w->ntls_ready;
+
+    (void)t;
+    for (i = 0; i < n; i++) {
+        s = w->tls_ready[i];        /* re-read: the array may move */
+        w->tls_ready[i] = NULL;
+        if (s == NULL)
+            continue;
+        s->flags &= ~SF_TLSREADY;
+        if (sess_tls_readable(s))
+            sess_read(s);
+    }
+    memmove(w->tls_ready, w->tls_ready + n,
+        (w->ntls_ready - n) * sizeof(*w->tls_ready));
+    w->ntls_ready -= n;
+    if (w->ntls_ready > 0)
+        ev_timer_start(loop, &w->tls_timer, 0);
+}
+
+
+/* sess_tls_reset - the handshake is done: the session starts over (RFC
+ * 3207 4.2: forget everything learnt in clear). */
+static void
+sess_tls_reset(struct sess *s)
+{
+    struct worker *w = s->w;
+    int            bits, alg_bits;
+    const char    *cipher = transport_tls_cipher(&s->tp, &bits, &alg_bits);
+
+    log_info("STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
+        (unsigned)s->port, transport_tls_version(&s->tp), cipher, bits);
+    sess_txn_free(s);
+    free(s->helo);
+    s->helo = NULL;
+    s->flags &= ~(SF_ESMTP | SF_DISCARD);
+    s->state = SS_CMD;
+    s->active_ms = ev_now(w->loop);
+    ev_timer_start(w->loop, &s->timer, w->cfg->command_timeout_ms);
+    sess_watch(s, EV_READ);
+    sess_tls_kick(s);
+    if (w->stopping)
+        sess_stop_check(s);
+}
+
+
+/* sess_tls_step - drive SSL_accept(); -1 when the session was freed. */
+static int
+sess_tls_step(struct sess *s)
+{
+    char err[256];
+    int  rc;
+
+    err[0] = '\0';
+    rc = transport_tls_handshake(&s->tp, err, sizeof(err));
+    if (rc == MTA_AGAIN) {
+        sess_watch(s, s->tp.want == TRANSPORT_WANT_WRITE ? EV_WRITE
+                                                         : EV_READ);
+        return 0;
+    }
+    if (rc < 0) {
+        log_info("STARTTLS from [%s]:%u failed: %s", s->ip,
+            (unsigned)s->port, err);
+        STATUS_ADD(s->w->st->errors, 1);
+        sess_free(s, "TLS handshake failed");
+        return -1;
+    }
+    sess_tls_reset(s);
+    return 0;
+}
+
+
+/* sess_tls_begin - the 220 is written: put TLS on the socket.  Anything
+ * that arrived in clear since is left on the socket for SSL_accept(),
+ * which rejects what is not a ClientHello. */
+static int
+sess_tls_begin(struct sess *s)
+{
+    char err[256];
+
+    s->in.off = s->in.len = 0;
+    buf_pool_give(&s->in);
+    if (transport_tls_start(&s->tp, s->w->tls_ctx, err, sizeof(err)) < 0) {
+        log_warn("STARTTLS from [%s]:%u: %s", s->ip, (unsigned)s->port,
+            err);
+        sess_free(s, "TLS setup failed");
+        return -1;
+    }
+    s->state = SS_HANDSHAKE;
+    return sess_tls_step(s);
 }
 
 
@@ -976,6 +1179,8 @@ sess_process(struct sess *s)
     sess_in_release(s);
     if (s->w->stopping)
         sess_stop_check(s);
+    if (s->tp.ssl != NULL)
+        sess_tls_kick(s);
 }
 
 
@@ -998,6 +1203,9 @@ sess_read(struct sess *s)
     n = transport_read(&s->tp, buf_tail(&s->in), buf_room(&s->in));
     if (n == MTA_AGAIN) {
         sess_in_release(s);
+        if (s->tp.ssl != NULL)      /* a TLS read may need to write first */
+            sess_watch(s, s->tp.want == TRANSPORT_WANT_WRITE ? EV_WRITE
+                                                             : EV_READ);
         return;
     }
     if (n <= 0) {
@@ -1033,7 +1241,8 @@ sess_write(struct sess *s)
     if (buf_avail(&s->out) > 0) {
         /* Backpressure: stop reading until the client takes its replies. */
         s->flags |= SF_WBLOCK;
-        sess_watch(s, EV_WRITE);
+        sess_watch(s, s->tp.ssl != NULL &&
+            s->tp.want == TRANSPORT_WANT_READ ? EV_READ : EV_WRITE);
         return 0;
     }
     s->flags &= ~SF_WBLOCK;
@@ -1044,9 +1253,13 @@ sess_write(struct sess *s)
         sess_free(s, NULL);
         return -1;
     }
+    if (s->state == SS_TLS)
+        return sess_tls_begin(s);   /* the 220 is out: handshake */
     sess_watch(s, EV_READ);
     if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
         sess_process(s);            /* commands paused at SESS_OUT_HIGH */
+    else if (s->tp.ssl != NULL)
+        sess_tls_kick(s);
     return 0;
 }
 
@@ -1058,14 +1271,19 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 
     (void)loop;
     (void)fd;
+    /* EV_READ with SF_WBLOCK and EV_WRITE without it are only watched
+     * for a TLS engine that waits for the other direction. */
     if (s->flags & SF_WBLOCK) {
-        if (events & (EV_WRITE | EV_ERROR))
+        if (events & (EV_WRITE | EV_READ | EV_ERROR))
             (void)sess_write(s);
         return;
     }
-    if (s->state == SS_COMMIT || s->state == SS_CLOSING)
-        return;                     /* resumed by the hooks */
-    if (events & (EV_READ | EV_ERROR))
+    if (s->state >= SS_COMMIT) {
+        if (s->state == SS_HANDSHAKE)
+            (void)sess_tls_step(s);
+        return;                     /* others are resumed by the hooks */
+    }
+    if (events & (EV_READ | EV_WRITE | EV_ERROR))
         sess_read(s);
 }
 
@@ -1079,6 +1297,12 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (s->state == SS_CLOSING) {
         sess_free(s, "timeout while closing");
+        return;
+    }
+    if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
+        /* No clear-text 421 in the middle of a handshake. */
+        log_info("STARTTLS from [%s]:%u: timeout", s->ip, (unsigned)s->port);
+        sess_free(s, "timeout during TLS handshake");
         return;
     }
     if (s->state == SS_COMMIT)
@@ -1126,6 +1350,8 @@ sess_free(struct sess *s, const char *why)
         why ? why : "");
 
     sess_pending_del(s);
+    if (s->flags & SF_TLSREADY)
+        sess_tls_ready_del(s);
     sess_txn_free(s);               /* aborts an unfinished message */
     ev_timer_stop(w->loop, &s->timer);
     ev_unwatch(w->loop, s->tp.fd);
@@ -1320,6 +1546,10 @@ sess_stop_all(struct worker *w, uint64_t linger_ms)
         next = s->next;
         if (s->state == SS_COMMIT)
             continue;
+        if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
+            ev_timer_start(w->loop, &s->timer, 0);  /* closed, no 421 */
+            continue;
+        }
         if (s->state != SS_CLOSING)
             sess_shutdown(s);
         ev_timer_start(w->loop, &s->timer, linger_ms);

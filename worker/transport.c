@@ -1,21 +1,152 @@
 /*
- * transport.c - plain-socket transport for SMTP sessions.
+ * transport.c - the byte transport for SMTP sessions: plain sockets, and
+ * TLS (OpenSSL 3) once STARTTLS has put an SSL object on the socket.
  *
- * CONTRACT  See transport.h.  EINTR is retried; EAGAIN becomes MTA_AGAIN.
- * FAILURE   Never logs; -1 with errno kept.
+ * CONTRACT  See transport.h.  Plain: EINTR is retried; EAGAIN becomes
+ *           MTA_AGAIN.  The plain path costs one pointer test over the bare
+ *           syscalls.  TLS: SSL_ERROR_WANT_READ/WRITE become MTA_AGAIN with
+ *           t->want set; a close without close_notify reads as end of
+ *           stream (SSL_OP_IGNORE_UNEXPECTED_EOF: SMTP frames its own data,
+ *           so truncation cannot pass for a complete message).  OpenSSL
+ *           writes with plain send(): the worker ignores SIGPIPE (see
+ *           master/child.c), which keeps "never raises SIGPIPE" true.
+ * MEMORY    SSL_MODE_RELEASE_BUFFERS: an idle TLS session gives its record
+ *           buffers back, keeping only the SSL object itself.  No server
+ *           session cache (it would grow with clients): resumption uses
+ *           stateless tickets, whose key is per SSL_CTX, so per worker.
+ * FAILURE   Never logs; -1 with errno kept, or a reason in err.
  */
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "common/util.h"
+#include "config/config.h"
 #include "worker/transport.h"
+
+#define TRANSPORT_TLS_CHUNK  (INT_MAX / 2)  /* SSL_read/SSL_write take int */
 
 
 void
 transport_init(struct transport *t, int fd)
 {
     t->fd = fd;
+    t->want = 0;
+    t->ssl = NULL;
+}
+
+
+/* transport_ssl_err - why an SSL call failed, as text for err. */
+static void
+transport_ssl_err(SSL *ssl, int r, char *err, size_t errsz)
+{
+    unsigned long e = ERR_peek_last_error();
+    int           code = SSL_get_error(ssl, r);
+
+    if (code == SSL_ERROR_SSL && e != 0)
+        ERR_error_string_n(e, err, errsz);
+    else if (code == SSL_ERROR_SYSCALL && errno != 0)
+        snprintf(err, errsz, "%s", strerror(errno));
+    else if (code == SSL_ERROR_SYSCALL || code == SSL_ERROR_ZERO_RETURN)
+        snprintf(err, errsz, "connection closed by the client");
+    else
+        snprintf(err, errsz, "TLS error %d", code);
+    ERR_clear_error();
+}
+
+
+/* transport_tls_again - map an SSL error to MTA_AGAIN (t->want set) or -1
+ * (errno set: EPROTO for a protocol error); 0 for a clean end. */
+static ssize_t
+transport_tls_again(struct transport *t, int r)
+{
+    int code = SSL_get_error(t->ssl, r);
+
+    switch (code) {
+    case SSL_ERROR_WANT_READ:
+        t->want = TRANSPORT_WANT_READ;
+        return MTA_AGAIN;
+    case SSL_ERROR_WANT_WRITE:
+        t->want = TRANSPORT_WANT_WRITE;
+        return MTA_AGAIN;
+    case SSL_ERROR_ZERO_RETURN:
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        ERR_clear_error();
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
+            t->want = TRANSPORT_WANT_READ;
+            return MTA_AGAIN;
+        }
+        if (errno == 0)
+            return 0;
+        return -1;
+    default:
+        ERR_clear_error();
+        errno = EPROTO;
+        return -1;
+    }
+}
+
+
+/* transport_tls_read - as many records as fit: one SSL_read returns at
+ * most one record (16 KiB), the buffer is usually 128 KiB. */
+static ssize_t
+transport_tls_read(struct transport *t, void *p, size_t n)
+{
+    size_t  got = 0, want;
+    ssize_t rc;
+    int     r;
+
+    while (got < n) {
+        want = n - got > TRANSPORT_TLS_CHUNK ? TRANSPORT_TLS_CHUNK : n - got;
+        ERR_clear_error();
+        errno = 0;
+        r = SSL_read(t->ssl, (char *)p + got, (int)want);
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        rc = transport_tls_again(t, r);
+        /* Hand over what was read; an error or the end shows up again on
+         * the next call (the SSL object stays in that state). */
+        return got > 0 ? (ssize_t)got : rc;
+    }
+    return (ssize_t)got;
+}
+
+
+/* transport_tls_write - record by record (SSL_MODE_ENABLE_PARTIAL_WRITE),
+ * so a short count is exact; MTA_AGAIN only when nothing was taken. */
+static ssize_t
+transport_tls_write(struct transport *t, const void *p, size_t n)
+{
+    size_t  done = 0, want;
+    ssize_t rc;
+    int     r;
+
+    while (done < n) {
+        want = n - done > TRANSPORT_TLS_CHUNK ? TRANSPORT_TLS_CHUNK : n - done;
+        ERR_clear_error();
+        errno = 0;
+        r = SSL_write(t->ssl, (const char *)p + done, (int)want);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        rc = transport_tls_again(t, r);
+        if (rc == 0) {
+            errno = EPIPE;          /* closed under a write */
+            rc = -1;
+        }
+        return done > 0 ? (ssize_t)done : rc;
+    }
+    return (ssize_t)done;
 }
 
 
@@ -24,6 +155,8 @@ transport_read(struct transport *t, void *p, size_t n)
 {
     ssize_t r;
 
+    if (t->ssl != NULL)
+        return transport_tls_read(t, p, n);
     do
         r = recv(t->fd, p, n, 0);
     while (r < 0 && errno == EINTR);
@@ -38,12 +171,37 @@ transport_write(struct transport *t, const void *p, size_t n)
 {
     ssize_t r;
 
+    if (t->ssl != NULL)
+        return transport_tls_write(t, p, n);
     do
         r = send(t->fd, p, n, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return MTA_AGAIN;
     return r;
+}
+
+
+/* transport_tls_writev - one iovec after the other, stopping at the first
+ * short write (the caller retries from there, so the same bytes follow). */
+static ssize_t
+transport_tls_writev(struct transport *t, const struct iovec *iov,
+    int iovcnt)
+{
+    ssize_t total = 0, r;
+    int     i;
+
+    for (i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len == 0)
+            continue;
+        r = transport_tls_write(t, iov[i].iov_base, iov[i].iov_len);
+        if (r < 0)
+            return total > 0 ? total : r;
+        total += r;
+        if ((size_t)r < iov[i].iov_len)
+            break;
+    }
+    return total;
 }
 
 
@@ -54,6 +212,8 @@ transport_writev(struct transport *t, const struct iovec *iov, int iovcnt)
                          .msg_iovlen = (size_t)iovcnt };
     ssize_t       r;
 
+    if (t->ssl != NULL)
+        return transport_tls_writev(t, iov, iovcnt);
     do
         r = sendmsg(t->fd, &mh, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
@@ -66,7 +226,156 @@ transport_writev(struct transport *t, const struct iovec *iov, int iovcnt)
 void
 transport_close(struct transport *t)
 {
+    if (t->ssl != NULL) {
+        /* One try at close_notify; never wait for the client's. */
+        if (SSL_is_init_finished(t->ssl))
+            (void)SSL_shutdown(t->ssl);
+        ERR_clear_error();
+        SSL_free(t->ssl);
+        t->ssl = NULL;
+    }
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
+}
+
+
+/* --- TLS setup -------------------------------------------------------- */
+
+static void
+transport_ctx_err(const char *what, const char *file, char *err,
+    size_t errsz)
+{
+    char why[256];
+
+    why[0] = '\0';
+    if (ERR_peek_last_error() != 0)
+        ERR_error_string_n(ERR_peek_last_error(), why, sizeof(why));
+    snprintf(err, errsz, "%s%s%s: %s", what, file ? " " : "",
+        file ? file : "", why[0] ? why : "unknown OpenSSL error");
+    ERR_clear_error();
+}
+
+
+struct ssl_ctx_st *
+transport_tls_ctx(const struct config *cfg, char *err, size_t errsz)
+{
+    SSL_CTX *ctx;
+
+    ERR_clear_error();
+    if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
+        transport_ctx_err("SSL_CTX_new", NULL, err, errsz);
+        return NULL;
+    }
+    /* No renegotiation: a write never has to wait for a read. */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION
+        | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+        SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    (void)SSL_CTX_set_num_tickets(ctx, 1);
+    if (SSL_CTX_set_min_proto_version(ctx, cfg->tls_min_version) != 1) {
+        transport_ctx_err("tls.min_version", NULL, err, errsz);
+        goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1) {
+        transport_ctx_err("tls.cert_file", cfg->tls_cert_file, err, errsz);
+        goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key_file,
+        SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+        transport_ctx_err("tls.key_file", cfg->tls_key_file, err, errsz);
+        goto fail;
+    }
+    if (cfg->tls_ciphers != NULL &&
+        SSL_CTX_set_cipher_list(ctx, cfg->tls_ciphers) != 1) {
+        transport_ctx_err("tls.ciphers", NULL, err, errsz);
+        goto fail;
+    }
+    return ctx;
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+
+void
+transport_tls_ctx_free(struct ssl_ctx_st *ctx)
+{
+    SSL_CTX_free(ctx);
+}
+
+
+int
+transport_tls_start(struct transport *t, struct ssl_ctx_st *ctx, char *err,
+    size_t errsz)
+{
+    SSL *ssl;
+
+    ERR_clear_error();
+    if ((ssl = SSL_new(ctx)) == NULL) {
+        transport_ctx_err("SSL_new", NULL, err, errsz);
+        return -1;
+    }
+    if (SSL_set_fd(ssl, t->fd) != 1) {
+        transport_ctx_err("SSL_set_fd", NULL, err, errsz);
+        SSL_free(ssl);
+        return -1;
+    }
+    SSL_set_accept_state(ssl);
+    t->ssl = ssl;
+    t->want = 0;
+    return 0;
+}
+
+
+int
+transport_tls_handshake(struct transport *t, char *err, size_t errsz)
+{
+    int r;
+
+    ERR_clear_error();
+    errno = 0;
+    r = SSL_accept(t->ssl);
+    if (r == 1)
+        return 0;
+    switch (SSL_get_error(t->ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+        t->want = TRANSPORT_WANT_READ;
+        return MTA_AGAIN;
+    case SSL_ERROR_WANT_WRITE:
+        t->want = TRANSPORT_WANT_WRITE;
+        return MTA_AGAIN;
+    default:
+        transport_ssl_err(t->ssl, r, err, errsz);
+        return -1;
+    }
+}
+
+
+int
+transport_pending(const struct transport *t)
+{
+    return t->ssl != NULL && SSL_pending(t->ssl) > 0;
+}
+
+
+const char *
+transport_tls_version(const struct transport *t)
+{
+    return t->ssl != NULL ? SSL_get_version(t->ssl) : "none";
+}
+
+
+const char *
+transport_tls_cipher(const struct transport *t, int *bits, int *alg_bits)
+{
+    const SSL_CIPHER *c = t->ssl != NULL ? SSL_get_current_cipher(t->ssl)
+                                         : NULL;
+
+    *bits = *alg_bits = 0;
+    if (c == NULL)
+        return "none";
+    *bits = SSL_CIPHER_get_bits(c, alg_bits);
+    return SSL_CIPHER_get_name(c);
 }

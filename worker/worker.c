@@ -4,7 +4,8 @@
  * outbound side in deliver.c.
  *
  * PURPOSE   worker_init() (still privileged) opens the loop, the spool, the
- *           router and the delivery schedule; worker_run() watches the
+ *           router, the delivery schedule and the STARTTLS context (the
+ *           key file may be root-only); worker_run() watches the
  *           shared listeners with EPOLLEXCLUSIVE, accepts in batches, and
  *           runs the loop until "stop" has drained everything or the master
  *           is gone.
@@ -50,6 +51,7 @@
 #include "router/router.h"
 #include "spool/spool.h"
 #include "worker/deliver.h"
+#include "worker/transport.h"
 #include "worker/worker.h"
 #include "worker/worker_int.h"
 
@@ -420,6 +422,26 @@ worker_log_hook(struct ev_loop *loop, void *arg)
 }
 
 
+/* worker_tls_init - the STARTTLS context, before the privilege drop (the
+ * key may be readable by root only).  Without exec the key stays in this
+ * process's memory for its life, like nginx's workers: the price of not
+ * re-reading it unprivileged. */
+static int
+worker_tls_init(struct worker *w)
+{
+    char err[512];
+
+    if (w->cfg->tls_cert_file == NULL)
+        return 0;
+    w->tls_ctx = transport_tls_ctx(w->cfg, err, sizeof(err));
+    if (w->tls_ctx == NULL) {
+        log_err("STARTTLS: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+
 static uint32_t
 worker_share(int limit, unsigned nshards)
 {
@@ -478,8 +500,12 @@ worker_init(const struct worker_args *a)
             (void)fcntl(w->lfds[i], F_SETFL, fl | O_NONBLOCK);
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
+    ev_timer_init(&w->tls_timer, sess_tls_ready_run, w);
+    if (worker_tls_init(w) < 0)
+        goto fail;
     return w;
 fail:
+    transport_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);
@@ -520,6 +546,9 @@ worker_run(struct worker *w)
         w->exit_code = 1;
     }
     sess_close_all(w);
+    ev_timer_stop(w->loop, &w->tls_timer);
+    free(w->tls_ready);
+    transport_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);

@@ -32,6 +32,7 @@
 #include "worker/worker.h"
 
 struct sess;
+struct ssl_ctx_st;
 
 /* Connections per client address: a chained hash, one node per address
  * with at least one open session. */
@@ -84,6 +85,18 @@ struct worker {
     size_t               nout_spare;
 
     struct router_result rres;      /* scratch for RCPT lookups */
+
+    /* STARTTLS (NULL: not offered).  Built in worker_init() while still
+     * privileged, so the key file may be readable by root only; the
+     * private key then lives in every worker's memory (no exec, as in
+     * nginx): a compromised worker can read it. */
+    struct ssl_ctx_st   *tls_ctx;
+    /* TLS sessions with decrypted bytes left in the SSL object: the loop
+     * is level-triggered and the socket may be quiet, so tls_timer (0 ms)
+     * reads them again on the next turn.  Entries may be NULL (freed). */
+    struct sess        **tls_ready;
+    size_t               ntls_ready, tls_readycap;
+    struct ev_timer      tls_timer;
 };
 
 /* worker.c */
@@ -103,5 +116,9 @@ void    sess_flush_hook(struct ev_loop *loop, void *arg);
 void    sess_stop_begin(struct worker *w);
 void    sess_stop_all(struct worker *w, uint64_t linger_ms);
 void    sess_close_all(struct worker *w);  /* immediate: aborts messages */
+/* w->tls_timer's callback: one more read for every session on w->tls_ready
+ * (see struct worker). */
+void    sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t,
+            void *arg);
 
 #endif /* MTAD_WORKER_INT_H */

@@ -33,9 +33,21 @@ tc_setup(void)
     snprintf(tpath, sizeof(tpath), "%s/relay.yaml", tdir);
 }
 
+/* Files the tls tests make in tdir (removed whether or not they exist). */
+static const char *const tc_tls_files[] = {
+    "a.crt", "a.key", "b.crt", "b.key", "junk.pem"
+};
+
 static void
 tc_teardown(void)
 {
+    char   path[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(tc_tls_files) / sizeof(tc_tls_files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tdir, tc_tls_files[i]);
+        unlink(path);
+    }
     unlink(tpath);
     rmdir(tdir);
 }
@@ -342,7 +354,7 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log)");
+        "relay, spool, routes, delivery, log, tls)");
 }
 
 Test(config, unknown_key_nested)
@@ -387,7 +399,7 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log)");
+        "relay, spool, routes, delivery, log, tls)");
 }
 
 Test(config, bad_size)
@@ -573,7 +585,7 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "relay, spool, routes, delivery, log), got a sequence");
+        "relay, spool, routes, delivery, log, tls), got a sequence");
 }
 
 Test(config, second_document)
@@ -596,7 +608,7 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, relay, spool, routes, delivery, log)\n"
+        "limits, relay, spool, routes, delivery, log, tls)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
@@ -616,4 +628,146 @@ Test(config, small_error_buffer)
     cr_assert_not_null(nl, "got: %s", small);
     cr_assert_str_eq(nl + 1 + strlen(tpath), ": and 2 more errors",
         "got: %s", small);
+}
+
+
+/* --- tls ------------------------------------------------------------ */
+
+/* tc_cert - a self-signed P-256 certificate tdir/NAME.crt and its key
+ * tdir/NAME.key, made with the openssl command. */
+static void
+tc_cert(const char *name)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "openssl req -x509 -newkey ec -pkeyopt "
+        "ec_paramgen_curve:prime256v1 -nodes -keyout %s/%s.key -out "
+        "%s/%s.crt -days 2 -subj /CN=mx.example.net >/dev/null 2>&1",
+        tdir, name, tdir, name);
+    cr_assert_eq(system(cmd), 0, "openssl req failed: %s", cmd);
+}
+
+/* Load "routes: default" plus tls_yaml (printf-style, %1$s = tdir) and
+ * return the config or NULL with terr set. */
+static struct config *
+tc_tls_load(const char *tls_yaml)
+{
+    char text[2048], body[1536];
+
+    snprintf(body, sizeof(body), tls_yaml, tdir, tdir, tdir, tdir);
+    snprintf(text, sizeof(text), "routes:\n  default: discard\n%s", body);
+    tc_write(text);
+    return config_load(tpath, terr, sizeof(terr));
+}
+
+/* The expected error: "<tpath>:" + the formatted rest (%s = tdir). */
+static void
+tc_tls_bad(const char *tls_yaml, const char *expect_fmt)
+{
+    char want[2048], rest[1536];
+
+    cr_assert_null(tc_tls_load(tls_yaml), "config_load accepted it");
+    snprintf(rest, sizeof(rest), expect_fmt, tdir, tdir, tdir, tdir);
+    snprintf(want, sizeof(want), "%s:%s", tpath, rest);
+    cr_assert_str_eq(terr, want);
+}
+
+Test(config, tls_absent_by_default)
+{
+    struct config *c = tc_load_ok("routes:\n  default: discard\n");
+
+    cr_assert_null(c->tls_cert_file);
+    cr_assert_null(c->tls_key_file);
+    cr_assert_null(c->tls_ciphers);
+    cr_assert_eq(c->tls_min_version, CONFIG_TLS12);
+    config_free(c);
+}
+
+Test(config, tls_every_key)
+{
+    struct config *c;
+    char           want[256];
+
+    tc_cert("a");
+    c = tc_tls_load("tls:\n  cert_file: %s/a.crt\n  key_file: %s/a.key\n"
+        "  min_version: TLSv1.3\n  ciphers: \"ECDHE+AESGCM:!aNULL\"\n");
+    cr_assert_not_null(c, "config_load failed: %s", terr);
+    snprintf(want, sizeof(want), "%s/a.crt", tdir);
+    cr_assert_str_eq(c->tls_cert_file, want);
+    snprintf(want, sizeof(want), "%s/a.key", tdir);
+    cr_assert_str_eq(c->tls_key_file, want);
+    cr_assert_eq(c->tls_min_version, CONFIG_TLS13);
+    cr_assert_str_eq(c->tls_ciphers, "ECDHE+AESGCM:!aNULL");
+    config_free(c);
+    c = tc_tls_load("tls:\n  cert_file: %s/a.crt\n  key_file: %s/a.key\n"
+        "  min_version: TLSv1.2\n");
+    cr_assert_not_null(c, "config_load failed: %s", terr);
+    cr_assert_eq(c->tls_min_version, CONFIG_TLS12);
+    config_free(c);
+}
+
+Test(config, tls_cert_without_key)
+{
+    tc_cert("a");
+    tc_tls_bad("tls:\n  cert_file: %s/a.crt\n",
+        "4:14: tls.key_file: required when tls.cert_file is set");
+    tc_tls_bad("tls:\n  min_version: TLSv1.3\n  key_file: %s/a.key\n",
+        "5:13: tls.cert_file: required when tls.key_file is set");
+}
+
+Test(config, tls_missing_files)
+{
+    tc_tls_bad("tls:\n  cert_file: %s/none.crt\n  key_file: %s/none.key\n",
+        "4:14: tls.cert_file: cannot read '%s/none.crt': No such file or "
+        "directory\n%s/relay.yaml:5:13: tls.key_file: cannot read "
+        "'%s/none.key': No such file or directory");
+}
+
+Test(config, tls_key_does_not_match)
+{
+    tc_cert("a");
+    tc_cert("b");
+    tc_tls_bad("tls:\n  cert_file: %s/a.crt\n  key_file: %s/b.key\n",
+        "5:13: tls.key_file: the key in '%s/b.key' does not match the "
+        "certificate in tls.cert_file");
+}
+
+Test(config, tls_not_pem)
+{
+    char  path[256], want[512];
+    FILE *fp;
+
+    tc_cert("a");
+    snprintf(path, sizeof(path), "%s/junk.pem", tdir);
+    cr_assert_not_null(fp = fopen(path, "w"));
+    fputs("this is not PEM\n", fp);
+    fclose(fp);
+    cr_assert_null(tc_tls_load("tls:\n  cert_file: %s/junk.pem\n"
+        "  key_file: %s/a.key\n"));
+    snprintf(want, sizeof(want), "%s:4:14: tls.cert_file: no usable PEM "
+        "certificate in '%s': ", tpath, path);
+    cr_assert_eq(strncmp(terr, want, strlen(want)), 0, "got: %s", terr);
+    cr_assert_null(strchr(terr, '\n'), "one line: %s", terr);
+    cr_assert_null(tc_tls_load("tls:\n  cert_file: %s/a.crt\n"
+        "  key_file: %s/junk.pem\n"));
+    snprintf(want, sizeof(want), "%s:5:13: tls.key_file: no usable PEM "
+        "private key in '%s': ", tpath, path);
+    cr_assert_eq(strncmp(terr, want, strlen(want)), 0, "got: %s", terr);
+}
+
+Test(config, tls_bad_version_and_ciphers)
+{
+    tc_cert("a");
+    tc_tls_bad("tls:\n  cert_file: %s/a.crt\n  key_file: %s/a.key\n"
+        "  min_version: TLSv1.1\n  ciphers: NO-SUCH-CIPHER\n",
+        "6:16: tls.min_version: expected TLSv1.2 or TLSv1.3, got "
+        "'TLSv1.1'\n%s/relay.yaml:7:12: tls.ciphers: no usable cipher in "
+        "'NO-SUCH-CIPHER'");
+}
+
+Test(config, tls_not_a_mapping)
+{
+    tc_tls_bad("tls: yes\n",
+        "3:6: tls: expected a mapping of keys (cert_file, key_file, "
+        "min_version, ciphers), got 'yes'");
 }
