@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #define STATUS_MAX_WORKERS 128
+#define STATUS_IP_SLOTS    65536    /* power of two; 512 KiB, touched lazily */
 
 struct status_worker {
     int32_t  pid;                   /* 0 = free slot */
@@ -37,11 +38,30 @@ struct status_page {
     uint32_t throttle;              /* 1 = workers stop accepting */
     uint32_t nworkers;
     struct status_worker w[STATUS_MAX_WORKERS];
+    /* Admission, shared by every worker of every generation: */
+    uint64_t conns_all;             /* current inbound sessions */
+    uint64_t iptab[STATUS_IP_SLOTS];/* per client address: 48-bit key hash
+                                       << 16 | count; see status.c */
 };
 
 #define STATUS_ADD(field, n) __atomic_fetch_add(&(field), (n), __ATOMIC_RELAXED)
 #define STATUS_SUB(field, n) __atomic_fetch_sub(&(field), (n), __ATOMIC_RELAXED)
 
 struct status_page *status_create(void);     /* fatal on failure */
+
+/* Admission: count one more inbound session from sa, unless that passes
+ * max_total (daemon-wide) or max_per_ip.  0 ok, STATUS_EFULL,
+ * STATUS_EPERIP (nothing counted then).  Lock-free (CAS on shared words),
+ * exact up to 48-bit hash collisions of addresses.  Every 0 return must be
+ * paired with one status_conn_release() for the same address. */
+#define STATUS_EFULL   (-1)
+#define STATUS_EPERIP  (-2)
+struct sockaddr;
+int     status_conn_acquire(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t max_total, uint32_t max_per_ip);
+void    status_conn_release(struct status_page *sp, const struct sockaddr *sa);
+/* Current sessions from sa's address, daemon-wide (for tests and status). */
+uint32_t status_conn_count(const struct status_page *sp,
+            const struct sockaddr *sa);
 
 #endif /* MTAD_STATUS_H */
