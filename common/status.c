@@ -5,13 +5,13 @@
  *           first fork, so every worker sees the same counters.
  * CONTRACT  status_create() returns a zeroed page; it is never unmapped
  *           (it lives as long as the process tree).
- *           Admission counters live here too, so max_connections and
+ *           Admission counts live here too, so max_connections and
  *           max_connections_per_ip hold for the daemon as a whole however
- *           the kernel spreads connections over the workers.  The per-IP
- *           table is open addressing over 64-bit words, each a 48-bit hash
- *           of the address and a 16-bit count, changed only by CAS: a word
- *           whose count is 0 is free for any address, so claiming a slot and
- *           counting in it is one atomic step and no lock is needed.
+ *           the kernel spreads connections over the workers.  The total is
+ *           the sum of the slots' conns_cur; per address, each worker slot
+ *           has a table it alone writes (open addressing over 64-bit words:
+ *           a 48-bit hash of the address << 16 | a count; a word with count
+ *           0 is free), and a check sums that address over every slot.
  * FAILURE   Fatal: without the page the master cannot supervise anything.
  *           A full probe window (more distinct live addresses than the
  *           table holds near that hash) admits without a per-IP count.
@@ -35,6 +35,7 @@ status_create(void)
         fatal("mmap status page");  /* fatal */
     return p;                       /* anonymous mappings are zero-filled */
 }
+
 
 
 #define STATUS_PROBE    64
@@ -68,102 +69,107 @@ status_ip_key(const struct sockaddr *sa)
     return h ? h : 1;
 }
 
-static int
-status_ip_acquire(struct status_page *sp, uint64_t key, uint32_t max)
+#define STATUS_WORD(sp, slot, key, i) \
+    (&(sp)->iptab[(slot)][((size_t)(key) + (i)) & (STATUS_IP_SLOTS - 1)])
+
+/* status_key_count - sessions of key across every slot. */
+static uint32_t
+status_key_count(const struct status_page *sp, uint64_t key)
 {
-    size_t   base = (size_t)key & (STATUS_IP_SLOTS - 1), i;
-    uint64_t w, want;
+    uint32_t n = 0;
+    unsigned s;
+    size_t   i;
+    uint64_t w;
 
-again:
-    /* Our own slot first: a live one anywhere in the window. */
-    for (i = 0; i < STATUS_PROBE; i++) {
-        uint64_t *slot = &sp->iptab[(base + i) & (STATUS_IP_SLOTS - 1)];
-
-        w = __atomic_load_n(slot, __ATOMIC_RELAXED);
-        if ((w >> 16) != key || (w & STATUS_CNT_MASK) == 0)
-            continue;
-        if ((w & STATUS_CNT_MASK) >= max || (w & STATUS_CNT_MASK) == 0xffff)
-            return STATUS_EPERIP;
-        if (__atomic_compare_exchange_n(slot, &w, w + 1, 0,
-            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            return 0;
-        goto again;                         /* raced: look again */
+    for (s = 0; s < STATUS_MAX_WORKERS; s++) {
+        if (__atomic_load_n(&sp->w[s].pid, __ATOMIC_RELAXED) == 0 &&
+            __atomic_load_n(&sp->w[s].conns_cur, __ATOMIC_RELAXED) == 0)
+            continue;                       /* empty slot: nothing counted */
+        for (i = 0; i < STATUS_PROBE; i++) {
+            w = __atomic_load_n(STATUS_WORD(sp, s, key, i), __ATOMIC_RELAXED);
+            if (w == 0)
+                break;                      /* never used: end of the run */
+            if ((w >> 16) == key)
+                n += (uint32_t)(w & STATUS_CNT_MASK);
+        }
     }
-    /* None live: claim the first free word (count 0). */
-    for (i = 0; i < STATUS_PROBE; i++) {
-        uint64_t *slot = &sp->iptab[(base + i) & (STATUS_IP_SLOTS - 1)];
+    return n;
+}
 
-        w = __atomic_load_n(slot, __ATOMIC_RELAXED);
-        if ((w & STATUS_CNT_MASK) != 0)
-            continue;
-        if (max == 0)
-            return STATUS_EPERIP;
-        want = key << 16 | 1;
-        if (__atomic_compare_exchange_n(slot, &w, want, 0,
-            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            return 0;
-        goto again;
-    }
-    return 1;                               /* window full: not counted */
+uint64_t
+status_conns_all(const struct status_page *sp)
+{
+    uint64_t n = 0;
+
+    for (unsigned s = 0; s < STATUS_MAX_WORKERS; s++)
+        n += __atomic_load_n(&sp->w[s].conns_cur, __ATOMIC_RELAXED);
+    return n;
 }
 
 int
-status_conn_acquire(struct status_page *sp, const struct sockaddr *sa,
-    uint32_t max_total, uint32_t max_per_ip)
+status_conn_acquire(struct status_page *sp, unsigned slot,
+    const struct sockaddr *sa, uint32_t max_total, uint32_t max_per_ip)
 {
-    uint64_t key = status_ip_key(sa);
-    int      rc;
+    uint64_t  key = status_ip_key(sa), w, *word, *free_word = NULL;
+    size_t    i;
 
-    if (__atomic_add_fetch(&sp->conns_all, 1, __ATOMIC_ACQ_REL) > max_total) {
-        __atomic_sub_fetch(&sp->conns_all, 1, __ATOMIC_ACQ_REL);
+    if (slot >= STATUS_MAX_WORKERS)
+        return 0;
+    if (status_conns_all(sp) >= max_total)
         return STATUS_EFULL;
-    }
     if (key == 0)
         return 0;
-    if ((rc = status_ip_acquire(sp, key, max_per_ip)) < 0) {
-        __atomic_sub_fetch(&sp->conns_all, 1, __ATOMIC_ACQ_REL);
-        return rc;
+    if (status_key_count(sp, key) >= max_per_ip)
+        return STATUS_EPERIP;
+    for (i = 0; i < STATUS_PROBE; i++) {
+        word = STATUS_WORD(sp, slot, key, i);
+        w = *word;                          /* we are its only writer */
+        if ((w >> 16) == key && (w & STATUS_CNT_MASK) < STATUS_CNT_MASK) {
+            __atomic_store_n(word, w + 1, __ATOMIC_RELAXED);
+            return 0;
+        }
+        if ((w & STATUS_CNT_MASK) == 0 && free_word == NULL)
+            free_word = word;
+        if (w == 0)
+            break;
     }
-    return 0;
+    if (free_word != NULL)
+        __atomic_store_n(free_word, key << 16 | 1, __ATOMIC_RELAXED);
+    return 0;                               /* a full window: not counted */
 }
 
 void
-status_conn_release(struct status_page *sp, const struct sockaddr *sa)
+status_conn_release(struct status_page *sp, unsigned slot,
+    const struct sockaddr *sa)
 {
-    uint64_t key = status_ip_key(sa), w;
-    size_t   base, i;
+    uint64_t key = status_ip_key(sa), w, *word;
+    size_t   i;
 
-    __atomic_sub_fetch(&sp->conns_all, 1, __ATOMIC_ACQ_REL);
-    if (key == 0)
+    if (key == 0 || slot >= STATUS_MAX_WORKERS)
         return;
-    base = (size_t)key & (STATUS_IP_SLOTS - 1);
-again:
     for (i = 0; i < STATUS_PROBE; i++) {
-        uint64_t *slot = &sp->iptab[(base + i) & (STATUS_IP_SLOTS - 1)];
-
-        w = __atomic_load_n(slot, __ATOMIC_RELAXED);
-        if ((w >> 16) != key || (w & STATUS_CNT_MASK) == 0)
-            continue;
-        if (!__atomic_compare_exchange_n(slot, &w, w - 1, 0,
-            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            goto again;
-        return;
+        word = STATUS_WORD(sp, slot, key, i);
+        w = *word;
+        if (w == 0)
+            return;
+        if ((w >> 16) == key && (w & STATUS_CNT_MASK) > 0) {
+            __atomic_store_n(word, w - 1, __ATOMIC_RELAXED);
+            return;
+        }
     }
-    /* Not found: it was admitted with a full window and never counted. */
 }
 
 uint32_t
 status_conn_count(const struct status_page *sp, const struct sockaddr *sa)
 {
-    uint64_t key = status_ip_key(sa), w;
-    size_t   base = (size_t)key & (STATUS_IP_SLOTS - 1), i;
-    uint32_t n = 0;
+    uint64_t key = status_ip_key(sa);
 
-    for (i = 0; key != 0 && i < STATUS_PROBE; i++) {
-        w = __atomic_load_n(&sp->iptab[(base + i) & (STATUS_IP_SLOTS - 1)],
-            __ATOMIC_RELAXED);
-        if ((w >> 16) == key)
-            n += (uint32_t)(w & STATUS_CNT_MASK);
-    }
-    return n;
+    return key ? status_key_count(sp, key) : 0;
+}
+
+void
+status_slot_clear(struct status_page *sp, unsigned slot)
+{
+    if (slot < STATUS_MAX_WORKERS)
+        memset(sp->iptab[slot], 0, sizeof(sp->iptab[slot]));
 }

@@ -14,7 +14,8 @@
 #include <sys/types.h>
 
 #define STATUS_MAX_WORKERS 128
-#define STATUS_IP_SLOTS    65536    /* power of two; 512 KiB, touched lazily */
+#define STATUS_IP_SLOTS    16384    /* per worker slot, power of two; 128 KiB,
+                                       touched lazily */
 
 struct status_worker {
     int32_t  pid;                   /* 0 = free slot */
@@ -38,10 +39,10 @@ struct status_page {
     uint32_t throttle;              /* 1 = workers stop accepting */
     uint32_t nworkers;
     struct status_worker w[STATUS_MAX_WORKERS];
-    /* Admission, shared by every worker of every generation: */
-    uint64_t conns_all;             /* current inbound sessions */
-    uint64_t iptab[STATUS_IP_SLOTS];/* per client address: 48-bit key hash
-                                       << 16 | count; see status.c */
+    /* Admission: sessions per client address, one table per worker slot
+     * (its only writer), each word a 48-bit hash of the address << 16 | a
+     * count; see status.c.  Cleared with the slot when its worker dies. */
+    uint64_t iptab[STATUS_MAX_WORKERS][STATUS_IP_SLOTS];
 };
 
 #define STATUS_ADD(field, n) __atomic_fetch_add(&(field), (n), __ATOMIC_RELAXED)
@@ -49,19 +50,26 @@ struct status_page {
 
 struct status_page *status_create(void);     /* fatal on failure */
 
-/* Admission: count one more inbound session from sa, unless that passes
- * max_total (daemon-wide) or max_per_ip.  0 ok, STATUS_EFULL,
- * STATUS_EPERIP (nothing counted then).  Lock-free (CAS on shared words),
- * exact up to 48-bit hash collisions of addresses.  Every 0 return must be
- * paired with one status_conn_release() for the same address. */
+/* Admission, daemon-wide: the sum over every worker slot (of every
+ * generation).  status_conn_acquire() counts one more inbound session from
+ * sa in slot's table unless that passes max_total or max_per_ip: 0 ok,
+ * STATUS_EFULL, STATUS_EPERIP (nothing counted then).  Each slot has one
+ * writer, so no lock; two workers admitting the same address at the same
+ * instant may pass max_per_ip by at most the number of workers less one.
+ * Every 0 return is paired with one status_conn_release() in the same slot,
+ * or the slot is cleared with status_slot_clear() when its worker is gone
+ * (so a killed worker leaves no phantom sessions behind). */
 #define STATUS_EFULL   (-1)
 #define STATUS_EPERIP  (-2)
 struct sockaddr;
-int     status_conn_acquire(struct status_page *sp, const struct sockaddr *sa,
-            uint32_t max_total, uint32_t max_per_ip);
-void    status_conn_release(struct status_page *sp, const struct sockaddr *sa);
-/* Current sessions from sa's address, daemon-wide (for tests and status). */
+int     status_conn_acquire(struct status_page *sp, unsigned slot,
+            const struct sockaddr *sa, uint32_t max_total,
+            uint32_t max_per_ip);
+void    status_conn_release(struct status_page *sp, unsigned slot,
+            const struct sockaddr *sa);
 uint32_t status_conn_count(const struct status_page *sp,
             const struct sockaddr *sa);
+uint64_t status_conns_all(const struct status_page *sp);
+void    status_slot_clear(struct status_page *sp, unsigned slot);
 
 #endif /* MTAD_STATUS_H */

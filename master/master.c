@@ -299,6 +299,7 @@ master_retire_counters(struct master *m, struct slot *s)
 
     master_add_counters(&m->retired, w);
     memset(w, 0, sizeof(*w));
+    status_slot_clear(m->status, s->sidx);   /* its sessions are gone */
 }
 
 /* ---- children --------------------------------------------------------- */
@@ -345,6 +346,7 @@ master_spawn(struct master *m, struct slot *s)
         return;
     }
     memset(w, 0, sizeof(*w));
+    status_slot_clear(m->status, s->sidx);
     w->generation = g->id;
     w->started_ms = util_wall_ms();
     pid = child_spawn_worker(s, g, m->status, m->log_send);

@@ -10,12 +10,11 @@
  *           runs the loop until "stop" has drained everything or the master
  *           is gone.
  * ADMISSION limits.max_connections and limits.max_connections_per_ip are
- *           daemon-wide, but the workers share no counters: each worker
- *           enforces its share, ceil(limit / nshards).  With EPOLLEXCLUSIVE
- *           the kernel spreads connections over the workers, so the daemon
- *           as a whole admits about the configured number; one worker may
- *           refuse a little early when the spread is uneven.  Over the
- *           limit the client gets 421 4.7.0 and the connection is closed.
+ *           daemon-wide: every worker of every generation counts in the
+ *           shared status page (status_conn_acquire(), lock-free), so they
+ *           hold however unevenly the kernel spreads connections over the
+ *           workers.  Over a limit the client gets 421 4.7.0 and the
+ *           connection is closed.
  *           While the master sets status->throttle, the listeners are
  *           unwatched (checked on a 1 s tick).
  * STOP      "stop" (reload, daemon stop): unwatch the listeners first, so
@@ -61,91 +60,23 @@
 #define WORKER_STOP_MARGIN_MS 1000  /* stop deadline before the SIGKILL */
 
 
-/* --- per-IP connection counts ----------------------------------------- */
+/* --- admission counts ------------------------------------------------ */
 
-/* worker_ip_key - family and address bytes; v4-mapped IPv6 counts as v4. */
-static int
-worker_ip_key(const struct sockaddr *sa, uint8_t *fam, uint8_t addr[16])
-{
-    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-
-    memset(addr, 0, 16);
-    if (sa->sa_family == AF_INET) {
-        memcpy(addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-        *fam = AF_INET;
-    } else if (sa->sa_family == AF_INET6 &&
-        IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-        memcpy(addr, &s6->sin6_addr.s6_addr[12], 4);
-        *fam = AF_INET;
-    } else if (sa->sa_family == AF_INET6) {
-        memcpy(addr, &s6->sin6_addr, 16);
-        *fam = AF_INET6;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
-
-static struct worker_ipnode **
-worker_ip_find(struct worker *w, uint8_t fam, const uint8_t addr[16])
-{
-    struct worker_ipnode **np;
-    uint32_t               h = 2166136261u;        /* FNV-1a */
-    size_t                 i;
-
-    for (i = 0; i < 16; i++)
-        h = (h ^ addr[i]) * 16777619u;
-    h ^= fam;
-    for (np = &w->ip[h & (WORKER_IP_BUCKETS - 1)]; *np != NULL;
-        np = &(*np)->next)
-        if ((*np)->family == fam && memcmp((*np)->addr, addr, 16) == 0)
-            break;
-    return np;
-}
-
-
-/* worker_ip_acquire - count one more session from sa's address; -1 when
- * that passes the per-IP share (nothing counted then). */
+/* worker_ip_acquire - count one more session, daemon-wide and per address
+ * (common/status.c); STATUS_EFULL or STATUS_EPERIP when over a limit. */
 int
 worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
 {
-    struct worker_ipnode **np, *n;
-    uint8_t                fam, addr[16];
-
-    if (worker_ip_key(sa, &fam, addr) < 0)
-        return 0;
-    np = worker_ip_find(w, fam, addr);
-    if (*np == NULL) {
-        n = xcalloc(1, sizeof(*n));
-        n->family = fam;
-        memcpy(n->addr, addr, 16);
-        *np = n;
-    }
-    if ((*np)->count >= w->max_per_ip)
-        return -1;
-    (*np)->count++;
-    return 0;
+    return status_conn_acquire(w->admit, w->admit_slot, sa,
+        (uint32_t)w->cfg->max_connections,
+        (uint32_t)w->cfg->max_connections_per_ip);
 }
 
 
 void
 worker_ip_release(struct worker *w, const struct sockaddr *sa)
 {
-    struct worker_ipnode **np, *n;
-    uint8_t                fam, addr[16];
-
-    if (worker_ip_key(sa, &fam, addr) < 0)
-        return;
-    np = worker_ip_find(w, fam, addr);
-    if ((n = *np) == NULL)
-        return;
-    if (n->count > 0)
-        n->count--;
-    if (n->count == 0) {
-        *np = n->next;
-        free(n);
-    }
+    status_conn_release(w->admit, w->admit_slot, sa);
 }
 
 
@@ -195,23 +126,26 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
     char text[400], who[INET6_ADDRSTRLEN + 16], ip[INET6_ADDRSTRLEN];
     const struct sockaddr *sa = (const struct sockaddr *)ss;
 
-    if (w->nsess >= w->max_sess) {
+    int  rc = worker_ip_acquire(w, sa);
+
+    if (rc == STATUS_EFULL) {
         util_sockaddr_str(sa, who, sizeof(who));
         snprintf(text, sizeof(text),
             "421 4.7.0 %s Error: too many connections\r\n",
             w->cfg->hostname);
-        log_warn("refused %s: too many connections (%zu)", who, w->nsess);
+        log_warn("refused %s: too many connections (%d)", who,
+            w->cfg->max_connections);
         worker_refuse(fd, text);
         return;
     }
-    if (worker_ip_acquire(w, sa) < 0) {
+    if (rc == STATUS_EPERIP) {
         util_sockaddr_str(sa, who, sizeof(who));
         util_sockaddr_ip(sa, ip, sizeof(ip));
         snprintf(text, sizeof(text),
             "421 4.7.0 %s Error: too many connections from %s\r\n",
             w->cfg->hostname, ip);
-        log_warn("refused %s: too many connections from %s (%u)", who, ip,
-            (unsigned)w->max_per_ip);
+        log_warn("refused %s: too many connections from %s (%d)", who, ip,
+            w->cfg->max_connections_per_ip);
         worker_refuse(fd, text);
         return;
     }
@@ -442,15 +376,6 @@ worker_tls_init(struct worker *w)
 }
 
 
-static uint32_t
-worker_share(int limit, unsigned nshards)
-{
-    if (limit <= 0)
-        return 1;
-    return (uint32_t)(((unsigned)limit + nshards - 1) / nshards);
-}
-
-
 struct worker *
 worker_init(const struct worker_args *a)
 {
@@ -486,9 +411,14 @@ worker_init(const struct worker_args *a)
         log_err("delivery schedule: cannot start");
         goto fail;
     }
-    /* Shares of the daemon-wide limits: see ADMISSION above. */
-    w->max_sess = worker_share(cfg->max_connections, nshards);
-    w->max_per_ip = worker_share(cfg->max_connections_per_ip, nshards);
+    /* Daemon-wide admission counters: see ADMISSION above. */
+    if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
+        w->admit = a->status;
+        w->admit_slot = a->slot;
+    } else {
+        w->admit = status_create();
+        w->admit_slot = 0;
+    }
     w->nlisten = a->nlisten;
     w->lfds = xcalloc(a->nlisten ? a->nlisten : 1, sizeof(int));
     for (i = 0; i < a->nlisten; i++) {
@@ -518,9 +448,8 @@ fail:
 int
 worker_run(struct worker *w)
 {
-    struct worker_ipnode *n;
-    size_t                i;
-    int                   rc;
+    size_t i;
+    int    rc;
 
     /* Order matters: the group commit queues its 250s before the flush;
      * the log records of the turn go last. */
@@ -553,11 +482,6 @@ worker_run(struct worker *w)
     router_close(w->router);
     spool_close(w->spool);
     ev_free(w->loop);
-    for (i = 0; i < WORKER_IP_BUCKETS; i++)
-        while ((n = w->ip[i]) != NULL) {
-            w->ip[i] = n->next;
-            free(n);
-        }
     for (i = 0; i < w->nout_spare; i++)
         free(w->out_spare[i]);
     free(w->out_spare);

@@ -34,16 +34,6 @@
 struct sess;
 struct ssl_ctx_st;
 
-/* Connections per client address: a chained hash, one node per address
- * with at least one open session. */
-struct worker_ipnode {
-    struct worker_ipnode *next;
-    uint8_t               family;
-    uint8_t               addr[16];
-    uint32_t              count;
-};
-
-#define WORKER_IP_BUCKETS  1024     /* power of two */
 
 /* Quiet time after which a session between transactions is closed during
  * a graceful stop: longer than a client needs to answer a reply, short
@@ -60,11 +50,11 @@ struct worker {
     struct status_worker *st;
     struct status_worker st_local;  /* when the master gave no status page */
 
-    /* admission: per-worker shares of the daemon-wide limits */
-    size_t               nsess;
-    size_t               max_sess;
-    uint32_t             max_per_ip;
-    struct worker_ipnode *ip[WORKER_IP_BUCKETS];
+    /* admission: daemon-wide counts in the shared page (a private one
+     * when the master gave none) */
+    struct status_page  *admit;
+    unsigned             admit_slot;
+    size_t               nsess;     /* this worker's sessions */
 
     int                 *lfds;      /* listeners (-1 once closed) */
     size_t               nlisten;

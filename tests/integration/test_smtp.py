@@ -73,8 +73,8 @@ def hole():
 
 @pytest.fixture
 def mk(mtad_factory, hole):
-    """An mtad with one worker (so per-worker limits are the configured
-    ones) whose default route never answers (so messages stay queued)."""
+    """An mtad with one worker (unless overridden) whose default route never
+    answers (so messages stay queued)."""
     def make(overrides=None, start=True):
         cfg = {"server": {"workers": 1}, "routes": {"default": hole.route()}}
         for k, v in (overrides or {}).items():
@@ -593,6 +593,53 @@ def test_max_connections(mk):
     finally:
         a.close()
         b.close()
+
+
+def test_connection_limits_are_daemon_wide_and_survive_a_killed_worker(mk):
+    """Two workers share the per-IP and total limits (counted in the shared
+    status page), however the kernel spreads the connections; a worker
+    killed with sessions open leaves no phantom count behind."""
+    import os
+    import signal as sig
+    m = mk({"server": {"workers": 2},
+            "limits": {"max_connections_per_ip": 3, "max_connections": 5}})
+    settle(m)
+    held = [Client(m.port) for _ in range(3)]
+    try:
+        for c in held:
+            c.greet()
+        with Client(m.port) as c:
+            r = c.reply()
+            assert r.code == 421 and b"too many connections from" in r.text, r
+        others = [Client(m.port, source="127.0.0.%d" % i) for i in (6, 7)]
+        for c in others:
+            c.greet()
+        with Client(m.port, source="127.0.0.8") as c:
+            r = c.reply()
+            assert r.code == 421 and b"too many connections" in r.text, r
+        for c in others:
+            c.close()
+        # kill -9 every worker that holds one of our sessions
+        text = m.log_text()
+        pids = set(int(x) for x in re.findall(
+            r"mtad\[(\d+)\]: worker \d+: connect from \[127\.0\.0\.1\]", text))
+        assert pids
+        for pid in pids:
+            os.kill(pid, sig.SIGKILL)
+        def respawned():
+            return m.log_text().count("exited on signal 9") >= len(pids)
+        assert wait_for(respawned)
+        m.wait_ready()
+        settle_ok = []
+        for _ in range(3):
+            c = Client(m.port)
+            settle_ok.append(c)
+            assert c.reply().code == 220, "the killed sessions still count"
+        for c in settle_ok:
+            c.close()
+    finally:
+        for c in held:
+            c.close()
 
 
 class StatusPage:
