@@ -658,13 +658,6 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
 
     for (i = 0; i < n; i++)
         rcs[i] = spool_finish(ms[i]);
-    /* One syncfs() makes every finished tmp file durable at once. */
-    if (sp->fsync && n > 0 && syncfs(sp->queuefd) == -1) {
-        e = spool_fail(sp, "syncfs %s", sp->dir);
-        for (i = 0; i < n; i++)
-            if (rcs[i] == SPOOL_OK)
-                rcs[i] = e;
-    }
     for (i = 0; i < n; i++) {
         if (rcs[i] != SPOOL_OK)
             continue;
@@ -672,8 +665,16 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
             (rcs[i] = spool_rename(ms[i])) == SPOOL_OK)
             renamed++;
     }
-    if (sp->fsync && renamed > 0 && fsync(sp->queuefd) == -1) {
-        e = spool_fail(sp, "fsync queue/");
+    /*
+     * One syncfs() after the renames makes the bodies and the renames
+     * durable together: one journal commit per batch instead of two (a
+     * sync of the data, then one of queue/).  Nothing is acknowledged
+     * before it returns.  A crash before that may leave a queue file whose
+     * data did not reach the disk; the reader refuses it (its recorded size
+     * does not match), and its client, which got no 250, sends it again.
+     */
+    if (sp->fsync && renamed > 0 && syncfs(sp->queuefd) == -1) {
+        e = spool_fail(sp, "syncfs %s", sp->dir);
         for (i = 0; i < n; i++) {
             if (rcs[i] != SPOOL_OK)
                 continue;
