@@ -619,7 +619,10 @@ def test_connection_limits_are_daemon_wide_and_survive_a_killed_worker(mk):
             assert r.code == 421 and b"too many connections" in r.text, r
         for c in others:
             c.close()
-        # kill -9 every worker that holds one of our sessions
+        # kill -9 every worker that holds one of our sessions (once the log
+        # shows all three: records reach it in batches)
+        assert wait_for(lambda: m.log_text().count(
+            "connect from [127.0.0.1]") >= 4)
         text = m.log_text()
         pids = set(int(x) for x in re.findall(
             r"mtad\[(\d+)\]: worker \d+: connect from \[127\.0\.0\.1\]", text))
@@ -629,7 +632,13 @@ def test_connection_limits_are_daemon_wide_and_survive_a_killed_worker(mk):
         def respawned():
             return m.log_text().count("exited on signal 9") >= len(pids)
         assert wait_for(respawned)
+        mark = len(m.log_text())
         m.wait_ready()
+
+        def probe_closed():     # the readiness probe's session is gone too
+            t = m.log_text()[mark:]
+            return t.count(": connect from [") == t.count(": disconnect from [")
+        assert wait_for(probe_closed)
         settle_ok = []
         for _ in range(3):
             c = Client(m.port)
