@@ -8,11 +8,12 @@
  *           millisecond digits are redone per record.  Newlines inside the
  *           text become spaces so one record is always one line.  Errors
  *           and warnings carry an "error: " / "warning: " tag.
- *           With log_set_batching(1) (the workers) records of one loop turn
- *           are staged and handed over by log_flush() in ONE sendmmsg():
- *           still one datagram per record, but one syscall per turn instead
- *           of one per record.  The stage is flushed early when full, and
- *           at exit.
+ *           With log_set_batching(1) (the workers) records are staged and
+ *           handed over by log_flush() in ONE sendmmsg(): still one
+ *           datagram per record, but one syscall per flush instead of one
+ *           per record (the worker decides when: worker.c LOGGING;
+ *           log_staged() tells it how many wait).  The stage is flushed
+ *           early when full, and at exit.
  * FAILURE   Never blocks, never fails: a record the socket cannot take now
  *           is counted (log_dropped(), and the counter registered with
  *           log_set_dropped_counter(), e.g. the worker's status slot).
@@ -103,6 +104,12 @@ log_flush(void)
     log_stage_n = 0;
     log_stage_len = 0;
     errno = saved;
+}
+
+size_t
+log_staged(void)
+{
+    return log_stage_n;
 }
 
 static void

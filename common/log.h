@@ -12,6 +12,7 @@
 #ifndef MTAD_LOG_H
 #define MTAD_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum log_level {
@@ -30,11 +31,13 @@ uint64_t    log_dropped(void);
 /* Also count drops into *counter (atomically), e.g. the worker's status
  * slot's log_dropped; NULL stops it.  log_open() resets it. */
 void        log_set_dropped_counter(uint64_t *counter);
-/* Workers: stage records and send them with one sendmmsg() per loop turn
- * from log_flush() (a before-sleep hook); still one datagram per record.
+/* Workers: stage records and send them with one sendmmsg() from
+ * log_flush() (the worker calls it from its loop: log_staged() says how
+ * many wait); still one datagram per record.
  * Turning it off flushes.  Staged records are flushed at exit too. */
 void        log_set_batching(int on);
 void        log_flush(void);
+size_t      log_staged(void);                        /* records staged now */
 void        log_msg(int level, const char *fmt, ...)
                 __attribute__((format(printf, 2, 3)));
 

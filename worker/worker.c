@@ -27,9 +27,16 @@
  *           at shutdown_timeout and clients see the 421, every session left
  *           is closed.  The worker exits when it has no session and
  *           deliver_drain() reports nothing running.
- * LOGGING   Records are staged (log_set_batching) and the last before-sleep
- *           hook hands a turn's records to the log process in one
- *           sendmmsg(), instead of one send() per record.
+ * LOGGING   Records are staged (log_set_batching) and handed to the log
+ *           process in one sendmmsg(): by the last before-sleep hook once
+ *           WORKER_LOG_BATCH are staged, else by a timer at most
+ *           WORKER_LOG_DELAY_MS after the turn that staged them.  Each
+ *           hand-over wakes the log process (a context switch on both
+ *           sides); with one message per connection a turn stages about
+ *           one record, so flushing every turn cost a wakeup per record
+ *           (measured: a fifth of mtad's CPU at 2,000 msgs/s).  Records
+ *           keep the time they were formatted at; the stage also goes out
+ *           when full and at exit.
  * FAILURE   worker_init() logs and returns NULL; worker_run() returns the
  *           process exit status.
  */
@@ -58,6 +65,8 @@
 #define WORKER_DRAIN_MAX      4096  /* accepts per listener when stopping */
 #define WORKER_TICK_MS        1000
 #define WORKER_STOP_MARGIN_MS 1000  /* stop deadline before the SIGKILL */
+#define WORKER_LOG_DELAY_MS   10    /* staged records wait at most this */
+#define WORKER_LOG_BATCH      32    /* ...or go at once when this many */
 
 
 /* --- admission counts ------------------------------------------------ */
@@ -345,12 +354,31 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 /* --- entry points ----------------------------------------------------- */
 
-/* worker_log_hook - the last before-sleep hook: the records of this turn
- * go to the log process in one sendmmsg() (log_set_batching()). */
+/* worker_log_hook - the last before-sleep hook: a full batch of staged
+ * records goes to the log process now, a smaller one when log_timer fires
+ * (see LOGGING). */
 static void
 worker_log_hook(struct ev_loop *loop, void *arg)
 {
+    struct worker *w = arg;
+    size_t         n = log_staged();
+
+    if (n == 0)
+        return;
+    if (n >= WORKER_LOG_BATCH || w->stopping) {
+        ev_timer_stop(loop, &w->log_timer);
+        log_flush();
+    } else if (!ev_timer_active(&w->log_timer)) {
+        ev_timer_start(loop, &w->log_timer, WORKER_LOG_DELAY_MS);
+    }
+}
+
+
+static void
+worker_on_log_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
     (void)loop;
+    (void)t;
     (void)arg;
     log_flush();
 }
@@ -430,6 +458,7 @@ worker_init(const struct worker_args *a)
             (void)fcntl(w->lfds[i], F_SETFL, fl | O_NONBLOCK);
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
+    ev_timer_init(&w->log_timer, worker_on_log_timer, w);
     ev_timer_init(&w->tls_timer, sess_tls_ready_run, w);
     if (worker_tls_init(w) < 0)
         goto fail;
@@ -470,6 +499,7 @@ worker_run(struct worker *w)
     w->exit_code = 0;
     rc = ev_run(w->loop);
     log_set_batching(0);            /* flushes; from here records go at once */
+    ev_timer_stop(w->loop, &w->log_timer);
     if (rc < 0) {
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;

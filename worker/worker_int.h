@@ -65,6 +65,7 @@ struct worker {
     struct ev_timer      stop_timer; /* the stop deadline */
     int                  exit_code;
     struct ev_timer      tick;      /* 1 s: throttle, stop progress */
+    struct ev_timer      log_timer; /* staged log records go out then */
 
     struct sess         *sessions;  /* every session (doubly linked) */
     struct sess         *pending;   /* replies to flush this turn */
