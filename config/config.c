@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/un.h>
+
 #include <yaml.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -780,8 +782,17 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
 
     switch (k->type) {
     case CONFIG_STRING:
-        if ((v = config_scalar(p, n, path, "a non-empty string")) != NULL)
-            config_set_str(f, v);
+        if ((v = config_scalar(p, n, path, "a non-empty string")) == NULL)
+            break;
+        /* a unix socket path must fit sun_path, or binding fails later */
+        if (strcmp(path, "server.control_socket") == 0 &&
+            strlen(v) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            config_addf(p, &n->start_mark, "%s: path too long for a unix "
+                "socket (%zu bytes, at most %zu)", path, strlen(v),
+                sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+            break;
+        }
+        config_set_str(f, v);
         break;
     case CONFIG_HOSTNAME:
         v = config_scalar(p, n, path, "a host name like mx1.example.net");

@@ -754,6 +754,33 @@ spool_read_head(struct spool *sp, int fd, const char *what, const char *id,
 }
 
 
+/*
+ * spool_state_forget - a damaged state file counts as none: every
+ * recipient is pending again.  The message is then delivered (a duplicate
+ * for those already done is possible) instead of being stuck for ever;
+ * env->state_damaged lets the caller say so, and the next save replaces
+ * the file.
+ */
+static void
+spool_state_forget(struct spool_env *env)
+{
+    size_t i;
+
+    for (i = 0; i < env->nrcpt; i++) {
+        free(env->rcpt[i].last_reply);
+        free(env->rcpt[i].relay);
+        env->rcpt[i].last_reply = NULL;
+        env->rcpt[i].relay = NULL;
+        env->rcpt[i].status = SPOOL_RCPT_PENDING;
+        env->rcpt[i].notified = 0;
+    }
+    env->next_retry_ms = 0;
+    env->attempts = 0;
+    env->held = 0;
+    env->state_damaged = 1;
+}
+
+
 /* spool_load_state - state/<id> into env if it exists. */
 static int
 spool_load_state(struct spool *sp, struct spool_env *env)
@@ -770,7 +797,7 @@ spool_load_state(struct spool *sp, struct spool_env *env)
     if (rc != SPOOL_OK)
         return rc;
     if (spool_state_parse(b, n, env) != SPOOL_OK)
-        rc = spool_efmt(sp, "state", env->id);
+        spool_state_forget(env);
     free(b);
     return rc;
 }

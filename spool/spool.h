@@ -89,6 +89,8 @@ struct spool_env {
     unsigned    attempts;
     int         held;
     int         has_state;          /* state/<id> may exist (see below) */
+    int         state_damaged;      /* state/<id> was unreadable and is
+                                       ignored: every recipient pending */
 };
 
 struct spool;

@@ -721,6 +721,9 @@ dl_start(struct deliver *d, const char *id)
     rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
     if (rc == SPOOL_ENOENT)
         return;                         /* delivered or deleted meanwhile */
+    if (rc == SPOOL_OK && env->state_damaged)
+        log_warn("%s: state file damaged; ignored: delivering to every "
+            "recipient again", id);
     if (rc == SPOOL_ELOCKED) {
         log_debug("%s: locked by another process; retrying", id);
         dl_schedule(d, id, util_wall_ms() + DELIVER_LOCKED_MS);

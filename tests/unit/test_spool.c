@@ -864,9 +864,20 @@ Test(spool_state, save_and_load_round_trip)
     env->rcpt[2].notified = 0;
     spool_env_free(env);
 
+    /* A damaged state file counts as none: every recipient pending again,
+     * so the message is delivered rather than stuck for ever. */
     t_touch(dir, "state", id, "MTAD-STATE 1\nid x\nend\n");
-    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_EFORMAT);
-    cr_assert_null(env);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, &fd, NULL), SPOOL_OK);
+    cr_assert_eq(env->state_damaged, 1);
+    cr_assert_eq(env->held, 0);
+    cr_assert_eq(env->attempts, 0);
+    for (size_t k = 0; k < env->nrcpt; k++) {
+        cr_assert_eq(env->rcpt[k].status, SPOOL_RCPT_PENDING);
+        cr_assert_null(env->rcpt[k].last_reply);
+    }
+    close(fd);
+    spool_env_free(env);
+    env = NULL;
 
     cr_assert_eq(spool_remove(sp, id), SPOOL_OK);
     cr_assert_eq(t_count(dir, "queue"), 0);
@@ -1075,17 +1086,22 @@ Test(spool_state, notified_needs_version_2_and_only_then)
     cr_assert_str_eq(again->rcpt[0].last_reply, "550 5.1.1 no");
     spool_env_free(again);
 
-    /* NOTIFIED under the version-1 magic is damage, not data */
+    /* NOTIFIED under the version-1 magic is damage, not data: the state
+     * is ignored (state_damaged), never half-read */
     v1 = strdup(b);
     memcpy(v1, "MTAD-STATE 1", 12);
     t_touch(dir, "state", id, v1);
-    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL),
-        SPOOL_EFORMAT);
-    /* and an unknown version is refused */
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 1);
+    cr_assert_eq(again->rcpt[0].status, SPOOL_RCPT_PENDING);
+    cr_assert_eq(again->rcpt[0].notified, 0);
+    spool_env_free(again);
+    /* and an unknown version likewise */
     memcpy(v1, "MTAD-STATE 3", 12);
     t_touch(dir, "state", id, v1);
-    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL),
-        SPOOL_EFORMAT);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 1);
+    spool_env_free(again);
     free(v1);
     free(b);
     spool_env_free(env);
