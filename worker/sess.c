@@ -846,7 +846,7 @@ sess_starttls(struct sess *s, struct str arg)
         return;
     }
     if (s->w->tls_ctx == NULL) {
-        sess_reply(s, "502 5.5.1 Error: command not implemented");
+        sess_reply(s, "502 5.5.1 Error: STARTTLS not available");
         return;
     }
     sess_reply(s, "220 2.0.0 Ready to start TLS");
