@@ -37,11 +37,22 @@ def ensure_user():
                         "--shell", "/usr/sbin/nologin", USER], check=True)
 
 
+_handed_out = set()
+
+
 def free_port(host="127.0.0.1"):
+    """A free loopback port never handed out before in this test run: the
+    kernel may give the same ephemeral port to two calls in a row, and a
+    route "to a closed port" that is mtad's own listener makes a mail loop."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(1000):
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh free port")
 
 
 def to_yaml(value, indent=0):

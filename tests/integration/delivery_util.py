@@ -33,10 +33,10 @@ def sink(sink_factory):
 
 
 def closed_port():
-    """A loopback port nobody listens on (connections are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on (connections are refused), never
+    one handed out to an mtad listener of this run."""
+    from conftest import free_port
+    return free_port()
 
 
 def make_message(n, extra=b"", subject=None):

@@ -931,3 +931,25 @@ def test_group_commit_after_paused_commands(mk):
         qid = queued_id(rs[10003])
     _, _, rest = body_of(m, qid)
     assert rest == b"Subject: late\r\n\r\nbody\r\n"
+
+
+def test_mail_loop_is_refused_after_too_many_hops(one):
+    """More than 50 Received: headers (Postfix's hopcount_limit) means the
+    message is looping: 554 5.4.6 at the end of data, nothing queued; 50
+    still pass, and a "Received:" in the body does not count."""
+    import smtplib
+    hop = b"Received: from a.example by b.example; Mon, 30 Nov 2026 00:00:00 +0000\r\n"
+    body = b"Subject: loop\r\n\r\nReceived: in the body does not count\r\n" * 60
+    s = smtplib.SMTP("127.0.0.1", one.port, timeout=10)
+    try:
+        with pytest.raises(smtplib.SMTPDataError) as e:
+            s.sendmail("a@example.org", ["b@example.net"], hop * 51 + body)
+        assert e.value.smtp_code == 554, e.value
+        assert e.value.smtp_error.startswith(b"5.4.6"), e.value
+        before = set(one.queue_ids())
+        s.sendmail("a@example.org", ["b@example.net"],
+                   hop.replace(b"Received", b"rEcEiVeD") * 50 + body)
+        assert len(set(one.queue_ids()) - before) == 1
+    finally:
+        s.close()
+    assert "too many hops (51 Received: headers)" in one.wait_log("too many hops")
