@@ -107,15 +107,16 @@ child_common(const int *keep, size_t nkeep)
     child_nmaster_fds = 0;
 }
 
-pid_t
-child_spawn_worker(struct slot *s, struct generation *g,
-    struct status_page *st, int log_send_fd)
+/*
+ * child_fork - fork with a SOCK_SEQPACKET channel: in the master, s->chan
+ * is its end and the child's pid is returned; in the child, 0 is returned,
+ * sv[1] is the child's end and sv[0] (the master's) is still to be closed
+ * after child_common().  -1 (errno kept) when either call fails.
+ */
+static pid_t
+child_fork(struct slot *s, int sv[2])
 {
-    struct worker_args a;
-    struct worker     *w;
-    char               ident[32];
-    pid_t              pid;
-    int                sv[2];
+    pid_t pid;
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
@@ -131,8 +132,22 @@ child_spawn_worker(struct slot *s, struct generation *g,
     if (pid > 0) {
         close(sv[1]);
         s->chan = sv[0];
-        return pid;
     }
+    return pid;
+}
+
+pid_t
+child_spawn_worker(struct slot *s, struct generation *g,
+    struct status_page *st, int log_send_fd)
+{
+    struct worker_args a;
+    struct worker     *w;
+    char               ident[32];
+    pid_t              pid;
+    int                sv[2];
+
+    if ((pid = child_fork(s, sv)) != 0)
+        return pid;                 /* the master, or -1 */
     child_common(g->lfds, g->nlisten);
     (void)close(sv[0]);
     snprintf(ident, sizeof(ident), "worker %u", s->shard);
@@ -165,22 +180,8 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
     pid_t pid;
     int   sv[2];
 
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-        return -1;
-    pid = fork();
-    if (pid < 0) {
-        int e = errno;
-
-        close(sv[0]);
-        close(sv[1]);
-        errno = e;
-        return -1;
-    }
-    if (pid > 0) {
-        close(sv[1]);
-        s->chan = sv[0];
-        return pid;
-    }
+    if ((pid = child_fork(s, sv)) != 0)
+        return pid;                 /* the master, or -1 */
     child_common(keep, 2);
     (void)close(sv[0]);
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
