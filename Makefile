@@ -16,28 +16,62 @@ LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDFLAGS  += $(SAN)
 CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
-# Library objects by module.  master/main.c and mtactl/mtactl.c hold main().
-COMMON_SRC := $(wildcard common/*.c)
-CONFIG_SRC := $(wildcard config/*.c)
-SPOOL_SRC  := $(wildcard spool/*.c)
-ROUTER_SRC := $(wildcard router/*.c)
-WORKER_SRC := $(wildcard worker/*.c)
-MASTER_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
-MTACTL_SRC := $(wildcard mtactl/*.c)
-obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+# One static library per module; dependencies point down (see
+# docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
+#   common <- smtp <- router, spool <- config <- delivery <- smtpd <- worker
+#   <- master; mtactl uses common, smtp, router, spool, config.
+# MODS is the link order (a library before the ones it uses).
+MODS := master worker smtpd delivery config spool router smtp common
+deps_common   :=
+deps_smtp     := common
+deps_router   := smtp common
+deps_spool    := smtp common
+deps_config   := router smtp common
+deps_delivery := config spool router smtp common
+deps_smtpd    := delivery config spool router smtp common
+deps_worker   := smtpd delivery config spool router smtp common
+deps_master   := worker smtpd delivery config spool router smtp common
+# libs MODULES: the libraries for MODULES and what they use, in link order.
+libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
+       $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
 
-BASE_OBJ   := $(call obj,$(COMMON_SRC) $(CONFIG_SRC) $(SPOOL_SRC) $(ROUTER_SRC))
-WORKER_OBJ := $(call obj,$(WORKER_SRC))
-MASTER_OBJ := $(call obj,$(MASTER_SRC))
-LIB        := $(BUILD)/libmtad.a
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+# master/main.c holds main(); mtactl is a program, not a library.
+SRC_master := $(filter-out master/main.c,$(wildcard master/*.c))
+$(foreach m,$(filter-out master,$(MODS)),$(eval SRC_$(m) := $(wildcard $(m)/*.c)))
+$(foreach m,$(MODS),$(eval $(BUILD)/lib/lib$(m).a: $(call obj,$(SRC_$(m)))))
+MTACTL_SRC := $(wildcard mtactl/*.c)
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+# What each unit test links: only the module it tests (and what that uses),
+# so a test that needs more than its module does not link.
+umod_test_buf := common
+umod_test_ctl := common
+umod_test_ev := common
+umod_test_log := common
+umod_test_status := common
+umod_test_util := common
+umod_test_smtp_data := smtp
+umod_test_smtp_parse := smtp
+umod_test_smtp_reply := smtp
+umod_test_spool := spool
+umod_test_router := router
+umod_test_config := config
+umod_test_deliver := delivery
+umod_test_deliver_queue := delivery
+umod_test_dsn := delivery
+umod_test_mta := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+umod_router_bench := router
+umod_scan_bench := smtp
+umod_spool_bench := spool
+umod_smtpblast := common
+umod_smtpsink := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps
+.PHONY: all deps run test unit integration asan bench install clean check-deps layering
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -52,11 +86,11 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(LIB): $(BASE_OBJ) $(WORKER_OBJ) $(MASTER_OBJ)
+$(BUILD)/lib/lib%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/mtad: $(BUILD)/master/main.o $(LIB)
+$(BUILD)/mtad: $(BUILD)/master/main.o $(call libs,master)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # mtactl's objects cannot live in $(BUILD)/mtactl/: that is the binary.
@@ -65,22 +99,27 @@ $(BUILD)/obj-mtactl/%.o: mtactl/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/mtactl: $(MTACTL_OBJ) $(LIB)
+$(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,config spool)
 	@if [ -d $@ ]; then rm -rf $@; fi
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIB)
+.SECONDEXPANSION:
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(call libs,$$(umod_$$*))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CRIT_LIBS)
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $$(call libs,$$(umod_$$*))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Integration tests use the binaries in $(BUILD); unit tests come first.
-test: all $(UNIT_BIN)
+test: all layering $(UNIT_BIN)
 	@sh tests/run-unit.sh $(UNIT_BIN)
 	@MTAD_BUILD=$(BUILD) sh tests/run-integration.sh
+
+# Fails when a file includes a header its module may not use.
+layering:
+	@sh tests/layering.sh .
 
 unit: check-deps $(UNIT_BIN)
 	@sh tests/run-unit.sh $(UNIT_BIN)

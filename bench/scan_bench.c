@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "worker/smtp_data.h"
+#include "smtp/smtp.h"
 
 #define SCAN_BENCH_SIZE   (100u * 1000 * 1000)
 #define SCAN_BENCH_READ   (128u * 1024)

@@ -29,7 +29,7 @@
 
 static struct spool_rcpt spool_bench_rcpts[3] = {
     { .addr = "alice@example.org", .notify = 0 },
-    { .addr = "bob@example.net", .notify = SPOOL_NOTIFY_FAILURE },
+    { .addr = "bob@example.net", .notify = SMTP_NOTIFY_FAILURE },
     { .addr = "carol@example.com", .orcpt = "rfc822;carol@example.com" },
 };
 

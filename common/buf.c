@@ -118,28 +118,34 @@ buf_append(struct buf *b, const void *p, size_t n)
 
 
 void
-buf_printf(struct buf *b, const char *fmt, ...)
+buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
-    va_list ap;
+    va_list again;
     int     n;
 
     if (buf_reserve(b, 128) < 0)
         fatalx("buf_printf: buffer cap reached");                 /* fatal */
-    va_start(ap, fmt);
+    va_copy(again, ap);
     n = vsnprintf(buf_tail(b), buf_room(b), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= buf_room(b)) {
+    if (n >= 0 && (size_t)n >= buf_room(b)) {
         if (buf_reserve(b, (size_t)n + 1) < 0)
             fatalx("buf_printf: buffer cap reached");             /* fatal */
-        va_start(ap, fmt);
-        n = vsnprintf(buf_tail(b), buf_room(b), fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
+        n = vsnprintf(buf_tail(b), buf_room(b), fmt, again);
     }
-    b->len += (size_t)n;
+    va_end(again);
+    if (n >= 0)
+        b->len += (size_t)n;
+}
+
+
+void
+buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    buf_vprintf(b, fmt, ap);
+    va_end(ap);
 }
 
 

@@ -12,6 +12,7 @@
 #ifndef MTAD_BUF_H
 #define MTAD_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 struct str {
@@ -42,6 +43,8 @@ void    buf_compact(struct buf *b);              /* move data to offset 0 */
 void    buf_append(struct buf *b, const void *p, size_t n);
 void    buf_printf(struct buf *b, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
+void    buf_vprintf(struct buf *b, const char *fmt, va_list ap)
+            __attribute__((format(printf, 2, 0)));
 /* Next CRLF- or LF-terminated line without its terminator; -2 if none yet.
  * *bare_lf is set to 1 when the line ended in LF without CR. */
 int     buf_getline(struct buf *b, struct str *line, int *bare_lf);

@@ -557,7 +557,7 @@ config_set_static(struct config_parse *p, const yaml_node_t *n,
     static const char vwhat[] = "a route like \"smtp:[host]:25\" or "
         "\"maildir:/path\"";
     struct config *cfg = p->cfg;
-    struct config_route *r;
+    struct router_static *r;
     yaml_node_pair_t *pair;
     char kpath[CONFIG_PATH_MAX], why[256], show[CONFIG_SHOW_MAX + 8];
     size_t nr = 0, i, cnt;

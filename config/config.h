@@ -19,17 +19,12 @@
 #include <sys/socket.h>
 
 #include "common/util.h"
+#include "router/router.h"
 
 struct config_listen {
     char                    *spec;  /* as written: "127.0.0.1:2525" */
     struct sockaddr_storage  addr;
     socklen_t                addrlen;
-};
-
-struct config_route {
-    int   line, col;                /* where it was written, for errors */
-    char *key;                      /* lower-case: "example.org", ".x.org", "a@b" */
-    char *route;                    /* "smtp:[h]:25", "maildir:/p", "discard", ... */
 };
 
 struct config {
@@ -68,7 +63,7 @@ struct config {
     /* routes */
     char   *routes_db;              /* default /var/lib/mtad/routes.mdb */
     char   *routes_default;         /* required */
-    struct config_route *static_routes;
+    struct router_static *static_routes;
     size_t  nstatic_routes;
 
     /* delivery */

@@ -167,7 +167,7 @@ master_load_routes(const struct config *cfg, char *err, size_t errsz)
         return -1;
     }
     for (i = 0; i < cfg->nstatic_routes; i++) {
-        const struct config_route *cr = &cfg->static_routes[i];
+        const struct router_static *cr = &cfg->static_routes[i];
 
         if (router_put(r, cr->key, cr->route) != ROUTER_OK) {
             snprintf(err, errsz, "%s:%d:%d: routes.static.%s: %s", cfg->path,

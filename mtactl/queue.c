@@ -911,15 +911,15 @@ queue_notify_text(unsigned notify, char *buf, size_t sz)
 {
     if (notify == 0)
         return "default";
-    if (notify & SPOOL_NOTIFY_NEVER)
+    if (notify & SMTP_NOTIFY_NEVER)
         return "NEVER";
     snprintf(buf, sz, "%s%s%s%s%s",
-        notify & SPOOL_NOTIFY_SUCCESS ? "SUCCESS" : "",
-        (notify & SPOOL_NOTIFY_SUCCESS) && (notify & ~SPOOL_NOTIFY_SUCCESS &
-        (SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY)) ? "," : "",
-        notify & SPOOL_NOTIFY_FAILURE ? "FAILURE" : "",
-        (notify & SPOOL_NOTIFY_FAILURE) && (notify & SPOOL_NOTIFY_DELAY) ?
-        "," : "", notify & SPOOL_NOTIFY_DELAY ? "DELAY" : "");
+        notify & SMTP_NOTIFY_SUCCESS ? "SUCCESS" : "",
+        (notify & SMTP_NOTIFY_SUCCESS) && (notify & ~SMTP_NOTIFY_SUCCESS &
+        (SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY)) ? "," : "",
+        notify & SMTP_NOTIFY_FAILURE ? "FAILURE" : "",
+        (notify & SMTP_NOTIFY_FAILURE) && (notify & SMTP_NOTIFY_DELAY) ?
+        "," : "", notify & SMTP_NOTIFY_DELAY ? "DELAY" : "");
     return buf;
 }
 
@@ -943,10 +943,10 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
         "", env->client_port);
     queue_put_text(env->helo ? env->helo : "-");
     printf("\nbody:        %s%s\nret:         %s\nenvid:       ",
-        env->body == SPOOL_BODY_BINARYMIME ? "BINARYMIME" :
-        env->body == SPOOL_BODY_8BITMIME ? "8BITMIME" : "7BIT",
+        env->body == SMTP_BODY_BINARYMIME ? "BINARYMIME" :
+        env->body == SMTP_BODY_8BITMIME ? "8BITMIME" : "7BIT",
         env->smtputf8 ? " SMTPUTF8" : "",
-        env->ret == SPOOL_RET_FULL ? "FULL" : env->ret == SPOOL_RET_HDRS ?
+        env->ret == SMTP_RET_FULL ? "FULL" : env->ret == SMTP_RET_HDRS ?
         "HDRS" : "-");
     queue_put_text(env->envid ? env->envid : "-");
     if (env->next_retry_ms > now)

@@ -28,7 +28,6 @@
 
 #include <lmdb.h>
 
-#include "config/config.h"
 #include "router/router.h"
 
 #define ROUTER_MAPSIZE     ((size_t)256 << 20)
@@ -555,7 +554,7 @@ router_clear(struct router *r)
 
 
 int
-router_load_static(struct router *r, const struct config_route *routes,
+router_load_static(struct router *r, const struct router_static *routes,
     size_t n)
 {
     char    why[256];

@@ -39,7 +39,13 @@ struct router_result {
 };
 
 struct router;
-struct config_route;
+
+/* One route written in relay.yaml's routes.static (config/ fills these). */
+struct router_static {
+    int   line, col;                /* where it was written, for errors */
+    char *key;                      /* lower-case: "example.org", ".x.org", "a@b" */
+    char *route;                    /* "smtp:[h]:25", "maildir:/p", "discard", ... */
+};
 
 /* Opens (creating if missing, when create is set) the environment at path:
  * one file (MDB_NOSUBDIR) plus "<path>-lock".  default_route is used when
@@ -78,6 +84,6 @@ int     router_clear(struct router *r);
  * (adds or replaces those keys; other keys are kept).  ROUTER_EINVAL names
  * the entry's line when one is malformed; then nothing is written. */
 int     router_load_static(struct router *r,
-            const struct config_route *routes, size_t n);
+            const struct router_static *routes, size_t n);
 
 #endif /* MTAD_ROUTER_H */

@@ -37,6 +37,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "smtp/smtp.h"
+
 #define SPOOL_ID_LEN  16
 #define SPOOL_ID_SIZE (SPOOL_ID_LEN + 1)
 
@@ -45,15 +47,6 @@ enum spool_rc {
     SPOOL_ELOCKED = -5, SPOOL_ENOENT = -6
 };
 
-enum spool_body { SPOOL_BODY_7BIT = 0, SPOOL_BODY_8BITMIME, SPOOL_BODY_BINARYMIME };
-enum spool_ret  { SPOOL_RET_NONE = 0, SPOOL_RET_FULL, SPOOL_RET_HDRS };
-
-/* NOTIFY= bits; 0 means "not given" (default: FAILURE). */
-#define SPOOL_NOTIFY_NEVER    0x1u
-#define SPOOL_NOTIFY_SUCCESS  0x2u
-#define SPOOL_NOTIFY_FAILURE  0x4u
-#define SPOOL_NOTIFY_DELAY    0x8u
-
 enum spool_rcpt_status {
     SPOOL_RCPT_PENDING = 0, SPOOL_RCPT_SENT, SPOOL_RCPT_BOUNCED
 };
@@ -61,7 +54,7 @@ enum spool_rcpt_status {
 struct spool_rcpt {
     char       *addr;               /* "user@domain", no angle brackets */
     char       *orcpt;              /* ORCPT= as given (xtext decoded), or NULL */
-    unsigned    notify;             /* SPOOL_NOTIFY_* */
+    unsigned    notify;             /* SMTP_NOTIFY_*; 0: not given (FAILURE) */
     /* delivery state (from state/<id>; PENDING and NULL when none) */
     int         status;             /* enum spool_rcpt_status */
     int         notified;           /* BOUNCED and its DSN queued (or none
@@ -74,9 +67,9 @@ struct spool_env {
     char        id[SPOOL_ID_SIZE];
     uint64_t    arrival_ms;         /* wall clock */
     char       *sender;             /* "" for the null sender <> */
-    enum spool_body body;
+    enum smtp_body body;
     int         smtputf8;
-    enum spool_ret ret;
+    enum smtp_ret ret;
     char       *envid;              /* ENVID= (xtext decoded) or NULL */
     char       *client_ip;          /* "127.0.0.1" */
     unsigned    client_port;

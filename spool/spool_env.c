@@ -63,7 +63,6 @@ struct spool_field {
     size_t      n;
 };
 
-static const char spool_hex[] = "0123456789ABCDEF";
 static const char *const spool_body_names[] = { "7BIT", "8BITMIME",
     "BINARYMIME" };
 static const char *const spool_ret_names[] = { "NONE", "FULL", "HDRS" };
@@ -103,36 +102,25 @@ spool_put_u64(struct spool_out *o, uint64_t v)
 }
 
 
-/* spool_xtext_needs - whether byte c must be written as +XX. */
-static int
-spool_xtext_needs(unsigned char c)
-{
-    return c < 0x21 || c > 0x7e || c == '+' || c == '=';
-}
-
-
 /* spool_put_xtext - " " then the value as xtext, or " +" for NULL. */
 static void
 spool_put_xtext(struct spool_out *o, const char *s)
 {
-    const unsigned char *u;
-    char                 enc[3];
+    char    stack[1024], *enc = stack;
+    size_t  need;
 
     spool_put(o, " ", 1);
     if (s == NULL) {
         spool_put(o, "+", 1);
         return;
     }
-    for (u = (const unsigned char *)s; *u != '\0'; u++) {
-        if (!spool_xtext_needs(*u)) {
-            spool_put(o, (const char *)u, 1);
-            continue;
-        }
-        enc[0] = '+';
-        enc[1] = spool_hex[*u >> 4];
-        enc[2] = spool_hex[*u & 0xf];
-        spool_put(o, enc, 3);
-    }
+    need = smtp_xtext_len(s) + 1;
+    if (need > sizeof(stack))
+        enc = xmalloc(need);
+    (void)smtp_xtext_encode(s, enc, need);
+    spool_put(o, enc, need - 1);
+    if (enc != stack)
+        free(enc);
 }
 
 
@@ -344,7 +332,7 @@ spool_xtext(const struct spool_field *f, int nullable, char **out)
         int           hi, lo;
 
         if (c != '+') {
-            if (spool_xtext_needs(c))
+            if (smtp_xtext_needs(c))
                 goto fail;
             *d++ = (char)c;
             continue;
@@ -353,7 +341,7 @@ spool_xtext(const struct spool_field *f, int nullable, char **out)
             (lo = spool_hexval(f->p[i + 2])) < 0)
             goto fail;
         c = (unsigned char)(hi << 4 | lo);
-        if (c == 0 || !spool_xtext_needs(c))
+        if (c == 0 || !smtp_xtext_needs(c))
             goto fail;
         *d++ = (char)c;
         i += 2;
@@ -420,7 +408,7 @@ spool_env_field(struct spool_env *e, enum spool_key k,
     case K_BODY:
         if ((w = spool_word(&f[0], spool_body_names, 3)) < 0)
             return -1;
-        e->body = (enum spool_body)w;
+        e->body = (enum smtp_body)w;
         return 0;
     case K_SMTPUTF8:
         if (spool_num(&f[0], 1, &v) < 0 || f[0].n != 1)
@@ -430,7 +418,7 @@ spool_env_field(struct spool_env *e, enum spool_key k,
     case K_RET:
         if ((w = spool_word(&f[0], spool_ret_names, 3)) < 0)
             return -1;
-        e->ret = (enum spool_ret)w;
+        e->ret = (enum smtp_ret)w;
         return 0;
     case K_ENVID:
         return spool_xtext(&f[0], 1, &e->envid);

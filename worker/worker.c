@@ -1,7 +1,7 @@
 /*
  * worker.c - a worker process: the event loop, the listeners, the channel
- * to the master, admission control; the sessions live in sess.c and the
- * outbound side in deliver.c.
+ * to the master, admission control; the sessions live in smtpd/ and the
+ * outbound side in delivery/
  *
  * PURPOSE   worker_init() (still privileged) opens the loop, the spool, the
  *           router, the delivery schedule and the STARTTLS context (the
@@ -22,7 +22,7 @@
  *           connections, then accept until EAGAIN what is already queued
  *           (a wakeup this worker took must not leave a connection waiting
  *           for the next arrival), then close them.  Sessions go on (see
- *           worker_int.h STOP); at the stop deadline, shutdown_timeout
+ *           smtpd.h STOP); at the stop deadline, shutdown_timeout
  *           less min(1 s, a quarter of it), so before the master's SIGKILL
  *           at shutdown_timeout and clients see the 421, every session left
  *           is closed.  The worker exits when it has no session and
@@ -56,10 +56,10 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "worker/deliver.h"
-#include "worker/transport.h"
+#include "delivery/delivery.h"
+#include "common/net.h"
 #include "worker/worker.h"
-#include "worker/worker_int.h"
+#include "smtpd/smtpd.h"
 
 #define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
 #define WORKER_DRAIN_MAX      4096  /* accepts per listener when stopping */
@@ -69,11 +69,49 @@
 #define WORKER_LOG_BATCH      32    /* ...or go at once when this many */
 
 
+struct worker {
+    struct worker_args   a;
+    const struct config *cfg;
+    struct ev_loop      *loop;
+    struct spool        *spool;
+    struct router       *router;
+    struct deliver      *deliver;
+    struct status_worker *st;
+    struct status_worker st_local;  /* when the master gave no status page */
+
+    /* admission: daemon-wide counts in the shared page (a private one
+     * when the master gave none) */
+    struct status_page  *admit;
+    unsigned             admit_slot;
+    size_t               nsess;     /* this worker's sessions */
+
+    int                 *lfds;      /* listeners (-1 once closed) */
+    size_t               nlisten;
+    int                  listening; /* listeners watched */
+    int                  accept_pause; /* EMFILE: retry on the next tick */
+    int                  stopping;  /* "stop" received */
+    struct ev_timer      stop_timer; /* the stop deadline */
+    int                  exit_code;
+    struct ev_timer      tick;      /* 1 s: throttle, stop progress */
+    struct ev_timer      log_timer; /* staged log records go out then */
+
+    struct smtpd        *smtpd;     /* the inbound sessions */
+
+    /* STARTTLS (NULL: not offered).  Built in worker_init() while still
+     * privileged, so the key file may be readable by root only; the
+     * private key then lives in every worker's memory (no exec, as in
+     * nginx): a compromised worker can read it. */
+    struct ssl_ctx_st   *tls_ctx;
+};
+
+
 /* --- admission counts ------------------------------------------------ */
+
+
 
 /* worker_ip_acquire - count one more session, daemon-wide and per address
  * (common/status.c); STATUS_EFULL or STATUS_EPERIP when over a limit. */
-int
+static int
 worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
 {
     return status_conn_acquire(w->admit, w->admit_slot, sa,
@@ -82,7 +120,7 @@ worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
 }
 
 
-void
+static void
 worker_ip_release(struct worker *w, const struct sockaddr *sa)
 {
     status_conn_release(w->admit, w->admit_slot, sa);
@@ -159,7 +197,7 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         return;
     }
     w->nsess++;
-    sess_accept(w, fd, sa, len);
+    smtpd_accept(w->smtpd, fd, sa, len);
 }
 
 
@@ -227,9 +265,13 @@ worker_check_done(struct worker *w)
 }
 
 
-void
-worker_session_gone(struct worker *w)
+/* worker_session_gone - smtpd's gone(): a session ended. */
+static void
+worker_session_gone(void *arg, const struct sockaddr *peer)
 {
+    struct worker *w = arg;
+
+    worker_ip_release(w, peer);
     if (w->nsess > 0)
         w->nsess--;
     worker_check_done(w);
@@ -245,10 +287,9 @@ worker_on_stop_deadline(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
     (void)loop;
     (void)t;
-    w->stop_final = 1;
     if (w->nsess > 0)
         log_notice("stop deadline: closing %zu sessions", w->nsess);
-    sess_stop_all(w, WORKER_STOP_MARGIN_MS / 2);
+    smtpd_stop_all(w->smtpd, WORKER_STOP_MARGIN_MS / 2);
     worker_check_done(w);
 }
 
@@ -292,7 +333,7 @@ worker_stop(struct worker *w)
     (void)deliver_drain(w->deliver);
     ev_timer_init(&w->stop_timer, worker_on_stop_deadline, w);
     ev_timer_start(w->loop, &w->stop_timer, worker_stop_deadline_ms(w->cfg));
-    sess_stop_begin(w);
+    smtpd_stop_begin(w->smtpd);
     worker_check_done(w);
 }
 
@@ -391,11 +432,16 @@ worker_on_log_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 static int
 worker_tls_init(struct worker *w)
 {
+    struct net_tls_opts o;
     char err[512];
 
     if (w->cfg->tls_cert_file == NULL)
         return 0;
-    w->tls_ctx = transport_tls_ctx(w->cfg, err, sizeof(err));
+    o.cert_file = w->cfg->tls_cert_file;
+    o.key_file = w->cfg->tls_key_file;
+    o.min_version = w->cfg->tls_min_version;
+    o.ciphers = w->cfg->tls_ciphers;
+    w->tls_ctx = net_tls_ctx(&o, err, sizeof(err));
     if (w->tls_ctx == NULL) {
         log_err("STARTTLS: %s", err);
         return -1;
@@ -409,6 +455,7 @@ worker_init(const struct worker_args *a)
 {
     const struct config *cfg = a->cfg;
     struct worker       *w = xcalloc(1, sizeof(*w));
+    struct smtpd_env     env;
     unsigned             nshards = a->nshards ? a->nshards : 1;
     size_t               i;
     int                  rc, fl;
@@ -459,12 +506,21 @@ worker_init(const struct worker_args *a)
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
-    ev_timer_init(&w->tls_timer, sess_tls_ready_run, w);
     if (worker_tls_init(w) < 0)
         goto fail;
+    env.loop = w->loop;
+    env.cfg = cfg;
+    env.spool = w->spool;
+    env.router = w->router;
+    env.deliver = w->deliver;
+    env.st = w->st;
+    env.tls_ctx = w->tls_ctx;
+    env.gone = worker_session_gone;
+    env.arg = w;
+    w->smtpd = smtpd_new(&env);
     return w;
 fail:
-    transport_tls_ctx_free(w->tls_ctx);
+    net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);
@@ -477,13 +533,9 @@ fail:
 int
 worker_run(struct worker *w)
 {
-    size_t i;
-    int    rc;
+    int rc;
 
-    /* Order matters: the group commit queues its 250s before the flush;
-     * the log records of the turn go last. */
-    ev_before_sleep(w->loop, sess_commit_hook, w);
-    ev_before_sleep(w->loop, sess_flush_hook, w);
+    /* The log records of the turn go last, after smtpd's hooks. */
     ev_before_sleep(w->loop, worker_log_hook, w);
     log_set_batching(1);
     worker_listen(w, 1);
@@ -504,18 +556,12 @@ worker_run(struct worker *w)
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;
     }
-    sess_close_all(w);
-    ev_timer_stop(w->loop, &w->tls_timer);
-    free(w->tls_ready);
-    transport_tls_ctx_free(w->tls_ctx);
+    smtpd_free(w->smtpd);
+    net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);
     ev_free(w->loop);
-    for (i = 0; i < w->nout_spare; i++)
-        free(w->out_spare[i]);
-    free(w->out_spare);
-    free(w->commit);
     free(w->lfds);
     rc = w->exit_code;
     free(w);

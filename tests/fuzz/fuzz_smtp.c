@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/smtp_data.h"
-#include "worker/smtp_parse.h"
+#include "smtp/smtp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/deliver.h"
-#include "worker/deliver_int.h"
-#include "worker/maildir.h"
+#include "delivery/delivery.h"
+#include "delivery/delivery_int.h"
+#include "delivery/maildir.h"
 
 static const uint64_t steps[] = { 60000, 300000, 900000, 3600000, 14400000 };
 

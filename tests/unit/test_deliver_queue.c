@@ -19,7 +19,7 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "worker/deliver.h"
+#include "delivery/delivery.h"
 
 static char             dir[64];
 static struct spool    *sp0, *sp1;

@@ -9,7 +9,7 @@
 
 #include "common/buf.h"
 #include "spool/spool.h"
-#include "worker/dsn.h"
+#include "delivery/dsn.h"
 
 static const char MSG[] = "Received: from x\r\nSubject: hello\r\n"
     "From: a@example.org\r\n\r\nbody line 1\r\nsecret body\r\n";
@@ -38,7 +38,7 @@ setup(void)
     rcpts[1].relay = "mx.example.net[127.0.0.1]:2525";
     rcpts[2].addr = "quiet@example.net";
     rcpts[2].status = SPOOL_RCPT_BOUNCED;
-    rcpts[2].notify = SPOOL_NOTIFY_NEVER;
+    rcpts[2].notify = SMTP_NOTIFY_NEVER;
     rcpts[2].last_reply = "550 5.7.1 denied";
 }
 
@@ -72,11 +72,11 @@ Test(dsn, wanted_follows_notify)
     memset(&r, 0, sizeof(r));
     r.status = SPOOL_RCPT_BOUNCED;
     cr_assert(dsn_wanted(&r));
-    r.notify = SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY;
+    r.notify = SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY;
     cr_assert(dsn_wanted(&r));
-    r.notify = SPOOL_NOTIFY_SUCCESS;
+    r.notify = SMTP_NOTIFY_SUCCESS;
     cr_assert_not(dsn_wanted(&r));
-    r.notify = SPOOL_NOTIFY_NEVER;
+    r.notify = SMTP_NOTIFY_NEVER;
     cr_assert_not(dsn_wanted(&r));
     r.notify = 0;
     r.notified = 1;                     /* an earlier DSN reported it */

@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config/config.h"
 #include "router/router.h"
 
 /*
@@ -671,11 +670,11 @@ Test(router, lookups_do_not_allocate)
 Test(router, load_static_is_checked_whole_then_written)
 {
     struct router *r = db_open();
-    struct config_route bad[] = {
+    struct router_static bad[] = {
         { 10, 5, "one.example", "discard" },
         { 11, 5, "two.example", "smtp:[10.0.0.1]:0" },
     };
-    struct config_route good[] = {
+    struct router_static good[] = {
         { 10, 5, "one.example", "discard" },
         { 11, 5, "two.example", "smtp:[10.0.0.1]:2525" },
     };

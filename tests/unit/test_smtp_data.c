@@ -12,7 +12,7 @@
 
 #include <criterion/criterion.h>
 
-#include "worker/smtp_data.h"
+#include "smtp/smtp.h"
 
 /* Output collector: emit() appends here. */
 struct sink {

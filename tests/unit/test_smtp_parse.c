@@ -9,8 +9,7 @@
 
 #include <criterion/criterion.h>
 
-#include "spool/spool.h"
-#include "worker/smtp_parse.h"
+#include "smtp/smtp.h"
 
 static struct str
 S(const char *s)
@@ -105,19 +104,19 @@ static const struct mail_case mail_cases[] = {
     { "FROM:<a@b> size=0", "a@b", NULL, 0, 0, 0, 0, "" },
     { "FROM:<a@b> SIZE=18446744073709551615", "a@b", NULL,
         UINT64_MAX, 0, 0, 0, "" },
-    { "FROM:<a@b> BODY=7BIT", "a@b", NULL, 0, SPOOL_BODY_7BIT, 0, 0, "" },
-    { "FROM:<a@b> BODY=8bitmime", "a@b", NULL, 0, SPOOL_BODY_8BITMIME, 0, 0,
+    { "FROM:<a@b> BODY=7BIT", "a@b", NULL, 0, SMTP_BODY_7BIT, 0, 0, "" },
+    { "FROM:<a@b> BODY=8bitmime", "a@b", NULL, 0, SMTP_BODY_8BITMIME, 0, 0,
         "" },
-    { "FROM:<a@b> BODY=BINARYMIME", "a@b", NULL, 0, SPOOL_BODY_BINARYMIME,
+    { "FROM:<a@b> BODY=BINARYMIME", "a@b", NULL, 0, SMTP_BODY_BINARYMIME,
         0, 0, "" },
     { "FROM:<a@b> SMTPUTF8", "a@b", NULL, 0, 0, 1, 0, "" },
     { "FROM:<a@b> smtputf8", "a@b", NULL, 0, 0, 1, 0, "" },
-    { "FROM:<a@b> RET=FULL", "a@b", NULL, 0, 0, 0, SPOOL_RET_FULL, "" },
-    { "FROM:<a@b> ret=hdrs", "a@b", NULL, 0, 0, 0, SPOOL_RET_HDRS, "" },
+    { "FROM:<a@b> RET=FULL", "a@b", NULL, 0, 0, 0, SMTP_RET_FULL, "" },
+    { "FROM:<a@b> ret=hdrs", "a@b", NULL, 0, 0, 0, SMTP_RET_HDRS, "" },
     { "FROM:<a@b> ENVID=QQ314159", "a@b", NULL, 0, 0, 0, 0, "QQ314159" },
     { "FROM:<a@b> ENVID=a+2Bb+3Dc", "a@b", NULL, 0, 0, 0, 0, "a+b=c" },
     { "FROM:<a@b> SIZE=1 BODY=8BITMIME SMTPUTF8 RET=HDRS ENVID=x",
-        "a@b", NULL, 1, SPOOL_BODY_8BITMIME, 1, SPOOL_RET_HDRS, "x" },
+        "a@b", NULL, 1, SMTP_BODY_8BITMIME, 1, SMTP_RET_HDRS, "x" },
     { "FROM:<a@b>  SIZE=1   BODY=7BIT  ", "a@b", NULL, 1, 0, 0, 0, "" },
     { "FROM:<a@b> ", "a@b", NULL, 0, 0, 0, 0, "" },
     /* UTF-8 sender with SMTPUTF8 given on the same MAIL */
@@ -305,17 +304,17 @@ static const struct rcpt_case rcpt_cases[] = {
         0, "" },
     { "TO:<@hop1,@hop2:c@d>", 0, "c@d", NULL, 0, "" },
     { "TO:<@[10.0.0.1]:c@d>", 0, "c@d", NULL, 0, "" },
-    { "TO:<b@c> NOTIFY=NEVER", 0, "b@c", NULL, SPOOL_NOTIFY_NEVER, "" },
-    { "TO:<b@c> NOTIFY=SUCCESS", 0, "b@c", NULL, SPOOL_NOTIFY_SUCCESS, "" },
+    { "TO:<b@c> NOTIFY=NEVER", 0, "b@c", NULL, SMTP_NOTIFY_NEVER, "" },
+    { "TO:<b@c> NOTIFY=SUCCESS", 0, "b@c", NULL, SMTP_NOTIFY_SUCCESS, "" },
     { "TO:<b@c> notify=success,failure", 0, "b@c", NULL,
-        SPOOL_NOTIFY_SUCCESS | SPOOL_NOTIFY_FAILURE, "" },
+        SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE, "" },
     { "TO:<b@c> NOTIFY=DELAY,FAILURE,SUCCESS", 0, "b@c", NULL,
-        SPOOL_NOTIFY_SUCCESS | SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY,
+        SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY,
         "" },
     { "TO:<b@c> ORCPT=rfc822;b@c", 0, "b@c", NULL, 0, "rfc822;b@c" },
     { "TO:<b@c> ORCPT=rfc822;x+2By@c", 0, "b@c", NULL, 0, "rfc822;x+y@c" },
     { "TO:<b@c> NOTIFY=FAILURE ORCPT=RFC822;B@C", 0, "b@c", NULL,
-        SPOOL_NOTIFY_FAILURE, "RFC822;B@C" },
+        SMTP_NOTIFY_FAILURE, "RFC822;B@C" },
     { "TO:<\xc3\xbc@b\xc3\xbc.de>", 1, "\xc3\xbc@b\xc3\xbc.de", NULL, 0, "" },
 
     { "", 0, NULL, "501 5.5.4 Syntax: RCPT TO:<address>", 0, NULL },
@@ -756,9 +755,9 @@ Test(smtp_parse, pipeline_lines)
         SMTP_MAIL);
     cr_assert_eq(smtp_parse_mail(arg, &m, &reply), 0);
     cr_expect_str_eq(m.addr, "");
-    cr_expect_eq(m.body, SPOOL_BODY_8BITMIME);
+    cr_expect_eq(m.body, SMTP_BODY_8BITMIME);
     cr_assert_eq(smtp_parse_verb(S("RCPT TO:<x@y> NOTIFY=NEVER"), &arg),
         SMTP_RCPT);
     cr_assert_eq(smtp_parse_rcpt(arg, 0, &r, &reply), 0);
-    cr_expect_eq(r.notify, SPOOL_NOTIFY_NEVER);
+    cr_expect_eq(r.notify, SMTP_NOTIFY_NEVER);
 }

@@ -154,8 +154,8 @@ t_exists(const char *dir, const char *sub, const char *name)
 static struct spool_rcpt t_rcpts[3] = {
     { .addr = "a@example.org", .notify = 0 },
     { .addr = "b@example.net", .orcpt = "rfc822;b@example.net",
-      .notify = SPOOL_NOTIFY_SUCCESS | SPOOL_NOTIFY_FAILURE },
-    { .addr = "c@[127.0.0.1]", .notify = SPOOL_NOTIFY_NEVER },
+      .notify = SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE },
+    { .addr = "c@[127.0.0.1]", .notify = SMTP_NOTIFY_NEVER },
 };
 
 static void
@@ -163,8 +163,8 @@ t_env(struct spool_env *e)
 {
     memset(e, 0, sizeof(*e));
     e->sender = "sender@example.com";
-    e->body = SPOOL_BODY_8BITMIME;
-    e->ret = SPOOL_RET_HDRS;
+    e->body = SMTP_BODY_8BITMIME;
+    e->ret = SMTP_RET_HDRS;
     e->envid = "env-1";
     e->client_ip = "127.0.0.1";
     e->client_port = 40000;
@@ -329,8 +329,8 @@ Test(spool_env, round_trip_with_hostile_values)
     e.client_ip = "::1";
     e.client_port = 65535;
     e.smtputf8 = 1;
-    e.body = SPOOL_BODY_BINARYMIME;
-    e.ret = SPOOL_RET_FULL;
+    e.body = SMTP_BODY_BINARYMIME;
+    e.ret = SMTP_RET_FULL;
     e.body_size = 18446744073709551615ULL;
     for (i = 0; i < 1000; i++) {
         addrs[i] = xmalloc(64);

@@ -20,8 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "spool/spool.h"
-#include "worker/smtp_parse.h"
+#include "smtp/smtp.h"
 
 #define SMTP_LOCAL_MAX   64
 #define SMTP_DOMAIN_MAX  255
@@ -432,49 +431,6 @@ bad:
 
 /* --- parameters ------------------------------------------------------- */
 
-/* Value of an upper-case hex digit (RFC 3461 hexchar), or -1. */
-static int
-smtp_hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int
-smtp_xtext_decode(const char *p, size_t n, char *out, size_t outsz)
-{
-    size_t          i, o = 0;
-    unsigned char   c;
-    int             h1, h2;
-
-    if (outsz == 0)
-        return -1;
-    for (i = 0; i < n; i++) {
-        c = (unsigned char)p[i];
-        if (c == '+') {
-            if (n - i < 3)
-                return -1;
-            h1 = smtp_hexval((unsigned char)p[i + 1]);
-            h2 = smtp_hexval((unsigned char)p[i + 2]);
-            if (h1 < 0 || h2 < 0)
-                return -1;
-            c = (unsigned char)(h1 << 4 | h2);
-            /* Control bytes would corrupt the envelope. */
-            if (c < 0x20 || c == 0x7f)
-                return -1;
-            i += 2;
-        } else if (c < 33 || c > 126 || c == '=')
-            return -1;
-        if (o + 1 >= outsz)
-            return -1;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    return 0;
-}
 
 /* One "KEYWORD[=value]" taken from an argument list. */
 struct smtp_param {
@@ -643,11 +599,11 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         return 0;
     case SMTP_SEEN_BODY:
         if (pm->has_val && smtp_val_is(pm->val, "7BIT"))
-            out->body = SPOOL_BODY_7BIT;
+            out->body = SMTP_BODY_7BIT;
         else if (pm->has_val && smtp_val_is(pm->val, "8BITMIME"))
-            out->body = SPOOL_BODY_8BITMIME;
+            out->body = SMTP_BODY_8BITMIME;
         else if (pm->has_val && smtp_val_is(pm->val, "BINARYMIME"))
-            out->body = SPOOL_BODY_BINARYMIME;
+            out->body = SMTP_BODY_BINARYMIME;
         else
             goto bad_body;
         return 0;
@@ -660,9 +616,9 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         return 0;
     case SMTP_SEEN_RET:
         if (pm->has_val && smtp_val_is(pm->val, "FULL"))
-            out->ret = SPOOL_RET_FULL;
+            out->ret = SMTP_RET_FULL;
         else if (pm->has_val && smtp_val_is(pm->val, "HDRS"))
-            out->ret = SPOOL_RET_HDRS;
+            out->ret = SMTP_RET_HDRS;
         else {
             *reply = smtp_r_ret;
             return -1;
@@ -738,20 +694,20 @@ smtp_parse_notify(struct str v, unsigned *out)
         item.p = p;
         item.n = (size_t)((c != NULL ? c : e) - p);
         if (smtp_val_is(item, "NEVER"))
-            bits |= SPOOL_NOTIFY_NEVER;
+            bits |= SMTP_NOTIFY_NEVER;
         else if (smtp_val_is(item, "SUCCESS"))
-            bits |= SPOOL_NOTIFY_SUCCESS;
+            bits |= SMTP_NOTIFY_SUCCESS;
         else if (smtp_val_is(item, "FAILURE"))
-            bits |= SPOOL_NOTIFY_FAILURE;
+            bits |= SMTP_NOTIFY_FAILURE;
         else if (smtp_val_is(item, "DELAY"))
-            bits |= SPOOL_NOTIFY_DELAY;
+            bits |= SMTP_NOTIFY_DELAY;
         else
             return -1;
         if (c == NULL)
             break;
         p = c + 1;
     }
-    if ((bits & SPOOL_NOTIFY_NEVER) && bits != SPOOL_NOTIFY_NEVER)
+    if ((bits & SMTP_NOTIFY_NEVER) && bits != SMTP_NOTIFY_NEVER)
         return -1;
     *out = bits;
     return 0;

@@ -5,7 +5,7 @@
  *
  * CONTRACT  See relay.h.  Every function works on caller bytes only, so the
  *           unit tests feed them whole inputs, split inputs and bad inputs.
- * FAILURE   relay_reply_parse() returns -1 on a malformed reply; the caller
+ * FAILURE   smtp_reply_parse() returns -1 on a malformed reply; the caller
  *           treats that as a protocol error (the connection is dropped and
  *           the recipients are deferred).
  */
@@ -15,11 +15,11 @@
 #include <string.h>
 #include <strings.h>
 
-#include "worker/relay.h"
+#include "smtp/smtp.h"
 
-/* relay_text_append - append n bytes to the flattened text, truncating. */
+/* smtp_text_append - append n bytes to the flattened text, truncating. */
 static void
-relay_text_append(struct relay_reply *r, size_t *tl, const char *p, size_t n)
+smtp_text_append(struct smtp_reply *r, size_t *tl, const char *p, size_t n)
 {
     size_t room = sizeof(r->text) - 1 - *tl;
 
@@ -32,7 +32,7 @@ relay_text_append(struct relay_reply *r, size_t *tl, const char *p, size_t n)
 
 
 int
-relay_reply_parse(const char *p, size_t n, size_t max, struct relay_reply *r)
+smtp_reply_parse(const char *p, size_t n, size_t max, struct smtp_reply *r)
 {
     size_t pos = 0, tl = 0;
     int    code = -1;
@@ -60,10 +60,10 @@ relay_reply_parse(const char *p, size_t n, size_t max, struct relay_reply *r)
             return -1;
         last = (ll == 3 || p[pos + 3] == ' ');
         if (code < 0) {
-            relay_text_append(r, &tl, p + pos, ll);
+            smtp_text_append(r, &tl, p + pos, ll);
         } else if (ll > 4) {
-            relay_text_append(r, &tl, " ", 1);
-            relay_text_append(r, &tl, p + pos + 4, ll - 4);
+            smtp_text_append(r, &tl, " ", 1);
+            smtp_text_append(r, &tl, p + pos + 4, ll - 4);
         }
         code = c;
         pos = end + 1;
@@ -80,16 +80,16 @@ relay_reply_parse(const char *p, size_t n, size_t max, struct relay_reply *r)
 }
 
 
-/* relay_word_is - does the keyword p[0..n) equal w, ignoring case? */
+/* smtp_word_is - does the keyword p[0..n) equal w, ignoring case? */
 static int
-relay_word_is(const char *p, size_t n, const char *w)
+smtp_word_is(const char *p, size_t n, const char *w)
 {
     return strlen(w) == n && strncasecmp(p, w, n) == 0;
 }
 
 
 unsigned
-relay_ehlo_caps(const char *p, size_t n, uint64_t *size)
+smtp_ehlo_caps(const char *p, size_t n, uint64_t *size)
 {
     unsigned caps = 0;
     size_t   pos = 0;
@@ -112,23 +112,23 @@ relay_ehlo_caps(const char *p, size_t n, uint64_t *size)
         ll -= 4;
         for (kw = 0; kw < ll && l[kw] != ' '; kw++)
             ;
-        if (relay_word_is(l, kw, "PIPELINING"))
-            caps |= RELAY_CAP_PIPELINING;
-        else if (relay_word_is(l, kw, "8BITMIME"))
-            caps |= RELAY_CAP_8BITMIME;
-        else if (relay_word_is(l, kw, "SMTPUTF8"))
-            caps |= RELAY_CAP_SMTPUTF8;
-        else if (relay_word_is(l, kw, "CHUNKING"))
-            caps |= RELAY_CAP_CHUNKING;
-        else if (relay_word_is(l, kw, "DSN"))
-            caps |= RELAY_CAP_DSN;
-        else if (relay_word_is(l, kw, "BINARYMIME"))
-            caps |= RELAY_CAP_BINARYMIME;
-        else if (relay_word_is(l, kw, "SIZE")) {
+        if (smtp_word_is(l, kw, "PIPELINING"))
+            caps |= SMTP_CAP_PIPELINING;
+        else if (smtp_word_is(l, kw, "8BITMIME"))
+            caps |= SMTP_CAP_8BITMIME;
+        else if (smtp_word_is(l, kw, "SMTPUTF8"))
+            caps |= SMTP_CAP_SMTPUTF8;
+        else if (smtp_word_is(l, kw, "CHUNKING"))
+            caps |= SMTP_CAP_CHUNKING;
+        else if (smtp_word_is(l, kw, "DSN"))
+            caps |= SMTP_CAP_DSN;
+        else if (smtp_word_is(l, kw, "BINARYMIME"))
+            caps |= SMTP_CAP_BINARYMIME;
+        else if (smtp_word_is(l, kw, "SIZE")) {
             uint64_t v = 0;
             size_t   i;
 
-            caps |= RELAY_CAP_SIZE;
+            caps |= SMTP_CAP_SIZE;
             for (i = kw + 1; i < ll && isdigit((unsigned char)l[i]); i++) {
                 if (v > (UINT64_MAX - 9) / 10)
                     break;
@@ -142,7 +142,7 @@ relay_ehlo_caps(const char *p, size_t n, uint64_t *size)
 
 
 const char *
-relay_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
+smtp_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
 {
     const char *p = reply;
     size_t      i, dots = 0;
@@ -195,14 +195,14 @@ relay_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
 enum { STUFF_LINE = 0, STUFF_MID, STUFF_CR, STUFF_LF };
 
 void
-relay_stuff_init(struct relay_stuff *s)
+smtp_stuff_init(struct smtp_stuff *s)
 {
     s->state = STUFF_LINE;
 }
 
 
 size_t
-relay_stuff(struct relay_stuff *s, const char *in, size_t n, char *out)
+smtp_stuff(struct smtp_stuff *s, const char *in, size_t n, char *out)
 {
     size_t i = 0, o = 0;
 
@@ -237,7 +237,7 @@ relay_stuff(struct relay_stuff *s, const char *in, size_t n, char *out)
 
 
 size_t
-relay_stuff_end(struct relay_stuff *s, char *out)
+smtp_stuff_end(struct smtp_stuff *s, char *out)
 {
     if (s->state == STUFF_LINE) {
         memcpy(out, ".\r\n", 3);

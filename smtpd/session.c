@@ -1,5 +1,5 @@
 /*
- * sess.c - the inbound ESMTP session: a per-connection state machine
+ * session.c - the inbound ESMTP session: a per-connection state machine
  * driven by the worker's event loop.
  *
  * PURPOSE   RFC 5321 with PIPELINING, SIZE, 8BITMIME, SMTPUTF8, CHUNKING
@@ -19,10 +19,10 @@
  *           commit in sess_commit_hook(), with spool.fsync) returned OK.
  *           A session waiting for the group commit parses no more input;
  *           the hook resumes it after queueing its reply.
- * STOP      Graceful stop (worker_int.h STOP): sessions go on as usual,
+ * STOP      Graceful stop (smtpd.h STOP): sessions go on as usual,
  *           transactions included; only one between transactions (no
  *           MAIL, no unparsed input) on which nothing was read or written
- *           for WORKER_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
+ *           for SMTPD_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
  *           session checks itself (sess_process, its timer), so a stop costs
  *           nothing per turn.
  * STARTTLS  (RFC 3207) "220 2.0.0 Ready to start TLS", then whatever the
@@ -34,7 +34,7 @@
  *           transaction.  A failed handshake closes the connection.  TLS
  *           reads can leave decrypted bytes in the SSL object with nothing
  *           on the socket: sess_tls_kick() puts such a session on
- *           w->tls_ready, read again on the next turn.  Plain sessions pay
+ *           d->tls_ready, read again on the next turn.  Plain sessions pay
  *           one pointer test for all this.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
@@ -58,11 +58,11 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "worker/deliver.h"
-#include "worker/smtp_data.h"
-#include "worker/smtp_parse.h"
-#include "worker/transport.h"
-#include "worker/worker_int.h"
+#include "delivery/delivery.h"
+#include "smtp/smtp.h"
+#include "common/net.h"
+#include "smtpd/smtpd.h"
+#include "smtpd/smtpd_int.h"
 
 #define SESS_OUT_CAP    4096        /* recycled reply buffer size */
 #define SESS_OUT_SPARE  256         /* recycled reply buffers kept */
@@ -79,12 +79,12 @@ enum sess_state {
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
-#define SF_PENDING   0x02u          /* on w->pending */
+#define SF_PENDING   0x02u          /* on d->pending */
 #define SF_WBLOCK    0x04u          /* a write left bytes behind: EPOLLOUT */
 #define SF_DISCARD   0x08u          /* dropping an over-long line to its LF */
 #define SF_RELAY     0x10u          /* client in relay.allow_networks */
-#define SF_COMMITQ   0x20u          /* on w->commit */
-#define SF_TLSREADY  0x40u          /* on w->tls_ready */
+#define SF_COMMITQ   0x20u          /* on d->commit */
+#define SF_TLSREADY  0x40u          /* on d->tls_ready */
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -111,10 +111,10 @@ enum { SESS_HDR_LINE = 0, SESS_HDR_MATCH, SESS_HDR_MID, SESS_HDR_CR,
        SESS_HDR_BODY };
 
 struct sess {
-    struct worker    *w;
-    struct sess      *prev, *next;   /* w->sessions */
-    struct sess      *pprev, *pnext; /* w->pending */
-    struct transport  tp;
+    struct smtpd    *d;
+    struct sess      *prev, *next;   /* d->sessions */
+    struct sess      *pprev, *pnext; /* d->pending */
+    struct net_conn  tp;
     unsigned          watched;       /* EV_* mask given to the loop */
     struct ev_timer   timer;
     struct buf        in;
@@ -124,7 +124,7 @@ struct sess {
     uint64_t          bdat_left;     /* bytes of the current chunk to read */
     const char       *bdat_err;      /* reply for a chunk being discarded */
     uint64_t          active_ms;     /* ev_now() at the last read or flush */
-    union {
+    union sess_peer {
         struct sockaddr     sa;
         struct sockaddr_in  sin;
         struct sockaddr_in6 sin6;
@@ -157,16 +157,16 @@ static const char *const sess_verb_name[SMTP_STARTTLS + 1] = {
 static void
 sess_pending_add(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
 
     if (s->flags & (SF_PENDING | SF_WBLOCK))
         return;                     /* queued, or EPOLLOUT will flush */
     s->flags |= SF_PENDING;
     s->pprev = NULL;
-    s->pnext = w->pending;
-    if (w->pending != NULL)
-        w->pending->pprev = s;
-    w->pending = s;
+    s->pnext = d->pending;
+    if (d->pending != NULL)
+        d->pending->pprev = s;
+    d->pending = s;
 }
 
 
@@ -178,7 +178,7 @@ sess_pending_del(struct sess *s)
     if (s->pprev != NULL)
         s->pprev->pnext = s->pnext;
     else
-        s->w->pending = s->pnext;
+        s->d->pending = s->pnext;
     if (s->pnext != NULL)
         s->pnext->pprev = s->pprev;
     s->pprev = s->pnext = NULL;
@@ -189,14 +189,14 @@ sess_pending_del(struct sess *s)
 static void
 sess_commit_del(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
     size_t         i;
 
     if (!(s->flags & SF_COMMITQ))
         return;
-    for (i = 0; i < w->ncommit; i++)
-        if (w->commit[i] == s) {
-            w->commit[i] = w->commit[--w->ncommit];
+    for (i = 0; i < d->ncommit; i++)
+        if (d->commit[i] == s) {
+            d->commit[i] = d->commit[--d->ncommit];
             break;
         }
     s->flags &= ~SF_COMMITQ;
@@ -207,11 +207,11 @@ sess_commit_del(struct sess *s)
 static void
 sess_out_take(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
 
     if (s->out.data != NULL)
         return;
-    s->out.data = w->nout_spare > 0 ? w->out_spare[--w->nout_spare]
+    s->out.data = d->nout_spare > 0 ? d->out_spare[--d->nout_spare]
                                     : xmalloc(SESS_OUT_CAP);
     s->out.cap = SESS_OUT_CAP;
     s->out.off = s->out.len = 0;
@@ -221,14 +221,14 @@ sess_out_take(struct sess *s)
 static void
 sess_out_give(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
 
     if (s->out.data == NULL)
         return;
-    if (s->out.cap == SESS_OUT_CAP && w->nout_spare < SESS_OUT_SPARE) {
-        if (w->out_spare == NULL)
-            w->out_spare = xmalloc(SESS_OUT_SPARE * sizeof(char *));
-        w->out_spare[w->nout_spare++] = s->out.data;
+    if (s->out.cap == SESS_OUT_CAP && d->nout_spare < SESS_OUT_SPARE) {
+        if (d->out_spare == NULL)
+            d->out_spare = xmalloc(SESS_OUT_SPARE * sizeof(char *));
+        d->out_spare[d->nout_spare++] = s->out.data;
     } else {
         free(s->out.data);
     }
@@ -257,7 +257,7 @@ sess_watch(struct sess *s, unsigned events)
 {
     if (s->watched == events)
         return;
-    if (ev_watch(s->w->loop, s->tp.fd, events, sess_on_io, s) == 0)
+    if (ev_watch(s->d->loop, s->tp.fd, events, sess_on_io, s) == 0)
         s->watched = events;
 }
 
@@ -268,9 +268,9 @@ sess_watch(struct sess *s, unsigned events)
 static void
 sess_error(struct sess *s)
 {
-    const struct config *cfg = s->w->cfg;
+    const struct config *cfg = s->d->cfg;
 
-    STATUS_ADD(s->w->st->errors, 1);
+    STATUS_ADD(s->d->st->errors, 1);
     if (s->nerrors < UINT16_MAX)
         s->nerrors++;
     if ((int)s->nerrors < cfg->max_errors || s->state == SS_CLOSING)
@@ -349,9 +349,9 @@ sess_shutdown(struct sess *s)
     char text[300];
 
     snprintf(text, sizeof(text), "421 4.3.2 %s Error: service shutting down",
-        s->w->cfg->hostname);
+        s->d->cfg->hostname);
     sess_close_after(s, text);
-    ev_timer_start(s->w->loop, &s->timer, 5000);
+    ev_timer_start(s->d->loop, &s->timer, 5000);
 }
 
 
@@ -363,9 +363,9 @@ sess_shutdown(struct sess *s)
 static void
 sess_stop_check(struct sess *s)
 {
-    struct worker *w = s->w;
-    uint64_t       grace = w->stop_final ? 0 : WORKER_STOP_GRACE_MS;
-    uint64_t       now = ev_now(w->loop), due = s->active_ms + grace;
+    struct smtpd *d = s->d;
+    uint64_t       grace = d->stop_final ? 0 : SMTPD_STOP_GRACE_MS;
+    uint64_t       now = ev_now(d->loop), due = s->active_ms + grace;
 
     if (!sess_stop_idle(s))
         return;
@@ -373,8 +373,8 @@ sess_stop_check(struct sess *s)
         sess_shutdown(s);
         return;
     }
-    ev_timer_start(w->loop, &s->timer, due - now < w->cfg->command_timeout_ms
-        ? due - now : w->cfg->command_timeout_ms);
+    ev_timer_start(d->loop, &s->timer, due - now < d->cfg->command_timeout_ms
+        ? due - now : d->cfg->command_timeout_ms);
 }
 
 
@@ -406,7 +406,7 @@ sess_txn_free(struct sess *s)
 static int
 sess_received(struct sess *s, struct sess_txn *t)
 {
-    const struct config *cfg = s->w->cfg;
+    const struct config *cfg = s->d->cfg;
     char                 hdr[2048], date[64], forc[SMTP_ADDR_MAX + 16];
     const char          *with, *cipher;
     char                 tls[200];
@@ -425,9 +425,9 @@ sess_received(struct sess *s, struct sess_txn *t)
     if (s->tp.ssl != NULL) {
         /* RFC 3848 / 6531 names, and what was used, as Postfix writes it */
         with = t->env.smtputf8 ? "UTF8SMTPS" : "ESMTPS";
-        cipher = transport_tls_cipher(&s->tp, &bits, &alg_bits);
+        cipher = net_tls_cipher(&s->tp, &bits, &alg_bits);
         snprintf(tls, sizeof(tls), "\t(using %s with cipher %s (%d/%d "
-            "bits))\r\n", transport_tls_version(&s->tp), cipher, bits,
+            "bits))\r\n", net_tls_version(&s->tp), cipher, bits,
             alg_bits);
     }
     forc[0] = '\0';
@@ -454,7 +454,7 @@ sess_spool_fail(struct sess *s, const char *what, int rc)
         s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
         (unsigned)s->port,
         rc == SPOOL_ENOSPC ? "no space" : "error",
-        spool_errstr(s->w->spool));
+        spool_errstr(s->d->spool));
 }
 
 
@@ -466,7 +466,7 @@ sess_msg_open(struct sess *s)
     int              rc;
 
     t->env.arrival_ms = util_wall_ms();
-    rc = spool_create(s->w->spool, &t->env, &t->msg);
+    rc = spool_create(s->d->spool, &t->env, &t->msg);
     if (rc != SPOOL_OK) {
         /* t->msg may hold a half-made file: sess_txn_free() aborts it. */
         sess_spool_fail(s, "spool_create", rc);
@@ -487,15 +487,15 @@ static void
 sess_queued(struct sess *s, uint64_t size)
 {
     struct sess_txn *t = s->txn;
-    struct worker   *w = s->w;
+    struct smtpd   *d = s->d;
 
     t->msg = NULL;                  /* spool_commit freed it */
     sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
     log_info("%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u", t->id,
         t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
         (unsigned)s->port);
-    STATUS_ADD(w->st->msgs_in, 1);
-    deliver_submit(w->deliver, t->id);
+    STATUS_ADD(d->st->msgs_in, 1);
+    deliver_submit(d->deliver, t->id);
     sess_txn_free(s);
 }
 
@@ -514,7 +514,7 @@ static void
 sess_finish_msg(struct sess *s)
 {
     struct sess_txn *t = s->txn;
-    struct worker   *w = s->w;
+    struct smtpd   *d = s->d;
     uint64_t         size = spool_msg_size(t->msg);
     int              rc;
 
@@ -524,7 +524,7 @@ sess_finish_msg(struct sess *s)
         sess_storage_fail(s);
         return;
     }
-    if (!w->cfg->spool_fsync) {
+    if (!d->cfg->spool_fsync) {
         rc = spool_commit(t->msg);
         if (rc != SPOOL_OK) {
             sess_spool_fail(s, "spool_commit", rc);
@@ -534,11 +534,11 @@ sess_finish_msg(struct sess *s)
         sess_queued(s, size);
         return;
     }
-    if (w->ncommit == w->commitcap) {
-        w->commitcap = w->commitcap ? w->commitcap * 2 : 16;
-        w->commit = xrealloc(w->commit, w->commitcap * sizeof(*w->commit));
+    if (d->ncommit == d->commitcap) {
+        d->commitcap = d->commitcap ? d->commitcap * 2 : 16;
+        d->commit = xrealloc(d->commit, d->commitcap * sizeof(*d->commit));
     }
-    w->commit[w->ncommit++] = s;
+    d->commit[d->ncommit++] = s;
     s->flags |= SF_COMMITQ;
     s->state = SS_COMMIT;
 }
@@ -606,7 +606,7 @@ sess_emit(void *arg, const char *p, size_t n)
         sess_count_hops(t, p, n);
     if (t->too_big || t->spool_rc != 0)
         return 0;                   /* keep consuming, stop writing */
-    if (t->bytes > s->w->cfg->max_message_size) {
+    if (t->bytes > s->d->cfg->max_message_size) {
         t->too_big = 1;
         return 0;
     }
@@ -637,8 +637,8 @@ sess_data_end(struct sess *s)
     struct sess_txn *t = s->txn;
 
     s->state = SS_CMD;
-    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->command_timeout_ms);
-    if (t->dp.bad_newline && !s->w->cfg->bare_newline_accept) {
+    ev_timer_start(s->d->loop, &s->timer, s->d->cfg->command_timeout_ms);
+    if (t->dp.bad_newline && !s->d->cfg->bare_newline_accept) {
         log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
             t->id, s->ip, (unsigned)s->port);
         sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
@@ -665,7 +665,7 @@ sess_bdat_end(struct sess *s)
     struct sess_txn *t = s->txn;
 
     s->state = SS_CMD;
-    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->command_timeout_ms);
+    ev_timer_start(s->d->loop, &s->timer, s->d->cfg->command_timeout_ms);
     if (s->bdat_err != NULL) {
         sess_reply(s, s->bdat_err);
         s->bdat_err = NULL;
@@ -692,7 +692,7 @@ sess_bdat_end(struct sess *s)
 static void
 sess_ehlo(struct sess *s, struct str arg, int esmtp)
 {
-    const struct config *cfg = s->w->cfg;
+    const struct config *cfg = s->d->cfg;
     const char          *reply;
 
     if (smtp_parse_helo(arg, &reply) < 0) {
@@ -721,7 +721,7 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-ENHANCEDSTATUSCODES\r\n"
         "250 DSN\r\n",
         cfg->hostname,
-        s->w->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
+        s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
         (unsigned long long)cfg->max_message_size);
     sess_pending_add(s);
 }
@@ -746,7 +746,7 @@ sess_mail(struct sess *s, struct str arg)
         sess_reply(s, reply);
         return;
     }
-    if (m.size > s->w->cfg->max_message_size) {
+    if (m.size > s->d->cfg->max_message_size) {
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         return;
     }
@@ -772,14 +772,14 @@ sess_mail(struct sess *s, struct str arg)
 static int
 sess_rcpt_route(struct sess *s, const char *addr)
 {
-    struct worker        *w = s->w;
-    struct router_result *res = &w->rres;
+    struct smtpd        *d = s->d;
+    struct router_result *res = &d->rres;
     int                   rc;
 
-    rc = router_lookup(w->router, addr, res);
+    rc = router_lookup(d->router, addr, res);
     if (rc != ROUTER_OK) {
         log_warn("route lookup for <%s> failed: %s", addr,
-            router_errstr(w->router));
+            router_errstr(d->router));
         sess_reply(s, "451 4.3.0 Error: route lookup failed");
         return -1;
     }
@@ -817,7 +817,7 @@ sess_rcpt(struct sess *s, struct str arg)
         sess_reply(s, reply);
         return;
     }
-    if (t->env.nrcpt >= (size_t)s->w->cfg->max_recipients) {
+    if (t->env.nrcpt >= (size_t)s->d->cfg->max_recipients) {
         sess_reply(s, "452 4.5.3 Error: too many recipients");
         return;
     }
@@ -857,7 +857,7 @@ sess_data(struct sess *s, struct str arg)
         sess_reply(s, "503 5.5.1 Error: DATA not allowed after BDAT");
         return;
     }
-    if (t->env.body == SPOOL_BODY_BINARYMIME) {
+    if (t->env.body == SMTP_BODY_BINARYMIME) {
         sess_reply(s, "503 5.5.1 Error: BODY=BINARYMIME requires BDAT");
         return;
     }
@@ -865,10 +865,10 @@ sess_data(struct sess *s, struct str arg)
         sess_storage_fail(s);
         return;
     }
-    smtp_data_init(&t->dp, s->w->cfg->bare_newline_accept);
+    smtp_data_init(&t->dp, s->d->cfg->bare_newline_accept);
     sess_reply(s, "354 End data with <CR><LF>.<CR><LF>");
     s->state = SS_DATA;
-    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->data_timeout_ms);
+    ev_timer_start(s->d->loop, &s->timer, s->d->cfg->data_timeout_ms);
 }
 
 
@@ -901,7 +901,7 @@ sess_bdat(struct sess *s, struct str arg)
     if (t != NULL && s->bdat_err == NULL)
         t->used_bdat = 1;
     s->state = SS_BDAT;
-    ev_timer_start(s->w->loop, &s->timer, s->w->cfg->data_timeout_ms);
+    ev_timer_start(s->d->loop, &s->timer, s->d->cfg->data_timeout_ms);
     if (size == 0)
         sess_bdat_end(s);
 }
@@ -922,7 +922,7 @@ sess_starttls(struct sess *s, struct str arg)
         sess_reply(s, "503 5.5.1 Error: TLS already active");
         return;
     }
-    if (s->w->tls_ctx == NULL) {
+    if (s->d->tls_ctx == NULL) {
         sess_reply(s, "502 5.5.1 Error: STARTTLS not available");
         return;
     }
@@ -936,7 +936,7 @@ sess_starttls(struct sess *s, struct str arg)
 static void
 sess_command(struct sess *s, struct str line, int bare_lf)
 {
-    const struct config *cfg = s->w->cfg;
+    const struct config *cfg = s->d->cfg;
     enum smtp_verb       verb;
     struct str           arg;
 
@@ -1020,36 +1020,36 @@ sess_tls_readable(const struct sess *s)
 
 
 /* sess_tls_kick - decrypted bytes wait in the SSL object and epoll will
- * not tell: read them on the next turn (w->tls_timer, 0 ms). */
+ * not tell: read them on the next turn (d->tls_timer, 0 ms). */
 static void
 sess_tls_kick(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
 
     if ((s->flags & SF_TLSREADY) || !sess_tls_readable(s) ||
-        !transport_pending(&s->tp))
+        !net_pending(&s->tp))
         return;
-    if (w->ntls_ready == w->tls_readycap) {
-        w->tls_readycap = w->tls_readycap ? w->tls_readycap * 2 : 16;
-        w->tls_ready = xrealloc(w->tls_ready,
-            w->tls_readycap * sizeof(*w->tls_ready));
+    if (d->ntls_ready == d->tls_readycap) {
+        d->tls_readycap = d->tls_readycap ? d->tls_readycap * 2 : 16;
+        d->tls_ready = xrealloc(d->tls_ready,
+            d->tls_readycap * sizeof(*d->tls_ready));
     }
-    w->tls_ready[w->ntls_ready++] = s;
+    d->tls_ready[d->ntls_ready++] = s;
     s->flags |= SF_TLSREADY;
-    if (!ev_timer_active(&w->tls_timer))
-        ev_timer_start(w->loop, &w->tls_timer, 0);
+    if (!ev_timer_active(&d->tls_timer))
+        ev_timer_start(d->loop, &d->tls_timer, 0);
 }
 
 
 static void
 sess_tls_ready_del(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
     size_t         i;
 
-    for (i = 0; i < w->ntls_ready; i++)
-        if (w->tls_ready[i] == s)
-            w->tls_ready[i] = NULL;
+    for (i = 0; i < d->ntls_ready; i++)
+        if (d->tls_ready[i] == s)
+            d->tls_ready[i] = NULL;
     s->flags &= ~SF_TLSREADY;
 }
 
@@ -1057,28 +1057,28 @@ sess_tls_ready_del(struct sess *s)
 /* sess_tls_ready_run - one read for each session queued before this call;
  * those it queues again (still more pending) wait for the next turn, so
  * one busy TLS client cannot starve the others. */
-void
+static void
 sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
-    struct worker *w = arg;
+    struct smtpd *d = arg;
     struct sess   *s;
-    size_t         i, n = w->ntls_ready;
+    size_t         i, n = d->ntls_ready;
 
     (void)t;
     for (i = 0; i < n; i++) {
-        s = w->tls_ready[i];        /* re-read: the array may move */
-        w->tls_ready[i] = NULL;
+        s = d->tls_ready[i];        /* re-read: the array may move */
+        d->tls_ready[i] = NULL;
         if (s == NULL)
             continue;
         s->flags &= ~SF_TLSREADY;
         if (sess_tls_readable(s))
             sess_read(s);
     }
-    memmove(w->tls_ready, w->tls_ready + n,
-        (w->ntls_ready - n) * sizeof(*w->tls_ready));
-    w->ntls_ready -= n;
-    if (w->ntls_ready > 0)
-        ev_timer_start(loop, &w->tls_timer, 0);
+    memmove(d->tls_ready, d->tls_ready + n,
+        (d->ntls_ready - n) * sizeof(*d->tls_ready));
+    d->ntls_ready -= n;
+    if (d->ntls_ready > 0)
+        ev_timer_start(loop, &d->tls_timer, 0);
 }
 
 
@@ -1087,22 +1087,22 @@ sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t, void *arg)
 static void
 sess_tls_reset(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
     int            bits, alg_bits;
-    const char    *cipher = transport_tls_cipher(&s->tp, &bits, &alg_bits);
+    const char    *cipher = net_tls_cipher(&s->tp, &bits, &alg_bits);
 
     log_info("STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
-        (unsigned)s->port, transport_tls_version(&s->tp), cipher, bits);
+        (unsigned)s->port, net_tls_version(&s->tp), cipher, bits);
     sess_txn_free(s);
     free(s->helo);
     s->helo = NULL;
     s->flags &= ~(SF_ESMTP | SF_DISCARD);
     s->state = SS_CMD;
-    s->active_ms = ev_now(w->loop);
-    ev_timer_start(w->loop, &s->timer, w->cfg->command_timeout_ms);
+    s->active_ms = ev_now(d->loop);
+    ev_timer_start(d->loop, &s->timer, d->cfg->command_timeout_ms);
     sess_watch(s, EV_READ);
     sess_tls_kick(s);
-    if (w->stopping)
+    if (d->stopping)
         sess_stop_check(s);
 }
 
@@ -1115,16 +1115,16 @@ sess_tls_step(struct sess *s)
     int  rc;
 
     err[0] = '\0';
-    rc = transport_tls_handshake(&s->tp, err, sizeof(err));
+    rc = net_tls_handshake(&s->tp, err, sizeof(err));
     if (rc == MTA_AGAIN) {
-        sess_watch(s, s->tp.want == TRANSPORT_WANT_WRITE ? EV_WRITE
+        sess_watch(s, s->tp.want == NET_WANT_WRITE ? EV_WRITE
                                                          : EV_READ);
         return 0;
     }
     if (rc < 0) {
         log_info("STARTTLS from [%s]:%u failed: %s", s->ip,
             (unsigned)s->port, err);
-        STATUS_ADD(s->w->st->errors, 1);
+        STATUS_ADD(s->d->st->errors, 1);
         sess_free(s, "TLS handshake failed");
         return -1;
     }
@@ -1143,7 +1143,7 @@ sess_tls_begin(struct sess *s)
 
     s->in.off = s->in.len = 0;
     buf_pool_give(&s->in);
-    if (transport_tls_start(&s->tp, s->w->tls_ctx, err, sizeof(err)) < 0) {
+    if (net_tls_start(&s->tp, s->d->tls_ctx, err, sizeof(err)) < 0) {
         log_warn("STARTTLS from [%s]:%u: %s", s->ip, (unsigned)s->port,
             err);
         sess_free(s, "TLS setup failed");
@@ -1254,7 +1254,7 @@ sess_process(struct sess *s)
         }
     }
     sess_in_release(s);
-    if (s->w->stopping)
+    if (s->d->stopping)
         sess_stop_check(s);
     if (s->tp.ssl != NULL)
         sess_tls_kick(s);
@@ -1265,7 +1265,7 @@ sess_process(struct sess *s)
 static void
 sess_read(struct sess *s)
 {
-    struct worker *w = s->w;
+    struct smtpd *d = s->d;
     ssize_t        n;
 
     buf_pool_take(&s->in);
@@ -1277,11 +1277,11 @@ sess_read(struct sess *s)
         sess_free(s, "input overflow");
         return;
     }
-    n = transport_read(&s->tp, buf_tail(&s->in), buf_room(&s->in));
+    n = net_read(&s->tp, buf_tail(&s->in), buf_room(&s->in));
     if (n == MTA_AGAIN) {
         sess_in_release(s);
         if (s->tp.ssl != NULL)      /* a TLS read may need to write first */
-            sess_watch(s, s->tp.want == TRANSPORT_WANT_WRITE ? EV_WRITE
+            sess_watch(s, s->tp.want == NET_WANT_WRITE ? EV_WRITE
                                                              : EV_READ);
         return;
     }
@@ -1290,11 +1290,11 @@ sess_read(struct sess *s)
         return;
     }
     buf_produce(&s->in, (size_t)n);
-    s->active_ms = ev_now(w->loop);
-    STATUS_ADD(w->st->bytes_in, (uint64_t)n);
-    ev_timer_start(w->loop, &s->timer,
+    s->active_ms = ev_now(d->loop);
+    STATUS_ADD(d->st->bytes_in, (uint64_t)n);
+    ev_timer_start(d->loop, &s->timer,
         s->state == SS_DATA || s->state == SS_BDAT ?
-        w->cfg->data_timeout_ms : w->cfg->command_timeout_ms);
+        d->cfg->data_timeout_ms : d->cfg->command_timeout_ms);
     sess_process(s);
 }
 
@@ -1307,7 +1307,7 @@ sess_write(struct sess *s)
     ssize_t n = 0;
 
     if (buf_avail(&s->out) > 0) {
-        n = transport_write(&s->tp, buf_head(&s->out), buf_avail(&s->out));
+        n = net_write(&s->tp, buf_head(&s->out), buf_avail(&s->out));
         if (n < 0 && n != MTA_AGAIN) {
             sess_free(s, strerror(errno));
             return -1;
@@ -1319,12 +1319,12 @@ sess_write(struct sess *s)
         /* Backpressure: stop reading until the client takes its replies. */
         s->flags |= SF_WBLOCK;
         sess_watch(s, s->tp.ssl != NULL &&
-            s->tp.want == TRANSPORT_WANT_READ ? EV_READ : EV_WRITE);
+            s->tp.want == NET_WANT_READ ? EV_READ : EV_WRITE);
         return 0;
     }
     s->flags &= ~SF_WBLOCK;
     if (n > 0)
-        s->active_ms = ev_now(s->w->loop);
+        s->active_ms = ev_now(s->d->loop);
     sess_out_give(s);
     if (s->state == SS_CLOSING) {
         sess_free(s, NULL);
@@ -1384,7 +1384,7 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     }
     if (s->state == SS_COMMIT)
         return;                     /* the commit hook answers this turn */
-    if (s->w->stopping && sess_stop_idle(s)) {
+    if (s->d->stopping && sess_stop_idle(s)) {
         sess_stop_check(s);         /* closes, or re-arms for the rest */
         return;
     }
@@ -1392,7 +1392,7 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
         s->state == SS_DATA || s->state == SS_BDAT ? "DATA" : "command",
         s->ip, (unsigned)s->port);
     snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
-        s->w->cfg->hostname);
+        s->d->cfg->hostname);
     sess_close_after(s, text);
     /* Bound the time a client that does not read may hold us. */
     ev_timer_start(loop, &s->timer, 5000);
@@ -1404,7 +1404,8 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 static void
 sess_free(struct sess *s, const char *why)
 {
-    struct worker *w = s->w;
+    union sess_peer peer;
+    struct smtpd *d = s->d;
     char           counts[256];
     size_t         off = 0, total = 0;
     unsigned       i;
@@ -1430,9 +1431,9 @@ sess_free(struct sess *s, const char *why)
     if (s->flags & SF_TLSREADY)
         sess_tls_ready_del(s);
     sess_txn_free(s);               /* aborts an unfinished message */
-    ev_timer_stop(w->loop, &s->timer);
-    ev_unwatch(w->loop, s->tp.fd);
-    transport_close(&s->tp);
+    ev_timer_stop(d->loop, &s->timer);
+    ev_unwatch(d->loop, s->tp.fd);
+    net_close(&s->tp);
     s->in.off = s->in.len = 0;
     buf_pool_give(&s->in);
     sess_out_give(s);
@@ -1440,13 +1441,13 @@ sess_free(struct sess *s, const char *why)
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
-        w->sessions = s->next;
+        d->sessions = s->next;
     if (s->next != NULL)
         s->next->prev = s->prev;
-    worker_ip_release(w, &s->peer.sa);
-    STATUS_SUB(w->st->conns_cur, 1);
+    STATUS_SUB(d->st->conns_cur, 1);
+    peer = s->peer;                 /* gone() is the last act */
     free(s);
-    worker_session_gone(w);
+    d->gone(d->arg, &peer.sa);
 }
 
 
@@ -1484,44 +1485,45 @@ sess_peer(struct sess *s, const struct sockaddr *sa, socklen_t salen)
 
 
 void
-sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
+smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     socklen_t salen)
 {
-    const struct config *cfg = w->cfg;
+    const struct config *cfg = d->cfg;
     struct sess         *s = xcalloc(1, sizeof(*s));
+    union sess_peer      peer;
     size_t               i;
 
-    s->w = w;
-    transport_init(&s->tp, fd);
+    s->d = d;
+    net_init(&s->tp, fd);
     sess_peer(s, sa, salen);
     for (i = 0; i < cfg->nallow_networks; i++)
         if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
             s->flags |= SF_RELAY;
             break;
         }
-    if (ev_watch(w->loop, fd, EV_READ, sess_on_io, s) < 0) {
+    if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
         log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
-        worker_ip_release(w, &s->peer.sa);
-        transport_close(&s->tp);
+        net_close(&s->tp);
+        peer = s->peer;
         free(s);
-        worker_session_gone(w);
+        d->gone(d->arg, &peer.sa);
         return;
     }
     s->watched = EV_READ;
-    s->next = w->sessions;
-    if (w->sessions != NULL)
-        w->sessions->prev = s;
-    w->sessions = s;
-    STATUS_ADD(w->st->conns_cur, 1);
-    STATUS_ADD(w->st->conns_total, 1);
+    s->next = d->sessions;
+    if (d->sessions != NULL)
+        d->sessions->prev = s;
+    d->sessions = s;
+    STATUS_ADD(d->st->conns_cur, 1);
+    STATUS_ADD(d->st->conns_total, 1);
     ev_timer_init(&s->timer, sess_on_timer, s);
-    ev_timer_start(w->loop, &s->timer, cfg->command_timeout_ms);
-    s->active_ms = ev_now(w->loop);
+    ev_timer_start(d->loop, &s->timer, cfg->command_timeout_ms);
+    s->active_ms = ev_now(d->loop);
     log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
     sess_out_take(s);
     buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
     sess_pending_add(s);
-    if (w->stopping)
+    if (d->stopping)
         sess_stop_check(s);         /* accepted while draining the backlog */
 }
 
@@ -1529,10 +1531,10 @@ sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
 /* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
  * message finished this turn, then their 250s, then the input they had
  * pipelined behind the dot.  Runs before sess_flush_hook. */
-void
+static void
 sess_commit_hook(struct ev_loop *loop, void *arg)
 {
-    struct worker     *w = arg;
+    struct smtpd     *d = arg;
     struct sess      **ss;
     struct spool_msg **ms;
     int               *rcs;
@@ -1540,20 +1542,20 @@ sess_commit_hook(struct ev_loop *loop, void *arg)
     size_t             i, n;
 
     (void)loop;
-    while (w->ncommit > 0) {
-        n = w->ncommit;
+    while (d->ncommit > 0) {
+        n = d->ncommit;
         ss = xmalloc(n * sizeof(*ss));
         ms = xmalloc(n * sizeof(*ms));
         rcs = xcalloc(n, sizeof(*rcs));
         sizes = xmalloc(n * sizeof(*sizes));
         for (i = 0; i < n; i++) {
-            ss[i] = w->commit[i];
+            ss[i] = d->commit[i];
             ss[i]->flags &= ~SF_COMMITQ;
             ms[i] = ss[i]->txn->msg;
             sizes[i] = spool_msg_size(ms[i]);
         }
-        w->ncommit = 0;
-        (void)spool_commit_batch(w->spool, ms, n, rcs);
+        d->ncommit = 0;
+        (void)spool_commit_batch(d->spool, ms, n, rcs);
         for (i = 0; i < n; i++) {
             struct sess *s = ss[i];
 
@@ -1566,7 +1568,7 @@ sess_commit_hook(struct ev_loop *loop, void *arg)
             }
         }
         /* Resume after every reply is queued: a resumed session may finish
-         * another message and land in w->commit for the next round. */
+         * another message and land in d->commit for the next round. */
         for (i = 0; i < n; i++)
             if (ss[i]->state == SS_CMD)
                 sess_process(ss[i]);
@@ -1579,64 +1581,100 @@ sess_commit_hook(struct ev_loop *loop, void *arg)
 
 
 /* sess_flush_hook - one write per session with replies queued this turn. */
-void
+static void
 sess_flush_hook(struct ev_loop *loop, void *arg)
 {
-    struct worker *w = arg;
+    struct smtpd *d = arg;
     struct sess   *s;
 
     do {
         /* A write can resume commands paused at SESS_OUT_HIGH; if they
          * finish a message, its group commit must not wait for a wakeup. */
-        sess_commit_hook(loop, w);
-        while ((s = w->pending) != NULL) {
+        sess_commit_hook(loop, d);
+        while ((s = d->pending) != NULL) {
             sess_pending_del(s);
             (void)sess_write(s);
         }
-    } while (w->ncommit > 0);
+    } while (d->ncommit > 0);
 }
 
 
-/* sess_stop_begin - "stop" arrived: check every session once; from now
+/* smtpd_stop_begin - "stop" arrived: check every session once; from now
  * on each one is checked when it goes quiet (sess_process, its timer). */
 void
-sess_stop_begin(struct worker *w)
+smtpd_stop_begin(struct smtpd *d)
 {
     struct sess *s, *next;
 
-    for (s = w->sessions; s != NULL; s = next) {
+    d->stopping = 1;
+    for (s = d->sessions; s != NULL; s = next) {
         next = s->next;
         sess_stop_check(s);
     }
 }
 
 
-/* sess_stop_all - the stop deadline: every session is told 421 now, also
+/* smtpd_stop_all - the stop deadline: every session is told 421 now, also
  * one in the middle of a message (aborted when it is freed).  One waiting
  * for the group commit is answered by the hook this turn and told then. */
 void
-sess_stop_all(struct worker *w, uint64_t linger_ms)
+smtpd_stop_all(struct smtpd *d, uint64_t linger_ms)
 {
     struct sess *s, *next;
 
-    for (s = w->sessions; s != NULL; s = next) {
+    d->stopping = 1;
+    d->stop_final = 1;
+    for (s = d->sessions; s != NULL; s = next) {
         next = s->next;
         if (s->state == SS_COMMIT)
             continue;
         if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
-            ev_timer_start(w->loop, &s->timer, 0);  /* closed, no 421 */
+            ev_timer_start(d->loop, &s->timer, 0);  /* closed, no 421 */
             continue;
         }
         if (s->state != SS_CLOSING)
             sess_shutdown(s);
-        ev_timer_start(w->loop, &s->timer, linger_ms);
+        ev_timer_start(d->loop, &s->timer, linger_ms);
     }
 }
 
 
-void
-sess_close_all(struct worker *w)
+struct smtpd *
+smtpd_new(const struct smtpd_env *env)
 {
-    while (w->sessions != NULL)
-        sess_free(w->sessions, "worker exit");
+    struct smtpd *d = xcalloc(1, sizeof(*d));
+
+    d->loop = env->loop;
+    d->cfg = env->cfg;
+    d->spool = env->spool;
+    d->router = env->router;
+    d->deliver = env->deliver;
+    d->st = env->st;
+    d->tls_ctx = env->tls_ctx;
+    d->gone = env->gone;
+    d->arg = env->arg;
+    ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);
+    /* Order matters: the group commit queues its 250s before the flush. */
+    ev_before_sleep(d->loop, sess_commit_hook, d);
+    ev_before_sleep(d->loop, sess_flush_hook, d);
+    return d;
+}
+
+
+void
+smtpd_free(struct smtpd *d)
+{
+    size_t i;
+
+    if (d == NULL)
+        return;
+    while (d->sessions != NULL)
+        sess_free(d->sessions, "worker exit");
+    ev_timer_stop(d->loop, &d->tls_timer);
+    free(d->tls_ready);
+    for (i = 0; i < d->nout_spare; i++)
+        free(d->out_spare[i]);
+    free(d->out_spare);
+    free(d->commit);
+    free(d);
 }

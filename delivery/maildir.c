@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 
 #include "common/util.h"
-#include "worker/maildir.h"
+#include "delivery/maildir.h"
 
 #define MAILDIR_CHUNK (128 * 1024)
 

@@ -24,7 +24,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "worker/smtp_data.h"
+#include "smtp/smtp.h"
 
 enum {
     SMTP_DATA_BOL = 0,      /* at the start of a line (after CRLF) */

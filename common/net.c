@@ -1,8 +1,8 @@
 /*
- * transport.c - the byte transport for SMTP sessions: plain sockets, and
+ * net.c - the byte transport for SMTP sessions: plain sockets, and
  * TLS (OpenSSL 3) once STARTTLS has put an SSL object on the socket.
  *
- * CONTRACT  See transport.h.  Plain: EINTR is retried; EAGAIN becomes
+ * CONTRACT  See net.h.  Plain: EINTR is retried; EAGAIN becomes
  *           MTA_AGAIN.  The plain path costs one pointer test over the bare
  *           syscalls.  TLS: SSL_ERROR_WANT_READ/WRITE become MTA_AGAIN with
  *           t->want set; a close without close_notify reads as end of
@@ -27,14 +27,13 @@
 #include <openssl/ssl.h>
 
 #include "common/util.h"
-#include "config/config.h"
-#include "worker/transport.h"
+#include "common/net.h"
 
 #define TRANSPORT_TLS_CHUNK  (INT_MAX / 2)  /* SSL_read/SSL_write take int */
 
 
 void
-transport_init(struct transport *t, int fd)
+net_init(struct net_conn *t, int fd)
 {
     t->fd = fd;
     t->want = 0;
@@ -42,9 +41,9 @@ transport_init(struct transport *t, int fd)
 }
 
 
-/* transport_ssl_err - why an SSL call failed, as text for err. */
+/* net_ssl_err - why an SSL call failed, as text for err. */
 static void
-transport_ssl_err(SSL *ssl, int r, char *err, size_t errsz)
+net_ssl_err(SSL *ssl, int r, char *err, size_t errsz)
 {
     unsigned long e = ERR_peek_last_error();
     int           code = SSL_get_error(ssl, r);
@@ -61,26 +60,26 @@ transport_ssl_err(SSL *ssl, int r, char *err, size_t errsz)
 }
 
 
-/* transport_tls_again - map an SSL error to MTA_AGAIN (t->want set) or -1
+/* net_tls_again - map an SSL error to MTA_AGAIN (t->want set) or -1
  * (errno set: EPROTO for a protocol error); 0 for a clean end. */
 static ssize_t
-transport_tls_again(struct transport *t, int r)
+net_tls_again(struct net_conn *t, int r)
 {
     int code = SSL_get_error(t->ssl, r);
 
     switch (code) {
     case SSL_ERROR_WANT_READ:
-        t->want = TRANSPORT_WANT_READ;
+        t->want = NET_WANT_READ;
         return MTA_AGAIN;
     case SSL_ERROR_WANT_WRITE:
-        t->want = TRANSPORT_WANT_WRITE;
+        t->want = NET_WANT_WRITE;
         return MTA_AGAIN;
     case SSL_ERROR_ZERO_RETURN:
         return 0;
     case SSL_ERROR_SYSCALL:
         ERR_clear_error();
         if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-            t->want = TRANSPORT_WANT_READ;
+            t->want = NET_WANT_READ;
             return MTA_AGAIN;
         }
         if (errno == 0)
@@ -94,10 +93,10 @@ transport_tls_again(struct transport *t, int r)
 }
 
 
-/* transport_tls_read - as many records as fit: one SSL_read returns at
+/* net_tls_read - as many records as fit: one SSL_read returns at
  * most one record (16 KiB), the buffer is usually 128 KiB. */
 static ssize_t
-transport_tls_read(struct transport *t, void *p, size_t n)
+net_tls_read(struct net_conn *t, void *p, size_t n)
 {
     size_t  got = 0, want;
     ssize_t rc;
@@ -112,7 +111,7 @@ transport_tls_read(struct transport *t, void *p, size_t n)
             got += (size_t)r;
             continue;
         }
-        rc = transport_tls_again(t, r);
+        rc = net_tls_again(t, r);
         /* Hand over what was read; an error or the end shows up again on
          * the next call (the SSL object stays in that state). */
         return got > 0 ? (ssize_t)got : rc;
@@ -121,10 +120,10 @@ transport_tls_read(struct transport *t, void *p, size_t n)
 }
 
 
-/* transport_tls_write - record by record (SSL_MODE_ENABLE_PARTIAL_WRITE),
+/* net_tls_write - record by record (SSL_MODE_ENABLE_PARTIAL_WRITE),
  * so a short count is exact; MTA_AGAIN only when nothing was taken. */
 static ssize_t
-transport_tls_write(struct transport *t, const void *p, size_t n)
+net_tls_write(struct net_conn *t, const void *p, size_t n)
 {
     size_t  done = 0, want;
     ssize_t rc;
@@ -139,7 +138,7 @@ transport_tls_write(struct transport *t, const void *p, size_t n)
             done += (size_t)r;
             continue;
         }
-        rc = transport_tls_again(t, r);
+        rc = net_tls_again(t, r);
         if (rc == 0) {
             errno = EPIPE;          /* closed under a write */
             rc = -1;
@@ -151,12 +150,12 @@ transport_tls_write(struct transport *t, const void *p, size_t n)
 
 
 ssize_t
-transport_read(struct transport *t, void *p, size_t n)
+net_read(struct net_conn *t, void *p, size_t n)
 {
     ssize_t r;
 
     if (t->ssl != NULL)
-        return transport_tls_read(t, p, n);
+        return net_tls_read(t, p, n);
     do
         r = recv(t->fd, p, n, 0);
     while (r < 0 && errno == EINTR);
@@ -167,12 +166,12 @@ transport_read(struct transport *t, void *p, size_t n)
 
 
 ssize_t
-transport_write(struct transport *t, const void *p, size_t n)
+net_write(struct net_conn *t, const void *p, size_t n)
 {
     ssize_t r;
 
     if (t->ssl != NULL)
-        return transport_tls_write(t, p, n);
+        return net_tls_write(t, p, n);
     do
         r = send(t->fd, p, n, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
@@ -182,10 +181,10 @@ transport_write(struct transport *t, const void *p, size_t n)
 }
 
 
-/* transport_tls_writev - one iovec after the other, stopping at the first
+/* net_tls_writev - one iovec after the other, stopping at the first
  * short write (the caller retries from there, so the same bytes follow). */
 static ssize_t
-transport_tls_writev(struct transport *t, const struct iovec *iov,
+net_tls_writev(struct net_conn *t, const struct iovec *iov,
     int iovcnt)
 {
     ssize_t total = 0, r;
@@ -194,7 +193,7 @@ transport_tls_writev(struct transport *t, const struct iovec *iov,
     for (i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len == 0)
             continue;
-        r = transport_tls_write(t, iov[i].iov_base, iov[i].iov_len);
+        r = net_tls_write(t, iov[i].iov_base, iov[i].iov_len);
         if (r < 0)
             return total > 0 ? total : r;
         total += r;
@@ -206,14 +205,14 @@ transport_tls_writev(struct transport *t, const struct iovec *iov,
 
 
 ssize_t
-transport_writev(struct transport *t, const struct iovec *iov, int iovcnt)
+net_writev(struct net_conn *t, const struct iovec *iov, int iovcnt)
 {
     struct msghdr mh = { .msg_iov = (struct iovec *)iov,
                          .msg_iovlen = (size_t)iovcnt };
     ssize_t       r;
 
     if (t->ssl != NULL)
-        return transport_tls_writev(t, iov, iovcnt);
+        return net_tls_writev(t, iov, iovcnt);
     do
         r = sendmsg(t->fd, &mh, MSG_NOSIGNAL);
     while (r < 0 && errno == EINTR);
@@ -224,7 +223,7 @@ transport_writev(struct transport *t, const struct iovec *iov, int iovcnt)
 
 
 void
-transport_close(struct transport *t)
+net_close(struct net_conn *t)
 {
     if (t->ssl != NULL) {
         /* One try at close_notify; never wait for the client's. */
@@ -243,7 +242,7 @@ transport_close(struct transport *t)
 /* --- TLS setup -------------------------------------------------------- */
 
 static void
-transport_ctx_err(const char *what, const char *file, char *err,
+net_ctx_err(const char *what, const char *file, char *err,
     size_t errsz)
 {
     char why[256];
@@ -258,13 +257,13 @@ transport_ctx_err(const char *what, const char *file, char *err,
 
 
 struct ssl_ctx_st *
-transport_tls_ctx(const struct config *cfg, char *err, size_t errsz)
+net_tls_ctx(const struct net_tls_opts *cfg, char *err, size_t errsz)
 {
     SSL_CTX *ctx;
 
     ERR_clear_error();
     if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
-        transport_ctx_err("SSL_CTX_new", NULL, err, errsz);
+        net_ctx_err("SSL_CTX_new", NULL, err, errsz);
         return NULL;
     }
     /* No renegotiation: a write never has to wait for a read. */
@@ -274,22 +273,22 @@ transport_tls_ctx(const struct config *cfg, char *err, size_t errsz)
         SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     (void)SSL_CTX_set_num_tickets(ctx, 1);
-    if (SSL_CTX_set_min_proto_version(ctx, cfg->tls_min_version) != 1) {
-        transport_ctx_err("tls.min_version", NULL, err, errsz);
+    if (SSL_CTX_set_min_proto_version(ctx, cfg->min_version) != 1) {
+        net_ctx_err("tls.min_version", NULL, err, errsz);
         goto fail;
     }
-    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1) {
-        transport_ctx_err("tls.cert_file", cfg->tls_cert_file, err, errsz);
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert_file) != 1) {
+        net_ctx_err("tls.cert_file", cfg->cert_file, err, errsz);
         goto fail;
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key_file,
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key_file,
         SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-        transport_ctx_err("tls.key_file", cfg->tls_key_file, err, errsz);
+        net_ctx_err("tls.key_file", cfg->key_file, err, errsz);
         goto fail;
     }
-    if (cfg->tls_ciphers != NULL &&
-        SSL_CTX_set_cipher_list(ctx, cfg->tls_ciphers) != 1) {
-        transport_ctx_err("tls.ciphers", NULL, err, errsz);
+    if (cfg->ciphers != NULL &&
+        SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
+        net_ctx_err("tls.ciphers", NULL, err, errsz);
         goto fail;
     }
     return ctx;
@@ -300,25 +299,25 @@ fail:
 
 
 void
-transport_tls_ctx_free(struct ssl_ctx_st *ctx)
+net_tls_ctx_free(struct ssl_ctx_st *ctx)
 {
     SSL_CTX_free(ctx);
 }
 
 
 int
-transport_tls_start(struct transport *t, struct ssl_ctx_st *ctx, char *err,
+net_tls_start(struct net_conn *t, struct ssl_ctx_st *ctx, char *err,
     size_t errsz)
 {
     SSL *ssl;
 
     ERR_clear_error();
     if ((ssl = SSL_new(ctx)) == NULL) {
-        transport_ctx_err("SSL_new", NULL, err, errsz);
+        net_ctx_err("SSL_new", NULL, err, errsz);
         return -1;
     }
     if (SSL_set_fd(ssl, t->fd) != 1) {
-        transport_ctx_err("SSL_set_fd", NULL, err, errsz);
+        net_ctx_err("SSL_set_fd", NULL, err, errsz);
         SSL_free(ssl);
         return -1;
     }
@@ -330,7 +329,7 @@ transport_tls_start(struct transport *t, struct ssl_ctx_st *ctx, char *err,
 
 
 int
-transport_tls_handshake(struct transport *t, char *err, size_t errsz)
+net_tls_handshake(struct net_conn *t, char *err, size_t errsz)
 {
     int r;
 
@@ -341,34 +340,34 @@ transport_tls_handshake(struct transport *t, char *err, size_t errsz)
         return 0;
     switch (SSL_get_error(t->ssl, r)) {
     case SSL_ERROR_WANT_READ:
-        t->want = TRANSPORT_WANT_READ;
+        t->want = NET_WANT_READ;
         return MTA_AGAIN;
     case SSL_ERROR_WANT_WRITE:
-        t->want = TRANSPORT_WANT_WRITE;
+        t->want = NET_WANT_WRITE;
         return MTA_AGAIN;
     default:
-        transport_ssl_err(t->ssl, r, err, errsz);
+        net_ssl_err(t->ssl, r, err, errsz);
         return -1;
     }
 }
 
 
 int
-transport_pending(const struct transport *t)
+net_pending(const struct net_conn *t)
 {
     return t->ssl != NULL && SSL_pending(t->ssl) > 0;
 }
 
 
 const char *
-transport_tls_version(const struct transport *t)
+net_tls_version(const struct net_conn *t)
 {
     return t->ssl != NULL ? SSL_get_version(t->ssl) : "none";
 }
 
 
 const char *
-transport_tls_cipher(const struct transport *t, int *bits, int *alg_bits)
+net_tls_cipher(const struct net_conn *t, int *bits, int *alg_bits)
 {
     const SSL_CIPHER *c = t->ssl != NULL ? SSL_get_current_cipher(t->ssl)
                                          : NULL;

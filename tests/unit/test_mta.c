@@ -1,5 +1,5 @@
 /*
- * test_relay_client.c - the outbound client state machine (relay.c) on a
+ * test_mta.c - the outbound client state machine (relay.c) on a
  * real event loop against a scripted SMTP server thread on loopback:
  * pipelined MAIL/RCPT/DATA, per-recipient results, the dot-stuffed body,
  * HELO fallback, fail-over past a refused port, and connection reuse.
@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "router/route.h"
 #include "spool/spool.h"
-#include "worker/relay.h"
+#include "delivery/mta.h"
 
 /* ---- a small scripted server ---- */
 
@@ -155,7 +155,7 @@ static const char BODY[] = "Subject: t\r\n\r\n.leading dot\r\nmid\r\n.\r\nend";
 static int ndone;
 
 static void
-done(struct relay_txn *t)
+done(struct mta_txn *t)
 {
     (void)t;
     ndone++;
@@ -176,8 +176,8 @@ struct client {
     struct spool_env    env;
     struct spool_rcpt   rc[3];
     size_t              idx[3];
-    struct relay_result res[3];
-    struct relay_txn    t;
+    struct mta_result res[3];
+    struct mta_txn    t;
     struct route        route;
     char                text[256];
     int                 fd;
@@ -238,28 +238,28 @@ quiet(void)
     ndone = 0;
 }
 
-TestSuite(relay_client, .init = quiet, .timeout = 20);
+TestSuite(mta_client, .init = quiet, .timeout = 20);
 
-Test(relay_client, pipelined_transaction_results_and_body)
+Test(mta_client, pipelined_transaction_results_and_body)
 {
     struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1,
                           .reject = "bad@" };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = relay_new(loop, "me.test", 2000, 2);
+    struct relay   *r = mta_new(loop, "me.test", 2000, 2);
     struct client   c;
     char            route[64];
 
     fake_start(&f);
     snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
     client_init(&c, route, 3);
-    relay_submit(r, &c.t);
-    cr_assert_eq(ndone, 0, "done() must not run inside relay_submit()");
+    mta_submit(r, &c.t);
+    cr_assert_eq(ndone, 0, "done() must not run inside mta_submit()");
     run(loop, 1);
-    cr_assert_eq(c.res[0].status, RELAY_SENT);
+    cr_assert_eq(c.res[0].status, MTA_SENT);
     cr_assert_str_eq(c.res[0].reply, "250 2.0.0 queued as F1");
-    cr_assert_eq(c.res[1].status, RELAY_BOUNCE);
+    cr_assert_eq(c.res[1].status, MTA_BOUNCE);
     cr_assert_str_eq(c.res[1].reply, "550 5.1.1 no such user");
-    cr_assert_eq(c.res[2].status, RELAY_SENT);
+    cr_assert_eq(c.res[2].status, MTA_SENT);
     cr_assert(strstr(c.res[0].relay, "127.0.0.1[127.0.0.1]:") != NULL);
     cr_assert(strstr(f.log, "EHLO me.test|MAIL FROM:<s@y.test>|"
         "RCPT TO:<a@x.test>|RCPT TO:<bad@x.test>|RCPT TO:<c@x.test>|DATA|")
@@ -269,22 +269,22 @@ Test(relay_client, pipelined_transaction_results_and_body)
         "..\r\nend\r\n"));
     cr_assert(memcmp(f.body, "Subject: t\r\n\r\n..leading dot\r\nmid\r\n"
         "..\r\nend\r\n", f.nbody) == 0);
-    cr_assert_eq(relay_nconns(r), 1, "kept idle for reuse");
-    relay_drain(r);
-    cr_assert_eq(relay_nconns(r), 0);
+    cr_assert_eq(mta_nconns(r), 1, "kept idle for reuse");
+    mta_drain(r);
+    cr_assert_eq(mta_nconns(r), 0);
     pthread_join(f.th, NULL);
     cr_assert(strstr(f.log, "QUIT|") != NULL);
-    relay_free(r);
+    mta_free(r);
     ev_free(loop);
     close(c.fd);
     close(f.lfd);
 }
 
-Test(relay_client, helo_fallback_failover_and_reuse)
+Test(mta_client, helo_fallback_failover_and_reuse)
 {
     struct fake     f = { .pipelining = 0, .ehlo_ok = 0, .conns_to_serve = 1 };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = relay_new(loop, "me.test", 2000, 1);
+    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c1, c2;
     char            route[128];
 
@@ -293,18 +293,18 @@ Test(relay_client, helo_fallback_failover_and_reuse)
         refused_port(), f.port);
     client_init(&c1, route, 1);
     client_init(&c2, route, 1);
-    relay_submit(r, &c1.t);
-    relay_submit(r, &c2.t);             /* waits: cap is 1 connection */
+    mta_submit(r, &c1.t);
+    mta_submit(r, &c2.t);             /* waits: cap is 1 connection */
     run(loop, 2);
-    cr_assert_eq(c1.res[0].status, RELAY_SENT, "%s", c1.res[0].reply);
-    cr_assert_eq(c2.res[0].status, RELAY_SENT, "%s", c2.res[0].reply);
+    cr_assert_eq(c1.res[0].status, MTA_SENT, "%s", c1.res[0].reply);
+    cr_assert_eq(c2.res[0].status, MTA_SENT, "%s", c2.res[0].reply);
     cr_assert_eq(f.conns, 1);
     cr_assert(strstr(f.log, "EHLO me.test|HELO me.test|MAIL") != NULL, "%s",
         f.log);
     /* not pipelining: the second transaction starts with its own RSET */
     cr_assert(strstr(f.log, "DATA|RSET|MAIL FROM:<s@y.test>|RCPT TO:<a@x.test>"
         "|DATA|") != NULL, "%s", f.log);
-    relay_free(r);
+    mta_free(r);
     pthread_join(f.th, NULL);
     ev_free(loop);
     close(c1.fd);
@@ -312,23 +312,23 @@ Test(relay_client, helo_fallback_failover_and_reuse)
     close(f.lfd);
 }
 
-Test(relay_client, every_host_refused_defers_with_the_reason)
+Test(mta_client, every_host_refused_defers_with_the_reason)
 {
     struct ev_loop *loop = ev_new();
-    struct relay   *r = relay_new(loop, "me.test", 2000, 1);
+    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c;
     char            route[64];
 
     snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", refused_port());
     client_init(&c, route, 2);
-    relay_submit(r, &c.t);
+    mta_submit(r, &c.t);
     run(loop, 1);
-    cr_assert_eq(c.res[0].status, RELAY_DEFER);
-    cr_assert_eq(c.res[1].status, RELAY_DEFER);
+    cr_assert_eq(c.res[0].status, MTA_DEFER);
+    cr_assert_eq(c.res[1].status, MTA_DEFER);
     cr_assert(strstr(c.res[0].reply, "Connection refused") != NULL, "%s",
         c.res[0].reply);
-    cr_assert_eq(relay_nconns(r), 0);
-    relay_free(r);
+    cr_assert_eq(mta_nconns(r), 0);
+    mta_free(r);
     ev_free(loop);
     close(c.fd);
 }

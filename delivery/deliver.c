@@ -59,11 +59,11 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "worker/deliver.h"
-#include "worker/deliver_int.h"
-#include "worker/dsn.h"
-#include "worker/maildir.h"
-#include "worker/relay.h"
+#include "delivery/delivery.h"
+#include "delivery/delivery_int.h"
+#include "delivery/dsn.h"
+#include "delivery/maildir.h"
+#include "delivery/mta.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
 #define DELIVER_ERROR_MS     60000       /* at least, for a damaged file */
@@ -80,7 +80,7 @@ struct dl_entry {
 struct dl_attempt;
 
 struct dl_txn {
-    struct relay_txn   rt;
+    struct mta_txn   rt;
     struct dl_attempt *a;
     struct dl_txn     *next;
     char               text[ROUTE_TEXT_MAX + 512];
@@ -254,7 +254,7 @@ static const char *const dl_status_word[] = { "deferred", "sent", "bounced" };
 
 /*
  * dl_result - record one recipient's result in the envelope, log it and
- * count it.  status is enum relay_status; word overrides the logged
+ * count it.  status is enum mta_status; word overrides the logged
  * status word ("discarded").
  */
 static void
@@ -277,16 +277,16 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->last_reply = r2;
         rc->relay = l2;
     }
-    rc->status = status == RELAY_SENT ? SPOOL_RCPT_SENT :
-        status == RELAY_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
+    rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
+        status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
     log_info("%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
         rc->addr, rc->relay, delay, word ? word : dl_status_word[status],
         rc->last_reply);
     if (a->d->st == NULL)
         return;
-    if (status == RELAY_SENT)
+    if (status == MTA_SENT)
         STATUS_ADD(a->d->st->msgs_out, 1);
-    else if (status == RELAY_BOUNCE)
+    else if (status == MTA_BOUNCE)
         STATUS_ADD(a->d->st->msgs_bounced, 1);
     else
         STATUS_ADD(a->d->st->msgs_deferred, 1);
@@ -394,16 +394,16 @@ dl_bounce(struct dl_attempt *a)
     in.hostname = d->cfg->hostname;
     in.now_ms = util_wall_ms();
     /* binary content cannot travel inside a message/rfc822 part */
-    in.full = env->ret == SPOOL_RET_FULL &&
-        env->body != SPOOL_BODY_BINARYMIME;
+    in.full = env->ret == SMTP_RET_FULL &&
+        env->body != SMTP_BODY_BINARYMIME;
 
     memset(&denv, 0, sizeof(denv));
     memset(&rc, 0, sizeof(rc));
     rc.addr = env->sender;
     denv.sender = "";
     denv.arrival_ms = in.now_ms;
-    denv.body = (env->body != SPOOL_BODY_7BIT || env->smtputf8) ?
-        SPOOL_BODY_8BITMIME : SPOOL_BODY_7BIT;
+    denv.body = (env->body != SMTP_BODY_7BIT || env->smtputf8) ?
+        SMTP_BODY_8BITMIME : SMTP_BODY_7BIT;
     denv.smtputf8 = env->smtputf8;
     denv.client_ip = "127.0.0.1";
     denv.helo = d->cfg->hostname;
@@ -502,7 +502,7 @@ static void
 dl_expire(struct dl_attempt *a)
 {
     struct spool_env *env = a->env;
-    char              why[RELAY_REPLY_MAX + 100];
+    char              why[SMTP_REPLY_MAX + 100];
     size_t            i;
 
     for (i = 0; i < env->nrcpt; i++) {
@@ -514,7 +514,7 @@ dl_expire(struct dl_attempt *a)
             "seconds in the queue; last error: %s",
             (unsigned long long)(a->d->cfg->max_queue_time_ms / 1000),
             rc->last_reply ? rc->last_reply : "none");
-        dl_result(a, i, RELAY_BOUNCE, why, rc->relay ? rc->relay : "none",
+        dl_result(a, i, MTA_BOUNCE, why, rc->relay ? rc->relay : "none",
             NULL);
     }
 }
@@ -580,7 +580,7 @@ dl_finish(struct dl_attempt *a)
 
 /* dl_txn_done - a relay transaction is back with its results. */
 static void
-dl_txn_done(struct relay_txn *rt)
+dl_txn_done(struct mta_txn *rt)
 {
     struct dl_txn     *t = rt->arg;
     struct dl_attempt *a = t->a;
@@ -625,24 +625,24 @@ dl_local(struct dl_attempt *a, size_t i, const struct route *rt)
         if (maildir_deliver(rt->path, a->env->sender, a->env->rcpt[i].addr,
             a->fd, a->body_off, a->env->body_size, d->cfg->spool_fsync,
             d->cfg->hostname, why, sizeof(why)) < 0) {
-            dl_result(a, i, RELAY_DEFER, why, "local", NULL);
+            dl_result(a, i, MTA_DEFER, why, "local", NULL);
         } else {
             snprintf(why, sizeof(why), "delivered to maildir %s", rt->path);
-            dl_result(a, i, RELAY_SENT, why, "local", NULL);
+            dl_result(a, i, MTA_SENT, why, "local", NULL);
         }
         break;
     case ROUTE_DISCARD:
-        dl_result(a, i, RELAY_SENT, "discarded by route", "none",
+        dl_result(a, i, MTA_SENT, "discarded by route", "none",
             "discarded");
         break;
     case ROUTE_REJECT:
     case ROUTE_DEFER:
         snprintf(why, sizeof(why), "%d %s", rt->code, rt->text);
-        dl_result(a, i, rt->kind == ROUTE_REJECT ? RELAY_BOUNCE :
-            RELAY_DEFER, why, "none", NULL);
+        dl_result(a, i, rt->kind == ROUTE_REJECT ? MTA_BOUNCE :
+            MTA_DEFER, why, "none", NULL);
         break;
     default:
-        dl_result(a, i, RELAY_DEFER, "451 4.3.5 unknown route kind",
+        dl_result(a, i, MTA_DEFER, "451 4.3.5 unknown route kind",
             "none", NULL);
         break;
     }
@@ -670,7 +670,7 @@ dl_run(struct dl_attempt *a)
         if (router_lookup(d->router, env->rcpt[i].addr, &res) != ROUTER_OK) {
             snprintf(why, sizeof(why), "451 4.3.0 route lookup failed: %s",
                 router_errstr(d->router));
-            dl_result(a, i, RELAY_DEFER, why, "none", NULL);
+            dl_result(a, i, MTA_DEFER, why, "none", NULL);
             continue;
         }
         if (res.route.kind != ROUTE_SMTP) {
@@ -701,7 +701,7 @@ dl_run(struct dl_attempt *a)
         t->rt.res = xcalloc(t->rt.nrcpt, sizeof(*t->rt.res));
         t->rt.done = dl_txn_done;
         t->rt.arg = t;
-        relay_submit(d->relay, &t->rt);
+        mta_submit(d->relay, &t->rt);
     }
 }
 
@@ -827,7 +827,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
     share = cfg->connections_per_destination > 0 ?
         ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
         d->nshards : 1;
-    d->relay = relay_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
     ev_timer_init(&d->timer, deliver_fire, d);
     return d;
 }
@@ -840,7 +840,7 @@ deliver_free(struct deliver *d)
         return;
     ev_timer_stop(d->loop, &d->timer);
     /* connections first: they point at the attempts' envelopes */
-    relay_free(d->relay);
+    mta_free(d->relay);
     while (d->active != NULL)
         dl_attempt_free(d->active);
     free(d->heap);
@@ -968,7 +968,7 @@ deliver_drain(struct deliver *d)
 {
     if (!d->draining) {
         d->draining = 1;
-        relay_drain(d->relay);
+        mta_drain(d->relay);
         deliver_arm(d);
     }
     /* first attempts still due count as in flight (see deliver_arm) */

@@ -10,7 +10,7 @@
  * CONTRACT  A destination is a route text.  Its connections (connecting,
  *           busy or idle) never exceed conns_per_dest; transactions beyond
  *           that wait in the destination's FIFO.  After a transaction the
- *           connection stays idle for RELAY_IDLE_MS and the next
+ *           connection stays idle for MTA_IDLE_MS and the next
  *           transaction to the same destination reuses it after an RSET
  *           (sent in the same write as MAIL/RCPT/DATA when the peer offers
  *           PIPELINING); a reused connection that turns out dead (no 2xx
@@ -25,7 +25,7 @@
  *           it offers CHUNKING.  Sockets use TCP_NODELAY: every write is a
  *           whole batch of commands or body, so Nagle only adds delay.
  *           done() is called exactly once per transaction, from a loop
- *           callback, never from inside relay_submit().
+ *           callback, never from inside mta_submit().
  * FAILURE   Every problem becomes a per-recipient result: a failed
  *           connect, a 4xx greeting or EHLO moves on to the next host;
  *           when none is left, or the connection drops or times out later,
@@ -51,29 +51,29 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "spool/spool.h"
-#include "worker/relay.h"
+#include "delivery/mta.h"
 
 /*
  * Per-phase timeouts.  RFC 5321 4.5.3.2 gives the client's minimums; only
  * connect_timeout is a relay.yaml key, the others are these constants.
  */
-#define RELAY_T_GREETING   (5 * 60 * 1000)
-#define RELAY_T_COMMAND    (5 * 60 * 1000)   /* EHLO, MAIL, RCPT, RSET */
-#define RELAY_T_DATA_INIT  (2 * 60 * 1000)   /* reply to DATA */
-#define RELAY_T_BLOCK      (3 * 60 * 1000)   /* each body write */
-#define RELAY_T_FINAL      (10 * 60 * 1000)  /* reply after the dot */
-#define RELAY_IDLE_MS      (10 * 1000)       /* reuse window */
-#define RELAY_CHUNK        (128 * 1024)      /* body read size */
-#define RELAY_MAX_ADDRS    16
-#define RELAY_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
-#define RELAY_WRITE_TURNS  8                 /* body refills per callback */
+#define MTA_T_GREETING   (5 * 60 * 1000)
+#define MTA_T_COMMAND    (5 * 60 * 1000)   /* EHLO, MAIL, RCPT, RSET */
+#define MTA_T_DATA_INIT  (2 * 60 * 1000)   /* reply to DATA */
+#define MTA_T_BLOCK      (3 * 60 * 1000)   /* each body write */
+#define MTA_T_FINAL      (10 * 60 * 1000)  /* reply after the dot */
+#define MTA_IDLE_MS      (10 * 1000)       /* reuse window */
+#define MTA_CHUNK        (128 * 1024)      /* body read size */
+#define MTA_MAX_ADDRS    16
+#define MTA_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
+#define MTA_WRITE_TURNS  8                 /* body refills per callback */
 
-enum relay_state {
+enum mta_state {
     C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
     C_DOT, C_IDLE
 };
 
-static const char *const relay_phase[] = {
+static const char *const mta_phase[] = {
     "connecting", "receiving the initial server greeting",
     "sending EHLO", "sending HELO", "sending RSET",
     "sending MAIL/RCPT/DATA", "sending message content",
@@ -83,32 +83,32 @@ static const char *const relay_phase[] = {
 /* per-recipient progress within a transaction */
 enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
 
-struct relay_addr {
+struct mta_addr {
     struct sockaddr_storage ss;
     socklen_t len;
     unsigned  host;                 /* index into route->hosts */
 };
 
-struct relay_dest;
+struct mta_dest;
 
-struct relay_conn {
+struct mta_conn {
     struct relay      *r;
-    struct relay_dest *dest;
-    struct relay_conn *next;        /* dest->conns */
+    struct mta_dest *dest;
+    struct mta_conn *next;        /* dest->conns */
     int                fd;
     unsigned           watched;     /* EV_* mask given to the loop */
     int                state;
     int                reused;      /* has carried a transaction before */
     struct ev_timer    timer;
     struct buf         in, out;
-    struct relay_addr  addr[RELAY_MAX_ADDRS];
+    struct mta_addr  addr[MTA_MAX_ADDRS];
     size_t             naddr, cur;
     char               name[320];   /* "host[ip]:port" */
-    char               lasterr[RELAY_REPLY_MAX];
+    char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
     uint64_t           peer_size;
     /* the transaction in progress */
-    struct relay_txn  *txn;
+    struct mta_txn  *txn;
     unsigned char     *rst;         /* R_* per recipient */
     size_t             rst_cap;
     size_t             nreply;      /* replies received in this txn */
@@ -118,17 +118,17 @@ struct relay_conn {
     int                rset_pending; /* RSET pipelined ahead of MAIL */
     uint64_t           body_left;
     off_t              body_pos;
-    struct relay_stuff stuff;
+    struct smtp_stuff stuff;
 };
 
-struct relay_dest {
-    struct relay_dest *next;
+struct mta_dest {
+    struct mta_dest *next;
     char               key[ROUTE_TEXT_MAX];
     struct route       route;
     size_t             nconns;
-    struct relay_conn *conns;
-    struct relay_txn  *wait_head, *wait_tail;
-    int                running;     /* inside relay_dest_run() */
+    struct mta_conn *conns;
+    struct mta_txn  *wait_head, *wait_tail;
+    int                running;     /* inside mta_dest_run() */
 };
 
 struct relay {
@@ -138,34 +138,34 @@ struct relay {
     unsigned           cap;
     int                draining;
     int                freeing;
-    struct relay_dest *dests;
+    struct mta_dest *dests;
     size_t             nconns;
-    char              *chunk;       /* RELAY_CHUNK read buffer, shared */
-    struct relay_txn  *posted;      /* finished, done() not yet called */
+    char              *chunk;       /* MTA_CHUNK read buffer, shared */
+    struct mta_txn  *posted;      /* finished, done() not yet called */
     struct ev_timer    post_timer;
 };
 
-static void relay_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
-static int  relay_conn_next(struct relay_conn *c);
-static void relay_dest_run(struct relay *r, struct relay_dest *d);
-static void relay_connect_next(struct relay_conn *c);
+static void mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
+static int  mta_conn_next(struct mta_conn *c);
+static void mta_dest_run(struct relay *r, struct mta_dest *d);
+static void mta_connect_next(struct mta_conn *c);
 
 
 /* ---- completion ---- */
 
-/* relay_post_fire - call done() for the transactions finished this turn. */
+/* mta_post_fire - call done() for the transactions finished this turn. */
 static void
-relay_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
+mta_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     struct relay     *r = arg;
-    struct relay_txn *list = r->posted, *next;
+    struct mta_txn *list = r->posted, *next;
 
     (void)loop;
     (void)t;
     r->posted = NULL;
     /* posted is LIFO; reverse so done() runs in completion order */
     {
-        struct relay_txn *rev = NULL;
+        struct mta_txn *rev = NULL;
 
         while (list) {
             next = list->next;
@@ -183,9 +183,9 @@ relay_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
 }
 
 
-/* relay_post - hand a finished transaction back on the next loop turn. */
+/* mta_post - hand a finished transaction back on the next loop turn. */
 static void
-relay_post(struct relay *r, struct relay_txn *t)
+mta_post(struct relay *r, struct mta_txn *t)
 {
     t->next = r->posted;
     r->posted = t;
@@ -194,9 +194,9 @@ relay_post(struct relay *r, struct relay_txn *t)
 }
 
 
-/* relay_set - record a final result for recipient i of t. */
+/* mta_set - record a final result for recipient i of t. */
 static void
-relay_set(struct relay_txn *t, size_t i, int status, const char *reply,
+mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
     const char *relay)
 {
     t->res[i].status = status;
@@ -205,25 +205,25 @@ relay_set(struct relay_txn *t, size_t i, int status, const char *reply,
 }
 
 
-/* relay_status_of - a reply code as a result: 2xx sent, 5xx bounced, else
+/* mta_status_of - a reply code as a result: 2xx sent, 5xx bounced, else
  * deferred. */
 static int
-relay_status_of(int code)
+mta_status_of(int code)
 {
     if (code >= 200 && code < 300)
-        return RELAY_SENT;
+        return MTA_SENT;
     if (code >= 500 && code < 600)
-        return RELAY_BOUNCE;
-    return RELAY_DEFER;
+        return MTA_BOUNCE;
+    return MTA_DEFER;
 }
 
 
 /* ---- destinations ---- */
 
-static struct relay_dest *
-relay_dest_get(struct relay *r, const char *key, const struct route *route)
+static struct mta_dest *
+mta_dest_get(struct relay *r, const char *key, const struct route *route)
 {
-    struct relay_dest *d;
+    struct mta_dest *d;
 
     for (d = r->dests; d; d = d->next)
         if (strcmp(d->key, key) == 0)
@@ -237,11 +237,11 @@ relay_dest_get(struct relay *r, const char *key, const struct route *route)
 }
 
 
-/* relay_dest_gc - forget a destination with no connection and no queue. */
+/* mta_dest_gc - forget a destination with no connection and no queue. */
 static void
-relay_dest_gc(struct relay *r, struct relay_dest *d)
+mta_dest_gc(struct relay *r, struct mta_dest *d)
 {
-    struct relay_dest **pp;
+    struct mta_dest **pp;
 
     if (d->nconns > 0 || d->wait_head != NULL)
         return;
@@ -255,10 +255,10 @@ relay_dest_gc(struct relay *r, struct relay_dest *d)
 }
 
 
-static struct relay_txn *
-relay_dest_pop(struct relay_dest *d)
+static struct mta_txn *
+mta_dest_pop(struct mta_dest *d)
 {
-    struct relay_txn *t = d->wait_head;
+    struct mta_txn *t = d->wait_head;
 
     if (t) {
         d->wait_head = t->next;
@@ -271,7 +271,7 @@ relay_dest_pop(struct relay_dest *d)
 
 
 static void
-relay_dest_push_front(struct relay_dest *d, struct relay_txn *t)
+mta_dest_push_front(struct mta_dest *d, struct mta_txn *t)
 {
     t->next = d->wait_head;
     d->wait_head = t;
@@ -282,13 +282,13 @@ relay_dest_push_front(struct relay_dest *d, struct relay_txn *t)
 
 /* ---- connections ---- */
 
-/* relay_conn_close - close and free c; the caller has dealt with c->txn. */
+/* mta_conn_close - close and free c; the caller has dealt with c->txn. */
 static void
-relay_conn_close(struct relay_conn *c)
+mta_conn_close(struct mta_conn *c)
 {
     struct relay      *r = c->r;
-    struct relay_dest *d = c->dest;
-    struct relay_conn **pp;
+    struct mta_dest *d = c->dest;
+    struct mta_conn **pp;
 
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {
@@ -307,30 +307,30 @@ relay_conn_close(struct relay_conn *c)
     buf_free(&c->out);
     free(c->rst);
     free(c);
-    /* relay_dest_run() collects d when nothing is left; inside a run the
+    /* mta_dest_run() collects d when nothing is left; inside a run the
      * running loop does it */
     if (!r->freeing && !d->running)
-        relay_dest_run(r, d);
+        mta_dest_run(r, d);
 }
 
 
-/* relay_watch - tell the loop what to wait for, only when it changes (each
+/* mta_watch - tell the loop what to wait for, only when it changes (each
  * change is an epoll_ctl). */
 static int
-relay_watch(struct relay_conn *c, unsigned mask)
+mta_watch(struct mta_conn *c, unsigned mask)
 {
     if (c->watched == mask)
         return 0;
     c->watched = mask;
-    return ev_watch(c->r->loop, c->fd, mask, relay_io, c);
+    return ev_watch(c->r->loop, c->fd, mask, mta_io, c);
 }
 
 
-/* relay_send - write what is buffered, as far as the socket takes it,
+/* mta_send - write what is buffered, as far as the socket takes it,
  * without touching what the loop watches.  Returns 0, or -1 with lasterr
  * set when the socket failed. */
 static int
-relay_send(struct relay_conn *c)
+mta_send(struct mta_conn *c)
 {
     while (buf_avail(&c->out) > 0) {
         ssize_t w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
@@ -343,7 +343,7 @@ relay_send(struct relay_conn *c)
                 break;
             snprintf(c->lasterr, sizeof(c->lasterr),
                 "lost connection with %s while %s: %s", c->name,
-                relay_phase[c->state], strerror(errno));
+                mta_phase[c->state], strerror(errno));
             return -1;
         }
         buf_consume(&c->out, (size_t)w);
@@ -354,81 +354,75 @@ relay_send(struct relay_conn *c)
 }
 
 
-/* relay_flush - relay_send(), then watch for writability if some is left
+/* mta_flush - mta_send(), then watch for writability if some is left
  * (or the body is still being sent). */
 static int
-relay_flush(struct relay_conn *c)
+mta_flush(struct mta_conn *c)
 {
-    if (relay_send(c) < 0)
+    if (mta_send(c) < 0)
         return -1;
-    relay_watch(c, EV_READ | (buf_avail(&c->out) > 0 ||
+    mta_watch(c, EV_READ | (buf_avail(&c->out) > 0 ||
         c->state == C_BODY ? EV_WRITE : 0));
     return 0;
 }
 
 
-/* relay_cmd - queue one command line (no CRLF in fmt). */
+/* mta_cmd - queue one command line (no CRLF in fmt). */
 static void __attribute__((format(printf, 2, 3)))
-relay_cmd(struct relay_conn *c, const char *fmt, ...)
+mta_cmd(struct mta_conn *c, const char *fmt, ...)
 {
     va_list ap;
-    char    line[1200];
-    int     n;
 
+    /* buf_printf grows the buffer: a command is never cut (an ORCPT
+     * and an ENVID encoded may pass 512 bytes, RFC 3461 5). */
     va_start(ap, fmt);
-    n = vsnprintf(line, sizeof(line) - 2, fmt, ap);
+    buf_vprintf(&c->out, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n > sizeof(line) - 3)
-        n = (int)sizeof(line) - 3;
-    line[n++] = '\r';
-    line[n++] = '\n';
-    buf_append(&c->out, line, (size_t)n);
+    buf_append(&c->out, "\r\n", 2);
     c->expect++;
 }
 
 
 static void
-relay_arm(struct relay_conn *c, uint64_t ms)
+mta_arm(struct mta_conn *c, uint64_t ms)
 {
     ev_timer_start(c->r->loop, &c->timer, ms);
 }
 
 
-/* relay_fail_txn - the connection failed during a transaction: defer every
+/* mta_fail_txn - the connection failed during a transaction: defer every
  * recipient without a final answer, close, and hand the txn back. */
 static void
-relay_fail_txn(struct relay_conn *c, const char *why)
+mta_fail_txn(struct mta_conn *c, const char *why)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
     size_t            i;
-    /* c->rst describes t only once relay_begin() ran for it */
+    /* c->rst describes t only once mta_begin() ran for it */
     int               begun = c->state == C_TXN || c->state == C_BODY ||
         c->state == C_DOT;
 
     if (t != NULL) {
         for (i = 0; i < t->nrcpt; i++)
             if (!begun || c->rst[i] != R_FINAL)
-                relay_set(t, i, RELAY_DEFER, why, c->name);
+                mta_set(t, i, MTA_DEFER, why, c->name);
         c->txn = NULL;
-        relay_post(c->r, t);
+        mta_post(c->r, t);
     }
-    relay_conn_close(c);
+    mta_conn_close(c);
 }
 
 
 /*
- * relay_lost - the connection broke (EOF, error, timeout, bad reply).
+ * mta_lost - the connection broke (EOF, error, timeout, bad reply).
  * Where it happened decides what follows: before the session is set up,
  * the next host is tried; on a reused connection that fails its RSET,
  * the transaction starts over on a fresh connection (once); later, the
  * open recipients are deferred.
  */
 static void
-relay_lost(struct relay_conn *c, const char *why)
+mta_lost(struct mta_conn *c, const char *why)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
 
     switch (c->state) {
     case C_CONNECT:
@@ -436,7 +430,7 @@ relay_lost(struct relay_conn *c, const char *why)
     case C_EHLO:
     case C_HELO:
         util_strlcpy(c->lasterr, why, sizeof(c->lasterr));
-        relay_connect_next(c);
+        mta_connect_next(c);
         return;
     case C_TXN:
     case C_RSET:
@@ -446,31 +440,31 @@ relay_lost(struct relay_conn *c, const char *why)
         if (t != NULL && t->restarts == 0) {
             t->restarts++;
             c->txn = NULL;
-            relay_dest_push_front(c->dest, t);
-            relay_conn_close(c);            /* runs the dest queue */
+            mta_dest_push_front(c->dest, t);
+            mta_conn_close(c);            /* runs the dest queue */
             return;
         }
         break;
     case C_IDLE:
-        relay_conn_close(c);
+        mta_conn_close(c);
         return;
     default:
         break;
     }
-    relay_fail_txn(c, why);
+    mta_fail_txn(c, why);
 }
 
 
 /* ---- connecting ---- */
 
-/* relay_resolve - the route's hosts as addresses, in order. */
+/* mta_resolve - the route's hosts as addresses, in order. */
 static void
-relay_resolve(struct relay_conn *c, const struct route *rt)
+mta_resolve(struct mta_conn *c, const struct route *rt)
 {
     size_t h;
 
     c->naddr = 0;
-    for (h = 0; h < rt->nhosts && c->naddr < RELAY_MAX_ADDRS; h++) {
+    for (h = 0; h < rt->nhosts && c->naddr < MTA_MAX_ADDRS; h++) {
         const struct route_host *rh = &rt->hosts[h];
         struct addrinfo hints, *res = NULL, *ai;
         char            port[16];
@@ -487,8 +481,8 @@ relay_resolve(struct relay_conn *c, const struct route *rt)
                 gai_strerror(rc));
             continue;
         }
-        for (ai = res; ai && c->naddr < RELAY_MAX_ADDRS; ai = ai->ai_next) {
-            struct relay_addr *a = &c->addr[c->naddr++];
+        for (ai = res; ai && c->naddr < MTA_MAX_ADDRS; ai = ai->ai_next) {
+            struct mta_addr *a = &c->addr[c->naddr++];
 
             memcpy(&a->ss, ai->ai_addr, ai->ai_addrlen);
             a->len = ai->ai_addrlen;
@@ -499,9 +493,9 @@ relay_resolve(struct relay_conn *c, const struct route *rt)
 }
 
 
-/* relay_connect_next - try the next address; none left: defer the txn. */
+/* mta_connect_next - try the next address; none left: defer the txn. */
 static void
-relay_connect_next(struct relay_conn *c)
+mta_connect_next(struct mta_conn *c)
 {
     struct relay *r = c->r;
 
@@ -516,7 +510,7 @@ relay_connect_next(struct relay_conn *c)
     c->out.off = c->out.len = 0;
     c->expect = 0;
     while (c->cur < c->naddr) {
-        struct relay_addr *a = &c->addr[c->cur++];
+        struct mta_addr *a = &c->addr[c->cur++];
         int                one = 1;
         char               ip[INET6_ADDRSTRLEN + 8];
 
@@ -546,32 +540,32 @@ relay_connect_next(struct relay_conn *c)
         /* commands go out whole, in one write each: no Nagle delays */
         (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->state = C_CONNECT;
-        if (relay_watch(c, EV_WRITE) < 0) {
+        if (mta_watch(c, EV_WRITE) < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
             close(c->fd);
             c->fd = -1;
             continue;
         }
-        relay_arm(c, r->connect_timeout_ms);
+        mta_arm(c, r->connect_timeout_ms);
         return;
     }
     c->state = C_CONNECT;
     {
-        char why[RELAY_REPLY_MAX];
+        char why[SMTP_REPLY_MAX];
 
         util_strlcpy(why, c->lasterr, sizeof(why));
         if (c->naddr == 0 && why[0] == '\0')
             util_strlcpy(why, "no address for the route", sizeof(why));
         util_strlcpy(c->name, "none", sizeof(c->name));
-        relay_fail_txn(c, why);
+        mta_fail_txn(c, why);
     }
 }
 
 
-/* relay_connected - the non-blocking connect finished (or failed). */
+/* mta_connected - the non-blocking connect finished (or failed). */
 static void
-relay_connected(struct relay_conn *c)
+mta_connected(struct mta_conn *c)
 {
     int       err = 0;
     socklen_t len = sizeof(err);
@@ -581,109 +575,100 @@ relay_connected(struct relay_conn *c)
     if (err != 0) {
         snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
             c->name, strerror(err));
-        relay_connect_next(c);
+        mta_connect_next(c);
         return;
     }
     c->state = C_GREETING;
-    (void)relay_watch(c, EV_READ);
-    relay_arm(c, RELAY_T_GREETING);
+    (void)mta_watch(c, EV_READ);
+    mta_arm(c, MTA_T_GREETING);
 }
 
 
 /* ---- the transaction ---- */
 
-/* relay_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
+/* mta_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
 static int
-relay_need_utf8(const struct relay_txn *t)
+mta_need_utf8(const struct mta_txn *t)
 {
     return t->env->smtputf8 != 0;
 }
 
 
-/* relay_reject_all - a verdict for the whole txn before any command. */
+/* mta_reject_all - a verdict for the whole txn before any command. */
 static void
-relay_reject_all(struct relay_conn *c, struct relay_txn *t, const char *why)
+mta_reject_all(struct mta_conn *c, struct mta_txn *t, const char *why)
 {
     size_t i;
 
     for (i = 0; i < t->nrcpt; i++)
-        relay_set(t, i, RELAY_BOUNCE, why, c->name);
-    relay_post(c->r, t);
+        mta_set(t, i, MTA_BOUNCE, why, c->name);
+    mta_post(c->r, t);
 }
 
 
-/* relay_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
+/* mta_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
 static void
-relay_rcpt_cmd(struct relay_conn *c, size_t k)
+mta_rcpt_cmd(struct mta_conn *c, size_t k)
 {
     const struct spool_rcpt *rc = &c->txn->env->rcpt[c->txn->rcpt[k]];
-    char                     notify[64] = "", orcpt[600] = "";
+    char                     notify[64] = "";
+    char                     orcpt[8 + 3 * SMTP_ORCPT_MAX] = "";
 
-    if (c->caps & RELAY_CAP_DSN) {
-        if (rc->notify & SPOOL_NOTIFY_NEVER) {
+    if (c->caps & SMTP_CAP_DSN) {
+        if (rc->notify & SMTP_NOTIFY_NEVER) {
             util_strlcpy(notify, " NOTIFY=NEVER", sizeof(notify));
         } else if (rc->notify) {
             snprintf(notify, sizeof(notify), " NOTIFY=%s%s%s%s%s",
-                rc->notify & SPOOL_NOTIFY_SUCCESS ? "SUCCESS" : "",
-                (rc->notify & SPOOL_NOTIFY_SUCCESS) &&
-                (rc->notify & (SPOOL_NOTIFY_FAILURE | SPOOL_NOTIFY_DELAY)) ?
+                rc->notify & SMTP_NOTIFY_SUCCESS ? "SUCCESS" : "",
+                (rc->notify & SMTP_NOTIFY_SUCCESS) &&
+                (rc->notify & (SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY)) ?
                 "," : "",
-                rc->notify & SPOOL_NOTIFY_FAILURE ? "FAILURE" : "",
-                (rc->notify & SPOOL_NOTIFY_FAILURE) &&
-                (rc->notify & SPOOL_NOTIFY_DELAY) ? "," : "",
-                rc->notify & SPOOL_NOTIFY_DELAY ? "DELAY" : "");
+                rc->notify & SMTP_NOTIFY_FAILURE ? "FAILURE" : "",
+                (rc->notify & SMTP_NOTIFY_FAILURE) &&
+                (rc->notify & SMTP_NOTIFY_DELAY) ? "," : "",
+                rc->notify & SMTP_NOTIFY_DELAY ? "DELAY" : "");
         }
         if (rc->orcpt != NULL) {
-            /* xtext-encode: '+', '=' and anything outside 33..126 */
-            size_t o, j;
-
-            o = (size_t)snprintf(orcpt, sizeof(orcpt), " ORCPT=");
-            for (j = 0; rc->orcpt[j] && o + 4 < sizeof(orcpt); j++) {
-                unsigned char ch = (unsigned char)rc->orcpt[j];
-
-                if (ch < 33 || ch > 126 || ch == '+' || ch == '=')
-                    o += (size_t)snprintf(orcpt + o, sizeof(orcpt) - o,
-                        "+%02X", ch);
-                else
-                    orcpt[o++] = (char)ch;
-            }
-            orcpt[o] = '\0';
+            memcpy(orcpt, " ORCPT=", 7);
+            if (smtp_xtext_encode(rc->orcpt, orcpt + 7,
+                sizeof(orcpt) - 7) < 0)
+                orcpt[0] = '\0';   /* cannot be: ORCPT is capped at parse */
         }
     }
-    relay_cmd(c, "RCPT TO:<%s>%s%s", rc->addr, notify, orcpt);
+    mta_cmd(c, "RCPT TO:<%s>%s%s", rc->addr, notify, orcpt);
 }
 
 
-/* relay_precheck - can t go to this peer at all?  Returns 0, or -1 when t
+/* mta_precheck - can t go to this peer at all?  Returns 0, or -1 when t
  * was finished (bounced) without a command; c stays usable. */
 static int
-relay_precheck(struct relay_conn *c, struct relay_txn *t)
+mta_precheck(struct mta_conn *c, struct mta_txn *t)
 {
     const struct spool_env *env = t->env;
-    char                    why[RELAY_REPLY_MAX];
+    char                    why[SMTP_REPLY_MAX];
 
-    if (relay_need_utf8(t) && !(c->caps & RELAY_CAP_SMTPUTF8)) {
+    if (mta_need_utf8(t) && !(c->caps & SMTP_CAP_SMTPUTF8)) {
         snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
             "was not offered by host %s", c->name);
-        relay_reject_all(c, t, why);
+        mta_reject_all(c, t, why);
         return -1;
     }
-    if (env->body == SPOOL_BODY_BINARYMIME &&
-        (c->caps & (RELAY_CAP_CHUNKING | RELAY_CAP_BINARYMIME)) !=
-        (RELAY_CAP_CHUNKING | RELAY_CAP_BINARYMIME)) {
+    if (env->body == SMTP_BODY_BINARYMIME &&
+        (c->caps & (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) !=
+        (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) {
         snprintf(why, sizeof(why), "554 5.6.3 binary content requires "
             "BINARYMIME, but it was not offered by host %s", c->name);
-        relay_reject_all(c, t, why);
+        mta_reject_all(c, t, why);
         return -1;
     }
     return 0;
 }
 
 
-/* relay_begin - queue the commands of t on c (session ready, prechecked),
+/* mta_begin - queue the commands of t on c (session ready, prechecked),
  * behind an RSET when rset is set (a reused connection with PIPELINING). */
 static void
-relay_begin(struct relay_conn *c, struct relay_txn *t, int rset)
+mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
 {
     const struct spool_env *env = t->env;
     char                    size[40] = "", body[24] = "";
@@ -691,7 +676,7 @@ relay_begin(struct relay_conn *c, struct relay_txn *t, int rset)
 
     c->rset_pending = rset;
     if (rset)
-        relay_cmd(c, "RSET");
+        mta_cmd(c, "RSET");
     if (t->nrcpt > c->rst_cap) {
         free(c->rst);
         c->rst = xcalloc(t->nrcpt, 1);
@@ -704,181 +689,174 @@ relay_begin(struct relay_conn *c, struct relay_txn *t, int rset)
     c->nsent = 0;
     c->mail_failed = 0;
     c->empty_data = 0;
-    c->pipelining = (c->caps & RELAY_CAP_PIPELINING) != 0;
-    c->bdat = (c->caps & RELAY_CAP_CHUNKING) != 0;
-    if (c->caps & RELAY_CAP_SIZE)
+    c->pipelining = (c->caps & SMTP_CAP_PIPELINING) != 0;
+    c->bdat = (c->caps & SMTP_CAP_CHUNKING) != 0;
+    if (c->caps & SMTP_CAP_SIZE)
         snprintf(size, sizeof(size), " SIZE=%llu",
             (unsigned long long)env->body_size);
-    if (env->body == SPOOL_BODY_BINARYMIME)
+    if (env->body == SMTP_BODY_BINARYMIME)
         util_strlcpy(body, " BODY=BINARYMIME", sizeof(body));
-    else if (env->body == SPOOL_BODY_8BITMIME &&
-        (c->caps & RELAY_CAP_8BITMIME))
+    else if (env->body == SMTP_BODY_8BITMIME &&
+        (c->caps & SMTP_CAP_8BITMIME))
         util_strlcpy(body, " BODY=8BITMIME", sizeof(body));
     {
-        char extra[200] = "";
+        char extra[16 + 3 * SMTP_ENVID_MAX] = "";
 
-        if (c->caps & RELAY_CAP_DSN) {
-            if (env->ret != SPOOL_RET_NONE)
+        if (c->caps & SMTP_CAP_DSN) {
+            if (env->ret != SMTP_RET_NONE)
                 snprintf(extra, sizeof(extra), " RET=%s",
-                    env->ret == SPOOL_RET_FULL ? "FULL" : "HDRS");
-            if (env->envid != NULL && strlen(env->envid) < 100) {
-                size_t o = strlen(extra), j;
+                    env->ret == SMTP_RET_FULL ? "FULL" : "HDRS");
+            if (env->envid != NULL) {
+                size_t o = strlen(extra);
 
                 o += (size_t)snprintf(extra + o, sizeof(extra) - o,
                     " ENVID=");
-                for (j = 0; env->envid[j] && o + 4 < sizeof(extra); j++) {
-                    unsigned char ch = (unsigned char)env->envid[j];
-
-                    if (ch < 33 || ch > 126 || ch == '+' || ch == '=')
-                        o += (size_t)snprintf(extra + o, sizeof(extra) - o,
-                            "+%02X", ch);
-                    else
-                        extra[o++] = (char)ch;
-                }
-                extra[o] = '\0';
+                if (smtp_xtext_encode(env->envid, extra + o,
+                    sizeof(extra) - o) < 0)
+                    extra[o - 7] = '\0';   /* ENVID is capped at parse */
             }
         }
-        relay_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
-            relay_need_utf8(t) ? " SMTPUTF8" : "", extra);
+        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
+            mta_need_utf8(t) ? " SMTPUTF8" : "", extra);
     }
     c->nsent = 1;
     if (c->pipelining) {
         for (k = 0; k < t->nrcpt; k++)
-            relay_rcpt_cmd(c, k);
+            mta_rcpt_cmd(c, k);
         c->nsent += t->nrcpt;
         if (!c->bdat) {
-            relay_cmd(c, "DATA");
+            mta_cmd(c, "DATA");
             c->nsent++;
         }
     }
     c->state = C_TXN;
-    relay_arm(c, RELAY_T_COMMAND);
+    mta_arm(c, MTA_T_COMMAND);
 }
 
 
-/* relay_idle - the transaction is over and every reply is in: hand the
+/* mta_idle - the transaction is over and every reply is in: hand the
  * txn back and reuse c.  Returns 1 when c was closed. */
 static int
-relay_idle(struct relay_conn *c)
+mta_idle(struct mta_conn *c)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
 
     c->txn = NULL;
     c->reused = 1;
     if (t != NULL)
-        relay_post(c->r, t);
-    return relay_conn_next(c);
+        mta_post(c->r, t);
+    return mta_conn_next(c);
 }
 
 
 /*
- * relay_conn_next - c is ready for a transaction: the one it was opened
+ * mta_conn_next - c is ready for a transaction: the one it was opened
  * for, else the next waiting one (after an RSET on a used connection).
  * With none, park c idle, or close it when draining.  Returns 1 when c was
  * closed.
  */
 static int
-relay_conn_next(struct relay_conn *c)
+mta_conn_next(struct mta_conn *c)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
 
     c->txn = NULL;
     for (;;) {
         if (t == NULL)
-            t = relay_dest_pop(c->dest);
+            t = mta_dest_pop(c->dest);
         if (t == NULL)
             break;
-        if (relay_precheck(c, t) < 0) {
+        if (mta_precheck(c, t) < 0) {
             t = NULL;
             continue;
         }
-        if (c->reused && !(c->caps & RELAY_CAP_PIPELINING)) {
+        if (c->reused && !(c->caps & SMTP_CAP_PIPELINING)) {
             /* RSET alone first; MAIL follows its reply */
             c->txn = t;
-            relay_cmd(c, "RSET");
+            mta_cmd(c, "RSET");
             c->state = C_RSET;
-            relay_arm(c, RELAY_T_COMMAND);
+            mta_arm(c, MTA_T_COMMAND);
         } else {
-            relay_begin(c, t, c->reused);
+            mta_begin(c, t, c->reused);
         }
-        if (relay_flush(c) < 0) {
-            relay_lost(c, c->lasterr);
+        if (mta_flush(c) < 0) {
+            mta_lost(c, c->lasterr);
             return 1;
         }
         return 0;
     }
     if (c->r->draining) {
-        relay_cmd(c, "QUIT");
+        mta_cmd(c, "QUIT");
         (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
             MSG_NOSIGNAL | MSG_DONTWAIT);
-        relay_conn_close(c);
+        mta_conn_close(c);
         return 1;
     }
     c->state = C_IDLE;
     c->expect = 0;
-    (void)relay_watch(c, EV_READ);
-    relay_arm(c, RELAY_IDLE_MS);
+    (void)mta_watch(c, EV_READ);
+    mta_arm(c, MTA_IDLE_MS);
     return 0;
 }
 
 
-/* relay_body_start - 354 received (DATA) or RCPTs accepted (BDAT). */
+/* mta_body_start - 354 received (DATA) or RCPTs accepted (BDAT). */
 static void
-relay_body_start(struct relay_conn *c)
+mta_body_start(struct mta_conn *c)
 {
     c->state = C_BODY;
     c->body_left = c->txn->env->body_size;
     c->body_pos = c->txn->body_off;
-    relay_stuff_init(&c->stuff);
+    smtp_stuff_init(&c->stuff);
     if (c->bdat) {
-        relay_cmd(c, "BDAT %llu LAST", (unsigned long long)c->body_left);
+        mta_cmd(c, "BDAT %llu LAST", (unsigned long long)c->body_left);
         c->expect--;                        /* counted when the body ends */
     }
-    relay_arm(c, RELAY_T_BLOCK);
+    mta_arm(c, MTA_T_BLOCK);
 }
 
 
 /*
- * relay_body_write - move body bytes toward the socket.  DATA: pread a
+ * mta_body_write - move body bytes toward the socket.  DATA: pread a
  * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
  * command line, then sendfile() straight from the queue file.  Stops at
- * EAGAIN or after RELAY_WRITE_TURNS chunks so one big message does not
+ * EAGAIN or after MTA_WRITE_TURNS chunks so one big message does not
  * hold the loop.  Writability is watched only when it has to wait: a
  * body that goes out in one call costs no epoll_ctl() on and off.
  */
 static int
-relay_body_write(struct relay_conn *c)
+mta_body_write(struct mta_conn *c)
 {
     int turns;
 
-    for (turns = 0; turns < RELAY_WRITE_TURNS; turns++) {
+    for (turns = 0; turns < MTA_WRITE_TURNS; turns++) {
         if (buf_avail(&c->out) > 0) {
-            if (relay_send(c) < 0)
+            if (mta_send(c) < 0)
                 return -1;
             if (buf_avail(&c->out) > 0) {   /* EAGAIN */
-                (void)relay_watch(c, EV_READ | EV_WRITE);
+                (void)mta_watch(c, EV_READ | EV_WRITE);
                 return 0;
             }
         }
         if (c->body_left == 0) {
             if (!c->bdat) {
                 char end[5];
-                size_t n = relay_stuff_end(&c->stuff, end);
+                size_t n = smtp_stuff_end(&c->stuff, end);
 
                 buf_append(&c->out, end, n);
             }
             c->expect++;
             c->state = C_DOT;
-            relay_arm(c, RELAY_T_FINAL);
-            return relay_flush(c);
+            mta_arm(c, MTA_T_FINAL);
+            return mta_flush(c);
         }
         if (c->bdat) {
             ssize_t w = sendfile(c->fd, c->txn->fd, &c->body_pos,
-                c->body_left > RELAY_CHUNK * 4 ? RELAY_CHUNK * 4 :
+                c->body_left > MTA_CHUNK * 4 ? MTA_CHUNK * 4 :
                 c->body_left);
 
             if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-                (void)relay_watch(c, EV_READ | EV_WRITE);
+                (void)mta_watch(c, EV_READ | EV_WRITE);
                 return 0;
             }
             if (w <= 0) {
@@ -890,7 +868,7 @@ relay_body_write(struct relay_conn *c)
             }
             c->body_left -= (uint64_t)w;
         } else {
-            size_t  want = c->body_left > RELAY_CHUNK ? RELAY_CHUNK :
+            size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
                 (size_t)c->body_left;
             ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
 
@@ -903,53 +881,53 @@ relay_body_write(struct relay_conn *c)
             c->body_pos += n;
             c->body_left -= (uint64_t)n;
             buf_compact(&c->out);
-            (void)buf_reserve(&c->out, RELAY_STUFF_ROOM((size_t)n) + 5);
-            buf_produce(&c->out, relay_stuff(&c->stuff, c->r->chunk,
+            (void)buf_reserve(&c->out, SMTP_STUFF_ROOM((size_t)n) + 5);
+            buf_produce(&c->out, smtp_stuff(&c->stuff, c->r->chunk,
                 (size_t)n, buf_tail(&c->out)));
             if (c->body_left == 0) {
                 /* the end of data rides in the same write as the last
                  * chunk: a separate small segment would wait for the
                  * peer's delayed ACK */
-                buf_produce(&c->out, relay_stuff_end(&c->stuff,
+                buf_produce(&c->out, smtp_stuff_end(&c->stuff,
                     buf_tail(&c->out)));
                 c->expect++;
                 c->state = C_DOT;
-                relay_arm(c, RELAY_T_FINAL);
-                return relay_flush(c);
+                mta_arm(c, MTA_T_FINAL);
+                return mta_flush(c);
             }
         }
-        relay_arm(c, RELAY_T_BLOCK);
+        mta_arm(c, MTA_T_BLOCK);
     }
     /* turns used up with body left: go on when the socket takes more */
-    if (relay_send(c) < 0)
+    if (mta_send(c) < 0)
         return -1;
-    (void)relay_watch(c, EV_READ | EV_WRITE);
+    (void)mta_watch(c, EV_READ | EV_WRITE);
     return 0;
 }
 
 
-/* relay_final - apply a final reply to every accepted recipient. */
+/* mta_final - apply a final reply to every accepted recipient. */
 static void
-relay_final(struct relay_conn *c, const struct relay_reply *rp)
+mta_final(struct mta_conn *c, const struct smtp_reply *rp)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
     size_t            i;
 
     for (i = 0; i < t->nrcpt; i++) {
         if (c->rst[i] == R_ACCEPTED) {
-            relay_set(t, i, relay_status_of(rp->code), rp->text, c->name);
+            mta_set(t, i, mta_status_of(rp->code), rp->text, c->name);
             c->rst[i] = R_FINAL;
         }
     }
 }
 
 
-/* relay_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
+/* mta_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
  * was closed. */
 static int
-relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
+mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 {
-    struct relay_txn *t = c->txn;
+    struct mta_txn *t = c->txn;
     size_t            k = c->nreply++;
     size_t            i;
 
@@ -957,7 +935,7 @@ relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
         if (rp->code / 100 != 2) {
             c->mail_failed = 1;
             for (i = 0; i < t->nrcpt; i++) {
-                relay_set(t, i, relay_status_of(rp->code), rp->text,
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
                     c->name);
                 c->rst[i] = R_FINAL;
             }
@@ -969,7 +947,7 @@ relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
                 c->rst[i] = R_ACCEPTED;
                 t->accepted++;
             } else {
-                relay_set(t, i, relay_status_of(rp->code), rp->text,
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
                     c->name);
                 c->rst[i] = R_FINAL;
             }
@@ -977,9 +955,9 @@ relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
     } else {                                /* DATA */
         if (rp->code == 354) {
             if (t->accepted > 0) {
-                relay_body_start(c);
-                if (relay_body_write(c) < 0) {
-                    relay_lost(c, c->lasterr);
+                mta_body_start(c);
+                if (mta_body_write(c) < 0) {
+                    mta_lost(c, c->lasterr);
                     return 1;
                 }
                 return 0;
@@ -989,54 +967,54 @@ relay_txn_reply(struct relay_conn *c, const struct relay_reply *rp)
             c->expect++;
             c->empty_data = 1;
             c->state = C_DOT;
-            relay_arm(c, RELAY_T_FINAL);
-            if (relay_flush(c) < 0) {
-                relay_lost(c, c->lasterr);
+            mta_arm(c, MTA_T_FINAL);
+            if (mta_flush(c) < 0) {
+                mta_lost(c, c->lasterr);
                 return 1;
             }
             return 0;
         }
-        relay_final(c, rp);
+        mta_final(c, rp);
     }
     if (c->expect > 0) {
-        relay_arm(c, k + 1 >= t->nrcpt + 1 ? RELAY_T_DATA_INIT :
-            RELAY_T_COMMAND);
+        mta_arm(c, k + 1 >= t->nrcpt + 1 ? MTA_T_DATA_INIT :
+            MTA_T_COMMAND);
         return 0;
     }
     /* every reply to what was sent is in: send the next step */
     if (c->mail_failed)
-        return relay_idle(c);
+        return mta_idle(c);
     if (c->nsent <= t->nrcpt) {             /* not pipelining: next RCPT */
-        relay_rcpt_cmd(c, c->nsent - 1);
+        mta_rcpt_cmd(c, c->nsent - 1);
         c->nsent++;
     } else if (c->nsent == t->nrcpt + 1 && t->accepted > 0) {
         c->nsent++;
         if (c->bdat) {
-            relay_body_start(c);
-            if (relay_body_write(c) < 0) {
-                relay_lost(c, c->lasterr);
+            mta_body_start(c);
+            if (mta_body_write(c) < 0) {
+                mta_lost(c, c->lasterr);
                 return 1;
             }
             return 0;
         }
-        relay_cmd(c, "DATA");
+        mta_cmd(c, "DATA");
     } else {
-        return relay_idle(c);               /* done, or nobody accepted */
+        return mta_idle(c);               /* done, or nobody accepted */
     }
-    relay_arm(c, c->nsent > t->nrcpt + 1 ? RELAY_T_DATA_INIT :
-        RELAY_T_COMMAND);
-    if (relay_flush(c) < 0) {
-        relay_lost(c, c->lasterr);
+    mta_arm(c, c->nsent > t->nrcpt + 1 ? MTA_T_DATA_INIT :
+        MTA_T_COMMAND);
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
         return 1;
     }
     return 0;
 }
 
 
-/* relay_reply - dispatch one complete reply (raw: its bytes, for EHLO) by
+/* mta_reply - dispatch one complete reply (raw: its bytes, for EHLO) by
  * state.  Returns 1 when c was closed or restarted (stop parsing). */
 static int
-relay_reply(struct relay_conn *c, const struct relay_reply *rp,
+mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     const char *raw)
 {
     char why[1024];
@@ -1044,7 +1022,7 @@ relay_reply(struct relay_conn *c, const struct relay_reply *rp,
     if (c->expect == 0 && c->state != C_GREETING) {
         /* unsolicited (e.g. 421 on an idle connection) */
         snprintf(why, sizeof(why), "host %s said: %s", c->name, rp->text);
-        relay_lost(c, why);
+        mta_lost(c, why);
         return 1;
     }
     if (c->expect > 0)
@@ -1054,43 +1032,43 @@ relay_reply(struct relay_conn *c, const struct relay_reply *rp,
         if (rp->code / 100 != 2) {
             snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
                 c->name, rp->text);
-            relay_lost(c, why);
+            mta_lost(c, why);
             return 1;
         }
-        relay_cmd(c, "EHLO %s", c->r->helo);
+        mta_cmd(c, "EHLO %s", c->r->helo);
         c->state = C_EHLO;
         break;
     case C_EHLO:
         if (rp->code / 100 == 2) {
-            c->caps = relay_ehlo_caps(raw, rp->len, &c->peer_size);
-            return relay_conn_next(c);
+            c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer_size);
+            return mta_conn_next(c);
         }
         if (rp->code / 100 == 5) {
-            relay_cmd(c, "HELO %s", c->r->helo);
+            mta_cmd(c, "HELO %s", c->r->helo);
             c->state = C_HELO;
             break;
         }
         snprintf(why, sizeof(why), "host %s said: %s (in reply to EHLO)",
             c->name, rp->text);
-        relay_lost(c, why);
+        mta_lost(c, why);
         return 1;
     case C_HELO:
         if (rp->code / 100 == 2) {
             c->caps = 0;
-            return relay_conn_next(c);
+            return mta_conn_next(c);
         }
         snprintf(why, sizeof(why), "host %s said: %s (in reply to HELO)",
             c->name, rp->text);
-        relay_lost(c, why);
+        mta_lost(c, why);
         return 1;
     case C_RSET:
         if (rp->code / 100 != 2) {
             snprintf(why, sizeof(why), "host %s said: %s (in reply to RSET)",
                 c->name, rp->text);
-            relay_lost(c, why);
+            mta_lost(c, why);
             return 1;
         }
-        relay_begin(c, c->txn, 0);
+        mta_begin(c, c->txn, 0);
         break;
     case C_TXN:
         if (c->rset_pending) {
@@ -1099,36 +1077,36 @@ relay_reply(struct relay_conn *c, const struct relay_reply *rp,
                 snprintf(why, sizeof(why), "host %s said: %s (in reply to "
                     "RSET)", c->name, rp->text);
                 c->rset_pending = 1;        /* restart like a dead conn */
-                relay_lost(c, why);
+                mta_lost(c, why);
                 return 1;
             }
             return 0;
         }
-        return relay_txn_reply(c, rp);
+        return mta_txn_reply(c, rp);
     case C_DOT:
         if (!c->empty_data)
-            relay_final(c, rp);
-        return relay_idle(c);
+            mta_final(c, rp);
+        return mta_idle(c);
     default:
         snprintf(why, sizeof(why), "unexpected reply from %s: %s", c->name,
             rp->text);
-        relay_lost(c, why);
+        mta_lost(c, why);
         return 1;
     }
-    relay_arm(c, RELAY_T_COMMAND);
-    if (relay_flush(c) < 0) {
-        relay_lost(c, c->lasterr);
+    mta_arm(c, MTA_T_COMMAND);
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
         return 1;
     }
     return 0;
 }
 
 
-/* relay_read - read, then handle every complete reply in the buffer. */
+/* mta_read - read, then handle every complete reply in the buffer. */
 static void
-relay_read(struct relay_conn *c)
+mta_read(struct mta_conn *c)
 {
-    char    why[RELAY_REPLY_MAX + 64];
+    char    why[SMTP_REPLY_MAX + 64];
     ssize_t n;
 
     (void)buf_reserve(&c->in, 8192);
@@ -1137,30 +1115,30 @@ relay_read(struct relay_conn *c)
         return;
     if (n <= 0) {
         snprintf(why, sizeof(why), "lost connection with %s while %s%s%s",
-            c->name, relay_phase[c->state], n < 0 ? ": " : "",
+            c->name, mta_phase[c->state], n < 0 ? ": " : "",
             n < 0 ? strerror(errno) : "");
-        relay_lost(c, why);
+        mta_lost(c, why);
         return;
     }
     buf_produce(&c->in, (size_t)n);
     for (;;) {
-        struct relay_reply rp;
+        struct smtp_reply rp;
         const char        *raw = buf_head(&c->in);
-        int                rc = relay_reply_parse(raw, buf_avail(&c->in),
-            RELAY_REPLY_LIMIT, &rp);
+        int                rc = smtp_reply_parse(raw, buf_avail(&c->in),
+            MTA_REPLY_LIMIT, &rp);
 
         if (rc == 0)
             break;
         if (rc < 0) {
             snprintf(why, sizeof(why), "malformed reply from %s while %s",
-                c->name, relay_phase[c->state]);
-            relay_lost(c, why);
+                c->name, mta_phase[c->state]);
+            mta_lost(c, why);
             return;
         }
         /* consume first: the bytes stay readable at raw until the next
          * change to c->in, and c may be freed by the handler */
         buf_consume(&c->in, rp.len);
-        if (relay_reply(c, &rp, raw))
+        if (mta_reply(c, &rp, raw))
             return;
     }
     if (buf_avail(&c->in) == 0)
@@ -1169,44 +1147,44 @@ relay_read(struct relay_conn *c)
 
 
 static void
-relay_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
+mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
 {
-    struct relay_conn *c = arg;
+    struct mta_conn *c = arg;
 
     (void)loop;
     (void)fd;
     if (c->state == C_CONNECT) {
-        relay_connected(c);
+        mta_connected(c);
         return;
     }
     if (ev & (EV_READ | EV_ERROR)) {
-        relay_read(c);
+        mta_read(c);
         return;                 /* c may be gone; writes come next turn */
     }
     if (ev & EV_WRITE) {
         if (c->state == C_BODY) {
-            if (relay_body_write(c) < 0)
-                relay_lost(c, c->lasterr);
-        } else if (relay_flush(c) < 0) {
-            relay_lost(c, c->lasterr);
+            if (mta_body_write(c) < 0)
+                mta_lost(c, c->lasterr);
+        } else if (mta_flush(c) < 0) {
+            mta_lost(c, c->lasterr);
         }
     }
 }
 
 
 static void
-relay_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 {
-    struct relay_conn *c = arg;
+    struct mta_conn *c = arg;
     char               why[1024];
 
     (void)loop;
     (void)tm;
     if (c->state == C_IDLE) {
-        relay_cmd(c, "QUIT");
+        mta_cmd(c, "QUIT");
         (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
             MSG_NOSIGNAL | MSG_DONTWAIT);
-        relay_conn_close(c);
+        mta_conn_close(c);
         return;
     }
     if (c->state == C_CONNECT)
@@ -1214,17 +1192,17 @@ relay_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
             c->name);
     else
         snprintf(why, sizeof(why), "conversation with %s timed out while %s",
-            c->name, relay_phase[c->state]);
-    relay_lost(c, why);
+            c->name, mta_phase[c->state]);
+    mta_lost(c, why);
 }
 
 
-/* relay_conn_new - open a connection to d for t (t rides along until the
+/* mta_conn_new - open a connection to d for t (t rides along until the
  * session is set up, or fails with the connection). */
 static void
-relay_conn_new(struct relay *r, struct relay_dest *d, struct relay_txn *t)
+mta_conn_new(struct relay *r, struct mta_dest *d, struct mta_txn *t)
 {
-    struct relay_conn *c = xcalloc(1, sizeof(*c));
+    struct mta_conn *c = xcalloc(1, sizeof(*c));
 
     c->r = r;
     c->dest = d;
@@ -1232,22 +1210,22 @@ relay_conn_new(struct relay *r, struct relay_dest *d, struct relay_txn *t)
     c->txn = t;
     buf_init(&c->in);
     buf_init(&c->out);
-    ev_timer_init(&c->timer, relay_timeout, c);
+    ev_timer_init(&c->timer, mta_timeout, c);
     c->next = d->conns;
     d->conns = c;
     d->nconns++;
     r->nconns++;
-    relay_resolve(c, &d->route);
-    relay_connect_next(c);
+    mta_resolve(c, &d->route);
+    mta_connect_next(c);
 }
 
 
-/* relay_dest_run - start waiting transactions on idle connections, or on
+/* mta_dest_run - start waiting transactions on idle connections, or on
  * new ones while under the cap. */
 static void
-relay_dest_run(struct relay *r, struct relay_dest *d)
+mta_dest_run(struct relay *r, struct mta_dest *d)
 {
-    struct relay_conn *c;
+    struct mta_conn *c;
 
     if (d->running)
         return;
@@ -1257,22 +1235,22 @@ relay_dest_run(struct relay *r, struct relay_dest *d)
             if (c->state == C_IDLE)
                 break;
         if (c != NULL) {
-            (void)relay_conn_next(c);
+            (void)mta_conn_next(c);
             continue;
         }
         if (d->nconns >= r->cap)
             break;
-        relay_conn_new(r, d, relay_dest_pop(d));
+        mta_conn_new(r, d, mta_dest_pop(d));
     }
     d->running = 0;
-    relay_dest_gc(r, d);
+    mta_dest_gc(r, d);
 }
 
 
 /* ---- public ---- */
 
 struct relay *
-relay_new(struct ev_loop *loop, const char *helo_name,
+mta_new(struct ev_loop *loop, const char *helo_name,
     uint64_t connect_timeout_ms, unsigned conns_per_dest)
 {
     struct relay *r = xcalloc(1, sizeof(*r));
@@ -1281,24 +1259,24 @@ relay_new(struct ev_loop *loop, const char *helo_name,
     r->helo = xstrdup(helo_name);
     r->connect_timeout_ms = connect_timeout_ms ? connect_timeout_ms : 30000;
     r->cap = conns_per_dest ? conns_per_dest : 1;
-    r->chunk = xmalloc(RELAY_CHUNK);
-    ev_timer_init(&r->post_timer, relay_post_fire, r);
+    r->chunk = xmalloc(MTA_CHUNK);
+    ev_timer_init(&r->post_timer, mta_post_fire, r);
     return r;
 }
 
 
 void
-relay_free(struct relay *r)
+mta_free(struct relay *r)
 {
     if (r == NULL)
         return;
     r->freeing = 1;
     ev_timer_stop(r->loop, &r->post_timer);
     while (r->dests != NULL) {
-        struct relay_dest *d = r->dests;
+        struct mta_dest *d = r->dests;
 
         while (d->conns != NULL)
-            relay_conn_close(d->conns);
+            mta_conn_close(d->conns);
         r->dests = d->next;
         free(d);
     }
@@ -1309,13 +1287,13 @@ relay_free(struct relay *r)
 
 
 void
-relay_submit(struct relay *r, struct relay_txn *t)
+mta_submit(struct relay *r, struct mta_txn *t)
 {
-    struct relay_dest *d = relay_dest_get(r, t->dest, t->route);
+    struct mta_dest *d = mta_dest_get(r, t->dest, t->route);
     size_t             i;
 
     for (i = 0; i < t->nrcpt; i++)
-        relay_set(t, i, RELAY_DEFER, "not attempted", "none");
+        mta_set(t, i, MTA_DEFER, "not attempted", "none");
     t->next = NULL;
     t->restarts = 0;
     t->accepted = 0;
@@ -1324,15 +1302,15 @@ relay_submit(struct relay *r, struct relay_txn *t)
     else
         d->wait_head = t;
     d->wait_tail = t;
-    relay_dest_run(r, d);
+    mta_dest_run(r, d);
 }
 
 
 void
-relay_drain(struct relay *r)
+mta_drain(struct relay *r)
 {
-    struct relay_dest *d, *dn;
-    struct relay_conn *c, *cn;
+    struct mta_dest *d, *dn;
+    struct mta_conn *c, *cn;
 
     r->draining = 1;
     for (d = r->dests; d; d = dn) {
@@ -1341,20 +1319,20 @@ relay_drain(struct relay *r)
         for (c = d->conns; c; c = cn) {
             cn = c->next;
             if (c->state == C_IDLE) {
-                relay_cmd(c, "QUIT");
+                mta_cmd(c, "QUIT");
                 (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
                     MSG_NOSIGNAL | MSG_DONTWAIT);
-                relay_conn_close(c);
+                mta_conn_close(c);
             }
         }
         d->running = 0;
-        relay_dest_gc(r, d);
+        mta_dest_gc(r, d);
     }
 }
 
 
 size_t
-relay_nconns(const struct relay *r)
+mta_nconns(const struct relay *r)
 {
     return r->nconns;
 }

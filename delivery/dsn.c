@@ -18,17 +18,17 @@
 
 #include "common/buf.h"
 #include "spool/spool.h"
-#include "worker/dsn.h"
-#include "worker/relay.h"
+#include "delivery/dsn.h"
+#include "delivery/mta.h"
 
 int
 dsn_wanted(const struct spool_rcpt *rc)
 {
     if (rc->status != SPOOL_RCPT_BOUNCED || rc->notified)
         return 0;
-    if (rc->notify & SPOOL_NOTIFY_NEVER)
+    if (rc->notify & SMTP_NOTIFY_NEVER)
         return 0;
-    return rc->notify == 0 || (rc->notify & SPOOL_NOTIFY_FAILURE) != 0;
+    return rc->notify == 0 || (rc->notify & SMTP_NOTIFY_FAILURE) != 0;
 }
 
 
@@ -180,7 +180,7 @@ dsn_status(const struct dsn_info *in, struct buf *out)
         if (rc->orcpt != NULL && rc->orcpt[0] != '\0')
             buf_printf(out, "Original-Recipient: %s\r\n", rc->orcpt);
         buf_printf(out, "Action: failed\r\n");
-        buf_printf(out, "Status: %s\r\n", relay_enhanced(why, "5.0.0", st,
+        buf_printf(out, "Status: %s\r\n", smtp_enhanced(why, "5.0.0", st,
             sizeof(st)));
         if (dsn_remote(rc->relay, host, sizeof(host)))
             buf_printf(out, "Remote-MTA: dns; %s\r\n", host);
@@ -202,7 +202,7 @@ dsn_boundary(const struct dsn_info *in, char *out, size_t outsz)
 static const char *
 dsn_cte(const struct spool_env *env)
 {
-    return (env->body != SPOOL_BODY_7BIT || env->smtputf8) ? "8bit" : "7bit";
+    return (env->body != SMTP_BODY_7BIT || env->smtputf8) ? "8bit" : "7bit";
 }
 
 

@@ -1,25 +1,25 @@
 /*
- * test_relay.c - the pure parts of the outbound SMTP client: the reply
+ * test_smtp_reply.c - smtp/reply.c: the reply
  * parser, EHLO capabilities, enhanced status codes, dot-stuffing.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/relay.h"
+#include "smtp/smtp.h"
 
 #define MAX 65536
 
 static int
-parse(const char *s, struct relay_reply *r)
+parse(const char *s, struct smtp_reply *r)
 {
-    return relay_reply_parse(s, strlen(s), MAX, r);
+    return smtp_reply_parse(s, strlen(s), MAX, r);
 }
 
 
-Test(relay_reply, single_line_crlf)
+Test(smtp_reply, single_line_crlf)
 {
-    struct relay_reply r;
+    struct smtp_reply r;
 
     cr_assert_eq(parse("250 2.0.0 Ok: queued as X\r\n", &r), 1);
     cr_assert_eq(r.code, 250);
@@ -28,9 +28,9 @@ Test(relay_reply, single_line_crlf)
 }
 
 
-Test(relay_reply, bare_code_and_bare_lf)
+Test(smtp_reply, bare_code_and_bare_lf)
 {
-    struct relay_reply r;
+    struct smtp_reply r;
 
     cr_assert_eq(parse("354\n", &r), 1);
     cr_assert_eq(r.code, 354);
@@ -39,11 +39,11 @@ Test(relay_reply, bare_code_and_bare_lf)
 }
 
 
-Test(relay_reply, multi_line_joined_and_length_exact)
+Test(smtp_reply, multi_line_joined_and_length_exact)
 {
     const char        *s = "250-mx.example.org hello\r\n250-PIPELINING\r\n"
         "250 8BITMIME\r\n220 next\r\n";
-    struct relay_reply r;
+    struct smtp_reply r;
 
     cr_assert_eq(parse(s, &r), 1);
     cr_assert_eq(r.code, 250);
@@ -52,26 +52,26 @@ Test(relay_reply, multi_line_joined_and_length_exact)
 }
 
 
-Test(relay_reply, incomplete_needs_more_at_every_cut)
+Test(smtp_reply, incomplete_needs_more_at_every_cut)
 {
     const char        *s = "550-5.1.1 no\r\n550-such\r\n550 5.1.1 user\r\n";
     size_t             n = strlen(s), cut;
-    struct relay_reply r;
+    struct smtp_reply r;
 
     for (cut = 0; cut < n; cut++)
-        cr_assert_eq(relay_reply_parse(s, cut, MAX, &r), 0, "cut %zu", cut);
-    cr_assert_eq(relay_reply_parse(s, n, MAX, &r), 1);
+        cr_assert_eq(smtp_reply_parse(s, cut, MAX, &r), 0, "cut %zu", cut);
+    cr_assert_eq(smtp_reply_parse(s, n, MAX, &r), 1);
     cr_assert_eq(r.code, 550);
 }
 
 
-Test(relay_reply, bad_lines_are_errors)
+Test(smtp_reply, bad_lines_are_errors)
 {
     static const char *bad[] = {
         "25 short\r\n", "abc text\r\n", "250x text\r\n",
         "250-a\r\n251 b\r\n", "\r\n", "099 too low\r\n", "2500 long\r\n",
     };
-    struct relay_reply r;
+    struct smtp_reply r;
     size_t             i;
 
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -79,95 +79,95 @@ Test(relay_reply, bad_lines_are_errors)
 }
 
 
-Test(relay_reply, endless_reply_is_an_error)
+Test(smtp_reply, endless_reply_is_an_error)
 {
     char              *s = malloc(MAX + 100);
-    struct relay_reply r;
+    struct smtp_reply r;
     size_t             n = 0;
 
     while (n + 10 < MAX + 50) {
         memcpy(s + n, "250-xxxx\r\n", 10);
         n += 10;
     }
-    cr_assert_eq(relay_reply_parse(s, n, MAX, &r), -1);
+    cr_assert_eq(smtp_reply_parse(s, n, MAX, &r), -1);
     /* a long line without LF too */
     memset(s, 'a', MAX + 10);
     memcpy(s, "250 ", 4);
-    cr_assert_eq(relay_reply_parse(s, MAX + 10, MAX, &r), -1);
+    cr_assert_eq(smtp_reply_parse(s, MAX + 10, MAX, &r), -1);
     free(s);
 }
 
 
-Test(relay_reply, long_text_is_truncated_not_overflowed)
+Test(smtp_reply, long_text_is_truncated_not_overflowed)
 {
     char               s[3000];
-    struct relay_reply r;
+    struct smtp_reply r;
 
     memset(s, 'x', sizeof(s));
     memcpy(s, "451 ", 4);
     memcpy(s + sizeof(s) - 3, "\r\n", 3);
-    cr_assert_eq(relay_reply_parse(s, strlen(s), MAX, &r), 1);
+    cr_assert_eq(smtp_reply_parse(s, strlen(s), MAX, &r), 1);
     cr_assert_eq(r.code, 451);
-    cr_assert_eq(strlen(r.text), RELAY_REPLY_MAX - 1);
+    cr_assert_eq(strlen(r.text), SMTP_REPLY_MAX - 1);
 }
 
 
-Test(relay_ehlo, capabilities)
+Test(smtp_ehlo, capabilities)
 {
     const char *s = "250-mx.example.org greets you\r\n"
         "250-PIPELINING\r\n250-SIZE 10240000\r\n250-8bitmime\r\n"
         "250-SMTPUTF8\r\n250-CHUNKING\r\n250-DSN\r\n250-BINARYMIME\r\n"
         "250 ENHANCEDSTATUSCODES\r\n";
     uint64_t    size;
-    unsigned    caps = relay_ehlo_caps(s, strlen(s), &size);
+    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &size);
 
-    cr_assert_eq(caps, RELAY_CAP_PIPELINING | RELAY_CAP_SIZE |
-        RELAY_CAP_8BITMIME | RELAY_CAP_SMTPUTF8 | RELAY_CAP_CHUNKING |
-        RELAY_CAP_DSN | RELAY_CAP_BINARYMIME);
+    cr_assert_eq(caps, SMTP_CAP_PIPELINING | SMTP_CAP_SIZE |
+        SMTP_CAP_8BITMIME | SMTP_CAP_SMTPUTF8 | SMTP_CAP_CHUNKING |
+        SMTP_CAP_DSN | SMTP_CAP_BINARYMIME);
     cr_assert_eq(size, 10240000);
 }
 
 
-Test(relay_ehlo, first_line_and_lookalikes_are_not_caps)
+Test(smtp_ehlo, first_line_and_lookalikes_are_not_caps)
 {
     const char *s = "250-PIPELINING is my name\r\n250-PIPELININGX\r\n"
         "250-XDSN\r\n250 SIZE\r\n";
     uint64_t    size = 7;
-    unsigned    caps = relay_ehlo_caps(s, strlen(s), &size);
+    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &size);
 
-    cr_assert_eq(caps, RELAY_CAP_SIZE);
+    cr_assert_eq(caps, SMTP_CAP_SIZE);
     cr_assert_eq(size, 0);
 }
 
 
-Test(relay_ehlo, single_line_reply_has_none)
+Test(smtp_ehlo, single_line_reply_has_none)
 {
     uint64_t size;
 
-    cr_assert_eq(relay_ehlo_caps("250 hi\r\n", 8, &size), 0);
+    cr_assert_eq(smtp_ehlo_caps("250 hi\r\n", 8, &size), 0);
 }
 
 
-Test(relay_enhanced, forms)
+Test(smtp_enhanced, forms)
 {
     char out[16];
 
-    cr_assert_str_eq(relay_enhanced("550 5.1.1 no such user", "x", out,
+    cr_assert_str_eq(smtp_enhanced("550 5.1.1 no such user", "x", out,
         sizeof(out)), "5.1.1");
-    cr_assert_str_eq(relay_enhanced("451 4.7.1 try later", "x", out,
+    cr_assert_str_eq(smtp_enhanced("451 4.7.1 try later", "x", out,
         sizeof(out)), "4.7.1");
-    cr_assert_str_eq(relay_enhanced("550 no such user", "x", out,
+    cr_assert_str_eq(smtp_enhanced("550 no such user", "x", out,
         sizeof(out)), "5.0.0");
-    cr_assert_str_eq(relay_enhanced("4.4.7 expired", "5.0.0", out,
+    cr_assert_str_eq(smtp_enhanced("4.4.7 expired", "5.0.0", out,
         sizeof(out)), "4.4.7");
-    cr_assert_str_eq(relay_enhanced("connect to x: refused", "4.4.1", out,
+    cr_assert_str_eq(smtp_enhanced("connect to x: refused", "4.4.1", out,
         sizeof(out)), "4.4.1");
     /* class must agree with the basic code */
-    cr_assert_str_eq(relay_enhanced("550 4.1.1 odd", "x", out,
+    cr_assert_str_eq(smtp_enhanced("550 4.1.1 odd", "x", out,
         sizeof(out)), "5.0.0");
-    cr_assert_str_eq(relay_enhanced("554 5.1234.1 bad", "x", out,
+    cr_assert_str_eq(smtp_enhanced("554 5.1234.1 bad", "x", out,
         sizeof(out)), "5.0.0");
-    cr_assert_str_eq(relay_enhanced("250 2.0.0", "x", out, sizeof(out)),
+    cr_assert_str_eq(smtp_enhanced("250 2.0.0", "x", out, sizeof(out)),
         "2.0.0");
 }
 
@@ -177,17 +177,17 @@ static size_t
 stuff_split(const char *in, size_t n, const size_t *cuts, size_t ncuts,
     char *out)
 {
-    struct relay_stuff st;
+    struct smtp_stuff st;
     size_t             o = 0, prev = 0, i;
 
-    relay_stuff_init(&st);
+    smtp_stuff_init(&st);
     for (i = 0; i <= ncuts; i++) {
         size_t end = i < ncuts ? cuts[i] : n;
 
-        o += relay_stuff(&st, in + prev, end - prev, out + o);
+        o += smtp_stuff(&st, in + prev, end - prev, out + o);
         prev = end;
     }
-    o += relay_stuff_end(&st, out + o);
+    o += smtp_stuff_end(&st, out + o);
     return o;
 }
 
@@ -196,7 +196,7 @@ static void
 check_stuff(const char *in, const char *want)
 {
     size_t n = strlen(in), wn = strlen(want), cut, c2;
-    char  *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+    char  *out = malloc(SMTP_STUFF_ROOM(n) + 8);
     size_t o;
 
     o = stuff_split(in, n, NULL, 0, out);
@@ -219,14 +219,14 @@ check_stuff(const char *in, const char *want)
 }
 
 
-Test(relay_stuff, leading_dots_at_every_split)
+Test(smtp_stuff, leading_dots_at_every_split)
 {
     check_stuff(".a\r\n..b\r\nc.d\r\n.\r\n", "..a\r\n...b\r\nc.d\r\n..\r\n"
         ".\r\n");
 }
 
 
-Test(relay_stuff, no_final_crlf_gets_one)
+Test(smtp_stuff, no_final_crlf_gets_one)
 {
     check_stuff("abc", "abc\r\n.\r\n");
     check_stuff("abc\r", "abc\r\r\n.\r\n");
@@ -234,7 +234,7 @@ Test(relay_stuff, no_final_crlf_gets_one)
 }
 
 
-Test(relay_stuff, bare_lf_is_a_line_start_bare_cr_is_not)
+Test(smtp_stuff, bare_lf_is_a_line_start_bare_cr_is_not)
 {
     check_stuff("a\n.b\r\n", "a\n..b\r\n.\r\n");
     check_stuff("a\r.b\r\n", "a\r.b\r\n.\r\n");
@@ -278,7 +278,7 @@ strict_end(const char *p, size_t n)
 }
 
 
-Test(relay_stuff, smuggling_variants_end_only_at_the_real_end)
+Test(smtp_stuff, smuggling_variants_end_only_at_the_real_end)
 {
     /* what a client may get stored with bare_newline: accept, each
      * followed by a smuggled second transaction */
@@ -299,7 +299,7 @@ Test(relay_stuff, smuggling_variants_end_only_at_the_real_end)
     for (k = 0; k < sizeof(bodies) / sizeof(bodies[0]); k++) {
         const char *in = bodies[k];
         size_t      n = strlen(in), cut, o;
-        char       *out = malloc(RELAY_STUFF_ROOM(n) + 8);
+        char       *out = malloc(SMTP_STUFF_ROOM(n) + 8);
 
         for (cut = 0; cut <= n; cut++) {
             o = stuff_split(in, n, &cut, 1, out);
@@ -315,29 +315,29 @@ Test(relay_stuff, smuggling_variants_end_only_at_the_real_end)
 }
 
 
-Test(relay_stuff, only_dots)
+Test(smtp_stuff, only_dots)
 {
     check_stuff(".\r\n.\r\n..\r\n", "..\r\n..\r\n...\r\n.\r\n");
     check_stuff("...", "....\r\n.\r\n");
 }
 
 
-Test(relay_stuff, worst_case_fits_the_room)
+Test(smtp_stuff, worst_case_fits_the_room)
 {
     static const char *const units[] = { ".\r\n", ".\n" };
     size_t k;
 
     for (k = 0; k < 2; k++) {
         size_t u = strlen(units[k]), n = u * 1000, o, i;
-        char  *in = malloc(n), *out = malloc(RELAY_STUFF_ROOM(n) + 8);
-        struct relay_stuff st;
+        char  *in = malloc(n), *out = malloc(SMTP_STUFF_ROOM(n) + 8);
+        struct smtp_stuff st;
 
         for (i = 0; i < n; i += u)
             memcpy(in + i, units[k], u);
-        relay_stuff_init(&st);
-        o = relay_stuff(&st, in, n, out);
+        smtp_stuff_init(&st);
+        o = smtp_stuff(&st, in, n, out);
         cr_assert_eq(o, n + n / u);
-        cr_assert(o <= RELAY_STUFF_ROOM(n));
+        cr_assert(o <= SMTP_STUFF_ROOM(n));
         free(in);
         free(out);
     }

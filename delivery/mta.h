@@ -1,0 +1,74 @@
+/*
+ * mta.h - the outbound SMTP client inside a worker's event loop: one
+ * state machine per connection toward a next hop, connection reuse per
+ * destination.  Internal to delivery/ (delivery.h is the module's
+ * contract); the protocol text it speaks comes from smtp/.
+ *
+ * CONTRACT  deliver.c hands mta_submit() one transaction: a message (its
+ *           envelope and the open queue file), a subset of its recipients
+ *           that share one SMTP route, and a completion callback.  The relay
+ *           fills one struct mta_result per recipient and calls done()
+ *           exactly once, from the loop (never from inside mta_submit()).
+ *           A "destination" is the route text: transactions to the same
+ *           route share its connections and its concurrency cap.
+ *           The txn, env and fd belong to the caller and must stay valid
+ *           until done() ran.
+ * FAILURE   Never fails to the caller: every problem becomes a deferred or
+ *           bounced result with a reason in SMTP form ("451 4.4.1 ...").
+ */
+#ifndef MTAD_MTA_H
+#define MTAD_MTA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "router/route.h"
+#include "smtp/smtp.h"
+
+struct ev_loop;
+struct spool_env;
+
+
+enum mta_status { MTA_DEFER = 0, MTA_SENT, MTA_BOUNCE };
+
+struct mta_result {
+    int     status;                 /* enum mta_status */
+    char    reply[SMTP_REPLY_MAX]; /* peer's reply or our reason */
+    char    relay[320];             /* "host[ip]:port", or "none" */
+};
+
+struct mta_txn;
+typedef void mta_done_fn(struct mta_txn *t);
+
+struct mta_txn {
+    /* set by the caller */
+    const struct spool_env *env;
+    int         fd;                 /* queue file (locked by the caller) */
+    off_t       body_off;
+    const char *dest;               /* route text: the destination key */
+    const struct route *route;      /* parsed, ROUTE_SMTP */
+    size_t     *rcpt;               /* indexes into env->rcpt */
+    size_t      nrcpt;
+    struct mta_result *res;       /* nrcpt entries, filled by the relay */
+    mta_done_fn *done;
+    void       *arg;
+    /* private to relay.c */
+    struct mta_txn *next;
+    int         accepted;           /* RCPTs the peer accepted */
+    int         restarts;           /* fresh connections after a stale one */
+};
+
+struct relay;
+
+/* conns_per_dest: this worker's cap of connections per destination. */
+struct relay *mta_new(struct ev_loop *loop, const char *helo_name,
+            uint64_t connect_timeout_ms, unsigned conns_per_dest);
+void    mta_free(struct relay *r);            /* closes every connection */
+void    mta_submit(struct relay *r, struct mta_txn *t);
+/* Close idle connections now and keep none idle from here on. */
+void    mta_drain(struct relay *r);
+/* Connections open (busy or idle), for tests and drain. */
+size_t  mta_nconns(const struct relay *r);
+
+#endif /* MTAD_MTA_H */

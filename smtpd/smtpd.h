@@ -1,0 +1,64 @@
+/*
+ * smtpd.h - inbound ESMTP sessions inside a worker's event loop (RFC 5321
+ * with PIPELINING, SIZE, 8BITMIME, SMTPUTF8, CHUNKING, DSN, STARTTLS).
+ *
+ * CONTRACT  The worker admits a connection (limits, load) and hands the
+ *           socket to smtpd_accept(); from then on the session belongs to
+ *           smtpd until it calls env->gone(env->arg, peer) exactly once, as
+ *           its last act.  Every message a session answers "250 queued" is
+ *           in the spool's queue/ (and synced in durable mode) and has been
+ *           handed to delivery with deliver_submit().
+ *           smtpd_new() registers two before-sleep hooks on the loop (the
+ *           group commit, then one write per session with replies); the
+ *           worker's own hooks registered after them run after them.
+ * STOP      smtpd_stop_begin(): sessions go on, transactions included; one
+ *           that is quiet between transactions for SMTPD_STOP_GRACE_MS is
+ *           told "421 4.3.2" and closed.  smtpd_stop_all(): the deadline;
+ *           every session not in DATA is told 421 now and closed after at
+ *           most linger_ms.  smtpd_free() closes what is left (aborting
+ *           messages in progress; nothing acknowledged is lost).
+ * FAILURE   Never crashes on input and never blocks; logs one line per
+ *           decision (connect, reject, queued, disconnect).
+ */
+#ifndef MTAD_SMTPD_H
+#define MTAD_SMTPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ev_loop;
+struct config;
+struct spool;
+struct router;
+struct deliver;
+struct status_worker;
+struct ssl_ctx_st;
+
+/* Quiet time after which a session between transactions is closed during
+ * a graceful stop. */
+#define SMTPD_STOP_GRACE_MS  2000
+
+struct smtpd_env {
+    struct ev_loop       *loop;
+    const struct config  *cfg;
+    struct spool         *spool;
+    struct router        *router;
+    struct deliver       *deliver;
+    struct status_worker *st;       /* this worker's counters */
+    struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
+    /* A session ended; peer is the address it was admitted with. */
+    void                (*gone)(void *arg, const struct sockaddr *peer);
+    void                 *arg;
+};
+
+struct smtpd;
+
+struct smtpd *smtpd_new(const struct smtpd_env *env);
+void    smtpd_free(struct smtpd *d);                    /* NULL ok */
+void    smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
+            socklen_t salen);
+void    smtpd_stop_begin(struct smtpd *d);
+void    smtpd_stop_all(struct smtpd *d, uint64_t linger_ms);
+
+#endif /* MTAD_SMTPD_H */
