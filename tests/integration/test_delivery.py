@@ -8,12 +8,9 @@ import time
 
 import pytest
 
-from delivery_util import (closed_port, make_message, maildir_files, send,
-                           sink, sink_factory, strip_received, wait_until,
-                           worker_pid_of)
-from conftest import MTACTL
+from mtadtest import (MTACTL, closed_port, maildir_files, make_message, send,
+                      strip_received, wait_for, worker_pid_of)
 
-__all__ = ["sink", "sink_factory"]     # fixtures used by name below
 
 needs_mtactl = pytest.mark.skipif(
     not (os.path.isfile(MTACTL) and os.access(MTACTL, os.X_OK)),
@@ -78,7 +75,7 @@ def test_thousand_messages_arrive_once_each_byte_identical(mtad_factory,
     assert sorted(seen) == list(range(total))
     assert all(v == 1 for v in seen.values()), \
         [n for n, v in seen.items() if v != 1]
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
     # connections were reused: far fewer than one per message
     assert sink.connections < total / 4, sink.connections
 
@@ -96,7 +93,7 @@ def test_temporary_failure_then_delivered_on_retry(mtad_factory, sink):
         qid, sink.port) in text
     assert "status=deferred (451 4.3.0 try again later)" in text
     assert sink.transactions == 2
-    assert wait_until(lambda: m.queue_ids() == [], 10)
+    assert wait_for(lambda: m.queue_ids() == [], 10)
 
 
 def test_permanent_failure_sends_a_dsn_to_the_sender(mtad_factory,
@@ -126,7 +123,7 @@ def test_permanent_failure_sends_a_dsn_to_the_sender(mtad_factory,
     assert "the body text" not in body
     m.wait_log("%s: to=<bad@remote.test>" % qid)
     assert "status=bounced (550 5.1.1" in m.log_text()
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
 
 
 def test_null_sender_failure_is_not_bounced(mtad_factory, sink_factory):
@@ -136,7 +133,7 @@ def test_null_sender_failure_is_not_bounced(mtad_factory, sink_factory):
     m = start(mtad_factory, remote.route, static={"home.test": home.route})
     qid = send(m, "", ["bad@remote.test"], make_message(8))
     m.wait_log("%s: bounce for null sender dropped" % qid)
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
     time.sleep(0.5)
     assert home.received() == []
     assert remote.received() == []
@@ -148,7 +145,7 @@ def test_maildir_delivery(mtad_factory, workdir):
               static={"local.test": "maildir:" + md})
     msg = make_message(9, b".dotted\r\nline\r\n")
     qid = send(m, "alice@example.org", ["bob@local.test"], msg)
-    files = wait_until(lambda: maildir_files(md), 20)
+    files = wait_for(lambda: maildir_files(md), 20)
     assert len(files) == 1, files
     data = open(files[0], "rb").read()
     head = b"Return-Path: <alice@example.org>\nDelivered-To: bob@local.test\n"
@@ -158,7 +155,7 @@ def test_maildir_delivery(mtad_factory, workdir):
     assert os.listdir(os.path.join(md, "tmp")) == []
     assert os.path.isdir(os.path.join(md, "cur"))
     m.wait_log("%s: to=<bob@local.test>, relay=local" % qid)
-    assert wait_until(lambda: m.queue_ids() == [], 10)
+    assert wait_for(lambda: m.queue_ids() == [], 10)
 
 
 @needs_mtactl
@@ -204,7 +201,7 @@ def test_kill_worker_during_delivery_then_delivered(mtad_factory, sink):
     sink.data_delay = 0
     got = sink.wait_for(1, timeout=30)
     assert any(b"X-Serial: 4" in g.data for g in got)
-    assert wait_until(lambda: m.queue_ids() == [], 15), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 15), m.queue_ids()
     assert m.proc.poll() is None
 
 
@@ -224,7 +221,7 @@ def test_restart_with_queued_messages_delivers_them(mtad_factory, sink):
     got = sink.wait_for(3, timeout=30)
     assert sorted(g.rcpt_tos[0] for g in got) == [
         "r%d@example.net" % i for i in range(3)]
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
 
 
 def test_bdat_when_chunking_is_offered(mtad_factory, sink_factory):
@@ -396,7 +393,7 @@ def test_kick_one_then_all_delivers_deferred_messages_now(mtad_factory,
     got = sink.wait_for(3, timeout=15)
     assert sorted(g.rcpt_tos[0] for g in got) == [
         "u%d@kick.test" % i for i in range(3)]
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
 
 
 @pytest.mark.parametrize("chunking", [False, True], ids=["data", "bdat"])
@@ -437,12 +434,12 @@ def test_bounce_goes_out_at_once_while_another_is_deferred_and_once(
     m.wait_log("%s: to=<later@remote.test>" % qid)
     assert "status=deferred (451 4.2.0" in m.log_text()
     # let a retry or two pass while it is deferred: still no second DSN
-    assert wait_until(lambda: m.log_text().count(
+    assert wait_for(lambda: m.log_text().count(
         "%s: to=<later@remote.test>" % qid) >= 2, 15)
     remote.defer = set()
     got = remote.wait_for(1, timeout=20)
     assert got[0].rcpt_tos == ["later@remote.test"]
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
     time.sleep(0.5)
     assert len(home.received()) == 1, "no second DSN for bad@remote.test"
     assert m.log_text().count("%s: sender non-delivery notification" %
@@ -488,7 +485,7 @@ def test_reload_with_other_worker_count_hands_deferred_messages_over(
     want = sorted(["late@later.test"] + ["u%d@later.test" % i
                                          for i in range(6)])
     got = sink.wait_for(len(want), timeout=30)
-    assert wait_until(lambda: m.queue_ids() == [], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
     time.sleep(1.0)
     assert sorted(g.rcpt_tos[0] for g in sink.received()) == want, \
         "each delivered exactly once"

@@ -2,7 +2,7 @@
 reload, shutdown, privileges, sd_notify, mtad -t and the core of mtactl.
 
 Real processes on loopback with random ports and temporary directories
-(fixtures in conftest.py; /proc helpers in process_util.py).
+(fixtures in conftest.py; /proc helpers in mtadtest.py).
 """
 import os
 import pwd
@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from conftest import IS_ROOT, MTAD, USER
-from process_util import (alive, children, children_by_comm, comm, greet,
-                          parse_status, proc_status, wait_for, workers)
+from mtadtest import (IS_ROOT, MTAD, USER, alive, children, children_by_comm,
+                      comm, greet, parse_status, proc_status, wait_for,
+                      workers)
+
 
 
 def worker_set(m, n):
@@ -48,7 +49,7 @@ def test_ipv6_listener(mtad_factory):
     except OSError:
         pytest.skip("no IPv6 loopback")
     m = mtad_factory()
-    from conftest import free_port
+    from mtadtest import free_port
     p6 = free_port("::1")
     m.cfg["server"]["listen"].append("[::1]:%d" % p6)
     m.write_config()
@@ -430,7 +431,7 @@ def test_reload_moves_listener(mtad):
     """A new address is bound on reload; one that left the config is closed
     once the old generation is gone; an unchanged one stays the same
     socket (the swap test shows it never refuses)."""
-    from conftest import free_port
+    from mtadtest import free_port
     old_port = mtad.port
     new_port = free_port()
     mtad.cfg["server"]["listen"] = ["127.0.0.1:%d" % new_port]

@@ -1,25 +1,233 @@
 """mtactl's queue commands against a running mtad with a known queue
-(queue_util.KnownQueue: deferred, held and active messages): queue and its
+(KnownQueue, below: deferred, held and active messages): queue and its
 filters, --by-domain and --json; show; delete, hold, release, flush,
 bounce; exit codes and bad ids; the race of a change with a delivery in
 progress; and the spool read and changed while mtad is stopped.
-Loopback only; every wait is bounded."""
+Loopback only; every wait is bounded.
+
+Helpers used only by this file come first.
+"""
+import asyncio
 import json
 import os
 import pwd
+import pytest
 import re
 import subprocess
 import threading
 import time
 
-import pytest
 
-from conftest import IS_ROOT, MTACTL, USER
+from mtadtest import (IS_ROOT, MTACTL, USER, Sink, closed_port, make_message,
+                      send, strip_received, wait_for)
 
-from delivery_util import make_message, send, strip_received, wait_until
-from queue_util import (KnownQueue, ctl_bytes, gated_sink_factory,
-                        parse_queue, parse_show, queue_json, raw_message,
-                        state_files)
+
+GATE_MAX = 60.0         # a closed gate opens by itself after this long
+
+
+class GatedSink(Sink):
+    """A test sink (sink.py) that also waits for `gate` (a threading.Event,
+    open by default) before it answers the end of data."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    async def _end_of_data(self, reply, state, data, peer, conn_id,
+                           reader):
+        deadline = time.time() + GATE_MAX
+        while not self.gate.is_set() and time.time() < deadline:
+            await asyncio.sleep(0.02)
+        await super()._end_of_data(reply, state, data, peer, conn_id,
+                                   reader)
+
+
+@pytest.fixture
+def gated_sink_factory():
+    """Make and start GatedSinks; every one is opened and stopped after
+    the test."""
+    made = []
+
+    def make(**kw):
+        s = GatedSink(**kw).start()
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.gate.set()
+        s.stop()
+
+LINE_RE = re.compile(r"^([0-9A-F]{16}) +(\d+) (\S+) +(\S+) (\S+) +<([^>]*)> ->"
+                     r"(.*)$")
+SUMMARY_RE = re.compile(r"^-- (\d+) messages?, (\d+) bytes: (\d+) queued, "
+                        r"(\d+) active, (\d+) deferred, (\d+) held$")
+
+
+def ctl_bytes(m, *args, timeout=90):
+    """mtactl with stdout/stderr as bytes (no newline translation)."""
+    return subprocess.run([MTACTL, "-c", m.cfg_path, *args],
+                          capture_output=True, timeout=timeout)
+
+
+def raw_message(m, qid):
+    """The stored message of qid, byte for byte (mtactl show --raw)."""
+    r = ctl_bytes(m, "show", qid, "--raw")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def parse_queue(text):
+    """mtactl queue's text output -> ({id: line fields}, summary tuple).
+    Each entry: size, arrived, age, state, sender, rcpts (list), detail
+    (the following indented line or None)."""
+    msgs, summary, last = {}, None, None
+    for line in text.splitlines():
+        m = LINE_RE.match(line)
+        if m:
+            rcpts = re.findall(r"<([^>]*)>", m.group(7))
+            last = m.group(1)
+            msgs[last] = {"size": int(m.group(2)), "arrived": m.group(3),
+                          "age": m.group(4), "state": m.group(5),
+                          "sender": m.group(6), "rcpts": rcpts,
+                          "rest": m.group(7), "detail": None}
+            continue
+        s = SUMMARY_RE.match(line)
+        if s:
+            summary = tuple(int(x) for x in s.groups())
+            last = None
+            continue
+        if line.startswith(" " * 17) and last is not None:
+            msgs[last]["detail"] = line.strip()
+    return msgs, summary
+
+
+def parse_show(text):
+    """mtactl show's envelope block -> (fields dict, recipients list of
+    (address, status, rest, last reply or None), the rest of the output).
+    The log lines under "history:" are in fields["history_lines"]."""
+    head, sep, rest = text.partition("\n\n")
+    assert sep, text
+    fields, rcpts = {"history_lines": []}, []
+    in_history = False
+    for line in head.splitlines():
+        if line.startswith("  last reply: ") and not in_history:
+            a, s, r, _ = rcpts[-1]
+            rcpts[-1] = (a, s, r, line[len("  last reply: "):])
+            continue
+        if line.startswith("  ") and in_history:
+            fields["history_lines"].append(line[2:])
+            continue
+        in_history = line.startswith("history:")
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if key == "recipient":
+            m = re.match(r"<([^>]*)> (\w+)(.*)$", value)
+            rcpts.append((m.group(1), m.group(2), m.group(3), None))
+        else:
+            fields[key] = value
+    return fields, rcpts, rest
+
+
+def state_files(m):
+    d = os.path.join(m.spool, "state")
+    try:
+        return sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+
+
+def queue_json(m, *args):
+    import json
+    r = m.ctl("queue", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+class KnownQueue:
+    """Builds the known queue on a fresh mtad; see the module docstring."""
+
+    def __init__(self, mtad_factory, gated_sink_factory, gated=True,
+                 overrides=None):
+        self.home = gated_sink_factory(name="home.sink")
+        self.good = gated_sink_factory(name="good.sink")
+        self.slow = gated_sink_factory(name="slow.sink")
+        if gated:
+            self.slow.gate.clear()
+        self.dead = "smtp:[127.0.0.1]:%d" % closed_port()
+        cfg = {
+            "routes": {"default": self.dead,
+                       "static": {"home.test": self.home.route,
+                                  "good.test": self.good.route,
+                                  "slow.test": self.slow.route}},
+            "delivery": {"retry": ["1h"], "connect_timeout": "2s"},
+        }
+        if overrides:
+            for k, v in overrides.items():
+                cfg.setdefault(k, {}).update(v)
+        self.m = mtad_factory(cfg).start()
+        self.sent = {}          # id -> (sender, rcpts, message bytes)
+        self.times = {}         # id -> (wall ms before, after the send)
+
+    def send(self, sender, rcpts, serial, extra=b""):
+        msg = make_message(serial, extra)
+        before = int(time.time() * 1000)
+        qid = send(self.m, sender, rcpts, msg)
+        after = int(time.time() * 1000)
+        assert qid, "no queue id in the 250 reply"
+        self.sent[qid] = (sender, list(rcpts), msg)
+        self.times[qid] = (before, after)
+        return qid
+
+    def send_deferred(self, sender, rcpts, serial, extra=b""):
+        """Send, then wait until the first attempt deferred it and the log
+        process has written the arrival and each deferral (workers hand
+        records over in batches: the spool can be ahead of the log, and
+        `mtactl show` reads its history from the log)."""
+        qid = self.send(sender, rcpts, serial, extra)
+        self.wait_deferred(qid)
+        self.m.wait_log("%s: from=<%s>" % (qid, sender))
+        for r in rcpts:
+            wait_for(lambda: re.search(r"%s: to=<%s>.*status=deferred" % (
+                qid, re.escape(r)), self.m.log_text()),
+                what="the deferral of %s in the log" % r)
+        return qid
+
+    def wait_deferred(self, qid, attempts=1):
+        def done():
+            j = queue_json(self.m)
+            for e in j["messages"]:
+                if e["id"] == qid:
+                    return e["attempts"] >= attempts and \
+                        e["state"] != "active"
+            return False
+        assert wait_for(done, 20), "%s never deferred:\n%s" % (
+            qid, self.m.log_text()[-3000:])
+
+    def build(self):
+        """The standing queue: two deferred, one held."""
+        self.d1 = self.send_deferred("alice@home.test",
+                                     ["x@far.test", "y@far.test"], 1)
+        self.d2 = self.send_deferred("bob@home.test", ["z@other.test"], 2,
+                                     b"second body line\r\n")
+        self.h = self.send_deferred("carol@home.test",
+                                    ["w@other.test", "v@far.test",
+                                     "u@third.test", "t@third.test"], 3)
+        r = self.m.ctl("hold", self.h)
+        assert r.returncode == 0, r.stderr
+        return self
+
+    def make_active(self, serial=4):
+        """A message a worker is delivering right now (to the slow sink):
+        returns its id once the sink has the data and sits on its reply
+        (until kq.slow.gate is set)."""
+        n = len([e for e in self.slow.events if e[0] == "data_started"])
+        qid = self.send("dave@home.test", ["s@slow.test"], serial)
+        assert wait_for(lambda: len([e for e in self.slow.events
+                                       if e[0] == "data_started"]) > n, 20)
+        return qid
+
 
 __all__ = ["gated_sink_factory"]        # fixtures used by name below
 
@@ -253,7 +461,7 @@ def test_queue_json_escapes_quotes_and_keeps_utf8(mtad_factory,
     code, resp = s.data(make_message(2))
     assert code == 250, resp
     s.quit()
-    assert wait_until(lambda: len(kq.m.queue_ids()) == 2, 10)
+    assert wait_for(lambda: len(kq.m.queue_ids()) == 2, 10)
     j = queue_json(kq.m)
     senders = {e["sender"]: e for e in j["messages"]}
     assert set(senders) == {quoted, utf}, senders
@@ -347,7 +555,7 @@ def test_flush_of_an_active_message_leaves_it_to_its_attempt(kq):
     assert kq.slow.received() == []
     kq.slow.gate.set()
     kq.slow.wait_for(1, 20)
-    assert wait_until(lambda: no_trace(m, active), 10)
+    assert wait_for(lambda: no_trace(m, active), 10)
 
 
 def test_show_errors(kq):
@@ -445,7 +653,7 @@ def test_hold_is_not_delivered_even_after_flush_then_release_delivers(kq):
     assert "%s: on hold: not delivered until released" % qid in r.stdout
     # every worker rebuilt its schedule for the flush and left out the two
     # held messages (this one and kq.h)
-    assert wait_until(lambda: len(KICK_RE.findall(m.log_text())) >=
+    assert wait_for(lambda: len(KICK_RE.findall(m.log_text())) >=
                       m.cfg["server"]["workers"], 10), m.log_text()[-3000:]
     assert sum(int(n) for n in KICK_RE.findall(m.log_text())) == 2
     time.sleep(1.0)
@@ -463,7 +671,7 @@ def test_hold_is_not_delivered_even_after_flush_then_release_delivers(kq):
     assert got[0].rcpt_tos == ["p@later.test"]
     _, rest = strip_received(got[0].data)
     assert rest == kq.sent[qid][2]
-    assert wait_until(lambda: no_trace(m, qid), 10)
+    assert wait_for(lambda: no_trace(m, qid), 10)
     # the other held message is still held and nothing else moved
     assert kq.h in m.queue_ids()
     assert len(kq.good.received()) == 1
@@ -501,7 +709,7 @@ def test_flush_delivers_a_fixed_route_at_once(kq):
     assert r.stdout == "%s: delivery now\n" % a
     got = kq.good.wait_for(1, 20)
     assert got[0].rcpt_tos == ["o@fixed.test"]
-    assert wait_until(lambda: no_trace(m, a), 10)
+    assert wait_for(lambda: no_trace(m, a), 10)
     assert b in m.queue_ids()
     # flush with no ids: everything (the held one stays)
     r = m.ctl("flush")
@@ -509,7 +717,7 @@ def test_flush_delivers_a_fixed_route_at_once(kq):
     assert "-- flush: 4 messages" in r.stdout
     got = kq.good.wait_for(2, 20)
     assert got[1].rcpt_tos == ["n@fixed2.test"]
-    assert wait_until(lambda: no_trace(m, b), 10)
+    assert wait_for(lambda: no_trace(m, b), 10)
     assert len(kq.good.received()) == 2
     kq.wait_deferred(kq.d1, attempts=2)
     assert kq.h in m.queue_ids()
@@ -536,16 +744,16 @@ def test_bounce_sends_a_dsn_to_the_sender_and_removes(kq):
     assert "returned to sender by the administrator" in body
     assert "Connection refused" in body          # the last error is kept
     assert "Subject: message 1" in body          # the original headers
-    assert wait_until(lambda: no_trace(m, kq.d1), 10)
+    assert wait_for(lambda: no_trace(m, kq.d1), 10)
     # a held message can be bounced too
     r = m.ctl("bounce", kq.h)
     assert r.returncode == 0, r.stderr
     dsn = kq.home.wait_for(2, 20)[1]
     assert dsn.rcpt_tos == ["carol@home.test"]
     assert dsn.data.count(b"Final-Recipient:") == 4
-    assert wait_until(lambda: no_trace(m, kq.h), 10)
+    assert wait_for(lambda: no_trace(m, kq.h), 10)
     # the DSNs themselves leave once the home sink took them
-    assert wait_until(lambda: m.queue_ids() == [kq.d2], 10), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [kq.d2], 10), m.queue_ids()
     assert len(kq.home.received()) == 2
     assert_log_clean(m)
 
@@ -557,7 +765,7 @@ def test_bounce_of_a_null_sender_message_sends_nothing(kq):
     assert r.returncode == 0, r.stderr
     assert "null sender" in r.stdout
     m.wait_log("%s: bounce for null sender dropped" % qid)
-    assert wait_until(lambda: no_trace(m, qid), 10)
+    assert wait_for(lambda: no_trace(m, qid), 10)
     assert kq.home.received() == []
 
 
@@ -718,7 +926,7 @@ def test_many_deletes_racing_many_deliveries(mtad_factory,
                        make_message(100 + i), conn=conn)
             sent[qid] = i
         conn.quit()
-        assert wait_until(lambda: m.queue_ids() == [], 60), m.queue_ids()
+        assert wait_for(lambda: m.queue_ids() == [], 60), m.queue_ids()
     finally:
         stop.set()
         t.join(180)
@@ -778,7 +986,7 @@ def test_commands_work_on_the_spool_while_mtad_is_stopped(kq):
     assert got[0].rcpt_tos == ["x@far.test", "y@far.test"]
     dsn = kq.home.wait_for(1, 20)[0]
     assert dsn.rcpt_tos == ["bob@home.test"]
-    assert wait_until(lambda: m.queue_ids() == [kq.h], 20), m.queue_ids()
+    assert wait_for(lambda: m.queue_ids() == [kq.h], 20), m.queue_ids()
     # the held one stayed held through the restart
     time.sleep(0.5)
     assert len(kq.good.received()) == 1

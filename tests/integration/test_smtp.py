@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from conftest import IS_ROOT, free_port
-from smtp_util import (Blackhole, Client, Reply, assert_enhanced, dot_stuff,
-                       read_queue_file, spool_files, strip_received, wait_for,
-                       xtext_decode)
+from mtadtest import (Blackhole, Client, IS_ROOT, Reply, assert_enhanced,
+                      dot_stuff, free_port, read_queue_file, spool_files,
+                      strip_received, wait_for, xtext_decode)
+
 
 QUEUED = re.compile(rb"^2\.0\.0 Ok: queued as ([0-9A-F]{16})$")
 

@@ -20,8 +20,9 @@ import warnings
 
 import pytest
 
-from smtp_util import (Blackhole, Client, dot_stuff, read_queue_file,
-                       strip_received, wait_for)
+from mtadtest import (Blackhole, Client, dot_stuff, read_queue_file,
+                      strip_received, wait_for)
+
 
 QUEUED = re.compile(rb"^2\.0\.0 Ok: queued as ([0-9A-F]{16})$")
 
