@@ -483,11 +483,3 @@ util_write_all(int fd, const void *buf, size_t n)
     }
     return 0;
 }
-
-void
-util_lower(char *s)
-{
-    for (; *s != '\0'; s++)
-        if (*s >= 'A' && *s <= 'Z')
-            *s = (char)(*s - 'A' + 'a');
-}

@@ -65,7 +65,4 @@ size_t  util_strlcpy(char *dst, const char *src, size_t dstsz);
 /* Write all of buf to a blocking fd; 0 or -1 (errno). */
 int     util_write_all(int fd, const void *buf, size_t n);
 
-/* Lower-case ASCII in place. */
-void    util_lower(char *s);
-
 #endif /* MTAD_UTIL_H */

@@ -227,24 +227,9 @@ deliver_next_retry(const uint64_t *retry_ms, size_t nretry,
 unsigned
 deliver_shard_of(const char *id, unsigned nshards)
 {
-    unsigned v = 0;
-    int      i;
-
-    if (nshards == 0)
-        return 0;
-    for (i = 11; i < 13; i++) {
-        char c = id[i];
-
-        if (c >= '0' && c <= '9')
-            v = v * 16 + (unsigned)(c - '0');
-        else if (c >= 'A' && c <= 'F')
-            v = v * 16 + (unsigned)(c - 'A' + 10);
-        else if (c >= 'a' && c <= 'f')
-            v = v * 16 + (unsigned)(c - 'a' + 10);
-        else
-            return 0;                   /* not an id: shard 0 takes it */
-    }
-    return v % nshards;
+    if (nshards == 0 || !spool_id_valid(id))
+        return 0;                       /* not an id: shard 0 takes it */
+    return spool_id_shard(id) % nshards;
 }
 
 

@@ -315,13 +315,10 @@ Test(util, strlcpy)
     cr_expect_eq(buf[0], 'Q');
 }
 
-Test(util, lower_and_strdup)
+Test(util, strndup)
 {
-    char s[] = "MiXeD.Example.ORG-09@X";
     char *d;
 
-    util_lower(s);
-    cr_expect_str_eq(s, "mixed.example.org-09@x");
     d = xstrndup("abcdef", 3);
     cr_expect_str_eq(d, "abc");
     free(d);
