@@ -138,8 +138,8 @@ struct bad_case {
 
 static const struct bad_case bad_cases[] = {
     { "", "empty route" },
-    { "smtpx:[10.0.0.1]:25", "unknown route type 'smtpx' (expected smtp:, maildir:, discard, reject:, defer:)" },
-    { "relay", "unknown route type 'relay' (expected smtp:, maildir:, discard, reject:, defer:)" },
+    { "smtpx:[10.0.0.1]:25", "unknown route type 'smtpx' (expected smtp:, mx, maildir:, discard, reject:, defer:)" },
+    { "relay", "unknown route type 'relay' (expected smtp:, mx, maildir:, discard, reject:, defer:)" },
     { "smtp", "'smtp' needs an argument after ':' (e.g. smtp:[10.0.0.1]:25, maildir:/PATH, reject:550 5.7.1 text, defer:451 4.3.0 text)" },
     { "smtp:", "empty host after 'smtp:'" },
     { "smtp::25", "empty host in 'smtp::25'" },
@@ -511,7 +511,7 @@ Test(router, put_refuses_malformed_values_and_keys)
     cr_expect_eq(router_put(r, "example.org", "smtpx:[10.0.0.1]:25"),
         ROUTER_EINVAL);
     cr_expect_str_eq(router_errstr(r), "bad route for 'example.org': unknown "
-        "route type 'smtpx' (expected smtp:, maildir:, discard, reject:, "
+        "route type 'smtpx' (expected smtp:, mx, maildir:, discard, reject:, "
         "defer:)");
     cr_expect_eq(router_put(r, "example.org", "reject:450 4.1.1 no"),
         ROUTER_EINVAL);
