@@ -38,7 +38,7 @@ BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps
+.PHONY: all deps run test unit integration asan bench install clean check-deps fuzz-dns
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -107,6 +107,15 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# libFuzzer over the DNS answer parser (clang); FUZZ_TIME seconds.
+FUZZ_TIME ?= 60
+fuzz-dns:
+	@mkdir -p $(BUILD)/fuzz_dns_corpus
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+	    -o $(BUILD)/fuzz_dns tests/fuzz/fuzz_dns.c dns/msg.c common/util.c
+	cp tests/fuzz/dns_seeds/* $(BUILD)/fuzz_dns_corpus/
+	$(BUILD)/fuzz_dns -max_total_time=$(FUZZ_TIME) $(BUILD)/fuzz_dns_corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \

@@ -12,6 +12,7 @@
  * FAILURE   Messages to stderr as "mtactl: route <cmd>: <why>"; returns
  *           MTACTL_OK (0), MTACTL_FAIL (1) or MTACTL_USAGE (2).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,20 @@ mtactl_route_dns_options(const struct config *cfg, struct dns_options *o)
 }
 
 
+/* mtactl_route_needs_dns - an MX lookup, or a bracketed host name. */
+static int
+mtactl_route_needs_dns(const struct route_host *h)
+{
+    struct in6_addr a6;
+    struct in_addr  a4;
+
+    if (route_host_mx(h))
+        return 1;
+    return inet_pton(AF_INET, h->name, &a4) != 1 &&
+        inet_pton(AF_INET6, h->name, &a6) != 1;
+}
+
+
 /*
  * mtactl_route_resolve - for an MX route, the hosts and addresses
  * delivery would use now, resolved as the workers do (dns.h, an ev loop
@@ -207,7 +222,7 @@ mtactl_route_resolve(const struct config *cfg, const char *addr,
         return MTACTL_OK;           /* printed as stored; nothing to resolve */
     if (rt.kind == ROUTE_SMTP) {
         for (i = 0; i < rt.nhosts; i++)
-            if (route_host_mx(&rt.hosts[i]) || rt.hosts[i].literal)
+            if (mtactl_route_needs_dns(&rt.hosts[i]))
                 break;
         if (i == rt.nhosts)
             return MTACTL_OK;       /* only addresses */
@@ -239,6 +254,8 @@ mtactl_route_resolve(const struct config *cfg, const char *addr,
         for (i = 0; i < rt.nhosts; i++) {
             const struct route_host *h = &rt.hosts[i];
 
+            if (!mtactl_route_needs_dns(h))
+                continue;           /* an address: shown in the route */
             jobs[i] = (struct mtactl_dns_job){ h->port, &left, &failed, loop };
             left++;
             rc = route_host_mx(h) ? dns_mx(d, h->name, mtactl_route_show,
