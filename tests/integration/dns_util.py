@@ -11,7 +11,19 @@ Use from pytest:
         dns_servers.servfail   # "127.0.0.1:PORT" answering SERVFAIL
         dns_servers.silent     # "127.0.0.1:PORT" never answering
 
-or by hand: `with Nsd(tmpdir) as ns: ns.addr ...`.  nsd gets its config,
+    from dns_util import signed_dns           # fixture (module scope)
+
+    def test_y(signed_dns):
+        signed_dns.resolver    # unbound, validating: answers carry AD=1
+        signed_dns.nsd         # the signed zone straight from nsd (AD=0)
+        # "bogus.mtad.test" has broken signatures: SERVFAIL via unbound
+
+or by hand: `with Nsd(tmpdir) as ns: ns.addr ...`.  The signed variant
+(SignedDns) signs the zone with fresh keys (ldns-keygen, ldns-signzone),
+serves it with a second nsd, and runs unbound as a validating resolver on
+another loopback port with the zone's DS as trust anchor and a stub zone
+pointing at that nsd; it is ready only once an SOA answer comes back with
+AD=1.  nsd gets its config,
 zone and pid file in a temp dir, runs in the foreground (-d), is started
 and stopped by its PID, and is ready only when it answers an SOA query
 (start() raises on timeout).  Names are under ZONE ("mtad.test", RFC 2606);
@@ -111,22 +123,22 @@ def free_udp_port(host="127.0.0.1"):
     raise RuntimeError("no free UDP+TCP port on %s" % host)
 
 
-def build_query(name, qtype, qid=None):
-    """A DNS query packet (RD=1) for name/qtype."""
+def build_query(name, qtype, qid=None, ad=False):
+    """A DNS query packet (RD=1, and AD=1 when ad) for name/qtype."""
     qid = random.randrange(65536) if qid is None else qid
-    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    q = struct.pack(">HHHHHH", qid, 0x0120 if ad else 0x0100, 1, 0, 0, 0)
     for label in name.rstrip(".").split("."):
         q += bytes([len(label)]) + label.encode()
     return q + b"\0" + struct.pack(">HH", qtype, 1)
 
 
-def query(addr, name, qtype, timeout=1.0):
+def query(addr, name, qtype, timeout=1.0, ad=False):
     """Send one query over UDP; the raw answer, or None on timeout."""
     host, port = addr.rsplit(":", 1)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(timeout)
     try:
-        pkt = build_query(name, qtype)
+        pkt = build_query(name, qtype, ad=ad)
         s.sendto(pkt, (host, int(port)))
         try:
             data, _ = s.recvfrom(65535)
@@ -338,6 +350,187 @@ class DnsServers:
 def dns_servers():
     d = tempfile.mkdtemp(prefix="mtad-dns-", dir="/dev/shm")
     servers = DnsServers(d)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class Unbound:
+    """Debian's unbound as a validating resolver on 127.0.0.1:port that
+    sends every query for ZONE to the given nsd (a stub zone) and holds
+    the zone's DS as its trust anchor, so validated answers carry AD=1."""
+
+    def __init__(self, workdir, stub_addr, anchor_file, zone=ZONE):
+        self.dir = workdir
+        self.stub = stub_addr.replace(":", "@")
+        self.anchor = anchor_file
+        self.zone = zone
+        self.port = None
+        self.proc = None
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def _write(self):
+        conf = os.path.join(self.dir, "unbound.conf")
+        with open(conf, "w") as f:
+            f.write("""server:
+    interface: 127.0.0.1@%(port)d
+    port: %(port)d
+    do-ip6: no
+    username: ""
+    chroot: ""
+    directory: "%(dir)s"
+    pidfile: "%(dir)s/unbound.pid"
+    use-syslog: no
+    logfile: "%(dir)s/unbound.log"
+    verbosity: 1
+    val-log-level: 2
+    num-threads: 1
+    access-control: 127.0.0.0/8 allow
+    do-not-query-localhost: no
+    local-zone: "test." nodefault
+    module-config: "validator iterator"
+    trust-anchor-file: "%(anchor)s"
+    qname-minimisation: no
+remote-control:
+    control-enable: no
+stub-zone:
+    name: "%(zone)s"
+    stub-addr: %(stub)s
+""" % {"port": self.port, "dir": self.dir, "anchor": self.anchor,
+       "zone": self.zone, "stub": self.stub})
+        return conf
+
+    def start(self, timeout=20.0):
+        last = None
+        for _ in range(3):
+            self.port = free_udp_port()
+            conf = self._write()
+            check = subprocess.run(["unbound-checkconf", conf],
+                                   capture_output=True, text=True)
+            if check.returncode != 0:
+                raise RuntimeError("unbound.conf: %s%s" % (check.stdout,
+                                                            check.stderr))
+            self.log = open(os.path.join(self.dir, "unbound.stderr"), "w")
+            self.proc = subprocess.Popen(
+                [shutil.which("unbound") or "/usr/sbin/unbound", "-d", "-c",
+                 conf], stdout=self.log, stderr=self.log)
+            try:
+                self._wait_ready(timeout)
+                return self
+            except RuntimeError as e:
+                last = e
+                self.stop()
+        raise last
+
+    def _wait_ready(self, timeout):
+        """Ready when it answers for the zone's SOA with AD=1 (so the
+        trust anchor and the signatures work, not only the socket)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("unbound exited with %s: %s" % (
+                    self.proc.returncode, self._logs()))
+            ans = query(self.addr, self.zone, 6, timeout=0.5, ad=True)
+            if ans is not None and rcode(ans) == 0 and ans[3] & 0x20:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("unbound on %s gave no validated answer for %s "
+                           "after %.0fs: %s" % (self.addr, self.zone, timeout,
+                                                self._logs()))
+
+    def _logs(self):
+        out = []
+        for n in ("unbound.stderr", "unbound.log"):
+            p = os.path.join(self.dir, n)
+            if os.path.exists(p):
+                with open(p, errors="replace") as f:
+                    out.append(f.read()[-2000:])
+        return " | ".join(out)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()
+        self.proc = None
+
+
+def sign_zone(workdir, zone_text=ZONE_TEXT, zone=ZONE, bogus=()):
+    """Sign zone_text with a fresh KSK and ZSK (ldns-keygen, ldns-signzone).
+    Returns (signed zone text, path of a trust-anchor file with the KSK's
+    DS).  Names in bogus get their RRSIGs' signature bytes flipped, so a
+    validator must refuse them."""
+    def keygen(*extra):
+        r = subprocess.run(["ldns-keygen", "-a", "ECDSAP256SHA256", *extra,
+                            zone], cwd=workdir, capture_output=True,
+                           text=True, check=True)
+        return r.stdout.strip()
+    ksk = keygen("-k")
+    zsk = keygen()
+    zf = os.path.join(workdir, "zone.unsigned")
+    with open(zf, "w") as f:
+        f.write(zone_text)
+    subprocess.run(["ldns-signzone", "-o", zone, "-f",
+                    os.path.join(workdir, "zone.signed"), zf, zsk, ksk],
+                   cwd=workdir, capture_output=True, text=True, check=True)
+    with open(os.path.join(workdir, "zone.signed")) as f:
+        signed = f.read()
+    if bogus:
+        lines = []
+        for line in signed.splitlines():
+            f = line.split()
+            if len(f) > 4 and f[3] == "RRSIG" and f[0].rstrip(".") in [
+                    "%s.%s" % (b, zone) for b in bogus]:
+                sig = f[-1]
+                f[-1] = ("B" if sig[0] != "B" else "C") + sig[1:]
+                line = "\t".join(f)
+            lines.append(line)
+        signed = "\n".join(lines) + "\n"
+    anchor = os.path.join(workdir, "anchor.ds")
+    shutil.copy(os.path.join(workdir, ksk + ".ds"), anchor)
+    return signed, anchor
+
+
+class SignedDns:
+    """The test zone signed, served by nsd, validated by unbound: point
+    dns.servers at .resolver and answers for ZONE carry AD=1 (names in
+    bogus fail validation: SERVFAIL)."""
+
+    def __init__(self, workdir, bogus=("bogus",)):
+        zone_text = ZONE_TEXT + "bogus      IN MX  10 mx.one\n"
+        os.makedirs(os.path.join(workdir, "nsd"), exist_ok=True)
+        os.makedirs(os.path.join(workdir, "unbound"), exist_ok=True)
+        signed, anchor = sign_zone(workdir, zone_text, bogus=bogus)
+        self.nsd_server = Nsd(os.path.join(workdir, "nsd"), signed).start()
+        try:
+            self.unbound = Unbound(os.path.join(workdir, "unbound"),
+                                   self.nsd_server.addr, anchor).start()
+        except Exception:
+            self.nsd_server.stop()
+            raise
+        self.resolver = self.unbound.addr
+        self.nsd = self.nsd_server.addr
+
+    def stop(self):
+        self.unbound.stop()
+        self.nsd_server.stop()
+
+
+@pytest.fixture(scope="module")
+def signed_dns():
+    d = tempfile.mkdtemp(prefix="mtad-dnssec-", dir="/dev/shm")
+    servers = SignedDns(d)
     try:
         yield servers
     finally:

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from dns_util import ZONE, dns_servers  # noqa: F401  (fixture)
+from dns_util import ZONE, dns_servers, signed_dns  # noqa: F401  (fixtures)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -197,6 +197,35 @@ def test_concurrent_lookups_of_one_name_are_joined(dns_servers, tmp_path):
     r = ctl.get("x@j.example", check=1)
     assert r.stdout.count("tempfail") == 3, r.stdout
     assert srv.count - before == 1, "%d queries" % (srv.count - before)
+
+
+def test_validated_answers_are_secure(signed_dns, tmp_path):
+    """Signed zone (ldns-signzone) served by nsd, validated by unbound with
+    the zone's trust anchor: our queries carry AD=1, so the answers come
+    back with AD=1 and the destination is marked secure."""
+    ctl = Ctl(tmp_path, [signed_dns.resolver], timeout="2s")
+    r = ctl.get("u@" + z("multi"), check=0)
+    assert "%s: MX ttl=300s (dnssec)" % z("multi") in r.stdout, r.stdout
+    got = addrs(r.stdout)
+    assert len(got) == 3
+    assert all(line.endswith("(dnssec)") for line in r.stdout.splitlines()
+               if ADDR_LINE.match(line)), r.stdout
+    r = ctl.get("u@" + z("cnamehost"), check=0)
+    assert "(dnssec)" in r.stdout
+
+
+def test_unvalidated_answers_are_not_secure(signed_dns, tmp_path):
+    """The same signed zone straight from nsd (no validator): no AD bit."""
+    ctl = Ctl(tmp_path, [signed_dns.nsd])
+    r = ctl.get("u@" + z("multi"), check=0)
+    assert len(addrs(r.stdout)) == 3
+    assert "(dnssec)" not in r.stdout, r.stdout
+
+
+def test_bogus_signature_is_temporary(signed_dns, tmp_path):
+    ctl = Ctl(tmp_path, [signed_dns.resolver], timeout="2s")
+    r = ctl.get("u@" + z("bogus"), check=1)
+    assert "%s: tempfail:" % z("bogus") in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("dns, want", [
