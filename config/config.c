@@ -575,7 +575,7 @@ config_set_dns_servers(struct config_parse *p, const yaml_node_t *n,
             free(joined);
             return;
         }
-        for (q = v; *q != '\0'; q += strspn(q, ",")) {
+        for (q = v;; q++) {             /* every entry, empty ones too */
             size_t m = strcspn(q, ",");
             const char *b = q, *e = q + m;
 
@@ -594,8 +594,10 @@ config_set_dns_servers(struct config_parse *p, const yaml_node_t *n,
                 break;
             }
             q += m;
+            if (*q == '\0')
+                break;
         }
-        if (bad || v[0] == '\0')
+        if (bad)
             config_expected(p, n, path, what);
         else
             config_set_str(&p->cfg->dns_servers, v);

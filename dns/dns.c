@@ -164,6 +164,8 @@ dns_sock_state(void *data, ares_socket_t fd, int readable, int writable)
 {
     struct dns *d = data;
 
+    /* An ev_watch() failure (ENOMEM) leaves the socket unwatched: its
+     * query then ends by timeout, as a lost packet would. */
     if (!readable && !writable)
         ev_unwatch(d->loop, fd);
     else
@@ -813,14 +815,13 @@ dns_mx_hosts(struct dns_dest *dest, const struct dns_chase *c,
     const struct dns_entry *e)
 {
     struct dns_mx mx[DNS_MAX_MX];
-    size_t  i, j, n = 0, nnull = 0, all = 0;
+    size_t  i, j, n = 0, nnull = 0;
 
     for (i = 0; i < e->msg.nan; i++) {
         const struct dns_msg_rr *rr = &e->msg.an[i];
 
         if (rr->type != DNS_T_MX || strcmp(rr->owner, c->name) != 0)
             continue;
-        all++;
         if (rr->target[0] == '\0') {    /* "." */
             nnull++;
             continue;
@@ -843,7 +844,6 @@ dns_mx_hosts(struct dns_dest *dest, const struct dns_chase *c,
      * with real ones is a mistake; the real ones are used. */
     if (nnull > 0 && n == 0)
         return -1;
-    (void)all;
     dns_mx_order(mx, n, dns_rand, NULL);
     dest->host = xcalloc(n ? n : 1, sizeof(*dest->host));
     for (i = 0; i < n; i++) {

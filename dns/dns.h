@@ -152,7 +152,9 @@ const char *dns_strerror(int rc);
 const char *dns_status_name(enum dns_status s); /* "ok", "nxdomain"... */
 
 /* The MX destination of domain (RFC 5321 5.1).  *reqp (may be NULL) is
- * the handle for dns_cancel(), valid until the callback runs. */
+ * the handle for dns_cancel(), valid until the callback runs.  domain is
+ * an LDH name (a final dot and upper case are fine); address literals,
+ * U-labels and anything else give DNS_EINVAL and no callback. */
 int         dns_mx(struct dns *d, const char *domain, dns_dest_fn *fn,
                 void *arg, struct dns_req **reqp);
 /* The addresses of one host, as a destination with one host (pref 0):
