@@ -181,12 +181,14 @@ void        dns_addr_str(const struct dns_addr *a, char *out, size_t outsz);
 
 /* A parsed DNS answer (names lower-cased, without the final dot). */
 struct dns_msg_rr {
-    char            owner[DNS_NAME_MAX];
+    char           *owner;              /* allocated: cached answers hold
+                                           only the bytes they need */
     uint16_t        type;
     uint32_t        ttl;
     uint16_t        pref;               /* MX */
-    char            target[DNS_NAME_MAX]; /* MX exchange, CNAME target;
-                                           "" for the root (null MX) */
+    char           *target;             /* MX exchange, CNAME target;
+                                           "" for the root (null MX) and
+                                           for other types */
     size_t          len;
     unsigned char  *rdata;              /* raw copy */
 };

@@ -118,6 +118,17 @@ msg_name(const unsigned char *pkt, size_t len, size_t *off, char *out)
 }
 
 
+static void
+msg_rr_free(struct dns_msg_rr *rr)
+{
+    free(rr->owner);
+    free(rr->target);
+    free(rr->rdata);
+    rr->owner = rr->target = NULL;
+    rr->rdata = NULL;
+}
+
+
 void
 dns_msg_clear(struct dns_msg *m)
 {
@@ -125,7 +136,7 @@ dns_msg_clear(struct dns_msg *m)
 
     if (m->an != NULL)
         for (i = 0; i < m->nan; i++)
-            free(m->an[i].rdata);
+            msg_rr_free(&m->an[i]);
     free(m->an);
     memset(m, 0, sizeof(*m));
 }
@@ -141,14 +152,16 @@ msg_ttl(const unsigned char *p)
 }
 
 
-/* msg_rr - one answer record at *off into rr (names expanded). */
+/* msg_rr - one answer record at *off into rr (names expanded); on
+ * failure nothing is left allocated. */
 static int
 msg_rr(const unsigned char *pkt, size_t len, size_t *off,
     struct dns_msg_rr *rr, uint16_t *class)
 {
+    char    owner[DNS_NAME_MAX], target[DNS_NAME_MAX];
     size_t  rd, rdlen, o;
 
-    if (msg_name(pkt, len, off, rr->owner) != 0 || *off + 10 > len)
+    if (msg_name(pkt, len, off, owner) != 0 || *off + 10 > len)
         return DNS_EINVAL;
     rr->type = msg_u16(pkt + *off);
     *class = msg_u16(pkt + *off + 2);
@@ -158,22 +171,24 @@ msg_rr(const unsigned char *pkt, size_t len, size_t *off,
     if (rd + rdlen > len)
         return DNS_EINVAL;
     *off = rd + rdlen;
-    rr->target[0] = '\0';
+    target[0] = '\0';
     rr->pref = 0;
     if (rr->type == DNS_T_MX) {
         if (rdlen < 3)
             return DNS_EINVAL;
         rr->pref = msg_u16(pkt + rd);
         o = rd + 2;
-        if (msg_name(pkt, rd + rdlen, &o, rr->target) != 0 || o != rd + rdlen)
+        if (msg_name(pkt, rd + rdlen, &o, target) != 0 || o != rd + rdlen)
             return DNS_EINVAL;
     } else if (rr->type == DNS_T_CNAME) {
         o = rd;
-        if (msg_name(pkt, rd + rdlen, &o, rr->target) != 0 || o != rd + rdlen)
+        if (msg_name(pkt, rd + rdlen, &o, target) != 0 || o != rd + rdlen)
             return DNS_EINVAL;
     } else if ((rr->type == DNS_T_A && rdlen != 4) ||
         (rr->type == DNS_T_AAAA && rdlen != 16))
         return DNS_EINVAL;
+    rr->owner = xstrdup(owner);
+    rr->target = xstrdup(target);
     rr->len = rdlen;
     rr->rdata = xmalloc(rdlen ? rdlen : 1);
     memcpy(rr->rdata, pkt + rd, rdlen);
@@ -247,8 +262,7 @@ dns_msg_parse(const unsigned char *pkt, size_t len, struct dns_msg *m)
         if (msg_rr(pkt, len, &off, &m->an[m->nan], &class) != 0)
             goto bad;
         if (class != 1) {               /* not IN: ignore the record */
-            free(m->an[m->nan].rdata);
-            m->an[m->nan].rdata = NULL;
+            msg_rr_free(&m->an[m->nan]);
             continue;
         }
         m->nan++;

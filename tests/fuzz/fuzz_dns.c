@@ -22,6 +22,7 @@
  * MX ordering keeps every record and sorts by preference.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +61,7 @@ fuzz_mx(const struct dns_msg *m)
     for (i = 0; i < m->nan && n < 64; i++)
         if (m->an[i].type == DNS_T_MX) {
             mx[n].pref = m->an[i].pref;
-            memcpy(mx[n].name, m->an[i].target, DNS_NAME_MAX);
+            snprintf(mx[n].name, sizeof(mx[n].name), "%s", m->an[i].target);
             sum_in += mx[n].pref;
             n++;
         }
