@@ -43,7 +43,12 @@ import time
 
 import pytest
 
-NSD = shutil.which("nsd") or "/usr/sbin/nsd"
+def sbin(name):
+    """A Debian daemon binary: /usr/sbin is not on every user's PATH."""
+    return shutil.which(name) or os.path.join("/usr/sbin", name)
+
+
+NSD = sbin("nsd")
 ZONE = "mtad.test"
 
 # The test zone.  What each name is for:
@@ -213,7 +218,7 @@ zone:
         for _ in range(3):          # another process may take the port
             self.port = free_udp_port()
             conf = self._write()
-            check = subprocess.run(["nsd-checkconf", conf],
+            check = subprocess.run([sbin("nsd-checkconf"), conf],
                                    capture_output=True, text=True)
             if check.returncode != 0:
                 raise RuntimeError("nsd.conf: %s" % check.stderr)
@@ -410,15 +415,15 @@ stub-zone:
         for _ in range(3):
             self.port = free_udp_port()
             conf = self._write()
-            check = subprocess.run(["unbound-checkconf", conf],
+            check = subprocess.run([sbin("unbound-checkconf"), conf],
                                    capture_output=True, text=True)
             if check.returncode != 0:
                 raise RuntimeError("unbound.conf: %s%s" % (check.stdout,
                                                             check.stderr))
             self.log = open(os.path.join(self.dir, "unbound.stderr"), "w")
             self.proc = subprocess.Popen(
-                [shutil.which("unbound") or "/usr/sbin/unbound", "-d", "-c",
-                 conf], stdout=self.log, stderr=self.log)
+                [sbin("unbound"), "-d", "-c", conf], stdout=self.log,
+                stderr=self.log)
             try:
                 self._wait_ready(timeout)
                 return self
