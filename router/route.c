@@ -374,6 +374,9 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
         out->kind = ROUTE_MX;
         return 0;
     }
+    if (wn == 2 && route_prefix(value, n, "mx:"))
+        return route_why(why, whysz, "mx takes no argument (smtp:DOMAIN "
+            "delivers to the MX hosts of one domain)");
     if (wn == n && (strcasecmp(value, "smtp") == 0 ||
         strcasecmp(value, "maildir") == 0 || strcasecmp(value, "reject") == 0
         || strcasecmp(value, "defer") == 0))

@@ -86,6 +86,8 @@ static const struct good_case good_cases[] = {
     { "maildir:/var/mail/x", ROUTE_MAILDIR, 0, NULL, 0, 0, NULL, 0, "/var/mail/x", 0, NULL },
     { "maildir:rel/dir", ROUTE_MAILDIR, 0, NULL, 0, 0, NULL, 0, "rel/dir", 0, NULL },
     { "discard", ROUTE_DISCARD, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
+    { "mx", ROUTE_MX, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
+    { "MX", ROUTE_MX, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
     { "Discard", ROUTE_DISCARD, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
     { "reject:550 5.7.1 no such user", ROUTE_REJECT, 0, NULL, 0, 0, NULL, 0, NULL, 550, "5.7.1 no such user" },
     { "reject:554 5.1.10", ROUTE_REJECT, 0, NULL, 0, 0, NULL, 0, NULL, 554, "5.1.10" },
@@ -127,6 +129,36 @@ Test(route_parse, accepts_every_documented_form)
             cr_expect_str_eq(r.text, c->text, "'%s': text", c->in);
         }
     }
+}
+
+/* smtp:host (no brackets) is an MX lookup of host, as in Postfix; a
+ * bracketed host or an unbracketed IPv4 address is the host itself. */
+Test(route_parse, which_hosts_are_mx_lookups)
+{
+    static const struct { const char *in; int mx; } cases[] = {
+        { "smtp:example.org", 1 },
+        { "smtp:example.org:2525", 1 },
+        { "smtp:localhost", 1 },
+        { "smtp:[example.org]", 0 },
+        { "smtp:[example.org]:25", 0 },
+        { "smtp:192.0.2.1:25", 0 },
+        { "smtp:[192.0.2.1]", 0 },
+        { "smtp:[::1]:25", 0 },
+    };
+    struct route r;
+    char why[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(route_parse(cases[i].in, &r, why, sizeof(why)), 0,
+            "'%s': %s", cases[i].in, why);
+        cr_expect_eq(route_host_mx(&r.hosts[0]), cases[i].mx,
+            "'%s': route_host_mx %d, want %d", cases[i].in,
+            route_host_mx(&r.hosts[0]), cases[i].mx);
+    }
+    cr_expect_eq(route_parse("mx:example.org", &r, why, sizeof(why)), -1);
+    cr_expect_str_eq(why, "mx takes no argument (smtp:DOMAIN delivers to "
+        "the MX hosts of one domain)");
 }
 
 /* ---- route_parse: table of bad values with their exact reasons ------- */
