@@ -97,7 +97,8 @@ struct dns_addr {
 };
 
 struct dns_host {
-    char             name[DNS_NAME_MAX]; /* MX exchange, after CNAMEs */
+    char             name[DNS_NAME_MAX]; /* MX exchange as in the MX record
+                                       (CNAMEs followed for addresses) */
     unsigned         pref;          /* MX preference (0 for implicit MX) */
     uint32_t         ttl;           /* seconds left of its addresses */
     enum dns_status  status;        /* of its address lookups */
