@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, install, clean.
 
-PKGS     := openssl lmdb yaml-0.1
+PKGS     := openssl lmdb yaml-0.1 libcares
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -18,19 +18,21 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp <- router, spool <- config <- delivery <- smtpd <- worker
-#   <- master; mtactl uses common, smtp, router, spool, config.
+#   common <- smtp, dns <- router, spool <- config <- delivery <- smtpd
+#   <- worker <- master; mtactl uses common, smtp, dns, router, spool,
+#   config.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp common
+MODS := master worker smtpd delivery config spool router smtp dns common
 deps_common   :=
+deps_dns      := common
 deps_smtp     := common
 deps_router   := smtp common
 deps_spool    := smtp common
-deps_config   := router smtp common
-deps_delivery := config spool router smtp common
-deps_smtpd    := delivery config spool router smtp common
-deps_worker   := smtpd delivery config spool router smtp common
-deps_master   := worker smtpd delivery config spool router smtp common
+deps_config   := router smtp dns common
+deps_delivery := config spool router smtp dns common
+deps_smtpd    := delivery config spool router smtp dns common
+deps_worker   := smtpd delivery config spool router smtp dns common
+deps_master   := worker smtpd delivery config spool router smtp dns common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -58,6 +60,7 @@ umod_test_smtp_reply := smtp
 umod_test_spool := spool
 umod_test_router := router
 umod_test_config := config
+umod_test_dns := dns
 umod_test_deliver := delivery
 umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
@@ -145,6 +148,15 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# libFuzzer over the DNS answer parser (clang); FUZZ_TIME seconds.
+FUZZ_TIME ?= 60
+fuzz-dns:
+	@mkdir -p $(BUILD)/fuzz_dns_corpus
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+	    -o $(BUILD)/fuzz_dns tests/fuzz/fuzz_dns.c dns/msg.c common/util.c
+	cp tests/fuzz/dns_seeds/* $(BUILD)/fuzz_dns_corpus/
+	$(BUILD)/fuzz_dns -max_total_time=$(FUZZ_TIME) $(BUILD)/fuzz_dns_corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \

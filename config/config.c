@@ -14,6 +14,7 @@
  *           1-based, from the yaml mark of the offending node), and
  *           config_load() returns NULL with all of them in err.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,7 +57,9 @@ enum config_type {
     CONFIG_ROUTE,                  /* char *, checked with route_parse() */
     CONFIG_STATIC,                 /* routes.static */
     CONFIG_TLSFILE,                /* a string; its node is kept for checks */
-    CONFIG_TLSVER                  /* TLSv1.2 | TLSv1.3 */
+    CONFIG_TLSVER,                 /* TLSv1.2 | TLSv1.3 */
+    CONFIG_DNSSERVERS,             /* dns.servers: a list or one string */
+    CONFIG_DNSFAMILY               /* ipv4 | ipv6 | both (prefer: no both) */
 };
 
 struct config_key {
@@ -139,6 +142,19 @@ static const struct config_key config_tls[] = {
     END
 };
 
+static const struct config_key config_dns[] = {
+    KEY("servers", CONFIG_DNSSERVERS, dns_servers),
+    DUR("timeout", dns_timeout_ms, 1),
+    { "attempts", CONFIG_INT, OFF(dns_attempts), 1, 10, NULL },
+    DUR("min_ttl", dns_min_ttl_ms, 0),
+    DUR("max_ttl", dns_max_ttl_ms, 1000),
+    INT("cache_size", dns_cache_size),
+    KEY("address_family", CONFIG_DNSFAMILY, dns_address_family),
+    KEY("prefer", CONFIG_DNSFAMILY, dns_prefer),
+    { "address_limit", CONFIG_INT, OFF(dns_address_limit), 1, 100, NULL },
+    END
+};
+
 static const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -148,6 +164,7 @@ static const struct config_key config_top[] = {
     SECTION("delivery", config_delivery),
     SECTION("log", config_log),
     SECTION("tls", config_tls),
+    SECTION("dns", config_dns),
     END
 };
 
@@ -166,6 +183,8 @@ struct config_parse {
     int              nerr;
     int              have_default;  /* routes.default was set */
     yaml_mark_t      routes_mark;   /* where "routes:" was, for "missing" */
+    yaml_mark_t      dns_ttl_mark;  /* dns.min_ttl's value, for the check */
+    int              have_dns_ttl_mark;
     /* tls: where each key was, for the checks made after the walk */
     yaml_mark_t      tls_cert_mark, tls_key_mark, tls_ciphers_mark;
     int              tls_bad;       /* a tls key already failed */
@@ -503,6 +522,131 @@ config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
     cfg->nallow_networks = (size_t)cnt;
 }
 
+/*
+ * config_dns_server_ok - "192.0.2.1", "192.0.2.1:53", "2001:db8::1" or
+ * "[2001:db8::1]:53" (c-ares takes addresses only, no names).
+ */
+static int
+config_dns_server_ok(const char *s)
+{
+    struct in6_addr a6;
+    struct in_addr  a4;
+    char    tmp[INET6_ADDRSTRLEN + 8];
+    const char *colon, *close;
+    int     port;
+
+    if (strlen(s) >= sizeof(tmp))
+        return 0;
+    if (inet_pton(AF_INET, s, &a4) == 1 || inet_pton(AF_INET6, s, &a6) == 1)
+        return 1;
+    if (s[0] == '[') {
+        if ((close = strchr(s, ']')) == NULL || close[1] != ':')
+            return 0;
+        memcpy(tmp, s + 1, (size_t)(close - s - 1));
+        tmp[close - s - 1] = '\0';
+        return inet_pton(AF_INET6, tmp, &a6) == 1 &&
+            config_parse_int(close + 2, 1, 65535, &port) == 0;
+    }
+    if ((colon = strchr(s, ':')) == NULL)
+        return 0;
+    memcpy(tmp, s, (size_t)(colon - s));
+    tmp[colon - s] = '\0';
+    return inet_pton(AF_INET, tmp, &a4) == 1 &&
+        config_parse_int(colon + 1, 1, 65535, &port) == 0;
+}
+
+/* dns.servers: a sequence of addresses, or one string of comma-separated
+ * ones; stored comma-joined (the form dns.h takes). */
+static void
+config_set_dns_servers(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    static const char what[] = "resolver addresses like \"127.0.0.1\", "
+        "\"127.0.0.1:5353\" or \"[::1]:53\"";
+    char    ipath[CONFIG_PATH_MAX], one[64], *joined;
+    const char *v, *q;
+    size_t  len = 0, cap = 64;
+    long    i, cnt;
+    int     bad = 0;
+
+    joined = xcalloc(1, cap);
+    if (n->type == YAML_SCALAR_NODE) {
+        if ((v = config_scalar(p, n, path, what)) == NULL) {
+            free(joined);
+            return;
+        }
+        for (q = v;; q++) {             /* every entry, empty ones too */
+            size_t m = strcspn(q, ",");
+            const char *b = q, *e = q + m;
+
+            while (b < e && (*b == ' ' || *b == '\t'))
+                b++;
+            while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            if ((size_t)(e - b) >= sizeof(one)) {
+                bad = 1;
+                break;
+            }
+            memcpy(one, b, (size_t)(e - b));
+            one[e - b] = '\0';
+            if (!config_dns_server_ok(one)) {
+                bad = 1;
+                break;
+            }
+            q += m;
+            if (*q == '\0')
+                break;
+        }
+        if (bad)
+            config_expected(p, n, path, what);
+        else
+            config_set_str(&p->cfg->dns_servers, v);
+        free(joined);
+        return;
+    }
+    cnt = config_seq_len(p, n, path, "a sequence of resolver addresses "
+        "like [\"127.0.0.1:5353\"]");
+    if (cnt < 0) {
+        free(joined);
+        return;
+    }
+    if (cnt == 0) {
+        config_expected(p, n, path, "at least one resolver address");
+        free(joined);
+        return;
+    }
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+        size_t       m;
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        if ((v = config_scalar(p, it, ipath, what)) == NULL) {
+            bad = 1;
+            continue;
+        }
+        if (!config_dns_server_ok(v)) {
+            config_expected(p, it, ipath, what);
+            bad = 1;
+            continue;
+        }
+        m = strlen(v);
+        if (len + m + 2 > cap) {
+            cap = (len + m + 2) * 2;
+            joined = xrealloc(joined, cap);
+        }
+        if (len > 0)
+            joined[len++] = ',';
+        memcpy(joined + len, v, m + 1);
+        len += m;
+    }
+    if (bad) {
+        free(joined);
+        return;
+    }
+    free(p->cfg->dns_servers);
+    p->cfg->dns_servers = joined;
+}
+
 static void
 config_set_retry(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path)
@@ -763,6 +907,26 @@ config_word(const char *v, const char *const *words, size_t nwords)
     return -1;
 }
 
+/* dns.address_family (ipv4 | ipv6 | both) and dns.prefer (ipv4 | ipv6). */
+static void
+config_set_family(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
+    static const char *const fam[] = { "both", "ipv4", "ipv6" };
+    int         both = k->off == OFF(dns_address_family);
+    const char *what = both ? "ipv4, ipv6 or both" : "ipv4 or ipv6";
+    const char *v = config_scalar(p, n, path, what);
+    int         w;
+
+    if (v == NULL)
+        return;
+    w = config_word(v, fam, ARRAY_LEN(fam));
+    if (w < 0 || (w == 0 && !both))
+        config_expected(p, n, path, what);
+    else
+        *(int *)config_field(p, k) = w;    /* CONFIG_DNS_BOTH/IPV4/IPV6 */
+}
+
 static void
 config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path)
@@ -857,6 +1021,9 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
     case CONFIG_TLSVER:
         config_set_tls(p, k, n, path);
         break;
+    case CONFIG_DNSFAMILY:
+        config_set_family(p, k, n, path);
+        break;
     case CONFIG_ROUTE:
         v = config_scalar(p, n, path, "a route like \"smtp:[host]:25\" or "
             "\"maildir:/path\"");
@@ -888,6 +1055,9 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_STATIC:
         config_set_static(p, n, path);
+        break;
+    case CONFIG_DNSSERVERS:
+        config_set_dns_servers(p, n, path);
         break;
     default:
         config_set_scalar_kind(p, k, n, path);
@@ -972,6 +1142,11 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->routes_mark = kn->start_mark;
         if (k->off == OFF(tls_ciphers) && keys == config_tls)
             p->tls_ciphers_mark = vn->start_mark;
+        if (keys == config_dns && (k->off == OFF(dns_min_ttl_ms) ||
+            (k->off == OFF(dns_max_ttl_ms) && !p->have_dns_ttl_mark))) {
+            p->dns_ttl_mark = vn->start_mark;
+            p->have_dns_ttl_mark = 1;
+        }
         config_value(p, k, vn, path);
     }
 }
@@ -1030,6 +1205,15 @@ config_defaults(const char *path)
     cfg->log_flush_interval_ms = 100;
 
     cfg->tls_min_version = CONFIG_TLS12;
+
+    cfg->dns_timeout_ms = 5000;
+    cfg->dns_attempts = 2;
+    cfg->dns_min_ttl_ms = 0;
+    cfg->dns_max_ttl_ms = (uint64_t)24 * 60 * 60 * 1000;
+    cfg->dns_cache_size = 10000;
+    cfg->dns_address_family = CONFIG_DNS_BOTH;
+    cfg->dns_prefer = CONFIG_DNS_IPV4;
+    cfg->dns_address_limit = 5;
     return cfg;
 }
 
@@ -1192,6 +1376,11 @@ config_load(const char *path, char *err, size_t errsz)
     config_parse_file(&p, fp);
     fclose(fp);
     config_check_tls(&p);
+    if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
+        config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
+            "dns.min_ttl: must not be above dns.max_ttl (%llus > %llus)",
+            (unsigned long long)(p.cfg->dns_min_ttl_ms / 1000),
+            (unsigned long long)(p.cfg->dns_max_ttl_ms / 1000));
     if (p.nerr > 0) {
         config_copy_errors(&p, err, errsz);
         free(p.errs);
@@ -1232,5 +1421,6 @@ config_free(struct config *cfg)
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->tls_ciphers);
+    free(cfg->dns_servers);
     free(cfg);
 }

@@ -85,7 +85,24 @@ struct config {
     char   *tls_key_file;           /* PEM private key */
     int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
     char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
+
+    /* dns: the resolver used for MX routes (dns/dns.h) */
+    char   *dns_servers;            /* "ip, ip:port, [v6]:port"; NULL =
+                                       /etc/resolv.conf */
+    uint64_t dns_timeout_ms;        /* per try, default 5s */
+    int     dns_attempts;           /* tries per server, default 2 */
+    uint64_t dns_min_ttl_ms;        /* cache TTL clamp, default 0 */
+    uint64_t dns_max_ttl_ms;        /* default 1d */
+    int     dns_cache_size;         /* rrsets per process, default 10000 */
+    int     dns_address_family;     /* CONFIG_DNS_BOTH (default), _IPV4, _IPV6 */
+    int     dns_prefer;             /* CONFIG_DNS_IPV4 (default) or _IPV6 */
+    int     dns_address_limit;      /* addresses tried per destination, 5 */
 };
+
+/* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */
+#define CONFIG_DNS_BOTH 0
+#define CONFIG_DNS_IPV4 1
+#define CONFIG_DNS_IPV6 2
 
 /* tls_min_version values: the protocol's version numbers, as OpenSSL's
  * TLS1_2_VERSION and TLS1_3_VERSION (config.h does not include OpenSSL). */

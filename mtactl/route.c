@@ -12,12 +12,16 @@
  * FAILURE   Messages to stderr as "mtactl: route <cmd>: <why>"; returns
  *           MTACTL_OK (0), MTACTL_FAIL (1) or MTACTL_USAGE (2).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ev.h"
 #include "config/config.h"
+#include "dns/dns.h"
+#include "router/route.h"
 #include "router/router.h"
 #include "mtactl/mtactl.h"
 
@@ -35,7 +39,9 @@ mtactl_route_help(void)
 "mtactl route del KEY           delete a route\n"
 "mtactl route get ADDRESS       show the route for ADDRESS and which key\n"
 "                               matched (a bare DOMAIN is looked up as a\n"
-"                               domain)\n"
+"                               domain); for an MX route (mx, smtp:host)\n"
+"                               also the MX hosts and addresses delivery\n"
+"                               would use now, with TTLs (dns.* settings)\n"
 "mtactl route list              every route, \"KEY<TAB>ROUTE\", sorted\n"
 "mtactl route import [--replace] FILE\n"
 "                               add the \"KEY ROUTE\" lines of FILE ('-' =\n"
@@ -43,9 +49,10 @@ mtactl_route_help(void)
 "                               --replace also deletes every other key\n"
 "mtactl route export            every route as \"KEY ROUTE\" lines\n"
 "  KEY:   user@domain | domain | .domain (its subdomains only)\n"
-"  ROUTE: smtp:[host]:port | smtp:host:port, comma-separated for fail-over\n"
-"         (max 8; IPv6 as smtp:[::1]:25 or smtp:[IPv6:::1]:25; port 25\n"
-"         when left out) | maildir:/path | discard |\n"
+"  ROUTE: smtp:[host]:port (that host) | smtp:domain:port (the MX hosts\n"
+"         of domain), comma-separated for fail-over (max 8; IPv6 as\n"
+"         smtp:[::1]:25 or smtp:[IPv6:::1]:25; port 25 when left out) |\n"
+"         mx (the MX of each recipient's domain) | maildir:/path | discard |\n"
 "         reject:5xx 5.x.x text | defer:4xx 4.x.x text\n"
 "  Lookup order: address, domain, .parent wildcards nearest first,\n"
 "  then routes.default.  Changes apply at once; no reload needed.\n");
@@ -112,8 +119,165 @@ mtactl_route_add(struct router *r, int argc, char **argv)
 }
 
 
+/* One DNS lookup of "route get": what to print when it comes back. */
+struct mtactl_dns_job {
+    unsigned    port;
+    int        *left;               /* lookups still running */
+    int        *failed;
+    struct ev_loop *loop;
+};
+
+
+/* mtactl_route_show - print a destination (names from DNS are escaped by
+ * the parser as \DDD, so they are safe on a terminal). */
+static void
+mtactl_route_show(struct dns_dest *dest, void *arg)
+{
+    struct mtactl_dns_job *j = arg;
+    char    a[INET6_ADDRSTRLEN];
+    size_t  i, k;
+
+    if (dest->implicit && dest->status == DNS_OK)
+        printf("  %s: no MX; implicit MX: the domain's own addresses%s\n",
+            dest->domain, dest->secure ? " (dnssec)" : "");
+    else if (dest->status == DNS_OK)
+        printf("  %s: MX ttl=%us%s\n", dest->domain, dest->ttl,
+            dest->secure ? " (dnssec)" : "");
+    else {
+        printf("  %s: %s: %s\n", dest->domain,
+            dns_status_name(dest->status), dest->why);
+        *j->failed = 1;
+    }
+    if (strcmp(dest->name, dest->domain) != 0)
+        printf("  %s: CNAME to %s\n", dest->domain, dest->name);
+    for (i = 0; i < dest->nhost; i++) {
+        const struct dns_host *h = &dest->host[i];
+
+        if (h->naddr == 0)
+            printf("    %u %s: no address (%s)\n", h->pref, h->name,
+                dns_status_name(h->status));
+        for (k = 0; k < h->naddr; k++) {
+            dns_addr_str(&h->addr[k], a, sizeof(a));
+            printf("    %u %s[%s]:%u ttl=%us%s\n", h->pref, h->name, a,
+                j->port, h->ttl, h->secure ? " (dnssec)" : "");
+        }
+    }
+    dns_dest_free(dest);
+    if (--*j->left == 0)
+        ev_stop(j->loop);
+}
+
+
+/* mtactl_route_dns_options - dns.* of relay.yaml as dns.h options. */
+static void
+mtactl_route_dns_options(const struct config *cfg, struct dns_options *o)
+{
+    dns_options_default(o);
+    o->servers = cfg->dns_servers;
+    o->timeout_ms = (unsigned)cfg->dns_timeout_ms;
+    o->attempts = (unsigned)cfg->dns_attempts;
+    o->min_ttl = (uint32_t)(cfg->dns_min_ttl_ms / 1000);
+    o->max_ttl = (uint32_t)(cfg->dns_max_ttl_ms / 1000);
+    o->cache_max = (size_t)cfg->dns_cache_size;
+    o->family = (enum dns_family)cfg->dns_address_family;
+    o->prefer = (enum dns_family)cfg->dns_prefer;
+    o->address_limit = (size_t)cfg->dns_address_limit;
+}
+
+
+/* mtactl_route_needs_dns - an MX lookup, or a bracketed host name. */
 static int
-mtactl_route_get(struct router *r, const char *arg)
+mtactl_route_needs_dns(const struct route_host *h)
+{
+    struct in6_addr a6;
+    struct in_addr  a4;
+
+    if (route_host_mx(h))
+        return 1;
+    return inet_pton(AF_INET, h->name, &a4) != 1 &&
+        inet_pton(AF_INET6, h->name, &a6) != 1;
+}
+
+
+/*
+ * mtactl_route_resolve - for an MX route, the hosts and addresses
+ * delivery would use now, resolved as the workers do (dns.h, an ev loop
+ * of our own).  MTACTL_FAIL when a lookup did not give addresses.
+ */
+static int
+mtactl_route_resolve(const struct config *cfg, const char *addr,
+    const char *value)
+{
+    struct mtactl_dns_job jobs[ROUTE_MAX_HOSTS];
+    struct dns_options o;
+    struct ev_loop *loop;
+    struct route rt;
+    struct dns *d = NULL;
+    const char *at;
+    char    why[512];
+    size_t  i;
+    int     left = 0, failed = 0, rc;
+
+    if (route_parse(value, &rt, why, sizeof(why)) != 0)
+        return MTACTL_OK;           /* printed as stored; nothing to resolve */
+    if (rt.kind == ROUTE_SMTP) {
+        for (i = 0; i < rt.nhosts; i++)
+            if (mtactl_route_needs_dns(&rt.hosts[i]))
+                break;
+        if (i == rt.nhosts)
+            return MTACTL_OK;       /* only addresses */
+    } else if (rt.kind != ROUTE_MX)
+        return MTACTL_OK;
+    if ((loop = ev_new()) == NULL) {
+        fprintf(stderr, "mtactl: route get: event loop: %s\n",
+            strerror(errno));
+        return MTACTL_FAIL;
+    }
+    mtactl_route_dns_options(cfg, &o);
+    if (dns_new(&d, loop, &o, why, sizeof(why)) != 0) {
+        fprintf(stderr, "mtactl: route get: %s\n", why);
+        ev_free(loop);
+        return MTACTL_FAIL;
+    }
+    if (rt.kind == ROUTE_MX) {
+        at = strrchr(addr, '@');
+        at = at != NULL ? at + 1 : addr;
+        jobs[0] = (struct mtactl_dns_job){ 25, &left, &failed, loop };
+        left = 1;
+        if ((rc = dns_mx(d, at, mtactl_route_show, &jobs[0], NULL)) != 0) {
+            printf("  %s: not a domain name that can be looked up (%s)\n",
+                at, dns_strerror(rc));
+            failed = 1;
+            left = 0;
+        }
+    } else
+        for (i = 0; i < rt.nhosts; i++) {
+            const struct route_host *h = &rt.hosts[i];
+
+            if (!mtactl_route_needs_dns(h))
+                continue;           /* an address: shown in the route */
+            jobs[i] = (struct mtactl_dns_job){ h->port, &left, &failed, loop };
+            left++;
+            rc = route_host_mx(h) ? dns_mx(d, h->name, mtactl_route_show,
+                &jobs[i], NULL) : dns_host(d, h->name, mtactl_route_show,
+                &jobs[i], NULL);
+            if (rc != 0) {
+                printf("  %s: cannot be looked up (%s)\n", h->name,
+                    dns_strerror(rc));
+                failed = 1;
+                left--;
+            }
+        }
+    if (left > 0)
+        ev_run(loop);
+    dns_free(d);
+    ev_free(loop);
+    return failed ? MTACTL_FAIL : MTACTL_OK;
+}
+
+
+static int
+mtactl_route_get(struct router *r, const struct config *cfg, const char *arg)
 {
     static const char *why[] = {
         [ROUTER_MATCH_ADDRESS] = "address", [ROUTER_MATCH_DOMAIN] = "domain",
@@ -145,7 +309,9 @@ mtactl_route_get(struct router *r, const char *arg)
     else
         printf("%s -> %s (matched %s key '%s')\n", arg, res.value,
             why[res.match], res.key);
-    return MTACTL_OK;
+    fflush(stdout);
+    return mtactl_route_resolve(cfg, addr[0] == '@' ? addr + 1 : addr,
+        res.value);
 }
 
 
@@ -391,7 +557,7 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
             rc = MTACTL_FAIL;
         }
     } else if (strcmp(cmd, "get") == 0)
-        rc = mtactl_route_get(r, argv[2]);
+        rc = mtactl_route_get(r, cfg, argv[2]);
     else if (strcmp(cmd, "list") == 0)
         rc = mtactl_route_list(r, "list", "\t");
     else {

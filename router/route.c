@@ -7,12 +7,14 @@
  *           fills a struct route whose strings live in the struct itself.
  *           Syntax (see route.h and docs in mtactl route help):
  *             smtp:HOST[:PORT][,smtp:HOST[:PORT]...]   at most 8 hosts
- *               HOST is a host name, an IPv4 address, or [anything]:
+ *               HOST is a host name (its MX hosts are used, as in
+ *               Postfix), an IPv4 address, or [anything] (no MX lookup):
  *               [mx.example.org], [10.0.0.1], [::1] or [IPv6:::1] (the
  *               RFC 5321 spelling); an IPv6 address must be bracketed.
  *               PORT defaults to 25.  Blanks around the commas are allowed.
  *             maildir:PATH   (absolute or relative)
  *             discard
+ *             mx       the MX of each recipient's own domain
  *             reject:5yz 5.x.x [text]    y in 0-5; the text is ASCII
  *             defer:4yz 4.x.x [text]
  *           The type words are case-insensitive.  No control characters,
@@ -368,6 +370,13 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
         out->kind = ROUTE_DISCARD;
         return 0;
     }
+    if (wn == n && strcasecmp(value, "mx") == 0) {
+        out->kind = ROUTE_MX;
+        return 0;
+    }
+    if (wn == 2 && route_prefix(value, n, "mx:"))
+        return route_why(why, whysz, "mx takes no argument (smtp:DOMAIN "
+            "delivers to the MX hosts of one domain)");
     if (wn == n && (strcasecmp(value, "smtp") == 0 ||
         strcasecmp(value, "maildir") == 0 || strcasecmp(value, "reject") == 0
         || strcasecmp(value, "defer") == 0))
@@ -375,7 +384,7 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
             "(e.g. smtp:[10.0.0.1]:25, maildir:/PATH, reject:550 5.7.1 "
             "text, defer:451 4.3.0 text)", value);
     return route_why(why, whysz, "unknown route type '%.*s' (expected smtp:, "
-        "maildir:, discard, reject:, defer:)", (int)(wn > 40 ? 40 : wn),
+        "mx, maildir:, discard, reject:, defer:)", (int)(wn > 40 ? 40 : wn),
         value);
 }
 
@@ -472,6 +481,15 @@ route_key_check(const char *key, char *why, size_t whysz)
         return route_domain_ok(key + 1, n - 1, 1, key, why, whysz);
     }
     return route_domain_ok(key, n, 0, key, why, whysz);
+}
+
+
+int
+route_host_mx(const struct route_host *h)
+{
+    struct in_addr a4;
+
+    return !h->literal && inet_pton(AF_INET, h->name, &a4) != 1;
 }
 
 

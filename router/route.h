@@ -2,8 +2,12 @@
  * route.h - route values: parse and format, no I/O (pure; used by config,
  * router, the delivery code and mtactl).
  *
- *   smtp:[host]:port          host taken literally (no MX lookup)
- *   smtp:host:port            same here: mtad does no DNS MX lookups yet
+ *   smtp:[host]:port          host taken literally (no MX lookup; its
+ *                             A/AAAA are used)
+ *   smtp:host:port            the MX hosts of "host" (RFC 5321 5.1), as
+ *                             Postfix; an unbracketed IPv4 address is
+ *                             used as it is.  route_host_mx() says which.
+ *   mx                        the MX hosts of each recipient's own domain
  *   smtp:a:25,smtp:[b]:2525   fail-over list, tried in order (max 8)
  *                             (":port" may be left out: 25; IPv6 only in
  *                             brackets, smtp:[::1]:25 or smtp:[IPv6:::1]:25,
@@ -30,13 +34,14 @@
 #define ROUTE_KEY_MAX    319        /* bytes of a key (no NUL) */
 
 enum route_kind {
-    ROUTE_SMTP = 1, ROUTE_MAILDIR, ROUTE_DISCARD, ROUTE_REJECT, ROUTE_DEFER
+    ROUTE_SMTP = 1, ROUTE_MAILDIR, ROUTE_DISCARD, ROUTE_REJECT, ROUTE_DEFER,
+    ROUTE_MX                        /* "mx": by each recipient's domain */
 };
 
 struct route_host {
     char            name[256];      /* host name or address, no brackets */
     unsigned        port;
-    int             literal;        /* written as [host] */
+    int             literal;        /* written as [host]: no MX lookup */
 };
 
 struct route {
@@ -52,5 +57,8 @@ int     route_parse(const char *value, struct route *out, char *why,
             size_t whysz);
 int     route_key_check(const char *key, char *why, size_t whysz);
 void    route_key_normalize(char *key);  /* lower-case in place */
+/* 1 when delivery to h looks up the MX of h->name (smtp:host without
+ * brackets, not an IPv4 address), 0 when h->name is the host itself. */
+int     route_host_mx(const struct route_host *h);
 
 #endif /* MTAD_ROUTE_H */

@@ -20,7 +20,7 @@ allowed() {     # the modules module $1 may include, itself included
     spool)    echo "spool smtp common" ;;
     dns)      echo "dns common" ;;
     proxy)    echo "proxy common" ;;
-    config)   echo "config router smtp common" ;;
+    config)   echo "config router smtp dns common" ;;
     delivery) echo "delivery dns config spool router smtp common" ;;
     smtpd)    echo "smtpd delivery proxy config spool router smtp common" ;;
     worker)   echo "worker smtpd delivery dns proxy config spool router smtp common" ;;

@@ -354,7 +354,7 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls)");
+        "relay, spool, routes, delivery, log, tls, dns)");
 }
 
 Test(config, unknown_key_nested)
@@ -399,7 +399,7 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls)");
+        "relay, spool, routes, delivery, log, tls, dns)");
 }
 
 Test(config, bad_size)
@@ -585,7 +585,7 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "relay, spool, routes, delivery, log, tls), got a sequence");
+        "relay, spool, routes, delivery, log, tls, dns), got a sequence");
 }
 
 Test(config, second_document)
@@ -608,7 +608,7 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, relay, spool, routes, delivery, log, tls)\n"
+        "limits, relay, spool, routes, delivery, log, tls, dns)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
@@ -770,4 +770,63 @@ Test(config, tls_not_a_mapping)
     tc_tls_bad("tls: yes\n",
         "3:6: tls: expected a mapping of keys (cert_file, key_file, "
         "min_version, ciphers), got 'yes'");
+}
+
+
+Test(config, dns_defaults_and_values)
+{
+    struct config *c = tc_load_ok("routes:\n  default: mx\n");
+
+    cr_expect_null(c->dns_servers, "default: /etc/resolv.conf");
+    cr_expect_eq(c->dns_timeout_ms, 5000);
+    cr_expect_eq(c->dns_attempts, 2);
+    cr_expect_eq(c->dns_min_ttl_ms, 0);
+    cr_expect_eq(c->dns_max_ttl_ms, 86400000ull);
+    cr_expect_eq(c->dns_cache_size, 10000);
+    cr_expect_eq(c->dns_address_family, CONFIG_DNS_BOTH);
+    cr_expect_eq(c->dns_prefer, CONFIG_DNS_IPV4);
+    cr_expect_eq(c->dns_address_limit, 5);
+    config_free(c);
+
+    c = tc_load_ok("routes:\n  default: mx\ndns:\n"
+        "  servers: [\"127.0.0.1:5353\", \"[::1]:53\", 192.0.2.1, \"::1\"]\n"
+        "  timeout: 800ms\n  attempts: 3\n  min_ttl: 1m\n  max_ttl: 1h\n"
+        "  cache_size: 50\n  address_family: IPv6\n  prefer: ipv6\n"
+        "  address_limit: 9\n");
+    cr_expect_str_eq(c->dns_servers, "127.0.0.1:5353,[::1]:53,192.0.2.1,::1");
+    cr_expect_eq(c->dns_timeout_ms, 800);
+    cr_expect_eq(c->dns_attempts, 3);
+    cr_expect_eq(c->dns_min_ttl_ms, 60000);
+    cr_expect_eq(c->dns_max_ttl_ms, 3600000);
+    cr_expect_eq(c->dns_cache_size, 50);
+    cr_expect_eq(c->dns_address_family, CONFIG_DNS_IPV6);
+    cr_expect_eq(c->dns_prefer, CONFIG_DNS_IPV6);
+    cr_expect_eq(c->dns_address_limit, 9);
+    config_free(c);
+
+    c = tc_load_ok("routes:\n  default: mx\ndns:\n"
+        "  servers: \"10.0.0.1, 10.0.0.2:53\"\n");
+    cr_expect_str_eq(c->dns_servers, "10.0.0.1, 10.0.0.2:53");
+    config_free(c);
+}
+
+Test(config, dns_bad_values)
+{
+    tc_load_bad("routes:\n  default: mx\ndns:\n"
+        "  servers: [127.0.0.1, ns1.example]\n"
+        "  address_family: ipv5\n  prefer: both\n  attempts: 11\n",
+        "%P:4:24: dns.servers[1]: expected resolver addresses like "
+        "\"127.0.0.1\", \"127.0.0.1:5353\" or \"[::1]:53\", got "
+        "'ns1.example'\n"
+        "%P:5:19: dns.address_family: expected ipv4, ipv6 or both, got "
+        "'ipv5'\n"
+        "%P:6:11: dns.prefer: expected ipv4 or ipv6, got 'both'\n"
+        "%P:7:13: dns.attempts: expected an integer from 1 to 10, got '11'");
+    tc_load_bad("routes:\n  default: mx\ndns:\n  servers: \"1.2.3.4,,5.6.7.8\"\n",
+        "%P:4:12: dns.servers: expected resolver addresses like "
+        "\"127.0.0.1\", \"127.0.0.1:5353\" or \"[::1]:53\", got "
+        "'1.2.3.4,,5.6.7.8'");
+    tc_load_bad("routes:\n  default: mx\ndns:\n  min_ttl: 2h\n  max_ttl: 1h\n",
+        "%P:4:12: dns.min_ttl: must not be above dns.max_ttl (7200s > "
+        "3600s)");
 }

@@ -85,6 +85,8 @@ static const struct good_case good_cases[] = {
     { "maildir:/var/mail/x", ROUTE_MAILDIR, 0, NULL, 0, 0, NULL, 0, "/var/mail/x", 0, NULL },
     { "maildir:rel/dir", ROUTE_MAILDIR, 0, NULL, 0, 0, NULL, 0, "rel/dir", 0, NULL },
     { "discard", ROUTE_DISCARD, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
+    { "mx", ROUTE_MX, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
+    { "MX", ROUTE_MX, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
     { "Discard", ROUTE_DISCARD, 0, NULL, 0, 0, NULL, 0, NULL, 0, NULL },
     { "reject:550 5.7.1 no such user", ROUTE_REJECT, 0, NULL, 0, 0, NULL, 0, NULL, 550, "5.7.1 no such user" },
     { "reject:554 5.1.10", ROUTE_REJECT, 0, NULL, 0, 0, NULL, 0, NULL, 554, "5.1.10" },
@@ -128,6 +130,36 @@ Test(route_parse, accepts_every_documented_form)
     }
 }
 
+/* smtp:host (no brackets) is an MX lookup of host, as in Postfix; a
+ * bracketed host or an unbracketed IPv4 address is the host itself. */
+Test(route_parse, which_hosts_are_mx_lookups)
+{
+    static const struct { const char *in; int mx; } cases[] = {
+        { "smtp:example.org", 1 },
+        { "smtp:example.org:2525", 1 },
+        { "smtp:localhost", 1 },
+        { "smtp:[example.org]", 0 },
+        { "smtp:[example.org]:25", 0 },
+        { "smtp:192.0.2.1:25", 0 },
+        { "smtp:[192.0.2.1]", 0 },
+        { "smtp:[::1]:25", 0 },
+    };
+    struct route r;
+    char why[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(route_parse(cases[i].in, &r, why, sizeof(why)), 0,
+            "'%s': %s", cases[i].in, why);
+        cr_expect_eq(route_host_mx(&r.hosts[0]), cases[i].mx,
+            "'%s': route_host_mx %d, want %d", cases[i].in,
+            route_host_mx(&r.hosts[0]), cases[i].mx);
+    }
+    cr_expect_eq(route_parse("mx:example.org", &r, why, sizeof(why)), -1);
+    cr_expect_str_eq(why, "mx takes no argument (smtp:DOMAIN delivers to "
+        "the MX hosts of one domain)");
+}
+
 /* ---- route_parse: table of bad values with their exact reasons ------- */
 
 struct bad_case {
@@ -137,8 +169,8 @@ struct bad_case {
 
 static const struct bad_case bad_cases[] = {
     { "", "empty route" },
-    { "smtpx:[10.0.0.1]:25", "unknown route type 'smtpx' (expected smtp:, maildir:, discard, reject:, defer:)" },
-    { "relay", "unknown route type 'relay' (expected smtp:, maildir:, discard, reject:, defer:)" },
+    { "smtpx:[10.0.0.1]:25", "unknown route type 'smtpx' (expected smtp:, mx, maildir:, discard, reject:, defer:)" },
+    { "relay", "unknown route type 'relay' (expected smtp:, mx, maildir:, discard, reject:, defer:)" },
     { "smtp", "'smtp' needs an argument after ':' (e.g. smtp:[10.0.0.1]:25, maildir:/PATH, reject:550 5.7.1 text, defer:451 4.3.0 text)" },
     { "smtp:", "empty host after 'smtp:'" },
     { "smtp::25", "empty host in 'smtp::25'" },
@@ -510,7 +542,7 @@ Test(router, put_refuses_malformed_values_and_keys)
     cr_expect_eq(router_put(r, "example.org", "smtpx:[10.0.0.1]:25"),
         ROUTER_EINVAL);
     cr_expect_str_eq(router_errstr(r), "bad route for 'example.org': unknown "
-        "route type 'smtpx' (expected smtp:, maildir:, discard, reject:, "
+        "route type 'smtpx' (expected smtp:, mx, maildir:, discard, reject:, "
         "defer:)");
     cr_expect_eq(router_put(r, "example.org", "reject:450 4.1.1 no"),
         ROUTER_EINVAL);
