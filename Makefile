@@ -21,12 +21,14 @@ COMMON_SRC := $(wildcard common/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
 SPOOL_SRC  := $(wildcard spool/*.c)
 ROUTER_SRC := $(wildcard router/*.c)
+PROXY_SRC  := $(wildcard proxy/*.c)
 WORKER_SRC := $(wildcard worker/*.c)
 MASTER_SRC := $(filter-out master/main.c,$(wildcard master/*.c))
 MTACTL_SRC := $(wildcard mtactl/*.c)
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 
-BASE_OBJ   := $(call obj,$(COMMON_SRC) $(CONFIG_SRC) $(SPOOL_SRC) $(ROUTER_SRC))
+BASE_OBJ   := $(call obj,$(COMMON_SRC) $(CONFIG_SRC) $(SPOOL_SRC) $(ROUTER_SRC) \
+              $(PROXY_SRC))
 WORKER_OBJ := $(call obj,$(WORKER_SRC))
 MASTER_OBJ := $(call obj,$(MASTER_SRC))
 LIB        := $(BUILD)/libmtad.a
