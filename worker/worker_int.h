@@ -33,6 +33,8 @@
 
 struct sess;
 struct ssl_ctx_st;
+struct wproxy;
+struct config_listen;
 
 
 /* Quiet time after which a session between transactions is closed during
@@ -67,6 +69,12 @@ struct worker {
     struct ev_timer      tick;      /* 1 s: throttle, stop progress */
     struct ev_timer      log_timer; /* staged log records go out then */
 
+    /* proxy_protocol listeners: connections waiting for their PROXY
+     * header (proxy_conn.c), not yet sessions */
+    struct wproxy       *proxy_wait;
+    size_t               nproxy;
+    int                  draining;  /* "drain": listeners closed for good */
+
     struct sess         *sessions;  /* every session (doubly linked) */
     struct sess         *pending;   /* replies to flush this turn */
     struct sess        **commit;    /* waiting for the group commit */
@@ -94,6 +102,17 @@ struct worker {
 int     worker_ip_acquire(struct worker *w, const struct sockaddr *sa);
 void    worker_ip_release(struct worker *w, const struct sockaddr *sa);
 void    worker_session_gone(struct worker *w);
+void    worker_check_done(struct worker *w);
+/* Admission, then the session: the address is the client's (the peer's,
+ * or the one a PROXY header named). */
+void    worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
+            socklen_t len);
+
+/* proxy_conn.c: a connection on a proxy_protocol listener (see there) */
+void    wproxy_accept(struct worker *w, int fd,
+            const struct sockaddr_storage *ss, socklen_t len,
+            const struct config_listen *l);
+void    wproxy_close_all(struct worker *w);
 
 /* sess.c */
 void    sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
