@@ -395,7 +395,8 @@ mtactl_route_usage(const char *msg)
 {
     fprintf(stderr, "mtactl: route: %s\n"
         "usage: mtactl route add KEY ROUTE | del KEY | get ADDRESS | list |\n"
-        "       import [--replace] FILE | export | hash   (mtactl route help)\n",
+        "       import [--replace] FILE | export | hash\n"
+        "       (mtactl route help)\n",
         msg);
     return MTACTL_USAGE;
 }

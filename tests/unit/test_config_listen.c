@@ -90,8 +90,8 @@ static const struct {
     const char *want;           /* the start of the message */
 } bad[] = {
     { "    - address: \"127.0.0.1:1\"\n      backlog: 10\n",
-      "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' (expected "
-      "one of: address, proxy_protocol, proxy_from)" },
+      "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' "
+      "(expected one of: address, proxy_protocol, proxy_from)" },
     { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: V2\n"
       "      proxy_from: [10.0.0.0/8]\n",
       "relay.yaml:4:23: server.listen[0].proxy_protocol: expected v1, v2 or "
