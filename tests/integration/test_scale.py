@@ -315,3 +315,40 @@ def test_route_swap_under_load(cluster, sink_factory, workdir):
           "nodes; table A %d, table B %d, half 0" % (
               len(result["acc"]), len(sink_a.received()),
               len(sink_b.received())))
+
+
+def test_drain_one_node_while_mail_flows(cluster):
+    """mtactl drain on n3 in the middle of 900 messages: n3 finishes what
+    it holds and stops with an empty queue; HAProxy sends the rest to n1
+    and n2; every message is delivered."""
+    sink = cluster.sink
+    n3 = cluster.nodes[2]
+    started = threading.Event()
+    result = {}
+
+    def drain():
+        r = n3.ctl("drain", timeout=120)
+        result["rc"], result["out"] = r.returncode, r.stdout + r.stderr
+
+    t = threading.Thread(target=drain)
+
+    def progress(n):
+        if n >= 300 and not started.is_set():
+            started.set()
+            t.start()
+
+    accepted, refused = stream(cluster, 900, 4, on_progress=progress)
+    assert started.is_set()
+    t.join(130)
+    assert not t.is_alive()
+    assert result["rc"] == 0, result["out"]
+    assert "drained: mtad stopped, queue empty" in result["out"]
+    assert n3.proc.wait(30) == 0
+    assert not refused and accepted == set(range(900))
+    wait_for(lambda: {int(SERIAL_RE.search(m.data).group(1))
+                      for m in sink.received()} >= accepted,
+             "every accepted message delivered", timeout=60)
+    assert n3.queue_ids() == []
+    by = {BY_RE.search(m.data).group(1) for m in sink.received()}
+    assert by == {b"n1", b"n2", b"n3"}
+    assert "draining: listeners closed" in n3.log_text()
