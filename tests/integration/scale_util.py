@@ -5,7 +5,7 @@ listener, and small raw-socket clients.
 HAProxy is started in the foreground (-db) from a config written to the
 test's temp dir and stopped by its PID.  Its health check is SMTP
 (`option smtpchk`) sent with the PROXY header (`check-send-proxy`), so a
-node that is killed or drained is taken out within a second and a half.
+node that is killed or drained is taken out within about a second.
 """
 import os
 import shutil
@@ -27,6 +27,7 @@ defaults
     timeout connect 2s
     timeout client 60s
     timeout server 60s
+    timeout check 2s
     retries 3
     option redispatch
 
@@ -37,7 +38,7 @@ frontend smtp_in
 backend mtad_nodes
     balance roundrobin
     option smtpchk EHLO haproxy.test
-    default-server check check-send-proxy inter 500ms fall 1 rise 2
+    default-server check check-send-proxy inter 500ms fall 2 rise 2
 {servers}
 """
 
