@@ -18,21 +18,22 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp, dns <- router, spool <- config <- delivery <- smtpd
-#   <- worker <- master; mtactl uses common, smtp, dns, router, spool,
-#   config.
+#   common <- smtp, dns, proxy <- router, spool <- config <- delivery
+#   <- smtpd <- worker <- master; mtactl uses common, smtp, dns, router,
+#   spool, config.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp dns common
+MODS := master worker smtpd delivery config spool router smtp proxy dns common
 deps_common   :=
 deps_dns      := common
+deps_proxy    := common
 deps_smtp     := common
 deps_router   := smtp common
 deps_spool    := smtp common
-deps_config   := router smtp dns common
-deps_delivery := config spool router smtp dns common
-deps_smtpd    := delivery config spool router smtp dns common
-deps_worker   := smtpd delivery config spool router smtp dns common
-deps_master   := worker smtpd delivery config spool router smtp dns common
+deps_config   := router smtp proxy dns common
+deps_delivery := config spool router smtp proxy dns common
+deps_smtpd    := delivery config spool router smtp proxy dns common
+deps_worker   := smtpd delivery config spool router smtp proxy dns common
+deps_master   := worker smtpd delivery config spool router smtp proxy dns common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -61,6 +62,8 @@ umod_test_spool := spool
 umod_test_router := router
 umod_test_config := config
 umod_test_dns := dns
+umod_test_proxy := proxy
+umod_test_config_listen := config
 umod_test_deliver := delivery
 umod_test_deliver_queue := delivery
 umod_test_dsn := delivery

@@ -1124,6 +1124,13 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
     env = " ".join("%s=%s" % (k, os.environ[k]) for k in
                    ("BENCH_QUICK", "BENCH_ONLY", "BENCH_MTAS", "BENCH_TOOLS", "BENCH_REPS")
                    if k in os.environ)
+    # bench/scale.sh writes its own "## Scale-out" section: keep it
+    try:
+        with open(path) as f:
+            old = f.read()
+        keep = old[old.index("\n## Scale-out"):] if "\n## Scale-out" in old else ""
+    except OSError:
+        keep = ""
     with open(path, "w") as f:
         f.write("# Benchmark results: mtad against Postfix\n\n")
         f.write("Written by `bench/run.sh` (`make bench`); how the figures are made is "
@@ -1157,6 +1164,7 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
             f.write("- %s\n" % c)
         for title, text in configs:
             f.write("\n%s:\n\n```\n%s```\n" % (title, text))
+        f.write(keep)
 
 
 METHOD = """

@@ -30,6 +30,8 @@ struct status_worker {
     uint64_t bytes_in;
     uint64_t errors;
     uint64_t log_dropped;
+    uint64_t proxy_refused;         /* peers not in a listener's proxy_from */
+    uint64_t proxy_bad;             /* bad, short or slow PROXY headers */
 };
 
 struct status_page {

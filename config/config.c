@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "proxy/proxy.h"
 #include "router/route.h"
 #include "config/config.h"
 
@@ -426,72 +427,13 @@ config_item(struct config_parse *p, const yaml_node_t *seq, long i)
     return yaml_document_get_node(p->doc, seq->data.sequence.items.start[i]);
 }
 
-static void
-config_set_listen(struct config_parse *p, const yaml_node_t *n,
-    const char *path)
-{
-    static const char what[] =
-        "host:port like 127.0.0.1:2525, \"[::1]:25\" or \"*:25\"";
-    struct config *cfg = p->cfg;
-    struct config_listen *l;
-    char ipath[CONFIG_PATH_MAX];
-    long i, j, cnt;
-    size_t nl = 0;
-    int bad = 0;
-
-    cnt = config_seq_len(p, n, path, "a sequence of host:port like "
-        "[\"127.0.0.1:2525\"]");
-    if (cnt < 0)
-        return;
-    if (cnt == 0) {
-        config_expected(p, n, path, "at least one host:port");
-        return;
-    }
-    l = xcalloc((size_t)cnt, sizeof(*l));
-    for (i = 0; i < cnt; i++) {
-        yaml_node_t *it = config_item(p, n, i);
-        const char *v;
-
-        config_ipath(ipath, sizeof(ipath), path, i);
-        v = config_scalar(p, it, ipath, what);
-        if (v == NULL || util_parse_hostport(v, &l[nl].addr,
-            &l[nl].addrlen) != 0) {
-            if (v != NULL)
-                config_expected(p, it, ipath, what);
-            bad = 1;
-            continue;
-        }
-        for (j = 0; j < (long)nl; j++)
-            if (l[j].addrlen == l[nl].addrlen &&
-                memcmp(&l[j].addr, &l[nl].addr, l[nl].addrlen) == 0)
-                break;
-        if (j < (long)nl) {
-            config_addf(p, &it->start_mark, "%s: '%s' is listed twice "
-                "(also %s[%ld])", ipath, v, path, j);
-            bad = 1;
-            continue;
-        }
-        l[nl++].spec = xstrdup(v);
-    }
-    if (bad) {
-        for (i = 0; i < (long)nl; i++)
-            free(l[i].spec);
-        free(l);
-        return;
-    }
-    for (i = 0; i < (long)cfg->nlisten; i++)
-        free(cfg->listen[i].spec);
-    free(cfg->listen);
-    cfg->listen = l;
-    cfg->nlisten = nl;
-}
-
-static void
-config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
-    const char *path)
+/* config_parse_cidrs - a sequence of networks into *out (malloc'd) and
+ * *nout; -1 after reporting every bad item (then *out is untouched). */
+static int
+config_parse_cidrs(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct cidr **out, size_t *nout)
 {
     static const char what[] = "a network like 10.0.0.0/8 or 2001:db8::/32";
-    struct config *cfg = p->cfg;
     struct cidr *c;
     char ipath[CONFIG_PATH_MAX];
     long i, cnt;
@@ -500,8 +442,8 @@ config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
     cnt = config_seq_len(p, n, path, "a sequence of networks like "
         "[127.0.0.0/8, \"::1/128\"]");
     if (cnt < 0)
-        return;
-    c = xcalloc((size_t)cnt, sizeof(*c));
+        return -1;
+    c = xcalloc(cnt > 0 ? (size_t)cnt : 1, sizeof(*c));
     for (i = 0; i < cnt; i++) {
         yaml_node_t *it = config_item(p, n, i);
         const char *v;
@@ -515,11 +457,225 @@ config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
     }
     if (bad) {
         free(c);
+        return -1;
+    }
+    free(*out);
+    *out = c;
+    *nout = (size_t)cnt;
+    return 0;
+}
+
+static void
+config_set_cidrs(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    (void)config_parse_cidrs(p, n, path, &p->cfg->allow_networks,
+        &p->cfg->nallow_networks);
+}
+
+/*
+ * A server.listen entry: "host:port", or a mapping whose keys are in
+ * config_listen_keys (address required).  The table is the one place to
+ * add a key; each handler checks its value and fills the entry.
+ */
+struct config_listen_key {
+    const char *name;
+    int       (*set)(struct config_parse *, const yaml_node_t *, const char *,
+                  struct config_listen *);
+};
+
+static const char config_listen_what[] =
+    "host:port like 127.0.0.1:2525, \"[::1]:25\" or \"*:25\"";
+
+static int
+config_listen_address(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    const char *v = config_scalar(p, n, path, config_listen_what);
+
+    if (v == NULL)
+        return -1;
+    if (util_parse_hostport(v, &l->addr, &l->addrlen) != 0) {
+        config_expected(p, n, path, config_listen_what);
+        return -1;
+    }
+    l->spec = xstrdup(v);
+    return 0;
+}
+
+static int
+config_listen_proxy(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "v1, v2 or auto";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if ((l->proxy = proxy_mode_parse(v)) == 0) {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+config_listen_proxy_from(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    if (config_parse_cidrs(p, n, path, &l->proxy_from, &l->nproxy_from) < 0)
+        return -1;
+    if (l->nproxy_from == 0) {
+        config_expected(p, n, path, "at least one network");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct config_listen_key config_listen_keys[] = {
+    { "address", config_listen_address },
+    { "proxy_protocol", config_listen_proxy },
+    { "proxy_from", config_listen_proxy_from },
+    { NULL, NULL }
+};
+
+static void
+config_listen_free(struct config_listen *l)
+{
+    free(l->spec);
+    free(l->proxy_from);
+    memset(l, 0, sizeof(*l));
+}
+
+/* config_listen_map - the mapping form of one entry; -1 after errors. */
+static int
+config_listen_map(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    const struct config_listen_key *k;
+    yaml_node_pair_t *pair, *prev;
+    const yaml_mark_t *proxy_mark = NULL, *from_mark = NULL;
+    char kpath[CONFIG_PATH_MAX], show[CONFIG_SHOW_MAX + 8];
+    int bad = 0;
+
+    for (pair = n->data.mapping.pairs.start;
+        pair < n->data.mapping.pairs.top; pair++) {
+        yaml_node_t *kn = yaml_document_get_node(p->doc, pair->key);
+        yaml_node_t *vn = yaml_document_get_node(p->doc, pair->value);
+        const char *name = config_scalar(p, kn, path, "a key name");
+
+        if (name == NULL) {
+            bad = 1;
+            continue;
+        }
+        config_path(kpath, sizeof(kpath), path, name);
+        for (prev = n->data.mapping.pairs.start; prev < pair; prev++) {
+            yaml_node_t *pk = yaml_document_get_node(p->doc, prev->key);
+
+            if (pk->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)pk->data.scalar.value, name) == 0)
+                break;
+        }
+        if (prev < pair) {
+            config_addf(p, &kn->start_mark, "%s: duplicate key", kpath);
+            bad = 1;
+            continue;
+        }
+        for (k = config_listen_keys; k->name != NULL; k++)
+            if (strcmp(k->name, name) == 0)
+                break;
+        if (k->name == NULL) {
+            config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
+                "one of: address, proxy_protocol, proxy_from)", kpath,
+                config_found(kn, show, sizeof(show)));
+            bad = 1;
+            continue;
+        }
+        if (k->set(p, vn, kpath, l) < 0)
+            bad = 1;
+        if (k->set == config_listen_proxy)
+            proxy_mark = &kn->start_mark;
+        if (k->set == config_listen_proxy_from)
+            from_mark = &kn->start_mark;
+    }
+    if (bad)
+        return -1;
+    if (l->spec == NULL) {
+        config_addf(p, &n->start_mark, "%s: missing key address (the "
+            "host:port to listen on)", path);
+        return -1;
+    }
+    if (proxy_mark != NULL && from_mark == NULL) {
+        config_addf(p, proxy_mark, "%s.proxy_protocol: needs proxy_from, the "
+            "networks of the load balancers allowed to send the header",
+            path);
+        return -1;
+    }
+    if (from_mark != NULL && proxy_mark == NULL) {
+        config_addf(p, from_mark, "%s.proxy_from: only with proxy_protocol",
+            path);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+config_set_listen(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    struct config *cfg = p->cfg;
+    struct config_listen *l;
+    char ipath[CONFIG_PATH_MAX];
+    long i, j, cnt;
+    size_t nl = 0;
+    int bad = 0, rc;
+
+    cnt = config_seq_len(p, n, path, "a sequence of host:port like "
+        "[\"127.0.0.1:2525\"]");
+    if (cnt < 0)
+        return;
+    if (cnt == 0) {
+        config_expected(p, n, path, "at least one host:port");
         return;
     }
-    free(cfg->allow_networks);
-    cfg->allow_networks = c;
-    cfg->nallow_networks = (size_t)cnt;
+    l = xcalloc((size_t)cnt, sizeof(*l));
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        if (it->type == YAML_MAPPING_NODE)
+            rc = config_listen_map(p, it, ipath, &l[nl]);
+        else
+            rc = config_listen_address(p, it, ipath, &l[nl]);
+        if (rc < 0) {
+            config_listen_free(&l[nl]);
+            bad = 1;
+            continue;
+        }
+        for (j = 0; j < (long)nl; j++)
+            if (l[j].addrlen == l[nl].addrlen &&
+                memcmp(&l[j].addr, &l[nl].addr, l[nl].addrlen) == 0)
+                break;
+        if (j < (long)nl) {
+            config_addf(p, &it->start_mark, "%s: '%s' is listed twice "
+                "(also %s[%ld])", ipath, l[nl].spec, path, j);
+            config_listen_free(&l[nl]);
+            bad = 1;
+            continue;
+        }
+        nl++;
+    }
+    if (bad) {
+        for (i = 0; i < (long)nl; i++)
+            config_listen_free(&l[i]);
+        free(l);
+        return;
+    }
+    for (i = 0; i < (long)cfg->nlisten; i++)
+        config_listen_free(&cfg->listen[i]);
+    free(cfg->listen);
+    cfg->listen = l;
+    cfg->nlisten = nl;
 }
 
 /*
@@ -1401,7 +1557,7 @@ config_free(struct config *cfg)
     free(cfg->path);
     free(cfg->hostname);
     for (i = 0; i < cfg->nlisten; i++)
-        free(cfg->listen[i].spec);
+        config_listen_free(&cfg->listen[i]);
     free(cfg->listen);
     free(cfg->user);
     free(cfg->group);

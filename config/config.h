@@ -21,10 +21,15 @@
 #include "common/util.h"
 #include "router/router.h"
 
+/* A server.listen entry: "host:port", or the mapping form
+ * {address, proxy_protocol, proxy_from}. */
 struct config_listen {
     char                    *spec;  /* as written: "127.0.0.1:2525" */
     struct sockaddr_storage  addr;
     socklen_t                addrlen;
+    unsigned                 proxy; /* PROXY_V1|PROXY_V2 mask; 0 = none */
+    struct cidr             *proxy_from;  /* peers allowed to send it */
+    size_t                   nproxy_from;
 };
 
 struct config {

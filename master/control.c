@@ -257,6 +257,10 @@ ctl_status_report(struct master *m, char **out)
             m->cur->cfg->spool_dir, strerror(errno));
     ctl_printf(&t, "log dropped: %" PRIu64 "\n", tot.log_dropped +
         log_dropped());
+    ctl_printf(&t, "proxy: refused=%" PRIu64 " bad_header=%" PRIu64 "\n",
+        tot.proxy_refused, tot.proxy_bad);
+    if (m->draining)
+        ctl_printf(&t, "draining: yes\n");
     *out = t.p;
 }
 
@@ -297,6 +301,33 @@ ctl_kick(struct master *m, struct ctl_client *c, const char *arg)
     ctl_client_reply(m, c, text);
 }
 
+/* "drain" or "drain <timeout ms>": see drain.c. */
+static void
+ctl_drain(struct master *m, struct ctl_client *c, const char *arg)
+{
+    char      err[200], text[300], *end;
+    uint64_t  ms = 0;
+
+    if (*arg == ' ') {
+        ms = strtoull(arg + 1, &end, 10);
+        if (end == arg + 1 || *end != '\0') {
+            ctl_client_reply(m, c, "error: drain: expected a timeout in ms\n");
+            return;
+        }
+    } else if (*arg != '\0') {
+        ctl_client_reply(m, c, "error: unknown request\n");
+        return;
+    }
+    if (master_request_drain(m, ms, err, sizeof(err)) < 0) {
+        snprintf(text, sizeof(text), "error: drain: %s\n", err);
+        ctl_client_reply(m, c, text);
+        return;
+    }
+    snprintf(text, sizeof(text), "ok\ndraining: %ld messages queued\n",
+        master_drain_queued(m->cur->cfg->spool_dir));
+    ctl_client_reply(m, c, text);
+}
+
 static void
 ctl_handle(struct master *m, struct ctl_client *c, char *line)
 {
@@ -324,6 +355,8 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         master_request_stop(m);
     } else if (strcmp(line, "check") == 0) {
         ctl_check(m, c);
+    } else if (strncmp(line, "drain", 5) == 0) {
+        ctl_drain(m, c, line + 5);
     } else if (strncmp(line, "kick ", 5) == 0) {
         ctl_kick(m, c, line + 5);
     } else {

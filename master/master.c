@@ -255,6 +255,7 @@ master_add_counters(struct status_worker *t, const struct status_worker *w)
 #define ADD(f) t->f += __atomic_load_n(&w->f, __ATOMIC_RELAXED)
     ADD(conns_total); ADD(msgs_in); ADD(msgs_out); ADD(msgs_deferred);
     ADD(msgs_bounced); ADD(bytes_in); ADD(errors); ADD(log_dropped);
+    ADD(proxy_refused); ADD(proxy_bad);
 #undef ADD
 }
 
@@ -391,7 +392,7 @@ master_start_generation(struct master *m, struct generation *g)
     return 0;
 }
 
-static void
+void
 master_send(struct slot *s, const char *cmd)
 {
     if (s->chan < 0 || send(s->chan, cmd, strlen(cmd),
@@ -848,8 +849,9 @@ master_abort_reload(struct master *m)
 void
 master_request_reload(struct master *m)
 {
-    if (m->stopping) {
-        master_reload_done(m, "mtad is stopping");
+    if (m->stopping || m->draining) {
+        master_reload_done(m, m->stopping ? "mtad is stopping" :
+            "mtad is draining");
         return;
     }
     if (m->next != NULL) {
@@ -1058,6 +1060,7 @@ master_loop(struct master *m)
         now = util_now_ms();
         if (now >= m->next_tick) {
             master_tick(m, now);
+            master_drain_tick(m, now);
             m->next_tick = now + MASTER_TICK_MS;
         }
         master_deadlines(m, now);

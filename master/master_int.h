@@ -145,6 +145,8 @@ struct master {
     char              *pid_path;
     int                stopping;
     uint64_t           stop_deadline;
+    int                draining;        /* drain.c */
+    uint64_t           drain_deadline;  /* 0 = none */
     uint64_t           started_ms;
     uint64_t           next_tick;
     unsigned           ticks;
@@ -162,6 +164,13 @@ struct master {
 void    master_request_reload(struct master *m);
 void    master_request_stop(struct master *m);
 int     master_kick(struct master *m, const char *arg);
+void    master_send(struct slot *s, const char *cmd);
+
+/* drain.c */
+int     master_request_drain(struct master *m, uint64_t timeout_ms,
+            char *err, size_t errsz);
+void    master_drain_tick(struct master *m, uint64_t now);
+long    master_drain_queued(const char *spool_dir);
 void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
 void    master_watch(struct master *m, int fd, int tag, unsigned idx);

@@ -54,6 +54,7 @@ mtactl_usage(FILE *f)
         "  reload           re-read the configuration; fails (exit 1) when "
         "it is rejected\n"
         "  stop             stop mtad gracefully and wait until it is gone\n"
+        "  drain [--timeout D]  stop accepting, deliver the queue, then stop\n"
         "  check            check the configuration (like mtad -t)\n"
         "  kick ID|*        deliver a queued message (or all) now\n"
         "  route ...        routes (mtactl help route)\n"
@@ -210,6 +211,12 @@ mtactl_help(int argc, char **argv)
             "rejected and the old one keeps serving\n");
     else if (strcmp(argv[1], "stop") == 0)
         printf("mtactl stop: like SIGTERM; waits until mtad is gone\n");
+    else if (strcmp(argv[1], "drain") == 0)
+        printf("mtactl drain [--timeout D]: stop accepting (the listeners "
+            "close; 421 to connections already waiting), deliver every "
+            "queued message, then stop; waits until mtad is gone.  Exit 0 "
+            "when the queue was emptied, 1 when messages were left at the "
+            "deadline (they stay in the spool)\n");
     else if (strcmp(argv[1], "check") == 0)
         printf("mtactl check: load the configuration and print \"FILE: ok\" "
             "or its errors (exit 1)\n");
@@ -249,6 +256,10 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         return mtactl_request(c, "reload", MTACTL_RELOAD_MS, NULL);
     if (strcmp(cmd, "stop") == 0 && argc == 1)
         return mtactl_stop(c);
+    if (strcmp(cmd, "drain") == 0) {
+        mtactl_find_socket(c);
+        return mtactl_drain(argc, argv, c->sock, c->cfg);
+    }
     if (strcmp(cmd, "kick") == 0 && argc == 2) {
         snprintf(req, sizeof(req), "kick %s", argv[1]);
         return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);

@@ -18,6 +18,8 @@ struct config;
 
 int     mtactl_route(int argc, char **argv, const struct config *cfg);  /* route.c */
 int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue.c */
+int     mtactl_drain(int argc, char **argv, const char *sock,
+            const struct config *cfg);                             /* drain.c */
 void    mtactl_route_help(void);
 void    mtactl_queue_help(void);
 

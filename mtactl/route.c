@@ -1,14 +1,19 @@
 /*
  * route.c - "mtactl route ...": edit and inspect the routes table.
  *
- * PURPOSE   add, del, get, list, import, export on cfg->routes_db.
+ * PURPOSE   add, del, get, list, import, export, hash on cfg->routes_db.
  * CONTRACT  Opens the LMDB file directly with router_open() (creating it
  *           if missing for add/import); LMDB serialises writers, and
  *           running workers see a commit at their next lookup, so nothing
  *           is reloaded.  list and export print keys in the table's sorted
  *           order; export prints "key route" lines that import reads back
  *           (export | import round-trips).  import checks every line first
- *           and then writes all of them in one transaction, or none.
+ *           and then writes all of them in one transaction, or none;
+ *           with --replace the old keys are deleted in the same
+ *           transaction, so a lookup sees the old table or the new one.
+ *           export is the same on every node holding the same table (its
+ *           comment line names no path), and hash prints the SHA-256 of
+ *           its route lines: "sha256:<hex> <n> routes".
  * FAILURE   Messages to stderr as "mtactl: route <cmd>: <why>"; returns
  *           MTACTL_OK (0), MTACTL_FAIL (1) or MTACTL_USAGE (2).
  */
@@ -17,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/evp.h>
 
 #include "common/ev.h"
 #include "config/config.h"
@@ -47,7 +54,9 @@ mtactl_route_help(void)
 "                               add the \"KEY ROUTE\" lines of FILE ('-' =\n"
 "                               stdin; '#' comments) in one transaction;\n"
 "                               --replace also deletes every other key\n"
-"mtactl route export            every route as \"KEY ROUTE\" lines\n"
+"mtactl route export            every route as \"KEY ROUTE\" lines, sorted\n"
+"mtactl route hash              SHA-256 of the export's route lines, to\n"
+"                               compare tables across nodes\n"
 "  KEY:   user@domain | domain | .domain (its subdomains only)\n"
 "  ROUTE: smtp:[host]:port (that host) | smtp:domain:port (the MX hosts\n"
 "         of domain), comma-separated for fail-over (max 8; IPv6 as\n"
@@ -495,13 +504,65 @@ out:
 }
 
 
+/* One export line into the digest: "key route\n", as export prints it. */
+static int
+mtactl_route_hash_line(const char *key, const char *value, void *arg)
+{
+    EVP_MD_CTX **ctx = arg;
+
+    if (EVP_DigestUpdate(ctx[0], key, strlen(key)) != 1 ||
+        EVP_DigestUpdate(ctx[0], " ", 1) != 1 ||
+        EVP_DigestUpdate(ctx[0], value, strlen(value)) != 1 ||
+        EVP_DigestUpdate(ctx[0], "\n", 1) != 1)
+        return -1;
+    (*(size_t *)ctx[1])++;
+    return 0;
+}
+
+
+/* mtactl_route_hash - "sha256:<hex> N routes": equal on two nodes exactly
+ * when `mtactl route export` prints the same lines (= sed 1d | sha256sum). */
+static int
+mtactl_route_hash(struct router *r)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int  mdlen = 0, i;
+    size_t        n = 0;
+    void         *arg[2];
+    EVP_MD_CTX   *ctx = EVP_MD_CTX_new();
+    int           rc;
+
+    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        fprintf(stderr, "mtactl: route hash: cannot start SHA-256\n");
+        EVP_MD_CTX_free(ctx);
+        return MTACTL_FAIL;
+    }
+    arg[0] = ctx;
+    arg[1] = &n;
+    rc = router_each(r, mtactl_route_hash_line, arg);
+    if (rc != ROUTER_OK || EVP_DigestFinal_ex(ctx, md, &mdlen) != 1) {
+        fprintf(stderr, "mtactl: route hash: %s\n", rc != ROUTER_OK ?
+            router_errstr(r) : "SHA-256 failed");
+        EVP_MD_CTX_free(ctx);
+        return MTACTL_FAIL;
+    }
+    EVP_MD_CTX_free(ctx);
+    printf("sha256:");
+    for (i = 0; i < mdlen; i++)
+        printf("%02x", md[i]);
+    printf(" %zu route%s\n", n, n == 1 ? "" : "s");
+    return MTACTL_OK;
+}
+
+
 /* mtactl_route_usage - a usage error: the one-line hint and exit 2. */
 static int
 mtactl_route_usage(const char *msg)
 {
     fprintf(stderr, "mtactl: route: %s\n"
         "usage: mtactl route add KEY ROUTE | del KEY | get ADDRESS | list |\n"
-        "       import [--replace] FILE | export   (mtactl route help)\n",
+        "       import [--replace] FILE | export | hash\n"
+        "       (mtactl route help)\n",
         msg);
     return MTACTL_USAGE;
 }
@@ -529,9 +590,11 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
         if (argc != 3)
             return mtactl_route_usage(strcmp(cmd, "del") == 0 ?
                 "del needs exactly one KEY" : "get needs exactly one ADDRESS");
-    } else if (strcmp(cmd, "list") == 0 || strcmp(cmd, "export") == 0) {
+    } else if (strcmp(cmd, "list") == 0 || strcmp(cmd, "export") == 0 ||
+        strcmp(cmd, "hash") == 0) {
         if (argc != 2)
-            return mtactl_route_usage("list and export take no arguments");
+            return mtactl_route_usage("list, export and hash take no "
+                "arguments");
     } else if (strcmp(cmd, "import") == 0) {
         if (argc == 4 && strcmp(argv[2], "--replace") == 0)
             return mtactl_route_import(cfg, argv[3], 1);
@@ -560,9 +623,12 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
         rc = mtactl_route_get(r, cfg, argv[2]);
     else if (strcmp(cmd, "list") == 0)
         rc = mtactl_route_list(r, "list", "\t");
+    else if (strcmp(cmd, "hash") == 0)
+        rc = mtactl_route_hash(r);
     else {
-        printf("# mtad routes from %s (mtactl route export; read back with "
-            "mtactl route import FILE)\n", cfg->routes_db);
+        /* No path or date here: nodes with one table print one text. */
+        printf("# mtad routes (mtactl route export; read back with "
+            "mtactl route import --replace FILE)\n");
         rc = mtactl_route_list(r, "export", " ");
     }
     router_close(r);

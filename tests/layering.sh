@@ -20,9 +20,9 @@ allowed() {     # the modules module $1 may include, itself included
     spool)    echo "spool smtp common" ;;
     dns)      echo "dns common" ;;
     proxy)    echo "proxy common" ;;
-    config)   echo "config router smtp dns common" ;;
-    delivery) echo "delivery dns config spool router smtp common" ;;
-    smtpd)    echo "smtpd delivery proxy config spool router smtp common" ;;
+    config)   echo "config router smtp proxy dns common" ;;
+    delivery) echo "delivery config spool router smtp proxy dns common" ;;
+    smtpd)    echo "smtpd delivery config spool router smtp proxy dns common" ;;
     worker)   echo "worker smtpd delivery dns proxy config spool router smtp common" ;;
     master)   echo "master worker smtpd delivery dns proxy config spool router smtp common" ;;
     mtactl)   echo "mtactl dns config spool router smtp common" ;;

@@ -60,6 +60,7 @@
 #include "common/net.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
+#include "worker/worker_int.h"
 
 #define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
 #define WORKER_DRAIN_MAX      4096  /* accepts per listener when stopping */
@@ -69,40 +70,6 @@
 #define WORKER_LOG_BATCH      32    /* ...or go at once when this many */
 
 
-struct worker {
-    struct worker_args   a;
-    const struct config *cfg;
-    struct ev_loop      *loop;
-    struct spool        *spool;
-    struct router       *router;
-    struct deliver      *deliver;
-    struct status_worker *st;
-    struct status_worker st_local;  /* when the master gave no status page */
-
-    /* admission: daemon-wide counts in the shared page (a private one
-     * when the master gave none) */
-    struct status_page  *admit;
-    unsigned             admit_slot;
-    size_t               nsess;     /* this worker's sessions */
-
-    int                 *lfds;      /* listeners (-1 once closed) */
-    size_t               nlisten;
-    int                  listening; /* listeners watched */
-    int                  accept_pause; /* EMFILE: retry on the next tick */
-    int                  stopping;  /* "stop" received */
-    struct ev_timer      stop_timer; /* the stop deadline */
-    int                  exit_code;
-    struct ev_timer      tick;      /* 1 s: throttle, stop progress */
-    struct ev_timer      log_timer; /* staged log records go out then */
-
-    struct smtpd        *smtpd;     /* the inbound sessions */
-
-    /* STARTTLS (NULL: not offered).  Built in worker_init() while still
-     * privileged, so the key file may be readable by root only; the
-     * private key then lives in every worker's memory (no exec, as in
-     * nginx): a compromised worker can read it. */
-    struct ssl_ctx_st   *tls_ctx;
-};
 
 
 /* --- admission counts ------------------------------------------------ */
@@ -166,14 +133,24 @@ worker_refuse(int fd, const char *text)
 }
 
 
-static void
+void
 worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
     socklen_t len)
 {
     char text[400], who[INET6_ADDRSTRLEN + 16], ip[INET6_ADDRSTRLEN];
     const struct sockaddr *sa = (const struct sockaddr *)ss;
+    int  rc;
 
-    int  rc = worker_ip_acquire(w, sa);
+    if (w->draining) {
+        /* taken from the backlog while draining (see worker_drain) */
+        util_sockaddr_str(sa, who, sizeof(who));
+        snprintf(text, sizeof(text), "421 4.3.2 %s Service shutting down "
+            "(draining)\r\n", w->cfg->hostname);
+        log_info("refused %s: draining", who);
+        worker_refuse(fd, text);
+        return;
+    }
+    rc = worker_ip_acquire(w, sa);
 
     if (rc == STATUS_EFULL) {
         util_sockaddr_str(sa, who, sizeof(who));
@@ -201,6 +178,20 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
 }
 
 
+/* worker_listener - the configuration of listener fd (lfds[i] is
+ * cfg->listen[i]). */
+static const struct config_listen *
+worker_listener(const struct worker *w, int fd)
+{
+    size_t i;
+
+    for (i = 0; i < w->nlisten && i < w->cfg->nlisten; i++)
+        if (w->lfds[i] == fd)
+            return &w->cfg->listen[i];
+    return NULL;
+}
+
+
 /* worker_accept_one - accept and admit one connection: 1 when one was
  * taken (or lost to the client's reset), 0 when there is none or accepting
  * must pause. */
@@ -214,7 +205,12 @@ worker_accept_one(struct worker *w, int fd)
     c = accept4(fd, (struct sockaddr *)&ss, &len,
         SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
-        worker_admit(w, c, &ss, len);
+        const struct config_listen *l = worker_listener(w, fd);
+
+        if (l != NULL && l->proxy != 0)
+            wproxy_accept(w, c, &ss, len, l);   /* header first */
+        else
+            worker_admit(w, c, &ss, len);
         return 1;
     }
     if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -223,7 +219,7 @@ worker_accept_one(struct worker *w, int fd)
         errno == ENOMEM) {
         /* Level-triggered: without a pause this would spin. */
         log_warn("accept: %s; pausing for a second", strerror(errno));
-        if (!w->stopping) {
+        if (!w->stopping && !w->draining) {
             w->accept_pause = 1;
             worker_listen(w, 0);
         }
@@ -252,10 +248,10 @@ worker_on_accept(struct ev_loop *loop, int fd, unsigned events, void *arg)
 
 /* worker_check_done - after "stop": exit once sessions and deliveries are
  * gone. */
-static void
+void
 worker_check_done(struct worker *w)
 {
-    if (!w->stopping || w->nsess > 0)
+    if (!w->stopping || w->nsess > 0 || w->nproxy > 0)
         return;
     if (deliver_drain(w->deliver) > 0)
         return;
@@ -338,6 +334,35 @@ worker_stop(struct worker *w)
 }
 
 
+/* worker_drain - "drain" (mtactl drain): close the listeners for good,
+ * with a 421 to what is already in their backlog; sessions go on, and
+ * every queued message is delivered now.  The master stops the worker
+ * once the queue is empty (master/drain.c). */
+static void
+worker_drain(struct worker *w)
+{
+    size_t i, n = 0;
+    int    k;
+
+    if (w->draining || w->stopping)
+        return;
+    worker_listen(w, 0);
+    w->draining = 1;
+    for (i = 0; i < w->nlisten; i++) {
+        if (w->lfds[i] < 0)
+            continue;
+        for (k = 0; k < WORKER_DRAIN_MAX && worker_accept_one(w,
+            w->lfds[i]); k++)
+            n++;
+        close(w->lfds[i]);
+        w->lfds[i] = -1;
+    }
+    log_info("draining: listeners closed (%zu refused from the backlog), "
+        "%zu sessions go on, delivering the queue now", n, w->nsess);
+    deliver_kick(w->deliver, NULL);
+}
+
+
 static void
 worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
@@ -360,6 +385,8 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
     msg[n] = '\0';
     if (strcmp(msg, "stop") == 0)
         worker_stop(w);
+    else if (strcmp(msg, "drain") == 0)
+        worker_drain(w);
     else if (strcmp(msg, "kick *") == 0)
         deliver_kick(w->deliver, NULL);
     else if (strncmp(msg, "kick ", 5) == 0 && spool_id_valid(msg + 5))
@@ -377,7 +404,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
     if (w->a.status != NULL)
         throttle = __atomic_load_n(&w->a.status->throttle, __ATOMIC_RELAXED);
-    if (!w->stopping) {
+    if (!w->stopping && !w->draining) {
         if (throttle && w->listening) {
             log_notice("throttled by the master: not accepting");
             worker_listen(w, 0);
@@ -556,6 +583,7 @@ worker_run(struct worker *w)
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;
     }
+    wproxy_close_all(w);
     smtpd_free(w->smtpd);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);

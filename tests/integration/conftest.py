@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from mtadtest import Mtad, Sink, ensure_user
+from mtadtest import DnsServers, Mtad, SignedDns, Sink, ensure_user
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,3 +73,25 @@ def sink_factory():
 @pytest.fixture
 def sink(sink_factory):
     return sink_factory()
+
+
+@pytest.fixture(scope="module")
+def dns_servers():
+    d = tempfile.mkdtemp(prefix="mtad-dns-", dir="/dev/shm")
+    servers = DnsServers(d)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def signed_dns():
+    d = tempfile.mkdtemp(prefix="mtad-dnssec-", dir="/dev/shm")
+    servers = SignedDns(d)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+        shutil.rmtree(d, ignore_errors=True)

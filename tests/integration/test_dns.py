@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from dns_util import ZONE, dns_servers, signed_dns  # noqa: F401  (fixtures)
+from mtadtest import ZONE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

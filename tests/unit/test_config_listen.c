@@ -1,0 +1,133 @@
+/*
+ * test_config_listen.c - server.listen entries in their map form
+ * {address, proxy_protocol, proxy_from}: what a good entry loads into
+ * struct config_listen, that a string entry is unchanged, and the exact
+ * FILE:LINE:COL message of each kind of error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+
+#include <criterion/criterion.h>
+
+#include "common/util.h"
+#include "config/config.h"
+#include "proxy/proxy.h"
+
+static char tdir[64];
+static char tpath[128];
+static char terr[8192];
+
+static void
+tl_setup(void)
+{
+    util_strlcpy(tdir, "/tmp/mtad-test-listen-XXXXXX", sizeof(tdir));
+    cr_assert_not_null(mkdtemp(tdir), "mkdtemp: %s", strerror(errno));
+    snprintf(tpath, sizeof(tpath), "%s/relay.yaml", tdir);
+}
+
+static void
+tl_teardown(void)
+{
+    unlink(tpath);
+    rmdir(tdir);
+}
+
+TestSuite(config_listen, .init = tl_setup, .fini = tl_teardown);
+
+static struct config *
+tl_load(const char *listen)
+{
+    FILE *fp = fopen(tpath, "w");
+
+    cr_assert_not_null(fp);
+    fprintf(fp, "server:\n  listen:\n%sroutes:\n  default: discard\n",
+        listen);
+    cr_assert_eq(fclose(fp), 0);
+    terr[0] = '\0';
+    return config_load(tpath, terr, sizeof(terr));
+}
+
+/* the message without the temp dir: "relay.yaml:L:C: ..." */
+static const char *
+tl_err(void)
+{
+    const char *p = strstr(terr, "relay.yaml:");
+
+    return p != NULL ? p : terr;
+}
+
+Test(config_listen, string_and_map_entries)
+{
+    struct config *cfg = tl_load(
+        "    - \"127.0.0.1:2525\"\n"
+        "    - address: \"127.0.0.1:2526\"\n"
+        "      proxy_protocol: v2\n"
+        "      proxy_from: [10.0.0.0/8, \"2001:db8::/32\"]\n"
+        "    - {address: \"[::1]:2527\", proxy_protocol: auto, "
+        "proxy_from: [\"::1/128\"]}\n"
+        "    - address: \"127.0.0.1:2528\"\n");
+
+    cr_assert_not_null(cfg, "%s", terr);
+    cr_assert_eq(cfg->nlisten, 4);
+    cr_assert_str_eq(cfg->listen[0].spec, "127.0.0.1:2525");
+    cr_assert_eq(cfg->listen[0].proxy, 0);
+    cr_assert_eq(cfg->listen[0].nproxy_from, 0);
+    cr_assert_str_eq(cfg->listen[1].spec, "127.0.0.1:2526");
+    cr_assert_eq(cfg->listen[1].proxy, PROXY_V2);
+    cr_assert_eq(cfg->listen[1].nproxy_from, 2);
+    cr_assert_eq(cfg->listen[2].proxy, PROXY_AUTO);
+    cr_assert_eq(cfg->listen[2].addr.ss_family, AF_INET6);
+    cr_assert_eq(cfg->listen[3].proxy, 0);
+    config_free(cfg);
+}
+
+static const struct {
+    const char *listen;
+    const char *want;           /* the start of the message */
+} bad[] = {
+    { "    - address: \"127.0.0.1:1\"\n      backlog: 10\n",
+      "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' "
+      "(expected one of: address, proxy_protocol, proxy_from)" },
+    { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: V2\n"
+      "      proxy_from: [10.0.0.0/8]\n",
+      "relay.yaml:4:23: server.listen[0].proxy_protocol: expected v1, v2 or "
+      "auto, got 'V2'" },
+    { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: v2\n",
+      "relay.yaml:4:7: server.listen[0].proxy_protocol: needs proxy_from" },
+    { "    - address: \"127.0.0.1:1\"\n      proxy_from: [10.0.0.0/8]\n",
+      "relay.yaml:4:7: server.listen[0].proxy_from: only with "
+      "proxy_protocol" },
+    { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: v1\n"
+      "      proxy_from: []\n",
+      "relay.yaml:5:19: server.listen[0].proxy_from: expected at least one "
+      "network" },
+    { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: v1\n"
+      "      proxy_from: 10.0.0.0/8\n",
+      "relay.yaml:5:19: server.listen[0].proxy_from: expected a sequence of "
+      "networks" },
+    { "    - proxy_protocol: v1\n      proxy_from: [10.0.0.0/8]\n",
+      "relay.yaml:3:7: server.listen[0]: missing key address" },
+    { "    - address: \"nope\"\n",
+      "relay.yaml:3:16: server.listen[0].address: expected host:port" },
+    { "    - address: [\"127.0.0.1:1\"]\n",
+      "relay.yaml:3:16: server.listen[0].address: expected host:port" },
+    { "    - {}\n",
+      "relay.yaml:3:7: server.listen[0]: missing key address" },
+};
+
+Test(config_listen, errors_name_file_line_col)
+{
+    struct config *cfg;
+    size_t         i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg = tl_load(bad[i].listen);
+        cr_assert_null(cfg, "case %zu loaded", i);
+        cr_assert(strncmp(tl_err(), bad[i].want, strlen(bad[i].want)) == 0,
+            "case %zu:\n got: %s\nwant: %s", i, tl_err(), bad[i].want);
+    }
+}

@@ -1,0 +1,77 @@
+/*
+ * worker_int.h - the worker's internal state, shared by worker/worker.c
+ * (loop, listeners, channel, admission) and worker/proxy_conn.c
+ * (connections on proxy_protocol listeners, before they are sessions).
+ * Nothing outside worker/ includes this.
+ */
+#ifndef MTAD_WORKER_INT_H
+#define MTAD_WORKER_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "common/ev.h"
+#include "common/status.h"
+#include "worker/worker.h"
+
+struct smtpd;
+struct ssl_ctx_st;
+struct wproxy;
+struct config_listen;
+
+struct worker {
+    struct worker_args   a;
+    const struct config *cfg;
+    struct ev_loop      *loop;
+    struct spool        *spool;
+    struct router       *router;
+    struct deliver      *deliver;
+    struct status_worker *st;
+    struct status_worker st_local;  /* when the master gave no status page */
+
+    /* admission: daemon-wide counts in the shared page (a private one
+     * when the master gave none) */
+    struct status_page  *admit;
+    unsigned             admit_slot;
+    size_t               nsess;     /* this worker's sessions */
+
+    int                 *lfds;      /* listeners (-1 once closed) */
+    size_t               nlisten;
+    int                  listening; /* listeners watched */
+    int                  accept_pause; /* EMFILE: retry on the next tick */
+    int                  stopping;  /* "stop" received */
+    struct ev_timer      stop_timer; /* the stop deadline */
+    int                  exit_code;
+    struct ev_timer      tick;      /* 1 s: throttle, stop progress */
+    struct ev_timer      log_timer; /* staged log records go out then */
+
+    /* proxy_protocol listeners: connections waiting for their PROXY
+     * header (proxy_conn.c), not yet sessions */
+    struct wproxy       *proxy_wait;
+    size_t               nproxy;
+    int                  draining;  /* "drain": listeners closed for good */
+
+    struct smtpd        *smtpd;     /* the inbound sessions */
+
+    /* STARTTLS (NULL: not offered).  Built in worker_init() while still
+     * privileged, so the key file may be readable by root only; the
+     * private key then lives in every worker's memory (no exec, as in
+     * nginx): a compromised worker can read it. */
+    struct ssl_ctx_st   *tls_ctx;
+};
+
+/* worker.c */
+void    worker_check_done(struct worker *w);
+/* Admission, then the session: the address is the client's (the peer's,
+ * or the one a PROXY header named). */
+void    worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
+            socklen_t len);
+
+/* proxy_conn.c: a connection on a proxy_protocol listener (see there) */
+void    wproxy_accept(struct worker *w, int fd,
+            const struct sockaddr_storage *ss, socklen_t len,
+            const struct config_listen *l);
+void    wproxy_close_all(struct worker *w);
+
+#endif /* MTAD_WORKER_INT_H */
