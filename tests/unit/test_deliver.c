@@ -65,7 +65,10 @@ Test(deliver_shard, digits_11_and_12)
     cr_assert_eq(deliver_shard_of("0123456789A07000", 0), 0);
     /* the time and counter digits do not matter */
     cr_assert_eq(deliver_shard_of("FFFFFFFFFFF02ABC", 3), 2);
-    cr_assert_eq(deliver_shard_of("00000000000020000", 3), 2);
+    cr_assert_eq(deliver_shard_of("0000000000002000", 3), 2);
+    /* not an id (17 digits, lower case): shard 0 takes it */
+    cr_assert_eq(deliver_shard_of("00000000000020000", 3), 0);
+    cr_assert_eq(deliver_shard_of("0123456789a02fff", 3), 0);
 }
 
 static void
