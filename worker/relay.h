@@ -65,7 +65,7 @@ const char *relay_enhanced(const char *reply, const char *dflt, char *out,
             size_t outsz);
 
 /* Dot-stuffing in one pass (RFC 5321 4.5.2): a '.' at the start of a line
- * (after CRLF, after a bare LF, or at the very start) is doubled, so no
+ * (after CRLF, a bare LF, a bare CR, or at the very start) is doubled, so no
  * parser, strict or LF-lenient, finds an end of data inside the body.
  * State carries across calls, so any split of the body gives the same
  * output.  out must have room for RELAY_STUFF_ROOM(n) bytes (worst case

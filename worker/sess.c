@@ -95,6 +95,8 @@ struct sess_txn {
     struct smtp_data  dp;
     uint64_t          bytes;        /* content bytes from the client */
     int               used_bdat;
+    int               bdat_cr;      /* BDAT: the last byte was a CR */
+    int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
     int               too_big;
     int               spool_rc;     /* first failed spool call, 0 = none */
     /* mail-loop guard: Received: headers counted in the header section */
@@ -300,6 +302,17 @@ sess_reply(struct sess *s, const char *text)
 }
 
 
+/* sess_reply_flow - a 4xx that is flow control, not a client error: not
+ * counted toward max_errors. */
+static void
+sess_reply_flow(struct sess *s, const char *text)
+{
+    sess_out_take(s);
+    buf_printf(&s->out, "%s\r\n", text);
+    sess_pending_add(s);
+}
+
+
 static void sess_replyf(struct sess *s, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
 
@@ -407,13 +420,13 @@ static int
 sess_received(struct sess *s, struct sess_txn *t)
 {
     const struct config *cfg = s->w->cfg;
-    char                 hdr[2048], date[64], forc[SMTP_ADDR_MAX + 16];
+    char                 date[64], forc[SMTP_ADDR_MAX + 16], *hdr;
     const char          *with, *cipher;
     char                 tls[200];
     struct tm            tm;
     int                  bits, alg_bits;
     time_t               now = time(NULL);
-    int                  n;
+    int                  n, rc;
 
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
@@ -433,16 +446,21 @@ sess_received(struct sess *s, struct sess_txn *t)
     forc[0] = '\0';
     if (t->env.nrcpt == 1)
         snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
-    n = snprintf(hdr, sizeof(hdr),
-        "Received: from %s ([%s])\r\n"
-        "%s"
-        "\tby %s (mtad) with %s id %s%s;\r\n"
-        "\t%s\r\n",
-        s->helo ? s->helo : "unknown", s->ip, tls, cfg->hostname, with,
-        t->id, forc, date);
-    if (n < 0 || (size_t)n >= sizeof(hdr))
-        n = (int)strlen(hdr);
-    return spool_write(t->msg, hdr, (size_t)n);
+    /* Sized to fit: a header is never cut short. */
+#define SESS_RECEIVED_FMT "Received: from %s ([%s])\r\n%s" \
+        "\tby %s (mtad) with %s id %s%s;\r\n\t%s\r\n"
+#define SESS_RECEIVED_ARGS s->helo ? s->helo : "unknown", s->ip, tls, \
+        cfg->hostname, with, t->id, forc, date
+    n = snprintf(NULL, 0, SESS_RECEIVED_FMT, SESS_RECEIVED_ARGS);
+    if (n < 0)
+        return SPOOL_ESYS;
+    hdr = xmalloc((size_t)n + 1);
+    (void)snprintf(hdr, (size_t)n + 1, SESS_RECEIVED_FMT, SESS_RECEIVED_ARGS);
+#undef SESS_RECEIVED_FMT
+#undef SESS_RECEIVED_ARGS
+    rc = spool_write(t->msg, hdr, (size_t)n);
+    free(hdr);
+    return rc;
 }
 
 
@@ -671,7 +689,12 @@ sess_bdat_end(struct sess *s)
         s->bdat_err = NULL;
         return;
     }
-    if (t->too_big) {
+    if (t->bdat_bare || (s->bdat_last && t->bdat_cr)) {
+        log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
+            t->id, s->ip, (unsigned)s->port);
+        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
+        sess_txn_free(s);
+    } else if (t->too_big) {
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
     } else if (s->bdat_last && t->hops > SESS_MAX_HOPS) {
@@ -700,6 +723,8 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         return;
     }
     sess_txn_free(s);               /* EHLO implies RSET */
+    while (arg.n > 0 && arg.p[arg.n - 1] == ' ')
+        arg.n--;                    /* the name as validated, unpadded */
     free(s->helo);
     s->helo = xstrndup(arg.p, arg.n);
     if (!esmtp) {
@@ -813,12 +838,19 @@ sess_rcpt(struct sess *s, struct str arg)
         sess_reply(s, "503 5.5.1 Error: need MAIL command");
         return;
     }
+    if (t->used_bdat) {
+        /* RFC 3030 2: no RCPT once a chunk has been received. */
+        sess_reply(s, "503 5.5.1 Error: RCPT not allowed after BDAT");
+        return;
+    }
     if (smtp_parse_rcpt(arg, t->env.smtputf8, &r, &reply) < 0) {
         sess_reply(s, reply);
         return;
     }
     if (t->env.nrcpt >= (size_t)s->w->cfg->max_recipients) {
-        sess_reply(s, "452 4.5.3 Error: too many recipients");
+        /* Flow control (RFC 5321 4.5.3.1.10): the client sends the rest
+         * in another transaction, so this does not count as an error. */
+        sess_reply_flow(s, "452 4.5.3 Error: too many recipients");
         return;
     }
     if (sess_rcpt_route(s, r.addr) < 0)
@@ -1218,8 +1250,18 @@ sess_bdat_step(struct sess *s)
         return 0;
     if (n > s->bdat_left)
         n = (size_t)s->bdat_left;
-    if (s->bdat_err == NULL)
+    if (s->bdat_err == NULL) {
+        struct sess_txn *t = s->txn;
+
+        /* limits.bare_newline holds for BDAT too (binary bodies aside):
+         * a stored bare CR or LF could end the data early at a lenient
+         * next hop that gets the message by DATA. */
+        if (!s->w->cfg->bare_newline_accept &&
+            t->env.body != SPOOL_BODY_BINARYMIME &&
+            smtp_data_bare(&t->bdat_cr, buf_head(&s->in), n))
+            t->bdat_bare = 1;
         (void)sess_emit(s, buf_head(&s->in), n);
+    }
     buf_consume(&s->in, n);
     s->bdat_left -= n;
     if (s->bdat_left == 0)

@@ -38,4 +38,10 @@ void    smtp_data_init(struct smtp_data *d, int accept_bare);
 int     smtp_data_feed(struct smtp_data *d, const char *in, size_t n,
             size_t *used, smtp_data_emit_fn *emit, void *arg);
 
+/* smtp_data_bare - the bare-newline check alone, for BDAT content (no dot
+ * handling, no end mark).  *cr carries "the last byte was a CR" across
+ * calls (start with 0); a CR still pending when the message ends is bare
+ * too.  Returns 1 when p[0..n) holds a bare CR or bare LF, else 0. */
+int     smtp_data_bare(int *cr, const char *p, size_t n);
+
 #endif /* MTAD_SMTP_DATA_H */

@@ -234,10 +234,9 @@ Test(relay_stuff, no_final_crlf_gets_one)
 }
 
 
-Test(relay_stuff, bare_lf_is_a_line_start_bare_cr_is_not)
+Test(relay_stuff, bare_lf_is_a_line_start)
 {
     check_stuff("a\n.b\r\n", "a\n..b\r\n.\r\n");
-    check_stuff("a\r.b\r\n", "a\r.b\r\n.\r\n");
     check_stuff("a\r\r\n.b\r\n", "a\r\r\n..b\r\n.\r\n");
     /* a body ending in a bare LF still needs its CRLF before the dot */
     check_stuff("a\n", "a\n\r\n.\r\n");
@@ -341,4 +340,17 @@ Test(relay_stuff, worst_case_fits_the_room)
         free(in);
         free(out);
     }
+}
+
+
+/* Issue 10 finding 2: a receiver that takes a bare CR as a line end must
+ * not find an end of data in "line1\r.\r\n": the dot after a bare CR is
+ * doubled too, so no stored byte sequence ends the data early anywhere. */
+Test(relay_stuff, bare_cr_is_a_line_start_too)
+{
+    check_stuff("a\r.b\r\n", "a\r..b\r\n.\r\n");
+    check_stuff("line1\r.\r\nMAIL FROM:<e@x>\r\n",
+        "line1\r..\r\nMAIL FROM:<e@x>\r\n.\r\n");
+    check_stuff("x\r.\r.\n.\r\n.y", "x\r..\r..\n..\r\n..y\r\n.\r\n");
+    check_stuff("\r\r.", "\r\r..\r\n.\r\n");
 }

@@ -1,0 +1,227 @@
+"""Issue 10: the holes a security review found in the inbound SMTP server
+and the relay client, each as a test that failed before its fix.
+
+Findings 2, 3, 4, 6, 7 and 8 (1 and 5 are the master's and the control
+socket's, tested elsewhere).  Messages stay queued (a blackhole route)
+unless a test routes them to a sink (sink.py) to see what a next hop gets.
+"""
+import os
+import re
+import socket
+import time
+
+import pytest
+
+from conftest import MTACTL
+from delivery_util import sink_factory  # noqa: F401  (fixture)
+from smtp_util import (Blackhole, Client, assert_enhanced, dot_stuff,
+                       read_queue_file, strip_received, wait_for)
+
+QUEUED = re.compile(rb"^2\.0\.0 Ok: queued as ([0-9A-F]{16})$")
+
+
+def queued_id(reply):
+    assert reply.code == 250, reply
+    m = QUEUED.match(reply.text)
+    assert m, reply
+    return m.group(1).decode()
+
+
+def body_of(m, qid):
+    env, body = read_queue_file(os.path.join(m.spool, "queue", qid))
+    received, rest = strip_received(body)
+    return env, received, rest
+
+
+@pytest.fixture
+def hole():
+    b = Blackhole()
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def mk(mtad_factory, hole):
+    """An mtad with one worker whose default route never answers."""
+    def make(overrides=None, start=True):
+        cfg = {"server": {"workers": 1}, "routes": {"default": hole.route()}}
+        for k, v in (overrides or {}).items():
+            cfg.setdefault(k, {}).update(v)
+        m = mtad_factory(cfg)
+        return m.start() if start else m
+    return make
+
+
+def wait_closed(sink, timeout=20.0):
+    """Wait until every sink session ended: all bytes were then read."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with sink._lock:
+            closed = sum(1 for e in sink.events if e[0] == "closed")
+            if sink.connections > 0 and closed == sink.connections:
+                return
+        time.sleep(0.05)
+    raise AssertionError("sink sessions still open: %r" % sink.events)
+
+
+# --- finding 2: bare CR smuggling -------------------------------------------
+
+SMUGGLE = (b"Subject: smuggle\r\n\r\nline1\r.\r\n"
+           b"MAIL FROM:<evil@attacker.test>\r\n"
+           b"RCPT TO:<victim@sink.test>\r\nDATA\r\n"
+           b"Subject: smuggled\r\n\r\nsmuggled\r\n")
+
+
+def test_bdat_bare_cr_is_refused_by_default(mk):
+    """limits.bare_newline (reject) holds for BDAT as for DATA."""
+    m = mk()
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        c.send(b"BDAT %d LAST\r\n" % len(SMUGGLE) + SMUGGLE)
+        r = c.reply()
+        assert r.code == 550, r
+        assert r.text.startswith(b"5.5.2"), r
+        assert c.cmd("NOOP").code == 250
+        # a bare LF in a first chunk, CRLF split across two chunks is fine
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        c.send(b"BDAT 3\r\nab\r")
+        assert c.reply().code == 250
+        c.send(b"BDAT 3 LAST\r\n\ncd")
+        qid = queued_id(c.reply())
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        c.send(b"BDAT 3\r\na\nb")
+        r = c.reply()
+        assert r.code == 550, r
+        c.send(b"BDAT 1 LAST\r\nc")
+        assert c.reply().code == 503      # the transaction is gone
+    assert m.queue_ids() == [qid]
+    _, _, rest = body_of(m, qid)
+    assert rest == b"ab\r\ncd"
+
+
+def test_bare_cr_never_ends_data_at_a_lenient_next_hop(mk, sink_factory):
+    """Accepted with bare_newline: accept, BDAT content holding
+    "\\r.\\r\\n" reaches a DATA-only next hop that takes a bare CR as a line
+    end as one message, never as a second, smuggled transaction."""
+    sink = sink_factory()               # no CHUNKING: the relay uses DATA
+    sink.lenient_eod = True
+    m = mk({"limits": {"bare_newline": "accept"},
+            "routes": {"default": sink.route}})
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@sink.test>").code == 250
+        c.send(b"BDAT %d LAST\r\n" % len(SMUGGLE) + SMUGGLE)
+        qid = queued_id(c.reply())
+    m.wait_log("%s: to=<b@sink.test>" % qid)
+    m.stop()                            # closes the relay's connection
+    wait_closed(sink)
+    verbs = [v for _, v in sink.commands]
+    assert verbs.count("MAIL") == 1, sink.commands
+    msgs = sink.received()
+    assert len(msgs) == 1, msgs
+    assert msgs[0].rcpt_tos == ["b@sink.test"]
+    assert msgs[0].data.endswith(b"smuggled\r\n"), msgs[0].data[-80:]
+    assert b"MAIL FROM:<evil@attacker.test>" in msgs[0].data
+
+
+# --- finding 3: RCPT after the first BDAT chunk ------------------------------
+
+def test_rcpt_after_bdat_chunk_is_503(mk):
+    m = mk()
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        c.send(b"BDAT 3\r\nabc")
+        assert c.reply().code == 250
+        r = c.cmd("RCPT TO:<late@y.test>")
+        assert r.code == 503, r
+        assert_enhanced(r)
+        c.send(b"BDAT 2 LAST\r\nde")
+        qid = queued_id(c.reply())
+    env, _, rest = body_of(m, qid)
+    assert rest == b"abcde"
+    assert [r.split(b" ")[1] for r in env["rcpt"]] == [b"b@y.test"], env
+
+
+# --- finding 4: too many recipients is flow control --------------------------
+
+def test_too_many_recipients_is_not_an_error(mk):
+    """More RCPTs than max_recipients: 452 4.5.3 for the rest, no 421 at
+    max_errors, the first max_recipients get the message and the client
+    sends the rest in a second transaction."""
+    m = mk({"limits": {"max_recipients": 5, "max_errors": 3}})
+    rcpts = ["r%02d@y.test" % i for i in range(12)]
+    body = b"Subject: many\r\n\r\nhello\r\n"
+    with Client(m.port) as c:
+        c.greet()
+        qids, todo = [], list(rcpts)
+        while todo:
+            assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+            took = []
+            for a in todo:
+                r = c.cmd("RCPT TO:<%s>" % a)
+                if r.code == 452:
+                    assert r.text.startswith(b"4.5.3"), r
+                    continue
+                assert r.code == 250, r
+                took.append(a)
+            assert len(took) == min(5, len(todo))
+            assert c.cmd("DATA").code == 354
+            c.send(dot_stuff(body))
+            qids.append(queued_id(c.reply()))
+            todo = [a for a in todo if a not in took]
+        assert c.cmd("NOOP").code == 250
+    got = []
+    for qid in qids:
+        env, _, rest = body_of(m, qid)
+        assert rest == body
+        got += [r.split(b" ")[1].decode() for r in env["rcpt"]]
+    assert got == rcpts
+
+
+# --- finding 6: a padded EHLO and a long HELO name --------------------------
+
+def received_of(m, qid):
+    _, received, _ = body_of(m, qid)
+    return received
+
+
+def check_received(received, helo, qid):
+    text = received.decode()
+    assert text.startswith("Received: from %s ([127.0.0.1])\r\n" % helo), text
+    assert "\tby mx.test.example (mtad) with ESMTP id %s" % qid in text, text
+    assert re.search(r"\r\n\t\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d "
+                     r"\+0000\r\n$", text), text
+    # folded lines only: every line after the first starts with a tab
+    for line in text.split("\r\n")[1:-1]:
+        assert line.startswith("\t"), text
+
+
+def test_padded_ehlo_and_long_helo_keep_received_whole(mk):
+    m = mk()
+    long_name = ".".join(["a" * 63] * 3) + ".test"       # 196 bytes
+    body = b"Subject: first client header\r\n\r\nhello\r\n"
+    # command lines of 2040 bytes, the name padded with spaces
+    cases = [("padded.test" + " " * (2035 - 11), "padded.test"),
+             (long_name + " " * (2035 - len(long_name)), long_name),
+             (long_name, long_name)]
+    for ehlo, stored in cases:
+        with Client(m.port) as c:
+            assert c.reply().code == 220
+            assert c.cmd("EHLO " + ehlo).code == 250
+            assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+            for i in range(3):
+                assert c.cmd("RCPT TO:<r%d@y.test>" % i).code == 250
+            assert c.cmd("DATA").code == 354
+            c.send(dot_stuff(body))
+            qid = queued_id(c.reply())
+        received = received_of(m, qid)
+        check_received(received, stored, qid)
+        _, _, rest = body_of(m, qid)
+        assert rest == body
