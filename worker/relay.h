@@ -36,7 +36,8 @@ struct spool_env;
 struct relay_reply {
     int     code;                   /* 100..599 */
     size_t  len;                    /* bytes of the raw reply, with CRLFs */
-    char    text[RELAY_REPLY_MAX];  /* "250 2.0.0 Ok" lines joined by ' ' */
+    char    text[RELAY_REPLY_MAX];  /* "250 2.0.0 Ok" lines joined by ' ',
+                                       escaped by util_escape() */
 };
 
 /* Parse the first complete reply in p[0..n).  Returns 1 (complete; r

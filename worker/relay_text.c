@@ -15,19 +15,16 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/util.h"
 #include "worker/relay.h"
 
-/* relay_text_append - append n bytes to the flattened text, truncating. */
+/* relay_text_append - append n bytes to the flattened text, escaped
+ * (a hostile next hop's ESC or bare CR must not reach a log, a DSN or a
+ * terminal), truncating. */
 static void
 relay_text_append(struct relay_reply *r, size_t *tl, const char *p, size_t n)
 {
-    size_t room = sizeof(r->text) - 1 - *tl;
-
-    if (n > room)
-        n = room;
-    memcpy(r->text + *tl, p, n);
-    *tl += n;
-    r->text[*tl] = '\0';
+    *tl += util_escape(r->text + *tl, sizeof(r->text) - *tl, p, n, 0, NULL);
 }
 
 

@@ -21,6 +21,8 @@ Steering (attributes; change them any time, they are read per command):
                line end in DATA too, so "\r.\r\n" or "\n.\n" ends the
                data and what follows is read as commands (smuggling tests)
   reply_text   if set, the text of the 250 after the data (any bytes)
+  rcpt_replies {address: bytes}: answer RCPT for that address with this
+               whole line (any bytes), and do not take the recipient
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
@@ -81,6 +83,7 @@ class Sink:
         self.rset_reply = None      # e.g. "421 ...": answer RSET so, close
         self.lenient_eod = False
         self.reply_text = None
+        self.rcpt_replies = {}
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -220,6 +223,8 @@ class Sink:
                     addr, params = _path(arg)
                     if state["from"] is None:
                         await reply("503 5.5.1 need MAIL")
+                    elif addr in self.rcpt_replies:
+                        await reply(self.rcpt_replies[addr])
                     elif addr in self.reject:
                         await reply("550 5.1.1 <%s>: Recipient address "
                                     "rejected: no such user" % addr)

@@ -225,3 +225,83 @@ def test_padded_ehlo_and_long_helo_keep_received_whole(mk):
         check_received(received, stored, qid)
         _, _, rest = body_of(m, qid)
         assert rest == body
+
+
+# --- finding 8: control bytes from the network never leave raw --------------
+
+CTRL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def no_controls(data, what):
+    """No C0 control but TAB/LF (CR only before LF), no DEL, no C1."""
+    bad = [m.start() for m in CTRL.finditer(data)
+           if not (data[m.start():m.start() + 2] == b"\r\n")]
+    assert not bad, "%s: control bytes at %r: %r" % (
+        what, bad[:5], data[max(0, bad[0] - 40):bad[0] + 40])
+
+
+HOSTILE = b"\x1b]0;pwned\x07\x1b[2J x\rFAKE \xc2\x9b31m \x7f end"
+
+
+def test_next_hop_reply_is_escaped_in_log_and_dsn(mk, sink_factory):
+    remote = sink_factory()
+    home = sink_factory()
+    remote.rcpt_replies = {"bad@remote.test": b"550 5.1.1 " + HOSTILE}
+    remote.reply_text = b"2.0.0 Ok " + HOSTILE
+    m = mk({"routes": {"default": remote.route,
+                       "static": {"home.test": home.route}}})
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<alice@home.test>").code == 250
+        assert c.cmd("RCPT TO:<bad@remote.test>").code == 250
+        assert c.cmd("RCPT TO:<ok@remote.test>").code == 250
+        assert c.cmd("DATA").code == 354
+        c.send(dot_stuff(b"Subject: x\r\n\r\nbody\r\n"))
+        qid = queued_id(c.reply())
+    m.wait_log("%s: to=<ok@remote.test>" % qid)
+    m.wait_log("%s: to=<bad@remote.test>" % qid)
+    with open(m.log, "rb") as f:
+        log = f.read()
+    no_controls(log, "log")
+    assert b"status=sent (250 2.0.0 Ok \\x1b]0;pwned\\x07\\x1b[2J " \
+        b"x\\x0dFAKE \\xc2\\x9b31m \\x7f end)" in log, log[-2000:]
+    dsn = home.wait_for(1, timeout=20)[0]
+    assert dsn.rcpt_tos == ["alice@home.test"]
+    no_controls(dsn.data, "DSN")
+    assert b"Diagnostic-Code: smtp; 550 5.1.1 \\x1b]0;pwned\\x07" in dsn.data
+
+
+def test_mtactl_show_escapes_client_headers(mk):
+    m = mk({"limits": {"bare_newline": "accept"}})
+    hdr = b"Subject: hi " + HOSTILE + b"\r\nX-Evil: \x1b[1A\x1b[2K\r\n\r\n"
+    body = hdr + b"body \x1b[31m\r\n"
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test> BODY=8BITMIME").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        c.send(b"BDAT %d LAST\r\n" % len(body) + body)
+        qid = queued_id(c.reply())
+    import subprocess
+    for args in (["show", qid], ["show", qid, "--body"]):
+        r = subprocess.run([MTACTL, "-c", m.cfg_path] + args,
+                           capture_output=True, timeout=30)
+        assert r.returncode == 0, r
+        no_controls(r.stdout, " ".join(args))
+        assert b"Subject: hi \\x1b]0;pwned\\x07\\x1b[2J x\\x0dFAKE " \
+            b"\\xc2\\x9b31m \\x7f end" in r.stdout, r.stdout
+    # --raw stays byte for byte, for piping
+    r = subprocess.run([MTACTL, "-c", m.cfg_path, "show", qid, "--raw"],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.endswith(body), r
+
+
+def test_helo_with_c1_control_is_refused(mk):
+    m = mk()
+    with Client(m.port) as c:
+        assert c.reply().code == 220
+        r = c.cmd(b"EHLO a\xc2\x9b31m.test")
+        assert r.code == 501, r
+        r = c.cmd(b"HELO \xc2\x85x.test")
+        assert r.code == 501, r
+        assert c.cmd("EHLO ok.test").code == 250
+        assert c.cmd(b"MAIL FROM:<a\xc2\x9b@x.test> SMTPUTF8").code == 501

@@ -354,3 +354,23 @@ Test(relay_stuff, bare_cr_is_a_line_start_too)
     check_stuff("x\r.\r.\n.\r\n.y", "x\r..\r..\n..\r\n..y\r\n.\r\n");
     check_stuff("\r\r.", "\r\r..\r\n.\r\n");
 }
+
+
+/* Issue 10 finding 8: a hostile next hop's reply keeps no control byte:
+ * ESC, a bare CR, NUL, DEL and C1 controls are escaped as \xHH. */
+Test(relay_reply, control_bytes_are_escaped)
+{
+    static const char in[] = "550 5.1.1 \x1b[2J\x1b]0;pwned\x07 x\rFAKE\x7f"
+        "\xc2\x9b" "1m \xff ok\xc3\xa9\r\n";
+    struct relay_reply r;
+    size_t             i;
+
+    cr_assert_eq(relay_reply_parse(in, sizeof(in) - 1, 4096, &r), 1);
+    cr_assert_eq(r.code, 550);
+    for (i = 0; r.text[i] != '\0'; i++)
+        cr_assert((unsigned char)r.text[i] >= 0x20 &&
+            (unsigned char)r.text[i] != 0x7f, "byte %zu: %02x", i,
+            (unsigned char)r.text[i]);
+    cr_assert_str_eq(r.text, "550 5.1.1 \\x1b[2J\\x1b]0;pwned\\x07 x\\x0dFAKE"
+        "\\x7f\\xc2\\x9b1m \\xff ok\xc3\xa9");
+}
