@@ -95,6 +95,8 @@ struct sess_txn {
     struct smtp_data  dp;
     uint64_t          bytes;        /* content bytes from the client */
     int               used_bdat;
+    size_t            env_bytes;    /* envelope memory, for
+                                       limits.max_envelope_size */
     int               bdat_cr;      /* BDAT: the last byte was a CR */
     int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
     int               too_big;
@@ -119,6 +121,7 @@ struct sess {
     struct transport  tp;
     unsigned          watched;       /* EV_* mask given to the loop */
     struct ev_timer   timer;
+    struct ev_timer   life;          /* limits.session_lifetime */
     struct buf        in;
     struct buf        out;
     struct sess_txn  *txn;
@@ -137,6 +140,7 @@ struct sess {
     uint8_t           bdat_last;
     uint16_t          flags;
     uint16_t          nerrors;
+    uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
     uint16_t          ncmd[SMTP_STARTTLS + 1];
 };
 
@@ -513,6 +517,7 @@ sess_queued(struct sess *s, uint64_t size)
         t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
         (unsigned)s->port);
     STATUS_ADD(w->st->msgs_in, 1);
+    s->njunk = 0;                   /* a client that sends mail is no idler */
     deliver_submit(w->deliver, t->id);
     sess_txn_free(s);
 }
@@ -776,6 +781,7 @@ sess_mail(struct sess *s, struct str arg)
         return;
     }
     t = xcalloc(1, sizeof(*t));
+    t->env_bytes = sizeof(*t) + strlen(m.addr) + 1 + strlen(m.envid) + 1;
     t->env.sender = xstrdup(m.addr);
     t->env.body = m.body;
     t->env.smtputf8 = m.smtputf8;
@@ -833,6 +839,7 @@ sess_rcpt(struct sess *s, struct str arg)
     struct sess_txn  *t = s->txn;
     struct spool_rcpt *sr;
     const char       *reply;
+    size_t            need;
 
     if (t == NULL) {
         sess_reply(s, "503 5.5.1 Error: need MAIL command");
@@ -853,8 +860,18 @@ sess_rcpt(struct sess *s, struct str arg)
         sess_reply_flow(s, "452 4.5.3 Error: too many recipients");
         return;
     }
+    /* limits.max_envelope_size: what this recipient costs in memory (the
+     * array may double, hence twice the entry).  Flow control, like 452
+     * for max_recipients: the rest can come in another transaction. */
+    need = strlen(r.addr) + 1 + (r.orcpt[0] ? strlen(r.orcpt) + 1 : 0) +
+        2 * sizeof(*sr);
+    if (t->env_bytes + need > s->w->cfg->max_envelope_size) {
+        sess_reply_flow(s, "452 4.5.3 Error: too much recipient data");
+        return;
+    }
     if (sess_rcpt_route(s, r.addr) < 0)
         return;
+    t->env_bytes += need;
     if (t->env.nrcpt == t->rcap) {
         t->rcap = t->rcap ? t->rcap * 2 : 4;
         t->env.rcpt = xrealloc(t->env.rcpt, t->rcap * sizeof(*t->env.rcpt));
@@ -965,6 +982,26 @@ sess_starttls(struct sess *s, struct str arg)
 }
 
 
+/* sess_junk - NOOP, RSET, VRFY and HELP cost nothing to send and keep a
+ * session alive: past limits.max_junk_commands since the last message the
+ * session is closed with 421.  Returns 1 when it was. */
+static int
+sess_junk(struct sess *s)
+{
+    char text[300];
+
+    if (++s->njunk <= (uint32_t)s->w->cfg->max_junk_commands)
+        return 0;
+    log_info("too many junk commands from [%s]:%u", s->ip,
+        (unsigned)s->port);
+    STATUS_ADD(s->w->st->errors, 1);
+    snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many junk "
+        "commands", s->w->cfg->hostname);
+    sess_close_after(s, text);
+    return 1;
+}
+
+
 static void
 sess_command(struct sess *s, struct str line, int bare_lf)
 {
@@ -986,6 +1023,9 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         verb = SMTP_UNKNOWN;
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;
+    if ((verb == SMTP_NOOP || verb == SMTP_RSET || verb == SMTP_VRFY ||
+        verb == SMTP_HELP) && sess_junk(s))
+        return;
     switch (verb) {
     case SMTP_EHLO:
         sess_ehlo(s, arg, 1);
@@ -1441,6 +1481,36 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 }
 
 
+/* sess_on_life - limits.session_lifetime: however busy the client keeps
+ * it (a byte at a time restarts the command timeout), a session ends at
+ * this age; a message in progress is aborted, one being committed is
+ * answered first. */
+static void
+sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct sess *s = arg;
+    char         text[300];
+
+    (void)t;
+    if (s->state == SS_CLOSING)
+        return;                     /* its own timer bounds the close */
+    if (s->state == SS_COMMIT) {
+        ev_timer_start(loop, &s->life, 0);  /* the hook answers this turn */
+        return;
+    }
+    log_info("session lifetime exceeded from [%s]:%u", s->ip,
+        (unsigned)s->port);
+    if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
+        sess_free(s, "session lifetime exceeded");
+        return;
+    }
+    snprintf(text, sizeof(text), "421 4.4.2 %s Error: session lifetime "
+        "exceeded", s->w->cfg->hostname);
+    sess_close_after(s, text);
+    ev_timer_start(loop, &s->timer, 5000);
+}
+
+
 /* --- life cycle ------------------------------------------------------- */
 
 static void
@@ -1473,6 +1543,7 @@ sess_free(struct sess *s, const char *why)
         sess_tls_ready_del(s);
     sess_txn_free(s);               /* aborts an unfinished message */
     ev_timer_stop(w->loop, &s->timer);
+    ev_timer_stop(w->loop, &s->life);
     ev_unwatch(w->loop, s->tp.fd);
     transport_close(&s->tp);
     s->in.off = s->in.len = 0;
@@ -1558,6 +1629,8 @@ sess_accept(struct worker *w, int fd, const struct sockaddr *sa,
     STATUS_ADD(w->st->conns_total, 1);
     ev_timer_init(&s->timer, sess_on_timer, s);
     ev_timer_start(w->loop, &s->timer, cfg->command_timeout_ms);
+    ev_timer_init(&s->life, sess_on_life, s);
+    ev_timer_start(w->loop, &s->life, cfg->session_lifetime_ms);
     s->active_ms = ev_now(w->loop);
     log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
     sess_out_take(s);

@@ -52,6 +52,16 @@ def mk(mtad_factory, hole):
     return make
 
 
+def settle(m):
+    """Wait until the readiness probe's session is gone on the server side,
+    so that per-address limits count only ours."""
+    def done():
+        text = m.log_text()
+        n = text.count(": connect from [")
+        return n >= 1 and n == text.count(": disconnect from [")
+    assert wait_for(done)
+
+
 def wait_closed(sink, timeout=20.0):
     """Wait until every sink session ended: all bytes were then read."""
     deadline = time.time() + timeout
@@ -305,3 +315,126 @@ def test_helo_with_c1_control_is_refused(mk):
         assert r.code == 501, r
         assert c.cmd("EHLO ok.test").code == 250
         assert c.cmd(b"MAIL FROM:<a\xc2\x9b@x.test> SMTPUTF8").code == 501
+
+
+# --- finding 7: resource holding --------------------------------------------
+
+def test_trickling_client_cannot_hold_a_slot_past_the_lifetime(mk):
+    """One byte at a time restarts the command timeout, but the session
+    lifetime ends the session anyway, and its slot is free again."""
+    m = mk({"limits": {"session_lifetime": "2s", "command_timeout": "5s",
+                       "max_connections_per_ip": 1}})
+    settle(m)
+    c = Client(m.port)
+    try:
+        assert c.reply().code == 220
+        start = time.monotonic()
+        c.sock.settimeout(0.25)
+        got = b""
+        # bounded: at most 240 bytes at one per 0.25 s (60 s)
+        for i in range(240):
+            try:
+                c.sock.sendall(b"NOOP\r\n"[i % 6:i % 6 + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            try:
+                chunk = c.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+            if b"421" in got:
+                break
+        else:
+            raise AssertionError("a trickling client held its session for "
+                                 "60 s: %r" % got)
+        assert time.monotonic() - start >= 2.0
+        assert b"421 4.4.2 mx.test.example Error: session lifetime " \
+            b"exceeded\r\n" in got, got
+    finally:
+        c.close()
+    m.wait_log("session lifetime exceeded")
+    # the slot is free again: a new session is admitted (max 1 per address)
+    def admitted():
+        with Client(m.port) as c2:
+            return c2.reply().code == 220
+    assert wait_for(admitted)
+
+
+def test_lifetime_ends_a_slow_data_phase(mk):
+    m = mk({"limits": {"session_lifetime": "2s"}})
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<b@y.test>").code == 250
+        assert c.cmd("DATA").code == 354
+        c.sock.settimeout(0.25)
+        got = b""
+        for i in range(240):
+            try:
+                c.sock.sendall(b"x")
+                got += c.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if b"421" in got:
+                break
+        assert b"421 4.4.2" in got, got
+    assert m.queue_ids() == []
+
+
+def test_junk_commands_are_limited(mk):
+    m = mk({"limits": {"max_junk_commands": 5, "max_errors": 100}})
+    with Client(m.port) as c:
+        c.greet()
+        for verb in ("NOOP", "RSET", "VRFY x", "HELP", "NOOP"):
+            assert c.cmd(verb).code in (250, 252, 214), verb
+        r = c.cmd("NOOP")
+        assert r.code == 421, r
+        assert r.text.startswith(b"4.7.0"), r
+        assert c.closed()
+    # a delivered message starts the count again
+    with Client(m.port) as c:
+        c.greet()
+        for _ in range(2):
+            for verb in ("NOOP", "RSET", "NOOP", "NOOP"):
+                assert c.cmd(verb).code == 250
+            assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+            assert c.cmd("RCPT TO:<b@y.test>").code == 250
+            assert c.cmd("DATA").code == 354
+            c.send(dot_stuff(b"Subject: x\r\n\r\nx\r\n"))
+            queued_id(c.reply())
+        assert c.cmd("NOOP").code == 250
+
+
+def test_envelope_memory_is_capped(mk):
+    """Long recipients up to max_envelope_size; beyond it 452 4.5.3 (flow
+    control: no 421 at max_errors) and the message goes to those taken."""
+    m = mk({"limits": {"max_envelope_size": "16K", "max_errors": 3}})
+    local = "l" * 60
+    dom = ".".join(["d" * 60] * 4)
+    rcpts = ["%s%03d@%s" % (local[:57], i, dom) for i in range(100)]
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        took, refused = [], 0
+        for a in rcpts:
+            r = c.cmd("RCPT TO:<%s>" % a)
+            if r.code == 452:
+                assert r.text.startswith(b"4.5.3"), r
+                refused += 1
+            else:
+                assert r.code == 250, r
+                took.append(a)
+        assert 0 < len(took) < 100 and refused == 100 - len(took)
+        # ~300 bytes of address each: 16K holds fewer than 55
+        assert len(took) <= 16 * 1024 // 300
+        assert c.cmd("DATA").code == 354
+        c.send(dot_stuff(b"Subject: x\r\n\r\nx\r\n"))
+        qid = queued_id(c.reply())
+    env, _, _ = body_of(m, qid)
+    assert [r.split(b" ")[1].decode() for r in env["rcpt"]] == took
