@@ -1,6 +1,6 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
-#          bench, install, clean.
+#          bench, fuzz, install, clean.
 
 PKGS     := openssl lmdb yaml-0.1
 PREFIX   ?= /usr/local
@@ -37,7 +37,7 @@ BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps
+.PHONY: all deps run test unit integration asan bench fuzz install clean check-deps
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -94,6 +94,35 @@ asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
+# libFuzzer targets (clang) for every parser of untrusted input, built into
+# build-fuzz/ and run FUZZ_TIME seconds each from the seeds committed in
+# tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh; a crash fails the run).
+FUZZ_CC      ?= clang
+FUZZ_TIME    ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS := smtp stuff relay env route config
+FUZZ_SRC_smtp   := worker/smtp_parse.c worker/smtp_data.c
+FUZZ_SRC_stuff  := worker/relay_text.c worker/smtp_data.c common/util.c
+FUZZ_SRC_relay  := worker/relay_text.c common/util.c
+FUZZ_SRC_env    := spool/spool_env.c common/util.c
+FUZZ_SRC_route  := router/route.c common/util.c
+FUZZ_SRC_config := config/config.c router/route.c common/log.c common/util.c
+FUZZ_LIBS_config = $(LDLIBS)
+FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
+
+define FUZZ_RULE
+$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(FUZZ_SRC_$(1))
+	@mkdir -p $(FUZZ_BUILD)
+	$$(FUZZ_CC) $$(FUZZ_FLAGS) $$(shell pkg-config --cflags $$(PKGS) 2>/dev/null) \
+	    -o $$@ $$^ $$(FUZZ_LIBS_$(1))
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
+
+fuzz: $(FUZZ_BIN)
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
+
 # As root, workers run as the system user mtad (created here if missing),
 # so the Maildir under var/ must be theirs.
 run: all
@@ -122,6 +151,6 @@ install: all
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
