@@ -21,6 +21,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char fuzz_path[64];
 
 static void
+fuzz_cleanup(void)
+{
+    if (fuzz_path[0] != '\0')
+        unlink(fuzz_path);
+}
+
+static void
 fuzz_check_err(const char *err)
 {
     size_t      plen = strlen(fuzz_path);
@@ -53,6 +60,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (fd < 0)
             abort();
         close(fd);
+        atexit(fuzz_cleanup);
     }
     fp = fopen(fuzz_path, "w");
     if (fp == NULL || fwrite(data, 1, size, fp) != size || fclose(fp) != 0)
