@@ -36,6 +36,15 @@
  *           on the socket: sess_tls_kick() puts such a session on
  *           w->tls_ready, read again on the next turn.  Plain sessions pay
  *           one pointer test for all this.
+ * LIMITS    (issue 10) A session ends at limits.session_lifetime however
+ *           busy the client keeps it (its own timer, from accept); more
+ *           than limits.max_junk_commands NOOP/RSET/VRFY/HELP since the
+ *           last accepted message end it too (421); a transaction's
+ *           envelope memory stops at limits.max_envelope_size and its
+ *           recipients at max_recipients, both answered 452 4.5.3 as flow
+ *           control, not counted toward max_errors.  No RCPT after the
+ *           first BDAT chunk (503).  limits.bare_newline holds for BDAT
+ *           content too, except BODY=BINARYMIME.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
  *           errors end the session, aborting any message in progress.
