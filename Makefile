@@ -1,6 +1,6 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
-#          bench, install, clean.
+#          bench, fuzz, install, clean.
 
 PKGS     := openssl lmdb yaml-0.1 libcares
 PREFIX   ?= /usr/local
@@ -77,7 +77,7 @@ umod_smtpblast := common
 umod_smtpsink := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps layering
+.PHONY: all deps run test unit integration asan bench fuzz install clean check-deps layering
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -139,6 +139,38 @@ asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
+# libFuzzer targets (clang) for every parser of untrusted input, built into
+# build-fuzz/ and run FUZZ_TIME seconds each from the seeds committed in
+# tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh; a crash fails the run).
+FUZZ_CC      ?= clang
+FUZZ_TIME    ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy
+# Each target links the module it fuzzes and what that module uses.
+fmod_smtp := smtp
+fmod_stuff := smtp
+fmod_relay := smtp
+fmod_env := spool
+fmod_route := router
+fmod_config := config
+fmod_dns := dns
+fmod_proxy := proxy
+fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
+FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
+
+define FUZZ_RULE
+$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(call fsrc,$(1))
+	@mkdir -p $(FUZZ_BUILD)
+	$$(FUZZ_CC) $$(FUZZ_FLAGS) $$(shell pkg-config --cflags $$(PKGS) 2>/dev/null) \
+	    -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
+
+fuzz: $(FUZZ_BIN)
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
+
 # As root, workers run as the system user mtad (created here if missing),
 # so the Maildir under var/ must be theirs.
 run: all
@@ -151,15 +183,6 @@ run: all
 
 bench: all
 	@sh bench/run.sh
-
-# libFuzzer over the DNS answer parser (clang); FUZZ_TIME seconds.
-FUZZ_TIME ?= 60
-fuzz-dns:
-	@mkdir -p $(BUILD)/fuzz_dns_corpus
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-	    -o $(BUILD)/fuzz_dns tests/fuzz/fuzz_dns.c dns/msg.c common/util.c
-	cp tests/fuzz/dns_seeds/* $(BUILD)/fuzz_dns_corpus/
-	$(BUILD)/fuzz_dns -max_total_time=$(FUZZ_TIME) $(BUILD)/fuzz_dns_corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \
@@ -176,6 +199,6 @@ install: all
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -215,8 +215,8 @@ log_timestamp(char *out)
 void
 log_msg(int level, const char *fmt, ...)
 {
-    char    rec[LOG_RECORD_MAX];
-    size_t  n, text;
+    char    rec[LOG_RECORD_MAX], raw[LOG_RECORD_MAX];
+    size_t  n;
     int     r, saved = errno;
     va_list ap;
 
@@ -227,16 +227,16 @@ log_msg(int level, const char *fmt, ...)
         log_ident, level == LOGL_ERR ? "error: " :
         level == LOGL_WARN ? "warning: " : "");
     n += (size_t)r < sizeof(rec) - n ? (size_t)r : sizeof(rec) - n - 1;
-    text = n;
     va_start(ap, fmt);
     errno = saved;                  /* so %m still means the caller's errno */
-    r = vsnprintf(rec + n, sizeof(rec) - n - 1, fmt, ap);
+    r = vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* One record, one line, and no control byte from the network (an
+     * address, a HELO name, a next hop's reply) reaches the file or an
+     * operator's terminal: everything is escaped here, once. */
     if (r > 0)
-        n += (size_t)r < sizeof(rec) - n - 1 ? (size_t)r : sizeof(rec) - n - 2;
-    for (; text < n; text++)        /* one record, one line */
-        if (rec[text] == '\n' || rec[text] == '\r')
-            rec[text] = ' ';
+        n += util_escape(rec + n, sizeof(rec) - n - 1, raw,
+            (size_t)r < sizeof(raw) ? (size_t)r : sizeof(raw) - 1, 0, NULL);
     rec[n++] = '\n';
     if (log_sock < 0) {
         (void)util_write_all(STDERR_FILENO, rec, n);

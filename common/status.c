@@ -69,6 +69,36 @@ status_ip_key(const struct sockaddr *sa)
     return h ? h : 1;
 }
 
+const struct sockaddr *
+status_addr_group(const struct sockaddr *sa, unsigned v6_prefix,
+    struct sockaddr_storage *out)
+{
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)out;
+    uint8_t             *b;
+    unsigned             i;
+
+    memset(out, 0, sizeof(*out));
+    if (sa->sa_family == AF_INET) {
+        memcpy(out, sa, sizeof(struct sockaddr_in));
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(out, sa, sizeof(struct sockaddr_in6));
+        b = s6->sin6_addr.s6_addr;
+        if (!IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && v6_prefix < 128) {
+            if (v6_prefix % 8 != 0)
+                b[v6_prefix / 8] &= (uint8_t)(0xff00u >> (v6_prefix % 8));
+            for (i = (v6_prefix + 7) / 8; i < 16; i++)
+                b[i] = 0;
+        }
+        s6->sin6_port = 0;
+        s6->sin6_flowinfo = 0;
+        s6->sin6_scope_id = 0;
+    } else {
+        out->ss_family = sa->sa_family;
+    }
+    return (const struct sockaddr *)out;
+}
+
+
 #define STATUS_WORD(sp, slot, key, i) \
     (&(sp)->iptab[(slot)][((size_t)(key) + (i)) & (STATUS_IP_SLOTS - 1)])
 

@@ -64,6 +64,13 @@ struct status_page *status_create(void);     /* fatal on failure */
 #define STATUS_EFULL   (-1)
 #define STATUS_EPERIP  (-2)
 struct sockaddr;
+struct sockaddr_storage;
+/* status_addr_group - the address sa is counted as: an IPv6 address (not
+ * v4-mapped) with the bits past v6_prefix cleared, so that one client's
+ * /64 (limits.ipv6_prefix) is one client; anything else as is.  Copies into
+ * *out and returns it, as a struct sockaddr. */
+const struct sockaddr *status_addr_group(const struct sockaddr *sa,
+            unsigned v6_prefix, struct sockaddr_storage *out);
 int     status_conn_acquire(struct status_page *sp, unsigned slot,
             const struct sockaddr *sa, uint32_t max_total,
             uint32_t max_per_ip);

@@ -483,3 +483,77 @@ util_write_all(int fd, const void *buf, size_t n)
     }
     return 0;
 }
+
+
+/* util_utf8_len - the length of the valid UTF-8 character at p (at most
+ * n bytes, at least 2: p[0] >= 0x80), or 0.  Overlongs, surrogates, code
+ * points above U+10FFFF and C1 controls (U+0080..U+009F) are 0. */
+static size_t
+util_utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t        len, i;
+
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        len = 2;
+        if (p[0] == 0xc2)
+            lo = 0xa0;                  /* U+0080..U+009F: C1 controls */
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+
+size_t
+util_escape(char *dst, size_t dstsz, const char *src, size_t n,
+    unsigned flags, size_t *used)
+{
+    static const char   hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)src;
+    size_t              i = 0, o = 0, len;
+
+    while (i < n) {
+        unsigned char c = p[i];
+
+        if (c >= 0x20 && c < 0x7f) {
+            len = 1;
+        } else if ((flags & UTIL_ESC_LINES) && (c == '\n' || c == '\t' ||
+            (c == '\r' && i + 1 < n && p[i + 1] == '\n'))) {
+            len = 1;
+        } else if (c >= 0x80 && (len = util_utf8_len(p + i, n - i)) > 0) {
+            ;                           /* a whole printable character */
+        } else {
+            if (dstsz - o < 5)
+                break;
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 0xf];
+            i++;
+            continue;
+        }
+        if (dstsz - o < len + 1)
+            break;
+        memcpy(dst + o, p + i, len);
+        o += len;
+        i += len;
+    }
+    dst[o] = '\0';
+    if (used != NULL)
+        *used = i;
+    return o;
+}

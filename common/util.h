@@ -65,4 +65,19 @@ size_t  util_strlcpy(char *dst, const char *src, size_t dstsz);
 /* Write all of buf to a blocking fd; 0 or -1 (errno). */
 int     util_write_all(int fd, const void *buf, size_t n);
 
+/* util_escape - src[0..n) made safe to print: for a log line, a header, a
+ * DSN or a terminal, whatever bytes the network sent.  C0 controls, DEL,
+ * C1 controls (U+0080..U+009F as UTF-8, e.g. the 8-bit CSI "\xc2\x9b") and
+ * bytes that are not part of valid UTF-8 become "\xHH", one per byte;
+ * printable ASCII and valid UTF-8 stay (so escaping is idempotent: a
+ * backslash is left alone).  With UTIL_ESC_LINES, LF, CR right before LF
+ * and TAB stay too (multi-line text for a terminal).  dst (dstsz > 0) is
+ * always terminated; output stops before an escape or character that
+ * does not fit.  *used (may be NULL) gets the src bytes consumed.
+ * Returns strlen(dst).  UTIL_ESC_ROOM(n): room that never truncates. */
+#define UTIL_ESC_LINES     0x1u
+#define UTIL_ESC_ROOM(n)   (4 * (n) + 1)
+size_t  util_escape(char *dst, size_t dstsz, const char *src, size_t n,
+            unsigned flags, size_t *used);
+
 #endif /* MTAD_UTIL_H */

@@ -99,6 +99,10 @@ static const struct config_key config_limits[] = {
     DUR("data_timeout", data_timeout_ms, 1),
     INT("max_errors", max_errors),
     KEY("bare_newline", CONFIG_BARE_NL, bare_newline_accept),
+    { "ipv6_prefix", CONFIG_INT, OFF(ipv6_prefix), 1, 128, NULL },
+    DUR("session_lifetime", session_lifetime_ms, 1),
+    INT("max_junk_commands", max_junk_commands),
+    KEY("max_envelope_size", CONFIG_SIZE, max_envelope_size),
     END
 };
 
@@ -1339,6 +1343,10 @@ config_defaults(const char *path)
     cfg->data_timeout_ms = 10 * 60 * 1000;
     cfg->max_errors = 20;
     cfg->bare_newline_accept = false;
+    cfg->ipv6_prefix = 64;
+    cfg->session_lifetime_ms = 60 * 60 * 1000;
+    cfg->max_junk_commands = 100;
+    cfg->max_envelope_size = 256 * 1024;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));

@@ -56,6 +56,10 @@ struct config {
     uint64_t data_timeout_ms;       /* 10m */
     int     max_errors;             /* 20 */
     bool    bare_newline_accept;    /* limits.bare_newline: reject|accept */
+    int     ipv6_prefix;            /* 64: IPv6 clients per /N for _per_ip */
+    uint64_t session_lifetime_ms;   /* 1h: a session's maximum age */
+    int     max_junk_commands;      /* 100: NOOP/RSET/VRFY/HELP per message */
+    uint64_t max_envelope_size;     /* 256K: sender + recipients, bytes */
 
     /* relay */
     struct cidr *allow_networks;    /* default 127.0.0.0/8, ::1/128 */

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/util.h"
 #include "spool/spool.h"
 #include "delivery/dsn.h"
 #include "delivery/mta.h"
@@ -107,6 +108,20 @@ dsn_remote(const char *relay, char *out, size_t outsz)
 }
 
 
+/* dsn_why - the recipient's last reply, escaped: the relay escapes a
+ * peer's reply before it is stored, but a state file is text on disk and
+ * the DSN goes to a human (issue 10). */
+#define DSN_WHY_MAX  2048
+
+static void
+dsn_why(const struct spool_rcpt *rc, char *out, size_t outsz)
+{
+    const char *r = rc->last_reply ? rc->last_reply : "delivery failed";
+
+    (void)util_escape(out, outsz, r, strlen(r), 0, NULL);
+}
+
+
 /* dsn_peer_reply - did the text come from a peer ("ddd ...")? */
 static int
 dsn_peer_reply(const char *r)
@@ -136,12 +151,11 @@ dsn_human(const struct dsn_info *in, struct buf *out)
         "\r\n", in->hostname);
     for (i = 0; i < env->nrcpt; i++) {
         const struct spool_rcpt *rc = &env->rcpt[i];
-        const char              *why = rc->last_reply ? rc->last_reply :
-            "delivery failed";
-        char                     host[300];
+        char                     why[DSN_WHY_MAX], host[300];
 
         if (!dsn_wanted(rc))
             continue;
+        dsn_why(rc, why, sizeof(why));
         if (dsn_peer_reply(why) && dsn_remote(rc->relay, host, sizeof(host)))
             buf_printf(out, "<%s>: host %s said: %s\r\n\r\n", rc->addr,
                 rc->relay, why);
@@ -169,12 +183,11 @@ dsn_status(const struct dsn_info *in, struct buf *out)
         dsn_date(env->arrival_ms, date, sizeof(date)));
     for (i = 0; i < env->nrcpt; i++) {
         const struct spool_rcpt *rc = &env->rcpt[i];
-        const char              *why = rc->last_reply ? rc->last_reply :
-            "delivery failed";
-        char                     st[16], host[300];
+        char                     why[DSN_WHY_MAX], st[16], host[300];
 
         if (!dsn_wanted(rc))
             continue;
+        dsn_why(rc, why, sizeof(why));
         buf_append(out, "\r\n", 2);
         buf_printf(out, "Final-Recipient: rfc822; %s\r\n", rc->addr);
         if (rc->orcpt != NULL && rc->orcpt[0] != '\0')

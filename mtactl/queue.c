@@ -412,13 +412,29 @@ queue_time(uint64_t ms, char *buf, size_t sz)
 }
 
 
-/* queue_put_text - s for a terminal: control bytes become '?', so a
- * remote server's reply cannot move the cursor or fake lines. */
+/* queue_put_esc - n bytes for a terminal, escaped by util_escape() (with
+ * flags): a remote server's reply or a client's header cannot move the
+ * cursor, retitle the window or fake lines. */
+static void
+queue_put_esc(const char *p, size_t n, unsigned flags)
+{
+    char   out[UTIL_ESC_ROOM(1024)];
+    size_t used, len, step;
+
+    while (n > 0) {
+        step = n < 1024 ? n : 1024;
+        len = util_escape(out, sizeof(out), p, step, flags, &used);
+        fwrite(out, 1, len, stdout);
+        p += used;
+        n -= used;
+    }
+}
+
+
 static void
 queue_put_text(const char *s)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+    queue_put_esc(s, strlen(s), 0);
 }
 
 
@@ -872,9 +888,11 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
 /* ---- show ------------------------------------------------------------- */
 
 /* queue_copy_body - size bytes of fd from off to stdout; headers_only
- * stops before the empty line that ends the header. */
+ * stops before the empty line that ends the header.  Unless raw, the text
+ * is escaped for the terminal (line ends and tabs kept), a chunk ending at
+ * its last LF so that no character is split. */
 static int
-queue_copy_body(int fd, off_t off, uint64_t size, int headers_only)
+queue_copy_body(int fd, off_t off, uint64_t size, int headers_only, int raw)
 {
     static char buf[QUEUE_COPY_CHUNK];
     uint64_t    left = size;
@@ -892,13 +910,21 @@ queue_copy_body(int fd, off_t off, uint64_t size, int headers_only)
         if (headers_only) {
             for (i = 0; i < got; i++) {
                 if (line_start && (buf[i] == '\r' || buf[i] == '\n')) {
-                    fwrite(buf, 1, (size_t)i, stdout);
+                    queue_put_esc(buf, (size_t)i, UTIL_ESC_LINES);
                     return 0;
                 }
                 line_start = buf[i] == '\n';
             }
         }
-        fwrite(buf, 1, (size_t)got, stdout);
+        if (raw) {
+            fwrite(buf, 1, (size_t)got, stdout);
+        } else {
+            const char *lf = memrchr(buf, '\n', (size_t)got);
+
+            if (lf != NULL && (uint64_t)got < left)
+                got = lf - buf + 1;     /* the rest starts the next read */
+            queue_put_esc(buf, (size_t)got, UTIL_ESC_LINES);
+        }
         off += got;
         left -= (uint64_t)got;
     }
@@ -995,8 +1021,7 @@ queue_history_line(const char *p, const char *e, const char *needle)
             return 0;
         if (memcmp(q, needle, n) == 0) {
             fputs("  ", stdout);
-            for (; p < e; p++)
-                putchar((unsigned char)*p < 0x20 && *p != '\t' ? '?' : *p);
+            queue_put_esc(p, (size_t)(e - p), 0);
             putchar('\n');
             return 1;
         }
@@ -1115,7 +1140,7 @@ queue_cmd_show(int argc, char **argv, const struct config *cfg)
     fflush(stdout);
     /* the message is immutable once queued: reading it unlocked is safe
      * even while a worker delivers it */
-    rc = queue_copy_body(fd, off, env->body_size, !o.body && !o.raw);
+    rc = queue_copy_body(fd, off, env->body_size, !o.body && !o.raw, o.raw);
     if (fflush(stdout) != 0)
         rc = -1;
     close(fd);

@@ -3,7 +3,8 @@
 set -e
 PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
 libcriterion-dev python3 python3-pytest swaks procps iproute2 openssl
-libc-ares-dev nsd unbound ldnsutils dnsutils haproxy"
+libc-ares-dev nsd unbound ldnsutils dnsutils haproxy
+clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

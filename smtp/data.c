@@ -199,3 +199,31 @@ stop:
     *used = (size_t)(cur - in);
     return rc;
 }
+
+
+int
+smtp_data_bare(int *cr, const char *p, size_t n)
+{
+    const char *end = p + n, *q;
+
+    if (n == 0)
+        return 0;
+    if (*cr) {
+        if (*p != '\n')
+            return 1;                   /* CR, then not LF */
+        p++;
+    }
+    *cr = 0;
+    while ((q = smtp_data_nl(p, end)) < end) {
+        if (*q == '\n')
+            return 1;                   /* an LF with no CR before it */
+        if (q + 1 == end) {
+            *cr = 1;                    /* the LF may come in the next call */
+            break;
+        }
+        if (q[1] != '\n')
+            return 1;
+        p = q + 2;
+    }
+    return 0;
+}

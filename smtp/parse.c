@@ -140,7 +140,9 @@ smtp_is_qtext(unsigned char c)
 
 /*
  * Length of one well-formed UTF-8 sequence of 2..4 bytes at p (no overlong
- * forms, no surrogates, nothing above U+10FFFF), or 0.
+ * forms, no surrogates, nothing above U+10FFFF), or 0.  C1 controls
+ * (U+0080..U+009F) count as malformed: they are never part of a name, and
+ * U+009B is a terminal's CSI (issue 10).
  */
 static size_t
 smtp_utf8_len(const unsigned char *p, size_t n)
@@ -158,7 +160,7 @@ smtp_utf8_len(const unsigned char *p, size_t n)
         return 0;
     if (n < len)
         return 0;
-    if (c == 0xe0)
+    if (c == 0xe0 || c == 0xc2)
         lo = 0xa0;
     else if (c == 0xed)
         hi = 0x9f;

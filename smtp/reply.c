@@ -15,19 +15,16 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/util.h"
 #include "smtp/smtp.h"
 
-/* smtp_text_append - append n bytes to the flattened text, truncating. */
+/* smtp_text_append - append n bytes to the flattened text, escaped
+ * (a hostile next hop's ESC or bare CR must not reach a log, a DSN or a
+ * terminal), truncating. */
 static void
 smtp_text_append(struct smtp_reply *r, size_t *tl, const char *p, size_t n)
 {
-    size_t room = sizeof(r->text) - 1 - *tl;
-
-    if (n > room)
-        n = room;
-    memcpy(r->text + *tl, p, n);
-    *tl += n;
-    r->text[*tl] = '\0';
+    *tl += util_escape(r->text + *tl, sizeof(r->text) - *tl, p, n, 0, NULL);
 }
 
 
@@ -187,11 +184,12 @@ smtp_enhanced(const char *reply, const char *dflt, char *out, size_t outsz)
 
 
 /* Where the last byte left us: at the start of a line after CRLF (or of
- * the body), after a bare LF, after a CR, or inside a line.  Both kinds of
- * line start get a leading dot doubled: a lenient next hop may take a bare
- * LF as a line end, and "\n.\r\n" left unstuffed would end the data there
- * for it (SMTP smuggling).  Only the end mark needs the difference: after
- * a bare LF the body still lacks its CRLF. */
+ * the body), after a bare LF, after a bare CR, or inside a line.  Every
+ * kind of line start gets a leading dot doubled: a lenient next hop may
+ * take a bare LF or a bare CR as a line end, and "\n.\r\n" or "\r.\r\n"
+ * left unstuffed would end the data there for it (SMTP smuggling).  Only
+ * the end mark needs the difference: after a bare CR or LF the body still
+ * lacks its CRLF. */
 enum { STUFF_LINE = 0, STUFF_MID, STUFF_CR, STUFF_LF };
 
 void
@@ -207,11 +205,10 @@ smtp_stuff(struct smtp_stuff *s, const char *in, size_t n, char *out)
     size_t i = 0, o = 0;
 
     while (i < n) {
-        const char *lf;
+        const char *lf, *cr;
         size_t      span;
 
-        if ((s->state == STUFF_LINE || s->state == STUFF_LF) &&
-            in[i] == '.')
+        if (s->state != STUFF_MID && in[i] == '.')
             out[o++] = '.';
         if (s->state == STUFF_CR && in[i] == '\n') {
             out[o++] = '\n';
@@ -219,14 +216,23 @@ smtp_stuff(struct smtp_stuff *s, const char *in, size_t n, char *out)
             s->state = STUFF_LINE;
             continue;
         }
-        /* copy up to and including the next LF in one memcpy */
+        /* Copy up to and including the next LF in one memcpy, or only up
+         * to a CR that is not right before that LF (a bare CR, or one
+         * that ends the input): two memchr calls, no per-byte loop. */
         lf = memchr(in + i, '\n', n - i);
         span = lf ? (size_t)(lf - (in + i)) + 1 : n - i;
+        cr = memchr(in + i, '\r', span);
+        if (cr != NULL && (lf == NULL || cr + 1 != lf)) {
+            span = (size_t)(cr - (in + i)) + 1;
+            lf = NULL;
+        }
         memcpy(out + o, in + i, span);
         o += span;
         i += span;
-        if (lf == NULL)
-            s->state = in[n - 1] == '\r' ? STUFF_CR : STUFF_MID;
+        if (cr != NULL && lf == NULL)
+            s->state = STUFF_CR;
+        else if (lf == NULL)
+            s->state = STUFF_MID;
         else if (span >= 2 && lf[-1] == '\r')
             s->state = STUFF_LINE;
         else

@@ -142,6 +142,12 @@ void    smtp_data_init(struct smtp_data *d, int accept_bare);
 int     smtp_data_feed(struct smtp_data *d, const char *in, size_t n,
             size_t *used, smtp_data_emit_fn *emit, void *arg);
 
+/* smtp_data_bare - the bare-newline check alone, for BDAT content (no dot
+ * handling, no end mark).  *cr carries "the last byte was a CR" across
+ * calls (start with 0); a CR still pending when the message ends is bare
+ * too.  Returns 1 when p[0..n) holds a bare CR or bare LF, else 0. */
+int     smtp_data_bare(int *cr, const char *p, size_t n);
+
 /* ---- replies, capabilities, stuffing ---- */
 
 
@@ -151,7 +157,8 @@ int     smtp_data_feed(struct smtp_data *d, const char *in, size_t n,
 struct smtp_reply {
     int     code;                   /* 100..599 */
     size_t  len;                    /* bytes of the raw reply, with CRLFs */
-    char    text[SMTP_REPLY_MAX];  /* "250 2.0.0 Ok" lines joined by ' ' */
+    char    text[SMTP_REPLY_MAX];  /* "250 2.0.0 Ok" lines joined by ' ',
+                                       escaped by util_escape() */
 };
 
 /* Parse the first complete reply in p[0..n).  Returns 1 (complete; r
@@ -180,7 +187,7 @@ const char *smtp_enhanced(const char *reply, const char *dflt, char *out,
             size_t outsz);
 
 /* Dot-stuffing in one pass (RFC 5321 4.5.2): a '.' at the start of a line
- * (after CRLF, after a bare LF, or at the very start) is doubled, so no
+ * (after CRLF, a bare LF, a bare CR, or at the very start) is doubled, so no
  * parser, strict or LF-lenient, finds an end of data inside the body.
  * State carries across calls, so any split of the body gives the same
  * output.  out must have room for SMTP_STUFF_ROOM(n) bytes (worst case

@@ -36,6 +36,15 @@
  *           on the socket: sess_tls_kick() puts such a session on
  *           d->tls_ready, read again on the next turn.  Plain sessions pay
  *           one pointer test for all this.
+ * LIMITS    (issue 10) A session ends at limits.session_lifetime however
+ *           busy the client keeps it (its own timer, from accept); more
+ *           than limits.max_junk_commands NOOP/RSET/VRFY/HELP since the
+ *           last accepted message end it too (421); a transaction's
+ *           envelope memory stops at limits.max_envelope_size and its
+ *           recipients at max_recipients, both answered 452 4.5.3 as flow
+ *           control, not counted toward max_errors.  No RCPT after the
+ *           first BDAT chunk (503).  limits.bare_newline holds for BDAT
+ *           content too, except BODY=BINARYMIME.
  * FAILURE   Never crashes on input and never blocks.  Spool failures are
  *           452 4.3.1 (the message is aborted, the session goes on); I/O
  *           errors end the session, aborting any message in progress.
@@ -95,6 +104,10 @@ struct sess_txn {
     struct smtp_data  dp;
     uint64_t          bytes;        /* content bytes from the client */
     int               used_bdat;
+    size_t            env_bytes;    /* envelope memory, for
+                                       limits.max_envelope_size */
+    int               bdat_cr;      /* BDAT: the last byte was a CR */
+    int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
     int               too_big;
     int               spool_rc;     /* first failed spool call, 0 = none */
     /* mail-loop guard: Received: headers counted in the header section */
@@ -117,6 +130,7 @@ struct sess {
     struct net_conn  tp;
     unsigned          watched;       /* EV_* mask given to the loop */
     struct ev_timer   timer;
+    struct ev_timer   life;          /* limits.session_lifetime */
     struct buf        in;
     struct buf        out;
     struct sess_txn  *txn;
@@ -135,6 +149,7 @@ struct sess {
     uint8_t           bdat_last;
     uint16_t          flags;
     uint16_t          nerrors;
+    uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
     uint16_t          ncmd[SMTP_STARTTLS + 1];
 };
 
@@ -300,6 +315,17 @@ sess_reply(struct sess *s, const char *text)
 }
 
 
+/* sess_reply_flow - a 4xx that is flow control, not a client error: not
+ * counted toward max_errors. */
+static void
+sess_reply_flow(struct sess *s, const char *text)
+{
+    sess_out_take(s);
+    buf_printf(&s->out, "%s\r\n", text);
+    sess_pending_add(s);
+}
+
+
 static void sess_replyf(struct sess *s, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
 
@@ -407,13 +433,13 @@ static int
 sess_received(struct sess *s, struct sess_txn *t)
 {
     const struct config *cfg = s->d->cfg;
-    char                 hdr[2048], date[64], forc[SMTP_ADDR_MAX + 16];
+    char                 date[64], forc[SMTP_ADDR_MAX + 16], *hdr;
     const char          *with, *cipher;
     char                 tls[200];
     struct tm            tm;
     int                  bits, alg_bits;
     time_t               now = time(NULL);
-    int                  n;
+    int                  n, rc;
 
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
@@ -433,16 +459,21 @@ sess_received(struct sess *s, struct sess_txn *t)
     forc[0] = '\0';
     if (t->env.nrcpt == 1)
         snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
-    n = snprintf(hdr, sizeof(hdr),
-        "Received: from %s ([%s])\r\n"
-        "%s"
-        "\tby %s (mtad) with %s id %s%s;\r\n"
-        "\t%s\r\n",
-        s->helo ? s->helo : "unknown", s->ip, tls, cfg->hostname, with,
-        t->id, forc, date);
-    if (n < 0 || (size_t)n >= sizeof(hdr))
-        n = (int)strlen(hdr);
-    return spool_write(t->msg, hdr, (size_t)n);
+    /* Sized to fit: a header is never cut short. */
+#define SESS_RECEIVED_FMT "Received: from %s ([%s])\r\n%s" \
+        "\tby %s (mtad) with %s id %s%s;\r\n\t%s\r\n"
+#define SESS_RECEIVED_ARGS s->helo ? s->helo : "unknown", s->ip, tls, \
+        cfg->hostname, with, t->id, forc, date
+    n = snprintf(NULL, 0, SESS_RECEIVED_FMT, SESS_RECEIVED_ARGS);
+    if (n < 0)
+        return SPOOL_ESYS;
+    hdr = xmalloc((size_t)n + 1);
+    (void)snprintf(hdr, (size_t)n + 1, SESS_RECEIVED_FMT, SESS_RECEIVED_ARGS);
+#undef SESS_RECEIVED_FMT
+#undef SESS_RECEIVED_ARGS
+    rc = spool_write(t->msg, hdr, (size_t)n);
+    free(hdr);
+    return rc;
 }
 
 
@@ -495,6 +526,7 @@ sess_queued(struct sess *s, uint64_t size)
         t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
         (unsigned)s->port);
     STATUS_ADD(d->st->msgs_in, 1);
+    s->njunk = 0;                   /* a client that sends mail is no idler */
     deliver_submit(d->deliver, t->id);
     sess_txn_free(s);
 }
@@ -671,7 +703,12 @@ sess_bdat_end(struct sess *s)
         s->bdat_err = NULL;
         return;
     }
-    if (t->too_big) {
+    if (t->bdat_bare || (s->bdat_last && t->bdat_cr)) {
+        log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
+            t->id, s->ip, (unsigned)s->port);
+        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
+        sess_txn_free(s);
+    } else if (t->too_big) {
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
     } else if (s->bdat_last && t->hops > SESS_MAX_HOPS) {
@@ -700,6 +737,8 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         return;
     }
     sess_txn_free(s);               /* EHLO implies RSET */
+    while (arg.n > 0 && arg.p[arg.n - 1] == ' ')
+        arg.n--;                    /* the name as validated, unpadded */
     free(s->helo);
     s->helo = xstrndup(arg.p, arg.n);
     if (!esmtp) {
@@ -751,6 +790,7 @@ sess_mail(struct sess *s, struct str arg)
         return;
     }
     t = xcalloc(1, sizeof(*t));
+    t->env_bytes = sizeof(*t) + strlen(m.addr) + 1 + strlen(m.envid) + 1;
     t->env.sender = xstrdup(m.addr);
     t->env.body = m.body;
     t->env.smtputf8 = m.smtputf8;
@@ -808,9 +848,15 @@ sess_rcpt(struct sess *s, struct str arg)
     struct sess_txn  *t = s->txn;
     struct spool_rcpt *sr;
     const char       *reply;
+    size_t            need;
 
     if (t == NULL) {
         sess_reply(s, "503 5.5.1 Error: need MAIL command");
+        return;
+    }
+    if (t->used_bdat) {
+        /* RFC 3030 2: no RCPT once a chunk has been received. */
+        sess_reply(s, "503 5.5.1 Error: RCPT not allowed after BDAT");
         return;
     }
     if (smtp_parse_rcpt(arg, t->env.smtputf8, &r, &reply) < 0) {
@@ -818,11 +864,23 @@ sess_rcpt(struct sess *s, struct str arg)
         return;
     }
     if (t->env.nrcpt >= (size_t)s->d->cfg->max_recipients) {
-        sess_reply(s, "452 4.5.3 Error: too many recipients");
+        /* Flow control (RFC 5321 4.5.3.1.10): the client sends the rest
+         * in another transaction, so this does not count as an error. */
+        sess_reply_flow(s, "452 4.5.3 Error: too many recipients");
+        return;
+    }
+    /* limits.max_envelope_size: what this recipient costs in memory (the
+     * array may double, hence twice the entry).  Flow control, like 452
+     * for max_recipients: the rest can come in another transaction. */
+    need = strlen(r.addr) + 1 + (r.orcpt[0] ? strlen(r.orcpt) + 1 : 0) +
+        2 * sizeof(*sr);
+    if (t->env_bytes + need > s->d->cfg->max_envelope_size) {
+        sess_reply_flow(s, "452 4.5.3 Error: too much recipient data");
         return;
     }
     if (sess_rcpt_route(s, r.addr) < 0)
         return;
+    t->env_bytes += need;
     if (t->env.nrcpt == t->rcap) {
         t->rcap = t->rcap ? t->rcap * 2 : 4;
         t->env.rcpt = xrealloc(t->env.rcpt, t->rcap * sizeof(*t->env.rcpt));
@@ -933,6 +991,26 @@ sess_starttls(struct sess *s, struct str arg)
 }
 
 
+/* sess_junk - NOOP, RSET, VRFY and HELP cost nothing to send and keep a
+ * session alive: past limits.max_junk_commands since the last message the
+ * session is closed with 421.  Returns 1 when it was. */
+static int
+sess_junk(struct sess *s)
+{
+    char text[300];
+
+    if (++s->njunk <= (uint32_t)s->d->cfg->max_junk_commands)
+        return 0;
+    log_info("too many junk commands from [%s]:%u", s->ip,
+        (unsigned)s->port);
+    STATUS_ADD(s->d->st->errors, 1);
+    snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many junk "
+        "commands", s->d->cfg->hostname);
+    sess_close_after(s, text);
+    return 1;
+}
+
+
 static void
 sess_command(struct sess *s, struct str line, int bare_lf)
 {
@@ -954,6 +1032,9 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         verb = SMTP_UNKNOWN;
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;
+    if ((verb == SMTP_NOOP || verb == SMTP_RSET || verb == SMTP_VRFY ||
+        verb == SMTP_HELP) && sess_junk(s))
+        return;
     switch (verb) {
     case SMTP_EHLO:
         sess_ehlo(s, arg, 1);
@@ -1218,8 +1299,18 @@ sess_bdat_step(struct sess *s)
         return 0;
     if (n > s->bdat_left)
         n = (size_t)s->bdat_left;
-    if (s->bdat_err == NULL)
+    if (s->bdat_err == NULL) {
+        struct sess_txn *t = s->txn;
+
+        /* limits.bare_newline holds for BDAT too (binary bodies aside):
+         * a stored bare CR or LF could end the data early at a lenient
+         * next hop that gets the message by DATA. */
+        if (!s->d->cfg->bare_newline_accept &&
+            t->env.body != SMTP_BODY_BINARYMIME &&
+            smtp_data_bare(&t->bdat_cr, buf_head(&s->in), n))
+            t->bdat_bare = 1;
         (void)sess_emit(s, buf_head(&s->in), n);
+    }
     buf_consume(&s->in, n);
     s->bdat_left -= n;
     if (s->bdat_left == 0)
@@ -1399,6 +1490,36 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 }
 
 
+/* sess_on_life - limits.session_lifetime: however busy the client keeps
+ * it (a byte at a time restarts the command timeout), a session ends at
+ * this age; a message in progress is aborted, one being committed is
+ * answered first. */
+static void
+sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    struct sess *s = arg;
+    char         text[300];
+
+    (void)t;
+    if (s->state == SS_CLOSING)
+        return;                     /* its own timer bounds the close */
+    if (s->state == SS_COMMIT) {
+        ev_timer_start(loop, &s->life, 0);  /* the hook answers this turn */
+        return;
+    }
+    log_info("session lifetime exceeded from [%s]:%u", s->ip,
+        (unsigned)s->port);
+    if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
+        sess_free(s, "session lifetime exceeded");
+        return;
+    }
+    snprintf(text, sizeof(text), "421 4.4.2 %s Error: session lifetime "
+        "exceeded", s->d->cfg->hostname);
+    sess_close_after(s, text);
+    ev_timer_start(loop, &s->timer, 5000);
+}
+
+
 /* --- life cycle ------------------------------------------------------- */
 
 static void
@@ -1432,6 +1553,7 @@ sess_free(struct sess *s, const char *why)
         sess_tls_ready_del(s);
     sess_txn_free(s);               /* aborts an unfinished message */
     ev_timer_stop(d->loop, &s->timer);
+    ev_timer_stop(d->loop, &s->life);
     ev_unwatch(d->loop, s->tp.fd);
     net_close(&s->tp);
     s->in.off = s->in.len = 0;
@@ -1518,6 +1640,8 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     STATUS_ADD(d->st->conns_total, 1);
     ev_timer_init(&s->timer, sess_on_timer, s);
     ev_timer_start(d->loop, &s->timer, cfg->command_timeout_ms);
+    ev_timer_init(&s->life, sess_on_life, s);
+    ev_timer_start(d->loop, &s->life, cfg->session_lifetime_ms);
     s->active_ms = ev_now(d->loop);
     log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
     sess_out_take(s);

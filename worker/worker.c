@@ -77,11 +77,17 @@
 
 
 /* worker_ip_acquire - count one more session, daemon-wide and per address
- * (common/status.c); STATUS_EFULL or STATUS_EPERIP when over a limit. */
+ * (common/status.c), IPv6 clients per limits.ipv6_prefix network (one
+ * client's /64 would otherwise be 2^64 "addresses"); STATUS_EFULL or
+ * STATUS_EPERIP when over a limit.  A worker keeps its config for life, so
+ * release groups the same way. */
 static int
 worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
 {
-    return status_conn_acquire(w->admit, w->admit_slot, sa,
+    struct sockaddr_storage g;
+
+    return status_conn_acquire(w->admit, w->admit_slot,
+        status_addr_group(sa, (unsigned)w->cfg->ipv6_prefix, &g),
         (uint32_t)w->cfg->max_connections,
         (uint32_t)w->cfg->max_connections_per_ip);
 }
@@ -90,7 +96,10 @@ worker_ip_acquire(struct worker *w, const struct sockaddr *sa)
 static void
 worker_ip_release(struct worker *w, const struct sockaddr *sa)
 {
-    status_conn_release(w->admit, w->admit_slot, sa);
+    struct sockaddr_storage g;
+
+    status_conn_release(w->admit, w->admit_slot,
+        status_addr_group(sa, (unsigned)w->cfg->ipv6_prefix, &g));
 }
 
 

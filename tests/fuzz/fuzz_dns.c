@@ -1,19 +1,11 @@
 /*
  * fuzz_dns.c - libFuzzer target over the DNS answer handling mtad writes
  * itself (dns/msg.c): dns_msg_parse(), then MX ordering, TLSA and TXT
- * rdata on whatever it accepted.  Not built by `make all`; `make fuzz-dns`
- * builds and runs it (FUZZ_TIME seconds, default 60), or by hand from the
- * repo root:
+ * rdata on whatever it accepted.  `make fuzz` builds and runs it (with
+ * every other target; seeds in tests/fuzz/corpus/).
  *
- *   clang -g -O1 -std=c11 -D_GNU_SOURCE -I. \
- *       -fsanitize=fuzzer,address,undefined -o build/fuzz_dns \
- *       tests/fuzz/fuzz_dns.c dns/msg.c common/util.c
- *   mkdir -p build/fuzz_dns_corpus && cp tests/fuzz/dns_seeds/[0-9]* \
- *       build/fuzz_dns_corpus/ && build/fuzz_dns -max_total_time=60 \
- *       build/fuzz_dns_corpus
- *
- * Seeds (tests/fuzz/dns_seeds/) are real answers of nsd for the test zone
- * of tests/integration/dns_util.py.
+ * Seeds (tests/fuzz/corpus/dns/) are real answers of nsd for the test zone
+ * of tests/integration/mtadtest.py.
  *
  * Checks: the parser returns 0 or DNS_EINVAL and leaves nothing allocated
  * on failure; on success every name is NUL-terminated within DNS_NAME_MAX

@@ -1,13 +1,7 @@
 /*
  * fuzz_proxy.c - libFuzzer target over the PROXY protocol parser
- * (proxy/proxy.c).  Not built by `make`.  Build and run (from the repo
- * root):
- *
- *   clang -g -O1 -std=c11 -D_GNU_SOURCE -I. \
- *       -fsanitize=fuzzer,address,undefined -o build/fuzz_proxy \
- *       tests/fuzz/fuzz_proxy.c proxy/proxy.c
- *   mkdir -p build/fuzz_proxy_corpus && build/fuzz_proxy \
- *       -max_total_time=60 build/fuzz_proxy_corpus
+ * (proxy/proxy.c).  `make fuzz` builds and runs it (with
+ * every other target; seeds in tests/fuzz/corpus/).
  *
  * The first input byte picks the version mask (v1, v2 or auto); the rest
  * is the connection's first bytes.  Checks: the result is one of the

@@ -1,12 +1,7 @@
 /*
  * fuzz_smtp.c - libFuzzer target over the SMTP command parsers and the DATA
- * byte machine.  Not built by `make`.  Build and run (from the repo root):
- *
- *   clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
- *       -o build/fuzz_smtp tests/fuzz/fuzz_smtp.c worker/smtp_parse.c \
- *       worker/smtp_data.c
- *   mkdir -p build/fuzz_corpus && build/fuzz_smtp -max_total_time=60 \
- *       build/fuzz_corpus
+ * byte machine.  Built and run by `make fuzz` (tests/fuzz/run.sh), with
+ * the seeds in tests/fuzz/corpus/smtp/.
  *
  * Checks: every parser returns 0 or -1, and on -1 a reply of the form
  * "ddd d.d.d text"; parsed addresses fit their buffers; the DATA machine

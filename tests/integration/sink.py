@@ -17,10 +17,17 @@ Steering (attributes; change them any time, they are read per command):
   greeting     the banner; anything but 220 is sent and the line closed
   ehlo_ok      False: EHLO gets 502, so the client must fall back to HELO
   rset_reply   answer RSET with this line and close (a dead reused line)
+  lenient_eod  True: like a lenient MTA, take a bare CR or bare LF as a
+               line end in DATA too, so "\r.\r\n" or "\n.\n" ends the
+               data and what follows is read as commands (smuggling tests)
+  reply_text   if set, the text of the 250 after the data (any bytes)
+  rcpt_replies {address: bytes}: answer RCPT for that address with this
+               whole line (any bytes), and do not take the recipient
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
 import asyncio
+import re
 import threading
 import time
 
@@ -74,6 +81,9 @@ class Sink:
         self.greeting = "220 %s ESMTP test sink" % name
         self.ehlo_ok = True         # False: 502 to EHLO (HELO fallback)
         self.rset_reply = None      # e.g. "421 ...": answer RSET so, close
+        self.lenient_eod = False
+        self.reply_text = None
+        self.rcpt_replies = {}
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -162,15 +172,32 @@ class Sink:
                           "rparams": [], "bdat": bytearray()})
 
         async def reply(line):
-            writer.write(line.encode() + b"\r\n")
+            writer.write((line.encode() if isinstance(line, str) else line)
+                         + b"\r\n")
             await writer.drain()
+
+        pushback = bytearray()
+
+        async def readline():
+            """A line (to LF), first from bytes a lenient DATA left over."""
+            if pushback:
+                i = pushback.find(b"\n")
+                if i < 0:
+                    pushback.extend(await reader.readline())
+                    i = pushback.find(b"\n")
+                    if i < 0:
+                        i = len(pushback) - 1
+                line = bytes(pushback[:i + 1])
+                del pushback[:i + 1]
+                return line
+            return await reader.readline()
 
         try:
             await reply(self.greeting)
             if not self.greeting.startswith("220"):
                 return
             while True:
-                line = await reader.readline()
+                line = await readline()
                 if not line:
                     return
                 text = line.decode("utf-8", "replace").rstrip("\r\n")
@@ -196,6 +223,8 @@ class Sink:
                     addr, params = _path(arg)
                     if state["from"] is None:
                         await reply("503 5.5.1 need MAIL")
+                    elif addr in self.rcpt_replies:
+                        await reply(self.rcpt_replies[addr])
                     elif addr in self.reject:
                         await reply("550 5.1.1 <%s>: Recipient address "
                                     "rejected: no such user" % addr)
@@ -213,7 +242,11 @@ class Sink:
                     await reply("354 End data with <CR><LF>.<CR><LF>")
                     with self._lock:
                         self.events.append(("data_started", conn_id))
-                    data = await self._read_data(reader)
+                    if self.lenient_eod:
+                        data = await self._read_data_lenient(readline,
+                                                             pushback)
+                    else:
+                        data = await self._read_data(reader)
                     if data is None:
                         return
                     await self._end_of_data(reply, state, data, peer,
@@ -254,6 +287,8 @@ class Sink:
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
+            with self._lock:
+                self.events.append(("closed", conn_id))
             try:
                 writer.close()
             except Exception:
@@ -271,6 +306,23 @@ class Sink:
             if line.startswith(b"."):
                 line = line[1:]
             out += line
+
+    async def _read_data_lenient(self, readline, pushback):
+        """Read until a "." alone on a line, where CRLF, a bare CR and a
+        bare LF all end lines; undo dot-stuffing; leave what follows the
+        end mark in pushback, to be read as commands."""
+        buf = bytearray()
+        eod = re.compile(rb"(\A|\r\n|\r|\n)\.(\r\n|\r(?!$)|\n)")
+        while True:
+            line = await readline()
+            if not line:
+                return None
+            buf += line
+            m = eod.search(buf)
+            if m:
+                pushback[:0] = buf[m.end():]
+                body = bytes(buf[:m.end(1)])   # its line end is content
+                return re.sub(rb"(\A|\r\n|\r|\n)\.", rb"\1", body)
 
     async def _end_of_data(self, reply, state, data, peer, conn_id,
                            reader):
@@ -295,7 +347,10 @@ class Sink:
         with self._lock:
             self.messages.append(msg)
             n = len(self.messages)
-        await reply("250 2.0.0 Ok: queued as S%d" % n)
+        if self.reply_text is not None:
+            await reply(b"250 " + self.reply_text)
+        else:
+            await reply("250 2.0.0 Ok: queued as S%d" % n)
 
 
 if __name__ == "__main__":

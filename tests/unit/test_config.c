@@ -830,3 +830,35 @@ Test(config, dns_bad_values)
         "%P:4:12: dns.min_ttl: must not be above dns.max_ttl (7200s > "
         "3600s)");
 }
+
+
+/* Issue 10 finding 7: the resource limits, their defaults and errors. */
+Test(config, session_resource_limits)
+{
+    struct config *c = tc_load_ok("routes:\n  default: discard\n");
+
+    cr_assert_eq(c->ipv6_prefix, 64);
+    cr_assert_eq(c->session_lifetime_ms, 3600 * 1000ULL);
+    cr_assert_eq(c->max_junk_commands, 100);
+    cr_assert_eq(c->max_envelope_size, 256 * 1024ULL);
+    config_free(c);
+    c = tc_load_ok("routes:\n  default: discard\nlimits:\n"
+        "  ipv6_prefix: 48\n  session_lifetime: 90s\n"
+        "  max_junk_commands: 7\n  max_envelope_size: 1M\n");
+    cr_assert_eq(c->ipv6_prefix, 48);
+    cr_assert_eq(c->session_lifetime_ms, 90 * 1000ULL);
+    cr_assert_eq(c->max_junk_commands, 7);
+    cr_assert_eq(c->max_envelope_size, 1024 * 1024ULL);
+    config_free(c);
+    tc_load_bad("routes:\n  default: discard\nlimits:\n"
+        "  ipv6_prefix: 129\n  session_lifetime: 0s\n"
+        "  max_junk_commands: many\n  max_envelope_size: 0\n",
+        "%P:4:16: limits.ipv6_prefix: expected an integer from 1 to 128, "
+        "got '129'\n"
+        "%P:5:21: limits.session_lifetime: expected a duration greater "
+        "than 0, got '0s'\n"
+        "%P:6:22: limits.max_junk_commands: expected an integer from 1 to "
+        "2147483647, got 'many'\n"
+        "%P:7:22: limits.max_envelope_size: expected a size greater than 0, "
+        "got '0'");
+}

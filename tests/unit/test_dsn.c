@@ -199,3 +199,28 @@ Test(dsn, date_format)
     cr_assert_str_eq(dsn_date(1796016061000ULL, d, sizeof(d)),
         "Mon, 30 Nov 2026 05:21:01 +0000");
 }
+
+
+/* Issue 10 finding 8: reply text from a state file written before replies
+ * were escaped, or by hand, still leaves no control byte in the DSN. */
+Test(dsn, reply_control_bytes_are_escaped)
+{
+    char  *s;
+    size_t i;
+
+    rcpts[0].last_reply = "550 5.1.1 \x1b[2Jgone\rX\xc2\x9b" "1m";
+    s = build(0);
+    for (i = 0; s[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '\r' && s[i + 1] == '\n')
+            continue;
+        cr_assert(c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f),
+            "byte %zu: %02x in:\n%s", i, c, s);
+        cr_assert(!(c == 0xc2 && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9f), "C1 at %zu", i);
+    }
+    cr_assert(strstr(s, "Diagnostic-Code: smtp; 550 5.1.1 \\x1b[2Jgone"
+        "\\x0dX\\xc2\\x9b1m\r\n") != NULL, "%s", s);
+    free(s);
+}

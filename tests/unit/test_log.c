@@ -84,9 +84,11 @@ Test(log, one_line_per_record)
     char big[LOG_RECORD_MAX * 2];
     ssize_t n;
 
-    log_info("a\nb\rc");
+    /* line ends and every other control byte are escaped (issue 10) */
+    log_info("a\nb\rc\x1b[2J\xc2\x9b" "1m \xc3\xa9");
     cr_assert_gt(next_record(rec, sizeof(rec)), 0);
-    cr_assert_not_null(strstr(rec, ": a b c\n"));
+    cr_assert_not_null(strstr(rec, ": a\\x0ab\\x0dc\\x1b[2J\\xc2\\x9b1m "
+        "\xc3\xa9\n"), "%s", rec);
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     log_info("%s", big);

@@ -535,3 +535,35 @@ Test(smtp_data, one_megabyte_dotted)
     free(in);
     free(want);
 }
+
+
+/* bare_split - smtp_data_bare over in, cut at `cut`; 1 = bare found. */
+static int
+bare_split(const char *in, size_t n, size_t cut)
+{
+    int cr = 0;
+
+    if (smtp_data_bare(&cr, in, cut) || smtp_data_bare(&cr, in + cut, n - cut))
+        return 1;
+    return cr;                          /* a CR pending at the end is bare */
+}
+
+
+/* Issue 10 finding 2: the BDAT path's bare-newline check, at every split. */
+Test(smtp_data, bare_check_for_bdat)
+{
+    static const struct { const char *in; int bare; } cases[] = {
+        { "", 0 }, { "a\r\nb\r\n", 0 }, { "\r\n\r\n.\r\n", 0 },
+        { "line1\r.\r\nMAIL FROM:<a@b>\r\n", 1 }, { "a\nb\r\n", 1 },
+        { "a\r\nb\r", 1 }, { "\n", 1 }, { "\r", 1 }, { "a\r\r\n", 1 },
+        { "x\r\n\n", 1 },
+    };
+    size_t i, cut, n;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        n = strlen(cases[i].in);
+        for (cut = 0; cut <= n; cut++)
+            cr_assert_eq(bare_split(cases[i].in, n, cut), cases[i].bare,
+                "case %zu cut %zu", i, cut);
+    }
+}

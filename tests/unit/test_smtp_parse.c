@@ -761,3 +761,26 @@ Test(smtp_parse, pipeline_lines)
     cr_assert_eq(smtp_parse_rcpt(arg, 0, &r, &reply), 0);
     cr_expect_eq(r.notify, SMTP_NOTIFY_NEVER);
 }
+
+/* Issue 10 finding 8: C1 controls (U+0080..U+009F, "\xc2\x80".."\xc2\x9f";
+ * U+009B is the 8-bit CSI of a terminal) are never part of a name, in
+ * HELO or in an address, with or without SMTPUTF8. */
+Test(smtp_parse, c1_controls_are_refused)
+{
+    const char *reply = NULL;
+    struct smtp_mail m;
+    struct smtp_rcpt r;
+
+    cr_expect_eq(smtp_parse_helo(S("a\xc2\x9b" "1;31m.test"), &reply), -1);
+    cr_expect_eq(smtp_parse_helo(S("\xc2\x80x.test"), &reply), -1);
+    cr_expect_eq(smtp_parse_helo(S("x\xc2\x9f.test"), &reply), -1);
+    cr_expect_eq(smtp_parse_helo(S("x\xc2\xa0.test"), &reply), 0);
+    cr_expect_eq(smtp_parse_mail(S("FROM:<a\xc2\x9b@b.test> SMTPUTF8"), &m,
+        &reply), -1);
+    cr_expect_eq(smtp_parse_rcpt(S("TO:<a@b\xc2\x85.test>"), 1, &r, &reply),
+        -1);
+    cr_expect_eq(smtp_parse_rcpt(S("TO:<\"q\xc2\x9b\"@b.test>"), 1, &r,
+        &reply), -1);
+    cr_expect_eq(smtp_parse_rcpt(S("TO:<j\xc3\xb6rg@b.test>"), 1, &r, &reply),
+        0);
+}

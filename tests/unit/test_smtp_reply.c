@@ -234,10 +234,9 @@ Test(smtp_stuff, no_final_crlf_gets_one)
 }
 
 
-Test(smtp_stuff, bare_lf_is_a_line_start_bare_cr_is_not)
+Test(smtp_stuff, bare_lf_is_a_line_start)
 {
     check_stuff("a\n.b\r\n", "a\n..b\r\n.\r\n");
-    check_stuff("a\r.b\r\n", "a\r.b\r\n.\r\n");
     check_stuff("a\r\r\n.b\r\n", "a\r\r\n..b\r\n.\r\n");
     /* a body ending in a bare LF still needs its CRLF before the dot */
     check_stuff("a\n", "a\n\r\n.\r\n");
@@ -341,4 +340,37 @@ Test(smtp_stuff, worst_case_fits_the_room)
         free(in);
         free(out);
     }
+}
+
+
+/* Issue 10 finding 2: a receiver that takes a bare CR as a line end must
+ * not find an end of data in "line1\r.\r\n": the dot after a bare CR is
+ * doubled too, so no stored byte sequence ends the data early anywhere. */
+Test(smtp_stuff, bare_cr_is_a_line_start_too)
+{
+    check_stuff("a\r.b\r\n", "a\r..b\r\n.\r\n");
+    check_stuff("line1\r.\r\nMAIL FROM:<e@x>\r\n",
+        "line1\r..\r\nMAIL FROM:<e@x>\r\n.\r\n");
+    check_stuff("x\r.\r.\n.\r\n.y", "x\r..\r..\n..\r\n..y\r\n.\r\n");
+    check_stuff("\r\r.", "\r\r..\r\n.\r\n");
+}
+
+
+/* Issue 10 finding 8: a hostile next hop's reply keeps no control byte:
+ * ESC, a bare CR, NUL, DEL and C1 controls are escaped as \xHH. */
+Test(smtp_reply, control_bytes_are_escaped)
+{
+    static const char in[] = "550 5.1.1 \x1b[2J\x1b]0;pwned\x07 x\rFAKE\x7f"
+        "\xc2\x9b" "1m \xff ok\xc3\xa9\r\n";
+    struct smtp_reply r;
+    size_t             i;
+
+    cr_assert_eq(smtp_reply_parse(in, sizeof(in) - 1, 4096, &r), 1);
+    cr_assert_eq(r.code, 550);
+    for (i = 0; r.text[i] != '\0'; i++)
+        cr_assert((unsigned char)r.text[i] >= 0x20 &&
+            (unsigned char)r.text[i] != 0x7f, "byte %zu: %02x", i,
+            (unsigned char)r.text[i]);
+    cr_assert_str_eq(r.text, "550 5.1.1 \\x1b[2J\\x1b]0;pwned\\x07 x\\x0dFAKE"
+        "\\x7f\\xc2\\x9b1m \\xff ok\xc3\xa9");
 }

@@ -139,3 +139,42 @@ Test(status, many_addresses_in_one_slot_count_separately)
     }
     cr_assert_eq(status_conns_all(sp), 0);
 }
+
+
+/* Issue 10 finding 7: IPv6 clients count per limits.ipv6_prefix network,
+ * so the addresses of one /64 share one per-address limit. */
+Test(status, ipv6_clients_grouped_by_prefix)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("2001:db8:1:2::1"),
+                             b = addr("2001:db8:1:2:ffff:1:2:3"),
+                             c = addr("2001:db8:1:3::1"),
+                             v4 = addr("192.0.2.7"), ga, gb, gc, a128, g, h;
+    char                     txt[INET6_ADDRSTRLEN];
+
+    status_addr_group(SA(a), 64, &ga);
+    status_addr_group(SA(b), 64, &gb);
+    status_addr_group(SA(c), 64, &gc);
+    status_addr_group(SA(a), 128, &a128);
+    /* /64: a and b are one client, across worker slots; c is another */
+    cr_assert_eq(admit(sp, 0, &ga, 100, 1), 0);
+    cr_assert_eq(admit(sp, 1, &gb, 100, 1), STATUS_EPERIP);
+    cr_assert_eq(admit(sp, 1, &gc, 100, 1), 0);
+    leave(sp, 0, &ga);
+    cr_assert_eq(admit(sp, 1, &gb, 100, 1), 0);
+    /* /128: every address on its own */
+    cr_assert_eq(admit(sp, 0, &a128, 100, 1), 0);
+    /* odd prefixes clear exactly the host bits; IPv4 is left alone */
+    status_addr_group(SA(b), 36, &g);
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&g)->sin6_addr, txt,
+        sizeof(txt));
+    cr_assert_str_eq(txt, "2001:db8::");
+    status_addr_group(SA(b), 21, &g);
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&g)->sin6_addr, txt,
+        sizeof(txt));
+    cr_assert_str_eq(txt, "2001:800::");
+    status_addr_group(SA(v4), 64, &h);
+    cr_assert_eq(h.ss_family, AF_INET);
+    cr_assert(memcmp(&((struct sockaddr_in *)&h)->sin_addr,
+        &((struct sockaddr_in *)&v4)->sin_addr, 4) == 0);
+}

@@ -408,3 +408,34 @@ Test(util, fatal_messages)
     tu_fatal_child(0, buf, sizeof(buf));
     cr_expect_str_eq(buf, "mtad: config x is bad\n");
 }
+
+
+/* util_escape (issue 10): what may reach a log, a DSN or a terminal. */
+Test(util, escape)
+{
+    char   out[64];
+    size_t used;
+
+    cr_assert_eq(util_escape(out, sizeof(out), "ok \xc3\xa9 \\x", 8, 0, &used),
+        8);
+    cr_assert_str_eq(out, "ok \xc3\xa9 \\x");
+    cr_assert_eq(used, 8);
+    util_escape(out, sizeof(out), "a\x1b[m\r\n\t\x7f\x00z", 10, 0, NULL);
+    cr_assert_str_eq(out, "a\\x1b[m\\x0d\\x0a\\x09\\x7f\\x00z");
+    util_escape(out, sizeof(out), "a\r\n\tb\rc\n", 8, UTIL_ESC_LINES, NULL);
+    cr_assert_str_eq(out, "a\r\n\tb\\x0dc\n");
+    /* C1 controls, bad UTF-8, overlongs, surrogates, a cut sequence */
+    util_escape(out, sizeof(out), "\xc2\x9b\xc2\xa0\xc0\xaf\xed\xa0\x80\xe2"
+        "\x82", 11, 0, NULL);
+    cr_assert_str_eq(out, "\\xc2\\x9b\xc2\xa0\\xc0\\xaf\\xed\\xa0\\x80\\xe2"
+        "\\x82");
+    /* truncation keeps whole escapes; *used says where it stopped */
+    cr_assert_eq(util_escape(out, 6, "ab\x1b" "cd", 5, 0, &used), 2);
+    cr_assert_eq(used, 2);
+    cr_assert_eq(util_escape(out, 8, "ab\x1b" "cd", 5, 0, &used), 7);
+    cr_assert_str_eq(out, "ab\\x1bc");
+    cr_assert_eq(used, 4);
+    /* idempotent */
+    util_escape(out, sizeof(out), "a\\x1b\xc3\xa9", 7, 0, NULL);
+    cr_assert_str_eq(out, "a\\x1b\xc3\xa9");
+}
