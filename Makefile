@@ -19,18 +19,20 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
 #   common <- smtp <- router, spool <- config <- delivery <- smtpd <- worker
-#   <- master; mtactl uses common, smtp, router, spool, config.
+#   <- master; mtactl uses common, smtp, router, spool, config.  dkim (uses
+#   common) sits under config, which checks the DKIM keys at load.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp common
+MODS := master worker smtpd delivery config spool router smtp dkim common
 deps_common   :=
 deps_smtp     := common
 deps_router   := smtp common
 deps_spool    := smtp common
-deps_config   := router smtp common
-deps_delivery := config spool router smtp common
-deps_smtpd    := delivery config spool router smtp common
-deps_worker   := smtpd delivery config spool router smtp common
-deps_master   := worker smtpd delivery config spool router smtp common
+deps_dkim     := common
+deps_config   := dkim router smtp common
+deps_delivery := config dkim spool router smtp common
+deps_smtpd    := delivery config dkim spool router smtp common
+deps_worker   := smtpd delivery config dkim spool router smtp common
+deps_master   := worker smtpd delivery config dkim spool router smtp common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -53,6 +55,7 @@ umod_test_log := common
 umod_test_status := common
 umod_test_util := common
 umod_test_smtp_data := smtp
+umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp
 umod_test_spool := spool

@@ -27,6 +27,16 @@ struct config_listen {
     socklen_t                addrlen;
 };
 
+/* One dkim.sign entry; checked at load (the key file readable, a private
+ * key of the algorithm's type), loaded again by each worker before it
+ * drops its privileges. */
+struct config_dkim_key {
+    char   *domain;                 /* signing domain (d=), lower case */
+    char   *selector;               /* s= */
+    char   *key_file;               /* PEM private key */
+    int     algorithm;              /* enum dkim_alg (dkim/dkim.h) */
+};
+
 struct config {
     char   *path;                   /* the file it came from */
 
@@ -85,6 +95,14 @@ struct config {
     char   *tls_key_file;           /* PEM private key */
     int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
     char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
+
+    /* dkim: sign mail whose From: domain (or a parent) has keys, when the
+     * client is in dkim_sign_networks (default: relay.allow_networks) or
+     * (later) authenticated. */
+    struct config_dkim_key *dkim_sign;
+    size_t  ndkim_sign;
+    struct cidr *dkim_sign_networks;
+    size_t  ndkim_sign_networks;
 };
 
 /* tls_min_version values: the protocol's version numbers, as OpenSSL's

@@ -20,5 +20,7 @@ int     mtactl_route(int argc, char **argv, const struct config *cfg);  /* route
 int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue.c */
 void    mtactl_route_help(void);
 void    mtactl_queue_help(void);
+int     mtactl_dkim(int argc, char **argv);                             /* dkim.c */
+void    mtactl_dkim_help(void);
 
 #endif /* MTAD_MTACTL_H */

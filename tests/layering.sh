@@ -19,13 +19,14 @@ allowed() {     # the modules module $1 may include, itself included
     router)   echo "router smtp common" ;;
     spool)    echo "spool smtp common" ;;
     dns)      echo "dns common" ;;
+    dkim)     echo "dkim common" ;;
     proxy)    echo "proxy common" ;;
-    config)   echo "config router smtp common" ;;
+    config)   echo "config dkim router smtp common" ;;
     delivery) echo "delivery dns config spool router smtp common" ;;
-    smtpd)    echo "smtpd delivery proxy config spool router smtp common" ;;
-    worker)   echo "worker smtpd delivery dns proxy config spool router smtp common" ;;
-    master)   echo "master worker smtpd delivery dns proxy config spool router smtp common" ;;
-    mtactl)   echo "mtactl dns config spool router smtp common" ;;
+    smtpd)    echo "smtpd delivery proxy config dkim spool router smtp common" ;;
+    worker)   echo "worker smtpd delivery dns proxy config dkim spool router smtp common" ;;
+    master)   echo "master worker smtpd delivery dns proxy config dkim spool router smtp common" ;;
+    mtactl)   echo "mtactl dns config dkim spool router smtp common" ;;
     *)        echo "" ;;
     esac
 }

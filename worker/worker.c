@@ -60,6 +60,7 @@
 #include "common/net.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
+#include "dkim/dkim.h"
 
 #define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
 #define WORKER_DRAIN_MAX      4096  /* accepts per listener when stopping */
@@ -102,6 +103,9 @@ struct worker {
      * private key then lives in every worker's memory (no exec, as in
      * nginx): a compromised worker can read it. */
     struct ssl_ctx_st   *tls_ctx;
+    /* dkim.sign keys (NULL: none), loaded here for the same reason and
+     * with the same trade-off as the TLS key. */
+    struct dkim_keys    *dkim;
 };
 
 
@@ -450,6 +454,32 @@ worker_tls_init(struct worker *w)
 }
 
 
+/* worker_dkim_init - the DKIM signing keys, before the privilege drop
+ * (they may be readable by root only). */
+static int
+worker_dkim_init(struct worker *w)
+{
+    const struct config *cfg = w->cfg;
+    char                 err[512];
+    size_t               i;
+
+    if (cfg->ndkim_sign == 0)
+        return 0;
+    if ((w->dkim = dkim_keys_new()) == NULL) {
+        log_err("dkim: cannot set up SHA-256");
+        return -1;
+    }
+    for (i = 0; i < cfg->ndkim_sign; i++)
+        if (dkim_keys_add(w->dkim, cfg->dkim_sign[i].domain,
+            cfg->dkim_sign[i].selector, cfg->dkim_sign[i].key_file,
+            cfg->dkim_sign[i].algorithm, err, sizeof(err)) != DKIM_OK) {
+            log_err("dkim.sign[%zu]: %s", i, err);
+            return -1;
+        }
+    return 0;
+}
+
+
 struct worker *
 worker_init(const struct worker_args *a)
 {
@@ -506,7 +536,7 @@ worker_init(const struct worker_args *a)
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
-    if (worker_tls_init(w) < 0)
+    if (worker_tls_init(w) < 0 || worker_dkim_init(w) < 0)
         goto fail;
     env.loop = w->loop;
     env.cfg = cfg;
@@ -515,11 +545,13 @@ worker_init(const struct worker_args *a)
     env.deliver = w->deliver;
     env.st = w->st;
     env.tls_ctx = w->tls_ctx;
+    env.dkim = w->dkim;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
+    dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
@@ -557,6 +589,7 @@ worker_run(struct worker *w)
         w->exit_code = 1;
     }
     smtpd_free(w->smtpd);
+    dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
