@@ -926,11 +926,11 @@ dkim_sign_end(struct dkim_sign *c, char *out, size_t outsz)
     size_t        i, o = 0, n;
     int           rc;
 
-    if (c == NULL || !c->prepared)
+    if (c == NULL)
         return DKIM_ESTATE;
     if (c->rc != DKIM_OK)
-        return c->rc;
-    if (outsz < c->total)
+        return c->rc;                       /* why it is not signed */
+    if (!c->prepared || outsz < c->total)
         return DKIM_ESTATE;
     dkim_body_end(&c->body);
     if (c->rc != DKIM_OK || EVP_DigestFinal_ex(c->bh, bhash, &bhlen) != 1 ||

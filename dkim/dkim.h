@@ -114,7 +114,8 @@ int     dkim_sign_prepare(struct dkim_sign *c, size_t *len);
 const char *dkim_sign_domain(const struct dkim_sign *c);
 /* Finish the body hash and sign: writes exactly the *len bytes prepare
  * announced into out (outsz >= that).  DKIM_ECRYPTO on an OpenSSL
- * failure, DKIM_ESTATE without a successful prepare. */
+ * failure; prepare's failure again after a failed prepare; DKIM_ESTATE
+ * before prepare, with a short out, or a second time. */
 int     dkim_sign_end(struct dkim_sign *c, char *out, size_t outsz);
 
 /* ---- pure canonicalisers ---- */
