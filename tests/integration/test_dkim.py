@@ -136,8 +136,19 @@ EIGHTBIT = msg(["From: \"Jörg Ä\" <joerg@example.org>".encode(),
                 b"MIME-Version: 1.0"],
                "Fünf Äpfel,  zwölf Bäume\r\n\xa0 é\r\n".encode() +
                bytes(range(0x80, 0x100)) + b"\r\n")
+# h= long enough to fold, several instances of a field (signed bottom up)
+MANY = msg([b"From: a@example.org"] +
+           [b"To: r%d@dest.test" % i for i in range(12)] +
+           [b"Cc: c%d@dest.test" % i for i in range(12)] +
+           [b"Subject: many", b"Reply-To: r@example.org",
+            b"MIME-Version: 1.0", b"Content-Type: text/plain"],
+           b"many fields\r\n")
+# 90 KiB of header fields: the spool keeps room in front of all of them
+BIGHEAD = msg([b"From: a@example.org"] +
+              [b"X-Filler-%03d: %s" % (i, b"f" * 140) for i in range(600)],
+              b"big header\r\n")
 CASES = {"folded": FOLDED, "empty_body": EMPTY, "long_lines": LONG,
-         "8bit": EIGHTBIT}
+         "8bit": EIGHTBIT, "many_fields": MANY, "big_header": BIGHEAD}
 
 
 @pytest.mark.parametrize("alg", ["rsa-sha256", "ed25519-sha256"])
