@@ -15,10 +15,13 @@
 #include <arpa/inet.h>
 
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 
 #include "common/log.h"
 #include "common/util.h"
 #include "router/route.h"
+#include "dkim/dkim.h"
 #include "config/config.h"
 
 static char tdir[64];
@@ -770,4 +773,75 @@ Test(config, tls_not_a_mapping)
     tc_tls_bad("tls: yes\n",
         "3:6: tls: expected a mapping of keys (cert_file, key_file, "
         "min_version, ciphers), got 'yes'");
+}
+
+
+/* ---- dkim ------------------------------------------------------------- */
+
+Test(config, dkim_sign_keys_and_networks)
+{
+    struct config *cfg;
+    char           key[300], text[1024];
+    EVP_PKEY      *pk;
+    FILE          *f;
+
+    cfg = tc_load_ok("routes:\n  default: discard\n");
+    cr_assert_eq(cfg->ndkim_sign, 0);
+    cr_assert_eq(cfg->ndkim_sign_networks, cfg->nallow_networks,
+        "sign_networks defaults to relay.allow_networks");
+    cr_assert(memcmp(cfg->dkim_sign_networks, cfg->allow_networks,
+        cfg->nallow_networks * sizeof(struct cidr)) == 0);
+    config_free(cfg);
+    cfg = tc_load_ok("relay:\n  allow_networks: [10.0.0.0/8]\n"
+        "routes:\n  default: discard\n");
+    cr_assert_eq(cfg->ndkim_sign_networks, 1);
+    cr_assert(memcmp(cfg->dkim_sign_networks, cfg->allow_networks,
+        sizeof(struct cidr)) == 0);
+    config_free(cfg);
+
+    snprintf(key, sizeof(key), "%s/a.key", tdir);
+    cr_assert_not_null(pk = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519"));
+    cr_assert_not_null(f = fopen(key, "w"));
+    cr_assert_eq(PEM_write_PrivateKey(f, pk, NULL, NULL, 0, NULL, NULL), 1);
+    fclose(f);
+    EVP_PKEY_free(pk);
+    snprintf(text, sizeof(text), "routes:\n  default: discard\n"
+        "dkim:\n"
+        "  sign:\n"
+        "    - domain: example.org\n"
+        "      selector: s1\n"
+        "      key_file: %s\n"
+        "      algorithm: ed25519-sha256\n"
+        "  sign_networks: [192.0.2.0/24, \"2001:db8::/32\"]\n", key);
+    cfg = tc_load_ok(text);
+    cr_assert_eq(cfg->ndkim_sign, 1);
+    cr_assert_str_eq(cfg->dkim_sign[0].domain, "example.org");
+    cr_assert_str_eq(cfg->dkim_sign[0].selector, "s1");
+    cr_assert_str_eq(cfg->dkim_sign[0].key_file, key);
+    cr_assert_eq(cfg->dkim_sign[0].algorithm, DKIM_ED25519_SHA256);
+    cr_assert_eq(cfg->ndkim_sign_networks, 2);
+    config_free(cfg);
+
+    /* the same key named as RSA (the default algorithm): its line */
+    snprintf(text, sizeof(text), "routes:\n  default: discard\n"
+        "dkim:\n"
+        "  sign:\n"
+        "    - domain: example.org\n"
+        "      selector: s1\n"
+        "      key_file: %s\n", key);
+    tc_write(text);
+    cr_assert_null(config_load(tpath, terr, sizeof(terr)));
+    cr_assert_not_null(strstr(terr, "relay.yaml:7:17: dkim.sign[0].key_file: '"),
+        "%s", terr);
+    cr_assert_not_null(strstr(terr, "' is not an RSA key (algorithm is "
+        "rsa-sha256)"), "%s", terr);
+    tc_load_bad("routes:\n  default: discard\n"
+        "dkim:\n  sign:\n    - domain: nodot\n      selector: \"a b\"\n"
+        "      keyfile: x\n",
+        "%P:5:15: dkim.sign[0].domain: expected a domain like example.org, "
+        "got 'nodot'\n"
+        "%P:6:17: dkim.sign[0].selector: expected a selector like s1 "
+        "(letters, digits, '-', '_', '.'), got 'a b'\n"
+        "%P:7:7: dkim.sign[0].keyfile: unknown key 'keyfile' (expected one "
+        "of: domain, selector, key_file, algorithm)");
 }
