@@ -72,6 +72,7 @@ umod_scan_bench := smtp
 umod_spool_bench := spool
 umod_smtpblast := common
 umod_smtpsink := common
+umod_dkim_sign_bench := dkim
 
 .SECONDARY:
 .PHONY: all deps run test unit integration asan bench install clean check-deps layering

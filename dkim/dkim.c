@@ -41,6 +41,8 @@ struct dkim_key {
     char       *selector;
     int         alg;
     EVP_PKEY   *pkey;
+    EVP_PKEY_CTX *rsa;              /* RSA: set up once (PKCS#1, SHA-256),
+                                     * not per message */
     size_t      siglen;             /* signature bytes */
 };
 
@@ -232,6 +234,7 @@ dkim_keys_free(struct dkim_keys *ks)
     for (i = 0; i < ks->n; i++) {
         free(ks->k[i].domain);
         free(ks->k[i].selector);
+        EVP_PKEY_CTX_free(ks->k[i].rsa);
         EVP_PKEY_free(ks->k[i].pkey);
     }
     EVP_MD_free(ks->sha256);
@@ -245,6 +248,7 @@ dkim_keys_add(struct dkim_keys *ks, const char *domain, const char *selector,
 {
     struct dkim_key *k;
     EVP_PKEY        *pk;
+    char             why[256];
     size_t           i, n;
 
     if (ks->n == DKIM_MAX_KEYS) {
@@ -254,6 +258,19 @@ dkim_keys_add(struct dkim_keys *ks, const char *domain, const char *selector,
     if ((pk = dkim_key_read(key_file, alg, err, errsz)) == NULL)
         return DKIM_EKEY;
     k = &ks->k[ks->n++];
+    if (alg == DKIM_RSA_SHA256 &&
+        ((k->rsa = EVP_PKEY_CTX_new_from_pkey(NULL, pk, NULL)) == NULL ||
+        EVP_PKEY_sign_init(k->rsa) != 1 ||
+        EVP_PKEY_CTX_set_rsa_padding(k->rsa, RSA_PKCS1_PADDING) != 1 ||
+        EVP_PKEY_CTX_set_signature_md(k->rsa, ks->sha256) != 1)) {
+        snprintf(err, errsz, "cannot set up RSA signing with '%s': %s",
+            key_file, dkim_ssl_err(why, sizeof(why)));
+        EVP_PKEY_CTX_free(k->rsa);
+        EVP_PKEY_free(pk);
+        memset(k, 0, sizeof(*k));
+        ks->n--;
+        return DKIM_EKEY;
+    }
     k->domain = xstrdup(domain);
     for (i = 0; k->domain[i] != '\0'; i++)
         k->domain[i] = (char)tolower((unsigned char)k->domain[i]);
@@ -879,7 +896,6 @@ dkim_sign_one(struct dkim_sign *c, const struct dkim_key *k, const char *bh,
     size_t         slen, clen, siglen = sizeof(sig);
     unsigned int   mdlen;
     EVP_MD_CTX    *m = EVP_MD_CTX_new();
-    EVP_PKEY_CTX  *pc = NULL;
     int            ok;
 
     if (m == NULL)
@@ -895,17 +911,12 @@ dkim_sign_one(struct dkim_sign *c, const struct dkim_key *k, const char *bh,
         EVP_DigestFinal_ex(m, md, &mdlen) == 1;
     free(self);
     if (ok && k->alg == DKIM_RSA_SHA256) {
-        ok = (pc = EVP_PKEY_CTX_new_from_pkey(NULL, k->pkey, NULL)) != NULL &&
-            EVP_PKEY_sign_init(pc) == 1 &&
-            EVP_PKEY_CTX_set_rsa_padding(pc, RSA_PKCS1_PADDING) == 1 &&
-            EVP_PKEY_CTX_set_signature_md(pc, c->ks->sha256) == 1 &&
-            EVP_PKEY_sign(pc, sig, &siglen, md, mdlen) == 1;
+        ok = EVP_PKEY_sign(k->rsa, sig, &siglen, md, mdlen) == 1;
     } else if (ok) {
         ok = EVP_MD_CTX_reset(m) == 1 &&
             EVP_DigestSignInit(m, NULL, NULL, NULL, k->pkey) == 1 &&
             EVP_DigestSign(m, sig, &siglen, md, mdlen) == 1;
     }
-    EVP_PKEY_CTX_free(pc);
     EVP_MD_CTX_free(m);
     if (!ok || siglen != k->siglen) {
         ERR_clear_error();
