@@ -18,22 +18,23 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp, dns, proxy <- router, spool <- config <- delivery
-#   <- smtpd <- worker <- master; mtactl uses common, smtp, dns, router,
-#   spool, config.
+#   common <- smtp, dns, proxy, dkim <- router, spool <- config <- delivery
+#   <- smtpd <- worker <- master; mtactl uses common, smtp, dns, dkim,
+#   router, spool, config.  config uses dkim to check the DKIM keys at load.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp proxy dns common
+MODS := master worker smtpd delivery config spool router smtp dkim proxy dns common
 deps_common   :=
 deps_dns      := common
 deps_proxy    := common
 deps_smtp     := common
 deps_router   := smtp common
 deps_spool    := smtp common
-deps_config   := router smtp proxy dns common
-deps_delivery := config spool router smtp proxy dns common
-deps_smtpd    := delivery config spool router smtp proxy dns common
-deps_worker   := smtpd delivery config spool router smtp proxy dns common
-deps_master   := worker smtpd delivery config spool router smtp proxy dns common
+deps_dkim     := common
+deps_config   := dkim router smtp proxy dns common
+deps_delivery := config dkim spool router smtp proxy dns common
+deps_smtpd    := delivery config dkim spool router smtp proxy dns common
+deps_worker   := smtpd delivery config dkim spool router smtp proxy dns common
+deps_master   := worker smtpd delivery config dkim spool router smtp proxy dns common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -56,6 +57,7 @@ umod_test_log := common
 umod_test_status := common
 umod_test_util := common
 umod_test_smtp_data := smtp
+umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp
 umod_test_spool := spool
@@ -75,6 +77,7 @@ umod_scan_bench := smtp
 umod_spool_bench := spool
 umod_smtpblast := common
 umod_smtpsink := common
+umod_dkim_sign_bench := dkim
 
 .SECONDARY:
 .PHONY: all deps run test unit integration asan bench fuzz install clean check-deps layering
@@ -147,7 +150,7 @@ FUZZ_TIME    ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -157,6 +160,7 @@ fmod_route := router
 fmod_config := config
 fmod_dns := dns
 fmod_proxy := proxy
+fmod_dkim := dkim
 fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 

@@ -32,6 +32,16 @@ struct config_listen {
     size_t                   nproxy_from;
 };
 
+/* One dkim.sign entry; checked at load (the key file readable, a private
+ * key of the algorithm's type), loaded again by each worker before it
+ * drops its privileges. */
+struct config_dkim_key {
+    char   *domain;                 /* signing domain (d=), lower case */
+    char   *selector;               /* s= */
+    char   *key_file;               /* PEM private key */
+    int     algorithm;              /* enum dkim_alg (dkim/dkim.h) */
+};
+
 struct config {
     char   *path;                   /* the file it came from */
 
@@ -106,6 +116,14 @@ struct config {
     int     dns_address_family;     /* CONFIG_DNS_BOTH (default), _IPV4, _IPV6 */
     int     dns_prefer;             /* CONFIG_DNS_IPV4 (default) or _IPV6 */
     int     dns_address_limit;      /* addresses tried per destination, 5 */
+
+    /* dkim: sign mail whose From: domain (or a parent) has keys, when the
+     * client is in dkim_sign_networks (default: relay.allow_networks) or
+     * (later) authenticated. */
+    struct config_dkim_key *dkim_sign;
+    size_t  ndkim_sign;
+    struct cidr *dkim_sign_networks;
+    size_t  ndkim_sign_networks;
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

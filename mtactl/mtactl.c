@@ -7,6 +7,7 @@
  *             stop     stop mtad gracefully; waits until it is gone
  *             check    check the config locally (like mtad -t)
  *             help [COMMAND]
+ *             dkim keygen ...  (dkim.c)
  *             route ...  (route.c)     queue/show/delete/hold/release/
  *                                      flush/bounce ... (queue.c)
  * CONTRACT  Exit codes: 0 ok, 1 failed (including a rejected reload),
@@ -59,6 +60,8 @@ mtactl_usage(FILE *f)
         "  kick ID|*        deliver a queued message (or all) now\n"
         "  route ...        routes (mtactl help route)\n"
         "  queue ...        the queue (mtactl help queue)\n"
+        "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
+        "(mtactl help dkim)\n"
         "  help [COMMAND]\n"
         "exit codes: 0 ok, 1 failed, 2 usage\n");
 }
@@ -196,6 +199,8 @@ mtactl_help(int argc, char **argv)
     }
     if (strcmp(argv[1], "route") == 0)
         mtactl_route_help();
+    else if (strcmp(argv[1], "dkim") == 0)
+        mtactl_dkim_help();
     else if (strcmp(argv[1], "queue") == 0 || strcmp(argv[1], "show") == 0 ||
         strcmp(argv[1], "delete") == 0 || strcmp(argv[1], "hold") == 0 ||
         strcmp(argv[1], "release") == 0 || strcmp(argv[1], "flush") == 0 ||
@@ -264,6 +269,8 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         snprintf(req, sizeof(req), "kick %s", argv[1]);
         return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
     }
+    if (strcmp(cmd, "dkim") == 0)
+        return mtactl_dkim(argc, argv);     /* needs no configuration */
     if (strcmp(cmd, "route") == 0 || mtactl_is_queue(cmd)) {
         if (c->cfg == NULL) {
             mtactl_print_errors(c->cfg_err);

@@ -22,5 +22,7 @@ int     mtactl_drain(int argc, char **argv, const char *sock,
             const struct config *cfg);                             /* drain.c */
 void    mtactl_route_help(void);
 void    mtactl_queue_help(void);
+int     mtactl_dkim(int argc, char **argv);                             /* dkim.c */
+void    mtactl_dkim_help(void);
 
 #endif /* MTAD_MTACTL_H */

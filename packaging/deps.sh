@@ -2,8 +2,8 @@
 # deps.sh - install what mtad needs to build, test and benchmark on Debian 12.
 set -e
 PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
-libcriterion-dev python3 python3-pytest swaks procps iproute2 openssl
-libc-ares-dev nsd unbound ldnsutils dnsutils haproxy
+libcriterion-dev python3 python3-pytest python3-dkim swaks procps iproute2
+openssl libc-ares-dev nsd unbound ldnsutils dnsutils haproxy
 clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do

@@ -94,6 +94,10 @@ enum sess_state {
 #define SF_RELAY     0x10u          /* client in relay.allow_networks */
 #define SF_COMMITQ   0x20u          /* on d->commit */
 #define SF_TLSREADY  0x40u          /* on d->tls_ready */
+/* Mail from this session is DKIM-signed (when its From: domain has keys):
+ * set at connect for a client in dkim.sign_networks; AUTH sets it for an
+ * authenticated user. */
+#define SF_SIGN      0x80u
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -114,6 +118,8 @@ struct sess_txn {
     unsigned          hops;
     int               hdr_state;    /* SESS_HDR_* */
     unsigned          hdr_match;    /* bytes of "received:" matched */
+    struct smtpd_dkim *dkim;        /* signing this message, or NULL */
+    const char       *dkim_domain;  /* d= once signed (for the log) */
 };
 
 /* Like Postfix's hopcount_limit: a message that already passed this many
@@ -416,6 +422,7 @@ sess_txn_free(struct sess *s)
         return;
     sess_commit_del(s);
     spool_abort(t->msg);
+    smtpd_dkim_free(t->dkim);
     free(t->env.sender);
     free(t->env.envid);
     for (i = 0; i < t->env.nrcpt; i++) {
@@ -504,6 +511,8 @@ sess_msg_open(struct sess *s)
         return rc;
     }
     util_strlcpy(t->id, spool_msg_id(t->msg), sizeof(t->id));
+    if ((s->flags & SF_SIGN) && s->d->dkim != NULL)
+        t->dkim = smtpd_dkim_begin(s->d->dkim);
     rc = sess_received(s, t);
     if (rc != SPOOL_OK) {
         sess_spool_fail(s, "spool_write", rc);
@@ -522,9 +531,10 @@ sess_queued(struct sess *s, uint64_t size)
 
     t->msg = NULL;                  /* spool_commit freed it */
     sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
-    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u", t->id,
-        t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
-        (unsigned)s->port);
+    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s",
+        t->id, t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
+        (unsigned)s->port, t->dkim_domain ? ", dkim=" : "",
+        t->dkim_domain ? t->dkim_domain : "");
     STATUS_ADD(d->st->msgs_in, 1);
     s->njunk = 0;                   /* a client that sends mail is no idler */
     deliver_submit(d->deliver, t->id);
@@ -547,9 +557,21 @@ sess_finish_msg(struct sess *s)
 {
     struct sess_txn *t = s->txn;
     struct smtpd   *d = s->d;
-    uint64_t         size = spool_msg_size(t->msg);
+    uint64_t         size;
     int              rc;
 
+    if (t->dkim != NULL &&
+        (rc = smtpd_dkim_end(t->dkim, t->msg, t->id, &t->dkim_domain)) != 0) {
+        if (rc == SMTPD_DKIM_EFAIL) {
+            sess_reply(s, "451 4.3.0 Error: DKIM signing failed, try again");
+            sess_txn_free(s);
+        } else {
+            sess_spool_fail(s, "spool_head", rc);
+            sess_storage_fail(s);
+        }
+        return;
+    }
+    size = spool_msg_size(t->msg);
     rc = spool_finish(t->msg);
     if (rc != SPOOL_OK) {
         sess_spool_fail(s, "spool_finish", rc);
@@ -640,6 +662,12 @@ sess_emit(void *arg, const char *p, size_t n)
         return 0;                   /* keep consuming, stop writing */
     if (t->bytes > s->d->cfg->max_message_size) {
         t->too_big = 1;
+        return 0;
+    }
+    if (t->dkim != NULL &&
+        (rc = smtpd_dkim_feed(t->dkim, t->msg, p, n, t->id)) != SPOOL_OK) {
+        t->spool_rc = rc;
+        sess_spool_fail(s, "spool_head", rc);
         return 0;
     }
     rc = spool_write(t->msg, p, n);
@@ -1623,6 +1651,11 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
             s->flags |= SF_RELAY;
             break;
         }
+    for (i = 0; i < cfg->ndkim_sign_networks; i++)
+        if (util_cidr_match(&cfg->dkim_sign_networks[i], &s->peer.sa)) {
+            s->flags |= SF_SIGN;
+            break;
+        }
     if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
         log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
         net_close(&s->tp);
@@ -1775,6 +1808,7 @@ smtpd_new(const struct smtpd_env *env)
     d->deliver = env->deliver;
     d->st = env->st;
     d->tls_ctx = env->tls_ctx;
+    d->dkim = env->dkim;
     d->gone = env->gone;
     d->arg = env->arg;
     ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);

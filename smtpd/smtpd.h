@@ -34,6 +34,7 @@ struct router;
 struct deliver;
 struct status_worker;
 struct ssl_ctx_st;
+struct dkim_keys;
 
 /* Quiet time after which a session between transactions is closed during
  * a graceful stop. */
@@ -47,6 +48,7 @@ struct smtpd_env {
     struct deliver       *deliver;
     struct status_worker *st;       /* this worker's counters */
     struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
+    struct dkim_keys     *dkim;     /* dkim.sign keys; NULL: no signing */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;

@@ -13,6 +13,8 @@
 #include "smtpd/smtpd.h"
 
 struct sess;
+struct spool_msg;
+struct dkim_keys;
 
 struct smtpd {
     /* from struct smtpd_env */
@@ -23,6 +25,7 @@ struct smtpd {
     struct deliver       *deliver;
     struct status_worker *st;
     struct ssl_ctx_st    *tls_ctx;
+    struct dkim_keys     *dkim;     /* NULL: no signing */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
 
@@ -46,5 +49,21 @@ struct smtpd {
     size_t                ntls_ready, tls_readycap;
     struct ev_timer       tls_timer;
 };
+
+/* DKIM signing while a message streams to the spool (session_dkim.c).
+ * begin: NULL when there are no keys.  feed: before each span goes to
+ * spool_write(); reserves room once the header section is complete.
+ * end: before spool_finish(); signs and fills the room, *domain = the d=
+ * signed for (NULL: not signed).  feed and end return SPOOL_OK, a
+ * negative SPOOL_E* (spool failure), or SMTPD_DKIM_EFAIL (signing failed:
+ * answer 4xx). */
+#define SMTPD_DKIM_EFAIL  (-100)
+struct smtpd_dkim;
+struct smtpd_dkim *smtpd_dkim_begin(const struct dkim_keys *ks);
+void    smtpd_dkim_free(struct smtpd_dkim *sd);           /* NULL ok */
+int     smtpd_dkim_feed(struct smtpd_dkim *sd, struct spool_msg *m,
+            const char *p, size_t n, const char *id);
+int     smtpd_dkim_end(struct smtpd_dkim *sd, struct spool_msg *m,
+            const char *id, const char **domain);
 
 #endif /* MTAD_SMTPD_INT_H */

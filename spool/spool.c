@@ -60,6 +60,10 @@ struct spool_msg {
     size_t      wlen;
     uint64_t    written;            /* bytes handed to write() so far */
     uint64_t    body;               /* body bytes accepted */
+    uint64_t    body_off;           /* where the body starts in the file */
+    uint64_t    head_off;           /* spool_head_reserve()'s room */
+    size_t      head_len;           /* its size, 0 = none */
+    int         head_filled;
 };
 
 /* Errors of spool_prepare() and spool_open(), which have no spool. */
@@ -486,6 +490,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     e = *env;
     e.body_size = 0;                    /* spool_finish() writes the size */
     len = spool_env_render(&e, NULL);
+    m->body_off = len;
     if (len <= SPOOL_WBUF) {
         spool_env_render(&e, m->wb);
         m->wlen = len;
@@ -547,6 +552,88 @@ spool_write(struct spool_msg *m, const void *p, size_t n)
 }
 
 
+/* spool_gap - write n placeholder bytes straight to the file. */
+static int
+spool_gap(struct spool_msg *m, size_t n)
+{
+    char   sp[512];
+    size_t c;
+    int    rc;
+
+    memset(sp, ' ', sizeof(sp));
+    for (; n > 0; n -= c) {
+        c = n < sizeof(sp) ? n : sizeof(sp);
+        if ((rc = spool_write_all(m, sp, c)) != SPOOL_OK)
+            return rc;
+    }
+    return SPOOL_OK;
+}
+
+
+int
+spool_head_reserve(struct spool_msg *m, size_t n)
+{
+    size_t ip;
+    int    rc;
+
+    if (m->err != SPOOL_OK)
+        return m->err;
+    if (m->finished || m->head_len > 0 || n == 0) {
+        errno = EINVAL;
+        return spool_fail(m->sp, "reserve tmp/%s", m->id);
+    }
+    if (m->written > m->body_off)
+        return SPOOL_ELATE;             /* the body's start is on disk */
+    ip = (size_t)(m->body_off - m->written);    /* its place in wb */
+    if (m->wlen + n > SPOOL_WBUF && ip > 0) {   /* the envelope goes first */
+        if ((rc = spool_write_all(m, m->wb, ip)) != SPOOL_OK)
+            return rc;
+        memmove(m->wb, m->wb + ip, m->wlen - ip);
+        m->wlen -= ip;
+        ip = 0;
+    }
+    if (m->wlen + n <= SPOOL_WBUF) {
+        memmove(m->wb + ip + n, m->wb + ip, m->wlen - ip);
+        memset(m->wb + ip, ' ', n);
+        m->wlen += n;
+    } else if ((rc = spool_gap(m, n)) != SPOOL_OK) {
+        return rc;                      /* wb starts at the body: room first */
+    }
+    m->head_off = m->body_off;
+    m->head_len = n;
+    m->body += n;
+    return SPOOL_OK;
+}
+
+
+int
+spool_head_fill(struct spool_msg *m, const void *p, size_t n)
+{
+    ssize_t w;
+
+    if (m->err != SPOOL_OK)
+        return m->err;
+    if (m->finished || m->head_len != n || m->head_filled) {
+        errno = EINVAL;
+        return spool_fail(m->sp, "fill tmp/%s", m->id);
+    }
+    if (m->head_off >= m->written) {    /* still in the write buffer */
+        memcpy(m->wb + (m->head_off - m->written), p, n);
+    } else {
+        do
+            w = pwrite(m->fd, p, n, (off_t)m->head_off);
+        while (w == -1 && errno == EINTR);
+        if (w != (ssize_t)n) {
+            if (w >= 0)
+                errno = EIO;
+            return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->id);
+        }
+    }
+    m->head_filled = 1;
+    return SPOOL_OK;
+}
+
+
 int
 spool_finish(struct spool_msg *m)
 {
@@ -558,6 +645,11 @@ spool_finish(struct spool_msg *m)
         return m->err;
     if (m->finished)
         return SPOOL_OK;
+    if (m->head_len > 0 && !m->head_filled) {   /* never a placeholder */
+        errno = EINVAL;
+        return m->err = spool_fail(m->sp, "finish tmp/%s: header room "
+            "not filled", m->id);
+    }
     spool_size_digits(digits, m->body);
     /* A message that never left the buffer gets its size patched in
      * memory: one write() for the whole file, no pwrite(). */

@@ -44,7 +44,8 @@
 
 enum spool_rc {
     SPOOL_OK = 0, SPOOL_ESYS = -1, SPOOL_ENOSPC = -3, SPOOL_EFORMAT = -4,
-    SPOOL_ELOCKED = -5, SPOOL_ENOENT = -6
+    SPOOL_ELOCKED = -5, SPOOL_ENOENT = -6,
+    SPOOL_ELATE = -7                /* spool_head_reserve(): too late */
 };
 
 enum spool_rcpt_status {
@@ -111,6 +112,17 @@ const char *spool_msg_id(const struct spool_msg *m);
 int     spool_write(struct spool_msg *m, const void *p, size_t n);
 uint64_t spool_msg_size(const struct spool_msg *m);      /* body bytes so far */
 int     spool_finish(struct spool_msg *m);               /* flush + length */
+/* A header block known only at the end of the body (the DKIM signature):
+ * spool_head_reserve() makes room for exactly n bytes in front of
+ * everything spool_write() gave so far (the body's first bytes), without
+ * reading anything back: the start of the body must still be in the write
+ * buffer (it is, unless more than 256 KiB were written), else SPOOL_ELATE
+ * and nothing changes.  spool_head_fill() writes the n bytes there (a copy
+ * while in the buffer, else one pwrite()).  Once per message; a message
+ * with room reserved and not filled is refused by spool_finish(), so a
+ * placeholder is never committed. */
+int     spool_head_reserve(struct spool_msg *m, size_t n);
+int     spool_head_fill(struct spool_msg *m, const void *p, size_t n);
 /* spool_commit() frees m only on SPOOL_OK; on failure m stays valid and
  * the caller must spool_abort() it (nothing is left in queue/). */
 int     spool_commit(struct spool_msg *m);               /* fsync?, rename; frees m */

@@ -19,13 +19,14 @@ allowed() {     # the modules module $1 may include, itself included
     router)   echo "router smtp common" ;;
     spool)    echo "spool smtp common" ;;
     dns)      echo "dns common" ;;
+    dkim)     echo "dkim common" ;;
     proxy)    echo "proxy common" ;;
-    config)   echo "config router smtp proxy dns common" ;;
-    delivery) echo "delivery config spool router smtp proxy dns common" ;;
-    smtpd)    echo "smtpd delivery config spool router smtp proxy dns common" ;;
-    worker)   echo "worker smtpd delivery dns proxy config spool router smtp common" ;;
-    master)   echo "master worker smtpd delivery dns proxy config spool router smtp common" ;;
-    mtactl)   echo "mtactl dns config spool router smtp common" ;;
+    config)   echo "config dkim router smtp proxy dns common" ;;
+    delivery) echo "delivery config dkim spool router smtp proxy dns common" ;;
+    smtpd)    echo "smtpd delivery config dkim spool router smtp proxy dns common" ;;
+    worker)   echo "worker smtpd delivery config dkim spool router smtp proxy dns common" ;;
+    master)   echo "master worker smtpd delivery config dkim spool router smtp proxy dns common" ;;
+    mtactl)   echo "mtactl config dkim spool router smtp proxy dns common" ;;
     *)        echo "" ;;
     esac
 }

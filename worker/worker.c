@@ -60,6 +60,7 @@
 #include "common/net.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
+#include "dkim/dkim.h"
 #include "worker/worker_int.h"
 
 #define WORKER_ACCEPT_BUDGET  64    /* accepts per wakeup, for fairness */
@@ -486,6 +487,32 @@ worker_tls_init(struct worker *w)
 }
 
 
+/* worker_dkim_init - the DKIM signing keys, before the privilege drop
+ * (they may be readable by root only). */
+static int
+worker_dkim_init(struct worker *w)
+{
+    const struct config *cfg = w->cfg;
+    char                 err[512];
+    size_t               i;
+
+    if (cfg->ndkim_sign == 0)
+        return 0;
+    if ((w->dkim = dkim_keys_new()) == NULL) {
+        log_err("dkim: cannot set up SHA-256");
+        return -1;
+    }
+    for (i = 0; i < cfg->ndkim_sign; i++)
+        if (dkim_keys_add(w->dkim, cfg->dkim_sign[i].domain,
+            cfg->dkim_sign[i].selector, cfg->dkim_sign[i].key_file,
+            cfg->dkim_sign[i].algorithm, err, sizeof(err)) != DKIM_OK) {
+            log_err("dkim.sign[%zu]: %s", i, err);
+            return -1;
+        }
+    return 0;
+}
+
+
 struct worker *
 worker_init(const struct worker_args *a)
 {
@@ -542,7 +569,7 @@ worker_init(const struct worker_args *a)
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
-    if (worker_tls_init(w) < 0)
+    if (worker_tls_init(w) < 0 || worker_dkim_init(w) < 0)
         goto fail;
     env.loop = w->loop;
     env.cfg = cfg;
@@ -551,11 +578,13 @@ worker_init(const struct worker_args *a)
     env.deliver = w->deliver;
     env.st = w->st;
     env.tls_ctx = w->tls_ctx;
+    env.dkim = w->dkim;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
+    dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);
@@ -594,6 +623,7 @@ worker_run(struct worker *w)
     }
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
+    dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
     router_close(w->router);

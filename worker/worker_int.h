@@ -17,6 +17,7 @@
 
 struct smtpd;
 struct ssl_ctx_st;
+struct dkim_keys;
 struct wproxy;
 struct config_listen;
 
@@ -59,6 +60,9 @@ struct worker {
      * private key then lives in every worker's memory (no exec, as in
      * nginx): a compromised worker can read it. */
     struct ssl_ctx_st   *tls_ctx;
+    /* dkim.sign keys (NULL: none), loaded here for the same reason and
+     * with the same trade-off as the TLS key. */
+    struct dkim_keys    *dkim;
 };
 
 /* worker.c */

@@ -15,10 +15,13 @@
 #include <arpa/inet.h>
 
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 
 #include "common/log.h"
 #include "common/util.h"
 #include "router/route.h"
+#include "dkim/dkim.h"
 #include "config/config.h"
 
 static char tdir[64];
@@ -354,7 +357,7 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns)");
+        "relay, spool, routes, delivery, log, tls, dns, dkim)");
 }
 
 Test(config, unknown_key_nested)
@@ -399,7 +402,7 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns)");
+        "relay, spool, routes, delivery, log, tls, dns, dkim)");
 }
 
 Test(config, bad_size)
@@ -585,7 +588,7 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns), got a sequence");
+        "relay, spool, routes, delivery, log, tls, dns, dkim), got a sequence");
 }
 
 Test(config, second_document)
@@ -608,7 +611,7 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, relay, spool, routes, delivery, log, tls, dns)\n"
+        "limits, relay, spool, routes, delivery, log, tls, dns, dkim)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
@@ -861,4 +864,75 @@ Test(config, session_resource_limits)
         "2147483647, got 'many'\n"
         "%P:7:22: limits.max_envelope_size: expected a size greater than 0, "
         "got '0'");
+}
+
+
+/* ---- dkim ------------------------------------------------------------- */
+
+Test(config, dkim_sign_keys_and_networks)
+{
+    struct config *cfg;
+    char           key[300], text[1024];
+    EVP_PKEY      *pk;
+    FILE          *f;
+
+    cfg = tc_load_ok("routes:\n  default: discard\n");
+    cr_assert_eq(cfg->ndkim_sign, 0);
+    cr_assert_eq(cfg->ndkim_sign_networks, cfg->nallow_networks,
+        "sign_networks defaults to relay.allow_networks");
+    cr_assert(memcmp(cfg->dkim_sign_networks, cfg->allow_networks,
+        cfg->nallow_networks * sizeof(struct cidr)) == 0);
+    config_free(cfg);
+    cfg = tc_load_ok("relay:\n  allow_networks: [10.0.0.0/8]\n"
+        "routes:\n  default: discard\n");
+    cr_assert_eq(cfg->ndkim_sign_networks, 1);
+    cr_assert(memcmp(cfg->dkim_sign_networks, cfg->allow_networks,
+        sizeof(struct cidr)) == 0);
+    config_free(cfg);
+
+    snprintf(key, sizeof(key), "%s/a.key", tdir);
+    cr_assert_not_null(pk = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519"));
+    cr_assert_not_null(f = fopen(key, "w"));
+    cr_assert_eq(PEM_write_PrivateKey(f, pk, NULL, NULL, 0, NULL, NULL), 1);
+    fclose(f);
+    EVP_PKEY_free(pk);
+    snprintf(text, sizeof(text), "routes:\n  default: discard\n"
+        "dkim:\n"
+        "  sign:\n"
+        "    - domain: example.org\n"
+        "      selector: s1\n"
+        "      key_file: %s\n"
+        "      algorithm: ed25519-sha256\n"
+        "  sign_networks: [192.0.2.0/24, \"2001:db8::/32\"]\n", key);
+    cfg = tc_load_ok(text);
+    cr_assert_eq(cfg->ndkim_sign, 1);
+    cr_assert_str_eq(cfg->dkim_sign[0].domain, "example.org");
+    cr_assert_str_eq(cfg->dkim_sign[0].selector, "s1");
+    cr_assert_str_eq(cfg->dkim_sign[0].key_file, key);
+    cr_assert_eq(cfg->dkim_sign[0].algorithm, DKIM_ED25519_SHA256);
+    cr_assert_eq(cfg->ndkim_sign_networks, 2);
+    config_free(cfg);
+
+    /* the same key named as RSA (the default algorithm): its line */
+    snprintf(text, sizeof(text), "routes:\n  default: discard\n"
+        "dkim:\n"
+        "  sign:\n"
+        "    - domain: example.org\n"
+        "      selector: s1\n"
+        "      key_file: %s\n", key);
+    tc_write(text);
+    cr_assert_null(config_load(tpath, terr, sizeof(terr)));
+    cr_assert_not_null(strstr(terr, "relay.yaml:7:17: dkim.sign[0].key_file: '"),
+        "%s", terr);
+    cr_assert_not_null(strstr(terr, "' is not an RSA key (algorithm is "
+        "rsa-sha256)"), "%s", terr);
+    tc_load_bad("routes:\n  default: discard\n"
+        "dkim:\n  sign:\n    - domain: nodot\n      selector: \"a b\"\n"
+        "      keyfile: x\n",
+        "%P:5:15: dkim.sign[0].domain: expected a domain like example.org, "
+        "got 'nodot'\n"
+        "%P:6:17: dkim.sign[0].selector: expected a selector like s1 "
+        "(letters, digits, '-', '_', '.'), got 'a b'\n"
+        "%P:7:7: dkim.sign[0].keyfile: unknown key 'keyfile' (expected one "
+        "of: domain, selector, key_file, algorithm)");
 }

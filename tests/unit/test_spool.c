@@ -1156,3 +1156,137 @@ Test(spool_state, queue_file_mark_says_whether_a_state_exists)
     spool_close(sp);
     t_rm_rf(dir);
 }
+
+
+/* ---- room for a header written at the end (DKIM) ------------------------ */
+
+/* t_head_msg - a message with body bytes written in pre[npre], then n
+ * bytes of room reserved, then post[npost], then the room filled with
+ * 'H'...; returns the committed body (malloc'd) and its id. */
+static char *
+t_head_msg(struct spool *sp, size_t npre, size_t n, size_t npost,
+    uint64_t *size)
+{
+    struct spool_env  e, *got;
+    struct spool_msg *m;
+    char             *pre = xmalloc(npre + 1), *post = xmalloc(npost + 1);
+    char             *head = xmalloc(n), id[SPOOL_ID_SIZE], *b;
+    off_t             boff;
+    int               fd;
+
+    memset(pre, 'p', npre);
+    memset(post, 'q', npost);
+    memset(head, 'H', n);
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_write(m, pre, npre), SPOOL_OK);
+    cr_assert_eq(spool_head_reserve(m, n), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_write(m, post, npost), SPOOL_OK);
+    cr_assert_eq(spool_msg_size(m), npre + n + npost);
+    cr_assert_eq(spool_head_fill(m, head, n), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    memcpy(id, spool_msg_id(m), SPOOL_ID_SIZE);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_msg_open(sp, id, 0, &got, &fd, &boff), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    *size = got->body_size;
+    b = t_body(fd, boff, got->body_size);
+    close(fd);
+    spool_env_free(got);
+    free(pre);
+    free(post);
+    free(head);
+    return b;
+}
+
+
+static void
+t_head_check(const char *b, uint64_t size, size_t npre, size_t n,
+    size_t npost)
+{
+    size_t i;
+
+    cr_assert_eq(size, npre + n + npost);
+    for (i = 0; i < n; i++)
+        cr_assert_eq(b[i], 'H', "room byte %zu", i);
+    for (i = 0; i < npre; i++)
+        cr_assert_eq(b[n + i], 'p', "pre byte %zu", i);
+    for (i = 0; i < npost; i++)
+        cr_assert_eq(b[n + npre + i], 'q', "post byte %zu", i);
+}
+
+
+Test(spool_write, head_room_filled_in_the_buffer)
+{
+    char         *dir = t_mkdtemp();
+    struct spool *sp = t_spool(dir, 0, 0);
+    uint64_t      size;
+    char         *b = t_head_msg(sp, 300, 517, 1000, &size);
+
+    t_head_check(b, size, 300, 517, 1000);
+    free(b);
+    spool_close(sp);
+}
+
+
+Test(spool_write, head_room_filled_on_disk_after_the_body_left_the_buffer)
+{
+    char         *dir = t_mkdtemp();
+    struct spool *sp = t_spool(dir, 1, 0);
+    uint64_t      size;
+    char         *b = t_head_msg(sp, 100, 700, 3 * 1024 * 1024 + 17, &size);
+
+    t_head_check(b, size, 100, 700, 3 * 1024 * 1024 + 17);
+    free(b);
+    spool_close(sp);
+}
+
+
+/* A nearly full buffer: the envelope goes to disk first, and when the
+ * body part alone leaves no room the placeholder is written straight to
+ * the file in front of it. */
+Test(spool_write, head_room_when_the_buffer_is_nearly_full)
+{
+    static const size_t rooms[] = { 50, 990, 4000, 200000 };
+    char         *dir = t_mkdtemp();
+    struct spool *sp = t_spool(dir, 0, 0);
+    uint64_t      size;
+    size_t        i, pre = 256 * 1024 - 1000;
+    char         *b;
+
+    for (i = 0; i < ARRAY_LEN(rooms); i++) {
+        b = t_head_msg(sp, pre, rooms[i], 5000, &size);
+        t_head_check(b, size, pre, rooms[i], 5000);
+        free(b);
+    }
+    spool_close(sp);
+}
+
+
+Test(spool_write, head_room_too_late_and_unfilled)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env  e;
+    struct spool_msg *m;
+    char             *big = xcalloc(1, 300 * 1024);
+
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, big, 300 * 1024), SPOOL_OK);
+    cr_assert_eq(spool_head_reserve(m, 100), SPOOL_ELATE);
+    cr_assert_eq(spool_msg_size(m), 300 * 1024, "ELATE changes nothing");
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "the message still commits");
+
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, "x\r\n", 3), SPOOL_OK);
+    cr_assert_eq(spool_head_reserve(m, 10), SPOOL_OK);
+    cr_assert_neq(spool_head_reserve(m, 10), SPOOL_OK, "only once");
+    cr_assert_neq(spool_head_fill(m, "short", 5), SPOOL_OK);
+    cr_assert_neq(spool_finish(m), SPOOL_OK, "a placeholder never commits");
+    spool_abort(m);
+    cr_assert_eq(t_count(dir, "queue"), 1);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    free(big);
+    spool_close(sp);
+}
