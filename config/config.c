@@ -56,7 +56,10 @@ enum config_type {
     CONFIG_ROUTE,                  /* char *, checked with route_parse() */
     CONFIG_STATIC,                 /* routes.static */
     CONFIG_TLSFILE,                /* a string; its node is kept for checks */
-    CONFIG_TLSVER                  /* TLSv1.2 | TLSv1.3 */
+    CONFIG_TLSVER,                 /* TLSv1.2 | TLSv1.3 */
+    CONFIG_LOAD,                   /* uint32_t load * 100; 0 = off */
+    CONFIG_LOGFMT,                 /* text | json */
+    CONFIG_HOSTPORT                /* one "host:port" (metrics.listen) */
 };
 
 struct config_key {
@@ -86,6 +89,13 @@ static const struct config_key config_server[] = {
     END
 };
 
+static const struct config_key config_limits_load[] = {
+    KEY("queue_only", CONFIG_LOAD, load_queue_only_x100),
+    KEY("refuse", CONFIG_LOAD, load_refuse_x100),
+    KEY("file", CONFIG_STRING, load_file),
+    END
+};
+
 static const struct config_key config_limits[] = {
     KEY("max_message_size", CONFIG_SIZE, max_message_size),
     INT("max_recipients", max_recipients),
@@ -95,6 +105,7 @@ static const struct config_key config_limits[] = {
     DUR("data_timeout", data_timeout_ms, 1),
     INT("max_errors", max_errors),
     KEY("bare_newline", CONFIG_BARE_NL, bare_newline_accept),
+    SECTION("load", config_limits_load),
     END
 };
 
@@ -128,6 +139,12 @@ static const struct config_key config_log[] = {
     KEY("file", CONFIG_STRING, log_file),
     KEY("level", CONFIG_LOGLEVEL, log_level),
     DUR("flush_interval", log_flush_interval_ms, 1),
+    KEY("format", CONFIG_LOGFMT, log_format),
+    END
+};
+
+static const struct config_key config_metrics[] = {
+    KEY("listen", CONFIG_HOSTPORT, metrics_listen),
     END
 };
 
@@ -148,6 +165,7 @@ static const struct config_key config_top[] = {
     SECTION("delivery", config_delivery),
     SECTION("log", config_log),
     SECTION("tls", config_tls),
+    SECTION("metrics", config_metrics),
     END
 };
 
@@ -752,6 +770,28 @@ config_check_tls(struct config_parse *p)
 }
 
 /* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
+/* config_set_load - a load average like 8 or 12.5 (two decimals kept),
+ * stored * 100; 0 turns the check off. */
+static void
+config_set_load(struct config_parse *p, const yaml_node_t *n,
+    const char *path, uint32_t *out)
+{
+    static const char what[] = "a load average like 8 or 12.5 (0 = off)";
+    const char *v = config_scalar(p, n, path, what);
+    char       *end;
+    double      d;
+
+    if (v == NULL)
+        return;
+    errno = 0;
+    d = strtod(v, &end);
+    if (end == v || *end != '\0' || errno != 0 || !(d >= 0) || d > 10000) {
+        config_expected(p, n, path, what);
+        return;
+    }
+    *out = (uint32_t)(d * 100 + 0.5);
+}
+
 static int
 config_word(const char *v, const char *const *words, size_t nwords)
 {
@@ -771,6 +811,7 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         "false", "no", "off", "true", "yes", "on"
     };
     static const char *const bare[] = { "reject", "accept" };
+    static const char *const fmts[] = { "text", "json" };
     static const char levels[] = "one of err, warn, notice, info, debug";
     static const char size_what[] = "a size like 50M (units K, M, G)";
     void *f = config_field(p, k);
@@ -856,6 +897,25 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
     case CONFIG_TLSFILE:
     case CONFIG_TLSVER:
         config_set_tls(p, k, n, path);
+        break;
+    case CONFIG_LOAD:
+        config_set_load(p, n, path, f);
+        break;
+    case CONFIG_LOGFMT:
+        v = config_scalar(p, n, path, "text or json");
+        if (v != NULL && (w = config_word(v, fmts, ARRAY_LEN(fmts))) < 0)
+            config_expected(p, n, path, "text or json");
+        else if (v != NULL)
+            *(int *)f = w == 1 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+        break;
+    case CONFIG_HOSTPORT:
+        v = config_scalar(p, n, path, "an address like \"127.0.0.1:9325\"");
+        if (v != NULL && util_parse_hostport(v, &p->cfg->metrics_addr,
+            &p->cfg->metrics_addrlen) != 0)
+            config_expected(p, n, path,
+                "an address like \"127.0.0.1:9325\" or \"[::1]:9325\"");
+        else if (v != NULL)
+            config_set_str(f, v);
         break;
     case CONFIG_ROUTE:
         v = config_scalar(p, n, path, "a route like \"smtp:[host]:25\" or "
@@ -1028,6 +1088,8 @@ config_defaults(const char *path)
     cfg->log_file = xstrdup("-");
     cfg->log_level = LOGL_INFO;
     cfg->log_flush_interval_ms = 100;
+    cfg->log_format = LOG_FORMAT_TEXT;
+    cfg->load_file = xstrdup("/proc/loadavg");
 
     cfg->tls_min_version = CONFIG_TLS12;
     return cfg;
@@ -1232,5 +1294,7 @@ config_free(struct config *cfg)
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->tls_ciphers);
+    free(cfg->load_file);
+    free(cfg->metrics_listen);
     free(cfg);
 }

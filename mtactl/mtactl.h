@@ -19,6 +19,11 @@ struct config;
 int     mtactl_route(int argc, char **argv, const struct config *cfg);  /* route.c */
 int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue.c */
 void    mtactl_route_help(void);
+/* audit.c: report a change to the running mtad's log (best effort). */
+void    mtactl_audit_init(const struct config *cfg);
+void    mtactl_audit(const char *fmt, ...)
+            __attribute__((format(printf, 1, 2)));
+void    mtactl_audit_flush(void);       /* after the command */
 void    mtactl_queue_help(void);
 
 #endif /* MTAD_MTACTL_H */

@@ -1,0 +1,238 @@
+/*
+ * logfmt.c - JSON lines for log.format: json.
+ *
+ * PURPOSE   Turn one record (time, level, process, fields, text) into one
+ *           line of JSON; see logfmt.h for the contract.
+ * CONTRACT  Pure: no I/O, no allocation, so the unit test drives it with
+ *           any bytes, and a worker pays only the formatting.
+ * FAILURE   None; output is cut (at a character boundary, inside msg)
+ *           rather than overflow.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/logfmt.h"
+
+const char *
+logfmt_level_name(int level)
+{
+    static const char *const names[] = {
+        "err", "warn", "notice", "info", "debug"
+    };
+
+    return level >= 0 && level <= LOGL_DEBUG ? names[level] : "info";
+}
+
+/* logfmt_utf8_len - length of the valid UTF-8 sequence at p (1..4), or 0
+ * when p[0..n) does not start with one (overlong, surrogate, cut). */
+static size_t
+logfmt_utf8_len(const unsigned char *p, size_t n)
+{
+    size_t len, i;
+    unsigned cp;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        len = 2;
+        cp = p[0] & 0x1fu;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        cp = p[0] & 0x0fu;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        cp = p[0] & 0x07u;
+    } else
+        return 0;
+    if (n < len)
+        return 0;
+    for (i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+size_t
+logfmt_json_str(char *out, size_t cap, const char *src, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)src;
+    size_t               o = 0, i = 0, k;
+    char                 esc[8];
+    const char          *e;
+
+    if (cap == 0)
+        return 0;
+    while (i < n) {
+        e = NULL;
+        k = 1;
+        switch (p[i]) {
+        case '"':  e = "\\\""; break;
+        case '\\': e = "\\\\"; break;
+        case '\n': e = "\\n"; break;
+        case '\r': e = "\\r"; break;
+        case '\t': e = "\\t"; break;
+        default:
+            if (p[i] < 0x20 || p[i] == 0x7f) {
+                snprintf(esc, sizeof(esc), "\\u%04x", p[i]);
+                e = esc;
+            } else if (p[i] >= 0x80 && (k = logfmt_utf8_len(p + i,
+                n - i)) == 0) {
+                snprintf(esc, sizeof(esc), "\\u%04x", p[i]);  /* Latin-1 */
+                e = esc;
+                k = 1;
+            }
+            break;
+        }
+        if (e != NULL) {
+            size_t el = strlen(e);
+
+            if (o + el >= cap)
+                break;
+            memcpy(out + o, e, el);
+            o += el;
+        } else {
+            if (o + k >= cap)
+                break;
+            memcpy(out + o, p + i, k);
+            o += k;
+        }
+        i += k;
+    }
+    out[o] = '\0';
+    return o;
+}
+
+struct logfmt_out {
+    char  *p;
+    size_t len, cap;        /* cap keeps room for the closing "}\n" */
+};
+
+static void
+logfmt_raw(struct logfmt_out *o, const char *s)
+{
+    size_t n = strlen(s);
+
+    if (o->len + n >= o->cap)
+        n = o->cap - o->len - 1;
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+    o->p[o->len] = '\0';
+}
+
+/* logfmt_str - one quoted string field, at most LOGFMT_FIELD_MAX bytes
+ * of output, so that one long field cannot push the rest out. */
+#define LOGFMT_FIELD_MAX 1024
+static void
+logfmt_str(struct logfmt_out *o, const char *s, size_t n)
+{
+    size_t room;
+
+    logfmt_raw(o, "\"");
+    if (o->cap - o->len > 2) {
+        room = o->cap - o->len - 1;
+        if (room > LOGFMT_FIELD_MAX)
+            room = LOGFMT_FIELD_MAX;
+        o->len += logfmt_json_str(o->p + o->len, room, s, n);
+    }
+    logfmt_raw(o, "\"");
+}
+
+static void
+logfmt_key(struct logfmt_out *o, const char *key)
+{
+    logfmt_raw(o, ",\"");
+    logfmt_raw(o, key);
+    logfmt_raw(o, "\":");
+}
+
+size_t
+logfmt_json(char *out, size_t cap, const char *ts, int level,
+    const char *proc, const char *pid, const char *event,
+    const struct log_kv *kv, size_t nkv, const char *msg, size_t msglen)
+{
+    struct logfmt_out o = { out, 0, cap > 3 ? cap - 2 : 1 };
+    char              num[48];
+    size_t            i;
+
+    out[0] = '\0';
+    logfmt_raw(&o, "{\"ts\":\"");
+    logfmt_raw(&o, ts);
+    logfmt_raw(&o, "\",\"level\":\"");
+    logfmt_raw(&o, logfmt_level_name(level));
+    logfmt_raw(&o, "\",\"proc\":");
+    logfmt_str(&o, proc, strlen(proc));
+    logfmt_raw(&o, ",\"pid\":");
+    logfmt_raw(&o, pid);
+    logfmt_raw(&o, ",\"event\":");
+    logfmt_str(&o, event, strlen(event));
+    for (i = 0; i < nkv; i++) {
+        if (kv[i].type == LOG_KV_STR && kv[i].s == NULL)
+            continue;
+        logfmt_key(&o, kv[i].key);
+        if (kv[i].type == LOG_KV_STR) {
+            logfmt_str(&o, kv[i].s, strlen(kv[i].s));
+        } else {
+            if (kv[i].type == LOG_KV_INT)
+                snprintf(num, sizeof(num), "%lld", kv[i].i);
+            else
+                snprintf(num, sizeof(num), "%.3f", kv[i].d);
+            logfmt_raw(&o, num);
+        }
+    }
+    logfmt_raw(&o, ",\"msg\":");
+    /* the text last: when the record is too long, it is what gets cut */
+    if (o.cap - o.len > 3) {
+        size_t room = o.cap - o.len - 1;    /* for the closing quote */
+
+        logfmt_raw(&o, "\"");
+        o.len += logfmt_json_str(o.p + o.len, room - 1, msg, msglen);
+        logfmt_raw(&o, "\"");
+    }
+    /* cap - 2 was reserved for these two bytes */
+    out[o.len++] = '}';
+    out[o.len++] = '\n';
+    out[o.len] = '\0';
+    return o.len;
+}
+
+const char *
+logfmt_dsn(const char *reply, char *out, size_t outsz)
+{
+    const char *p = reply;
+    size_t      n;
+
+    out[0] = '\0';
+    if (reply == NULL)
+        return out;
+    /* "250 2.0.0 text" or "2.0.0 text" */
+    if (isdigit((unsigned char)p[0]) && isdigit((unsigned char)p[1]) &&
+        isdigit((unsigned char)p[2]) && (p[3] == ' ' || p[3] == '-'))
+        p += 4;
+    if ((p[0] < '2' || p[0] > '5') || p[1] != '.')
+        return out;
+    n = 2;
+    while (isdigit((unsigned char)p[n]) && n < 5)
+        n++;
+    if (p[n] != '.' || n == 2)
+        return out;
+    n++;
+    {
+        size_t s = n;
+
+        while (isdigit((unsigned char)p[n]) && n - s < 3)
+            n++;
+        if (n == s || (p[n] != ' ' && p[n] != '\0'))
+            return out;
+    }
+    if (n < outsz) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
+    return out;
+}
