@@ -1,6 +1,6 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
-#          bench, install, clean.
+#          bench, install, deb, clean.
 
 PKGS     := openssl lmdb yaml-0.1
 PREFIX   ?= /usr/local
@@ -37,7 +37,7 @@ BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps
+.PHONY: all deps run test unit integration asan bench install clean check-deps deb
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -120,6 +120,11 @@ install: all
 	    > $(DESTDIR)/lib/systemd/system/mtad.service
 	-install -m 0644 docs/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
+
+# A Debian package (build/mtad_<version>_<arch>.deb); tests/deb/test_deb.sh
+# installs it, sends a message through it and purges it.
+deb: all
+	@sh packaging/deb/build.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan
