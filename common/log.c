@@ -37,7 +37,6 @@
 int log_level = LOGL_INFO;
 
 static int       log_format = LOG_FORMAT_TEXT;
-#define LOG_JSON_MAX (4 * LOG_RECORD_MAX)   /* fields are escaped */
 
 static int       log_sock = -1;
 static char      log_ident[64] = "mtad";
@@ -251,7 +250,9 @@ static void
 log_vjson(int level, const char *event, const struct log_kv *kv, size_t nkv,
     const char *fmt, va_list ap)
 {
-    char    msg[LOG_RECORD_MAX], ts[32], rec[LOG_JSON_MAX];
+    /* LOG_RECORD_MAX like a text record: the log process reads each
+     * datagram into room for one record of that size (logd.c) */
+    char    msg[LOG_RECORD_MAX], ts[32], rec[LOG_RECORD_MAX];
     int     r;
     size_t  n;
 

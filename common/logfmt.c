@@ -127,7 +127,8 @@ logfmt_raw(struct logfmt_out *o, const char *s)
 
 /* logfmt_str - one quoted string field, at most LOGFMT_FIELD_MAX bytes
  * of output, so that one long field cannot push the rest out. */
-#define LOGFMT_FIELD_MAX 1024
+#define LOGFMT_FIELD_MAX 512
+#define LOGFMT_MSG_RESERVE 16     /* ,"msg":"" and the end stay possible */
 static void
 logfmt_str(struct logfmt_out *o, const char *s, size_t n)
 {
@@ -136,6 +137,7 @@ logfmt_str(struct logfmt_out *o, const char *s, size_t n)
     logfmt_raw(o, "\"");
     if (o->cap - o->len > 2) {
         room = o->cap - o->len - 1;
+        room = room > LOGFMT_MSG_RESERVE ? room - LOGFMT_MSG_RESERVE : 1;
         if (room > LOGFMT_FIELD_MAX)
             room = LOGFMT_FIELD_MAX;
         o->len += logfmt_json_str(o->p + o->len, room, s, n);
@@ -174,6 +176,10 @@ logfmt_json(char *out, size_t cap, const char *ts, int level,
     for (i = 0; i < nkv; i++) {
         if (kv[i].type == LOG_KV_STR && kv[i].s == NULL)
             continue;
+        /* a field that cannot fit whole (key, quotes, a number) is left
+         * out rather than cut, so the line stays valid JSON */
+        if (o.cap - o.len < strlen(kv[i].key) + 48 + LOGFMT_MSG_RESERVE)
+            break;
         logfmt_key(&o, kv[i].key);
         if (kv[i].type == LOG_KV_STR) {
             logfmt_str(&o, kv[i].s, strlen(kv[i].s));

@@ -9,7 +9,9 @@
  *           control bytes as \uXXXX / \n..., bytes that are not valid
  *           UTF-8 as \u00XX (the byte read as Latin-1), so the line is
  *           always valid JSON in valid UTF-8 whatever a client sent.
- *           A record that does not fit is cut in its msg (still valid).
+ *           A record that does not fit is cut in its msg (still valid);
+ *           a string field is cut at 512 bytes of output, and fields that
+ *           no longer fit at all are left out.
  *           logfmt_dsn() finds the enhanced status code ("4.4.1") at the
  *           start of an SMTP reply text.
  * FAILURE   Never fails; returns the length written (< cap).

@@ -187,3 +187,37 @@ Test(logfmt, text_records_ignore_the_fields, .init = setup,
     cr_assert(strstr(a, " mtad[") && strstr(a, "]: worker 3: Q1: from=<a@b>\n"),
         "%s", a);
 }
+
+/* quotes_balanced - every string opened is closed (escapes skipped). */
+static int
+quotes_balanced(const char *p)
+{
+    int in = 0;
+
+    for (; *p != '\0'; p++) {
+        if (in && *p == '\\' && p[1] != '\0')
+            p++;
+        else if (*p == '"')
+            in = !in;
+    }
+    return !in;
+}
+
+Test(logfmt, many_long_fields_leave_out_what_does_not_fit)
+{
+    char rec[LOG_RECORD_MAX], f[3000];
+    size_t n;
+
+    memset(f, '\x01', sizeof(f) - 1);       /* escapes to 6 bytes each */
+    f[sizeof(f) - 1] = '\0';
+    n = logfmt_json(rec, sizeof(rec), "T", LOGL_INFO, "w", "1", "e",
+        LOG_KVS(LKV_S("a", f), LKV_S("b", f), LKV_S("c", f), LKV_S("d", f),
+        LKV_S("e", f), LKV_S("f", f), LKV_S("g", f), LKV_S("h", f),
+        LKV_I("last", 7)), f, strlen(f));
+    cr_assert(n < sizeof(rec));
+    cr_assert_eq(strchr(rec, '\n'), rec + n - 1);
+    cr_assert_eq(rec[n - 2], '}');
+    cr_assert(quotes_balanced(rec), "%s", rec);
+    cr_assert_not_null(strstr(rec, ",\"msg\":\""));
+    cr_assert_not_null(strstr(rec, "\"a\":\"\\u0001"));
+}
