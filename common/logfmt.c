@@ -58,6 +58,12 @@ logfmt_utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
+/* Bytes copied as they are: printable ASCII but the quote and backslash
+ * (a table: this loop is most of a JSON record's cost). */
+static const unsigned char logfmt_plain[256] = {
+    [0x20 ... 0x21] = 1, [0x23 ... 0x5b] = 1, [0x5d ... 0x7e] = 1  /* not " \\ */
+};
+
 size_t
 logfmt_json_str(char *out, size_t cap, const char *src, size_t n)
 {
@@ -69,6 +75,19 @@ logfmt_json_str(char *out, size_t cap, const char *src, size_t n)
     if (cap == 0)
         return 0;
     while (i < n) {
+        /* the common case: a run of printable ASCII, copied at once */
+        for (k = i; k < n && logfmt_plain[p[k]]; k++)
+            ;
+        if (k > i) {
+            if (o + (k - i) >= cap)
+                k = i + (cap - 1 - o);
+            memcpy(out + o, p + i, k - i);
+            o += k - i;
+            i = k;
+            if (o + 1 >= cap)
+                break;
+            continue;
+        }
         e = NULL;
         k = 1;
         switch (p[i]) {
@@ -114,16 +133,17 @@ struct logfmt_out {
 };
 
 static void
-logfmt_raw(struct logfmt_out *o, const char *s)
+logfmt_rawn(struct logfmt_out *o, const char *s, size_t n)
 {
-    size_t n = strlen(s);
-
     if (o->len + n >= o->cap)
         n = o->cap - o->len - 1;
     memcpy(o->p + o->len, s, n);
     o->len += n;
     o->p[o->len] = '\0';
 }
+
+#define logfmt_lit(o, lit)  logfmt_rawn((o), (lit), sizeof(lit) - 1)
+#define logfmt_raw(o, s)    logfmt_rawn((o), (s), strlen(s))
 
 /* logfmt_str - one quoted string field, at most LOGFMT_FIELD_MAX bytes
  * of output, so that one long field cannot push the rest out. */
@@ -134,7 +154,7 @@ logfmt_str(struct logfmt_out *o, const char *s, size_t n)
 {
     size_t room;
 
-    logfmt_raw(o, "\"");
+    logfmt_lit(o, "\"");
     if (o->cap - o->len > 2) {
         room = o->cap - o->len - 1;
         room = room > LOGFMT_MSG_RESERVE ? room - LOGFMT_MSG_RESERVE : 1;
@@ -142,15 +162,69 @@ logfmt_str(struct logfmt_out *o, const char *s, size_t n)
             room = LOGFMT_FIELD_MAX;
         o->len += logfmt_json_str(o->p + o->len, room, s, n);
     }
-    logfmt_raw(o, "\"");
+    logfmt_lit(o, "\"");
 }
 
 static void
 logfmt_key(struct logfmt_out *o, const char *key)
 {
-    logfmt_raw(o, ",\"");
+    logfmt_lit(o, ",\"");
     logfmt_raw(o, key);
-    logfmt_raw(o, "\":");
+    logfmt_lit(o, "\":");
+}
+
+/* logfmt_u64 - decimal digits of v into buf (>= 21 bytes), NUL-ended;
+ * snprintf() costs more than the rest of a field. */
+static char *
+logfmt_u64(char *buf, size_t bufsz, unsigned long long v)
+{
+    char *p = buf + bufsz - 1;
+
+    *p = '\0';
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
+/* logfmt_num - an integer, or a number with 3 decimals, into buf. */
+static const char *
+logfmt_num(char *buf, size_t bufsz, const struct log_kv *kv)
+{
+    unsigned long long u;
+    char              *p;
+    int                neg;
+
+    if (kv->type == LOG_KV_INT) {
+        neg = kv->i < 0;
+        u = neg ? 0ULL - (unsigned long long)kv->i : (unsigned long long)kv->i;
+        p = logfmt_u64(buf, bufsz, u);
+    } else {
+        double d = kv->d;
+
+        if (!(d == d) || d > 9e15 || d < -9e15)
+            return "0";                 /* NaN or absurd: not JSON otherwise */
+        neg = d < 0;
+        u = (unsigned long long)((neg ? -d : d) * 1000.0 + 0.5);
+        p = logfmt_u64(buf, bufsz, u / 1000);
+        /* append ".ddd": move the integer part left to make room */
+        {
+            size_t len = strlen(p);
+            char  *q = buf + 1;
+
+            memmove(q, p, len);
+            q[len] = '.';
+            q[len + 1] = (char)('0' + u / 100 % 10);
+            q[len + 2] = (char)('0' + u / 10 % 10);
+            q[len + 3] = (char)('0' + u % 10);
+            q[len + 4] = '\0';
+            p = q;
+        }
+    }
+    if (neg)
+        *--p = '-';
+    return p;
 }
 
 size_t
@@ -163,15 +237,15 @@ logfmt_json(char *out, size_t cap, const char *ts, int level,
     size_t            i;
 
     out[0] = '\0';
-    logfmt_raw(&o, "{\"ts\":\"");
+    logfmt_lit(&o, "{\"ts\":\"");
     logfmt_raw(&o, ts);
-    logfmt_raw(&o, "\",\"level\":\"");
+    logfmt_lit(&o, "\",\"level\":\"");
     logfmt_raw(&o, logfmt_level_name(level));
-    logfmt_raw(&o, "\",\"proc\":");
+    logfmt_lit(&o, "\",\"proc\":");
     logfmt_str(&o, proc, strlen(proc));
-    logfmt_raw(&o, ",\"pid\":");
+    logfmt_lit(&o, ",\"pid\":");
     logfmt_raw(&o, pid);
-    logfmt_raw(&o, ",\"event\":");
+    logfmt_lit(&o, ",\"event\":");
     logfmt_str(&o, event, strlen(event));
     for (i = 0; i < nkv; i++) {
         if (kv[i].type == LOG_KV_STR && kv[i].s == NULL)
@@ -184,21 +258,17 @@ logfmt_json(char *out, size_t cap, const char *ts, int level,
         if (kv[i].type == LOG_KV_STR) {
             logfmt_str(&o, kv[i].s, strlen(kv[i].s));
         } else {
-            if (kv[i].type == LOG_KV_INT)
-                snprintf(num, sizeof(num), "%lld", kv[i].i);
-            else
-                snprintf(num, sizeof(num), "%.3f", kv[i].d);
-            logfmt_raw(&o, num);
+            logfmt_raw(&o, logfmt_num(num, sizeof(num), &kv[i]));
         }
     }
-    logfmt_raw(&o, ",\"msg\":");
+    logfmt_lit(&o, ",\"msg\":");
     /* the text last: when the record is too long, it is what gets cut */
     if (o.cap - o.len > 3) {
         size_t room = o.cap - o.len - 1;    /* for the closing quote */
 
-        logfmt_raw(&o, "\"");
+        logfmt_lit(&o, "\"");
         o.len += logfmt_json_str(o.p + o.len, room - 1, msg, msglen);
-        logfmt_raw(&o, "\"");
+        logfmt_lit(&o, "\"");
     }
     /* cap - 2 was reserved for these two bytes */
     out[o.len++] = '}';

@@ -221,3 +221,16 @@ Test(logfmt, many_long_fields_leave_out_what_does_not_fit)
     cr_assert_not_null(strstr(rec, ",\"msg\":\""));
     cr_assert_not_null(strstr(rec, "\"a\":\"\\u0001"));
 }
+
+Test(logfmt, numbers_without_printf)
+{
+    char rec[512];
+
+    logfmt_json(rec, sizeof(rec), "T", LOGL_INFO, "w", "1", "e",
+        LOG_KVS(LKV_I("a", 0), LKV_I("b", -42), LKV_I("c", 9007199254740993LL),
+        LKV_D("d", 0.0), LKV_D("e", 12345.6789), LKV_D("f", -1.25),
+        LKV_D("g", 0.0004)), "", 0);
+    cr_assert(strstr(rec, "\"a\":0,\"b\":-42,\"c\":9007199254740993,"
+        "\"d\":0.000,\"e\":12345.679,\"f\":-1.250,\"g\":0.000,") != NULL,
+        "%s", rec);
+}
