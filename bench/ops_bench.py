@@ -81,16 +81,20 @@ def main():
                 assert r["e2e_complete"], r
                 res[m.label].append(r)
                 print("%-13s rep %d: %6.0f msgs/s accepted, %6.0f end-to-end, "
-                      "p99 %.2f ms%s" % (m.label, rep + 1, r["acc_rate"], r["e2e_rate"],
-                                         r["p99"] / 1000.0,
+                      "p99 %.2f ms, %.3f CPU s/1000 msgs%s" % (
+                          m.label, rep + 1, r["acc_rate"], r["e2e_rate"],
+                          r["p99"] / 1000.0, r["cpu_per_1000"],
                                          ", %d scrapes" % scrapes[0] if m.ops else ""),
                       flush=True)
         for label, rs in res.items():
             acc = [r["acc_rate"] for r in rs]
             e2e = [r["e2e_rate"] for r in rs]
-            print("%-13s median %6.0f accepted [%0.f-%0.f], %6.0f end-to-end [%0.f-%0.f]"
+            cpu = [r["cpu_per_1000"] for r in rs]
+            print("%-13s median %6.0f accepted [%0.f-%0.f], %6.0f end-to-end [%0.f-%0.f], "
+                  "%.3f CPU s/1000 msgs [%.3f-%.3f]"
                   % (label, statistics.median(acc), min(acc), max(acc),
-                     statistics.median(e2e), min(e2e), max(e2e)))
+                     statistics.median(e2e), min(e2e), max(e2e),
+                     statistics.median(cpu), min(cpu), max(cpu)))
         ops = [m for m in mtas if m.ops][0]
         with open(ops.logfile, "rb") as f:
             lines = f.read().split(b"\n")[:-1]
