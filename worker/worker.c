@@ -122,6 +122,18 @@ worker_listen(struct worker *w, int on)
 }
 
 
+/* worker_port - the port of sa, for the client_port log field. */
+static unsigned
+worker_port(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    return 0;
+}
+
+
 /* worker_refuse - one best-effort 421 on a fresh socket, then close. */
 static void
 worker_refuse(int fd, const char *text)
@@ -144,10 +156,12 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         __ATOMIC_RELAXED) & STATUS_THROTTLE_REFUSE) && !w->stopping) {
         /* limits.load.refuse: one relaxed load per connection */
         util_sockaddr_str(sa, who, sizeof(who));
+        util_sockaddr_ip(sa, ip, sizeof(ip));
         snprintf(text, sizeof(text), "421 4.3.2 %s Error: system overloaded,"
             " try again later\r\n", w->cfg->hostname);
         STATUS_ADD(w->st->ops.rejects[STATUS_REJ_OVERLOAD], 1);
-        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("client", who),
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
             LKV_S("reason", "overload"), LKV_S("dsn", "4.3.2")),
             "refused %s: system overloaded (limits.load.refuse)", who);
         worker_refuse(fd, text);
@@ -156,11 +170,13 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
     rc = worker_ip_acquire(w, sa);
     if (rc == STATUS_EFULL) {
         util_sockaddr_str(sa, who, sizeof(who));
+        util_sockaddr_ip(sa, ip, sizeof(ip));
         snprintf(text, sizeof(text),
             "421 4.7.0 %s Error: too many connections\r\n",
             w->cfg->hostname);
         STATUS_ADD(w->st->ops.rejects[STATUS_REJ_CONN_LIMIT], 1);
-        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", who),
+        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
             LKV_S("reason", "connection_limit"), LKV_S("dsn", "4.7.0")),
             "refused %s: too many connections (%d)", who,
             w->cfg->max_connections);
@@ -174,7 +190,8 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
             "421 4.7.0 %s Error: too many connections from %s\r\n",
             w->cfg->hostname, ip);
         STATUS_ADD(w->st->ops.rejects[STATUS_REJ_CONN_LIMIT_IP], 1);
-        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", who),
+        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
             LKV_S("reason", "connection_limit_per_ip"),
             LKV_S("dsn", "4.7.0")),
             "refused %s: too many connections from %s (%d)", who, ip,
