@@ -291,8 +291,11 @@ def test_metrics_exposition(mtad_factory, sink):
         name = f.name + ("_total" if f.type == "counter" else "")
         assert "`%s`" % name in readme, name + " is not documented in README.md"
     # counters of a worker that dies are kept
-    victim = m.children()
-    os.kill([p for p in victim if p != victim[0]][-1], signal.SIGKILL)
+    workers = [p for p in m.children()
+               if "worker" in open("/proc/%d/cmdline" % p).read()]
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    m.wait_log("(pid %d) exited on signal 9" % workers[0])
     wait(lambda: scrape(mport)[1]["mtad_workers_ready"] == 2, "the respawn")
     s2 = scrape(mport)[1]
     assert s2["mtad_messages_received_total"] == 1
