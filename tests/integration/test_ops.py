@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MTAD, MTACTL, ROOT, free_port
+from conftest import MTAD, ROOT, free_port
 from delivery_util import (closed_port, make_message, send, sink,  # noqa: F401
                            sink_factory)
 from sink import Sink
