@@ -1,6 +1,6 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
-#          bench, fuzz, install, clean.
+#          bench, fuzz, install, deb, clean.
 
 PKGS     := openssl lmdb yaml-0.1 libcares
 PREFIX   ?= /usr/local
@@ -56,6 +56,7 @@ umod_test_ev := common
 umod_test_log := common
 umod_test_status := common
 umod_test_util := common
+umod_test_logfmt := common
 umod_test_smtp_data := smtp
 umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
@@ -80,7 +81,7 @@ umod_smtpsink := common
 umod_dkim_sign_bench := dkim
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench fuzz install clean check-deps layering
+.PHONY: all deps run test unit integration asan bench fuzz install clean check-deps layering deb
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -201,6 +202,11 @@ install: all
 	    > $(DESTDIR)/lib/systemd/system/mtad.service
 	-install -m 0644 docs/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
+
+# A Debian package (build/mtad_<version>_<arch>.deb); tests/deb/test_deb.sh
+# installs it, sends a message through it and purges it.
+deb: all
+	@sh packaging/deb/build.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -21,6 +21,27 @@ enum log_level {
 
 #define LOG_RECORD_MAX  4096
 
+/* log.format: text (the default) or JSON lines (common/logfmt.h). */
+#define LOG_FORMAT_TEXT 0
+#define LOG_FORMAT_JSON 1
+
+/* One structured field of a record (log_event()).  Keys are from the
+ * documented set (README "Log records"); values are escaped on output. */
+enum log_kv_type { LOG_KV_STR, LOG_KV_INT, LOG_KV_NUM };
+struct log_kv {
+    const char      *key;
+    enum log_kv_type type;
+    const char      *s;             /* LOG_KV_STR; NULL: field left out */
+    long long        i;             /* LOG_KV_INT */
+    double           d;             /* LOG_KV_NUM (2 decimals) */
+};
+#define LKV_S(k, v) ((struct log_kv){ (k), LOG_KV_STR, (v), 0, 0 })
+#define LKV_I(k, v) ((struct log_kv){ (k), LOG_KV_INT, NULL, (long long)(v), 0 })
+#define LKV_D(k, v) ((struct log_kv){ (k), LOG_KV_NUM, NULL, 0, (double)(v) })
+/* LOG_KVS(LKV_S(..), ...) expands to "array, count" for log_event(). */
+#define LOG_KVS(...) (const struct log_kv[]){ __VA_ARGS__ }, \
+    sizeof((const struct log_kv[]){ __VA_ARGS__ }) / sizeof(struct log_kv)
+
 extern int log_level;
 
 void        log_open(const char *ident, int fd, int level); /* ident: "worker 3" */
@@ -40,6 +61,16 @@ void        log_flush(void);
 size_t      log_staged(void);                        /* records staged now */
 void        log_msg(int level, const char *fmt, ...)
                 __attribute__((format(printf, 2, 3)));
+/* log.format: text records are exactly log_msg()'s; JSON records carry
+ * ts, level, proc, pid, event, the fields kv[0..n) and msg (the text).
+ * Set in each process (inherited across fork); log_open() keeps it. */
+void        log_set_format(int format);
+int         log_get_format(void);
+/* A record with an event name and structured fields: in text the fields
+ * are not printed (fmt says it all, unchanged), in JSON they are. */
+void        log_event(int level, const char *event, const struct log_kv *kv,
+                size_t n, const char *fmt, ...)
+                __attribute__((format(printf, 5, 6)));
 
 #define log_enabled(l)  ((l) <= log_level)
 #define log_err(...)    log_msg(LOGL_ERR, __VA_ARGS__)
@@ -49,5 +80,9 @@ void        log_msg(int level, const char *fmt, ...)
                             log_msg(LOGL_INFO, __VA_ARGS__); } while (0)
 #define log_debug(...)  do { if (log_enabled(LOGL_DEBUG)) \
                             log_msg(LOGL_DEBUG, __VA_ARGS__); } while (0)
+/* log_ev(LOGL_INFO, "delivery", LOG_KVS(...), "fmt", ...): skipped
+ * entirely (fields unevaluated) when the level is off. */
+#define log_ev(l, ...)  do { if (log_enabled(l)) \
+                            log_event((l), __VA_ARGS__); } while (0)
 
 #endif /* MTAD_LOG_H */

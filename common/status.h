@@ -17,6 +17,48 @@
 #define STATUS_IP_SLOTS    16384    /* per worker slot, power of two; 128 KiB,
                                        touched lazily */
 
+/* Operations counters of one worker (metrics, master/metrics.c).  Same
+ * rule: one writer, relaxed atomics; the master sums the slots. */
+enum status_reject {
+    STATUS_REJ_RELAY_DENIED = 0,    /* 554 5.7.1 relay access denied */
+    STATUS_REJ_ROUTE_REJECT,        /* a reject: route, at RCPT */
+    STATUS_REJ_ROUTE_DEFER,         /* a defer: route, at RCPT */
+    STATUS_REJ_TOO_LARGE,           /* 552 5.3.4 */
+    STATUS_REJ_BARE_NEWLINE,        /* 550 5.5.2 */
+    STATUS_REJ_LOOP,                /* 554 5.4.6 too many hops */
+    STATUS_REJ_TOO_MANY_RCPTS,      /* 452 4.5.3 */
+    STATUS_REJ_TOO_MANY_ERRORS,     /* 421 after limits.max_errors */
+    STATUS_REJ_CONN_LIMIT,          /* 421 limits.max_connections */
+    STATUS_REJ_CONN_LIMIT_IP,       /* 421 limits.max_connections_per_ip */
+    STATUS_REJ_OVERLOAD,            /* 421 limits.load.refuse */
+    STATUS_REJ_MAX
+};
+/* Delivery latency (arrival -> delivered, per recipient) histogram: upper
+ * bounds in milliseconds; the last bucket is +Inf. */
+#define STATUS_LAT_BOUNDS_MS { 10, 50, 100, 250, 500, 1000, 2500, 5000, \
+    10000, 30000, 60000, 300000, 900000, 3600000, 14400000, 86400000 }
+#define STATUS_LAT_NB      17       /* bounds + the +Inf bucket */
+
+struct status_ops {
+    uint64_t rejects[STATUS_REJ_MAX];
+    uint64_t tls_ok, tls_failed;    /* STARTTLS handshakes */
+    uint64_t lat_bucket[STATUS_LAT_NB];  /* not cumulative */
+    uint64_t lat_sum_ms;
+    uint64_t lat_count;
+    /* gauges, rewritten by the worker once a second */
+    uint64_t q_active;              /* attempts open */
+    uint64_t q_due;                 /* scheduled, due now (waiting for a
+                                       slot, or held by limits.load) */
+    uint64_t q_deferred;            /* scheduled for a later retry */
+    uint64_t pong;                  /* watchdog: last ping answered */
+};
+
+/* Count one delivery latency (ms) into w's histogram. */
+struct status_worker;
+void    status_latency_add(struct status_ops *o, uint64_t ms);
+/* t += w for every counter of ops (not the gauges). */
+void    status_ops_add(struct status_ops *t, const struct status_ops *w);
+
 struct status_worker {
     int32_t  pid;                   /* 0 = free slot */
     uint32_t generation;
@@ -32,13 +74,15 @@ struct status_worker {
     uint64_t log_dropped;
     uint64_t proxy_refused;         /* peers not in a listener's proxy_from */
     uint64_t proxy_bad;             /* bad, short or slow PROXY headers */
+    struct status_ops ops;
 };
 
 struct status_page {
     uint64_t master_started_ms;
     uint32_t generation;
     uint32_t load_x100;             /* 1-minute load average * 100 */
-    uint32_t throttle;              /* 1 = workers stop accepting */
+    uint32_t throttle;              /* STATUS_THROTTLE_* bits, set by the
+                                       master's load policy (load.c) */
     uint32_t nworkers;
     struct status_worker w[STATUS_MAX_WORKERS];
     /* Admission: sessions per client address, one table per worker slot
@@ -46,6 +90,9 @@ struct status_page {
      * count; see status.c.  Cleared with the slot when its worker dies. */
     uint64_t iptab[STATUS_MAX_WORKERS][STATUS_IP_SLOTS];
 };
+
+#define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
+#define STATUS_THROTTLE_HOLD   2u  /* start no delivery attempt */
 
 #define STATUS_ADD(field, n) __atomic_fetch_add(&(field), (n), __ATOMIC_RELAXED)
 #define STATUS_SUB(field, n) __atomic_fetch_sub(&(field), (n), __ATOMIC_RELAXED)

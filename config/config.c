@@ -63,7 +63,10 @@ enum config_type {
     CONFIG_DNSSERVERS,             /* dns.servers: a list or one string */
     CONFIG_DNSFAMILY,              /* ipv4 | ipv6 | both (prefer: no both) */
     CONFIG_DKIM_SIGN,              /* dkim.sign: a sequence of mappings */
-    CONFIG_DKIM_NETS               /* dkim.sign_networks */
+    CONFIG_DKIM_NETS,              /* dkim.sign_networks */
+    CONFIG_LOAD,                   /* uint32_t load * 100; 0 = off */
+    CONFIG_LOGFMT,                 /* text | json */
+    CONFIG_HOSTPORT                /* one "host:port" (metrics.listen) */
 };
 
 struct config_key {
@@ -93,6 +96,13 @@ static const struct config_key config_server[] = {
     END
 };
 
+static const struct config_key config_limits_load[] = {
+    KEY("queue_only", CONFIG_LOAD, load_queue_only_x100),
+    KEY("refuse", CONFIG_LOAD, load_refuse_x100),
+    KEY("file", CONFIG_STRING, load_file),
+    END
+};
+
 static const struct config_key config_limits[] = {
     KEY("max_message_size", CONFIG_SIZE, max_message_size),
     INT("max_recipients", max_recipients),
@@ -106,6 +116,7 @@ static const struct config_key config_limits[] = {
     DUR("session_lifetime", session_lifetime_ms, 1),
     INT("max_junk_commands", max_junk_commands),
     KEY("max_envelope_size", CONFIG_SIZE, max_envelope_size),
+    SECTION("load", config_limits_load),
     END
 };
 
@@ -139,6 +150,12 @@ static const struct config_key config_log[] = {
     KEY("file", CONFIG_STRING, log_file),
     KEY("level", CONFIG_LOGLEVEL, log_level),
     DUR("flush_interval", log_flush_interval_ms, 1),
+    KEY("format", CONFIG_LOGFMT, log_format),
+    END
+};
+
+static const struct config_key config_metrics[] = {
+    KEY("listen", CONFIG_HOSTPORT, metrics_listen),
     END
 };
 
@@ -180,6 +197,7 @@ static const struct config_key config_top[] = {
     SECTION("tls", config_tls),
     SECTION("dns", config_dns),
     SECTION("dkim", config_dkim),
+    SECTION("metrics", config_metrics),
     END
 };
 
@@ -1067,6 +1085,28 @@ config_check_tls(struct config_parse *p)
 }
 
 /* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
+/* config_set_load - a load average like 8 or 12.5 (two decimals kept),
+ * stored * 100; 0 turns the check off. */
+static void
+config_set_load(struct config_parse *p, const yaml_node_t *n,
+    const char *path, uint32_t *out)
+{
+    static const char what[] = "a load average like 8 or 12.5 (0 = off)";
+    const char *v = config_scalar(p, n, path, what);
+    char       *end;
+    double      d;
+
+    if (v == NULL)
+        return;
+    errno = 0;
+    d = strtod(v, &end);
+    if (end == v || *end != '\0' || errno != 0 || !(d >= 0) || d > 10000) {
+        config_expected(p, n, path, what);
+        return;
+    }
+    *out = (uint32_t)(d * 100 + 0.5);
+}
+
 static int
 config_word(const char *v, const char *const *words, size_t nwords)
 {
@@ -1106,6 +1146,7 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         "false", "no", "off", "true", "yes", "on"
     };
     static const char *const bare[] = { "reject", "accept" };
+    static const char *const fmts[] = { "text", "json" };
     static const char levels[] = "one of err, warn, notice, info, debug";
     static const char size_what[] = "a size like 50M (units K, M, G)";
     void *f = config_field(p, k);
@@ -1194,6 +1235,25 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DNSFAMILY:
         config_set_family(p, k, n, path);
+        break;
+    case CONFIG_LOAD:
+        config_set_load(p, n, path, f);
+        break;
+    case CONFIG_LOGFMT:
+        v = config_scalar(p, n, path, "text or json");
+        if (v != NULL && (w = config_word(v, fmts, ARRAY_LEN(fmts))) < 0)
+            config_expected(p, n, path, "text or json");
+        else if (v != NULL)
+            *(int *)f = w == 1 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+        break;
+    case CONFIG_HOSTPORT:
+        v = config_scalar(p, n, path, "an address like \"127.0.0.1:9325\"");
+        if (v != NULL && util_parse_hostport(v, &p->cfg->metrics_addr,
+            &p->cfg->metrics_addrlen) != 0)
+            config_expected(p, n, path,
+                "an address like \"127.0.0.1:9325\" or \"[::1]:9325\"");
+        else if (v != NULL)
+            config_set_str(f, v);
         break;
     case CONFIG_ROUTE:
         v = config_scalar(p, n, path, "a route like \"smtp:[host]:25\" or "
@@ -1578,6 +1638,8 @@ config_defaults(const char *path)
     cfg->log_file = xstrdup("-");
     cfg->log_level = LOGL_INFO;
     cfg->log_flush_interval_ms = 100;
+    cfg->log_format = LOG_FORMAT_TEXT;
+    cfg->load_file = xstrdup("/proc/loadavg");
 
     cfg->tls_min_version = CONFIG_TLS12;
 
@@ -1800,5 +1862,7 @@ config_free(struct config *cfg)
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);
+    free(cfg->load_file);
+    free(cfg->metrics_listen);
     free(cfg);
 }

@@ -70,6 +70,11 @@ struct config {
     uint64_t session_lifetime_ms;   /* 1h: a session's maximum age */
     int     max_junk_commands;      /* 100: NOOP/RSET/VRFY/HELP per message */
     uint64_t max_envelope_size;     /* 256K: sender + recipients, bytes */
+    /* limits.load: the master's load policy (master/load.c); 1-minute load
+     * average * 100, 0 = off */
+    uint32_t load_queue_only_x100;  /* hold deliveries while at or over */
+    uint32_t load_refuse_x100;      /* 421 to new connections while over */
+    char   *load_file;              /* default /proc/loadavg */
 
     /* relay */
     struct cidr *allow_networks;    /* default 127.0.0.0/8, ::1/128 */
@@ -96,6 +101,12 @@ struct config {
     char   *log_file;               /* "-" = stderr */
     int     log_level;              /* enum log_level, default info */
     uint64_t log_flush_interval_ms; /* 100ms */
+    int     log_format;             /* log.format: LOG_FORMAT_TEXT|JSON */
+
+    /* metrics: Prometheus exposition over HTTP (master/metrics.c) */
+    char   *metrics_listen;         /* NULL = off (the default) */
+    struct sockaddr_storage metrics_addr;
+    socklen_t metrics_addrlen;
 
     /* tls: inbound STARTTLS, offered only when both files are set.  At
      * load both files are read and the key is checked against the

@@ -40,6 +40,10 @@
  *           "kick *" to the new workers, and deliver_kick() rebuilds the
  *           schedule from the spool for this shard: ids not yet known are
  *           added, and every one is due at once (a kick means "now").
+ * HOLD      While the master sets STATUS_THROTTLE_HOLD on the status page
+ *           (limits.load.queue_only), no attempt starts: the timer looks
+ *           again every second; attempts already running finish.  New
+ *           messages are still accepted and wait in the heap.
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
  *           the status page; a spool error on save is logged and the
  *           message is retried from memory (the file keeps its last state;
@@ -54,6 +58,7 @@
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/log.h"
+#include "common/logfmt.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -112,7 +117,10 @@ struct deliver {
     struct dl_attempt    *active;
     size_t                nactive;
     int                   draining;
+    const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
 };
+
+#define DELIVER_HOLD_POLL_MS 1000        /* while limits.load holds us */
 
 static void deliver_arm(struct deliver *d);
 
@@ -264,14 +272,26 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
     }
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
-    log_info("%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
-        rc->addr, rc->relay, delay, word ? word : dl_status_word[status],
-        rc->last_reply);
+    if (log_enabled(LOGL_INFO)) {
+        const char *w = word ? word : dl_status_word[status];
+        char        dsn[16];
+
+        log_event(LOGL_INFO, "delivery", LOG_KVS(LKV_S("queue_id", env->id),
+            LKV_S("from", env->sender), LKV_S("to", rc->addr),
+            LKV_S("relay", rc->relay), LKV_D("delay", delay),
+            LKV_S("status", w),
+            LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
+            LKV_S("reply", rc->last_reply)),
+            "%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
+            rc->addr, rc->relay, delay, w, rc->last_reply);
+    }
     if (a->d->st == NULL)
         return;
-    if (status == MTA_SENT)
+    if (status == MTA_SENT) {
         STATUS_ADD(a->d->st->msgs_out, 1);
-    else if (status == MTA_BOUNCE)
+        status_latency_add(&a->d->st->ops, now > env->arrival_ms ?
+            now - env->arrival_ms : 0);
+    } else if (status == MTA_BOUNCE)
         STATUS_ADD(a->d->st->msgs_bounced, 1);
     else
         STATUS_ADD(a->d->st->msgs_deferred, 1);
@@ -424,8 +444,13 @@ dl_bounce(struct dl_attempt *a)
         spool_abort(m);
         return -1;
     }
-    log_info("%s: sender non-delivery notification: %s", env->id, newid);
-    log_info("%s: from=<>, size=%llu, nrcpt=1 (bounce of %s)", newid,
+    log_ev(LOGL_INFO, "bounce", LOG_KVS(LKV_S("queue_id", env->id),
+        LKV_S("bounce_id", newid)),
+        "%s: sender non-delivery notification: %s", env->id, newid);
+    log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", newid),
+        LKV_S("from", ""), LKV_I("size", size), LKV_I("nrcpt", 1),
+        LKV_S("bounce_of", env->id)),
+        "%s: from=<>, size=%llu, nrcpt=1 (bounce of %s)", newid,
         (unsigned long long)size, env->id);
     deliver_submit(d, newid);
     return 0;
@@ -532,7 +557,8 @@ dl_finish(struct dl_attempt *a)
         if (spool_remove_env(d->sp, env) != SPOOL_OK)
             log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
         else
-            log_info("%s: removed", env->id);
+            log_ev(LOGL_INFO, "removed", LOG_KVS(LKV_S("queue_id", env->id)),
+                "%s: removed", env->id);
         dl_attempt_free(a);
         deliver_arm(d);
         return;
@@ -749,6 +775,15 @@ dl_start(struct deliver *d, const char *id)
 }
 
 
+/* dl_held - does the master's load policy hold deliveries now? */
+static int
+dl_held(const struct deliver *d)
+{
+    return d->throttle != NULL && (__atomic_load_n(d->throttle,
+        __ATOMIC_RELAXED) & STATUS_THROTTLE_HOLD) != 0;
+}
+
+
 /* deliver_fire - start the attempts that are due, within the limits. */
 static void
 deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
@@ -759,6 +794,12 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 
     (void)loop;
     (void)tm;
+    if (dl_held(d)) {
+        /* limits.load.queue_only: look again in a second (see HOLD) */
+        if (d->nheap > 0)
+            ev_timer_start(d->loop, &d->timer, DELIVER_HOLD_POLL_MS);
+        return;
+    }
     while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
         d->nactive < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
         struct dl_entry e;
@@ -956,6 +997,33 @@ deliver_drain(struct deliver *d)
         mta_drain(d->relay);
         deliver_arm(d);
     }
-    /* first attempts still due count as in flight (see deliver_arm) */
-    return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);
+    /* first attempts still due count as in flight (see deliver_arm),
+     * unless the load policy holds them: the next generation takes them */
+    return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 &&
+        !dl_held(d) ? 1 : 0);
+}
+
+
+void
+deliver_set_throttle(struct deliver *d, const uint32_t *throttle)
+{
+    d->throttle = throttle;
+}
+
+
+void
+deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
+    uint64_t *deferred)
+{
+    uint64_t now = util_wall_ms();
+    size_t   i;
+
+    *active = d->nactive;
+    *due = *deferred = 0;
+    for (i = 0; i < d->nheap; i++) {
+        if (d->heap[i].when <= now)
+            (*due)++;
+        else
+            (*deferred)++;
+    }
 }

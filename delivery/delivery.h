@@ -19,6 +19,7 @@
 #define MTAD_DELIVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct ev_loop;
 struct config;
@@ -36,6 +37,14 @@ void    deliver_submit(struct deliver *d, const char *id); /* just queued */
 void    deliver_kick(struct deliver *d, const char *id);  /* NULL/"*": all */
 /* Graceful stop: start nothing new; returns deliveries still in flight. */
 size_t  deliver_drain(struct deliver *d);
+/* The status page's throttle word: while STATUS_THROTTLE_HOLD is set no
+ * attempt starts (limits.load.queue_only).  NULL: never held. */
+void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
+/* Gauges for the status page: attempts open, scheduled entries due now,
+ * scheduled for later.  O(scheduled): called once a second, not per
+ * message. */
+void    deliver_gauges(const struct deliver *d, uint64_t *active,
+            uint64_t *due, uint64_t *deferred);
 /* Shard of a queue id under nshards workers. */
 unsigned deliver_shard_of(const char *id, unsigned nshards);
 

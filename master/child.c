@@ -154,6 +154,7 @@ child_spawn_worker(struct slot *s, struct generation *g,
     proctitle_set("mtad: worker", "mtad: worker %u (generation %u)",
         s->shard, g->id);
     log_open(ident, log_send_fd, g->cfg->log_level);
+    log_set_format(g->cfg->log_format);
     log_set_dropped_counter(&st->w[s->sidx].log_dropped);
     memset(&a, 0, sizeof(a));
     a.cfg = g->cfg;

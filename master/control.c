@@ -29,6 +29,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "master/master_int.h"
+#include "master/ops.h"
 
 #define CTL_CLIENT_TIMEOUT_MS 5000
 
@@ -335,11 +336,14 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     char  text[CTL_REQUEST_MAX + 64];
 
     line[strcspn(line, "\r\n")] = '\0';
-    if (strcmp(line, "status") == 0)
-        log_debug("control: %s", line);     /* read-only, often polled */
-    else
-        log_info("control: %.200s", line);
-    if (strcmp(line, "status") == 0) {
+    audit_request(c->fd, line);     /* who asked: SO_PEERCRED (audit.c) */
+    if (strcmp(line, "status json") == 0) {
+        status_json_report(m, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+    } else if (strncmp(line, "audit ", 6) == 0) {
+        ctl_client_reply(m, c, "ok\nlogged\n");  /* audit_request did */
+    } else if (strcmp(line, "status") == 0) {
         ctl_status_report(m, &report);
         ctl_client_reply(m, c, report);
         free(report);

@@ -129,6 +129,10 @@ logd_command(struct logd *d)
             memcpy(&newfd, CMSG_DATA(c), sizeof(int));
     if (strcmp(cmd, "stop") == 0)
         logd_exit(d);
+    if (strcmp(cmd, "ping") == 0) {             /* the master's watchdog */
+        (void)send(d->chan, "pong", 4, MSG_DONTWAIT | MSG_NOSIGNAL);
+        return;
+    }
     if (strncmp(cmd, "interval ", 9) == 0) {
         d->flush_ms = strtoull(cmd + 9, NULL, 10);    /* after a reload */
         return;

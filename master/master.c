@@ -50,6 +50,7 @@
 #include "spool/spool.h"
 #include "master/master.h"
 #include "master/master_int.h"
+#include "master/ops.h"
 
 #define LOG_SOCKBUF   (4 << 20)
 #define ERR_MAX       8192
@@ -257,6 +258,7 @@ master_add_counters(struct status_worker *t, const struct status_worker *w)
     ADD(msgs_bounced); ADD(bytes_in); ADD(errors); ADD(log_dropped);
     ADD(proxy_refused); ADD(proxy_bad);
 #undef ADD
+    status_ops_add(&t->ops, &w->ops);
 }
 
 void
@@ -660,6 +662,8 @@ master_chan_event(struct master *m, unsigned idx)
         msg[r] = '\0';
         if (strcmp(msg, "ready") == 0) {
             s->ready = 1;
+        } else if (strcmp(msg, "pong") == 0) {
+            watchdog_pong(m, idx);
         } else {
             log_warn("worker %u: unknown message on the channel: %.40s",
                 s->shard, msg);
@@ -803,6 +807,14 @@ master_finish_reload(struct master *m, int timed_out)
     m->cur = g;
     m->next = NULL;
     log_level = g->cfg->log_level;
+    log_set_format(g->cfg->log_format);
+    {
+        char merr[512];
+
+        if (metrics_apply(m, g->cfg, merr, sizeof(merr)) < 0)
+            log_err("reload: %s; the metrics listener stays where it was",
+                merr);
+    }
     if (strcmp(g->cfg->log_file, m->log_path) != 0)
         master_reopen_log(m, g->cfg->log_file);
     if (g->cfg->log_flush_interval_ms != old->cfg->log_flush_interval_ms &&
@@ -897,16 +909,22 @@ master_signals(struct master *m)
             master_reap(m);
             break;
         case SIGHUP:
+            audit_log(si.ssi_uid, (pid_t)si.ssi_pid, "signal", "reload",
+                "SIGHUP");
             log_notice("SIGHUP: reload requested");
             master_request_reload(m);
             break;
         case SIGTERM:
         case SIGINT:
+            audit_log(si.ssi_uid, (pid_t)si.ssi_pid, "signal", "stop",
+                si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
             log_notice("%s: stop requested",
                 si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
             master_request_stop(m);
             break;
         case SIGUSR1:
+            audit_log(si.ssi_uid, (pid_t)si.ssi_pid, "signal", "reopen",
+                "SIGUSR1");
             master_reopen_log(m, m->log_path);
             break;
         default:
@@ -919,7 +937,6 @@ static void
 master_tick(struct master *m, uint64_t now)
 {
     struct status_worker t;
-    double               load[1];
     uint64_t             dropped;
 
     master_totals(m, &t);
@@ -929,9 +946,8 @@ master_tick(struct master *m, uint64_t now)
     m->ring_head = (m->ring_head + 1) % MASTER_RATE_RING;
     if (m->ring_n < MASTER_RATE_RING)
         m->ring_n++;
-    if (m->ticks++ % MASTER_LOAD_EVERY == 0 && getloadavg(load, 1) == 1)
-        __atomic_store_n(&m->status->load_x100, (uint32_t)(load[0] * 100),
-            __ATOMIC_RELAXED);
+    if (m->ticks++ % MASTER_LOAD_EVERY == 0)
+        load_sample(m);             /* and the load policy: load.c */
     dropped = t.log_dropped + log_dropped();
     if (dropped > m->dropped_reported) {
         log_warn("dropped %" PRIu64 " log records (%" PRIu64 " in all): the "
@@ -940,6 +956,8 @@ master_tick(struct master *m, uint64_t now)
         m->dropped_reported = dropped;
     }
     ctl_expire(m, now);
+    metrics_expire(m, now);
+    watchdog_tick(m, now);
 }
 
 static void
@@ -1047,13 +1065,20 @@ master_loop(struct master *m)
             case MASTER_TAG_CLIENT: ctl_client_event(m, (int)idx); break;
             case MASTER_TAG_CHAN:   master_chan_event(m, idx); break;
             case MASTER_TAG_LOGD: {
-                char b[64];
+                char    b[64];
+                ssize_t r = m->logd.chan >= 0 ? recv(m->logd.chan, b,
+                    sizeof(b), MSG_DONTWAIT) : -1;
 
-                if (m->logd.chan >= 0 &&
-                    recv(m->logd.chan, b, sizeof(b), MSG_DONTWAIT) == 0)
+                if (r == 0)
                     master_close_chan(m, &m->logd);
+                else if (r == 4 && memcmp(b, "pong", 4) == 0)
+                    watchdog_logd_pong(m);
                 break;
             }
+            case MASTER_TAG_METRICS:
+            case MASTER_TAG_METRICS_CLIENT:
+                metrics_event(m, tag, idx, ev[i].events);
+                break;
             default: break;
             }
         }
@@ -1214,6 +1239,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
     m->started_ms = util_now_ms();
     child_set_master_pid(getpid());
     proctitle_set("mtad: master", "mtad: master -c %s", m->config_path);
+    watchdog_init();                /* before notify_init() */
     notify_init();
     m->cur = master_gen_prepare(cfg, err, sizeof(err));
     if (m->cur == NULL) {
@@ -1261,6 +1287,11 @@ master_start(struct master *m, struct config *cfg, int foreground)
     child_register_master_fd(m->epfd);
     master_watch(m, m->sigfd, MASTER_TAG_SIGNAL, 0);
     master_watch(m, m->ctlfd, MASTER_TAG_CTL, 0);
+    if (metrics_apply(m, cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: %s\n", err);
+        master_cleanup(m);
+        return EX_UNAVAILABLE;
+    }
     /* Detach before the children fork: they must not hold the caller's
      * stdout/stderr (a pipe would never see EOF). */
     if (ok_fd >= 0)
@@ -1299,6 +1330,7 @@ master_run(const struct master_opts *o)
         return EX_CONFIG;
     }
     log_open("master", -1, cfg->log_level);
+    log_set_format(cfg->log_format);
     rc = master_start(m, cfg, o->foreground);
     if (rc != EX_OK)
         return rc;

@@ -181,5 +181,7 @@ void    master_unwatch(struct master *m, int fd);
 #define MASTER_TAG_CLIENT  3
 #define MASTER_TAG_CHAN    4
 #define MASTER_TAG_LOGD    5
+#define MASTER_TAG_METRICS 6        /* metrics.c: the listener */
+#define MASTER_TAG_METRICS_CLIENT 7 /* metrics.c: idx = client */
 
 #endif /* MTAD_MASTER_INT_H */

@@ -51,7 +51,7 @@ mtactl_usage(FILE *f)
         "  -c FILE    configuration (default " MTACTL_DEFAULT_CONFIG ")\n"
         "  -s SOCKET  control socket (default: server.control_socket)\n"
         "commands:\n"
-        "  status           processes, counters, rates, queue size\n"
+        "  status [--json]  processes, counters, rates, queue size\n"
         "  reload           re-read the configuration; fails (exit 1) when "
         "it is rejected\n"
         "  stop             stop mtad gracefully and wait until it is gone\n"
@@ -209,7 +209,8 @@ mtactl_help(int argc, char **argv)
     else if (strcmp(argv[1], "status") == 0)
         printf("mtactl status: the master's pid, uptime, generation, load, "
             "each worker's counters, totals, messages per second over the "
-            "last minute, queue size, dropped log records\n");
+            "last minute, queue size, dropped log records; --json: the "
+            "same as one JSON object (keys in mtactl(8))\n");
     else if (strcmp(argv[1], "reload") == 0)
         printf("mtactl reload: like SIGHUP, but waits: exit 0 when the new "
             "workers serve, 1 (with the errors) when the config was "
@@ -257,6 +258,9 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         return mtactl_check(c);
     if (strcmp(cmd, "status") == 0 && argc == 1)
         return mtactl_request(c, "status", MTACTL_TIMEOUT_MS, NULL);
+    if (strcmp(cmd, "status") == 0 && argc == 2 &&
+        strcmp(argv[1], "--json") == 0)
+        return mtactl_request(c, "status json", MTACTL_TIMEOUT_MS, NULL);
     if (strcmp(cmd, "reload") == 0 && argc == 1)
         return mtactl_request(c, "reload", MTACTL_RELOAD_MS, NULL);
     if (strcmp(cmd, "stop") == 0 && argc == 1)
@@ -276,8 +280,13 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
             mtactl_print_errors(c->cfg_err);
             return MTACTL_FAIL;
         }
-        return strcmp(cmd, "route") == 0 ? mtactl_route(argc, argv, c->cfg) :
+        int rc;
+
+        mtactl_audit_init(c->cfg);
+        rc = strcmp(cmd, "route") == 0 ? mtactl_route(argc, argv, c->cfg) :
             mtactl_queue(argc, argv, c->cfg);
+        mtactl_audit_flush();
+        return rc;
     }
     if (strcmp(cmd, "status") == 0 || strcmp(cmd, "reload") == 0 ||
         strcmp(cmd, "stop") == 0 || strcmp(cmd, "check") == 0 ||

@@ -21,6 +21,11 @@ int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue
 int     mtactl_drain(int argc, char **argv, const char *sock,
             const struct config *cfg);                             /* drain.c */
 void    mtactl_route_help(void);
+/* audit.c: report a change to the running mtad's log (best effort). */
+void    mtactl_audit_init(const struct config *cfg);
+void    mtactl_audit(const char *fmt, ...)
+            __attribute__((format(printf, 1, 2)));
+void    mtactl_audit_flush(void);       /* after the command */
 void    mtactl_queue_help(void);
 int     mtactl_dkim(int argc, char **argv);                             /* dkim.c */
 void    mtactl_dkim_help(void);

@@ -1309,6 +1309,7 @@ queue_one(struct spool *sp, enum queue_op op, const char *cmd,
         return -1;
     }
     printf("%s: %s\n", id, what);
+    mtactl_audit("%s %s (%s)", cmd, id, what);
     return kick;
 }
 

@@ -124,6 +124,7 @@ mtactl_route_add(struct router *r, int argc, char **argv)
         return MTACTL_FAIL;
     }
     printf("%s -> %s\n", mtactl_route_lower(argv[2]), value);
+    mtactl_audit("route_add %s %s", argv[2], value);
     return MTACTL_OK;
 }
 
@@ -490,6 +491,8 @@ mtactl_route_import(const struct config *cfg, const char *file, int replace)
         goto fail;
     printf("imported %zu route%s from %s%s\n", n, n == 1 ? "" : "s", file,
         replace ? " (replacing the table)" : "");
+    mtactl_audit("route_import %s: %zu routes%s", file, n,
+        replace ? " (replacing the table)" : "");
     rc = MTACTL_OK;
     goto close;
 fail:
@@ -618,7 +621,8 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
         if (router_del(r, argv[2]) != ROUTER_OK) {
             fprintf(stderr, "mtactl: route del: %s\n", router_errstr(r));
             rc = MTACTL_FAIL;
-        }
+        } else
+            mtactl_audit("route_del %s", argv[2]);
     } else if (strcmp(cmd, "get") == 0)
         rc = mtactl_route_get(r, cfg, argv[2]);
     else if (strcmp(cmd, "list") == 0)

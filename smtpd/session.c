@@ -62,6 +62,7 @@
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/log.h"
+#include "common/logfmt.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -72,6 +73,10 @@
 #include "common/net.h"
 #include "smtpd/smtpd.h"
 #include "smtpd/smtpd_int.h"
+
+/* Structured log fields of the session's client (log.format: json). */
+#define SESS_CLIENT(s) LKV_S("client", (s)->ip), LKV_I("client_port", (s)->port)
+#define SESS_REJECT(s, why) STATUS_ADD((s)->d->st->ops.rejects[why], 1)
 
 #define SESS_OUT_CAP    4096        /* recycled reply buffer size */
 #define SESS_OUT_SPARE  256         /* recycled reply buffers kept */
@@ -298,7 +303,10 @@ sess_error(struct sess *s)
         return;
     buf_printf(&s->out, "421 4.7.0 %s Error: too many errors\r\n",
         cfg->hostname);
-    log_info("too many errors from [%s]:%u after %u errors", s->ip,
+    SESS_REJECT(s, STATUS_REJ_TOO_MANY_ERRORS);
+    log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),
+        LKV_S("reason", "too_many_errors"), LKV_S("dsn", "4.7.0")),
+        "too many errors from [%s]:%u after %u errors", s->ip,
         (unsigned)s->port, (unsigned)s->nerrors);
     s->state = SS_CLOSING;
 }
@@ -531,7 +539,11 @@ sess_queued(struct sess *s, uint64_t size)
 
     t->msg = NULL;                  /* spool_commit freed it */
     sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
-    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s",
+    log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", t->id),
+        LKV_S("from", t->env.sender), LKV_I("size", size),
+        LKV_I("nrcpt", t->env.nrcpt), SESS_CLIENT(s),
+        LKV_S("dkim", t->dkim_domain)),
+        "%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s",
         t->id, t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
         (unsigned)s->port, t->dkim_domain ? ", dkim=" : "",
         t->dkim_domain ? t->dkim_domain : "");
@@ -683,7 +695,10 @@ sess_emit(void *arg, const char *p, size_t n)
 static void
 sess_reject_loop(struct sess *s)
 {
-    log_info("%s: reject: too many hops (%u Received: headers) from %s:%u",
+    SESS_REJECT(s, STATUS_REJ_LOOP);
+    log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", s->txn->id),
+        SESS_CLIENT(s), LKV_S("reason", "mail_loop"), LKV_S("dsn", "5.4.6")),
+        "%s: reject: too many hops (%u Received: headers) from %s:%u",
         s->txn->id, s->txn->hops, s->ip, (unsigned)s->port);
     sess_reply(s, "554 5.4.6 Error: too many hops (mail loop?)");
     sess_txn_free(s);
@@ -699,12 +714,20 @@ sess_data_end(struct sess *s)
     s->state = SS_CMD;
     ev_timer_start(s->d->loop, &s->timer, s->d->cfg->command_timeout_ms);
     if (t->dp.bad_newline && !s->d->cfg->bare_newline_accept) {
-        log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
+        SESS_REJECT(s, STATUS_REJ_BARE_NEWLINE);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
+            SESS_CLIENT(s), LKV_S("reason", "bare_newline"),
+            LKV_S("dsn", "5.5.2")),
+            "%s: reject: bare <CR> or <LF> in message from %s:%u",
             t->id, s->ip, (unsigned)s->port);
         sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
         sess_txn_free(s);
     } else if (t->too_big) {
-        log_info("%s: reject: message too large from %s:%u", t->id, s->ip,
+        SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
+            SESS_CLIENT(s), LKV_S("reason", "too_large"),
+            LKV_S("dsn", "5.3.4")),
+            "%s: reject: message too large from %s:%u", t->id, s->ip,
             (unsigned)s->port);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
@@ -732,11 +755,16 @@ sess_bdat_end(struct sess *s)
         return;
     }
     if (t->bdat_bare || (s->bdat_last && t->bdat_cr)) {
-        log_info("%s: reject: bare <CR> or <LF> in message from %s:%u",
+        SESS_REJECT(s, STATUS_REJ_BARE_NEWLINE);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
+            SESS_CLIENT(s), LKV_S("reason", "bare_newline"),
+            LKV_S("dsn", "5.5.2")),
+            "%s: reject: bare <CR> or <LF> in message from %s:%u",
             t->id, s->ip, (unsigned)s->port);
         sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
         sess_txn_free(s);
     } else if (t->too_big) {
+        SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
     } else if (s->bdat_last && t->hops > SESS_MAX_HOPS) {
@@ -814,6 +842,7 @@ sess_mail(struct sess *s, struct str arg)
         return;
     }
     if (m.size > s->d->cfg->max_message_size) {
+        SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         return;
     }
@@ -853,14 +882,28 @@ sess_rcpt_route(struct sess *s, const char *addr)
     }
     if (!(s->flags & SF_RELAY) && res->match == ROUTER_MATCH_DEFAULT &&
         strchr(addr, '@') != NULL) {
-        log_info("reject: RCPT from [%s]:%u: 554 5.7.1 <%s>: Relay access "
+        SESS_REJECT(s, STATUS_REJ_RELAY_DENIED);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),
+            LKV_S("reason", "relay_denied"), LKV_S("dsn", "5.7.1"),
+            LKV_S("from", s->txn->env.sender), LKV_S("to", addr),
+            LKV_S("helo", s->helo)),
+            "reject: RCPT from [%s]:%u: 554 5.7.1 <%s>: Relay access "
             "denied; from=<%s> to=<%s> helo=<%s>", s->ip, (unsigned)s->port,
             addr, s->txn->env.sender, addr, s->helo ? s->helo : "");
         sess_replyf(s, "554 5.7.1 <%s>: Relay access denied", addr);
         return -1;
     }
     if (res->route.kind == ROUTE_REJECT || res->route.kind == ROUTE_DEFER) {
-        log_info("reject: RCPT from [%s]:%u: %d %s; to=<%s>", s->ip,
+        char dsn[16];
+
+        SESS_REJECT(s, res->route.kind == ROUTE_REJECT ?
+            STATUS_REJ_ROUTE_REJECT : STATUS_REJ_ROUTE_DEFER);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),
+            LKV_S("reason", res->route.kind == ROUTE_REJECT ?
+                "route_reject" : "route_defer"),
+            LKV_S("dsn", logfmt_dsn(res->route.text, dsn, sizeof(dsn))),
+            LKV_S("from", s->txn->env.sender), LKV_S("to", addr)),
+            "reject: RCPT from [%s]:%u: %d %s; to=<%s>", s->ip,
             (unsigned)s->port, res->route.code, res->route.text, addr);
         sess_replyf(s, "%d %s", res->route.code, res->route.text);
         return -1;
@@ -894,6 +937,7 @@ sess_rcpt(struct sess *s, struct str arg)
     if (t->env.nrcpt >= (size_t)s->d->cfg->max_recipients) {
         /* Flow control (RFC 5321 4.5.3.1.10): the client sends the rest
          * in another transaction, so this does not count as an error. */
+        SESS_REJECT(s, STATUS_REJ_TOO_MANY_RCPTS);
         sess_reply_flow(s, "452 4.5.3 Error: too many recipients");
         return;
     }
@@ -903,6 +947,7 @@ sess_rcpt(struct sess *s, struct str arg)
     need = strlen(r.addr) + 1 + (r.orcpt[0] ? strlen(r.orcpt) + 1 : 0) +
         2 * sizeof(*sr);
     if (t->env_bytes + need > s->d->cfg->max_envelope_size) {
+        SESS_REJECT(s, STATUS_REJ_TOO_MANY_RCPTS);
         sess_reply_flow(s, "452 4.5.3 Error: too much recipient data");
         return;
     }
@@ -1200,7 +1245,11 @@ sess_tls_reset(struct sess *s)
     int            bits, alg_bits;
     const char    *cipher = net_tls_cipher(&s->tp, &bits, &alg_bits);
 
-    log_info("STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
+    STATUS_ADD(d->st->ops.tls_ok, 1);
+    log_ev(LOGL_INFO, "tls", LOG_KVS(SESS_CLIENT(s),
+        LKV_S("tls_version", net_tls_version(&s->tp)),
+        LKV_S("cipher", cipher), LKV_I("bits", bits)),
+        "STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
         (unsigned)s->port, net_tls_version(&s->tp), cipher, bits);
     sess_txn_free(s);
     free(s->helo);
@@ -1231,7 +1280,10 @@ sess_tls_step(struct sess *s)
         return 0;
     }
     if (rc < 0) {
-        log_info("STARTTLS from [%s]:%u failed: %s", s->ip,
+        STATUS_ADD(s->d->st->ops.tls_failed, 1);
+        log_ev(LOGL_INFO, "tls_failed", LOG_KVS(SESS_CLIENT(s),
+            LKV_S("error", err)),
+            "STARTTLS from [%s]:%u failed: %s", s->ip,
             (unsigned)s->port, err);
         STATUS_ADD(s->d->st->errors, 1);
         sess_free(s, "TLS handshake failed");
@@ -1572,7 +1624,9 @@ sess_free(struct sess *s, const char *why)
     if (off >= sizeof(counts))
         off = sizeof(counts) - 1;
     counts[off] = '\0';
-    log_info("disconnect from [%s]:%u %scommands=%zu%s%s", s->ip,
+    log_ev(LOGL_INFO, "disconnect", LOG_KVS(SESS_CLIENT(s),
+        LKV_I("commands", total), LKV_S("reason", why)),
+        "disconnect from [%s]:%u %scommands=%zu%s%s", s->ip,
         (unsigned)s->port, counts, total, why ? " reason=" : "",
         why ? why : "");
 
@@ -1676,7 +1730,8 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     ev_timer_init(&s->life, sess_on_life, s);
     ev_timer_start(d->loop, &s->life, cfg->session_lifetime_ms);
     s->active_ms = ev_now(d->loop);
-    log_info("connect from [%s]:%u", s->ip, (unsigned)s->port);
+    log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
+        "connect from [%s]:%u", s->ip, (unsigned)s->port);
     sess_out_take(s);
     buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
     sess_pending_add(s);

@@ -15,8 +15,11 @@
  *           hold however unevenly the kernel spreads connections over the
  *           workers.  Over a limit the client gets 421 4.7.0 and the
  *           connection is closed.
- *           While the master sets status->throttle, the listeners are
- *           unwatched (checked on a 1 s tick).
+ *           While the master sets STATUS_THROTTLE_REFUSE (its load
+ *           policy, limits.load.refuse) every new connection gets 421
+ *           4.3.2 and is closed; STATUS_THROTTLE_HOLD (queue_only) is
+ *           read by deliver.c.  Once a second the tick publishes the
+ *           delivery gauges (queue by state) in the worker's slot.
  * STOP      "stop" (reload, daemon stop): unwatch the listeners first, so
  *           the kernel wakes the other generation's workers for new
  *           connections, then accept until EAGAIN what is already queued
@@ -134,6 +137,18 @@ worker_listen(struct worker *w, int on)
 }
 
 
+/* worker_port - the port of sa, for the client_port log field. */
+static unsigned
+worker_port(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    return 0;
+}
+
+
 /* worker_refuse - one best-effort 421 on a fresh socket, then close. */
 static void
 worker_refuse(int fd, const char *text)
@@ -160,14 +175,34 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         worker_refuse(fd, text);
         return;
     }
-    rc = worker_ip_acquire(w, sa);
 
+    if (w->a.status != NULL && (__atomic_load_n(&w->a.status->throttle,
+        __ATOMIC_RELAXED) & STATUS_THROTTLE_REFUSE) && !w->stopping) {
+        /* limits.load.refuse: one relaxed load per connection */
+        util_sockaddr_str(sa, who, sizeof(who));
+        util_sockaddr_ip(sa, ip, sizeof(ip));
+        snprintf(text, sizeof(text), "421 4.3.2 %s Error: system overloaded,"
+            " try again later\r\n", w->cfg->hostname);
+        STATUS_ADD(w->st->ops.rejects[STATUS_REJ_OVERLOAD], 1);
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
+            LKV_S("reason", "overload"), LKV_S("dsn", "4.3.2")),
+            "refused %s: system overloaded (limits.load.refuse)", who);
+        worker_refuse(fd, text);
+        return;
+    }
+    rc = worker_ip_acquire(w, sa);
     if (rc == STATUS_EFULL) {
         util_sockaddr_str(sa, who, sizeof(who));
+        util_sockaddr_ip(sa, ip, sizeof(ip));
         snprintf(text, sizeof(text),
             "421 4.7.0 %s Error: too many connections\r\n",
             w->cfg->hostname);
-        log_warn("refused %s: too many connections (%d)", who,
+        STATUS_ADD(w->st->ops.rejects[STATUS_REJ_CONN_LIMIT], 1);
+        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
+            LKV_S("reason", "connection_limit"), LKV_S("dsn", "4.7.0")),
+            "refused %s: too many connections (%d)", who,
             w->cfg->max_connections);
         worker_refuse(fd, text);
         return;
@@ -178,7 +213,12 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         snprintf(text, sizeof(text),
             "421 4.7.0 %s Error: too many connections from %s\r\n",
             w->cfg->hostname, ip);
-        log_warn("refused %s: too many connections from %s (%d)", who, ip,
+        STATUS_ADD(w->st->ops.rejects[STATUS_REJ_CONN_LIMIT_IP], 1);
+        log_event(LOGL_WARN, "reject", LOG_KVS(LKV_S("client", ip),
+            LKV_I("client_port", worker_port(sa)),
+            LKV_S("reason", "connection_limit_per_ip"),
+            LKV_S("dsn", "4.7.0")),
+            "refused %s: too many connections from %s (%d)", who, ip,
             w->cfg->max_connections_per_ip);
         worker_refuse(fd, text);
         return;
@@ -393,7 +433,9 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
         return;
     }
     msg[n] = '\0';
-    if (strcmp(msg, "stop") == 0)
+    if (strcmp(msg, "ping") == 0)
+        (void)send(fd, "pong", 4, MSG_DONTWAIT | MSG_NOSIGNAL); /* watchdog */
+    else if (strcmp(msg, "stop") == 0)
         worker_stop(w);
     else if (strcmp(msg, "drain") == 0)
         worker_drain(w);
@@ -410,21 +452,18 @@ static void
 worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     struct worker *w = arg;
-    uint32_t       throttle = 0;
+    uint64_t       act, due, later;
 
-    if (w->a.status != NULL)
-        throttle = __atomic_load_n(&w->a.status->throttle, __ATOMIC_RELAXED);
-    if (!w->stopping && !w->draining) {
-        if (throttle && w->listening) {
-            log_notice("throttled by the master: not accepting");
-            worker_listen(w, 0);
-        } else if (!throttle && !w->listening) {
-            if (!w->accept_pause)
-                log_notice("accepting again");
-            w->accept_pause = 0;
-            worker_listen(w, 1);
-        }
+    /* limits.load.refuse is applied per connection (worker_admit); the
+     * listeners stay watched so that clients get a 421, not a hang */
+    if (!w->stopping && !w->draining && !w->listening) {
+        w->accept_pause = 0;
+        worker_listen(w, 1);
     }
+    deliver_gauges(w->deliver, &act, &due, &later);
+    __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->st->ops.q_due, due, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->st->ops.q_deferred, later, __ATOMIC_RELAXED);
     worker_check_done(w);
     ev_timer_start(loop, t, WORKER_TICK_MS);
 }
@@ -549,6 +588,8 @@ worker_init(const struct worker_args *a)
         log_err("delivery schedule: cannot start");
         goto fail;
     }
+    if (a->status != NULL)
+        deliver_set_throttle(w->deliver, &a->status->throttle);
     /* Daemon-wide admission counters: see ADMISSION above. */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
         w->admit = a->status;

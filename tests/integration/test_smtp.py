@@ -10,7 +10,6 @@ import os
 import random
 import re
 import socket
-import struct
 import subprocess
 import time
 
@@ -651,66 +650,9 @@ def test_connection_limits_are_daemon_wide_and_survive_a_killed_worker(mk):
             c.close()
 
 
-class StatusPage:
-    """The master's shared status page (common/status.h), reached through
-    /proc/PID/mem: the master does not set `throttle` itself yet, so the
-    test plays its part.  The mapping is found as the master's one shared
-    /dev/zero mapping and checked (generation, worker count, start time)
-    before anything is written."""
-    THROTTLE = 16       # u64 master_started_ms, u32 generation, u32 load_x100
-
-    def __init__(self, pid, nworkers):
-        self.pid = pid
-        with open("/proc/%d/maps" % pid) as f:
-            maps = [l.split() for l in f if "/dev/zero" in l and " rw-s " in l]
-        assert len(maps) == 1, maps
-        self.addr = int(maps[0][0].split("-")[0], 16)
-        try:
-            head = self.read(0, 24)
-        except PermissionError:
-            pytest.skip("no ptrace access to the master's memory")
-        started, gen, _, throttle, nw = struct.unpack("<QIIII", head)
-        assert gen == 1 and nw == nworkers and throttle == 0, (gen, nw)
-        assert abs(started / 1000.0 - time.time()) < 3600, started
-
-    def read(self, off, n):
-        with open("/proc/%d/mem" % self.pid, "rb", buffering=0) as f:
-            f.seek(self.addr + off)
-            return f.read(n)
-
-    def set_throttle(self, on):
-        with open("/proc/%d/mem" % self.pid, "r+b", buffering=0) as f:
-            f.seek(self.addr + self.THROTTLE)
-            f.write(struct.pack("<I", 1 if on else 0))
-
-
-def test_throttle_pauses_accepting(mk):
-    """While the status page says throttle, the worker stops accepting
-    (the kernel queues new connections; nothing is refused) and sessions
-    already open go on; when it clears, the queued connection is served."""
-    m = mk()
-    settle(m)
-    page = StatusPage(m.pid, 1)
-    old = Client(m.port)
-    waiting = None
-    try:
-        old.greet()
-        page.set_throttle(True)
-        m.wait_log("throttled by the master: not accepting")
-        waiting = socket.create_connection(("127.0.0.1", m.port), timeout=10)
-        waiting.settimeout(1.5)
-        with pytest.raises(socket.timeout):
-            waiting.recv(512)           # queued, not greeted
-        assert old.cmd("NOOP").code == 250
-        page.set_throttle(False)
-        m.wait_log("accepting again")
-        waiting.settimeout(10)
-        assert waiting.recv(512).startswith(b"220 ")
-    finally:
-        page.set_throttle(False)
-        old.close()
-        if waiting is not None:
-            waiting.close()
+# The load policy (status->throttle set by the master from limits.load) is
+# tested against a running mtad in test_ops.py: test_load_refuse_*,
+# test_load_queue_only_*.
 
 
 # --- spool failures ----------------------------------------------------------

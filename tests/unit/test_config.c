@@ -357,7 +357,7 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns, dkim)");
+        "relay, spool, routes, delivery, log, tls, dns, dkim, metrics)");
 }
 
 Test(config, unknown_key_nested)
@@ -402,7 +402,7 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns, dkim)");
+        "relay, spool, routes, delivery, log, tls, dns, dkim, metrics)");
 }
 
 Test(config, bad_size)
@@ -588,7 +588,7 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "relay, spool, routes, delivery, log, tls, dns, dkim), got a sequence");
+        "relay, spool, routes, delivery, log, tls, dns, dkim, metrics), got a sequence");
 }
 
 Test(config, second_document)
@@ -611,7 +611,7 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, relay, spool, routes, delivery, log, tls, dns, dkim)\n"
+        "limits, relay, spool, routes, delivery, log, tls, dns, dkim, metrics)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
@@ -935,4 +935,51 @@ Test(config, dkim_sign_keys_and_networks)
         "(letters, digits, '-', '_', '.'), got 'a b'\n"
         "%P:7:7: dkim.sign[0].keyfile: unknown key 'keyfile' (expected one "
         "of: domain, selector, key_file, algorithm)");
+}
+
+
+/* --- operations keys (issue 13) ------------------------------------------ */
+
+Test(config, ops_keys_defaults)
+{
+    struct config *cfg = tc_load_ok("routes:\n  default: discard\n");
+
+    cr_assert_eq(cfg->load_queue_only_x100, 0);
+    cr_assert_eq(cfg->load_refuse_x100, 0);
+    cr_assert_str_eq(cfg->load_file, "/proc/loadavg");
+    cr_assert_eq(cfg->log_format, LOG_FORMAT_TEXT);
+    cr_assert_null(cfg->metrics_listen);
+    config_free(cfg);
+}
+
+Test(config, ops_keys_set)
+{
+    struct config *cfg = tc_load_ok("routes:\n  default: discard\n"
+        "limits:\n  load:\n    queue_only: 4\n    refuse: 12.5\n"
+        "    file: /tmp/loadavg\nlog:\n  format: json\n"
+        "metrics:\n  listen: \"[::1]:9325\"\n");
+
+    cr_assert_eq(cfg->load_queue_only_x100, 400);
+    cr_assert_eq(cfg->load_refuse_x100, 1250);
+    cr_assert_str_eq(cfg->load_file, "/tmp/loadavg");
+    cr_assert_eq(cfg->log_format, LOG_FORMAT_JSON);
+    cr_assert_str_eq(cfg->metrics_listen, "[::1]:9325");
+    cr_assert_eq(cfg->metrics_addr.ss_family, AF_INET6);
+    config_free(cfg);
+}
+
+Test(config, ops_keys_bad)
+{
+    tc_load_bad("routes:\n  default: discard\nlimits:\n  load:\n"
+        "    refuse: -1\n",
+        "%P:5:13: limits.load.refuse: expected a load average like 8 or "
+        "12.5 (0 = off), got '-1'");
+    tc_load_bad("routes:\n  default: discard\nlog:\n  format: xml\n",
+        "%P:4:11: log.format: expected text or json, got 'xml'");
+    tc_load_bad("routes:\n  default: discard\nmetrics:\n  listen: nowhere\n",
+        "%P:4:11: metrics.listen: expected an address like "
+        "\"127.0.0.1:9325\" or \"[::1]:9325\", got 'nowhere'");
+    tc_load_bad("routes:\n  default: discard\nmetrics:\n  port: 1\n",
+        "%P:4:3: metrics.port: unknown key 'port' (expected one of: "
+        "listen)");
 }

@@ -1,0 +1,484 @@
+/*
+ * metrics.c - Prometheus metrics over HTTP, served by the master.
+ *
+ * PURPOSE   With metrics.listen set (off by default) the master listens
+ *           there and answers "GET /metrics" with the text exposition
+ *           format (version 0.0.4), built from the shared status page at
+ *           scrape time: workers pay nothing per message beyond the
+ *           relaxed counter adds they already make (and one histogram
+ *           bucket per delivered recipient).
+ * CONTRACT  HTTP/1.0 and 1.1, one request per connection (Connection:
+ *           close).  GET or HEAD of /metrics: 200; another path: 404;
+ *           another method: 405.  At most METRICS_MAX_CLIENTS at once; a
+ *           client has METRICS_TIMEOUT_MS for its request and the answer.
+ *           Everything is non-blocking in the master's epoll set.
+ *           Counters of workers that exited are kept (master->retired),
+ *           so every _total only grows while the master lives.
+ *           The queue size is a readdir() of spool/queue, at most once a
+ *           second whatever the scrape rate.
+ * FAILURE   A client that misbehaves is closed; a bind failure is
+ *           reported by metrics_apply().
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "master/master_int.h"
+#include "master/ops.h"
+
+#define METRICS_MAX_CLIENTS 16
+#define METRICS_TIMEOUT_MS  5000
+#define METRICS_REQ_MAX     8192
+#define METRICS_QUEUE_CACHE_MS 1000
+
+struct metrics_client {
+    int      fd;
+    uint64_t deadline;
+    size_t   len;
+    char     req[METRICS_REQ_MAX];
+    char    *out;
+    size_t   outlen, outoff;
+};
+
+static int                   metrics_fd = -1;
+static char                 *metrics_spec;
+static struct metrics_client metrics_clients[METRICS_MAX_CLIENTS];
+static int                   metrics_inited;
+static long                  metrics_qsize = -1;
+static uint64_t              metrics_qsize_ms;
+
+static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
+    "relay_denied", "route_reject", "route_defer", "too_large",
+    "bare_newline", "mail_loop", "too_many_recipients", "too_many_errors",
+    "connection_limit", "connection_limit_per_ip", "overload"
+};
+
+static void
+metrics_init_clients(void)
+{
+    if (metrics_inited)
+        return;
+    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+        metrics_clients[i].fd = -1;
+    metrics_inited = 1;
+}
+
+static void
+metrics_close_listener(struct master *m)
+{
+    if (metrics_fd < 0)
+        return;
+    master_unwatch(m, metrics_fd);
+    child_unregister_master_fd(metrics_fd);
+    close(metrics_fd);
+    metrics_fd = -1;
+    free(metrics_spec);
+    metrics_spec = NULL;
+}
+
+int
+metrics_apply(struct master *m, const struct config *cfg, char *err,
+    size_t errsz)
+{
+    int fd, on = 1;
+
+    metrics_init_clients();
+    if (cfg->metrics_listen == NULL) {
+        metrics_close_listener(m);
+        return 0;
+    }
+    if (metrics_spec != NULL && strcmp(metrics_spec, cfg->metrics_listen) == 0)
+        return 0;                   /* unchanged across a reload */
+    fd = socket(cfg->metrics_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+        SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on,
+        sizeof(on)) < 0 || bind(fd, (const struct sockaddr *)
+        &cfg->metrics_addr, cfg->metrics_addrlen) < 0 || listen(fd, 16) < 0) {
+        snprintf(err, errsz, "metrics.listen: %s: %s", cfg->metrics_listen,
+            strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    metrics_close_listener(m);
+    metrics_fd = fd;
+    metrics_spec = xstrdup(cfg->metrics_listen);
+    child_register_master_fd(fd);
+    master_watch(m, fd, MASTER_TAG_METRICS, 0);
+    log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
+    return 0;
+}
+
+/* ---- the exposition ---------------------------------------------------- */
+
+struct metrics_text {
+    char  *p;
+    size_t len, cap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+mt_printf(struct metrics_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
+        t->p = xrealloc(t->p, t->cap);
+    }
+}
+
+static void
+mt_head(struct metrics_text *t, const char *name, const char *type,
+    const char *help)
+{
+    mt_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+mt_one(struct metrics_text *t, const char *name, const char *type,
+    const char *help, uint64_t v)
+{
+    mt_head(t, name, type, help);
+    mt_printf(t, "%s %" PRIu64 "\n", name, v);
+}
+
+long
+metrics_queue_size(const char *spool_dir)
+{
+    char           path[4096];
+    DIR           *d;
+    struct dirent *e;
+    long           n = 0;
+    uint64_t       now = util_now_ms();
+
+    if (metrics_qsize >= 0 && now - metrics_qsize_ms < METRICS_QUEUE_CACHE_MS)
+        return metrics_qsize;
+    snprintf(path, sizeof(path), "%s/queue", spool_dir);
+    if ((d = opendir(path)) == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    metrics_qsize = n;
+    metrics_qsize_ms = now;
+    return n;
+}
+
+static void
+metrics_histogram(struct metrics_text *t, const struct status_ops *o)
+{
+    static const uint64_t bounds[] = STATUS_LAT_BOUNDS_MS;
+    const char *name = "mtad_delivery_latency_seconds";
+    uint64_t    cum = 0;
+    size_t      i;
+
+    mt_head(t, name, "histogram", "Time from arrival (the 250 after DATA) "
+        "to delivery, per delivered recipient.");
+    for (i = 0; i < STATUS_LAT_NB - 1; i++) {
+        cum += o->lat_bucket[i];
+        mt_printf(t, "%s_bucket{le=\"%" PRIu64 ".%03" PRIu64 "\"} %" PRIu64
+            "\n", name, bounds[i] / 1000, bounds[i] % 1000, cum);
+    }
+    cum += o->lat_bucket[i];
+    mt_printf(t, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
+    mt_printf(t, "%s_sum %" PRIu64 ".%03" PRIu64 "\n", name,
+        o->lat_sum_ms / 1000, o->lat_sum_ms % 1000);
+    mt_printf(t, "%s_count %" PRIu64 "\n", name, cum);
+}
+
+char *
+metrics_render(struct master *m)
+{
+    struct metrics_text  t = { xmalloc(8192), 0, 8192 };
+    struct status_worker tot;
+    struct status_ops    g;
+    struct status_page  *st = m->status;
+    uint64_t             up = 0, ready = 0, q_act, q_due, q_def;
+    uint32_t             load = __atomic_load_n(&st->load_x100,
+                             __ATOMIC_RELAXED);
+    uint32_t             thr = __atomic_load_n(&st->throttle,
+                             __ATOMIC_RELAXED);
+    long                 qn;
+    size_t               i;
+
+    master_totals(m, &tot);
+    memset(&g, 0, sizeof(g));
+    for (i = 0; i < MASTER_MAX_SLOTS; i++) {
+        const struct slot *s = &m->slots[i];
+
+        if (s->role != ROLE_WORKER || s->pid <= 0)
+            continue;
+        up++;
+        ready += s->state == SLOT_RUNNING && s->ready;
+#define LD(f) __atomic_load_n(&st->w[i].ops.f, __ATOMIC_RELAXED)
+        g.q_active += LD(q_active);
+        g.q_due += LD(q_due);
+        g.q_deferred += LD(q_deferred);
+#undef LD
+    }
+    q_act = g.q_active;
+    q_due = g.q_due;
+    q_def = g.q_deferred;
+
+    mt_one(&t, "mtad_connections_total", "counter",
+        "Inbound SMTP connections accepted into a session.",
+        tot.conns_total);
+    mt_one(&t, "mtad_messages_received_total", "counter",
+        "Messages accepted (250 after the data, committed to the spool).",
+        tot.msgs_in);
+    mt_one(&t, "mtad_received_bytes_total", "counter",
+        "Bytes read from SMTP clients.", tot.bytes_in);
+    mt_head(&t, "mtad_recipient_deliveries_total", "counter",
+        "Delivery results per recipient: sent (includes maildir and "
+        "discard), deferred (a retry follows), bounced.");
+    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"sent\"} %" PRIu64
+        "\n", tot.msgs_out);
+    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"deferred\"} %"
+        PRIu64 "\n", tot.msgs_deferred);
+    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"bounced\"} %"
+        PRIu64 "\n", tot.msgs_bounced);
+    mt_head(&t, "mtad_rejections_total", "counter",
+        "SMTP rejections by reason.");
+    for (i = 0; i < STATUS_REJ_MAX; i++)
+        mt_printf(&t, "mtad_rejections_total{reason=\"%s\"} %" PRIu64 "\n",
+            metrics_reject_names[i], tot.ops.rejects[i]);
+    mt_head(&t, "mtad_tls_handshakes_total", "counter",
+        "Inbound STARTTLS handshakes by result.");
+    mt_printf(&t, "mtad_tls_handshakes_total{result=\"ok\"} %" PRIu64 "\n",
+        tot.ops.tls_ok);
+    mt_printf(&t, "mtad_tls_handshakes_total{result=\"failed\"} %" PRIu64
+        "\n", tot.ops.tls_failed);
+    mt_one(&t, "mtad_smtp_errors_total", "counter",
+        "SMTP command errors and failed handshakes counted against "
+        "limits.max_errors.", tot.errors);
+    mt_one(&t, "mtad_log_records_dropped_total", "counter",
+        "Log records dropped because the log process could not keep up.",
+        tot.log_dropped + log_dropped());
+    metrics_histogram(&t, &tot.ops);
+
+    mt_one(&t, "mtad_sessions", "gauge", "Inbound SMTP sessions open now.",
+        tot.conns_cur);
+    mt_head(&t, "mtad_queue_messages", "gauge",
+        "Messages in the queue by state: active (an attempt is open), "
+        "queued (due, waiting for a slot or held by limits.load), deferred "
+        "(waiting for a retry), other (the rest of spool/queue: held by "
+        "mtactl, or not yet scheduled).");
+    qn = metrics_queue_size(m->cur->cfg->spool_dir);
+    mt_printf(&t, "mtad_queue_messages{state=\"active\"} %" PRIu64 "\n",
+        q_act);
+    mt_printf(&t, "mtad_queue_messages{state=\"queued\"} %" PRIu64 "\n",
+        q_due);
+    mt_printf(&t, "mtad_queue_messages{state=\"deferred\"} %" PRIu64 "\n",
+        q_def);
+    mt_printf(&t, "mtad_queue_messages{state=\"other\"} %" PRIu64 "\n",
+        qn >= 0 && (uint64_t)qn > q_act + q_due + q_def ?
+        (uint64_t)qn - q_act - q_due - q_def : 0);
+    mt_one(&t, "mtad_queue_files", "gauge",
+        "Files in spool/queue (every queued message, any state).",
+        qn >= 0 ? (uint64_t)qn : 0);
+    mt_one(&t, "mtad_workers_running", "gauge",
+        "Worker processes alive (every generation).", up);
+    mt_one(&t, "mtad_workers_ready", "gauge",
+        "Worker processes that said ready and serve.", ready);
+    mt_one(&t, "mtad_workers_configured", "gauge",
+        "server.workers of the serving generation.",
+        (uint64_t)m->cur->cfg->workers);
+    mt_one(&t, "mtad_log_process_up", "gauge",
+        "1 while the log process runs.",
+        m->logd.state == SLOT_RUNNING && m->logd.pid > 0);
+    mt_head(&t, "mtad_load1", "gauge",
+        "1-minute load average, as the master last sampled it.");
+    mt_printf(&t, "mtad_load1 %u.%02u\n", load / 100, load % 100);
+    mt_head(&t, "mtad_throttle", "gauge",
+        "Load policy in force (1) or not (0): queue_only holds "
+        "deliveries, refuse answers 421 to new connections.");
+    mt_printf(&t, "mtad_throttle{mode=\"queue_only\"} %d\n",
+        (thr & STATUS_THROTTLE_HOLD) != 0);
+    mt_printf(&t, "mtad_throttle{mode=\"refuse\"} %d\n",
+        (thr & STATUS_THROTTLE_REFUSE) != 0);
+    mt_one(&t, "mtad_generation", "gauge",
+        "Configuration generation serving (1 at start, +1 per reload).",
+        m->cur->id);
+    mt_head(&t, "mtad_start_time_seconds", "gauge",
+        "Start time of the master, seconds since the epoch.");
+    mt_printf(&t, "mtad_start_time_seconds %" PRIu64 ".%03" PRIu64 "\n",
+        st->master_started_ms / 1000, st->master_started_ms % 1000);
+    return t.p;
+}
+
+/* ---- HTTP ---------------------------------------------------------------- */
+
+static void
+metrics_client_close(struct master *m, struct metrics_client *c)
+{
+    if (c->fd < 0)
+        return;
+    master_unwatch(m, c->fd);
+    child_unregister_master_fd(c->fd);
+    close(c->fd);
+    c->fd = -1;
+    free(c->out);
+    c->out = NULL;
+}
+
+static void
+metrics_accept(struct master *m)
+{
+    struct metrics_client *c;
+    size_t                 i;
+    int                    fd;
+
+    while ((fd = accept4(metrics_fd, NULL, NULL,
+        SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+        for (i = 0; i < METRICS_MAX_CLIENTS && metrics_clients[i].fd >= 0;
+            i++)
+            ;
+        if (i == METRICS_MAX_CLIENTS) {
+            close(fd);              /* busy: the scraper retries */
+            continue;
+        }
+        c = &metrics_clients[i];
+        memset(c, 0, sizeof(*c));
+        c->fd = fd;
+        c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
+        child_register_master_fd(fd);
+        master_watch(m, fd, MASTER_TAG_METRICS_CLIENT, (unsigned)i);
+    }
+}
+
+/* metrics_respond - queue the whole answer and switch to writing. */
+static void
+metrics_respond(struct master *m, struct metrics_client *c, int code,
+    const char *reason, const char *ctype, const char *body, int head_only,
+    const char *extra)
+{
+    size_t             blen = strlen(body), cap = blen + 512;
+    struct epoll_event ev = { .events = EPOLLOUT };
+    int                n;
+
+    c->out = xmalloc(cap);
+    n = snprintf(c->out, cap, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+        "Content-Length: %zu\r\n%sConnection: close\r\n\r\n", code, reason,
+        ctype, blen, extra);
+    c->outlen = (size_t)n;
+    if (!head_only) {
+        memcpy(c->out + c->outlen, body, blen);
+        c->outlen += blen;
+    }
+    c->outoff = 0;
+    ev.data.u64 = (uint64_t)MASTER_TAG_METRICS_CLIENT << 32 |
+        (uint64_t)(c - metrics_clients);
+    if (epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+        metrics_client_close(m, c);
+}
+
+static void
+metrics_handle(struct master *m, struct metrics_client *c)
+{
+    char  method[16], path[256];
+    char *body;
+    int   head;
+
+    if (sscanf(c->req, "%15s %255s", method, path) != 2) {
+        metrics_respond(m, c, 400, "Bad Request", "text/plain", "bad "
+            "request\n", 0, "");
+        return;
+    }
+    head = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !head) {
+        metrics_respond(m, c, 405, "Method Not Allowed", "text/plain",
+            "only GET\n", 0, "Allow: GET, HEAD\r\n");
+        return;
+    }
+    if (strcmp(path, "/metrics") != 0 &&
+        strncmp(path, "/metrics?", 9) != 0) {
+        metrics_respond(m, c, 404, "Not Found", "text/plain",
+            "mtad serves /metrics only\n", head, "");
+        return;
+    }
+    body = metrics_render(m);
+    metrics_respond(m, c, 200, "OK", "text/plain; version=0.0.4; "
+        "charset=utf-8", body, head, "");
+    free(body);
+}
+
+static void
+metrics_client_event(struct master *m, struct metrics_client *c,
+    uint32_t events)
+{
+    ssize_t r;
+
+    if (c->out != NULL) {
+        while (c->outoff < c->outlen) {
+            r = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
+                MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return;
+            if (r <= 0)
+                break;
+            c->outoff += (size_t)r;
+        }
+        metrics_client_close(m, c);
+        return;
+    }
+    (void)events;
+    r = recv(c->fd, c->req + c->len, sizeof(c->req) - 1 - c->len,
+        MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (r <= 0) {
+        metrics_client_close(m, c);
+        return;
+    }
+    c->len += (size_t)r;
+    c->req[c->len] = '\0';
+    if (strstr(c->req, "\r\n\r\n") != NULL || strstr(c->req, "\n\n") != NULL)
+        metrics_handle(m, c);
+    else if (c->len == sizeof(c->req) - 1)
+        metrics_respond(m, c, 431, "Request Header Fields Too Large",
+            "text/plain", "request too large\n", 0, "");
+}
+
+void
+metrics_event(struct master *m, unsigned tag, unsigned idx, uint32_t events)
+{
+    if (tag == MASTER_TAG_METRICS) {
+        if (metrics_fd >= 0)
+            metrics_accept(m);
+        return;
+    }
+    if (idx < METRICS_MAX_CLIENTS && metrics_clients[idx].fd >= 0)
+        metrics_client_event(m, &metrics_clients[idx], events);
+}
+
+void
+metrics_expire(struct master *m, uint64_t now)
+{
+    if (!metrics_inited)
+        return;
+    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+        if (metrics_clients[i].fd >= 0 && now >= metrics_clients[i].deadline)
+            metrics_client_close(m, &metrics_clients[i]);
+}

@@ -1,0 +1,63 @@
+/*
+ * ops.h - the master's operations modules: load policy (load.c), the
+ *         Prometheus endpoint (metrics.c), the systemd watchdog and STATUS=
+ *         (watchdog.c), admin records (audit.c), `mtactl status --json`
+ *         (status_json.c).  Only master/ includes it.
+ *
+ * CONTRACT  All run in the master's loop, off the message path: they read
+ *           the shared status page the workers write (common/status.h) and
+ *           the master's own state.  None blocks: the metrics clients are
+ *           non-blocking sockets in the master's epoll set.
+ * FAILURE   Logged; the master keeps serving.  metrics_apply() reports a
+ *           bind failure to its caller (start-up fails on it; a reload
+ *           keeps the old listener).
+ */
+#ifndef MTAD_MASTER_OPS_H
+#define MTAD_MASTER_OPS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct master;
+struct config;
+
+/* load.c: sample limits.load.file (the 1-minute load), store it in the
+ * status page and set status->throttle from limits.load.queue_only and
+ * limits.load.refuse; each change of state is logged ("load" record). */
+void    load_sample(struct master *m);
+
+/* metrics.c: bind, move or close the listener for cfg->metrics_listen;
+ * 0 ok, -1 (err set).  Events of its fds come with MASTER_TAG_METRICS*. */
+int     metrics_apply(struct master *m, const struct config *cfg,
+            char *err, size_t errsz);
+void    metrics_event(struct master *m, unsigned tag, unsigned idx,
+            uint32_t events);
+void    metrics_expire(struct master *m, uint64_t now);
+/* The exposition text (malloc'd); also what the tests parse. */
+char   *metrics_render(struct master *m);
+/* Files in <spool_dir>/queue, counted at most once a second; -1 (errno)
+ * when the directory cannot be read. */
+long    metrics_queue_size(const char *spool_dir);
+
+/* watchdog.c: WATCHDOG_USEC/WATCHDOG_PID from systemd (read once, before
+ * notify_init()); watchdog_tick() once a second: pings every worker and
+ * the log process, sends WATCHDOG=1 only while each of them answered
+ * within WatchdogSec, and keeps STATUS= current. */
+void    watchdog_init(void);
+void    watchdog_tick(struct master *m, uint64_t now);
+void    watchdog_pong(struct master *m, unsigned sidx);
+void    watchdog_logd_pong(struct master *m);
+
+/* audit.c: the uid (and pid) of a control client, from SO_PEERCRED;
+ * -1 when unknown. */
+int     audit_peer(int fd, uid_t *uid, pid_t *pid);
+/* Log one admin action ("admin" record: uid, pid, action, args). */
+void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
+            const char *args);
+/* A control request line: logged as an admin action unless read-only. */
+void    audit_request(int fd, const char *line);
+
+/* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
+void    status_json_report(struct master *m, char **out);
+
+#endif /* MTAD_MASTER_OPS_H */

@@ -1,0 +1,136 @@
+/*
+ * status_json.c - `mtactl status --json`: the status report as one JSON
+ *                 object, for scripts.
+ *
+ * PURPOSE   The same facts as the text report (control.c), with stable
+ *           keys: pid, uptime_s, generation, workers_configured, load,
+ *           throttle {queue_only, refuse}, logd {pid, state}, reload,
+ *           workers [{slot, pid, generation, shard, state, uptime_s,
+ *           sessions, connections_total, messages_in, recipients_sent,
+ *           deferred, bounced, bytes_in, errors, log_dropped}], totals
+ *           {...the same counters...}, rate {messages_in_per_s,
+ *           recipients_sent_per_s, window_s}, queue (files, or null),
+ *           log_dropped.
+ * CONTRACT  Answered by the master for the request "status json"; the
+ *           reply is "ok\n" and the object on one line.
+ * FAILURE   None (a queue that cannot be counted is null).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "master/master_int.h"
+#include "master/ops.h"
+
+struct sj_text {
+    char  *p;
+    size_t len, cap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+sj_printf(struct sj_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
+        t->p = xrealloc(t->p, t->cap);
+    }
+}
+
+static const char *
+sj_state(const struct slot *s)
+{
+    switch (s->state) {
+    case SLOT_RUNNING:
+        return s->ready || s->role == ROLE_LOGD ? "running" : "starting";
+    case SLOT_STOPPING: return "stopping";
+    case SLOT_BACKOFF:  return "restart-wait";
+    default:            return "free";
+    }
+}
+
+static void
+sj_counters(struct sj_text *t, const struct status_worker *w)
+{
+#define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
+    sj_printf(t, "\"sessions\":%" PRIu64 ",\"connections_total\":%" PRIu64
+        ",\"messages_in\":%" PRIu64 ",\"recipients_sent\":%" PRIu64
+        ",\"deferred\":%" PRIu64 ",\"bounced\":%" PRIu64 ",\"bytes_in\":%"
+        PRIu64 ",\"errors\":%" PRIu64 ",\"log_dropped\":%" PRIu64,
+        LD(conns_cur), LD(conns_total), LD(msgs_in), LD(msgs_out),
+        LD(msgs_deferred), LD(msgs_bounced), LD(bytes_in), LD(errors),
+        LD(log_dropped));
+#undef LD
+}
+
+void
+status_json_report(struct master *m, char **out)
+{
+    struct sj_text       t = { xmalloc(4096), 0, 4096 };
+    struct status_worker tot;
+    struct status_page  *st = m->status;
+    uint64_t             now = util_now_ms(), wall = util_wall_ms();
+    double               in_ps, out_ps;
+    long                 q = metrics_queue_size(m->cur->cfg->spool_dir);
+    unsigned             load = __atomic_load_n(&st->load_x100,
+                             __ATOMIC_RELAXED);
+    unsigned             thr = __atomic_load_n(&st->throttle,
+                             __ATOMIC_RELAXED);
+    int                  first = 1;
+
+    master_totals(m, &tot);
+    master_rates(m, &in_ps, &out_ps);
+    sj_printf(&t, "ok\n{\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
+        "\"workers_configured\":%d,\"load\":%u.%02u,\"throttle\":{"
+        "\"queue_only\":%s,\"refuse\":%s},\"logd\":{\"pid\":%d,\"state\":"
+        "\"%s\"},\"reload\":\"%s\",\"workers\":[", (int)getpid(),
+        (now - m->started_ms) / 1000, m->cur->id, m->cur->cfg->workers,
+        load / 100, load % 100, (thr & STATUS_THROTTLE_HOLD) ? "true" :
+        "false", (thr & STATUS_THROTTLE_REFUSE) ? "true" : "false",
+        (int)m->logd.pid, sj_state(&m->logd),
+        m->next != NULL ? "in progress" : "idle");
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        const struct slot          *s = &m->slots[i];
+        const struct status_worker *w = &st->w[i];
+        uint64_t started = __atomic_load_n(&w->started_ms, __ATOMIC_RELAXED);
+
+        if (s->role != ROLE_WORKER)
+            continue;
+        sj_printf(&t, "%s{\"slot\":%zu,\"pid\":%d,\"generation\":%u,"
+            "\"shard\":%u,\"state\":\"%s\",\"uptime_s\":%" PRIu64 ",",
+            first ? "" : ",", i, (int)s->pid, s->generation, s->shard,
+            sj_state(s), s->pid > 0 && wall > started ?
+            (wall - started) / 1000 : 0);
+        sj_counters(&t, w);
+        sj_printf(&t, "}");
+        first = 0;
+    }
+    sj_printf(&t, "],\"totals\":{");
+    sj_counters(&t, &tot);
+    sj_printf(&t, "},\"rate\":{\"messages_in_per_s\":%.2f,"
+        "\"recipients_sent_per_s\":%.2f,\"window_s\":%u},\"queue\":",
+        in_ps, out_ps, MASTER_RATE_WINDOW);
+    if (q >= 0)
+        sj_printf(&t, "%ld", q);
+    else
+        sj_printf(&t, "null");
+    sj_printf(&t, ",\"log_dropped\":%" PRIu64 "}\n", tot.log_dropped +
+        log_dropped());
+    *out = t.p;
+}

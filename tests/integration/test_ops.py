@@ -1,0 +1,561 @@
+"""Operations (issue 13), each against a running mtad: the spool across
+restarts and crashes, the load policy, Prometheus metrics, JSON logs and
+admin records, the systemd watchdog and STATUS=, and `status --json`.
+The Debian package has its own test: tests/deb/test_deb.sh."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
+                      send)
+
+UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
+
+
+def wait(pred, what, timeout=20.0, step=0.05):
+    """Poll pred until it is true; raise (never pass silently) on timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+
+
+def http_get(port, path="/metrics", method="GET"):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def scrape(port):
+    """{sample name + sorted labels: value} and the families, parsed by the
+    reference parser (Debian's python3-prometheus-client)."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    status, headers, text = http_get(port)
+    assert status == 200, (status, text)
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4"), headers
+    fams = list(parser.text_string_to_metric_families(text))
+    samples = {}
+    for f in fams:
+        for s in f.samples:
+            key = s.name + "".join("{%s=%s}" % kv for kv in sorted(s.labels.items()))
+            samples[key] = s.value
+    return fams, samples, text
+
+
+# --- (a) the spool survives restarts and crashes -----------------------------
+
+def unit_keys():
+    keys = {}
+    with open(UNIT) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                keys.setdefault(k, []).append(v)
+    return keys
+
+
+def test_unit_keeps_the_runtime_directory():
+    """The shipped unit must not let systemd delete the RAM spool when the
+    unit stops: RuntimeDirectory=mtad with RuntimeDirectoryPreserve=yes,
+    and the default spool.dir lies inside it."""
+    keys = unit_keys()
+    assert keys["RuntimeDirectory"] == ["mtad"]
+    assert keys["RuntimeDirectoryPreserve"] == ["yes"]
+    with open(os.path.join(ROOT, "packaging", "relay.yaml.example")) as f:
+        m = re.search(r"^\s*dir:\s*(\S+)", f.read(), re.M)
+    assert m and m.group(1).startswith("/run/mtad/"), m
+    assert keys["Restart"] == ["on-failure"]
+
+
+def test_unit_passes_systemd_analyze_verify(workdir):
+    """CI runs systemd-analyze verify on the unit (with @SBINDIR@ pointed at
+    the built binaries, which it checks exist).  No output is allowed:
+    verify only warns (exit 0) about unknown keys."""
+    sa = shutil.which("systemd-analyze")
+    if sa is None:
+        pytest.skip("systemd-analyze is not installed: unit not verified")
+    with open(UNIT) as f:
+        text = f.read().replace("@SBINDIR@", os.path.dirname(MTAD))
+    path = os.path.join(workdir, "mtad.service")
+    with open(path, "w") as f:
+        f.write(text)
+    r = subprocess.run([sa, "verify", path], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    assert "WatchdogSec=30s" in text
+
+
+@pytest.mark.parametrize("how", ["stop", "master_crash"])
+def test_queue_survives_restart(mtad_factory, how):
+    """A deferred message is still delivered after a graceful stop and
+    start (what systemctl restart does, the directory being preserved)
+    and after kill -9 of the master (workers follow it; Restart= starts a
+    new master on the same spool)."""
+    port = closed_port()
+    m = mtad_factory({"routes": {"default": "smtp:[127.0.0.1]:%d" % port},
+                      "delivery": {"retry": ["1s"]}})
+    m.start()
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    m.wait_log("%s: to=<b@example.net>" % qid)     # deferred, connection refused
+    kids = m.children()
+    if how == "stop":
+        m.stop()
+    else:
+        os.kill(m.pid, signal.SIGKILL)
+        m.proc.wait(10)
+        wait(lambda: not any(os.path.exists("/proc/%d" % k) for k in kids),
+             "the workers to follow the master", 15)
+    assert qid in m.queue_ids()
+    s = Sink(port=port).start()
+    try:
+        m.start()
+        msgs = s.wait_for(1, timeout=30)
+        assert b"serial 1" in msgs[0].data
+        wait(lambda: qid not in m.queue_ids(), "the queue file to go")
+    finally:
+        s.stop()
+
+
+# --- (b) the load policy -----------------------------------------------------
+
+def load_mtad(mtad_factory, workdir, sink_route, **extra):
+    loadf = os.path.join(workdir, "loadavg")
+    with open(loadf, "w") as f:
+        f.write("0.10 0.10 0.10 1/100 1\n")
+    mport = free_port()
+    cfg = {"limits": {"load": {"queue_only": 4, "refuse": 8, "file": loadf}},
+           "routes": {"default": sink_route},
+           "metrics": {"listen": "127.0.0.1:%d" % mport}}
+    cfg.update(extra)
+    m = mtad_factory(cfg).start()
+    m.mport = mport
+    m.loadf = loadf
+    return m
+
+
+def set_load(m, value):
+    tmp = m.loadf + ".new"
+    with open(tmp, "w") as f:
+        f.write("%s 1.00 1.00 1/100 1\n" % value)
+    os.rename(tmp, m.loadf)
+
+
+def test_load_queue_only_holds_deliveries(mtad_factory, workdir, sink):
+    m = load_mtad(mtad_factory, workdir, sink.route)
+    set_load(m, "5.00")
+    m.wait_log("load 5.00: holding deliveries (limits.load.queue_only 4.00)")
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    # accepted, and waiting in its worker's schedule, not delivered
+    wait(lambda: scrape(m.mport)[1].get('mtad_queue_messages{state=queued}') == 1,
+         "the message to show as queued")
+    assert sink.received() == []
+    _, samples, _ = scrape(m.mport)
+    assert samples["mtad_throttle{mode=queue_only}"] == 1
+    assert samples["mtad_throttle{mode=refuse}"] == 0
+    assert samples["mtad_recipient_deliveries_total{status=sent}"] == 0
+    set_load(m, "1.50")
+    m.wait_log("load 1.50: delivering again (limits.load.queue_only 4.00)")
+    msgs = sink.wait_for(1, timeout=20)
+    assert b"serial 1" in msgs[0].data
+    wait(lambda: qid not in m.queue_ids(), "the message to leave the queue")
+
+
+def test_load_refuse_answers_421(mtad_factory, workdir, sink):
+    m = load_mtad(mtad_factory, workdir, sink.route)
+    set_load(m, "9.25")
+    m.wait_log("load 9.25: holding deliveries (limits.load.queue_only 4.00); "
+               "refusing new connections (limits.load.refuse 8.00)")
+    with socket.create_connection(("127.0.0.1", m.port), timeout=10) as c:
+        c.settimeout(10)
+        assert c.recv(512).startswith(b"421 4.3.2 ")
+    m.wait_log("refused [127.0.0.1]:")
+    _, samples, _ = scrape(m.mport)
+    assert samples["mtad_rejections_total{reason=overload}"] == 1
+    assert samples["mtad_throttle{mode=refuse}"] == 1
+    st = json.loads(m.ctl("status", "--json", check=True).stdout)
+    assert st["throttle"] == {"queue_only": True, "refuse": True}
+    assert st["load"] == 9.25
+    set_load(m, "0.50")
+    m.wait_log("load 0.50: delivering again (limits.load.queue_only 4.00); "
+               "accepting connections again (limits.load.refuse 8.00)")
+    send(m, "a@example.org", ["b@example.net"], make_message(2))
+    sink.wait_for(1, timeout=20)
+
+
+def test_load_file_errors_are_logged_once(mtad_factory, workdir, sink):
+    m = load_mtad(mtad_factory, workdir, sink.route)
+    os.unlink(m.loadf)
+    m.wait_log("limits.load.file: cannot read a load average from %s" % m.loadf)
+    set_load(m, "0.20")
+    m.wait_log("limits.load.file: %s readable again" % m.loadf)
+    assert m.log_text().count("cannot read a load average") == 1
+
+
+def test_load_config_errors(mtad_factory):
+    m = mtad_factory({"limits": {"load": {"refuse": "high"}}})
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0
+    assert re.search(r"relay\.yaml:\d+:\d+: limits\.load\.refuse: expected a "
+                     r"load average like 8 or 12\.5", r.stderr), r.stderr
+
+
+# --- (c) Prometheus metrics --------------------------------------------------
+
+def raw_session(port, lines):
+    """Send lines one by one and return every reply line."""
+    out = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.settimeout(10)
+        f = c.makefile("rb")
+        out.append(f.readline())
+        for line in lines:
+            c.sendall(line + b"\r\n")
+            r = f.readline()
+            while r[3:4] == b"-":
+                r = f.readline()
+            out.append(r)
+    return out
+
+
+def test_metrics_exposition(mtad_factory, sink):
+    mport = free_port()
+    m = mtad_factory({
+        "relay": {"allow_networks": ["10.0.0.0/8"]},   # 127.0.0.1 may not relay
+        "routes": {"static": {"example.net": sink.route}},
+        "limits": {"max_message_size": "2K"},
+        "metrics": {"listen": "127.0.0.1:%d" % mport}}).start()
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    sink.wait_for(1)
+    r = raw_session(m.port, [b"EHLO c.test", b"MAIL FROM:<a@example.org>",
+                             b"RCPT TO:<x@elsewhere.test>", b"QUIT"])
+    assert r[3].startswith(b"554 5.7.1"), r
+    r = raw_session(m.port, [b"EHLO c.test", b"MAIL FROM:<a@example.org> SIZE=99999",
+                             b"QUIT"])
+    assert r[2].startswith(b"552 5.3.4"), r
+    wait(lambda: qid not in m.queue_ids(), "delivery to finish")
+
+    def ready():
+        s = scrape(mport)[1]
+        return s["mtad_recipient_deliveries_total{status=sent}"] == 1 and \
+            s["mtad_connections_total"] == 4 and s["mtad_sessions"] == 0
+    # 4: wait_ready()'s probe, the message, the two raw sessions
+    wait(ready, "the counters")
+    fams, s, text = scrape(mport)
+    types = {f.name: f.type for f in fams}
+    assert types["mtad_messages_received"] == "counter"
+    assert types["mtad_delivery_latency_seconds"] == "histogram"
+    assert types["mtad_queue_messages"] == "gauge"
+    assert s["mtad_messages_received_total"] == 1
+    assert s["mtad_received_bytes_total"] > 100
+    assert s["mtad_rejections_total{reason=relay_denied}"] == 1
+    assert s["mtad_rejections_total{reason=too_large}"] == 1
+    assert s["mtad_rejections_total{reason=overload}"] == 0
+    assert s["mtad_recipient_deliveries_total{status=deferred}"] == 0
+    assert s["mtad_workers_ready"] == 2 and s["mtad_workers_running"] == 2
+    assert s["mtad_log_process_up"] == 1
+    assert s["mtad_queue_files"] == 0
+    # one delivered recipient in the histogram, cumulative buckets
+    assert s["mtad_delivery_latency_seconds_count"] == 1
+    assert s["mtad_delivery_latency_seconds_bucket{le=+Inf}"] == 1
+    buckets = sorted((float(k.split("le=")[1].rstrip("}")), v)
+                     for k, v in s.items()
+                     if k.startswith("mtad_delivery_latency_seconds_bucket"))
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert 0 <= s["mtad_delivery_latency_seconds_sum"] < 60
+    assert abs(s["mtad_start_time_seconds"] - time.time()) < 3600
+    # every family has HELP text and is documented in README.md
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    for f in fams:
+        assert f.documentation, f.name
+        name = f.name + ("_total" if f.type == "counter" else "")
+        assert "`%s`" % name in readme, name + " is not documented in README.md"
+    # counters of a worker that dies are kept
+    workers = [p for p in m.children()
+               if "worker" in open("/proc/%d/cmdline" % p).read()]
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    m.wait_log("(pid %d) exited on signal 9" % workers[0])
+    wait(lambda: scrape(mport)[1]["mtad_workers_ready"] == 2, "the respawn")
+    s2 = scrape(mport)[1]
+    assert s2["mtad_messages_received_total"] == 1
+    assert s2["mtad_rejections_total{reason=relay_denied}"] == 1
+    assert s2["mtad_delivery_latency_seconds_count"] == 1
+
+
+def test_metrics_http_answers(mtad_factory):
+    mport = free_port()
+    m = mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport}}).start()
+    assert http_get(mport, "/nothing")[0] == 404
+    assert http_get(mport, "/metrics", "POST")[0] == 405
+    st, h, body = http_get(mport, "/metrics", "HEAD")
+    assert st == 200 and body == "" and int(h["Content-Length"]) > 1000
+    # a client that sends nothing does not block the master
+    idle = socket.create_connection(("127.0.0.1", mport), timeout=10)
+    try:
+        assert http_get(mport)[0] == 200
+        assert m.ctl("status", check=True).returncode == 0
+    finally:
+        idle.close()
+
+
+def test_metrics_off_by_default_and_bind_errors(mtad_factory, workdir):
+    m = mtad_factory().start()
+    assert "metrics on http" not in m.log_text() + m.stderr_text()
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        m2 = mtad_factory({"metrics": {"listen": "127.0.0.1:%d" %
+                                       busy.getsockname()[1]}},
+                          subdir="second")
+        m2.start(wait=False)
+        assert m2.proc.wait(15) != 0
+        assert "mtad: metrics.listen: 127.0.0.1:%d: Address already in use" % \
+            busy.getsockname()[1] in m2.stderr_text()
+    finally:
+        busy.close()
+
+
+# --- (d) JSON logs and admin records -----------------------------------------
+
+JSON_BASE = ("ts", "level", "proc", "pid", "event", "msg")
+
+
+def json_lines(m):
+    with open(m.log, "rb") as f:
+        raw = f.read()
+    recs = []
+    for n, line in enumerate(raw.split(b"\n")[:-1], 1):
+        rec = json.loads(line.decode("utf-8"))  # every line, strictly
+        for k in JSON_BASE:
+            assert k in rec, (n, k, rec)
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", rec["ts"])
+        assert rec["level"] in ("err", "warn", "notice", "info", "debug")
+        recs.append(rec)
+    assert raw.endswith(b"\n")
+    return recs
+
+
+def test_json_log_every_line_parses(mtad_factory, sink, workdir):
+    port = closed_port()
+    m = mtad_factory({
+        "log": {"format": "json"},
+        "relay": {"allow_networks": ["10.0.0.0/8"]},
+        "routes": {"static": {"example.net": sink.route,
+                              "slow.test": "smtp:[127.0.0.1]:%d" % port}},
+        "delivery": {"retry": ["1h"]}}).start()
+    sent = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    sink.wait_for(1)
+    held = send(m, "a@example.org", ["c@slow.test"], make_message(2))
+    m.wait_log(held + ": to=<c@slow.test>")
+    r = raw_session(m.port, [b"EHLO c.test", b"MAIL FROM:<a@example.org>",
+                             b"RCPT TO:<x@elsewhere.test>", b"QUIT"])
+    assert r[3].startswith(b"554"), r
+    # text from the network with quotes, backslashes, control characters
+    # and non-ASCII: a next hop's reply (bytes that are not UTF-8 are in
+    # the unit test, tests/unit/test_logfmt.c)
+    sink.fail_first = 1
+    sink.fail_code = '451 4.3.0 "odd" \\ reply \x01\x7f caf\u00e9'
+    odd = send(m, "a@example.org", ["e@example.net"], make_message(4))
+    m.wait_log('"queue_id":"%s","from":"a@example.org","to":"e@example.net"'
+               % odd)
+    m.ctl("kick", odd, check=True)     # delivery.retry is 1h here
+    sink.wait_for(2)
+    # admin actions
+    m.ctl("hold", held, check=True)
+    m.ctl("release", held, check=True)
+    m.ctl("route", "add", "other.test", "discard", check=True)
+    m.ctl("route", "del", "other.test", check=True)
+    m.ctl("bounce", held, check=True)
+    third = send(m, "a@example.org", ["d@slow.test"], make_message(3))
+    m.wait_log(third + ": to=<d@slow.test>")
+    m.ctl("delete", third, check=True)
+    m.ctl("reload", check=True)
+    m.wait_log('"action":"delete"')
+    m.ctl("stop", check=True)
+    m.proc.wait(15)
+    recs = json_lines(m)
+    by = {}
+    for r in recs:
+        by.setdefault(r["event"], []).append(r)
+    d = [r for r in by["delivery"] if r["queue_id"] == sent][0]
+    assert d["status"] == "sent" and d["to"] == "b@example.net"
+    assert d["from"] == "a@example.org" and d["dsn"] == "2.0.0"
+    assert d["relay"].endswith(sink.route.split(":", 1)[1].strip("[]").split("]")[0]) \
+        or "127.0.0.1" in d["relay"]
+    assert isinstance(d["delay"], float) and d["proc"].startswith("worker ")
+    rcv = [r for r in by["received"] if r["queue_id"] == sent][0]
+    assert rcv["from"] == "a@example.org" and rcv["nrcpt"] == 1
+    assert rcv["client"] == "127.0.0.1" and rcv["size"] > 0
+    rej = [r for r in by["reject"] if r.get("reason") == "relay_denied"][0]
+    assert rej["dsn"] == "5.7.1" and rej["to"] == "x@elsewhere.test"
+    assert rej["helo"] == "c.test", rej
+    oddr = [r for r in by["delivery"] if r["queue_id"] == odd]
+    assert oddr[0]["status"] == "deferred" and oddr[0]["dsn"] == "4.3.0"
+    assert "caf\u00e9" in oddr[0]["reply"] and '"odd"' in oddr[0]["reply"], oddr
+    assert oddr[-1]["status"] == "sent", oddr
+    assert by["connect"] and by["disconnect"]
+    uid = os.geteuid()
+    admin = [(r["action"], r.get("args", ""), r["uid"], r["via"])
+             for r in by["admin"]]
+    for action in ("hold", "release", "route_add", "route_del", "bounce",
+                   "delete", "reload", "stop"):
+        assert [a for a in admin if a[0] == action and a[2] == uid], \
+            (action, admin)
+    assert ("hold", "%s (on hold)" % held, uid, "mtactl") in admin
+    assert ("route_add", "other.test discard", uid, "mtactl") in admin
+    bnc = [r for r in by["bounce"] if r["queue_id"] == held]
+    assert bnc and bnc[0]["bounce_id"]
+
+
+def test_admin_actions_in_text_log(mtad_factory):
+    port = closed_port()
+    m = mtad_factory({"routes": {"default": "smtp:[127.0.0.1]:%d" % port},
+                      "delivery": {"retry": ["1h"]}}).start()
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    m.wait_log(qid + ": to=<b@example.net>")
+    m.ctl("hold", qid, check=True)
+    m.ctl("route", "add", "x.test", "discard", check=True)
+    os.kill(m.pid, signal.SIGHUP)
+    m.wait_log("reload done")
+    uid = os.geteuid()
+    m.wait_log("admin: uid=%d pid=" % uid)
+    text = m.wait_log("via=mtactl: route_add x.test discard")
+    assert re.search(r"master: admin: uid=%d pid=\d+ via=mtactl: hold %s "
+                     r"\(on hold\)" % (uid, qid), text), text
+    assert re.search(r"master: admin: uid=%d pid=%d via=signal: reload SIGHUP"
+                     % (uid, os.getpid()), text), text
+
+
+# --- (e) watchdog and STATUS= ------------------------------------------------
+
+class Notify:
+    """A stand-in for systemd's notification socket."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        os.chmod(path, 0o777)
+        self.sock.setblocking(False)
+        self.got = []
+
+    def drain(self):
+        while True:
+            try:
+                self.got.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.got
+
+    def wait(self, pred, what, timeout=20.0):
+        def probe():
+            self.drain()
+            return [g for g in self.got if pred(g)]
+        return wait(probe, what, timeout)
+
+
+def test_watchdog_only_while_children_answer(mtad_factory, workdir):
+    m = mtad_factory()
+    n = Notify(os.path.join(workdir, "notify.sock"))
+    env = dict(os.environ, NOTIFY_SOCKET=os.path.join(workdir, "notify.sock"),
+               WATCHDOG_USEC="3000000")
+    m.logf = open(os.path.join(m.dir, "stderr.log"), "ab")
+    m.proc = subprocess.Popen([MTAD, "-f", "-c", m.cfg_path], env=env,
+                              stdout=m.logf, stderr=m.logf, cwd=m.dir)
+    m.wait_ready()
+    n.wait(lambda g: g == "READY=1", "READY=1")
+    n.wait(lambda g: g.startswith("STATUS=serving: generation 1, 2/2 workers"),
+           "STATUS=")
+    n.got.clear()
+    n.wait(lambda g: g == "WATCHDOG=1", "WATCHDOG=1")
+    worker = [p for p in m.children()
+              if "worker" in open("/proc/%d/cmdline" % p).read()][0]
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        m.wait_log("watchdog: worker", timeout=30)
+        # everything sent before the failure was logged is queued now
+        n.got.clear()
+        n.drain()
+        n.got.clear()
+        time.sleep(2.5)                 # at least two ticks of the master
+        assert "WATCHDOG=1" not in n.drain()
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    m.wait_log("watchdog: every process answers again")
+    n.wait(lambda g: g == "WATCHDOG=1", "WATCHDOG=1 again")
+    # a stopped log process also stops the notifications
+    logd = [p for p in m.children()
+            if "log" in open("/proc/%d/cmdline" % p).read()]
+    assert len(logd) == 1, m.children()
+    os.kill(logd[0], signal.SIGSTOP)
+    try:
+        def missed():
+            n.got.clear()
+            n.drain()
+            n.got.clear()
+            time.sleep(1.2)
+            return "WATCHDOG=1" not in n.drain()
+        wait(missed, "the watchdog to notice the log process", 30, 0)
+    finally:
+        os.kill(logd[0], signal.SIGCONT)
+    n.wait(lambda g: g == "WATCHDOG=1", "WATCHDOG=1 after the log process")
+    m.wait_log("the log process (pid %d) has not answered" % logd[0])
+
+
+def test_sigusr1_reopen_with_logrotate_snippet(mtad_factory):
+    """The shipped logrotate snippet rotates log.file by rename and
+    SIGUSR1 (postrotate); after it, records go to the new file."""
+    with open(os.path.join(ROOT, "packaging", "logrotate", "mtad")) as f:
+        snippet = f.read()
+    assert "kill -USR1" in snippet and "nocopytruncate" in snippet
+    m = mtad_factory().start()
+    os.rename(m.log, m.log + ".1")
+    os.kill(m.pid, signal.SIGUSR1)
+    m.wait_log("log file %s (re)opened" % m.log)
+    send(m, "a@example.org", ["b@example.net"], make_message(1))
+    m.wait_log("from=<a@example.org>")
+
+
+# --- (g) status --json -------------------------------------------------------
+
+def test_status_json(mtad_factory, sink):
+    m = mtad_factory({"routes": {"default": sink.route}}).start()
+    for i in range(3):
+        send(m, "a@example.org", ["b@example.net"], make_message(i))
+    sink.wait_for(3)
+
+    def counted():
+        st = json.loads(m.ctl("status", "--json", check=True).stdout)
+        return st if st["totals"]["recipients_sent"] == 3 else None
+    st = wait(counted, "three deliveries in the status")
+    assert st["pid"] == m.pid and st["generation"] == 1
+    assert st["workers_configured"] == 2 and len(st["workers"]) == 2
+    assert {w["state"] for w in st["workers"]} == {"running"}
+    assert sum(w["messages_in"] for w in st["workers"]) == 3
+    assert st["totals"]["messages_in"] == 3 and st["queue"] == 0
+    assert st["logd"]["state"] == "running"
+    assert st["throttle"] == {"queue_only": False, "refuse": False}
+    assert set(st["rate"]) == {"messages_in_per_s", "recipients_sent_per_s",
+                               "window_s"}
+    # text status still works, and usage errors say so
+    assert "generation: 1" in m.ctl("status", check=True).stdout
+    r = m.ctl("status", "--yaml")
+    assert r.returncode == 2 and "wrong number of arguments" in r.stderr
