@@ -199,6 +199,18 @@ privs_resolve(const struct config *cfg, struct privs *p, char *err,
     int            n = 32;
 
     memset(p, 0, sizeof(*p));
+    if (cfg->admin_group != NULL) {
+        errno = 0;
+        gr = getgrnam(cfg->admin_group);
+        if (gr == NULL) {
+            snprintf(err, errsz, "server.admin_group: no such group '%s'%s%s",
+                cfg->admin_group, errno ? ": " : "",
+                errno ? strerror(errno) : "");
+            return -1;
+        }
+        p->has_admin = 1;
+        p->admin_gid = gr->gr_gid;
+    }
     if (geteuid() != 0)
         return 0;                   /* run as we are (systemd User=) */
     errno = 0;
@@ -236,6 +248,17 @@ privs_resolve(const struct config *cfg, struct privs *p, char *err,
     }
     p->ngroups = n;
     p->drop = 1;
+    /* The workers parse what the internet sends: they must not be able to
+     * pass the control socket's check (issue 10, finding 5). */
+    for (int i = 0; p->has_admin && i < n; i++) {
+        if (p->groups[i] == p->admin_gid) {
+            snprintf(err, errsz, "server.admin_group: '%s' must not be a "
+                "group of server.user '%s' (the workers)", cfg->admin_group,
+                cfg->user);
+            privs_free(p);
+            return -1;
+        }
+    }
     return 0;
 }
 

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@
 
 #include "common/util.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "router/router.h"
@@ -140,16 +142,48 @@ master_free_slots(const struct master *m)
 
 /* ---- generations: config + listeners + spool + routes ----------------- */
 
-static void
-master_chown_routes(const struct config *cfg, const struct privs *p)
+/*
+ * master_routes_files - before LMDB opens routes.db by path (as root): the
+ * directory must be one only root (or our uid) can change, and the data
+ * and lock files are created here, without following a link, as plain
+ * files of ours with one link.  Nothing is chowned: workers open the db
+ * before they drop privileges, so it stays root's (finding 1 of issue 10:
+ * a -lock symlinked to a root file was chowned to mtad on SIGHUP).
+ */
+static int
+master_routes_files(const struct config *cfg, char *err, size_t errsz)
 {
-    char lock[4096];
+    char        lock[NAME_MAX + 8], what[ERR_MAX / 2];
+    const char *name;
+    int         dfd, fd, rc = -1;
 
-    if (!p->drop)
-        return;
-    (void)!chown(cfg->routes_db, p->uid, p->gid);
-    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
-    (void)!chown(lock, p->uid, p->gid);
+    if ((dfd = safefs_open_parent(cfg->routes_db, &name, what,
+        sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        return -1;
+    }
+    if (strlen(name) > NAME_MAX - 5) {
+        snprintf(err, errsz, "routes.db: %s: name too long", cfg->routes_db);
+        goto out;
+    }
+    snprintf(lock, sizeof(lock), "%s-lock", name);
+    if (safefs_dir_trusted(dfd, cfg->routes_db, what, sizeof(what)) < 0 ||
+        (fd = safefs_open_file(dfd, name, O_RDWR | O_CREAT, 0660,
+        cfg->routes_db, what, sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        goto out;
+    }
+    close(fd);
+    if ((fd = safefs_open_file(dfd, lock, O_RDWR | O_CREAT, 0660, lock, what,
+        sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        goto out;
+    }
+    close(fd);
+    rc = 0;
+out:
+    close(dfd);
+    return rc;
 }
 
 /* Creates the routes db if missing and writes routes.static into it. */
@@ -236,9 +270,9 @@ master_gen_prepare(struct config *cfg, char *err, size_t errsz)
         goto fail;
     }
     master_mkparent(cfg->routes_db);
-    if (master_load_routes(cfg, err, errsz) < 0)
+    if (master_routes_files(cfg, err, errsz) < 0 ||
+        master_load_routes(cfg, err, errsz) < 0)
         goto fail;
-    master_chown_routes(cfg, &g->privs);
     g->id = ++master_gen_seq;
     return g;
 fail:
@@ -442,7 +476,7 @@ master_reader_check(struct master *m)
     struct router *r = NULL;
 
     if (router_open(&r, m->cur->cfg->routes_db, m->cur->cfg->routes_default,
-        0) == ROUTER_OK)
+        ROUTER_OPEN_RDONLY) == ROUTER_OK)
         router_reader_check(r);
     router_close(r);
 }
@@ -1084,18 +1118,29 @@ master_mkparent(const char *path)
         return;                     /* the open/bind that follows says why */
 }
 
+/* The pid file, opened without following a link and checked to be a
+ * plain file of ours (O_TRUNC through a symlink truncated any file). */
 static int
-master_write_pidfile(const char *path)
+master_write_pidfile(const char *path, char *err, size_t errsz)
 {
-    char buf[32];
-    int  fd, n;
+    char        buf[32], what[ERR_MAX / 2];
+    const char *name;
+    int         dfd, fd = -1, n;
 
     master_mkparent(path);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) >= 0) {
+        if (safefs_dir_trusted(dfd, path, what, sizeof(what)) == 0)
+            fd = safefs_open_file(dfd, name, O_WRONLY | O_CREAT, 0644, path,
+                what, sizeof(what));
+        close(dfd);
+    }
+    if (fd < 0) {
+        snprintf(err, errsz, "server.pid_file: %s", what);
         return -1;
+    }
     n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-    if (util_write_all(fd, buf, (size_t)n) < 0) {
+    if (ftruncate(fd, 0) < 0 || util_write_all(fd, buf, (size_t)n) < 0) {
+        snprintf(err, errsz, "server.pid_file: %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
@@ -1224,17 +1269,16 @@ master_start(struct master *m, struct config *cfg, int foreground)
     m->status->generation = m->cur->id;
     m->status->nworkers = (uint32_t)cfg->workers;
     master_mkparent(cfg->control_socket);
-    m->ctlfd = ctl_listen(cfg->control_socket, m->cur->privs.gid,
-        m->cur->privs.drop, err, sizeof(err));
+    m->ctlfd = ctl_listen(cfg->control_socket, &m->cur->privs, err,
+        sizeof(err));
     if (m->ctlfd < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         return EX_UNAVAILABLE;
     }
     m->ctl_path = xstrdup(cfg->control_socket);
     child_register_master_fd(m->ctlfd);
-    if (master_write_pidfile(cfg->pid_file) < 0) {
-        fprintf(stderr, "mtad: server.pid_file: cannot write %s: %s\n",
-            cfg->pid_file, strerror(errno));
+    if (master_write_pidfile(cfg->pid_file, err, sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);
         return EX_CANTCREAT;
     }

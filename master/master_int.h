@@ -25,13 +25,17 @@ struct config;
 #define MASTER_QUICK_EXIT_MS  1000u     /* died sooner: crash loop suspect */
 #define LOGD_STOP_TIMEOUT     3000u
 
-/* The user the children run as; drop is 0 when the master is not root. */
+/* The user the children run as; drop is 0 when the master is not root.
+ * admin_gid: server.admin_group, whose members may use the control socket
+ * besides root (has_admin 0: root only). */
 struct privs {
     int     drop;
     uid_t   uid;
     gid_t   gid;
     gid_t  *groups;
     int     ngroups;
+    int     has_admin;
+    gid_t   admin_gid;
 };
 
 /* A listening socket, shared by the generations that listen there. */
@@ -108,7 +112,7 @@ void    notify_init(void);
 void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Control socket server. */
-int     ctl_listen(const char *path, gid_t gid, int chown_it,
+int     ctl_listen(const char *path, const struct privs *p,
             char *err, size_t errsz);
 struct master;
 void    ctl_accept(struct master *m);
@@ -124,6 +128,8 @@ struct ctl_client {
     size_t   len;
     char     req[1024];
     int      waiting_reload;        /* reply when the reload completes */
+    int      refused;               /* peer failed the credential check */
+    char     who[96];               /* its credentials, for the log */
 };
 
 #define MASTER_MAX_CLIENTS 16

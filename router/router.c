@@ -102,7 +102,7 @@ router_open(struct router **rp, const char *path, const char *default_route,
         memcpy(r->default_value, default_route, strlen(default_route) + 1);
         r->has_default = 1;
     }
-    if (!create && stat(path, &st) == -1)
+    if (!(create & ROUTER_OPEN_CREATE) && stat(path, &st) == -1)
         return router_fail(r, ROUTER_ESYS, "routes db %s: %s", path,
             strerror(errno));
     if ((mrc = mdb_env_create(&r->env)) != 0)
@@ -111,8 +111,8 @@ router_open(struct router **rp, const char *path, const char *default_route,
     if ((mrc = mdb_env_set_mapsize(r->env, ROUTER_MAPSIZE)) != 0 ||
         (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0)
         goto fail;
-    if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS,
-        ROUTER_MODE)) != 0)
+    if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS |
+        ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0), ROUTER_MODE)) != 0)
         goto fail;
     /* The main database always exists; its handle stays valid after the
      * opening transaction ends. */

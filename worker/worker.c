@@ -427,7 +427,8 @@ worker_init(const struct worker_args *a)
             spool_errstr(w->spool) : strerror(errno));
         goto fail;
     }
-    rc = router_open(&w->router, cfg->routes_db, cfg->routes_default, 0);
+    rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
+        ROUTER_OPEN_RDONLY);        /* workers never write routes */
     if (rc != ROUTER_OK) {
         log_err("routes %s: %s", cfg->routes_db, w->router ?
             router_errstr(w->router) : strerror(errno));

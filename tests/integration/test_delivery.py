@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import worker_dir
 from delivery_util import (closed_port, make_message, maildir_files, send,
                            sink, sink_factory, strip_received, wait_until,
                            worker_pid_of)
@@ -143,7 +144,7 @@ def test_null_sender_failure_is_not_bounced(mtad_factory, sink_factory):
 
 
 def test_maildir_delivery(mtad_factory, workdir):
-    md = os.path.join(workdir, "Maildir")
+    md = worker_dir(os.path.join(workdir, "Maildir"))
     m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port(),
               static={"local.test": "maildir:" + md})
     msg = make_message(9, b".dotted\r\nline\r\n")
