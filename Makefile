@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, install, clean.
 
-PKGS     := openssl lmdb yaml-0.1
+PKGS     := openssl lmdb yaml-0.1 libseccomp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -95,13 +95,15 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
 # As root, workers run as the system user mtad (created here if missing),
-# so the Maildir under var/ must be theirs.
+# so the Maildir under var/ must be theirs; var/ itself (pid file, control
+# socket, routes) stays root's: mtad refuses them in a directory the
+# workers could change.
 run: all
-	@mkdir -p var
+	@mkdir -p var/Maildir
 	@if [ "$$(id -u)" = 0 ]; then \
 	    id mtad >/dev/null 2>&1 || { echo "run: creating system user mtad"; \
 	        useradd --system --no-create-home --shell /usr/sbin/nologin mtad; }; \
-	    chown mtad:mtad var; fi
+	    chown root:root var && chmod 0755 var && chown mtad:mtad var/Maildir; fi
 	$(BUILD)/mtad -f -c relay.yaml
 
 bench: all

@@ -28,6 +28,8 @@
 
 #include "common/util.h"
 #include "common/log.h"
+#include "common/sandbox.h"
+#include "router/router.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "worker/worker.h"
@@ -136,13 +138,101 @@ child_fork(struct slot *s, int sv[2])
     return pid;
 }
 
+/* The Maildirs a worker may deliver into: the directory of each maildir
+ * route known at its start (routes.default and the db, routes.static
+ * included), or its parent when the Maildir does not exist yet, so the
+ * worker can create it.  A maildir route added later outside these is
+ * deferred (EACCES) until a reload forks workers that know it. */
+struct child_fs {
+    const char **rw;
+    size_t       n, cap;
+};
+
+static void
+child_fs_add(struct child_fs *f, const char *path)
+{
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 16;
+        f->rw = xrealloc(f->rw, f->cap * sizeof(*f->rw));
+    }
+    f->rw[f->n++] = xstrdup(path);
+}
+
+static void
+child_fs_maildir(struct child_fs *f, const char *value)
+{
+    char  dir[4096];
+    char *slash;
+
+    if (value == NULL || strncmp(value, "maildir:", 8) != 0)
+        return;
+    util_strlcpy(dir, value + 8, sizeof(dir));
+    if (access(dir, F_OK) != 0 && (slash = strrchr(dir, '/')) != NULL) {
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    child_fs_add(f, dir);
+}
+
+static int
+child_fs_route(const char *key, const char *value, void *arg)
+{
+    (void)key;
+    child_fs_maildir(arg, value);
+    return 0;
+}
+
+/* Landlock, still as root: the rules are made from paths the workers'
+ * user may not be able to traverse (/run/mtad 0750 root).  Returns 0 on,
+ * 1 off (logged).  The seccomp filter follows the privilege drop. */
+static int
+child_sandbox_worker(const struct config *cfg, struct worker *w)
+{
+    /* read-only: the routes db (already open), what DNS and certificate
+     * checks read lazily, and the time zone of log stamps */
+    static const char *ro_fixed[] = {
+        "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
+        "/etc/ssl/certs", "/etc/localtime", "/usr/share/zoneinfo",
+    };
+    const char       *ro[ARRAY_LEN(ro_fixed) + 2];
+    struct child_fs   f = { NULL, 0, 0 };
+    struct sandbox_fs fs;
+    char              err[512], lock[4200];
+    size_t            nro = 0;
+    int               rc;
+
+    child_fs_add(&f, cfg->spool_dir);
+    child_fs_maildir(&f, cfg->routes_default);
+    (void)router_each(worker_router(w), child_fs_route, &f);
+    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
+    ro[nro++] = cfg->routes_db;
+    ro[nro++] = lock;
+    for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
+        ro[nro++] = ro_fixed[i];
+    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro };
+    rc = sandbox_landlock(&fs, err, sizeof(err));
+    if (rc < 0)
+        fatalx("sandbox: %s", err);
+    if (rc > 0)
+        log_warn("sandbox: %s", err);
+    else
+        log_debug("sandbox: Landlock on, %zu writable directories", f.n);
+    for (size_t i = 0; i < f.n; i++)
+        free((void *)f.rw[i]);
+    free(f.rw);
+    return rc;
+}
+
 pid_t
 child_spawn_worker(struct slot *s, struct generation *g,
     struct status_page *st, int log_send_fd)
 {
     struct worker_args a;
     struct worker     *w;
-    char               ident[32];
+    char               ident[32], err[256];
+    int                ll = 1;
     pid_t              pid;
     int                sv[2];
 
@@ -168,15 +258,28 @@ child_spawn_worker(struct slot *s, struct generation *g,
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */
+    if (g->cfg->sandbox)
+        ll = child_sandbox_worker(g->cfg, w);
     privs_drop(&g->privs);
+    if (g->cfg->sandbox) {
+        if (sandbox_seccomp(SANDBOX_WORKER, err, sizeof(err)) < 0)
+            fatalx("sandbox: %s", err);
+        if (s->shard == 0)
+            log_info("sandbox: seccomp filter on; Landlock %s",
+                ll == 0 ? "on" : "off");
+    }
     exit(worker_run(w));
 }
 
 pid_t
 child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
-    int log_file_fd, uint64_t flush_ms)
+    int log_file_fd, uint64_t flush_ms, int sandbox)
 {
+    /* logd writes only to the fd it is given; it reads the time zone */
+    static const char *ro[] = { "/etc/localtime", "/usr/share/zoneinfo" };
+    static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro) };
     int   keep[2] = { log_recv_fd, log_file_fd };
+    char  err[256];
     pid_t pid;
     int   sv[2];
 
@@ -185,8 +288,12 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
     child_common(keep, 2);
     (void)close(sv[0]);
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
+    if (sandbox && sandbox_landlock(&logd_fs, err, sizeof(err)) < 0)
+        fatalx("logd: sandbox: %s", err);   /* > 0: no Landlock, go on */
     privs_drop(p);
     proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */
+    if (sandbox && sandbox_seccomp(SANDBOX_LOGD, err, sizeof(err)) < 0)
+        fatalx("logd: sandbox: %s", err);
     logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms);
 }
 

@@ -420,6 +420,12 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_check(m, c);
     } else if (strncmp(line, "kick ", 5) == 0) {
         ctl_kick(m, c, line + 5);
+    } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {
+        pid_t pid = master_sandbox_test(m);
+
+        snprintf(text, sizeof(text), pid > 0 ? "ok\nsandbox-test sent to "
+            "worker pid %d\n" : "error: no running worker%.0d\n", (int)pid);
+        ctl_client_reply(m, c, text);
     } else {
         snprintf(text, sizeof(text), "error: unknown request '%.64s'\n",
             line);

@@ -46,6 +46,7 @@
 #include "common/util.h"
 #include "common/log.h"
 #include "common/safefs.h"
+#include "common/sandbox.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "router/router.h"
@@ -113,8 +114,10 @@ static const char *
 master_exit_text(int st, char *buf, size_t n)
 {
     if (WIFSIGNALED(st))
-        snprintf(buf, n, "exited on signal %d%s", WTERMSIG(st),
-            WCOREDUMP(st) ? " (core dumped)" : "");
+        snprintf(buf, n, "exited on signal %d%s%s", WTERMSIG(st),
+            WCOREDUMP(st) ? " (core dumped)" : "",
+            WTERMSIG(st) == SIGSYS ? " (SIGSYS: the sandbox killed it for "
+            "a forbidden system call; server.sandbox: off to debug)" : "");
     else
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
     return buf;
@@ -353,7 +356,7 @@ master_spawn_logd(struct master *m)
 
     s->role = ROLE_LOGD;
     pid = child_spawn_logd(s, &m->cur->privs, m->log_recv, m->log_file,
-        m->cur->cfg->log_flush_interval_ms);
+        m->cur->cfg->log_flush_interval_ms, m->cur->cfg->sandbox);
     if (pid < 0) {
         log_err("cannot start the log process: %s", strerror(errno));
         s->state = SLOT_BACKOFF;
@@ -468,6 +471,26 @@ master_kick(struct master *m, const char *arg)
     return n;
 }
 
+/* The sandbox test (MTAD_SANDBOX_TEST=1 in the master's environment at
+ * start, never otherwise): one running worker is told to make a forbidden
+ * call.  Returns its pid, or -1 when none runs. */
+pid_t
+master_sandbox_test(struct master *m)
+{
+    static const char cmd[] = "sandbox-test";
+
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        struct slot *s = &m->slots[i];
+
+        if (s->state == SLOT_RUNNING && s->ready &&
+            s->generation == m->cur->id && s->chan >= 0 &&
+            send(s->chan, cmd, sizeof(cmd) - 1,
+            MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(cmd) - 1)
+            return s->pid;
+    }
+    return -1;
+}
+
 /* Reclaims LMDB reader slots that a dead worker left behind.  The master
  * holds no environment of its own across forks: it opens one briefly. */
 static void
@@ -512,7 +535,7 @@ master_handover(struct master *m, unsigned gen)
 static void
 master_worker_exited(struct master *m, struct slot *s, int st)
 {
-    char     why[64];
+    char     why[192];
     uint64_t now = util_now_ms(), lived = now - s->started_ms;
     int      expected = s->state == SLOT_STOPPING || m->stopping ||
                         master_gen_by_id(m, s->generation) == NULL;
@@ -560,7 +583,7 @@ static void
 master_logd_exited(struct master *m, int st)
 {
     struct slot *s = &m->logd;
-    char         why[64];
+    char         why[192];
 
     master_close_chan(m, s);
     s->pid = 0;
@@ -1264,6 +1287,13 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return strstr(err, "no such user") || strstr(err, "no such group") ?
             EX_NOUSER : strstr(err, "listen") ? EX_UNAVAILABLE : EX_CANTCREAT;
     }
+    if (cfg->sandbox && sandbox_seccomp(SANDBOX_MASTER, err,
+        sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: server.sandbox: %s\n", err);
+        return EX_OSERR;
+    }
+    m->sandbox_test = getenv("MTAD_SANDBOX_TEST") != NULL &&
+        strcmp(getenv("MTAD_SANDBOX_TEST"), "1") == 0;
     m->status = status_create();
     m->status->master_started_ms = util_wall_ms();
     m->status->generation = m->cur->id;

@@ -82,7 +82,8 @@ struct slot {
 pid_t   child_spawn_worker(struct slot *s, struct generation *g,
             struct status_page *st, int log_send_fd);
 pid_t   child_spawn_logd(struct slot *s, const struct privs *p,
-            int log_recv_fd, int log_file_fd, uint64_t flush_ms);
+            int log_recv_fd, int log_file_fd, uint64_t flush_ms,
+            int sandbox);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 void    child_register_master_fd(int fd);
@@ -150,6 +151,7 @@ struct master {
     char              *ctl_path;
     char              *pid_path;
     int                stopping;
+    int                sandbox_test;    /* MTAD_SANDBOX_TEST=1 at start */
     uint64_t           stop_deadline;
     uint64_t           started_ms;
     uint64_t           next_tick;
@@ -168,6 +170,7 @@ struct master {
 void    master_request_reload(struct master *m);
 void    master_request_stop(struct master *m);
 int     master_kick(struct master *m, const char *arg);
+pid_t   master_sandbox_test(struct master *m);
 void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
 void    master_watch(struct master *m, int fd, int tag, unsigned idx);

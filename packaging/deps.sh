@@ -2,7 +2,7 @@
 # deps.sh - install what mtad needs to build, test and benchmark on Debian 12.
 set -e
 PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
-libcriterion-dev python3 python3-pytest swaks procps iproute2 openssl"
+libcriterion-dev libseccomp-dev python3 python3-pytest swaks procps iproute2 openssl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
