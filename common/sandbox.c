@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <linux/landlock.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -39,6 +40,7 @@ static const int sandbox_worker_calls[] = {
     SCMP_SYS(recvfrom), SCMP_SYS(sendto), SCMP_SYS(recvmsg),
     SCMP_SYS(sendmsg), SCMP_SYS(sendmmsg), SCMP_SYS(recvmmsg),
     SCMP_SYS(shutdown), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
+    SCMP_SYS(sendfile),             /* spooled body -> next hop */
     /* outbound: next hops, DNS (UDP), TLS options */
     SCMP_SYS(socket), SCMP_SYS(connect), SCMP_SYS(getsockopt),
     SCMP_SYS(setsockopt),
@@ -128,6 +130,18 @@ sandbox_allow(scmp_filter_ctx ctx, const int *calls, size_t n)
     return 0;
 }
 
+/* ioctl only to ask how much is readable or to set non-blocking mode
+ * (glibc's resolver, libraries): no terminal, device or socket tricks. */
+static int
+sandbox_allow_ioctl(scmp_filter_ctx ctx)
+{
+    if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+        SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)FIONREAD)) < 0)
+        return -1;
+    return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+        SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)FIONBIO));
+}
+
 /* abort() (assert, OpenSSL's fatal paths) signals its own thread: allowed
  * for this process only, so SIGABRT still gives a core and a log line. */
 static int
@@ -167,7 +181,8 @@ sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
     case SANDBOX_WORKER:
         if (sandbox_allow(ctx, sandbox_worker_calls,
             ARRAY_LEN(sandbox_worker_calls)) < 0 ||
-            sandbox_allow_self_signal(ctx) < 0)
+            sandbox_allow_self_signal(ctx) < 0 ||
+            sandbox_allow_ioctl(ctx) < 0)
             goto out;
         break;
     case SANDBOX_LOGD:

@@ -82,9 +82,9 @@ static const struct config_key config_server[] = {
     KEY("group", CONFIG_STRING, group),
     KEY("pid_file", CONFIG_STRING, pid_file),
     KEY("control_socket", CONFIG_STRING, control_socket),
+    DUR("shutdown_timeout", shutdown_timeout_ms, 0),
     KEY("admin_group", CONFIG_STRING, admin_group),
     KEY("sandbox", CONFIG_BOOL, sandbox),
-    DUR("shutdown_timeout", shutdown_timeout_ms, 0),
     END
 };
 

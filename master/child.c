@@ -190,11 +190,13 @@ child_fs_route(const char *key, const char *value, void *arg)
 static int
 child_sandbox_worker(const struct config *cfg, struct worker *w)
 {
-    /* read-only: the routes db (already open), what DNS and certificate
-     * checks read lazily, and the time zone of log stamps */
+    /* read-only: the routes db (already open), what name resolution
+     * (getaddrinfo, NSS modules) and certificate checks read lazily,
+     * libraries OpenSSL or NSS may load later, and the time zone */
     static const char *ro_fixed[] = {
         "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
-        "/etc/ssl/certs", "/etc/localtime", "/usr/share/zoneinfo",
+        "/etc/gai.conf", "/etc/host.conf", "/etc/ssl", "/lib", "/usr/lib",
+        "/etc/localtime", "/usr/share/zoneinfo",
     };
     const char       *ro[ARRAY_LEN(ro_fixed) + 2];
     struct child_fs   f = { NULL, 0, 0 };

@@ -78,6 +78,11 @@ def test_routes_lock_symlink_not_followed_on_sighup(mtad_factory, workdir):
     assert_untouched(victim)
     assert alive(m.pid)
     m.wait_ready()                  # the old generation keeps serving
+    # a worker forked now (as root until its drop) must not follow it either
+    pid = wait_for(lambda: workers(m.pid), what="workers")[0]
+    os.kill(pid, signal.SIGKILL)
+    m.wait_log("routes.mdb-lock: is a symbolic link; refusing it")
+    assert_untouched(victim)
 
 
 def test_spool_tmp_symlink_not_followed(mtad_factory, workdir):

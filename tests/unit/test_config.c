@@ -363,7 +363,7 @@ Test(config, unknown_key_nested)
         "routes:\n  default: discard\n",
         "%P:3:3: server.listn: unknown key 'listn' (expected one of: "
         "hostname, listen, workers, user, group, pid_file, control_socket, "
-        "shutdown_timeout)");
+        "shutdown_timeout, admin_group, sandbox)");
 }
 
 Test(config, wrong_type)
@@ -604,7 +604,7 @@ Test(config, all_errors_collected)
         "128, got 'many'\n"
         "%P:3:3: server.bogus: unknown key 'bogus' (expected one of: "
         "hostname, listen, workers, user, group, pid_file, control_socket, "
-        "shutdown_timeout)\n"
+        "shutdown_timeout, admin_group, sandbox)\n"
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
