@@ -229,22 +229,32 @@ def test_admin_group_must_not_hold_the_workers(mtad_factory):
     start_fails(m, "server.admin_group", "must not be a group of server.user")
 
 
+def routes_fd_flags(pid, db):
+    """Open flags of pid's descriptor on db, or None (not open yet)."""
+    fdd = "/proc/%d/fd" % pid
+    try:
+        fds = os.listdir(fdd)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(os.path.join(fdd, fd)) != db:
+                continue
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                line = [ln for ln in f if ln.startswith("flags:")][0]
+        except (OSError, IndexError):
+            continue
+        return int(line.split()[1], 8)
+    return None
+
+
 def test_workers_open_routes_read_only(mtad_factory):
     m = mtad_factory().start()
     db = os.path.realpath(os.path.join(m.dir, "routes.mdb"))
-    pids = wait_for(lambda: workers(m.pid), what="workers")
-    seen = 0
-    for pid in pids:
-        fdd = "/proc/%d/fd" % pid
-        for fd in os.listdir(fdd):
-            try:
-                target = os.readlink(os.path.join(fdd, fd))
-            except OSError:
-                continue
-            if target != db:
-                continue
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                flags = [ln for ln in f if ln.startswith("flags:")][0]
-            assert int(flags.split()[1], 8) & os.O_ACCMODE == os.O_RDONLY
-            seen += 1
-    assert seen == len(pids), "routes.mdb not open in every worker"
+
+    def both():
+        pids = workers(m.pid)
+        flags = [routes_fd_flags(p, db) for p in pids]
+        return len(pids) == 2 and None not in flags and flags
+    for flags in wait_for(both, what="routes.mdb open in both workers"):
+        assert flags & os.O_ACCMODE == os.O_RDONLY, oct(flags)
