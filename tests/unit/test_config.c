@@ -110,6 +110,8 @@ static const char good_yaml[] =
     "  pid_file: /tmp/x/mtad.pid\n"
     "  control_socket: ./var/control.sock\n"
     "  shutdown_timeout: 45s\n"
+    "  admin_group: mtadadm\n"
+    "  sandbox: off\n"
     "limits:\n"
     "  max_message_size: 20M\n"
     "  max_recipients: 500\n"
@@ -174,6 +176,8 @@ Test(config, every_key)
     cr_assert_str_eq(c->pid_file, "/tmp/x/mtad.pid");
     cr_assert_str_eq(c->control_socket, "./var/control.sock");
     cr_assert_eq(c->shutdown_timeout_ms, 45000);
+    cr_assert_str_eq(c->admin_group, "mtadadm");
+    cr_assert_eq(c->sandbox, false);
 
     cr_assert_eq(c->max_message_size, 20ull * 1024 * 1024);
     cr_assert_eq(c->max_recipients, 500);
@@ -203,11 +207,11 @@ Test(config, every_key)
     cr_assert_eq(c->nstatic_routes, 3);
     cr_assert_str_eq(c->static_routes[0].key, "example.org");
     cr_assert_str_eq(c->static_routes[0].route, "maildir:/var/mail/example");
-    cr_assert_eq(c->static_routes[0].line, 32);
+    cr_assert_eq(c->static_routes[0].line, 34);
     cr_assert_eq(c->static_routes[0].col, 5);
     cr_assert_str_eq(c->static_routes[1].key, ".example.net");
     cr_assert_str_eq(c->static_routes[1].route, "discard");
-    cr_assert_eq(c->static_routes[1].line, 33);
+    cr_assert_eq(c->static_routes[1].line, 35);
     cr_assert_str_eq(c->static_routes[2].key, "postmaster@example.com");
     cr_assert_str_eq(c->static_routes[2].route, "smtp:[10.0.0.1]:2525");
 
@@ -255,6 +259,8 @@ Test(config, defaults)
     cr_assert_str_eq(c->pid_file, "/run/mtad/mtad.pid");
     cr_assert_str_eq(c->control_socket, "/run/mtad/control.sock");
     cr_assert_eq(c->shutdown_timeout_ms, 30000);
+    cr_assert_null(c->admin_group);
+    cr_assert_eq(c->sandbox, true);
 
     cr_assert_eq(c->max_message_size, 50ull * 1024 * 1024);
     cr_assert_eq(c->max_recipients, 1000);
