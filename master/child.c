@@ -197,6 +197,9 @@ child_sandbox_worker(const struct config *cfg, struct worker *w)
         "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
         "/etc/gai.conf", "/etc/host.conf", "/etc/ssl", "/lib", "/usr/lib",
         "/etc/localtime", "/usr/share/zoneinfo",
+#if defined(__SANITIZE_ADDRESS__)
+        "/proc/self",               /* the sanitizer reads its maps */
+#endif
     };
     const char       *ro[ARRAY_LEN(ro_fixed) + 2];
     struct child_fs   f = { NULL, 0, 0 };

@@ -423,8 +423,11 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {
         pid_t pid = master_sandbox_test(m);
 
-        snprintf(text, sizeof(text), pid > 0 ? "ok\nsandbox-test sent to "
-            "worker pid %d\n" : "error: no running worker%.0d\n", (int)pid);
+        if (pid > 0)
+            snprintf(text, sizeof(text), "ok\nsandbox-test sent to worker "
+                "pid %d\n", (int)pid);
+        else
+            snprintf(text, sizeof(text), "error: no running worker\n");
         ctl_client_reply(m, c, text);
     } else {
         snprintf(text, sizeof(text), "error: unknown request '%.64s'\n",
