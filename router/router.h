@@ -44,8 +44,10 @@ struct config_route;
 /* Opens (creating if missing, when create has ROUTER_OPEN_CREATE) the
  * environment at path: one file (MDB_NOSUBDIR) plus "<path>-lock".  With
  * ROUTER_OPEN_RDONLY the data file is opened and mapped read-only
- * (MDB_RDONLY: workers, issue 10): writes fail with ROUTER_ESYS (EACCES).  default_route is used when
- * no key matches (NULL: no default, such lookups return ROUTER_ENOTFOUND).
+ * (MDB_RDONLY: workers, issue 10): writes fail with ROUTER_ESYS (EACCES).
+ * A symlink or a hard-linked file at path or its -lock is refused
+ * (ROUTER_ESYS, errno ELOOP).  default_route is used when no key matches
+ * (NULL: no default, such lookups return ROUTER_ENOTFOUND).
  * On failure *rp still holds a router whose router_errstr() says why;
  * router_close() it (router_errstr(NULL) is safe too). */
 #define ROUTER_OPEN_CREATE  1
