@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -57,6 +57,7 @@ umod_test_log := common
 umod_test_status := common
 umod_test_util := common
 umod_test_logfmt := common
+umod_test_safefs := common
 umod_test_smtp_data := smtp
 umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
@@ -177,13 +178,15 @@ fuzz: $(FUZZ_BIN)
 	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
 
 # As root, workers run as the system user mtad (created here if missing),
-# so the Maildir under var/ must be theirs.
+# so the Maildir under var/ must be theirs; var/ itself (pid file, control
+# socket, routes) stays root's: mtad refuses them in a directory the
+# workers could change.
 run: all
-	@mkdir -p var
+	@mkdir -p var/Maildir
 	@if [ "$$(id -u)" = 0 ]; then \
 	    id mtad >/dev/null 2>&1 || { echo "run: creating system user mtad"; \
 	        useradd --system --no-create-home --shell /usr/sbin/nologin mtad; }; \
-	    chown mtad:mtad var; fi
+	    chown root:root var && chmod 0755 var && chown mtad:mtad var/Maildir; fi
 	$(BUILD)/mtad -f -c relay.yaml
 
 bench: all

@@ -93,6 +93,8 @@ static const struct config_key config_server[] = {
     KEY("pid_file", CONFIG_STRING, pid_file),
     KEY("control_socket", CONFIG_STRING, control_socket),
     DUR("shutdown_timeout", shutdown_timeout_ms, 0),
+    KEY("admin_group", CONFIG_STRING, admin_group),
+    KEY("sandbox", CONFIG_BOOL, sandbox),
     END
 };
 
@@ -1604,6 +1606,7 @@ config_defaults(const char *path)
     cfg->group = xstrdup("mtad");
     cfg->pid_file = xstrdup("/run/mtad/mtad.pid");
     cfg->control_socket = xstrdup("/run/mtad/control.sock");
+    cfg->sandbox = true;
     cfg->shutdown_timeout_ms = 30 * 1000;
 
     cfg->max_message_size = 50 * 1024 * 1024;
@@ -1845,6 +1848,7 @@ config_free(struct config *cfg)
     free(cfg->group);
     free(cfg->pid_file);
     free(cfg->control_socket);
+    free(cfg->admin_group);
     free(cfg->allow_networks);
     free(cfg->spool_dir);
     free(cfg->routes_db);

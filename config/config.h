@@ -54,6 +54,10 @@ struct config {
     char   *group;                  /* default "mtad" */
     char   *pid_file;               /* default /run/mtad/mtad.pid */
     char   *control_socket;         /* default /run/mtad/control.sock */
+    char   *admin_group;            /* may use the control socket besides
+                                       root; NULL = root only */
+    bool    sandbox;                /* server.sandbox: seccomp + Landlock,
+                                       default true */
     uint64_t shutdown_timeout_ms;   /* server.shutdown_timeout, default 30s:
                                        how long old workers finish sessions */
 

@@ -28,6 +28,8 @@
 
 #include "common/util.h"
 #include "common/log.h"
+#include "common/sandbox.h"
+#include "router/router.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "worker/worker.h"
@@ -136,13 +138,106 @@ child_fork(struct slot *s, int sv[2])
     return pid;
 }
 
+/* The Maildirs a worker may deliver into: the directory of each maildir
+ * route known at its start (routes.default and the db, routes.static
+ * included), or its parent when the Maildir does not exist yet, so the
+ * worker can create it.  A maildir route added later outside these is
+ * deferred (EACCES) until a reload forks workers that know it. */
+struct child_fs {
+    const char **rw;
+    size_t       n, cap;
+};
+
+static void
+child_fs_add(struct child_fs *f, const char *path)
+{
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 16;
+        f->rw = xrealloc(f->rw, f->cap * sizeof(*f->rw));
+    }
+    f->rw[f->n++] = xstrdup(path);
+}
+
+static void
+child_fs_maildir(struct child_fs *f, const char *value)
+{
+    char  dir[4096];
+    char *slash;
+
+    if (value == NULL || strncmp(value, "maildir:", 8) != 0)
+        return;
+    util_strlcpy(dir, value + 8, sizeof(dir));
+    if (access(dir, F_OK) != 0 && (slash = strrchr(dir, '/')) != NULL) {
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    child_fs_add(f, dir);
+}
+
+static int
+child_fs_route(const char *key, const char *value, void *arg)
+{
+    (void)key;
+    child_fs_maildir(arg, value);
+    return 0;
+}
+
+/* Landlock, still as root: the rules are made from paths the workers'
+ * user may not be able to traverse (/run/mtad 0750 root).  Returns 0 on,
+ * 1 off (logged).  The seccomp filter follows the privilege drop. */
+static int
+child_sandbox_worker(const struct config *cfg, struct worker *w)
+{
+    /* read-only: the routes db (already open), what name resolution
+     * (getaddrinfo, NSS modules) and certificate checks read lazily,
+     * libraries OpenSSL or NSS may load later, and the time zone */
+    static const char *ro_fixed[] = {
+        "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
+        "/etc/gai.conf", "/etc/host.conf", "/etc/ssl", "/lib", "/usr/lib",
+        "/etc/localtime", "/usr/share/zoneinfo",
+#if defined(__SANITIZE_ADDRESS__)
+        "/proc/self",               /* the sanitizer reads its maps */
+#endif
+    };
+    const char       *ro[ARRAY_LEN(ro_fixed) + 2];
+    struct child_fs   f = { NULL, 0, 0 };
+    struct sandbox_fs fs;
+    char              err[512], lock[4200];
+    size_t            nro = 0;
+    int               rc;
+
+    child_fs_add(&f, cfg->spool_dir);
+    child_fs_maildir(&f, cfg->routes_default);
+    (void)router_each(worker_router(w), child_fs_route, &f);
+    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
+    ro[nro++] = cfg->routes_db;
+    ro[nro++] = lock;
+    for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
+        ro[nro++] = ro_fixed[i];
+    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro };
+    rc = sandbox_landlock(&fs, err, sizeof(err));
+    if (rc < 0)
+        fatalx("sandbox: %s", err);
+    if (rc > 0)
+        log_warn("sandbox: %s", err);
+    else
+        log_debug("sandbox: Landlock on, %zu writable directories", f.n);
+    for (size_t i = 0; i < f.n; i++)
+        free((void *)f.rw[i]);
+    free(f.rw);
+    return rc;
+}
+
 pid_t
 child_spawn_worker(struct slot *s, struct generation *g,
     struct status_page *st, int log_send_fd)
 {
     struct worker_args a;
     struct worker     *w;
-    char               ident[32];
+    char               ident[32], err[256];
+    int                ll = 1;
     pid_t              pid;
     int                sv[2];
 
@@ -169,15 +264,28 @@ child_spawn_worker(struct slot *s, struct generation *g,
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */
+    if (g->cfg->sandbox)
+        ll = child_sandbox_worker(g->cfg, w);
     privs_drop(&g->privs);
+    if (g->cfg->sandbox) {
+        if (sandbox_seccomp(SANDBOX_WORKER, err, sizeof(err)) < 0)
+            fatalx("sandbox: %s", err);
+        if (s->shard == 0)
+            log_info("sandbox: seccomp filter on; Landlock %s",
+                ll == 0 ? "on" : "off");
+    }
     exit(worker_run(w));
 }
 
 pid_t
 child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
-    int log_file_fd, uint64_t flush_ms)
+    int log_file_fd, uint64_t flush_ms, int sandbox)
 {
+    /* logd writes only to the fd it is given; it reads the time zone */
+    static const char *ro[] = { "/etc/localtime", "/usr/share/zoneinfo" };
+    static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro) };
     int   keep[2] = { log_recv_fd, log_file_fd };
+    char  err[256];
     pid_t pid;
     int   sv[2];
 
@@ -186,8 +294,12 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
     child_common(keep, 2);
     (void)close(sv[0]);
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
+    if (sandbox && sandbox_landlock(&logd_fs, err, sizeof(err)) < 0)
+        fatalx("logd: sandbox: %s", err);   /* > 0: no Landlock, go on */
     privs_drop(p);
     proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */
+    if (sandbox && sandbox_seccomp(SANDBOX_LOGD, err, sizeof(err)) < 0)
+        fatalx("logd: sandbox: %s", err);
     logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms);
 }
 
@@ -200,6 +312,18 @@ privs_resolve(const struct config *cfg, struct privs *p, char *err,
     int            n = 32;
 
     memset(p, 0, sizeof(*p));
+    if (cfg->admin_group != NULL) {
+        errno = 0;
+        gr = getgrnam(cfg->admin_group);
+        if (gr == NULL) {
+            snprintf(err, errsz, "server.admin_group: no such group '%s'%s%s",
+                cfg->admin_group, errno ? ": " : "",
+                errno ? strerror(errno) : "");
+            return -1;
+        }
+        p->has_admin = 1;
+        p->admin_gid = gr->gr_gid;
+    }
     if (geteuid() != 0)
         return 0;                   /* run as we are (systemd User=) */
     errno = 0;
@@ -237,6 +361,17 @@ privs_resolve(const struct config *cfg, struct privs *p, char *err,
     }
     p->ngroups = n;
     p->drop = 1;
+    /* The workers parse what the internet sends: they must not be able to
+     * pass the control socket's check (issue 10, finding 5). */
+    for (int i = 0; p->has_admin && i < n; i++) {
+        if (p->groups[i] == p->admin_gid) {
+            snprintf(err, errsz, "server.admin_group: '%s' must not be a "
+                "group of server.user '%s' (the workers)", cfg->admin_group,
+                cfg->user);
+            privs_free(p);
+            return -1;
+        }
+    }
     return 0;
 }
 

@@ -6,7 +6,8 @@
  *           answered later, when the master knows the outcome.
  * CONTRACT  At most MASTER_MAX_CLIENTS clients at once; a client that sends
  *           no full line within 5 s is dropped.  The socket is mode 0660,
- *           owned root:server.group when the master is root.
+ *           group server.admin_group (0600 without one); every connection
+ *           is checked with SO_PEERCRED/SO_PEERGROUPS before it is read.
  * FAILURE   A client that misbehaves is closed; the master carries on.
  */
 #include <dirent.h>
@@ -24,6 +25,7 @@
 
 #include "common/util.h"
 #include "common/ctl.h"
+#include "common/safefs.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "config/config.h"
@@ -33,11 +35,24 @@
 
 #define CTL_CLIENT_TIMEOUT_MS 5000
 
+/*
+ * ctl_listen - bind the control socket.  Its directory must be one only
+ * root (or our uid) can change; what is at the path is looked at without
+ * following a link, and only a socket that no longer answers is removed;
+ * the socket is born with its final mode (umask around bind, no window)
+ * and its group is set with fchownat(AT_SYMLINK_NOFOLLOW).  Mode 0660
+ * with group server.admin_group, else 0600: the workers' group has no
+ * way in (issue 10, findings 1 and 5).
+ */
 int
-ctl_listen(const char *path, gid_t gid, int chown_it, char *err, size_t errsz)
+ctl_listen(const char *path, const struct privs *p, char *err, size_t errsz)
 {
     struct sockaddr_un sun;
-    int                fd, probe;
+    struct stat        st;
+    const char        *name;
+    char               what[512];
+    mode_t             old;
+    int                fd = -1, dfd, probe, rc;
 
     memset(&sun, 0, sizeof(sun));
     sun.sun_family = AF_UNIX;
@@ -46,30 +61,99 @@ ctl_listen(const char *path, gid_t gid, int chown_it, char *err, size_t errsz)
         return -1;
     }
     memcpy(sun.sun_path, path, strlen(path));
-    /* A socket file that answers belongs to a running mtad; one that does
-     * not is left over from a crash and is replaced. */
-    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0 && connect(probe, (struct sockaddr *)&sun,
-        sizeof(sun)) == 0) {
-        close(probe);
-        snprintf(err, errsz, "server.control_socket: %s answers: is another "
-            "mtad running?", path);
-        return -1;
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) < 0 ||
+        safefs_dir_trusted(dfd, path, what, sizeof(what)) < 0) {
+        snprintf(err, errsz, "server.control_socket: %s", what);
+        goto fail;
     }
-    if (probe >= 0)
-        close(probe);
-    (void)unlink(path);
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errsz, "server.control_socket: %s exists and is "
+                "not a socket; left alone", path);
+            goto fail;
+        }
+        /* A socket file that answers belongs to a running mtad; one that
+         * does not is left over from a crash and is replaced. */
+        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&sun,
+            sizeof(sun)) == 0) {
+            close(probe);
+            snprintf(err, errsz, "server.control_socket: %s answers: is "
+                "another mtad running?", path);
+            goto fail;
+        }
+        if (probe >= 0)
+            close(probe);
+        if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT) {
+            snprintf(err, errsz, "server.control_socket: %s: %s", path,
+                strerror(errno));
+            goto fail;
+        }
+    }
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
-        chmod(path, 0660) < 0 || (chown_it && chown(path, 0, gid) < 0) ||
+    old = umask(p->has_admin ? 0117 : 0177);
+    rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+    (void)umask(old);
+    if (rc < 0 ||
+        (p->has_admin && fchownat(dfd, name, p->drop ? 0 : (uid_t)-1,
+        p->admin_gid, AT_SYMLINK_NOFOLLOW) < 0) ||
         listen(fd, 64) < 0) {
         snprintf(err, errsz, "server.control_socket: %s: %s", path,
             strerror(errno));
-        if (fd >= 0)
-            close(fd);
+        goto fail;
+    }
+    close(dfd);
+    return fd;
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (dfd >= 0)
+        close(dfd);
+    return -1;
+}
+
+/*
+ * ctl_peer_allowed - who may give commands: root; members of
+ * server.admin_group (primary or supplementary group, from SO_PEERCRED and
+ * SO_PEERGROUPS, taken by the kernel at connect time); and, when the
+ * master is not root, its own uid.  Never one of the master's children:
+ * they parse untrusted input (and under seccomp cannot fork a helper).
+ * 0 when allowed; else -1 with the peer described in who.
+ */
+static int
+ctl_peer_allowed(struct master *m, int fd, char *who, size_t whosz)
+{
+    const struct privs *p = &m->cur->privs;
+    struct ucred        cr;
+    socklen_t           len = sizeof(cr);
+    gid_t               groups[256];
+    int                 i, n;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+        snprintf(who, whosz, "unknown peer (%s)", strerror(errno));
         return -1;
     }
-    return fd;
+    snprintf(who, whosz, "uid=%u gid=%u pid=%d", (unsigned)cr.uid,
+        (unsigned)cr.gid, (int)cr.pid);
+    for (i = 0; i < MASTER_MAX_SLOTS; i++)
+        if (m->slots[i].pid > 0 && m->slots[i].pid == cr.pid)
+            return -1;
+    if (m->logd.pid > 0 && m->logd.pid == cr.pid)
+        return -1;
+    if (cr.uid == 0 || (cr.uid == geteuid() && !p->drop))
+        return 0;
+    if (!p->has_admin)
+        return -1;
+    if (cr.gid == p->admin_gid)
+        return 0;
+    len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+        return -1;                  /* more than 256 groups: not admitted */
+    n = (int)(len / sizeof(gid_t));
+    for (i = 0; i < n; i++)
+        if (groups[i] == p->admin_gid)
+            return 0;
+    return -1;
 }
 
 void
@@ -125,6 +209,9 @@ ctl_accept(struct master *m)
         }
         c = &m->clients[i];
         memset(c, 0, sizeof(*c));
+        /* Refused after its request is read: closing with the request
+         * unread would reset the connection before the answer is seen. */
+        c->refused = ctl_peer_allowed(m, fd, c->who, sizeof(c->who)) < 0;
         c->fd = fd;
         c->deadline = util_now_ms() + CTL_CLIENT_TIMEOUT_MS;
         child_register_master_fd(fd);
@@ -336,6 +423,13 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     char  text[CTL_REQUEST_MAX + 64];
 
     line[strcspn(line, "\r\n")] = '\0';
+    if (c->refused) {
+        log_warn("control: refused %s: not root%s; request '%.64s'", c->who,
+            m->cur->privs.has_admin ? " nor in server.admin_group" : "",
+            line);
+        ctl_client_reply(m, c, "error: permission denied\n");
+        return;
+    }
     audit_request(c->fd, line);     /* who asked: SO_PEERCRED (audit.c) */
     if (strcmp(line, "status json") == 0) {
         status_json_report(m, &report);
@@ -363,6 +457,15 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_drain(m, c, line + 5);
     } else if (strncmp(line, "kick ", 5) == 0) {
         ctl_kick(m, c, line + 5);
+    } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {
+        pid_t pid = master_sandbox_test(m);
+
+        if (pid > 0)
+            snprintf(text, sizeof(text), "ok\nsandbox-test sent to worker "
+                "pid %d\n", (int)pid);
+        else
+            snprintf(text, sizeof(text), "error: no running worker\n");
+        ctl_client_reply(m, c, text);
     } else {
         snprintf(text, sizeof(text), "error: unknown request '%.64s'\n",
             line);

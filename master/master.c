@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,8 @@
 
 #include "common/util.h"
 #include "common/log.h"
+#include "common/safefs.h"
+#include "common/sandbox.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "router/router.h"
@@ -112,8 +115,10 @@ static const char *
 master_exit_text(int st, char *buf, size_t n)
 {
     if (WIFSIGNALED(st))
-        snprintf(buf, n, "exited on signal %d%s", WTERMSIG(st),
-            WCOREDUMP(st) ? " (core dumped)" : "");
+        snprintf(buf, n, "exited on signal %d%s%s", WTERMSIG(st),
+            WCOREDUMP(st) ? " (core dumped)" : "",
+            WTERMSIG(st) == SIGSYS ? " (SIGSYS: the sandbox killed it for "
+            "a forbidden system call; server.sandbox: off to debug)" : "");
     else
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
     return buf;
@@ -141,16 +146,48 @@ master_free_slots(const struct master *m)
 
 /* ---- generations: config + listeners + spool + routes ----------------- */
 
-static void
-master_chown_routes(const struct config *cfg, const struct privs *p)
+/*
+ * master_routes_files - before LMDB opens routes.db by path (as root): the
+ * directory must be one only root (or our uid) can change, and the data
+ * and lock files are created here, without following a link, as plain
+ * files of ours with one link.  Nothing is chowned: workers open the db
+ * before they drop privileges, so it stays root's (finding 1 of issue 10:
+ * a -lock symlinked to a root file was chowned to mtad on SIGHUP).
+ */
+static int
+master_routes_files(const struct config *cfg, char *err, size_t errsz)
 {
-    char lock[4096];
+    char        lock[NAME_MAX + 8], what[ERR_MAX / 2];
+    const char *name;
+    int         dfd, fd, rc = -1;
 
-    if (!p->drop)
-        return;
-    (void)!chown(cfg->routes_db, p->uid, p->gid);
-    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
-    (void)!chown(lock, p->uid, p->gid);
+    if ((dfd = safefs_open_parent(cfg->routes_db, &name, what,
+        sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        return -1;
+    }
+    if (strlen(name) > NAME_MAX - 5) {
+        snprintf(err, errsz, "routes.db: %s: name too long", cfg->routes_db);
+        goto out;
+    }
+    snprintf(lock, sizeof(lock), "%s-lock", name);
+    if (safefs_dir_trusted(dfd, cfg->routes_db, what, sizeof(what)) < 0 ||
+        (fd = safefs_open_file(dfd, name, O_RDWR | O_CREAT, 0660,
+        cfg->routes_db, what, sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        goto out;
+    }
+    close(fd);
+    if ((fd = safefs_open_file(dfd, lock, O_RDWR | O_CREAT, 0660, lock, what,
+        sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes.db: %s", what);
+        goto out;
+    }
+    close(fd);
+    rc = 0;
+out:
+    close(dfd);
+    return rc;
 }
 
 /* Creates the routes db if missing and writes routes.static into it. */
@@ -237,9 +274,9 @@ master_gen_prepare(struct config *cfg, char *err, size_t errsz)
         goto fail;
     }
     master_mkparent(cfg->routes_db);
-    if (master_load_routes(cfg, err, errsz) < 0)
+    if (master_routes_files(cfg, err, errsz) < 0 ||
+        master_load_routes(cfg, err, errsz) < 0)
         goto fail;
-    master_chown_routes(cfg, &g->privs);
     g->id = ++master_gen_seq;
     return g;
 fail:
@@ -322,7 +359,7 @@ master_spawn_logd(struct master *m)
 
     s->role = ROLE_LOGD;
     pid = child_spawn_logd(s, &m->cur->privs, m->log_recv, m->log_file,
-        m->cur->cfg->log_flush_interval_ms);
+        m->cur->cfg->log_flush_interval_ms, m->cur->cfg->sandbox);
     if (pid < 0) {
         log_err("cannot start the log process: %s", strerror(errno));
         s->state = SLOT_BACKOFF;
@@ -437,6 +474,26 @@ master_kick(struct master *m, const char *arg)
     return n;
 }
 
+/* The sandbox test (MTAD_SANDBOX_TEST=1 in the master's environment at
+ * start, never otherwise): one running worker is told to make a forbidden
+ * call.  Returns its pid, or -1 when none runs. */
+pid_t
+master_sandbox_test(struct master *m)
+{
+    static const char cmd[] = "sandbox-test";
+
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        struct slot *s = &m->slots[i];
+
+        if (s->state == SLOT_RUNNING && s->ready &&
+            s->generation == m->cur->id && s->chan >= 0 &&
+            send(s->chan, cmd, sizeof(cmd) - 1,
+            MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(cmd) - 1)
+            return s->pid;
+    }
+    return -1;
+}
+
 /* Reclaims LMDB reader slots that a dead worker left behind.  The master
  * holds no environment of its own across forks: it opens one briefly. */
 static void
@@ -445,7 +502,7 @@ master_reader_check(struct master *m)
     struct router *r = NULL;
 
     if (router_open(&r, m->cur->cfg->routes_db, m->cur->cfg->routes_default,
-        0) == ROUTER_OK)
+        ROUTER_OPEN_RDONLY) == ROUTER_OK)
         router_reader_check(r);
     router_close(r);
 }
@@ -481,7 +538,7 @@ master_handover(struct master *m, unsigned gen)
 static void
 master_worker_exited(struct master *m, struct slot *s, int st)
 {
-    char     why[64];
+    char     why[192];
     uint64_t now = util_now_ms(), lived = now - s->started_ms;
     int      expected = s->state == SLOT_STOPPING || m->stopping ||
                         master_gen_by_id(m, s->generation) == NULL;
@@ -529,7 +586,7 @@ static void
 master_logd_exited(struct master *m, int st)
 {
     struct slot *s = &m->logd;
-    char         why[64];
+    char         why[192];
 
     master_close_chan(m, s);
     s->pid = 0;
@@ -1112,18 +1169,29 @@ master_mkparent(const char *path)
         return;                     /* the open/bind that follows says why */
 }
 
+/* The pid file, opened without following a link and checked to be a
+ * plain file of ours (O_TRUNC through a symlink truncated any file). */
 static int
-master_write_pidfile(const char *path)
+master_write_pidfile(const char *path, char *err, size_t errsz)
 {
-    char buf[32];
-    int  fd, n;
+    char        buf[32], what[ERR_MAX / 2];
+    const char *name;
+    int         dfd, fd = -1, n;
 
     master_mkparent(path);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) >= 0) {
+        if (safefs_dir_trusted(dfd, path, what, sizeof(what)) == 0)
+            fd = safefs_open_file(dfd, name, O_WRONLY | O_CREAT, 0644, path,
+                what, sizeof(what));
+        close(dfd);
+    }
+    if (fd < 0) {
+        snprintf(err, errsz, "server.pid_file: %s", what);
         return -1;
+    }
     n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-    if (util_write_all(fd, buf, (size_t)n) < 0) {
+    if (ftruncate(fd, 0) < 0 || util_write_all(fd, buf, (size_t)n) < 0) {
+        snprintf(err, errsz, "server.pid_file: %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
@@ -1248,22 +1316,28 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return strstr(err, "no such user") || strstr(err, "no such group") ?
             EX_NOUSER : strstr(err, "listen") ? EX_UNAVAILABLE : EX_CANTCREAT;
     }
+    if (cfg->sandbox && sandbox_seccomp(SANDBOX_MASTER, err,
+        sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: server.sandbox: %s\n", err);
+        return EX_OSERR;
+    }
+    m->sandbox_test = getenv("MTAD_SANDBOX_TEST") != NULL &&
+        strcmp(getenv("MTAD_SANDBOX_TEST"), "1") == 0;
     m->status = status_create();
     m->status->master_started_ms = util_wall_ms();
     m->status->generation = m->cur->id;
     m->status->nworkers = (uint32_t)cfg->workers;
     master_mkparent(cfg->control_socket);
-    m->ctlfd = ctl_listen(cfg->control_socket, m->cur->privs.gid,
-        m->cur->privs.drop, err, sizeof(err));
+    m->ctlfd = ctl_listen(cfg->control_socket, &m->cur->privs, err,
+        sizeof(err));
     if (m->ctlfd < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         return EX_UNAVAILABLE;
     }
     m->ctl_path = xstrdup(cfg->control_socket);
     child_register_master_fd(m->ctlfd);
-    if (master_write_pidfile(cfg->pid_file) < 0) {
-        fprintf(stderr, "mtad: server.pid_file: cannot write %s: %s\n",
-            cfg->pid_file, strerror(errno));
+    if (master_write_pidfile(cfg->pid_file, err, sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);
         return EX_CANTCREAT;
     }

@@ -25,13 +25,17 @@ struct config;
 #define MASTER_QUICK_EXIT_MS  1000u     /* died sooner: crash loop suspect */
 #define LOGD_STOP_TIMEOUT     3000u
 
-/* The user the children run as; drop is 0 when the master is not root. */
+/* The user the children run as; drop is 0 when the master is not root.
+ * admin_gid: server.admin_group, whose members may use the control socket
+ * besides root (has_admin 0: root only). */
 struct privs {
     int     drop;
     uid_t   uid;
     gid_t   gid;
     gid_t  *groups;
     int     ngroups;
+    int     has_admin;
+    gid_t   admin_gid;
 };
 
 /* A listening socket, shared by the generations that listen there. */
@@ -78,7 +82,8 @@ struct slot {
 pid_t   child_spawn_worker(struct slot *s, struct generation *g,
             struct status_page *st, int log_send_fd);
 pid_t   child_spawn_logd(struct slot *s, const struct privs *p,
-            int log_recv_fd, int log_file_fd, uint64_t flush_ms);
+            int log_recv_fd, int log_file_fd, uint64_t flush_ms,
+            int sandbox);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 void    child_register_master_fd(int fd);
@@ -108,7 +113,7 @@ void    notify_init(void);
 void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Control socket server. */
-int     ctl_listen(const char *path, gid_t gid, int chown_it,
+int     ctl_listen(const char *path, const struct privs *p,
             char *err, size_t errsz);
 struct master;
 void    ctl_accept(struct master *m);
@@ -124,6 +129,8 @@ struct ctl_client {
     size_t   len;
     char     req[1024];
     int      waiting_reload;        /* reply when the reload completes */
+    int      refused;               /* peer failed the credential check */
+    char     who[96];               /* its credentials, for the log */
 };
 
 #define MASTER_MAX_CLIENTS 16
@@ -144,6 +151,7 @@ struct master {
     char              *ctl_path;
     char              *pid_path;
     int                stopping;
+    int                sandbox_test;    /* MTAD_SANDBOX_TEST=1 at start */
     uint64_t           stop_deadline;
     int                draining;        /* drain.c */
     uint64_t           drain_deadline;  /* 0 = none */
@@ -171,6 +179,7 @@ int     master_request_drain(struct master *m, uint64_t timeout_ms,
             char *err, size_t errsz);
 void    master_drain_tick(struct master *m, uint64_t now);
 long    master_drain_queued(const char *spool_dir);
+pid_t   master_sandbox_test(struct master *m);
 void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
 void    master_watch(struct master *m, int fd, int tag, unsigned idx);

@@ -129,7 +129,7 @@ mtactl_request(struct mtactl *c, const char *req, int timeout_ms,
         fprintf(stderr, "mtactl: cannot connect to %s: %s%s\n", c->sock,
             strerror(e), e == ENOENT || e == ECONNREFUSED ?
             " (is mtad running?)" : e == EACCES ?
-            " (run as root or as a member of the mtad group)" : "");
+            " (run as root or as a member of server.admin_group)" : "");
         return MTACTL_FAIL;
     }
     if (rc == CTL_EREFUSED) {

@@ -1337,8 +1337,9 @@ queue_kick(const struct config *cfg, const char *cmd, const char *id)
     why = rc == CTL_ESYS ? strerror(e) : reply != NULL ? reply : "no reply";
     fprintf(stderr, "mtactl: %s: changed, but could not tell mtad (%s): "
         "%.*s%s\n", cmd, cfg->control_socket, (int)strcspn(why, "\n"), why,
-        rc == CTL_ESYS && e == EACCES ? " (run as root or as a member of "
-        "the mtad group)" : "");
+        (rc == CTL_ESYS && e == EACCES) || (why != NULL &&
+        strstr(why, "permission denied") != NULL) ? " (run as root or as a "
+        "member of server.admin_group)" : "");
     free(reply);
     return -1;
 }

@@ -20,6 +20,7 @@
  *           failing call and the reason (valid until the next call).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +77,31 @@ router_mdb_rc(int mrc)
 }
 
 
+/* router_plain_file - LMDB opens path and its -lock by name (following
+ * links); refuse a link or a hard-linked file there first, so no process
+ * that opens the db as root (master, a worker before its drop) writes
+ * through one.  The directory is checked by the master (safefs). */
+static int
+router_plain_file(struct router *r, const char *path)
+{
+    struct stat st;
+
+    if (lstat(path, &st) == -1)
+        return errno == ENOENT ? 0 : router_fail(r, ROUTER_ESYS,
+            "routes db %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode) && st.st_nlink == 1)
+        return 0;
+    errno = ELOOP;
+    return router_fail(r, ROUTER_ESYS, "routes db %s: %s; refusing it", path,
+        S_ISLNK(st.st_mode) ? "is a symbolic link" : S_ISREG(st.st_mode) ?
+        "has more than one hard link" : "not a regular file");
+}
+
 int
 router_open(struct router **rp, const char *path, const char *default_route,
     int create)
 {
+    char lock[PATH_MAX];
     struct router *r;
     struct stat st;
     MDB_txn *txn;
@@ -101,17 +123,22 @@ router_open(struct router **rp, const char *path, const char *default_route,
         memcpy(r->default_value, default_route, strlen(default_route) + 1);
         r->has_default = 1;
     }
-    if (!create && stat(path, &st) == -1)
+    if (!(create & ROUTER_OPEN_CREATE) && stat(path, &st) == -1)
         return router_fail(r, ROUTER_ESYS, "routes db %s: %s", path,
             strerror(errno));
+    if ((size_t)snprintf(lock, sizeof(lock), "%s-lock", path) >= sizeof(lock))
+        return router_fail(r, ROUTER_EINVAL, "routes db %s: path too long",
+            path);
+    if (router_plain_file(r, path) != 0 || router_plain_file(r, lock) != 0)
+        return ROUTER_ESYS;
     if ((mrc = mdb_env_create(&r->env)) != 0)
         return router_fail(r, router_mdb_rc(mrc), "mdb_env_create: %s",
             mdb_strerror(mrc));
     if ((mrc = mdb_env_set_mapsize(r->env, ROUTER_MAPSIZE)) != 0 ||
         (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0)
         goto fail;
-    if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS,
-        ROUTER_MODE)) != 0)
+    if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS |
+        ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0), ROUTER_MODE)) != 0)
         goto fail;
     /* The main database always exists; its handle stays valid after the
      * opening transaction ends. */

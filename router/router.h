@@ -47,11 +47,17 @@ struct router_static {
     char *route;                    /* "smtp:[h]:25", "maildir:/p", "discard", ... */
 };
 
-/* Opens (creating if missing, when create is set) the environment at path:
- * one file (MDB_NOSUBDIR) plus "<path>-lock".  default_route is used when
- * no key matches (NULL: no default, such lookups return ROUTER_ENOTFOUND).
+/* Opens (creating if missing, when create has ROUTER_OPEN_CREATE) the
+ * environment at path: one file (MDB_NOSUBDIR) plus "<path>-lock".  With
+ * ROUTER_OPEN_RDONLY the data file is opened and mapped read-only
+ * (MDB_RDONLY: workers, issue 10): writes fail with ROUTER_ESYS (EACCES).
+ * A symlink or a hard-linked file at path or its -lock is refused
+ * (ROUTER_ESYS, errno ELOOP).  default_route is used when no key matches
+ * (NULL: no default, such lookups return ROUTER_ENOTFOUND).
  * On failure *rp still holds a router whose router_errstr() says why;
  * router_close() it (router_errstr(NULL) is safe too). */
+#define ROUTER_OPEN_CREATE  1
+#define ROUTER_OPEN_RDONLY  2
 int     router_open(struct router **rp, const char *path,
             const char *default_route, int create);
 void    router_close(struct router *r);          /* NULL ok */

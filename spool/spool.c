@@ -28,6 +28,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include "common/safefs.h"
 #include "common/util.h"
 #include "spool/spool.h"
 #include "spool/spool_int.h"
@@ -136,23 +137,49 @@ spool_dir(const struct spool *sp)
 
 /* ---- set-up ----------------------------------------------------------- */
 
-/* spool_mkdir - mkdir (EEXIST fine), check it is a directory, chown. */
+/* spool_safefail - a safefs error text as the last global error. */
 static int
-spool_mkdir(const char *path, mode_t mode, uid_t uid, gid_t gid)
+spool_safefail(const char *err)
 {
-    struct stat st;
+    int e = errno;
 
-    if (mkdir(path, mode) == -1 && errno != EEXIST)
-        return spool_gfail("mkdir %s", path);
-    if (stat(path, &st) == -1)
-        return spool_gfail("stat %s", path);
-    if (!S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return spool_gfail("mkdir %s", path);
+    snprintf(spool_global_err, sizeof(spool_global_err), "%s", err);
+    errno = e;
+    return e == ENOSPC || e == EDQUOT ? SPOOL_ENOSPC : SPOOL_ESYS;
+}
+
+
+/*
+ * spool_mkdirat - create (EEXIST fine) and open dfd/name without following
+ * a link, refuse it unless it is root's, ours or uid's and closed to group
+ * and others, then fchown it to uid/gid (-1: unchanged).  Everything is
+ * done on descriptors: the spool is writable by the workers' user, and
+ * root must not act by path in it.  Returns the fd or -1.
+ */
+static int
+spool_mkdirat(int dfd, const char *name, const char *shown, uid_t uid,
+    gid_t gid)
+{
+    char err[512];
+    int  fd, created;
+
+    fd = safefs_mkdir_open(dfd, name, 0700, shown, &created, err,
+        sizeof(err));
+    if (fd < 0) {
+        spool_safefail(err);
+        return -1;
     }
-    if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(path, uid, gid) == -1)
-        return spool_gfail("chown %s", path);
-    return SPOOL_OK;
+    if (safefs_check_owner(fd, uid, 0077, shown, err, sizeof(err)) < 0) {
+        spool_safefail(err);
+        close(fd);
+        return -1;
+    }
+    if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(fd, uid, gid) < 0) {
+        spool_gfail("chown %s", shown);
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 
@@ -180,26 +207,26 @@ spool_mkparents(const char *dir)
 }
 
 
-/* spool_purge - remove entries of dirfd sub/ for which keep() is false. */
+/* spool_purge - remove the entries of directory fd (named sub in dir in
+ * errors) for which keep() is false.  unlinkat() never follows a link. */
 static int
-spool_purge(const char *dir, const char *sub,
-    int (*keep)(int rootfd, const char *name), int rootfd)
+spool_purge(const char *dir, const char *sub, int fd,
+    int (*keep)(int queuefd, const char *name), int queuefd)
 {
     DIR           *d;
     struct dirent *de;
-    int            fd, rc = SPOOL_OK;
+    int            rc = SPOOL_OK;
 
-    if ((fd = openat(rootfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
-        return spool_gfail("open %s/%s", dir, sub);
-    if ((d = fdopendir(fd)) == NULL) {
+    if ((fd = dup(fd)) == -1 || (d = fdopendir(fd)) == NULL) {
         rc = spool_gfail("opendir %s/%s", dir, sub);
-        close(fd);
+        if (fd != -1)
+            close(fd);
         return rc;
     }
     while ((errno = 0, de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (keep != NULL && keep(rootfd, de->d_name))
+        if (keep != NULL && keep(queuefd, de->d_name))
             continue;
         if (unlinkat(fd, de->d_name, 0) == -1 && errno != ENOENT &&
             (errno != EISDIR ||
@@ -218,23 +245,28 @@ spool_purge(const char *dir, const char *sub,
 /* spool_state_keep - a state file stays only while its queue file exists;
  * unknown names (not ours) are left alone, tmp leftovers go. */
 static int
-spool_state_keep(int rootfd, const char *name)
+spool_state_keep(int queuefd, const char *name)
 {
-    char        path[64];
     struct stat st;
+    int         fd;
 
     if (!spool_id_valid(name))
         return name[0] != '.';
-    snprintf(path, sizeof(path), "queue/%s", name);
-    if (fstatat(rootfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(queuefd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return 0;
     /* a state written before queue files carried the mark: mark it now,
      * or the reader would not look for it (best effort: a failure here
      * shows up as a failing save or read later, never as a lost state
-     * when the chmod works, and it does for the spool's owner or root) */
-    if (S_ISREG(st.st_mode) && !(st.st_mode & SPOOL_HAS_STATE))
-        (void)fchmodat(rootfd, path, (st.st_mode & 07777) | SPOOL_HAS_STATE,
-            0);
+     * when the chmod works, and it does for the spool's owner or root).
+     * Through an fd opened without following links: root must not chmod
+     * by path in a directory the workers can write. */
+    if (S_ISREG(st.st_mode) && !(st.st_mode & SPOOL_HAS_STATE) &&
+        (fd = openat(queuefd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+        O_CLOEXEC)) >= 0) {
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            (void)fchmod(fd, (st.st_mode & 07777) | SPOOL_HAS_STATE);
+        close(fd);
+    }
     return 1;
 }
 
@@ -243,28 +275,35 @@ int
 spool_prepare(const char *dir, uid_t uid, gid_t gid)
 {
     static const char *const subs[] = { "tmp", "queue", "state" };
-    char   path[PATH_MAX];
-    size_t i;
-    int    rc, rootfd;
+    char        err[512], shown[PATH_MAX + 16];
+    const char *name;
+    int         fds[3] = { -1, -1, -1 };
+    int         pfd, rootfd, rc = SPOOL_OK;
+    size_t      i;
 
-    if ((rc = spool_mkparents(dir)) != SPOOL_OK ||
-        (rc = spool_mkdir(dir, 0700, uid, gid)) != SPOOL_OK)
+    if ((rc = spool_mkparents(dir)) != SPOOL_OK)
         return rc;
+    if ((pfd = safefs_open_parent(dir, &name, err, sizeof(err))) < 0)
+        return spool_safefail(err);
+    rootfd = spool_mkdirat(pfd, name, dir, uid, gid);
+    close(pfd);
+    if (rootfd < 0)
+        return SPOOL_ESYS;
     for (i = 0; i < ARRAY_LEN(subs); i++) {
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, subs[i]) >=
-            sizeof(path)) {
-            errno = ENAMETOOLONG;
-            return spool_gfail("mkdir %s/%s", dir, subs[i]);
+        snprintf(shown, sizeof(shown), "%s/%s", dir, subs[i]);
+        if ((fds[i] = spool_mkdirat(rootfd, subs[i], shown, uid, gid)) < 0) {
+            rc = SPOOL_ESYS;
+            goto out;
         }
-        if ((rc = spool_mkdir(path, 0700, uid, gid)) != SPOOL_OK)
-            return rc;
     }
-    if ((rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
-        return spool_gfail("open %s", dir);
     /* Nothing in tmp/ was ever acknowledged; a state file without its
      * queue file belongs to a message whose removal was interrupted. */
-    if ((rc = spool_purge(dir, "tmp", NULL, rootfd)) == SPOOL_OK)
-        rc = spool_purge(dir, "state", spool_state_keep, rootfd);
+    if ((rc = spool_purge(dir, "tmp", fds[0], NULL, -1)) == SPOOL_OK)
+        rc = spool_purge(dir, "state", fds[2], spool_state_keep, fds[1]);
+out:
+    for (i = 0; i < ARRAY_LEN(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
     close(rootfd);
     return rc;
 }

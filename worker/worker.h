@@ -45,5 +45,7 @@ struct worker;
 
 struct worker *worker_init(const struct worker_args *a); /* NULL: logged */
 int         worker_run(struct worker *w);                /* exit status */
+/* The worker's routing table, for the sandbox's list of Maildirs. */
+struct router *worker_router(struct worker *w);
 
 #endif /* MTAD_WORKER_H */

@@ -5,7 +5,10 @@ Every test gets its own directory under /dev/shm (tmpfs, like production),
 a relay.yaml written from a dict, random free loopback ports, and an mtad
 started in the foreground and stopped by its pid.  When the tests run as
 root, mtad drops privileges to the system user 'mtad', created here if
-missing, so the directory is made traversable for that user.
+missing.  The directory is root's and 0755: traversable, but not writable
+by the workers' user (mtad refuses a pid file, control socket or routes db
+in a directory the workers could change); a Maildir the workers deliver
+into is made with worker_dir().
 """
 import os
 import shutil
@@ -24,7 +27,7 @@ def _system_user():
 @pytest.fixture
 def workdir():
     d = tempfile.mkdtemp(prefix="mtad-test-", dir="/dev/shm")
-    os.chmod(d, 0o777)
+    os.chmod(d, 0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -39,7 +42,7 @@ def mtad_factory(workdir):
         if subdir:
             d = os.path.join(workdir, subdir)
             os.makedirs(d, exist_ok=True)
-            os.chmod(d, 0o777)
+            os.chmod(d, 0o755)
         m = Mtad(d, overrides)
         made.append(m)
         return m

@@ -65,6 +65,16 @@ def free_port(host="127.0.0.1"):
     raise RuntimeError("no fresh free port")
 
 
+def worker_dir(path):
+    """A directory the workers may write (a Maildir root): theirs when the
+    tests run as root."""
+    os.makedirs(path, exist_ok=True)
+    if IS_ROOT:
+        pw = pwd.getpwnam(USER)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    return path
+
+
 def to_yaml(value, indent=0):
     """A small YAML emitter for dicts, lists and scalars (no PyYAML here)."""
     pad = "  " * indent

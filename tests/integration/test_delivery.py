@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mtadtest import (MTACTL, closed_port, maildir_files, make_message, send,
-                      strip_received, wait_for, worker_pid_of)
+                      strip_received, wait_for, worker_dir, worker_pid_of)
 
 
 needs_mtactl = pytest.mark.skipif(
@@ -140,7 +140,7 @@ def test_null_sender_failure_is_not_bounced(mtad_factory, sink_factory):
 
 
 def test_maildir_delivery(mtad_factory, workdir):
-    md = os.path.join(workdir, "Maildir")
+    md = worker_dir(os.path.join(workdir, "Maildir"))
     m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % closed_port(),
               static={"local.test": "maildir:" + md})
     msg = make_message(9, b".dotted\r\nline\r\n")

@@ -1,5 +1,5 @@
 """MX routes resolved through real DNS: `mtactl route get` against Debian's
-nsd serving the test zone of dns_util.py, plus a server that answers
+nsd serving the test zone of mtadtest.py, plus a server that answers
 SERVFAIL and one that never answers.
 
 Each test writes a relay.yaml with its own routes.db and `dns.servers`

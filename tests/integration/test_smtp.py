@@ -679,7 +679,7 @@ def test_fsync_group_commit(mk):
 def test_enospc_gives_452_and_recovers(mk, workdir):
     spool = os.path.join(workdir, "small-spool")
     os.makedirs(spool)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0777",
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700",
                     "tmpfs", spool], check=True)
     try:
         m = mk({"spool": {"dir": spool}}, start=False)

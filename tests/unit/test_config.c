@@ -113,6 +113,8 @@ static const char good_yaml[] =
     "  pid_file: /tmp/x/mtad.pid\n"
     "  control_socket: ./var/control.sock\n"
     "  shutdown_timeout: 45s\n"
+    "  admin_group: mtadadm\n"
+    "  sandbox: off\n"
     "limits:\n"
     "  max_message_size: 20M\n"
     "  max_recipients: 500\n"
@@ -177,6 +179,8 @@ Test(config, every_key)
     cr_assert_str_eq(c->pid_file, "/tmp/x/mtad.pid");
     cr_assert_str_eq(c->control_socket, "./var/control.sock");
     cr_assert_eq(c->shutdown_timeout_ms, 45000);
+    cr_assert_str_eq(c->admin_group, "mtadadm");
+    cr_assert_eq(c->sandbox, false);
 
     cr_assert_eq(c->max_message_size, 20ull * 1024 * 1024);
     cr_assert_eq(c->max_recipients, 500);
@@ -206,11 +210,11 @@ Test(config, every_key)
     cr_assert_eq(c->nstatic_routes, 3);
     cr_assert_str_eq(c->static_routes[0].key, "example.org");
     cr_assert_str_eq(c->static_routes[0].route, "maildir:/var/mail/example");
-    cr_assert_eq(c->static_routes[0].line, 32);
+    cr_assert_eq(c->static_routes[0].line, 34);
     cr_assert_eq(c->static_routes[0].col, 5);
     cr_assert_str_eq(c->static_routes[1].key, ".example.net");
     cr_assert_str_eq(c->static_routes[1].route, "discard");
-    cr_assert_eq(c->static_routes[1].line, 33);
+    cr_assert_eq(c->static_routes[1].line, 35);
     cr_assert_str_eq(c->static_routes[2].key, "postmaster@example.com");
     cr_assert_str_eq(c->static_routes[2].route, "smtp:[10.0.0.1]:2525");
 
@@ -258,6 +262,8 @@ Test(config, defaults)
     cr_assert_str_eq(c->pid_file, "/run/mtad/mtad.pid");
     cr_assert_str_eq(c->control_socket, "/run/mtad/control.sock");
     cr_assert_eq(c->shutdown_timeout_ms, 30000);
+    cr_assert_null(c->admin_group);
+    cr_assert_eq(c->sandbox, true);
 
     cr_assert_eq(c->max_message_size, 50ull * 1024 * 1024);
     cr_assert_eq(c->max_recipients, 1000);
@@ -366,7 +372,7 @@ Test(config, unknown_key_nested)
         "routes:\n  default: discard\n",
         "%P:3:3: server.listn: unknown key 'listn' (expected one of: "
         "hostname, listen, workers, user, group, pid_file, control_socket, "
-        "shutdown_timeout)");
+        "shutdown_timeout, admin_group, sandbox)");
 }
 
 Test(config, wrong_type)
@@ -607,7 +613,7 @@ Test(config, all_errors_collected)
         "128, got 'many'\n"
         "%P:3:3: server.bogus: unknown key 'bogus' (expected one of: "
         "hostname, listen, workers, user, group, pid_file, control_socket, "
-        "shutdown_timeout)\n"
+        "shutdown_timeout, admin_group, sandbox)\n"
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "

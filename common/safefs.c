@@ -1,0 +1,165 @@
+/*
+ * safefs.c - see safefs.h.  Used by the master (root) for the spool, the
+ * routes db, the pid file and the control socket (issue 10, finding 1).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "common/util.h"
+#include "common/safefs.h"
+
+static int
+safefs_fail(char *err, size_t errsz, int e, const char *fmt, const char *a,
+    const char *b)
+{
+    snprintf(err, errsz, fmt, a, b);
+    errno = e;
+    return -1;
+}
+
+int
+safefs_open_parent(const char *path, const char **name, char *err,
+    size_t errsz)
+{
+    char        dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t      n;
+    int         fd;
+
+    if (slash == NULL) {
+        *name = path;
+        util_strlcpy(dir, ".", sizeof(dir));
+    } else {
+        n = (size_t)(slash - path);
+        if (n == 0)
+            n = 1;                  /* "/name": the root directory */
+        if (n >= sizeof(dir))
+            return safefs_fail(err, errsz, ENAMETOOLONG, "%s: %s", path,
+                "path too long");
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        *name = slash + 1;
+    }
+    if (**name == '\0' || strcmp(*name, ".") == 0 || strcmp(*name, "..") == 0)
+        return safefs_fail(err, errsz, EINVAL, "%s: %s", path,
+            "must name a file, not a directory");
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", dir, strerror(errno));
+    return fd;
+}
+
+int
+safefs_dir_trusted(int dfd, const char *shown, char *err, size_t errsz)
+{
+    struct stat st;
+    char        why[96];
+
+    if (fstat(dfd, &st) < 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", shown,
+            strerror(errno));
+    if (st.st_uid != 0 && st.st_uid != geteuid())
+        snprintf(why, sizeof(why), "directory owned by uid %u, not by root "
+            "or uid %u", (unsigned)st.st_uid, (unsigned)geteuid());
+    else if ((st.st_mode & S_IWGRP) && st.st_gid != 0)
+        snprintf(why, sizeof(why), "directory writable by group %u "
+            "(mode %04o)", (unsigned)st.st_gid, (unsigned)st.st_mode & 07777);
+    else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+        snprintf(why, sizeof(why), "directory writable by anyone "
+            "(mode %04o)", (unsigned)st.st_mode & 07777);
+    else
+        return 0;
+    return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
+}
+
+int
+safefs_check_owner(int fd, uid_t alt_uid, mode_t forbidden, const char *shown,
+    char *err, size_t errsz)
+{
+    struct stat st;
+    char        why[96];
+
+    if (fstat(fd, &st) < 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", shown,
+            strerror(errno));
+    if (st.st_uid != 0 && st.st_uid != geteuid() &&
+        (alt_uid == (uid_t)-1 || st.st_uid != alt_uid))
+        snprintf(why, sizeof(why), "owned by uid %u (expected %u or %u); "
+            "refusing to adopt it", (unsigned)st.st_uid, (unsigned)geteuid(),
+            (unsigned)(alt_uid == (uid_t)-1 ? 0 : alt_uid));
+    else if (st.st_mode & forbidden)
+        snprintf(why, sizeof(why), "mode %04o gives access to group or "
+            "others; refusing it", (unsigned)st.st_mode & 07777);
+    else
+        return 0;
+    return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
+}
+
+int
+safefs_mkdir_open(int dfd, const char *name, mode_t mode, const char *shown,
+    int *created, char *err, size_t errsz)
+{
+    int fd;
+
+    *created = 0;
+    if (mkdirat(dfd, name, mode) == 0)
+        *created = 1;
+    else if (errno != EEXIST)
+        return safefs_fail(err, errsz, errno, "mkdir %s: %s", shown,
+            strerror(errno));
+    fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        struct stat st;
+        int         e = errno;
+
+        if (e == ENOTDIR && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
+            && S_ISLNK(st.st_mode))
+            e = ELOOP;              /* O_DIRECTORY said ENOTDIR first */
+        return safefs_fail(err, errsz, e, "%s: %s", shown,
+            e == ELOOP ? "is a symbolic link; refusing to follow it" :
+            e == ENOTDIR ? "exists and is not a directory" : strerror(e));
+    }
+    return fd;
+}
+
+int
+safefs_open_file(int dfd, const char *name, int flags, mode_t mode,
+    const char *shown, char *err, size_t errsz)
+{
+    struct stat st;
+    char        why[96];
+    int         fd, e;
+
+    fd = openat(dfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (fd < 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", shown,
+            errno == ELOOP ? "is a symbolic link; refusing to follow it" :
+            strerror(errno));
+    if (fstat(fd, &st) < 0) {
+        e = errno;
+        close(fd);
+        return safefs_fail(err, errsz, e, "%s: %s", shown, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode))
+        snprintf(why, sizeof(why), "not a regular file");
+    else if (st.st_nlink != 1)
+        snprintf(why, sizeof(why), "has %lu hard links (expected 1)",
+            (unsigned long)st.st_nlink);
+    else if (st.st_uid != geteuid())
+        snprintf(why, sizeof(why), "owned by uid %u, not by uid %u",
+            (unsigned)st.st_uid, (unsigned)geteuid());
+    else if (st.st_mode & S_IWOTH)
+        snprintf(why, sizeof(why), "writable by anyone (mode %04o)",
+            (unsigned)st.st_mode & 07777);
+    else {
+        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        return fd;
+    }
+    close(fd);
+    return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
+}

@@ -1,0 +1,50 @@
+/*
+ * safefs.h - file-system steps a privileged process can take without
+ * following a link someone else planted: open the directory that holds a
+ * path, check that nobody but us (or root) can change its entries, and
+ * create or open one entry in it by descriptor.
+ *
+ * CONTRACT  Paths are resolved once, into a directory fd; every later step
+ *           is an *at() call on that fd with O_NOFOLLOW / AT_SYMLINK_NOFOLLOW
+ *           on the last component.  Symlinks in the *leading* components
+ *           are followed (/var/run -> /run is normal); the directory they
+ *           lead to is what safefs_dir_trusted() judges.
+ * FAILURE   -1 with errno kept and a sentence in err naming the path and
+ *           what is wrong ("owned by uid 65534", "is a symbolic link").
+ *           Nothing is logged.
+ */
+#ifndef MTAD_SAFEFS_H
+#define MTAD_SAFEFS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Open the directory holding path's last component (O_DIRECTORY).  *name
+ * points into path, at that component.  "x" means ".". */
+int     safefs_open_parent(const char *path, const char **name,
+            char *err, size_t errsz);
+
+/* 0 when only root or this process's euid can add, remove or rename
+ * entries of the directory dfd: owned by one of them, group write only for
+ * group 0, write for others only with the sticky bit.  shown names it. */
+int     safefs_dir_trusted(int dfd, const char *shown, char *err,
+            size_t errsz);
+
+/* mkdirat(dfd, name, mode) when missing, then open it with
+ * O_DIRECTORY|O_NOFOLLOW: a symlink or non-directory there is an error.
+ * *created says whether this call made it.  Returns the fd. */
+int     safefs_mkdir_open(int dfd, const char *name, mode_t mode,
+            const char *shown, int *created, char *err, size_t errsz);
+
+/* Check an open directory's owner and mode: owner must be euid, 0 or
+ * alt_uid ((uid_t)-1: none), no group/other bits in mask. */
+int     safefs_check_owner(int fd, uid_t alt_uid, mode_t forbidden,
+            const char *shown, char *err, size_t errsz);
+
+/* Open (creating with mode when missing) the regular file name in dfd with
+ * flags | O_NOFOLLOW | O_CLOEXEC, and check it: a regular file, one link,
+ * owned by this process's euid, not writable by others.  Returns the fd. */
+int     safefs_open_file(int dfd, const char *name, int flags, mode_t mode,
+            const char *shown, char *err, size_t errsz);
+
+#endif /* MTAD_SAFEFS_H */

@@ -1,0 +1,147 @@
+/*
+ * test_safefs.c - common/safefs: what the master (root) refuses to follow
+ * or adopt (issue 10, finding 1).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <criterion/criterion.h>
+
+#include "common/safefs.h"
+
+static char dir[64];
+static char err[512];
+
+static void
+setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/mtad-test-safefs-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void
+teardown(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    (void)!system(cmd);
+}
+
+TestSuite(safefs, .init = setup, .fini = teardown);
+
+static int
+opendir_fd(void)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    cr_assert_geq(fd, 0);
+    return fd;
+}
+
+Test(safefs, open_file_refuses_a_symlink_and_leaves_the_target)
+{
+    char target[128], link[128];
+    int  dfd = opendir_fd(), fd;
+    struct stat st;
+
+    snprintf(target, sizeof(target), "%s/target", dir);
+    snprintf(link, sizeof(link), "%s/pid", dir);
+    fd = open(target, O_WRONLY | O_CREAT, 0600);
+    cr_assert_eq(write(fd, "keep", 4), 4);
+    close(fd);
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_eq(safefs_open_file(dfd, "pid", O_WRONLY | O_CREAT, 0644, link,
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, ELOOP);
+    cr_assert(strstr(err, "is a symbolic link") != NULL, "%s", err);
+    cr_assert_eq(stat(target, &st), 0);
+    cr_assert_eq(st.st_size, 4);
+    close(dfd);
+}
+
+Test(safefs, open_file_refuses_a_hard_link)
+{
+    char a[128], b[128];
+    int  dfd = opendir_fd(), fd;
+
+    snprintf(a, sizeof(a), "%s/a", dir);
+    snprintf(b, sizeof(b), "%s/b", dir);
+    fd = open(a, O_WRONLY | O_CREAT, 0600);
+    close(fd);
+    cr_assert_eq(link(a, b), 0);
+    cr_assert_eq(safefs_open_file(dfd, "b", O_RDWR, 0, b, err, sizeof(err)),
+        -1);
+    cr_assert(strstr(err, "hard links") != NULL, "%s", err);
+    close(dfd);
+}
+
+Test(safefs, open_file_creates_and_accepts_a_plain_file)
+{
+    int dfd = opendir_fd(), fd;
+
+    fd = safefs_open_file(dfd, "new", O_RDWR | O_CREAT, 0640, "new", err,
+        sizeof(err));
+    cr_assert_geq(fd, 0, "%s", err);
+    cr_assert_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    close(fd);
+    close(dfd);
+}
+
+Test(safefs, mkdir_open_refuses_a_symlinked_directory)
+{
+    char link[128];
+    int  dfd = opendir_fd(), created;
+
+    snprintf(link, sizeof(link), "%s/tmp", dir);
+    cr_assert_eq(symlink("/", link), 0);
+    cr_assert_eq(safefs_mkdir_open(dfd, "tmp", 0700, link, &created, err,
+        sizeof(err)), -1);
+    cr_assert(strstr(err, "is a symbolic link") != NULL, "%s", err);
+    close(dfd);
+}
+
+Test(safefs, check_owner_refuses_open_modes)
+{
+    int dfd = opendir_fd();
+
+    cr_assert_eq(fchmod(dfd, 0700), 0);
+    cr_assert_eq(safefs_check_owner(dfd, (uid_t)-1, 0077, dir, err,
+        sizeof(err)), 0, "%s", err);
+    cr_assert_eq(fchmod(dfd, 0777), 0);
+    cr_assert_eq(safefs_check_owner(dfd, (uid_t)-1, 0077, dir, err,
+        sizeof(err)), -1);
+    cr_assert(strstr(err, "mode 0777") != NULL, "%s", err);
+    close(dfd);
+}
+
+Test(safefs, dir_trusted_needs_sticky_for_world_write)
+{
+    int dfd = opendir_fd();
+
+    cr_assert_eq(fchmod(dfd, 0755), 0);
+    cr_assert_eq(safefs_dir_trusted(dfd, dir, err, sizeof(err)), 0);
+    cr_assert_eq(fchmod(dfd, 0777), 0);
+    cr_assert_eq(safefs_dir_trusted(dfd, dir, err, sizeof(err)), -1);
+    cr_assert(strstr(err, "writable by anyone") != NULL, "%s", err);
+    cr_assert_eq(fchmod(dfd, 01777), 0);
+    cr_assert_eq(safefs_dir_trusted(dfd, dir, err, sizeof(err)), 0);
+    close(dfd);
+}
+
+Test(safefs, open_parent_names_the_last_component)
+{
+    const char *name;
+    int         fd = safefs_open_parent("/etc/passwd", &name, err,
+                        sizeof(err));
+
+    cr_assert_geq(fd, 0);
+    cr_assert_str_eq(name, "passwd");
+    close(fd);
+    cr_assert_eq(safefs_open_parent("/etc/", &name, err, sizeof(err)), -1);
+}
