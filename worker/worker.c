@@ -47,6 +47,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "common/ev.h"
@@ -209,11 +210,16 @@ worker_accept_one(struct worker *w, int fd)
 {
     struct sockaddr_storage ss;
     socklen_t               len = sizeof(ss);
-    int                     c;
+    int                     c, one = 1;
 
     c = accept4(fd, (struct sockaddr *)&ss, &len,
         SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
+        /* No Nagle: a reply written behind a small unacknowledged segment
+         * (a TLS session ticket, a 220) would wait for the client's
+         * delayed ACK, 40 ms a session (issue 20).  Replies already leave
+         * in one write per loop turn, so this adds no segments. */
+        (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         worker_admit(w, c, &ss, len);
         return 1;
     }
