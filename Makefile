@@ -52,6 +52,7 @@ umod_test_ev := common
 umod_test_log := common
 umod_test_status := common
 umod_test_util := common
+umod_test_tlskey := common
 umod_test_smtp_data := smtp
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp

@@ -35,8 +35,16 @@
 #include "master/master_int.h"
 
 static pid_t  child_master_pid;
+static struct tlskey_ring *child_tickets;   /* handed to every worker */
 static int    child_master_fds[MASTER_MAX_SLOTS * 2 + 64];
 static size_t child_nmaster_fds;
+
+void
+child_set_tickets(struct tlskey_ring *r)
+{
+    child_tickets = r;
+}
+
 
 void
 child_set_master_pid(pid_t pid)
@@ -165,6 +173,7 @@ child_spawn_worker(struct slot *s, struct generation *g,
     a.listen_fds = g->lfds;
     a.nlisten = g->nlisten;
     a.status = st;
+    a.tickets = child_tickets;
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */

@@ -53,6 +53,7 @@
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tlskey.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "router/router.h"
@@ -441,12 +442,18 @@ worker_tls_init(struct worker *w)
     struct net_tls_opts o;
     char err[512];
 
-    if (w->cfg->tls_cert_file == NULL)
+    if (w->cfg->ntls_certs == 0)
         return 0;
-    o.cert_file = w->cfg->tls_cert_file;
-    o.key_file = w->cfg->tls_key_file;
+    o.cert_files = (const char *const *)w->cfg->tls_cert_files;
+    o.key_files = (const char *const *)w->cfg->tls_key_files;
+    o.ncerts = w->cfg->ntls_certs;
     o.min_version = w->cfg->tls_min_version;
     o.ciphers = w->cfg->tls_ciphers;
+    /* The daemon-wide ticket keys: read-only here, so a worker can open
+     * any ticket but not plant a key (see common/tlskey.h). */
+    if (w->a.tickets != NULL)
+        tlskey_readonly(w->a.tickets);
+    o.tickets = w->a.tickets;
     w->tls_ctx = net_tls_ctx(&o, err, sizeof(err));
     if (w->tls_ctx == NULL) {
         log_err("STARTTLS: %s", err);
