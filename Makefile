@@ -70,6 +70,7 @@ umod_scan_bench := smtp
 umod_spool_bench := spool
 umod_smtpblast := common
 umod_smtpsink := common
+umod_tlsblast := common
 
 .SECONDARY:
 .PHONY: all deps run test unit integration asan bench install clean check-deps layering

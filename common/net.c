@@ -289,16 +289,16 @@ net_ticket_mac(EVP_MAC_CTX *hctx, struct tlskey *k)
 
 /* net_ticket_cb - OpenSSL's ticket key callback (RFC 5077 layout: name,
  * IV, AES-256-CBC, HMAC-SHA256), with the keys of the shared ring.
- * Encrypting: the current key, 1.  Decrypting: 1 with the current key, 2
- * with the previous one (OpenSSL then issues a fresh ticket), 0 for a
- * name we do not know (a full handshake), -1 on an internal error. */
+ * Encrypting: the current key, 1.  Decrypting: 2 with the current or
+ * the previous key (see below), 0 for a name we do not know (a full
+ * handshake), -1 on an internal error. */
 static int
 net_ticket_cb(SSL *ssl, unsigned char *name, unsigned char *iv,
     EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
 {
     const struct tlskey_ring *ring = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     struct tlskey             k;
-    int                       which = 0, rc = -1;
+    int                       rc = -1;
 
     if (ring == NULL)
         return -1;
@@ -312,13 +312,19 @@ net_ticket_cb(SSL *ssl, unsigned char *name, unsigned char *iv,
             goto out;
         rc = 1;
     } else {
-        if ((which = tlskey_find(ring, name, &k)) < 0)
+        if (tlskey_find(ring, name, &k) < 0)
             return 0;
         if (net_ticket_mac(hctx, &k) < 0 ||
             EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k.aes,
             iv) != 1)
             goto out;
-        rc = which == 0 ? 1 : 2;
+        /* Always 2, "renew": OpenSSL then sends a fresh ticket, sealed
+         * with the current key, on every resumed connection.  A TLS 1.3
+         * client uses a ticket once (RFC 8446 C.4; OpenSSL's client marks
+         * it spent), so without a new one every other connection of a
+         * client that keeps its last session was a full handshake; for
+         * TLS 1.2 it moves a ticket made with the previous key forward. */
+        rc = 2;
     }
 out:
     tlskey_wipe(&k);

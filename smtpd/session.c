@@ -1091,8 +1091,9 @@ sess_tls_reset(struct sess *s)
     int            bits, alg_bits;
     const char    *cipher = net_tls_cipher(&s->tp, &bits, &alg_bits);
 
-    log_info("STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
-        (unsigned)s->port, net_tls_version(&s->tp), cipher, bits);
+    log_info("STARTTLS from [%s]:%u: %s %s (%d bits)%s", s->ip,
+        (unsigned)s->port, net_tls_version(&s->tp), cipher, bits,
+        net_tls_resumed(&s->tp) ? ", session resumed" : "");
     sess_txn_free(s);
     free(s->helo);
     s->helo = NULL;

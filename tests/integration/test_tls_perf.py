@@ -144,15 +144,17 @@ def tls_session(port, ctx, session=None):
         return sess, reused, ver
 
 
-def owner_of(local_port, pids):
+def owner_of(local_port, server_port, pids):
     """Which of pids holds the server end of the connection from
     local_port (its socket inode is among the process's fds)."""
     inode = None
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             parts = line.split()
+            lport = int(parts[1].split(":")[1], 16)
             rport = int(parts[2].split(":")[1], 16)
-            if rport == local_port:
+            if lport == server_port and rport == local_port and \
+                    parts[9] != "0":
                 inode = parts[9]
     assert inode, "no server socket for client port %d" % local_port
     for pid in pids:
@@ -184,7 +186,7 @@ def session_on(port, ctx, session, only, others):
                      what="worker %d stopped" % pid)
         with Client(port, timeout=20) as c:
             assert c.reply().code == 220
-            who = owner_of(c.sock.getsockname()[1], [only] + others)
+            who = owner_of(c.sock.getsockname()[1], port, [only] + others)
             assert c.cmd("EHLO client.test").code == 250
             assert c.cmd("STARTTLS").code == 220
             c.sock = ctx.wrap_socket(c.sock, session=session)
@@ -363,3 +365,29 @@ def test_certificate_list_errors(mtad_factory, workdir, hole, tls, want):
                        text=True, timeout=30)
     assert r.returncode == 1
     assert re.search(want, r.stderr), r.stderr
+
+
+def test_a_client_keeping_its_last_session_resumes_every_time(
+        mtad_factory, workdir, hole):
+    """What an MTA client does (Postfix's session cache): keep the session
+    of the last connection and offer it on the next.  A TLS 1.3 ticket is
+    used once, so the server must hand out a fresh one on every resumed
+    connection; before, every other connection was a full handshake.  Two
+    tlsblast threads, 15 connections each: all but each thread's first
+    are resumed, whichever of the two workers takes them."""
+    from conftest import BUILD
+    cfg, _ = tls_cfg(hole, workdir, kinds=("ec",), workers_n=2)
+    cfg["routes"] = {"default": "discard"}
+    m = mtad_factory(cfg).start()
+    r = subprocess.run([os.path.join(BUILD, "bench", "tlsblast"), "-s",
+                        "127.0.0.1:%d" % m.port, "-c", "2", "-m", "30",
+                        "-k", "1", "-R", "-3", "-T", "60"],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    kv = dict(x.split("=", 1) for x in r.stdout.split())
+    assert kv["accepted"] == "30" and kv["errors"] == "0", kv
+    assert kv["conns"] == "30", kv
+    assert kv["resumed"] == "28", kv
+    text = m.wait_log("session resumed")
+    assert len(re.findall(r"STARTTLS from .*TLSv1\.3 .*, session resumed",
+                          text)) >= 1
