@@ -73,7 +73,7 @@ umod_smtpsink := common
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps layering
+.PHONY: all deps run test unit integration asan bench bench-tls install clean check-deps layering
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -147,6 +147,11 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# Opt-in: mtad's inbound STARTTLS rows (bench/tls_bench.py), apart from
+# `make bench` so that its time does not grow.
+bench-tls: all
+	@/usr/bin/python3 bench/tls_bench.py
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \
