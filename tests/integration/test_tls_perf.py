@@ -391,3 +391,31 @@ def test_a_client_keeping_its_last_session_resumes_every_time(
     text = m.wait_log("session resumed")
     assert len(re.findall(r"STARTTLS from .*TLSv1\.3 .*, session resumed",
                           text)) >= 1
+
+
+def test_tlsblast_counts_what_mtad_accepted(mtad_factory, workdir, hole):
+    """The TLS bench's client: 3 threads, 40 messages, 7 per connection
+    (so the last connections are partial): it reports 40 accepted, and
+    mtad's own counters (mtactl status) say 40 messages came in over
+    exactly as many connections as tlsblast made."""
+    from conftest import BUILD
+    from process_util import parse_status
+    cfg, _ = tls_cfg(hole, workdir, kinds=("ec",), workers_n=2)
+    cfg["routes"] = {"default": "discard"}
+    m = mtad_factory(cfg).start()
+    r = subprocess.run([os.path.join(BUILD, "bench", "tlsblast"), "-s",
+                        "127.0.0.1:%d" % m.port, "-c", "3", "-m", "40",
+                        "-k", "7", "-z", "3000", "-T", "60"],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    kv = dict(x.split("=", 1) for x in r.stdout.split())
+    assert (kv["sent"], kv["accepted"], kv["errors"]) == ("40", "40", "0")
+
+    def totals():
+        _, ws = parse_status(m.ctl("status", check=True).stdout)
+        return (sum(int(w["msgs_in"]) for w in ws),
+                sum(int(w["conns_total"]) for w in ws))
+    # conns_total also counts mtad -f's own readiness probe (one 220).
+    got = wait_for(lambda: (lambda t: t if t[0] == 40 else None)(totals()),
+                   timeout=20, what="40 messages in mtactl status")
+    assert got[1] == int(kv["conns"]) + 1, (got, kv)
