@@ -41,7 +41,7 @@ STARTED = []
 SCENARIOS = {
     "hs": dict(c=20, k=1, resume=False, frac=1.0),
     "resume": dict(c=20, k=1, resume=True, frac=1.0),
-    "one": dict(c=1, k=1, resume=False, frac=0.25),
+    "one": dict(c=1, k=1, resume=False, frac=0.1),
     "k100": dict(c=20, k=100, resume=False, frac=4.0),
 }
 

@@ -146,6 +146,13 @@ tlskey_readonly(struct tlskey_ring *r)
 }
 
 
+void
+tlskey_forget(struct tlskey_ring *r)
+{
+    (void)munmap(r, sizeof(*r));
+}
+
+
 /* tlskey_read - the reader's half: slot cur (which 0) or the other
  * (which 1), consistent with one seq value. */
 static void

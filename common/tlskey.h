@@ -47,6 +47,8 @@ struct tlskey_ring *tlskey_create(uint64_t period_ms, uint64_t now_ms);
 /* 1 when a new key was made, 0 when none is due yet, -1 on failure. */
 int     tlskey_rotate(struct tlskey_ring *r, uint64_t now_ms);
 void    tlskey_readonly(struct tlskey_ring *r);
+/* A process that needs no keys (the log process) unmaps them. */
+void    tlskey_forget(struct tlskey_ring *r);
 /* The key to encrypt new tickets with. */
 void    tlskey_current(const struct tlskey_ring *r, struct tlskey *out);
 /* The key named name: 0 the current one, 1 the previous one (still

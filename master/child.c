@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tlskey.h"
 #include "config/config.h"
 #include "worker/worker.h"
 #include "master/master.h"
@@ -193,6 +194,8 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
         return pid;                 /* the master, or -1 */
     child_common(keep, 2);
     (void)close(sv[0]);
+    if (child_tickets != NULL)
+        tlskey_forget(child_tickets);   /* no TLS here: no ticket keys */
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
     privs_drop(p);
     proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */

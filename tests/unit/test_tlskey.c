@@ -101,3 +101,12 @@ Test(tlskey, a_reader_cannot_write_the_page, .signal = SIGSEGV)
     tlskey_readonly(r);
     (void)tlskey_rotate(r, 10 * P);     /* a write: must fault */
 }
+
+Test(tlskey, a_forgotten_page_is_gone, .signal = SIGSEGV)
+{
+    struct tlskey_ring *r = tlskey_create(P, 0);
+    struct tlskey       k;
+
+    tlskey_forget(r);
+    tlskey_current(r, &k);              /* unmapped: must fault */
+}
