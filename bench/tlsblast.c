@@ -122,7 +122,8 @@ tb_reply(struct tb_conn *c, int *ehlo_pipe)
         if (c->len == sizeof(c->in))
             return -1;
         if (c->ssl != NULL)
-            r = SSL_read(c->ssl, c->in + c->len, (int)(sizeof(c->in) - c->len));
+            r = SSL_read(c->ssl, c->in + c->len,
+                (int)(sizeof(c->in) - c->len));
         else
             r = (int)recv(c->fd, c->in + c->len, sizeof(c->in) - c->len, 0);
         if (r <= 0)

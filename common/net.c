@@ -296,10 +296,11 @@ static int
 net_ticket_cb(SSL *ssl, unsigned char *name, unsigned char *iv,
     EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
 {
-    const struct tlskey_ring *ring = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    const struct tlskey_ring *ring;
     struct tlskey             k;
     int                       rc = -1;
 
+    ring = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     if (ring == NULL)
         return -1;
     if (enc) {

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #include <openssl/crypto.h>
@@ -102,9 +103,19 @@ tlskey_create(uint64_t period_ms, uint64_t now_ms)
     struct tlskey_ring *r;
     struct tlskey       k;
     void               *p;
+    int                 fd;
 
-    p = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
-        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    /* A named memfd rather than an anonymous mapping: the page shows up
+     * as /memfd:mtad-tlskeys in /proc/PID/maps, apart from the status
+     * page.  The fd is not needed once mapped. */
+    if ((fd = memfd_create("mtad-tlskeys", MFD_CLOEXEC)) < 0)
+        return NULL;
+    if (ftruncate(fd, (off_t)sizeof(*r)) < 0) {
+        close(fd);
+        return NULL;
+    }
+    p = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
     if (p == MAP_FAILED)
         return NULL;
     r = p;                          /* zero-filled */

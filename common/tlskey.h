@@ -1,8 +1,9 @@
 /*
  * tlskey.h - the TLS session-ticket keys of the whole daemon: one
- * anonymous MAP_SHARED page made by the master before its first fork, so
- * a ticket issued by one worker is accepted by every other worker, of
- * this generation and of the next (a reload keeps the page).
+ * MAP_SHARED page (a memfd, "mtad-tlskeys" in /proc/PID/maps) made by the
+ * master before its first fork, so a ticket issued by one worker is
+ * accepted by every other worker, of this generation and of the next (a
+ * reload keeps the page).
  *
  * CONTRACT  tlskey_create() maps the page and makes the first key.  Only
  *           its creator writes it: tlskey_rotate(r, now) makes a new key
@@ -11,9 +12,11 @@
  *           more period, the key before that is overwritten (nginx's
  *           ssl_session_ticket_key files, Postfix's tlsmgr).  Readers copy
  *           a key out under a sequence lock, so never a torn key, and call
- *           tlskey_readonly() once after fork: they can read the page but
- *           not plant a key in it.  tlskey_current() is the key for new
- *           tickets; tlskey_find() looks a ticket's key up by name.
+ *           tlskey_readonly() once after fork: a stray write faults (a
+ *           compromised worker could map it writable again, but it holds
+ *           the keys and the private key anyway).  tlskey_current() is
+ *           the key for new tickets; tlskey_find() looks a ticket's key
+ *           up by name.
  *           Times are CLOCK_MONOTONIC ms (the same in every process).
  *           The keys are never written to disk: a restart (not a reload)
  *           makes new ones, and clients do one full handshake.
@@ -21,7 +24,7 @@
  *           20) needs no key: it keeps the SSL_SESSIONs the servers hand
  *           out.  What it shares with this module is the lifetime rule:
  *           TLSKEY_PERIOD_MS is the session lifetime offered here.
- * FAILURE   tlskey_create() returns NULL with errno (mmap) or EIO (no
+ * FAILURE   tlskey_create() returns NULL with errno (memfd, mmap) or EIO (no
  *           randomness); tlskey_rotate() returns -1 when no random bytes
  *           could be had (the current key stays in use).
  */

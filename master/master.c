@@ -1240,7 +1240,8 @@ master_start(struct master *m, struct config *cfg, int foreground)
     /* The TLS session-ticket keys of the whole daemon, before the first
      * fork: every worker of every generation shares them (a reload keeps
      * them), the tick rotates them. */
-    if ((m->tickets = tlskey_create(TLSKEY_PERIOD_MS, util_now_ms())) == NULL) {
+    m->tickets = tlskey_create(TLSKEY_PERIOD_MS, util_now_ms());
+    if (m->tickets == NULL) {
         fprintf(stderr, "mtad: TLS ticket keys: %s\n", strerror(errno));
         return EX_OSERR;
     }

@@ -449,8 +449,8 @@ worker_tls_init(struct worker *w)
     o.ncerts = w->cfg->ntls_certs;
     o.min_version = w->cfg->tls_min_version;
     o.ciphers = w->cfg->tls_ciphers;
-    /* The daemon-wide ticket keys: read-only here, so a worker can open
-     * any ticket but not plant a key (see common/tlskey.h). */
+    /* The daemon-wide ticket keys, mapped read-only here: a worker opens
+     * and seals tickets, it never writes keys (see common/tlskey.h). */
     if (w->a.tickets != NULL)
         tlskey_readonly(w->a.tickets);
     o.tickets = w->a.tickets;
