@@ -58,6 +58,7 @@ umod_test_status := common
 umod_test_util := common
 umod_test_logfmt := common
 umod_test_safefs := common
+umod_test_tlskey := common
 umod_test_smtp_data := smtp
 umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
@@ -80,9 +81,10 @@ umod_spool_bench := spool
 umod_smtpblast := common
 umod_smtpsink := common
 umod_dkim_sign_bench := dkim
+umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench fuzz install clean check-deps layering deb
+.PHONY: all deps run test unit integration asan bench bench-tls fuzz install clean check-deps layering deb
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -191,6 +193,11 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# Opt-in: mtad's inbound STARTTLS rows (bench/tls_bench.py), apart from
+# `make bench` so that its time does not grow.
+bench-tls: all
+	@/usr/bin/python3 bench/tls_bench.py
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \

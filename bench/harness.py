@@ -1117,6 +1117,27 @@ def targets(results, tools):
     return out
 
 
+KEPT_SECTIONS = ("## Scale-out", "## TLS inbound")  # bench/scale.sh, bench/tls_bench.py
+
+
+def kept_sections(path):
+    """Sections of the old RESULTS.md that other runs wrote (the opt-in TLS
+    rows of `make bench-tls`): carried over, so this run does not lose them."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    out = []
+    for head in KEPT_SECTIONS:
+        i = text.find("\n" + head)
+        if i < 0:
+            continue
+        j = text.find("\n## ", i + 1)
+        out.append(text[i + 1:j + 1 if j >= 0 else len(text)].rstrip() + "\n")
+    return "\n".join(out)
+
+
 def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
     path = os.path.join(ROOT, "bench", "RESULTS.md")
     pfver = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True,
@@ -1124,13 +1145,7 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
     env = " ".join("%s=%s" % (k, os.environ[k]) for k in
                    ("BENCH_QUICK", "BENCH_ONLY", "BENCH_MTAS", "BENCH_TOOLS", "BENCH_REPS")
                    if k in os.environ)
-    # bench/scale.sh writes its own "## Scale-out" section: keep it
-    try:
-        with open(path) as f:
-            old = f.read()
-        keep = old[old.index("\n## Scale-out"):] if "\n## Scale-out" in old else ""
-    except OSError:
-        keep = ""
+    keep = kept_sections(path)
     with open(path, "w") as f:
         f.write("# Benchmark results: mtad against Postfix\n\n")
         f.write("Written by `bench/run.sh` (`make bench`); how the figures are made is "
@@ -1164,7 +1179,8 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
             f.write("- %s\n" % c)
         for title, text in configs:
             f.write("\n%s:\n\n```\n%s```\n" % (title, text))
-        f.write(keep)
+        if keep:
+            f.write("\n" + keep)
 
 
 METHOD = """

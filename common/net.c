@@ -13,7 +13,14 @@
  * MEMORY    SSL_MODE_RELEASE_BUFFERS: an idle TLS session gives its record
  *           buffers back, keeping only the SSL object itself.  No server
  *           session cache (it would grow with clients): resumption uses
- *           stateless tickets, whose key is per SSL_CTX, so per worker.
+ *           stateless tickets (TLS 1.3, and TLS 1.2 clients that send the
+ *           ticket extension), sealed with the daemon-wide keys of
+ *           common/tlskey.h when opts->tickets is set, so any worker of
+ *           any generation opens a ticket another one made.  A TLS 1.2
+ *           client that only offers a session id does a full handshake.
+ * CERTS     Several certificates of different key types in one context
+ *           (OpenSSL keeps one per type and picks per client): ECDSA
+ *           signs a handshake for a fraction of RSA-2048's CPU.
  * FAILURE   Never logs; -1 with errno kept, or a reason in err.
  */
 #include <errno.h>
@@ -23,11 +30,20 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include <time.h>
+
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "common/util.h"
 #include "common/net.h"
+#include "common/tlskey.h"
 
 #define TRANSPORT_TLS_CHUNK  (INT_MAX / 2)  /* SSL_read/SSL_write take int */
 
@@ -256,6 +272,98 @@ net_ctx_err(const char *what, const char *file, char *err,
 }
 
 
+/* net_ticket_mac - the HMAC-SHA256 key of a ticket key into hctx. */
+static int
+net_ticket_mac(EVP_MAC_CTX *hctx, struct tlskey *k)
+{
+    OSSL_PARAM p[3];
+
+    p[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k->hmac,
+        sizeof(k->hmac));
+    p[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+        (char *)"SHA256", 0);
+    p[2] = OSSL_PARAM_construct_end();
+    return EVP_MAC_CTX_set_params(hctx, p) == 1 ? 0 : -1;
+}
+
+
+/* net_ticket_cb - OpenSSL's ticket key callback (RFC 5077 layout: name,
+ * IV, AES-256-CBC, HMAC-SHA256), with the keys of the shared ring.
+ * Encrypting: the current key, 1.  Decrypting: 2 with the current or
+ * the previous key (see below), 0 for a name we do not know (a full
+ * handshake), -1 on an internal error. */
+static int
+net_ticket_cb(SSL *ssl, unsigned char *name, unsigned char *iv,
+    EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
+{
+    const struct tlskey_ring *ring;
+    struct tlskey             k;
+    int                       rc = -1;
+
+    ring = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (ring == NULL)
+        return -1;
+    if (enc) {
+        tlskey_current(ring, &k);
+        memcpy(name, k.name, TLSKEY_NAME_LEN);
+        if (RAND_bytes(iv, EVP_CIPHER_get_iv_length(EVP_aes_256_cbc())) != 1)
+            goto out;
+        if (EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k.aes,
+            iv) != 1 || net_ticket_mac(hctx, &k) < 0)
+            goto out;
+        rc = 1;
+    } else {
+        if (tlskey_find(ring, name, &k) < 0)
+            return 0;
+        if (net_ticket_mac(hctx, &k) < 0 ||
+            EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k.aes,
+            iv) != 1)
+            goto out;
+        /* Always 2, "renew": OpenSSL then sends a fresh ticket, sealed
+         * with the current key, on every resumed connection.  TLS 1.3
+         * clients should use a ticket once (RFC 8446 C.4), and OpenSSL's
+         * does not offer a spent one again: with 1 (no new ticket) a
+         * client that keeps its last session did a full handshake every
+         * other connection (measured with bench/tlsblast -R).  For TLS
+         * 1.2 it moves a ticket made with the previous key forward. */
+        rc = 2;
+    }
+out:
+    tlskey_wipe(&k);
+    return rc;
+}
+
+
+/* net_ctx_certs - every certificate with its key; OpenSSL files each in
+ * the slot of its key type, and a second one of the same type replaces
+ * the first, which the config check refuses before we get here. */
+static int
+net_ctx_certs(SSL_CTX *ctx, const struct net_tls_opts *cfg, char *err,
+    size_t errsz)
+{
+    size_t i;
+
+    if (cfg->ncerts == 0 || cfg->ncerts > NET_TLS_MAX_CERTS) {
+        snprintf(err, errsz, "tls.cert_file: %zu certificates (1 to %d)",
+            cfg->ncerts, NET_TLS_MAX_CERTS);
+        return -1;
+    }
+    for (i = 0; i < cfg->ncerts; i++) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert_files[i])
+            != 1) {
+            net_ctx_err("tls.cert_file", cfg->cert_files[i], err, errsz);
+            return -1;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key_files[i],
+            SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+            net_ctx_err("tls.key_file", cfg->key_files[i], err, errsz);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
 struct ssl_ctx_st *
 net_tls_ctx(const struct net_tls_opts *cfg, char *err, size_t errsz)
 {
@@ -273,19 +381,26 @@ net_tls_ctx(const struct net_tls_opts *cfg, char *err, size_t errsz)
         SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     (void)SSL_CTX_set_num_tickets(ctx, 1);
+    if (cfg->tickets != NULL) {
+        /* A ticket outlives neither of the two periods its key is kept. */
+        SSL_CTX_set_app_data(ctx, (void *)cfg->tickets);
+        (void)SSL_CTX_set_timeout(ctx,
+            (long)(tlskey_period_ms(cfg->tickets) / 1000));
+        if (SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, net_ticket_cb) != 1) {
+            net_ctx_err("session tickets", NULL, err, errsz);
+            goto fail;
+        }
+    }
+    if (SSL_CTX_set1_groups_list(ctx, NET_TLS_GROUPS) != 1) {
+        net_ctx_err("key exchange groups", NULL, err, errsz);
+        goto fail;
+    }
     if (SSL_CTX_set_min_proto_version(ctx, cfg->min_version) != 1) {
         net_ctx_err("tls.min_version", NULL, err, errsz);
         goto fail;
     }
-    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert_file) != 1) {
-        net_ctx_err("tls.cert_file", cfg->cert_file, err, errsz);
+    if (net_ctx_certs(ctx, cfg, err, errsz) < 0)
         goto fail;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key_file,
-        SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-        net_ctx_err("tls.key_file", cfg->key_file, err, errsz);
-        goto fail;
-    }
     if (cfg->ciphers != NULL &&
         SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
         net_ctx_err("tls.ciphers", NULL, err, errsz);
@@ -377,4 +492,81 @@ net_tls_cipher(const struct net_conn *t, int *bits, int *alg_bits)
         return "none";
     *bits = SSL_CIPHER_get_bits(c, alg_bits);
     return SSL_CIPHER_get_name(c);
+}
+
+
+int
+net_tls_resumed(const struct net_conn *t)
+{
+    return t->ssl != NULL && SSL_session_reused(t->ssl) == 1;
+}
+
+
+/* net_key_kind - "RSA 2048 bits", "ECDSA P-256", "ED25519". */
+static void
+net_key_kind(EVP_PKEY *pk, char *out, size_t outsz)
+{
+    char group[64];
+
+    if (EVP_PKEY_is_a(pk, "RSA")) {
+        snprintf(out, outsz, "RSA %d bits", EVP_PKEY_get_bits(pk));
+    } else if (EVP_PKEY_is_a(pk, "EC")) {
+        group[0] = '\0';
+        (void)EVP_PKEY_get_utf8_string_param(pk, OSSL_PKEY_PARAM_GROUP_NAME,
+            group, sizeof(group), NULL);
+        snprintf(out, outsz, "ECDSA %s", strcmp(group, "prime256v1") == 0 ?
+            "P-256" : strcmp(group, "secp384r1") == 0 ? "P-384" :
+            group[0] ? group : "?");
+    } else {
+        snprintf(out, outsz, "%s", EVP_PKEY_get0_type_name(pk) ?
+            EVP_PKEY_get0_type_name(pk) : "unknown key");
+    }
+}
+
+
+int
+net_tls_cert_info(const char *file, char *out, size_t outsz)
+{
+    FILE      *f;
+    X509      *x;
+    EVP_PKEY  *pk;
+    struct tm  tm;
+    time_t     now = time(NULL), end;
+    char       kind[80], subj[256], when[32];
+    int        days, secs;
+
+    ERR_clear_error();
+    if ((f = fopen(file, "r")) == NULL) {
+        snprintf(out, outsz, "%s", strerror(errno));
+        return -1;
+    }
+    x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    if (x == NULL) {
+        net_ctx_err("no PEM certificate", NULL, out, outsz);
+        return -1;
+    }
+    if ((pk = X509_get0_pubkey(x)) != NULL)
+        net_key_kind(pk, kind, sizeof(kind));
+    else
+        snprintf(kind, sizeof(kind), "unreadable key");
+    X509_NAME_oneline(X509_get_subject_name(x), subj, sizeof(subj));
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) != 1) {
+        X509_free(x);
+        snprintf(out, outsz, "unreadable expiry date");
+        return -1;
+    }
+    end = timegm(&tm);
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    if (ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(x)) != 1)
+        days = (int)((end - now) / 86400);
+    if (end <= now)
+        snprintf(out, outsz, "%s, %s, EXPIRED %s (%d days ago)", kind, subj,
+            when, -days);
+    else
+        snprintf(out, outsz, "%s, %s, expires %s (in %d days)", kind, subj,
+            when, days);
+    X509_free(x);
+    ERR_clear_error();
+    return 0;
 }

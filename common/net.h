@@ -47,16 +47,26 @@ ssize_t net_writev(struct net_conn *t, const struct iovec *iov,
             int iovcnt);
 void    net_close(struct net_conn *t);
 
-/* What a server context is built from (relay.yaml's tls.* keys). */
+/* What a server context is built from (relay.yaml's tls.* keys).  Up to
+ * NET_TLS_MAX_CERTS certificates, each with its key (cert_files[i] goes
+ * with key_files[i]), of different key types: OpenSSL picks per client
+ * (an ECDSA one for a client that offers ECDSA, RSA for the others). */
+#define NET_TLS_MAX_CERTS 4
+struct tlskey_ring;
 struct net_tls_opts {
-    const char *cert_file;          /* PEM chain */
-    const char *key_file;
+    const char *const *cert_files;  /* PEM chains, leaf first */
+    const char *const *key_files;
+    size_t      ncerts;
     int         min_version;        /* TLS1_2_VERSION ... */
     const char *ciphers;            /* NULL: OpenSSL's default */
+    /* Session-ticket keys shared by every worker (common/tlskey.h); NULL:
+     * OpenSSL's own random key, valid in this context only. */
+    const struct tlskey_ring *tickets;
 };
 
-/* The server context for opts; NULL
- * and a reason in err on failure. */
+/* The key-exchange groups offered, X25519 first (the cheapest). */
+#define NET_TLS_GROUPS "X25519:P-256:X448:P-521:P-384:ffdhe2048:ffdhe3072"
+
 struct ssl_ctx_st *net_tls_ctx(const struct net_tls_opts *cfg, char *err,
             size_t errsz);
 void    net_tls_ctx_free(struct ssl_ctx_st *ctx);     /* NULL ok */
@@ -71,5 +81,12 @@ int     net_pending(const struct net_conn *t);
 const char *net_tls_version(const struct net_conn *t);
 const char *net_tls_cipher(const struct net_conn *t, int *bits,
             int *alg_bits);
+/* Whether the handshake resumed a session (a ticket); 0 when plain. */
+int     net_tls_resumed(const struct net_conn *t);
+/* One line about the first certificate of a PEM file: key type and size,
+ * subject, and when it expires ("RSA 2048 bits, CN=mx.example.org,
+ * expires 2027-03-01 12:00:00 UTC (in 89 days)"); 0, or -1 with the
+ * reason in out. */
+int     net_tls_cert_info(const char *file, char *out, size_t outsz);
 
 #endif /* MTAD_NET_H */

@@ -42,6 +42,8 @@ struct config_dkim_key {
     int     algorithm;              /* enum dkim_alg (dkim/dkim.h) */
 };
 
+#define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
+
 struct config {
     char   *path;                   /* the file it came from */
 
@@ -112,11 +114,17 @@ struct config {
     struct sockaddr_storage metrics_addr;
     socklen_t metrics_addrlen;
 
-    /* tls: inbound STARTTLS, offered only when both files are set.  At
-     * load both files are read and the key is checked against the
-     * certificate (so an unreadable or mismatched pair is a config error). */
-    char   *tls_cert_file;          /* PEM chain, leaf first; NULL = no TLS */
-    char   *tls_key_file;           /* PEM private key */
+    /* tls: inbound STARTTLS, offered only when both keys are set.  Each
+     * is one file or a list (at most CONFIG_TLS_MAX_CERTS, one per key
+     * type: RSA and ECDSA side by side); key i goes with certificate i.
+     * At load every file is read and each key checked against its
+     * certificate (so an unreadable or mismatched pair is a config
+     * error). */
+    char   *tls_cert_files[CONFIG_TLS_MAX_CERTS]; /* PEM, leaf first */
+    char   *tls_key_files[CONFIG_TLS_MAX_CERTS];  /* PEM private keys */
+    size_t  ntls_certs;             /* 0 = no TLS */
+    char   *tls_cert_file;          /* tls_cert_files[0] (not a copy) */
+    char   *tls_key_file;           /* tls_key_files[0] (not a copy) */
     int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
     char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
 

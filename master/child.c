@@ -31,14 +31,23 @@
 #include "common/sandbox.h"
 #include "router/router.h"
 #include "common/status.h"
+#include "common/tlskey.h"
 #include "config/config.h"
 #include "worker/worker.h"
 #include "master/master.h"
 #include "master/master_int.h"
 
 static pid_t  child_master_pid;
+static struct tlskey_ring *child_tickets;   /* handed to every worker */
 static int    child_master_fds[MASTER_MAX_SLOTS * 2 + 64];
 static size_t child_nmaster_fds;
+
+void
+child_set_tickets(struct tlskey_ring *r)
+{
+    child_tickets = r;
+}
+
 
 void
 child_set_master_pid(pid_t pid)
@@ -261,6 +270,7 @@ child_spawn_worker(struct slot *s, struct generation *g,
     a.listen_fds = g->lfds;
     a.nlisten = g->nlisten;
     a.status = st;
+    a.tickets = child_tickets;
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */
@@ -293,6 +303,8 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
         return pid;                 /* the master, or -1 */
     child_common(keep, 2);
     (void)close(sv[0]);
+    if (child_tickets != NULL)
+        tlskey_forget(child_tickets);   /* no TLS here: no ticket keys */
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
     if (sandbox && sandbox_landlock(&logd_fs, err, sizeof(err)) < 0)
         fatalx("logd: sandbox: %s", err);   /* > 0: no Landlock, go on */

@@ -18,6 +18,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "common/net.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "master/master.h"
@@ -32,12 +33,29 @@ usage(FILE *f)
         "  -c FILE  configuration (default " MTAD_DEFAULT_CONFIG ")\n"
         "  -f       stay in the foreground (systemd, make run)\n"
         "  -t       check the configuration, print \"FILE: ok\" or the errors\n"
+        "           (and each TLS certificate: key type, subject, expiry)\n"
         "  -h       this help\n"
         "exit codes: 0 ok; 1 -t found errors; 64 usage; 67 no such user or\n"
         "  group; 69 cannot listen or open the control socket; 71 system\n"
         "  error; 73 cannot create the spool, routes db, pid or log file;\n"
         "  78 invalid configuration\n"
         "signals: HUP reload, TERM/INT stop, USR1 reopen the log file\n");
+}
+
+/* print_certs - "mtad -t": which certificates STARTTLS will offer, of
+ * which key type, and when each expires (an expired one is not an error:
+ * clients that do not check still get TLS, but the operator should know). */
+static void
+print_certs(const struct config *cfg)
+{
+    char   info[512];
+    size_t i;
+
+    /* On failure info holds the reason instead: the line says either. */
+    for (i = 0; i < cfg->ntls_certs; i++) {
+        (void)net_tls_cert_info(cfg->tls_cert_files[i], info, sizeof(info));
+        printf("tls.cert_file: %s: %s\n", cfg->tls_cert_files[i], info);
+    }
 }
 
 static int
@@ -51,6 +69,7 @@ check_config(const char *path)
             "\n" : "");
         return 1;
     }
+    print_certs(cfg);
     config_free(cfg);
     printf("%s: ok\n", path);
     return 0;

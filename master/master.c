@@ -48,6 +48,7 @@
 #include "common/safefs.h"
 #include "common/sandbox.h"
 #include "common/status.h"
+#include "common/tlskey.h"
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
@@ -1005,6 +1006,19 @@ master_tick(struct master *m, uint64_t now)
         m->ring_n++;
     if (m->ticks++ % MASTER_LOAD_EVERY == 0)
         load_sample(m);             /* and the load policy: load.c */
+    switch (tlskey_rotate(m->tickets, now)) {
+    case 1:
+        log_info("TLS session-ticket key rotated (%" PRIu64 " made; the "
+            "previous one opens tickets for one more period)",
+            tlskey_made(m->tickets));
+        break;
+    case -1:
+        log_warn("TLS session-ticket key: no random bytes; the current key "
+            "stays in use");
+        break;
+    default:
+        break;
+    }
     dropped = t.log_dropped + log_dropped();
     if (dropped > m->dropped_reported) {
         log_warn("dropped %" PRIu64 " log records (%" PRIu64 " in all): the "
@@ -1327,6 +1341,15 @@ master_start(struct master *m, struct config *cfg, int foreground)
     m->status->master_started_ms = util_wall_ms();
     m->status->generation = m->cur->id;
     m->status->nworkers = (uint32_t)cfg->workers;
+    /* The TLS session-ticket keys of the whole daemon, before the first
+     * fork: every worker of every generation shares them (a reload keeps
+     * them), the tick rotates them. */
+    m->tickets = tlskey_create(TLSKEY_PERIOD_MS, util_now_ms());
+    if (m->tickets == NULL) {
+        fprintf(stderr, "mtad: TLS ticket keys: %s\n", strerror(errno));
+        return EX_OSERR;
+    }
+    child_set_tickets(m->tickets);
     master_mkparent(cfg->control_socket);
     m->ctlfd = ctl_listen(cfg->control_socket, &m->cur->privs, err,
         sizeof(err));

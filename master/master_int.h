@@ -89,6 +89,9 @@ pid_t   child_spawn_logd(struct slot *s, const struct privs *p,
 void    child_register_master_fd(int fd);
 void    child_unregister_master_fd(int fd);
 void    child_set_master_pid(pid_t pid);
+/* The TLS session-ticket keys (common/tlskey.h) every worker gets. */
+struct tlskey_ring;
+void    child_set_tickets(struct tlskey_ring *r);
 
 /* Privileges. */
 int     privs_resolve(const struct config *cfg, struct privs *p,
@@ -145,6 +148,7 @@ struct master {
     struct slot        slots[MASTER_MAX_SLOTS];
     struct slot        logd;
     struct status_page *status;
+    struct tlskey_ring *tickets;    /* kept across generations */
     int                epfd, sigfd, ctlfd;
     int                log_send, log_recv, log_file;
     char              *log_path;

@@ -1248,9 +1248,11 @@ sess_tls_reset(struct sess *s)
     STATUS_ADD(d->st->ops.tls_ok, 1);
     log_ev(LOGL_INFO, "tls", LOG_KVS(SESS_CLIENT(s),
         LKV_S("tls_version", net_tls_version(&s->tp)),
-        LKV_S("cipher", cipher), LKV_I("bits", bits)),
-        "STARTTLS from [%s]:%u: %s %s (%d bits)", s->ip,
-        (unsigned)s->port, net_tls_version(&s->tp), cipher, bits);
+        LKV_S("cipher", cipher), LKV_I("bits", bits),
+        LKV_I("resumed", net_tls_resumed(&s->tp))),
+        "STARTTLS from [%s]:%u: %s %s (%d bits)%s", s->ip,
+        (unsigned)s->port, net_tls_version(&s->tp), cipher, bits,
+        net_tls_resumed(&s->tp) ? ", session resumed" : "");
     sess_txn_free(s);
     free(s->helo);
     s->helo = NULL;

@@ -50,11 +50,13 @@
 #include <string.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/tlskey.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "router/router.h"
@@ -251,13 +253,18 @@ worker_accept_one(struct worker *w, int fd)
 {
     struct sockaddr_storage ss;
     socklen_t               len = sizeof(ss);
-    int                     c;
+    int                     c, one = 1;
 
     c = accept4(fd, (struct sockaddr *)&ss, &len,
         SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c >= 0) {
         const struct config_listen *l = worker_listener(w, fd);
 
+        /* No Nagle: a reply written behind a small unacknowledged segment
+         * (a TLS session ticket, a 220) would wait for the client's
+         * delayed ACK, 40 ms a session (issue 20).  Replies already leave
+         * in one write per loop turn, so this adds no segments. */
+        (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (l != NULL && l->proxy != 0)
             wproxy_accept(w, c, &ss, len, l);   /* header first */
         else
@@ -517,12 +524,18 @@ worker_tls_init(struct worker *w)
     struct net_tls_opts o;
     char err[512];
 
-    if (w->cfg->tls_cert_file == NULL)
+    if (w->cfg->ntls_certs == 0)
         return 0;
-    o.cert_file = w->cfg->tls_cert_file;
-    o.key_file = w->cfg->tls_key_file;
+    o.cert_files = (const char *const *)w->cfg->tls_cert_files;
+    o.key_files = (const char *const *)w->cfg->tls_key_files;
+    o.ncerts = w->cfg->ntls_certs;
     o.min_version = w->cfg->tls_min_version;
     o.ciphers = w->cfg->tls_ciphers;
+    /* The daemon-wide ticket keys, mapped read-only here: a worker opens
+     * and seals tickets, it never writes keys (see common/tlskey.h). */
+    if (w->a.tickets != NULL)
+        tlskey_readonly(w->a.tickets);
+    o.tickets = w->a.tickets;
     w->tls_ctx = net_tls_ctx(&o, err, sizeof(err));
     if (w->tls_ctx == NULL) {
         log_err("STARTTLS: %s", err);

@@ -28,6 +28,7 @@
 
 struct config;
 struct status_page;
+struct tlskey_ring;
 
 struct worker_args {
     const struct config *cfg;
@@ -39,6 +40,9 @@ struct worker_args {
     const int          *listen_fds;
     size_t              nlisten;
     struct status_page *status;
+    /* TLS session-ticket keys shared by every worker (made by the master
+     * before the first fork); NULL: each TLS context makes its own. */
+    struct tlskey_ring *tickets;
 };
 
 struct worker;

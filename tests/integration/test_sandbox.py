@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 
-
 from mtadtest import (MTAD, alive, children_by_comm, proc_status, wait_for,
                       workers)
 

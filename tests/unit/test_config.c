@@ -38,7 +38,7 @@ tc_setup(void)
 
 /* Files the tls tests make in tdir (removed whether or not they exist). */
 static const char *const tc_tls_files[] = {
-    "a.crt", "a.key", "b.crt", "b.key", "junk.pem"
+    "a.crt", "a.key", "b.crt", "b.key", "junk.pem", "r.crt", "r.key"
 };
 
 static void
@@ -988,4 +988,71 @@ Test(config, ops_keys_bad)
     tc_load_bad("routes:\n  default: discard\nmetrics:\n  port: 1\n",
         "%P:4:3: metrics.port: unknown key 'port' (expected one of: "
         "listen)");
+}
+
+
+/* tc_cert_rsa - an RSA-2048 certificate tdir/NAME.crt and tdir/NAME.key. */
+static void
+tc_cert_rsa(const char *name)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "openssl req -x509 -newkey rsa:2048 -nodes "
+        "-keyout %s/%s.key -out %s/%s.crt -days 2 -subj /CN=mx.example.net "
+        ">/dev/null 2>&1", tdir, name, tdir, name);
+    cr_assert_eq(system(cmd), 0, "openssl req failed: %s", cmd);
+}
+
+Test(config, tls_rsa_and_ecdsa_lists)
+{
+    struct config *c;
+    char           want[256];
+
+    tc_cert_rsa("r");
+    tc_cert("a");
+    c = tc_tls_load("tls:\n  cert_file: [%1$s/r.crt, %1$s/a.crt]\n"
+        "  key_file:\n    - %1$s/r.key\n    - %1$s/a.key\n");
+    cr_assert_not_null(c, "config_load failed: %s", terr);
+    cr_assert_eq(c->ntls_certs, 2);
+    snprintf(want, sizeof(want), "%s/r.crt", tdir);
+    cr_assert_str_eq(c->tls_cert_files[0], want);
+    cr_assert_str_eq(c->tls_cert_file, want, "the first, as before");
+    snprintf(want, sizeof(want), "%s/a.key", tdir);
+    cr_assert_str_eq(c->tls_key_files[1], want);
+    cr_assert_null(c->tls_cert_files[2]);
+    config_free(c);
+    /* One string is still one certificate. */
+    c = tc_tls_load("tls:\n  cert_file: %1$s/a.crt\n  key_file: [%1$s/a.key]\n");
+    cr_assert_not_null(c, "config_load failed: %s", terr);
+    cr_assert_eq(c->ntls_certs, 1);
+    config_free(c);
+}
+
+Test(config, tls_list_errors_name_the_item)
+{
+    tc_cert_rsa("r");
+    tc_cert("a");
+    tc_cert("b");
+    tc_tls_bad("tls:\n  cert_file: [%1$s/r.crt, %1$s/a.crt]\n"
+        "  key_file: %1$s/r.key\n",
+        "5:13: tls.key_file: 1 key for 2 certificates in tls.cert_file; "
+        "give one key per certificate, in the same order");
+    tc_tls_bad("tls:\n  cert_file:\n    - %1$s/r.crt\n    - {}\n"
+        "  key_file: %1$s/r.key\n",
+        "6:7: tls.cert_file[1]: expected a file name, got an empty mapping");
+    tc_tls_bad("tls:\n  cert_file: [a, b, c, d, e]\n  key_file: k\n",
+        "4:14: tls.cert_file: expected a file name or a list of 1 to 4 "
+        "file names, got a sequence");
+    {
+        char want[2048];
+
+        cr_assert_null(tc_tls_load("tls:\n  cert_file: [%1$s/a.crt, "
+            "%1$s/b.crt]\n  key_file: [%1$s/a.key, %1$s/b.key]\n"));
+        snprintf(want, sizeof(want), "%s:4:%zu: tls.cert_file: '%s/b.crt' "
+            "has the same key type (id-ecPublicKey) as '%s/a.crt'; give at "
+            "most one certificate per key type (for example one RSA and one "
+            "ECDSA)", tpath, 15 + strlen(tdir) + strlen("/a.crt, "), tdir,
+            tdir);
+        cr_assert_str_eq(terr, want);
+    }
 }

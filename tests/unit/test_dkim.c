@@ -74,6 +74,8 @@ expect_bytes(const struct out *o, const char *want, size_t wn,
 }
 
 static char tmpdir[] = "/tmp/test_dkim.XXXXXX";
+/* Whether mkdtemp() ran: its random suffix may itself end in 'X'. */
+static int  tmpdir_made;
 
 /* A fresh key file of the algorithm; its path in a static buffer. */
 static const char *
@@ -83,8 +85,10 @@ key_file(const char *name, int alg, int bits)
     EVP_PKEY   *pk;
     FILE       *f;
 
-    if (tmpdir[sizeof(tmpdir) - 2] == 'X')
+    if (!tmpdir_made) {
         cr_assert_not_null(mkdtemp(tmpdir));
+        tmpdir_made = 1;
+    }
     snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
     pk = alg == DKIM_RSA_SHA256 ?
         EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)bits) :
@@ -105,7 +109,7 @@ cleanup(void)
     char           path[512];
     DIR           *d;
 
-    if (tmpdir[sizeof(tmpdir) - 2] == 'X' || (d = opendir(tmpdir)) == NULL)
+    if (!tmpdir_made || (d = opendir(tmpdir)) == NULL)
         return;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
