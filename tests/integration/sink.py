@@ -17,6 +17,8 @@ Steering (attributes; change them any time, they are read per command):
   greeting     the banner; anything but 220 is sent and the line closed
   ehlo_ok      False: EHLO gets 502, so the client must fall back to HELO
   rset_reply   answer RSET with this line and close (a dead reused line)
+  close_after_data  close the connection after each end-of-data reply
+               (so every message needs a connection of its own)
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
@@ -74,6 +76,7 @@ class Sink:
         self.greeting = "220 %s ESMTP test sink" % name
         self.ehlo_ok = True         # False: 502 to EHLO (HELO fallback)
         self.rset_reply = None      # e.g. "421 ...": answer RSET so, close
+        self.close_after_data = False
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -219,6 +222,8 @@ class Sink:
                     await self._end_of_data(reply, state, data, peer,
                                             conn_id, reader)
                     reset()
+                    if self.close_after_data:
+                        return
                 elif verb == "BDAT":
                     parts = arg.split()
                     size = int(parts[0])
