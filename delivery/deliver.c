@@ -17,8 +17,10 @@
  *           generation still draining) retries in DELIVER_LOCKED_MS, and a
  *           vanished file means someone else finished it.
  * ATTEMPT   Open + lock, then group the PENDING recipients by route text
- *           (router_lookup per recipient): smtp groups become one relay
- *           transaction each (relay.c); maildir, discard, reject: and
+ *           (router_lookup per recipient; an mx route groups by the
+ *           recipient's own domain): smtp and mx groups become one relay
+ *           transaction each, after their next hops are looked up in DNS
+ *           (resolve.c, then mta.c); maildir, discard, reject: and
  *           defer: are settled on the spot.  When every group is back:
  *           one DSN (dsn.c) for the recipients that bounced and were not
  *           reported yet, which are then marked notified (at once, as

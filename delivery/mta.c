@@ -7,7 +7,9 @@
  *           5xx), MAIL/RCPT/DATA pipelined when offered, the body streamed
  *           from the queue file (dot-stuffed in one pass for DATA, sent
  *           as is with sendfile for BDAT), then the per-recipient results.
- * CONTRACT  A destination is a route text.  Its connections (connecting,
+ * CONTRACT  A destination is txn->dest (a route text, or "mx:<domain>":
+ *           concurrency is per destination domain, as Postfix's
+ *           destination concurrency).  Its connections (connecting,
  *           busy or idle) never exceed conns_per_dest; transactions beyond
  *           that wait in the destination's FIFO.  After a transaction the
  *           connection stays idle for MTA_IDLE_MS and the next
@@ -30,9 +32,13 @@
  *           connect, a 4xx greeting or EHLO moves on to the next host;
  *           when none is left, or the connection drops or times out later,
  *           the recipients without a final answer are deferred; 5xx
- *           answers bounce.  Host names that are not address literals are
- *           resolved with a blocking getaddrinfo() (routes name next hops,
- *           normally literal or in /etc/hosts; mtad does no MX lookups).
+ *           answers bounce (a 5xx greeting moves on too; from the last
+ *           address it bounces).  Addresses come resolved (resolve.c, in
+ *           the loop); the relay itself never resolves a name.
+ * REUSE     Idle connections are pooled per host, not per route: a
+ *           destination without an idle connection of its own takes one
+ *           whose peer address and port are among its hops (mta_adopt), so
+ *           domains that share MX hosts share the connections to them.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1043,11 +1049,16 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     switch (c->state) {
     case C_GREETING:
         if (rp->code / 100 != 2) {
-            snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
-                c->name, rp->text);
             /* a 5xx greeting moves on like a 4xx one; only from the last
-             * address does it bounce (Postfix) */
+             * address does it bounce (Postfix), with the reply first so
+             * that the DSN carries its status code */
             c->perm = rp->code / 100 == 5;
+            if (c->perm)
+                snprintf(why, sizeof(why), "%s (host %s refused to talk to "
+                    "me)", rp->text, c->name);
+            else
+                snprintf(why, sizeof(why), "host %s refused to talk to me: "
+                    "%s", c->name, rp->text);
             mta_lost(c, why);
             return 1;
         }
