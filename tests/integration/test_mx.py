@@ -259,3 +259,23 @@ def test_route_get_shows_what_delivery_uses(mtad_factory, sink_factory,
     s21.wait_for(1)
     m.wait_log("%s: to=<q@one.%s>, relay=mx.one.%s[127.0.0.21]:25"
                % (qid, ZONE, ZONE))
+
+
+def test_5xx_greeting_moves_on_and_bounces_only_from_the_last(
+        mtad_factory, sink_factory, dns_servers):
+    home = sink_factory()
+    s11 = mx_sink(sink_factory, 11)
+    s12 = mx_sink(sink_factory, 12)
+    s13 = mx_sink(sink_factory, 13)
+    s11.greeting = s12.greeting = "554 5.7.1 no service for you"
+    s13.close_after_data = True         # no idle connection to reuse
+    m = start(mtad_factory, dns_servers.nsd, home=home)
+    send(m, "alice@home.test", ["f@multi.%s" % ZONE], make_message(1))
+    assert s13.wait_for(1)[0].rcpt_tos == ["f@multi.%s" % ZONE]
+    s13.greeting = "554 5.7.1 no service for you"
+    qid = send(m, "alice@home.test", ["b@multi.%s" % ZONE], make_message(2))
+    body = dsn_of(home)
+    assert "Status: 5.7.1\r\n" in body
+    text = m.wait_log("%s: to=<b@multi.%s>" % (qid, ZONE))
+    assert "status=bounced (554 5.7.1 no service for you (host mx3.multi.%s"\
+        "[127.0.0.13]:25 refused to talk to me)" % ZONE in text, text
