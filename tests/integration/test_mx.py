@@ -279,3 +279,23 @@ def test_5xx_greeting_moves_on_and_bounces_only_from_the_last(
     text = m.wait_log("%s: to=<b@multi.%s>" % (qid, ZONE))
     assert "status=bounced (554 5.7.1 no service for you (host mx3.multi.%s"\
         "[127.0.0.13]:25 refused to talk to me)" % ZONE in text, text
+
+
+def test_smtp_domain_is_an_mx_lookup_and_bracketed_host_is_not(
+        mtad_factory, sink_factory, dns_servers):
+    """smtp:one.mtad.test: the MX of one (mx.one, 127.0.0.21);
+    smtp:[aonly.mtad.test]:25: that name's own address (127.0.0.41),
+    whatever the recipient's domain is."""
+    s21 = mx_sink(sink_factory, 21)
+    s41 = mx_sink(sink_factory, 41)
+    m = start(mtad_factory, dns_servers.nsd,
+              routes={"static": {"via-mx.test": "smtp:one.%s" % ZONE,
+                                 "via-host.test": "smtp:[aonly.%s]:25" % ZONE}})
+    q1 = send(m, "a@home.test", ["p@via-mx.test"], make_message(1))
+    q2 = send(m, "a@home.test", ["p@via-host.test"], make_message(2))
+    assert s21.wait_for(1)[0].rcpt_tos == ["p@via-mx.test"]
+    assert s41.wait_for(1)[0].rcpt_tos == ["p@via-host.test"]
+    m.wait_log("%s: to=<p@via-mx.test>, relay=mx.one.%s[127.0.0.21]:25"
+               % (q1, ZONE))
+    m.wait_log("%s: to=<p@via-host.test>, relay=aonly.%s[127.0.0.41]:25"
+               % (q2, ZONE))
