@@ -16,6 +16,8 @@ CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
             BENCH_SECS=S        target length of one run (default 2.5 s)
             BENCH_IDLE=N        idle connections (default 10000)
             BENCH_PERF=0|1      perf profile of one extra 1k-s20 run
+          The MX rows (1k-s20-mx, 1k-s20-mx-static: next hop found by DNS
+          through a local nsd) are run by bench/mxbench.py.
           Exit 0 when the table was produced (missed figures show as "-"),
           1 when set-up failed.
 FAILURE   Every process it starts is recorded by pid and stopped by pid
@@ -34,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import mxbench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, os.environ.get("MTAD_BUILD", "build"))
@@ -180,14 +184,14 @@ def free_port():
     return port
 
 
-def wait_banner(port, timeout=15.0, proc=None):
-    """True once something on port answers with a 220 greeting."""
+def wait_banner(port, timeout=15.0, proc=None, host="127.0.0.1"):
+    """True once something on host:port answers with a 220 greeting."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            with socket.create_connection((host, port), timeout=2) as s:
                 data = s.recv(512)
                 if data.startswith(b"220"):
                     s.sendall(b"QUIT\r\n")
@@ -203,8 +207,8 @@ def wait_banner(port, timeout=15.0, proc=None):
 class Sink:
     """Our smtpsink ('ours') or Postfix's smtp-sink ('pf') on a fixed port."""
 
-    def __init__(self, kind, port, workdir):
-        self.kind, self.port, self.dir = kind, port, workdir
+    def __init__(self, kind, port, workdir, host="127.0.0.1"):
+        self.kind, self.port, self.dir, self.host = kind, port, workdir, host
         self.proc = None
         self.sharefile = os.path.join(workdir, "sink-%d.shares" % port)
         self.countfile = os.path.join(workdir, "sink-%d.count" % port)
@@ -214,14 +218,14 @@ class Sink:
         if self.kind == "ours":
             with open(self.sharefile, "w") as f:
                 f.write("4xx=0 5xx=0 delay=0\n")
-            argv = [SINK, "-l", "127.0.0.1:%d" % self.port, "-c", self.countfile,
+            argv = [SINK, "-l", "%s:%d" % (self.host, self.port), "-c", self.countfile,
                     "-i", "20", "-F", self.sharefile]
         else:
-            argv = [SMTP_SINK, "-c", "-u", "nobody", "127.0.0.1:%d" % self.port, "1024"]
+            argv = [SMTP_SINK, "-c", "-u", "nobody", "%s:%d" % (self.host, self.port), "1024"]
         if os.path.exists(self.outfile):
             os.unlink(self.outfile)
         self.proc = spawn(argv, self.outfile)
-        if not wait_banner(self.port, 10, self.proc):
+        if not wait_banner(self.port, 10, self.proc, self.host):
             raise RuntimeError("sink %s on port %d did not start" % (self.kind, self.port))
 
     def set_shares(self, pct4, pct5=0, delay_ms=0):
@@ -294,8 +298,10 @@ def mta_user():
 class Mtad:
     name = "mtad"
 
-    def __init__(self, workdir, spooldir, fsync, sinkport):
+    def __init__(self, workdir, spooldir, fsync, sinkport, route=None, extra=""):
         self.dir, self.spool, self.fsync, self.sinkport = workdir, spooldir, fsync, sinkport
+        self.route = route or "smtp:[127.0.0.1]:%d" % sinkport
+        self.extra = extra
         self.port = free_port()
         self.proc = None
         self.cfg = os.path.join(workdir, "relay.yaml")
@@ -330,7 +336,7 @@ spool:
   fsync: %(fsync)s
 routes:
   db: %(dir)s/routes.mdb
-  default: "smtp:[127.0.0.1]:%(sinkport)d"
+  default: "%(route)s"
 delivery:
   retry: [1s, 2s, 4s]
   connections_per_destination: 20
@@ -338,7 +344,7 @@ delivery:
 log:
   file: %(log)s
   level: info
-""" % dict(port=self.port, workers=NCPU, user=user, group=group, dir=self.dir,
+%(extra)s""" % dict(route=self.route, extra=self.extra, port=self.port, workers=NCPU, user=user, group=group, dir=self.dir,
                conns=conns, spool=self.spool, fsync="true" if self.fsync else "false",
                sinkport=self.sinkport, log=self.logfile))
 
@@ -438,8 +444,9 @@ queue_run_delay = 1s
 class Postfix:
     name = "postfix"
 
-    def __init__(self, workdir, queuedir, sinkport):
+    def __init__(self, workdir, queuedir, sinkport, main_extra="", wrap=()):
         self.dir, self.queue, self.sinkport = workdir, queuedir, sinkport
+        self.main_extra, self.wrap = main_extra, list(wrap)
         self.etc = os.path.join(workdir, "etc")
         self.port = free_port()
         self.master = None
@@ -448,13 +455,14 @@ class Postfix:
         os.makedirs(self.etc, exist_ok=True)
         os.makedirs(self.queue, exist_ok=True)
         with open(os.path.join(self.etc, "main.cf"), "w") as f:
-            f.write(MAIN_CF % dict(queue=self.queue, sinkport=self.sinkport, dir=self.dir))
+            f.write(MAIN_CF % dict(queue=self.queue, sinkport=self.sinkport, dir=self.dir) +
+                    self.main_extra)
         with open(os.path.join(self.etc, "master.cf"), "w") as f:
             f.write(MASTER_CF % dict(port=self.port))
         remember_config("Postfix main.cf", os.path.join(self.etc, "main.cf"), False)
         remember_config("Postfix master.cf", os.path.join(self.etc, "master.cf"), False)
-        r = subprocess.run([POSTFIX, "-c", self.etc, "start"], capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(self.wrap + [POSTFIX, "-c", self.etc, "start"],
+                           capture_output=True, text=True, timeout=60)
         pidfile = os.path.join(self.queue, "pid", "master.pid")
         deadline = time.time() + 15
         while time.time() < deadline and not os.path.exists(pidfile):
@@ -754,6 +762,8 @@ def main():
                         sink.set_shares(10)
                     run_scenario(peers, tool, SOFTFAIL, 20, 1, 1024, results, like="1k-s20")
                 stop_all()
+        if "ours" in tools and (not only or mxbench.NAME in only):
+            mxbench.run(sys.modules[__name__], mtas, results, notes, shm)
     except KeyboardInterrupt:
         notes.append("interrupted")
         log("interrupted")
@@ -963,7 +973,8 @@ def render(results, tools):
             "MB/s e2e mtad / postfix | CPU s/1000 msgs mtad / postfix | "
             "p50/p99 ms mtad | p50/p99 ms postfix | memory KiB: mtad workers RSS / postfix all PSS |")
     lines = [head, "|" + "---|" * 12]
-    names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + [IDLE_BASE, "1k-s20+idle", SOFTFAIL]
+    names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + [IDLE_BASE, "1k-s20+idle", SOFTFAIL,
+                                                                   mxbench.STATIC, mxbench.NAME]
     for name in names:
         for tool in tools:
             if (name, tool, "sink") in results:
@@ -1110,6 +1121,7 @@ def targets(results, tools):
             per = (rs[0]["rss_idle_kb"] - rs[0]["rss_before_kb"]) / rs[0]["idle_up"]
             check("[%s] worker memory per idle connection" % t, per, 10.0, higher=False,
                   unit=" KiB")
+        mxbench.targets(results, tool, t, check, med)
         md = med(results, ("1k-s20-durable", tool, "mtad"), "e2e_rate")
         pd = med(results, ("1k-s20-durable", tool, "postfix"), "e2e_rate")
         check("[%s] durable end-to-end >= 5× Postfix durable" % t,

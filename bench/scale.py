@@ -2,7 +2,7 @@
 """bench/scale.py - three mtad nodes behind HAProxy against one node direct.
 
 PURPOSE   The cost of scaling out on one box: smtpblast -> HAProxy (the
-          config of tests/integration/scale_util.py and docs/SCALING.md,
+          config of tests/integration/mtadtest.py and docs/SCALING.md,
           PROXY v2 to every node) -> three mtad nodes -> smtpsink, against
           smtpblast -> one mtad -> smtpsink, and one node behind HAProxy
           (the proxy hop alone).  1 KiB messages, 20 sessions, one message
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
 import harness  # noqa: E402
 from harness import (BLAST, MTAD, Sink, free_port, kill_tree, spawn,  # noqa: E402
                      tree_cpu, wait_banner, log)
-from scale_util import HAPROXY, haproxy_config  # noqa: E402
+from mtadtest import HAPROXY, haproxy_config  # noqa: E402
 
 REPS = int(os.environ.get("BENCH_REPS", "3"))
 MSGS = int(os.environ.get("BENCH_MSGS", "6000"))

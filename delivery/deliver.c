@@ -17,8 +17,10 @@
  *           generation still draining) retries in DELIVER_LOCKED_MS, and a
  *           vanished file means someone else finished it.
  * ATTEMPT   Open + lock, then group the PENDING recipients by route text
- *           (router_lookup per recipient): smtp groups become one relay
- *           transaction each (relay.c); maildir, discard, reject: and
+ *           (router_lookup per recipient; an mx route groups by the
+ *           recipient's own domain): smtp and mx groups become one relay
+ *           transaction each, after their next hops are looked up in DNS
+ *           (resolve.c, then mta.c); maildir, discard, reject: and
  *           defer: are settled on the spot.  When every group is back:
  *           one DSN (dsn.c) for the recipients that bounced and were not
  *           reported yet, which are then marked notified (at once, as
@@ -69,6 +71,7 @@
 #include "delivery/dsn.h"
 #include "delivery/maildir.h"
 #include "delivery/mta.h"
+#include "delivery/resolve.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
 #define DELIVER_ERROR_MS     60000       /* at least, for a damaged file */
@@ -91,6 +94,7 @@ struct dl_txn {
     char               text[ROUTE_TEXT_MAX + 512];
     struct route       route;
     size_t             cap;
+    char               domain[256]; /* ROUTE_MX: the recipients' domain */
 };
 
 struct dl_attempt {
@@ -111,6 +115,7 @@ struct deliver {
     struct status_worker *st;
     unsigned              shard, nshards;
     struct relay         *relay;
+    struct resolve       *resolve;  /* DNS for the relay's next hops */
     struct dl_entry      *heap;
     size_t                nheap, capheap;
     struct ev_timer       timer;
@@ -605,18 +610,34 @@ dl_txn_done(struct mta_txn *rt)
 }
 
 
-/* dl_group - the transaction of a for route text, new if needed. */
+/* dl_group - the transaction of a for a destination, new if needed: the
+ * route text, or for an mx route "mx:" and the recipient's own domain
+ * (each recipient domain is a destination of its own). */
 static struct dl_txn *
-dl_group(struct dl_attempt *a, const struct router_result *res)
+dl_group(struct dl_attempt *a, const struct router_result *res,
+    const char *rcpt)
 {
     struct dl_txn *t;
+    char           key[sizeof(t->text)];
+    const char    *at = strrchr(rcpt, '@');
+    size_t         i;
 
+    if (res->route.kind == ROUTE_MX) {
+        snprintf(key, sizeof(key), "mx:%.300s", at != NULL ? at + 1 : "");
+        for (i = 3; key[i] != '\0'; i++)
+            if (key[i] >= 'A' && key[i] <= 'Z')
+                key[i] = (char)(key[i] - 'A' + 'a');
+    } else {
+        util_strlcpy(key, res->value, sizeof(key));
+    }
     for (t = a->txns; t; t = t->next)
-        if (strcmp(t->text, res->value) == 0)
+        if (strcmp(t->text, key) == 0)
             return t;
     t = xcalloc(1, sizeof(*t));
     t->a = a;
-    util_strlcpy(t->text, res->value, sizeof(t->text));
+    util_strlcpy(t->text, key, sizeof(t->text));
+    if (res->route.kind == ROUTE_MX)
+        util_strlcpy(t->domain, key + 3, sizeof(t->domain));
     t->route = res->route;
     t->next = a->txns;
     a->txns = t;
@@ -684,11 +705,11 @@ dl_run(struct dl_attempt *a)
             dl_result(a, i, MTA_DEFER, why, "none", NULL);
             continue;
         }
-        if (res.route.kind != ROUTE_SMTP) {
+        if (res.route.kind != ROUTE_SMTP && res.route.kind != ROUTE_MX) {
             dl_local(a, i, &res.route);
             continue;
         }
-        t = dl_group(a, &res);
+        t = dl_group(a, &res, env->rcpt[i].addr);
         if (t->rt.nrcpt == t->cap) {
             t->cap = t->cap ? t->cap * 2 : 4;
             t->rt.rcpt = xrealloc(t->rt.rcpt, t->cap * sizeof(size_t));
@@ -712,7 +733,7 @@ dl_run(struct dl_attempt *a)
         t->rt.res = xcalloc(t->rt.nrcpt, sizeof(*t->rt.res));
         t->rt.done = dl_txn_done;
         t->rt.arg = t;
-        mta_submit(d->relay, &t->rt);
+        resolve_submit(d->resolve, d->relay, &t->rt, t->domain);
     }
 }
 
@@ -854,6 +875,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
         d->nshards : 1;
     d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    d->resolve = resolve_new(loop, cfg);
     ev_timer_init(&d->timer, deliver_fire, d);
     return d;
 }
@@ -867,6 +889,7 @@ deliver_free(struct deliver *d)
     ev_timer_stop(d->loop, &d->timer);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
+    resolve_free(d->resolve);           /* after the relay: see there */
     while (d->active != NULL)
         dl_attempt_free(d->active);
     free(d->heap);

@@ -7,7 +7,9 @@
  *           5xx), MAIL/RCPT/DATA pipelined when offered, the body streamed
  *           from the queue file (dot-stuffed in one pass for DATA, sent
  *           as is with sendfile for BDAT), then the per-recipient results.
- * CONTRACT  A destination is a route text.  Its connections (connecting,
+ * CONTRACT  A destination is txn->dest (a route text, or "mx:<domain>":
+ *           concurrency is per destination domain, as Postfix's
+ *           destination concurrency).  Its connections (connecting,
  *           busy or idle) never exceed conns_per_dest; transactions beyond
  *           that wait in the destination's FIFO.  After a transaction the
  *           connection stays idle for MTA_IDLE_MS and the next
@@ -30,13 +32,16 @@
  *           connect, a 4xx greeting or EHLO moves on to the next host;
  *           when none is left, or the connection drops or times out later,
  *           the recipients without a final answer are deferred; 5xx
- *           answers bounce.  Host names that are not address literals are
- *           resolved with a blocking getaddrinfo() (routes name next hops,
- *           normally literal or in /etc/hosts; mtad does no MX lookups).
+ *           answers bounce (a 5xx greeting moves on too; from the last
+ *           address it bounces).  Addresses come resolved (resolve.c, in
+ *           the loop); the relay itself never resolves a name.
+ * REUSE     Idle connections are pooled per host, not per route: a
+ *           destination without an idle connection of its own takes one
+ *           whose peer address and port are among its hops (mta_adopt), so
+ *           domains that share MX hosts share the connections to them.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,12 +88,6 @@ static const char *const mta_phase[] = {
 /* per-recipient progress within a transaction */
 enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
 
-struct mta_addr {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    unsigned  host;                 /* index into route->hosts */
-};
-
 struct mta_dest;
 
 struct mta_conn {
@@ -101,8 +100,9 @@ struct mta_conn {
     int                reused;      /* has carried a transaction before */
     struct ev_timer    timer;
     struct buf         in, out;
-    struct mta_addr  addr[MTA_MAX_ADDRS];
+    struct mta_hop     addr[MTA_MAX_ADDRS];
     size_t             naddr, cur;
+    int                perm;        /* last greeting failure was 5xx */
     char               name[320];   /* "host[ip]:port" */
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
@@ -412,6 +412,24 @@ mta_fail_txn(struct mta_conn *c, const char *why)
 }
 
 
+/* mta_bounce_txn - the last address refused us with a 5xx greeting:
+ * every recipient bounces with that reason. */
+static void
+mta_bounce_txn(struct mta_conn *c, const char *why)
+{
+    struct mta_txn *t = c->txn;
+    size_t          i;
+
+    if (t != NULL) {
+        for (i = 0; i < t->nrcpt; i++)
+            mta_set(t, i, MTA_BOUNCE, why, "none");
+        c->txn = NULL;
+        mta_post(c->r, t);
+    }
+    mta_conn_close(c);
+}
+
+
 /*
  * mta_lost - the connection broke (EOF, error, timeout, bad reply).
  * Where it happened decides what follows: before the session is set up,
@@ -457,38 +475,36 @@ mta_lost(struct mta_conn *c, const char *why)
 
 /* ---- connecting ---- */
 
-/* mta_resolve - the route's hosts as addresses, in order. */
+/*
+ * mta_addrs - the addresses c tries, in order: the hops resolve.c found
+ * for t, or, without them (callers that did not resolve, the unit
+ * tests), the address literals of the route.  Nothing here resolves a
+ * name: the worker's loop never waits for DNS.
+ */
 static void
-mta_resolve(struct mta_conn *c, const struct route *rt)
+mta_addrs(struct mta_conn *c, const struct mta_txn *t)
 {
+    const struct route *rt = t->route;
     size_t h;
 
     c->naddr = 0;
-    for (h = 0; h < rt->nhosts && c->naddr < MTA_MAX_ADDRS; h++) {
+    if (t->nhops > 0) {
+        c->naddr = t->nhops < MTA_MAX_ADDRS ? t->nhops : MTA_MAX_ADDRS;
+        memcpy(c->addr, t->hops, c->naddr * sizeof(*c->addr));
+        return;
+    }
+    for (h = 0; rt != NULL && h < rt->nhosts && c->naddr < MTA_MAX_ADDRS;
+        h++) {
         const struct route_host *rh = &rt->hosts[h];
-        struct addrinfo hints, *res = NULL, *ai;
-        char            port[16];
-        int             rc;
+        struct mta_hop *a = &c->addr[c->naddr];
 
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_NUMERICSERV | (rh->literal ? AI_NUMERICHOST : 0);
-        snprintf(port, sizeof(port), "%u", rh->port);
-        rc = getaddrinfo(rh->name, port, &hints, &res);
-        if (rc != 0) {
-            snprintf(c->lasterr, sizeof(c->lasterr),
-                "Host or domain name not found: %s: %s", rh->name,
-                gai_strerror(rc));
+        memset(a, 0, sizeof(*a));
+        if (mta_hop_literal(rh->name, rh->port, a) < 0) {
+            snprintf(c->lasterr, sizeof(c->lasterr), "451 4.4.3 host name "
+                "%.200s was not resolved", rh->name);
             continue;
         }
-        for (ai = res; ai && c->naddr < MTA_MAX_ADDRS; ai = ai->ai_next) {
-            struct mta_addr *a = &c->addr[c->naddr++];
-
-            memcpy(&a->ss, ai->ai_addr, ai->ai_addrlen);
-            a->len = ai->ai_addrlen;
-            a->host = (unsigned)h;
-        }
-        freeaddrinfo(res);
+        c->naddr++;
     }
 }
 
@@ -510,18 +526,18 @@ mta_connect_next(struct mta_conn *c)
     c->out.off = c->out.len = 0;
     c->expect = 0;
     while (c->cur < c->naddr) {
-        struct mta_addr *a = &c->addr[c->cur++];
+        struct mta_hop  *a = &c->addr[c->cur++];
         int                one = 1;
         char               ip[INET6_ADDRSTRLEN + 8];
 
         if (c->cur > 1 && c->txn != NULL)
             log_info("%s: %s; trying the next host", c->txn->env->id,
                 c->lasterr);
-        snprintf(c->name, sizeof(c->name), "%s[%s]:%u",
-            c->dest->route.hosts[a->host].name,
+        snprintf(c->name, sizeof(c->name), "%s[%s]:%u", a->name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
-            c->dest->route.hosts[a->host].port);
+            a->port);
         c->watched = 0;
+        c->perm = 0;
         c->fd = socket(a->ss.ss_family,
             SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (c->fd < 0) {
@@ -558,7 +574,10 @@ mta_connect_next(struct mta_conn *c)
         if (c->naddr == 0 && why[0] == '\0')
             util_strlcpy(why, "no address for the route", sizeof(why));
         util_strlcpy(c->name, "none", sizeof(c->name));
-        mta_fail_txn(c, why);
+        if (c->perm)
+            mta_bounce_txn(c, why);
+        else
+            mta_fail_txn(c, why);
     }
 }
 
@@ -1030,8 +1049,16 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     switch (c->state) {
     case C_GREETING:
         if (rp->code / 100 != 2) {
-            snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
-                c->name, rp->text);
+            /* a 5xx greeting moves on like a 4xx one; only from the last
+             * address does it bounce (Postfix), with the reply first so
+             * that the DSN carries its status code */
+            c->perm = rp->code / 100 == 5;
+            if (c->perm)
+                snprintf(why, sizeof(why), "%s (host %s refused to talk to "
+                    "me)", rp->text, c->name);
+            else
+                snprintf(why, sizeof(why), "host %s refused to talk to me: "
+                    "%s", c->name, rp->text);
             mta_lost(c, why);
             return 1;
         }
@@ -1215,8 +1242,80 @@ mta_conn_new(struct relay *r, struct mta_dest *d, struct mta_txn *t)
     d->conns = c;
     d->nconns++;
     r->nconns++;
-    mta_resolve(c, &d->route);
+    mta_addrs(c, t);
     mta_connect_next(c);
+}
+
+
+/* mta_same_addr - same address and port? */
+static int
+mta_same_addr(const struct sockaddr_storage *a,
+    const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+
+        return x->sin_port == y->sin_port &&
+            x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+
+        return x->sin6_port == y->sin6_port &&
+            memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    return 0;
+}
+
+
+/*
+ * mta_adopt - an idle connection of another destination whose peer is
+ * one of t's hops, moved over to d; NULL when there is none.  This is
+ * what makes the pool per host: domains that share an MX host share its
+ * connections (the helo name is one per relay, and outbound TLS does not
+ * exist yet, so address and port are the whole identity).  Among several,
+ * the one earliest in t's order wins.
+ */
+static struct mta_conn *
+mta_adopt(struct relay *r, struct mta_dest *d, const struct mta_txn *t)
+{
+    struct mta_dest *od;
+    struct mta_conn *c, *best = NULL, **pp;
+    size_t           k, bestk = SIZE_MAX;
+
+    for (od = r->dests; od; od = od->next) {
+        if (od == d || od->running)
+            continue;
+        for (c = od->conns; c; c = c->next) {
+            if (c->state != C_IDLE || c->cur == 0)
+                continue;
+            for (k = 0; k < t->nhops && k < bestk; k++) {
+                if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss)) {
+                    best = c;
+                    bestk = k;
+                    break;
+                }
+            }
+        }
+    }
+    if (best == NULL)
+        return NULL;
+    od = best->dest;
+    for (pp = &od->conns; *pp; pp = &(*pp)->next) {
+        if (*pp == best) {
+            *pp = best->next;
+            break;
+        }
+    }
+    od->nconns--;
+    best->dest = d;
+    best->next = d->conns;
+    d->conns = best;
+    d->nconns++;
+    mta_dest_gc(r, od);
+    return best;
 }
 
 
@@ -1234,6 +1333,8 @@ mta_dest_run(struct relay *r, struct mta_dest *d)
         for (c = d->conns; c; c = c->next)
             if (c->state == C_IDLE)
                 break;
+        if (c == NULL && d->nconns < r->cap)
+            c = mta_adopt(r, d, d->wait_head);
         if (c != NULL) {
             (void)mta_conn_next(c);
             continue;
@@ -1248,6 +1349,30 @@ mta_dest_run(struct relay *r, struct mta_dest *d)
 
 
 /* ---- public ---- */
+
+int
+mta_hop_literal(const char *name, unsigned port, struct mta_hop *out)
+{
+    struct sockaddr_in  *s4 = (struct sockaddr_in *)&out->ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&out->ss;
+
+    memset(&out->ss, 0, sizeof(out->ss));
+    if (inet_pton(AF_INET, name, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        out->len = sizeof(*s4);
+    } else if (inet_pton(AF_INET6, name, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        out->len = sizeof(*s6);
+    } else {
+        return -1;
+    }
+    util_strlcpy(out->name, name, sizeof(out->name));
+    out->port = port;
+    return 0;
+}
+
 
 struct relay *
 mta_new(struct ev_loop *loop, const char *helo_name,

@@ -9,8 +9,14 @@
  *           that share one SMTP route, and a completion callback.  The relay
  *           fills one struct mta_result per recipient and calls done()
  *           exactly once, from the loop (never from inside mta_submit()).
- *           A "destination" is the route text: transactions to the same
- *           route share its connections and its concurrency cap.
+ *           A "destination" is the key in txn->dest (the route text, or
+ *           "mx:<domain>" for an mx route): transactions to the same
+ *           destination share its concurrency cap.  The addresses to try
+ *           come resolved in txn->hops (resolve.c; the relay never resolves
+ *           a name); without hops, only the address literals of the route
+ *           are used.  An idle connection is reused by any destination
+ *           that has its address and port among its hops: domains that
+ *           share MX hosts share their connections.
  *           The txn, env and fd belong to the caller and must stay valid
  *           until done() ran.
  * FAILURE   Never fails to the caller: every problem becomes a deferred or
@@ -21,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "router/route.h"
@@ -38,6 +45,14 @@ struct mta_result {
     char    relay[320];             /* "host[ip]:port", or "none" */
 };
 
+/* One address to try, from DNS or a literal route host. */
+struct mta_hop {
+    char        name[256];          /* MX or route host, for relay=... */
+    unsigned    port;
+    struct sockaddr_storage ss;     /* address and port */
+    socklen_t   len;
+};
+
 struct mta_txn;
 typedef void mta_done_fn(struct mta_txn *t);
 
@@ -47,7 +62,9 @@ struct mta_txn {
     int         fd;                 /* queue file (locked by the caller) */
     off_t       body_off;
     const char *dest;               /* route text: the destination key */
-    const struct route *route;      /* parsed, ROUTE_SMTP */
+    const struct route *route;      /* parsed, ROUTE_SMTP or ROUTE_MX */
+    const struct mta_hop *hops;     /* addresses in the order to try */
+    size_t      nhops;
     size_t     *rcpt;               /* indexes into env->rcpt */
     size_t      nrcpt;
     struct mta_result *res;       /* nrcpt entries, filled by the relay */
@@ -66,6 +83,9 @@ struct relay *mta_new(struct ev_loop *loop, const char *helo_name,
             uint64_t connect_timeout_ms, unsigned conns_per_dest);
 void    mta_free(struct relay *r);            /* closes every connection */
 void    mta_submit(struct relay *r, struct mta_txn *t);
+/* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
+ * when name is not one.  No DNS. */
+int     mta_hop_literal(const char *name, unsigned port, struct mta_hop *out);
 /* Close idle connections now and keep none idle from here on. */
 void    mta_drain(struct relay *r);
 /* Connections open (busy or idle), for tests and drain. */

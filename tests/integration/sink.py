@@ -23,6 +23,8 @@ Steering (attributes; change them any time, they are read per command):
   reply_text   if set, the text of the 250 after the data (any bytes)
   rcpt_replies {address: bytes}: answer RCPT for that address with this
                whole line (any bytes), and do not take the recipient
+  close_after_data  close the connection after each end-of-data reply
+               (so every message needs a connection of its own)
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
@@ -84,6 +86,7 @@ class Sink:
         self.lenient_eod = False
         self.reply_text = None
         self.rcpt_replies = {}
+        self.close_after_data = False
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -252,6 +255,8 @@ class Sink:
                     await self._end_of_data(reply, state, data, peer,
                                             conn_id, reader)
                     reset()
+                    if self.close_after_data:
+                        return
                 elif verb == "BDAT":
                     parts = arg.split()
                     size = int(parts[0])

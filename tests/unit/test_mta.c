@@ -16,6 +16,7 @@
 
 #include "common/ev.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "router/route.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
@@ -331,4 +332,45 @@ Test(mta_client, every_host_refused_defers_with_the_reason)
     mta_free(r);
     ev_free(loop);
     close(c.fd);
+}
+
+Test(mta_client, another_destination_reuses_an_idle_connection_to_its_host)
+{
+    struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1 };
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct client   c1, c2;
+    struct mta_hop  hop;
+    char            route[64];
+
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
+    cr_assert(mta_hop_literal("127.0.0.1", f.port, &hop) == 0);
+    util_strlcpy(hop.name, "mx.shared.test", sizeof(hop.name));
+    client_init(&c1, route, 1);
+    client_init(&c2, route, 1);
+    /* two recipient domains whose MX is the same host */
+    c1.t.dest = "mx:a.test";
+    c2.t.dest = "mx:b.test";
+    c1.t.hops = c2.t.hops = &hop;
+    c1.t.nhops = c2.t.nhops = 1;
+    mta_submit(r, &c1.t);
+    run(loop, 1);
+    cr_assert_eq(c1.res[0].status, MTA_SENT, "%s", c1.res[0].reply);
+    cr_assert(strstr(c1.res[0].relay, "mx.shared.test[127.0.0.1]:") != NULL,
+        "%s", c1.res[0].relay);
+    mta_submit(r, &c2.t);
+    run(loop, 2);
+    cr_assert_eq(c2.res[0].status, MTA_SENT, "%s", c2.res[0].reply);
+    cr_assert_eq(f.conns, 1, "one connection for both domains");
+    cr_assert(strstr(f.log, "DATA|RSET|MAIL FROM:<s@y.test>") != NULL, "%s",
+        f.log);
+    cr_assert_eq(mta_nconns(r), 1);
+    mta_drain(r);
+    pthread_join(f.th, NULL);
+    mta_free(r);
+    ev_free(loop);
+    close(c1.fd);
+    close(c2.fd);
+    close(f.lfd);
 }
