@@ -71,6 +71,7 @@
 #define DELIVER_BATCH        64          /* attempts started per timer run */
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
+#define DELIVER_SAVE_RETRY_MS 1000       /* an unsaved state is tried again */
 
 struct dl_entry {
     uint64_t when;                      /* wall-clock ms */
@@ -96,6 +97,8 @@ struct dl_attempt {
     off_t              body_off;
     struct dl_txn     *txns;
     size_t             open;            /* relay txns not yet done */
+    int                changed;         /* results recorded this attempt */
+    int                unsaved;         /* on d->unsaved, not d->active */
 };
 
 struct deliver {
@@ -112,6 +115,13 @@ struct deliver {
     struct dl_attempt    *active;
     size_t                nactive;
     int                   draining;
+    /* attempts whose state could not be written: held with their lock,
+     * not retried, until a save succeeds (see STATE) */
+    struct dl_attempt    *unsaved;
+    size_t                nunsaved;
+    struct ev_timer       save_timer;
+    int                   save_failing; /* warned in this episode */
+    int                   gaveback;     /* stop deadline passed */
 };
 
 static void deliver_arm(struct deliver *d);
@@ -277,6 +287,7 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->last_reply = r2;
         rc->relay = l2;
     }
+    a->changed = 1;
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
     log_info("%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
@@ -409,6 +420,7 @@ dl_bounce(struct dl_attempt *a)
     denv.helo = d->cfg->hostname;
     denv.rcpt = &rc;
     denv.nrcpt = 1;
+    denv.use_reserve = 1;               /* a bounce of accepted mail */
 
     buf_init(&out);
     dsn_build_head(&in, &out);
@@ -471,19 +483,33 @@ dl_notify(struct dl_attempt *a)
 
 /* ---- attempts ---- */
 
+/* dl_unlink - take a off its list (active or unsaved). */
 static void
-dl_attempt_free(struct dl_attempt *a)
+dl_unlink(struct dl_attempt *a)
 {
-    struct deliver *d = a->d;
-    struct dl_txn  *t, *tn;
+    struct deliver     *d = a->d;
+    struct dl_attempt **head = a->unsaved ? &d->unsaved : &d->active;
 
     if (a->prev)
         a->prev->next = a->next;
     else
-        d->active = a->next;
+        *head = a->next;
     if (a->next)
         a->next->prev = a->prev;
-    d->nactive--;
+    a->next = a->prev = NULL;
+    if (a->unsaved)
+        d->nunsaved--;
+    else
+        d->nactive--;
+}
+
+
+static void
+dl_attempt_free(struct dl_attempt *a)
+{
+    struct dl_txn  *t, *tn;
+
+    dl_unlink(a);
     for (t = a->txns; t; t = tn) {
         tn = t->next;
         free(t->rt.rcpt);
@@ -520,6 +546,90 @@ dl_expire(struct dl_attempt *a)
 }
 
 
+/* dl_save - write a's state.  0, or -1 (logged once per episode: a full
+ * spool fails every save alike). */
+static int
+dl_save(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (spool_state_save(d->sp, a->env) != SPOOL_OK) {
+        if (!d->save_failing)
+            log_warn("%s: saving the delivery state: %s; holding such "
+                "messages in memory, not retried, until their state can be "
+                "saved", a->env->id, spool_errstr(d->sp));
+        d->save_failing = 1;
+        return -1;
+    }
+    a->env->has_state = 1;
+    return 0;
+}
+
+
+/* dl_reschedule - the state is saved: unlock and wait for the retry. */
+static void
+dl_reschedule(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+    char            id[SPOOL_ID_SIZE];
+    uint64_t        when = a->env->next_retry_ms;
+
+    util_strlcpy(id, a->env->id, sizeof(id));
+    dl_attempt_free(a);                 /* unlock before rescheduling */
+    dl_schedule(d, id, when);
+}
+
+
+/* dl_hold - the state could not be saved: the file says less than memory
+ * (a recipient that got 250 would be offered again, a bounce sent twice),
+ * so the attempt is kept, lock and all, and only its save is retried. */
+static void
+dl_hold(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    dl_unlink(a);
+    a->unsaved = 1;
+    a->next = d->unsaved;
+    if (d->unsaved)
+        d->unsaved->prev = a;
+    d->unsaved = a;
+    d->nunsaved++;
+    if (!ev_timer_active(&d->save_timer))
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+    deliver_arm(d);                     /* a slot of the active limit freed */
+}
+
+
+/* dl_save_fire - try the held states again; the saved go back to the
+ * schedule at their retry time. */
+static void
+dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct deliver    *d = arg;
+    struct dl_attempt *a, *next;
+    size_t             saved = 0;
+
+    (void)loop;
+    (void)tm;
+    for (a = d->unsaved; a; a = next) {
+        next = a->next;
+        if (dl_save(a) < 0)
+            break;                      /* still no room: try again later */
+        saved++;
+        dl_reschedule(a);
+    }
+    if (d->nunsaved > 0) {
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+        return;
+    }
+    if (saved > 0)
+        log_notice("delivery state saved again: %zu held messages back in "
+            "the schedule", saved);
+    d->save_failing = 0;
+}
+
+
 /* dl_finish - every group is back: the DSN for new failures, then
  * remove, or save and reschedule.  A crash between the DSN's commit and
  * the state save sends that DSN again at the next attempt (twice, never
@@ -533,6 +643,7 @@ dl_finish(struct dl_attempt *a)
     size_t            i, pending = 0;
     int               notified;
 
+    a->open = 0;
     for (i = 0; i < env->nrcpt; i++)
         if (env->rcpt[i].status == SPOOL_RCPT_PENDING)
             pending++;
@@ -562,19 +673,11 @@ dl_finish(struct dl_attempt *a)
             d->cfg->nretry, env->attempts, now, env->arrival_ms,
             d->cfg->max_queue_time_ms);
     }
-    if (spool_state_save(d->sp, env) != SPOOL_OK)
-        log_warn("%s: saving the delivery state: %s", env->id,
-            spool_errstr(d->sp));
-    else
-        env->has_state = 1;
-    {
-        char     id[SPOOL_ID_SIZE];
-        uint64_t when = env->next_retry_ms;
-
-        util_strlcpy(id, env->id, sizeof(id));
-        dl_attempt_free(a);             /* unlock before rescheduling */
-        dl_schedule(d, id, when);
+    if (dl_save(a) == 0) {
+        dl_reschedule(a);
+        return;
     }
+    dl_hold(a);
 }
 
 
@@ -706,6 +809,22 @@ dl_run(struct dl_attempt *a)
 }
 
 
+/* dl_is_active - is an attempt for id open, or held unsaved, right now? */
+static int
+dl_is_active(const struct deliver *d, const char *id)
+{
+    const struct dl_attempt *a;
+
+    for (a = d->active; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return 1;
+    for (a = d->unsaved; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return 1;
+    return 0;
+}
+
+
 /* dl_start - open, lock and run one attempt for id. */
 static void
 dl_start(struct deliver *d, const char *id)
@@ -715,9 +834,8 @@ dl_start(struct deliver *d, const char *id)
     int                fd = -1, rc;
     off_t              off = 0;
 
-    for (a = d->active; a; a = a->next)
-        if (strcmp(a->env->id, id) == 0)
-            return;                     /* already running */
+    if (dl_is_active(d, id))
+        return;                         /* already running, or held */
     rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
     if (rc == SPOOL_ENOENT)
         return;                         /* delivered or deleted meanwhile */
@@ -795,7 +913,7 @@ deliver_arm(struct deliver *d)
 {
     uint64_t now, when;
 
-    if (d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE ||
+    if (d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE || d->gaveback ||
         (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
@@ -828,7 +946,9 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
         d->nshards : 1;
     d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    mta_set_timeouts(d->relay, &cfg->mta_timeouts);
     ev_timer_init(&d->timer, deliver_fire, d);
+    ev_timer_init(&d->save_timer, dl_save_fire, d);
     return d;
 }
 
@@ -839,26 +959,22 @@ deliver_free(struct deliver *d)
     if (d == NULL)
         return;
     ev_timer_stop(d->loop, &d->timer);
+    ev_timer_stop(d->loop, &d->save_timer);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
     while (d->active != NULL)
         dl_attempt_free(d->active);
+    while (d->unsaved != NULL) {
+        if (dl_save(d->unsaved) < 0)
+            log_warn("%s: exiting with its delivery state unsaved: the "
+                "next attempt may repeat deliveries", d->unsaved->env->id);
+        dl_attempt_free(d->unsaved);
+    }
     free(d->heap);
     free(d);
 }
 
 
-/* dl_is_active - is an attempt for id open right now? */
-static int
-dl_is_active(const struct deliver *d, const char *id)
-{
-    const struct dl_attempt *a;
-
-    for (a = d->active; a; a = a->next)
-        if (strcmp(a->env->id, id) == 0)
-            return 1;
-    return 0;
-}
 
 
 /* deliver_load - rebuild the schedule from the spool: every id of our
@@ -963,6 +1079,38 @@ deliver_kick(struct deliver *d, const char *id)
 }
 
 
+void
+deliver_giveback(struct deliver *d)
+{
+    struct dl_attempt *a;
+    size_t             n = 0;
+
+    if (d->gaveback)
+        return;
+    d->draining = 1;
+    /* finished transactions report first; the rest are cut, unmarked */
+    mta_abort(d->relay);
+    d->gaveback = 1;
+    ev_timer_stop(d->loop, &d->timer);
+    while ((a = d->active) != NULL) {
+        /* results of groups that finished must not be offered again */
+        if (a->changed) {
+            a->env->next_retry_ms = util_wall_ms();
+            if (dl_save(a) < 0) {
+                dl_hold(a);             /* tried again until the exit */
+                continue;
+            }
+        }
+        log_info("%s: stop deadline: attempt given back to the next "
+            "generation", a->env->id);
+        dl_attempt_free(a);
+        n++;
+    }
+    if (n > 0)
+        log_notice("stop deadline: %zu deliveries given back", n);
+}
+
+
 size_t
 deliver_drain(struct deliver *d)
 {
@@ -971,6 +1119,8 @@ deliver_drain(struct deliver *d)
         mta_drain(d->relay);
         deliver_arm(d);
     }
+    if (d->gaveback)
+        return d->nunsaved;
     /* first attempts still due count as in flight (see deliver_arm) */
     return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);
 }

@@ -60,12 +60,20 @@ struct mta_txn {
 };
 
 struct relay;
+struct config_mta_timeouts;
 
 /* conns_per_dest: this worker's cap of connections per destination. */
 struct relay *mta_new(struct ev_loop *loop, const char *helo_name,
             uint64_t connect_timeout_ms, unsigned conns_per_dest);
+/* delivery.timeouts (copied); mta_new() starts from RFC 5321's. */
+void    mta_set_timeouts(struct relay *r,
+            const struct config_mta_timeouts *t);
 void    mta_free(struct relay *r);            /* closes every connection */
 void    mta_submit(struct relay *r, struct mta_txn *t);
+/* The stop deadline: done() for transactions already finished, then
+ * every connection closed and every other transaction dropped without
+ * done() (its recipients keep their state); the caller frees them. */
+void    mta_abort(struct relay *r);
 /* Close idle connections now and keep none idle from here on. */
 void    mta_drain(struct relay *r);
 /* Connections open (busy or idle), for tests and drain. */

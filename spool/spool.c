@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "common/util.h"
 #include "spool/spool.h"
@@ -47,6 +48,7 @@ struct spool {
     unsigned    shard;
     uint64_t    last;               /* last id's ms << 12 | counter */
     char       *spare;              /* one free write buffer, or NULL */
+    uint64_t    reserve;            /* bytes new mail leaves free */
     char        err[512];
 };
 
@@ -55,6 +57,7 @@ struct spool_msg {
     int         fd;                 /* tmp/<id>, -1 once closed */
     int         finished;
     int         err;                /* sticky: a failed write poisons m */
+    int         use_reserve;        /* may eat into sp->reserve (bounces) */
     char        id[SPOOL_ID_SIZE];
     char       *wb;                 /* write buffer, NULL after finish */
     size_t      wlen;
@@ -379,12 +382,44 @@ spool_id_shard(const char *id)
 
 /* ---- writer ----------------------------------------------------------- */
 
-/* spool_write_all - write n bytes to m's tmp file, retrying short writes. */
+/* spool_room - would n more bytes of new mail leave the reserve free?
+ * SPOOL_OK, or SPOOL_ENOSPC with the last error saying why.  One
+ * fstatvfs() per call: at create and per write buffer (256 KiB). */
+static int
+spool_room(struct spool *sp, uint64_t n)
+{
+    struct statvfs vs;
+    uint64_t       avail;
+
+    if (sp->reserve == 0 || fstatvfs(sp->tmpfd, &vs) != 0)
+        return SPOOL_OK;            /* unknown: the write itself decides */
+    avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+    if (avail >= n && avail - n >= sp->reserve)
+        return SPOOL_OK;
+    snprintf(sp->err, sizeof(sp->err), "spool %s: %llu bytes free, %llu "
+        "kept for delivery state and bounces (spool.reserve)", sp->dir,
+        (unsigned long long)avail, (unsigned long long)sp->reserve);
+    errno = ENOSPC;
+    return SPOOL_ENOSPC;
+}
+
+
+void
+spool_set_reserve(struct spool *sp, uint64_t bytes)
+{
+    sp->reserve = bytes;
+}
+
+
+/* spool_write_all - write n bytes to m's tmp file, retrying short writes;
+ * new mail first checks it leaves the reserve (spool_room). */
 static int
 spool_write_all(struct spool_msg *m, const char *p, size_t n)
 {
     ssize_t w;
 
+    if (!m->use_reserve && spool_room(m->sp, n) != SPOOL_OK)
+        return m->err = SPOOL_ENOSPC;
     while (n > 0) {
         if ((w = write(m->fd, p, n)) == -1) {
             if (errno == EINTR)
@@ -473,6 +508,8 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     int               fd, rc;
 
     *mp = NULL;
+    if (!env->use_reserve && (rc = spool_room(sp, 0)) != SPOOL_OK)
+        return rc;
     if ((fd = spool_tmp_open(sp, env->id)) < 0)
         return fd;
     if (env->arrival_ms == 0)
@@ -480,6 +517,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     m = xcalloc(1, sizeof(*m));
     m->sp = sp;
     m->fd = fd;
+    m->use_reserve = env->use_reserve;
     memcpy(m->id, env->id, SPOOL_ID_SIZE);
     m->wb = sp->spare != NULL ? sp->spare : xmalloc(SPOOL_WBUF);
     sp->spare = NULL;
