@@ -71,7 +71,7 @@ umod_smtpblast := common
 umod_smtpsink := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench install clean check-deps layering
+.PHONY: all deps run test unit integration asan bench soak install clean check-deps layering
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -145,6 +145,13 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
+# a seeded fault injector for DURATION seconds; fails on any lost, phantom
+# or corrupted message or unexplained duplicate.  Root: tmpfs spool, ENOSPC.
+DURATION ?= 120
+soak: all
+	@MTAD_BUILD=$(BUILD) /usr/bin/python3 tests/soak/soak.py --duration $(DURATION) $(SOAK_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \
