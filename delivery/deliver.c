@@ -40,10 +40,22 @@
  *           "kick *" to the new workers, and deliver_kick() rebuilds the
  *           schedule from the spool for this shard: ids not yet known are
  *           added, and every one is due at once (a kick means "now").
+ * STATE     Memory is the truth, the file its copy: when the state
+ *           cannot be written (a full spool) the attempt is held on
+ *           d->unsaved with its lock, not retried, and only the save is
+ *           tried again every DELIVER_SAVE_RETRY_MS; so a recipient that
+ *           got 250, or one already bounced (its DSN queued and marked
+ *           notified in memory), is never offered or bounced again by this
+ *           worker.  After a crash the file decides: a second delivery or
+ *           DSN is possible only for what happened between the next hop's
+ *           250 (or the DSN's commit) and the state write.
+ * GIVEBACK  deliver_giveback() at the stop deadline: mta_abort() cuts
+ *           every outbound session; results already in are saved, the rest
+ *           stay pending, and every message is unlocked for the next
+ *           generation's "kick *".
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
- *           the status page; a spool error on save is logged and the
- *           message is retried from memory (the file keeps its last state;
- *           a repeat delivery is possible, a loss is not).
+ *           the status page; a failed state save is logged once per
+ *           episode (dl_save), and its end once.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -423,8 +423,12 @@ class Injector:
         self.bag = [k for k, w in kinds for _ in range(w)]
 
     def kill9(self, kind, pids):
-        ports = sink_client_ports(pids, self.rig.sink_ports)
+        # frozen first, so no connection opens between the look and the
+        # kill; the kill's time is the freeze's
         t = time.time()
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        ports = sink_client_ports(pids, self.rig.sink_ports)
         for p in pids:
             os.kill(p, signal.SIGKILL)
         self.events.append({"t": t, "kind": kind, "pids": pids,
@@ -511,7 +515,24 @@ class Injector:
 
 # ---- the verdict ----------------------------------------------------------
 
-def analyse(ledger, records, events, mtad_log):
+def queued_sids(spool):
+    """X-Soak-Id of every message still in queue/ (never counted lost:
+    reported as not drained)."""
+    out = set()
+    q = os.path.join(spool, "queue")
+    for name in os.listdir(q) if os.path.isdir(q) else []:
+        try:
+            with open(os.path.join(q, name), "rb") as f:
+                head = f.read(1 << 16)
+        except OSError:
+            continue
+        i = head.find(b"X-Soak-Id: ")
+        if i >= 0:
+            out.add(head[i + 11:head.find(b"\r\n", i)].decode())
+    return out
+
+
+def analyse(ledger, records, events, mtad_log, stuck=frozenset()):
     deliveries = {}                     # (sid, rcpt) -> [records]
     dsns = {}                           # (sid, rcpt) -> [records]
     phantoms, corrupted = [], []
@@ -560,6 +581,8 @@ def analyse(ledger, records, events, mtad_log):
     lost, lost_bounces = [], []
     delivered_once = 0
     for sid, (ok, rej, _) in ledger.accepted.items():
+        if sid in stuck:
+            continue
         for r in ok:
             n = len(deliveries.get((sid, r), []))
             if n == 0:
@@ -672,11 +695,15 @@ def main():
         with open(rig.record) as f:
             for line in f:
                 records.append(json.loads(line))
-        rep = analyse(ledger, records, inj.events, mtad_log)
+        stuck = queued_sids(rig.spool)
+        rep = analyse(ledger, records, inj.events, mtad_log, stuck)
+        rep["still_queued_messages"] = len(stuck)
         rep["seed"] = seed
         rep["duration_s"] = a.duration
         rep["queue_left_after_drain"] = len(left)
         rep["faults"] = inj.counts
+        with open(os.path.join(work, "kills.json"), "w") as f:
+            json.dump(inj.events, f)
         print(json.dumps(rep, indent=1, sort_keys=True), flush=True)
         bad = []
         for k in ("lost", "lost_bounces", "phantoms", "corrupted",
