@@ -559,10 +559,13 @@ def analyse(ledger, records, events, mtad_log, stuck=frozenset()):
     kills = [e for e in events if e["kind"] in ("kill_worker", "kill_master")]
 
     def explain(first):
+        # the victim delivered the first copy on that connection, and was
+        # frozen at most a second after the sink recorded it (or before,
+        # by the sink's own lag: it records data sent before the freeze)
         for e in kills:
             if first["peer"] in e["ports"] and \
-                    first["t"] - 0.5 <= e["t"] <= first["t"] + 1.0:
-                return e
+                    first["t"] - 2.0 <= e["t"] <= first["t"] + 1.0:
+                return dict(e, delta=round(e["t"] - first["t"], 3))
         return None
 
     dups, dsn_dups = [], []
@@ -607,7 +610,7 @@ def analyse(ledger, records, events, mtad_log, stuck=frozenset()):
             for d in dups if not d[2]],
         "duplicate_explanations": [
             {"sid": d[0][0], "rcpt": d[0][1], "kill": d[2]["kind"],
-             "pids": d[2]["pids"], "t": round(d[2]["t"], 3)}
+             "pids": d[2]["pids"], "kill_minus_first_copy_s": d[2]["delta"]}
             for d in dups if d[2]],
         "bounced": sum(len(v) for v in dsns.values()),
         "bounces_due": sum(len(v[1]) for v in ledger.accepted.values()),
