@@ -27,8 +27,9 @@
  *           delivery.retry (the last step repeats), state saved, lock
  *           released, rescheduled; past max_queue_time the open
  *           recipients bounce (4.4.7).
- * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open at once (each
- *           holds the queue fd and its lock); the rest wait in the heap.
+ * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open or held unsaved
+ *           at once (each holds the queue fd and its lock); the rest wait
+ *           in the heap.
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
@@ -609,7 +610,7 @@ dl_hold(struct dl_attempt *a)
     d->nunsaved++;
     if (!ev_timer_active(&d->save_timer))
         ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
-    deliver_arm(d);                     /* a slot of the active limit freed */
+    deliver_arm(d);
 }
 
 
@@ -905,7 +906,7 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
     (void)loop;
     (void)tm;
     while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
-        d->nactive < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
+        d->nactive + d->nunsaved < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
         struct dl_entry e;
 
         dl_heap_pop(d, &e);
@@ -925,7 +926,8 @@ deliver_arm(struct deliver *d)
 {
     uint64_t now, when;
 
-    if (d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE || d->gaveback ||
+    if (d->nheap == 0 || d->gaveback ||
+        d->nactive + d->nunsaved >= DELIVER_MAX_ACTIVE ||
         (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
@@ -1134,5 +1136,6 @@ deliver_drain(struct deliver *d)
     if (d->gaveback)
         return d->nunsaved;
     /* first attempts still due count as in flight (see deliver_arm) */
-    return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);
+    return d->nactive + d->nunsaved +
+        (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);
 }

@@ -389,16 +389,20 @@ static int
 spool_room(struct spool *sp, uint64_t n)
 {
     struct statvfs vs;
-    uint64_t       avail;
+    uint64_t       avail, keep;
 
     if (sp->reserve == 0 || fstatvfs(sp->tmpfd, &vs) != 0)
         return SPOOL_OK;            /* unknown: the write itself decides */
     avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
-    if (avail >= n && avail - n >= sp->reserve)
+    /* at most a quarter of the file system: a small spool stays usable */
+    keep = (uint64_t)vs.f_blocks * (uint64_t)vs.f_frsize / 4;
+    if (keep > sp->reserve)
+        keep = sp->reserve;
+    if (avail >= n && avail - n >= keep)
         return SPOOL_OK;
     snprintf(sp->err, sizeof(sp->err), "spool %s: %llu bytes free, %llu "
         "kept for delivery state and bounces (spool.reserve)", sp->dir,
-        (unsigned long long)avail, (unsigned long long)sp->reserve);
+        (unsigned long long)avail, (unsigned long long)keep);
     errno = ENOSPC;
     return SPOOL_ENOSPC;
 }

@@ -103,7 +103,8 @@ void    spool_close(struct spool *sp);                   /* NULL ok */
 /* spool.reserve: spool_create() and the writes of a message without
  * env->use_reserve fail SPOOL_ENOSPC (errstr says so) once they would
  * leave less than bytes free, so delivery state and bounces of messages
- * already accepted still fit (state writes never check it).  0: off. */
+ * already accepted still fit (state writes never check it); at most a
+ * quarter of the file system's size is kept.  0: off. */
 void    spool_set_reserve(struct spool *sp, uint64_t bytes);
 /* spool_errstr(NULL): the last spool_prepare()/spool_open() failure. */
 const char *spool_errstr(const struct spool *sp);
