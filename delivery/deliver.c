@@ -85,6 +85,8 @@
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
 #define DELIVER_SAVE_RETRY_MS 1000       /* an unsaved state is tried again */
+#define DELIVER_DOT_GRACE_MS 1000        /* at the stop deadline, for a reply
+                                          * due after the final dot */
 
 struct dl_entry {
     uint64_t when;                      /* wall-clock ms */
@@ -111,6 +113,7 @@ struct dl_attempt {
     struct dl_txn     *txns;
     size_t             open;            /* relay txns not yet done */
     int                changed;         /* results recorded this attempt */
+    int                cut;             /* a txn was cut by the giveback */
     int                unsaved;         /* on d->unsaved, not d->active */
 };
 
@@ -135,6 +138,7 @@ struct deliver {
     struct ev_timer       save_timer;
     int                   save_failing; /* warned in this episode */
     int                   gaveback;     /* stop deadline passed */
+    size_t                ngiven;       /* attempts given back then */
 };
 
 static void deliver_arm(struct deliver *d);
@@ -694,6 +698,28 @@ dl_finish(struct dl_attempt *a)
 }
 
 
+/* dl_giveback_one - the stop deadline cut a transaction of a: results
+ * that are in are saved (due at once, for the next generation), nothing
+ * else is marked, and the message is unlocked. */
+static void
+dl_giveback_one(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (a->changed) {
+        a->env->next_retry_ms = util_wall_ms();
+        if (dl_save(a) < 0) {
+            dl_hold(a);                 /* tried again until the exit */
+            return;
+        }
+    }
+    log_info("%s: stop deadline: attempt given back to the next "
+        "generation", a->env->id);
+    d->ngiven++;
+    dl_attempt_free(a);
+}
+
+
 /* dl_txn_done - a relay transaction is back with its results. */
 static void
 dl_txn_done(struct mta_txn *rt)
@@ -702,10 +728,17 @@ dl_txn_done(struct mta_txn *rt)
     struct dl_attempt *a = t->a;
     size_t             i;
 
-    for (i = 0; i < rt->nrcpt; i++)
-        dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
-            rt->res[i].relay, NULL);
-    if (--a->open == 0)
+    if (rt->cut)
+        a->cut = 1;                     /* its recipients stay as they were */
+    else
+        for (i = 0; i < rt->nrcpt; i++)
+            dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
+                rt->res[i].relay, NULL);
+    if (--a->open > 0)
+        return;
+    if (a->cut)
+        dl_giveback_one(a);
+    else
         dl_finish(a);
 }
 
@@ -1096,32 +1129,17 @@ deliver_kick(struct deliver *d, const char *id)
 void
 deliver_giveback(struct deliver *d)
 {
-    struct dl_attempt *a;
-    size_t             n = 0;
-
     if (d->gaveback)
         return;
     d->draining = 1;
-    /* finished transactions report first; the rest are cut, unmarked */
-    mta_abort(d->relay);
-    d->gaveback = 1;
+    d->gaveback = 1;                    /* nothing starts from here on */
     ev_timer_stop(d->loop, &d->timer);
-    while ((a = d->active) != NULL) {
-        /* results of groups that finished must not be offered again */
-        if (a->changed) {
-            a->env->next_retry_ms = util_wall_ms();
-            if (dl_save(a) < 0) {
-                dl_hold(a);             /* tried again until the exit */
-                continue;
-            }
-        }
-        log_info("%s: stop deadline: attempt given back to the next "
-            "generation", a->env->id);
-        dl_attempt_free(a);
-        n++;
-    }
-    if (n > 0)
-        log_notice("stop deadline: %zu deliveries given back", n);
+    /* finished transactions report first (dl_finish); the others come
+     * back cut (dl_txn_done -> dl_giveback_one), but for one waiting for
+     * the reply to its final dot, which may still finish normally */
+    mta_abort(d->relay, DELIVER_DOT_GRACE_MS);
+    if (d->ngiven > 0)
+        log_notice("stop deadline: %zu deliveries given back", d->ngiven);
 }
 
 
@@ -1134,7 +1152,7 @@ deliver_drain(struct deliver *d)
         deliver_arm(d);
     }
     if (d->gaveback)
-        return d->nunsaved;
+        return d->nactive + d->nunsaved;    /* replies after a dot */
     /* first attempts still due count as in flight (see deliver_arm) */
     return d->nactive + d->nunsaved +
         (d->nheap > 0 && d->heap[0].when == 0 ? 1 : 0);

@@ -1330,6 +1330,7 @@ mta_submit(struct relay *r, struct mta_txn *t)
     t->next = NULL;
     t->restarts = 0;
     t->accepted = 0;
+    t->cut = 0;
     if (d->wait_tail)
         d->wait_tail->next = t;
     else
@@ -1340,25 +1341,46 @@ mta_submit(struct relay *r, struct mta_txn *t)
 
 
 void
-mta_abort(struct relay *r)
+mta_abort(struct relay *r, uint64_t dot_grace_ms)
 {
-    struct mta_dest *d;
+    struct mta_dest *d, *dn;
+    struct mta_conn *c, *cn;
+    struct mta_txn  *t;
 
     /* finished transactions are reported, as they would be next turn */
     ev_timer_stop(r->loop, &r->post_timer);
     mta_post_fire(r->loop, &r->post_timer, r);
     r->draining = 1;
     r->freeing = 1;                         /* no queue runs while closing */
-    while ((d = r->dests) != NULL) {
-        d->wait_head = d->wait_tail = NULL; /* never started: dropped */
-        while (d->conns != NULL) {
-            d->conns->txn = NULL;           /* cut, not reported */
-            mta_conn_close(d->conns);
+    for (d = r->dests; d; d = dn) {
+        dn = d->next;
+        while ((t = mta_dest_pop(d)) != NULL) {
+            t->cut = 1;                     /* never started */
+            t->done(t);
         }
-        r->dests = d->next;
-        free(d);
+        for (c = d->conns; c; c = cn) {
+            cn = c->next;
+            /* the dot is out: the next hop may be saying 250 right now;
+             * cutting that reply would make the next generation deliver
+             * the message again, so it gets a short grace */
+            if (c->state == C_DOT && c->txn != NULL && dot_grace_ms > 0) {
+                mta_arm(c, dot_grace_ms);
+                continue;
+            }
+            t = c->txn;
+            c->txn = NULL;
+            mta_conn_close(c);
+            if (t != NULL) {
+                t->cut = 1;
+                t->done(t);
+            }
+        }
     }
     r->freeing = 0;
+    for (d = r->dests; d; d = dn) {
+        dn = d->next;
+        mta_dest_gc(r, d);
+    }
 }
 
 

@@ -53,6 +53,7 @@ struct mta_txn {
     struct mta_result *res;       /* nrcpt entries, filled by the relay */
     mta_done_fn *done;
     void       *arg;
+    int         cut;                /* set by mta_abort(): res[] unused */
     /* private to relay.c */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
@@ -70,10 +71,13 @@ void    mta_set_timeouts(struct relay *r,
             const struct config_mta_timeouts *t);
 void    mta_free(struct relay *r);            /* closes every connection */
 void    mta_submit(struct relay *r, struct mta_txn *t);
-/* The stop deadline: done() for transactions already finished, then
- * every connection closed and every other transaction dropped without
- * done() (its recipients keep their state); the caller frees them. */
-void    mta_abort(struct relay *r);
+/* The stop deadline: done() for transactions already finished; then
+ * every other one is cut (its connection closed, nothing sent on) and
+ * handed back at once through done() with cut set and its results
+ * meaningless, except one whose final dot is out: it may still read its
+ * reply for dot_grace_ms (then it times out like any stall).  No new
+ * transaction starts afterwards. */
+void    mta_abort(struct relay *r, uint64_t dot_grace_ms);
 /* Close idle connections now and keep none idle from here on. */
 void    mta_drain(struct relay *r);
 /* Connections open (busy or idle), for tests and drain. */

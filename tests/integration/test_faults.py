@@ -204,7 +204,10 @@ def test_one_dsn_when_state_save_after_it_fails(mtad_factory, sink,
 # ---- 3: a reload never kills -------------------------------------------
 
 def test_reload_while_next_hop_stalls_kills_nothing(mtad_factory, sink):
-    sink.stall_first = 1                # the next hop never answers the dot
+    """The next hop never answers the final dot: at the stop deadline the
+    old worker waits a second for that reply, then defers, and exits by
+    itself; the new generation delivers the message."""
+    sink.stall_first = 1
     m = start(mtad_factory, sink, {"server": {"shutdown_timeout": "3s"}})
     old = set(workers(m.pid))
     code, _ = send_raw(m, "s@example.org", ["x@example.net"], make_message(3))
@@ -216,17 +219,43 @@ def test_reload_while_next_hop_stalls_kills_nothing(mtad_factory, sink):
     idle.sendall(b"EHLO client.test\r\n")
     assert b"250 " in recv_reply(idle)
     os.kill(m.pid, signal.SIGHUP)
-    m.wait_log("stop deadline: 1 deliveries given back", timeout=20)
     wait_for(lambda: not any(alive(p) for p in old), timeout=20,
-             what="old workers exited by themselves")
-    text = m.log_text()
-    assert "killing it" not in text
+             what="old workers gone")
+    text = m.wait_log("generation 1 gone", timeout=20)
+    assert "killing it" not in text     # they exited by themselves
+    assert "timed out while waiting for the end of data reply" in text
     rest = recv_until_eof(idle)
     idle.close()
     assert rest.startswith(b"421 4.3.2"), rest
     got = sink.wait_for(1, timeout=30)
     assert got[0].rcpt_tos == ["x@example.net"]
     sink.wait_event("dropped")          # the stalled one was not kept
+    wait_for(lambda: not m.queue_ids(), timeout=20, what="queue empty")
+    assert len(sink.received()) == 1
+
+
+def test_reload_gives_back_a_delivery_stalled_before_data(mtad_factory,
+                                                         sink):
+    """The next hop accepts the connection and says nothing: at the stop
+    deadline the old worker closes it without marking anything ("given
+    back"), exits by itself, and the new generation delivers."""
+    sink.mute = True
+    m = start(mtad_factory, sink, {"server": {"shutdown_timeout": "3s"},
+                                   "delivery": {"timeouts": {
+                                       "greeting": "10s"}}})
+    old = set(workers(m.pid))
+    code, _ = send_raw(m, "s@example.org", ["g@example.net"], make_message(8))
+    assert code == 250
+    sink.wait_event("muted", timeout=20)
+    os.kill(m.pid, signal.SIGHUP)
+    wait_for(lambda: not any(alive(p) for p in old), timeout=20,
+             what="old workers gone")
+    text = m.wait_log("generation 1 gone", timeout=20)
+    assert "killing it" not in text
+    assert "stop deadline: 1 deliveries given back" in text
+    sink.mute = False
+    got = sink.wait_for(1, timeout=30)
+    assert got[0].rcpt_tos == ["g@example.net"]
     wait_for(lambda: not m.queue_ids(), timeout=20, what="queue empty")
     assert len(sink.received()) == 1
 

@@ -4,7 +4,7 @@
  * pipelined MAIL/RCPT/DATA, per-recipient results, the dot-stuffed body,
  * HELO fallback, fail-over past a refused port, and connection reuse;
  * delivery.timeouts (a silent greeting moves on to the next host) and
- * mta_abort() (cut without done()).
+ * mta_abort() (cut, handed back once).
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -398,9 +398,10 @@ stop_now(struct ev_loop *loop, struct ev_timer *t, void *arg)
     ev_stop(loop);
 }
 
-/* mta_abort(): a transaction waiting on a silent next hop is cut: the
- * connection is closed and done() is never called. */
-Test(mta_client, abort_cuts_without_done)
+/* mta_abort(): a transaction waiting on a silent next hop, and one
+ * queued behind it, are cut: the connection is closed and each is handed
+ * back at once, once, marked cut. */
+Test(mta_client, abort_cuts_and_hands_back)
 {
     struct ev_loop *loop = ev_new();
     struct relay   *r = mta_new(loop, "me.test", 2000, 1);
@@ -419,11 +420,15 @@ Test(mta_client, abort_cuts_without_done)
     ev_timer_start(loop, &tm, 100);
     cr_assert(ev_run(loop) == 0);
     cr_assert_eq(mta_nconns(r), 1);
-    mta_abort(r);
+    cr_assert_eq(ndone, 0);
+    mta_abort(r, 1000);
     cr_assert_eq(mta_nconns(r), 0);
+    cr_assert_eq(ndone, 2, "both handed back by mta_abort()");
+    cr_assert_eq(c1.t.cut, 1);
+    cr_assert_eq(c2.t.cut, 1);
     ev_timer_start(loop, &tm, 100);
     cr_assert(ev_run(loop) == 0);
-    cr_assert_eq(ndone, 0, "done() after an abort");
+    cr_assert_eq(ndone, 2, "done() once each");
     mta_free(r);
     ev_free(loop);
     close(c1.fd);
