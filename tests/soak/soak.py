@@ -575,10 +575,15 @@ def analyse(ledger, records, events, mtad_log, stuck=frozenset()):
             dups.append((key, len(rs) - 1, explain(rs[0])))
     for key, rs in dsns.items():
         if len(rs) > 1:
+            # a second DSN: made twice (a kill between its commit and the
+            # original's state write: the original's attempt is the one
+            # that delivered its other recipients), or the DSN delivered
+            # twice (a kill of the worker that delivered its first copy)
             sid = key[0]
+            rs.sort(key=lambda x: x["t"])
             firsts = sorted((x for k, v in deliveries.items()
                              if k[0] == sid for x in v), key=lambda x: x["t"])
-            e = explain(firsts[0]) if firsts else None
+            e = explain(rs[0]) or (explain(firsts[0]) if firsts else None)
             dsn_dups.append((key, len(rs) - 1, e))
 
     lost, lost_bounces = [], []
