@@ -712,6 +712,9 @@ def main():
         rep["faults"] = inj.counts
         with open(os.path.join(work, "kills.json"), "w") as f:
             json.dump(inj.events, f)
+        with open(os.path.join(work, "ledger.json"), "w") as f:
+            json.dump({"accepted": ledger.accepted,
+                       "uncertain": ledger.uncertain}, f)
         print(json.dumps(rep, indent=1, sort_keys=True), flush=True)
         bad = []
         for k in ("lost", "lost_bounces", "phantoms", "corrupted",
