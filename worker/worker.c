@@ -25,7 +25,8 @@
  *           smtpd.h STOP); at the stop deadline, shutdown_timeout
  *           less min(1 s, a quarter of it), every session not in DATA is
  *           told 421 and closed, and deliver_giveback() closes every
- *           outbound session without marking its recipients, so the next
+ *           outbound session without marking its recipients (one whose
+ *           final dot is out gets a second for its reply), so the next
  *           generation delivers those messages.  The worker exits when it
  *           has no session and deliver_drain() reports nothing running;
  *           a session still in DATA (bounded by its data timeout) or a
