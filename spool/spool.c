@@ -40,6 +40,7 @@
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+#define SPOOL_ROOM_MS     10            /* spool_room() looks again after */
 
 struct spool {
     char       *dir;
@@ -49,6 +50,8 @@ struct spool {
     uint64_t    last;               /* last id's ms << 12 | counter */
     char       *spare;              /* one free write buffer, or NULL */
     uint64_t    reserve;            /* bytes new mail leaves free */
+    uint64_t    room_budget;        /* bytes new mail may write unchecked */
+    uint64_t    room_until_ms;      /* ... until then (monotonic) */
     char        err[512];
 };
 
@@ -383,23 +386,36 @@ spool_id_shard(const char *id)
 /* ---- writer ----------------------------------------------------------- */
 
 /* spool_room - would n more bytes of new mail leave the reserve free?
- * SPOOL_OK, or SPOOL_ENOSPC with the last error saying why.  One
- * fstatvfs() per call: at create and per write buffer (256 KiB). */
+ * SPOOL_OK, or SPOOL_ENOSPC with the last error saying why.  An
+ * fstatvfs() at most every SPOOL_ROOM_MS while far from the reserve: a
+ * check leaves a budget of an eighth of the room above it (other workers
+ * write too) to spend without looking again. */
 static int
 spool_room(struct spool *sp, uint64_t n)
 {
     struct statvfs vs;
-    uint64_t       avail, keep;
+    uint64_t       avail, keep, now;
 
-    if (sp->reserve == 0 || fstatvfs(sp->tmpfd, &vs) != 0)
+    if (sp->reserve == 0)
+        return SPOOL_OK;
+    now = util_now_ms();
+    if (n <= sp->room_budget && now < sp->room_until_ms) {
+        sp->room_budget -= n;
+        return SPOOL_OK;
+    }
+    sp->room_budget = 0;
+    if (fstatvfs(sp->tmpfd, &vs) != 0)
         return SPOOL_OK;            /* unknown: the write itself decides */
     avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     /* at most a quarter of the file system: a small spool stays usable */
     keep = (uint64_t)vs.f_blocks * (uint64_t)vs.f_frsize / 4;
     if (keep > sp->reserve)
         keep = sp->reserve;
-    if (avail >= n && avail - n >= keep)
+    if (avail >= n && avail - n >= keep) {
+        sp->room_budget = (avail - n - keep) / 8;
+        sp->room_until_ms = now + SPOOL_ROOM_MS;
         return SPOOL_OK;
+    }
     snprintf(sp->err, sizeof(sp->err), "spool %s: %llu bytes free, %llu "
         "kept for delivery state and bounces (spool.reserve)", sp->dir,
         (unsigned long long)avail, (unsigned long long)keep);
