@@ -85,7 +85,7 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls fuzz install clean check-deps layering deb
+.PHONY: all deps run test unit integration asan bench bench-tls fuzz soak install clean check-deps layering deb
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -199,6 +199,13 @@ bench: all
 # `make bench` so that its time does not grow.
 bench-tls: all
 	@/usr/bin/python3 bench/tls_bench.py
+
+# The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
+# a seeded fault injector for DURATION seconds; fails on any lost, phantom
+# or corrupted message or unexplained duplicate.  Root: tmpfs spool, ENOSPC.
+DURATION ?= 120
+soak: all
+	@MTAD_BUILD=$(BUILD) /usr/bin/python3 tests/soak/soak.py --duration $(DURATION) $(SOAK_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \

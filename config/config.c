@@ -130,6 +130,7 @@ static const struct config_key config_relay[] = {
 static const struct config_key config_spool[] = {
     KEY("dir", CONFIG_STRING, spool_dir),
     KEY("fsync", CONFIG_BOOL, spool_fsync),
+    KEY("reserve", CONFIG_SIZE, spool_reserve),
     END
 };
 
@@ -140,11 +141,26 @@ static const struct config_key config_routes[] = {
     END
 };
 
+/* delivery.timeouts: the relay client's per-phase limits (RFC 5321
+ * 4.5.3.2 minimums as defaults; names after Postfix's smtp_*_timeout) */
+static const struct config_key config_timeouts[] = {
+    DUR("greeting", mta_timeouts.greeting_ms, 1),
+    DUR("helo", mta_timeouts.helo_ms, 1),
+    DUR("mail", mta_timeouts.mail_ms, 1),
+    DUR("rcpt", mta_timeouts.rcpt_ms, 1),
+    DUR("data", mta_timeouts.data_ms, 1),
+    DUR("data_xfer", mta_timeouts.data_xfer_ms, 1),
+    DUR("data_done", mta_timeouts.data_done_ms, 1),
+    DUR("quit", mta_timeouts.quit_ms, 1),
+    END
+};
+
 static const struct config_key config_delivery[] = {
     { "retry", CONFIG_RETRY, OFF(retry_ms), 1, 0, NULL },  /* min 1 ms */
     DUR("max_queue_time", max_queue_time_ms, 1),
     INT("connections_per_destination", connections_per_destination),
     DUR("connect_timeout", connect_timeout_ms, 1),
+    SECTION("timeouts", config_timeouts),
     END
 };
 
@@ -1729,6 +1745,7 @@ config_defaults(const char *path)
 
     cfg->spool_dir = xstrdup("/run/mtad/spool");
     cfg->spool_fsync = false;
+    cfg->spool_reserve = 4 * 1024 * 1024;
     cfg->routes_db = xstrdup("/var/lib/mtad/routes.mdb");
 
     cfg->nretry = ARRAY_LEN(retry);
@@ -1737,6 +1754,14 @@ config_defaults(const char *path)
     cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
+    cfg->mta_timeouts.greeting_ms = 5 * 60 * 1000;
+    cfg->mta_timeouts.helo_ms = 5 * 60 * 1000;
+    cfg->mta_timeouts.mail_ms = 5 * 60 * 1000;
+    cfg->mta_timeouts.rcpt_ms = 5 * 60 * 1000;
+    cfg->mta_timeouts.data_ms = 2 * 60 * 1000;
+    cfg->mta_timeouts.data_xfer_ms = 3 * 60 * 1000;
+    cfg->mta_timeouts.data_done_ms = 10 * 60 * 1000;
+    cfg->mta_timeouts.quit_ms = 5 * 60 * 1000;
 
     cfg->log_file = xstrdup("-");
     cfg->log_level = LOGL_INFO;

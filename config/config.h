@@ -89,6 +89,9 @@ struct config {
     /* spool */
     char   *spool_dir;              /* default /run/mtad/spool */
     bool    spool_fsync;            /* default false */
+    uint64_t spool_reserve;         /* bytes kept free for the delivery
+                                       state and bounces of accepted mail:
+                                       below it new mail gets 452; 4M */
 
     /* routes */
     char   *routes_db;              /* default /var/lib/mtad/routes.mdb */
@@ -102,6 +105,16 @@ struct config {
     uint64_t max_queue_time_ms;     /* 5d */
     int     connections_per_destination; /* 20 */
     uint64_t connect_timeout_ms;    /* 30s */
+    struct config_mta_timeouts {    /* delivery.timeouts, RFC 5321 4.5.3.2 */
+        uint64_t greeting_ms;       /* 5m: the 220 greeting */
+        uint64_t helo_ms;           /* 5m: EHLO/HELO (and RSET) */
+        uint64_t mail_ms;           /* 5m: MAIL */
+        uint64_t rcpt_ms;           /* 5m: each RCPT */
+        uint64_t data_ms;           /* 2m: the 354 to DATA */
+        uint64_t data_xfer_ms;      /* 3m: each block of the body */
+        uint64_t data_done_ms;      /* 10m: the reply after the dot */
+        uint64_t quit_ms;           /* 5m: the reply to QUIT */
+    } mta_timeouts;
 
     /* log */
     char   *log_file;               /* "-" = stderr */

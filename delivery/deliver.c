@@ -29,8 +29,9 @@
  *           delivery.retry (the last step repeats), state saved, lock
  *           released, rescheduled; past max_queue_time the open
  *           recipients bounce (4.4.7).
- * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open at once (each
- *           holds the queue fd and its lock); the rest wait in the heap.
+ * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open or held unsaved
+ *           at once (each holds the queue fd and its lock); the rest wait
+ *           in the heap.
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
@@ -46,10 +47,22 @@
  *           (limits.load.queue_only), no attempt starts: the timer looks
  *           again every second; attempts already running finish.  New
  *           messages are still accepted and wait in the heap.
+ * STATE     Memory is the truth, the file its copy: when the state
+ *           cannot be written (a full spool) the attempt is held on
+ *           d->unsaved with its lock, not retried, and only the save is
+ *           tried again every DELIVER_SAVE_RETRY_MS; so a recipient that
+ *           got 250, or one already bounced (its DSN queued and marked
+ *           notified in memory), is never offered or bounced again by this
+ *           worker.  After a crash the file decides: a second delivery or
+ *           DSN is possible only for what happened between the next hop's
+ *           250 (or the DSN's commit) and the state write.
+ * GIVEBACK  deliver_giveback() at the stop deadline: mta_abort() cuts
+ *           every outbound session; results already in are saved, the rest
+ *           stay pending, and every message is unlocked for the next
+ *           generation's "kick *".
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
- *           the status page; a spool error on save is logged and the
- *           message is retried from memory (the file keeps its last state;
- *           a repeat delivery is possible, a loss is not).
+ *           the status page; a failed state save is logged once per
+ *           episode (dl_save), and its end once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -79,6 +92,9 @@
 #define DELIVER_BATCH        64          /* attempts started per timer run */
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
+#define DELIVER_SAVE_RETRY_MS 1000       /* an unsaved state is tried again */
+#define DELIVER_DOT_GRACE_MS 1000        /* at the stop deadline, for a reply
+                                          * due after the final dot */
 
 struct dl_entry {
     uint64_t when;                      /* wall-clock ms */
@@ -105,6 +121,9 @@ struct dl_attempt {
     off_t              body_off;
     struct dl_txn     *txns;
     size_t             open;            /* relay txns not yet done */
+    int                changed;         /* results recorded this attempt */
+    int                cut;             /* a txn was cut by the giveback */
+    int                unsaved;         /* on d->unsaved, not d->active */
 };
 
 struct deliver {
@@ -123,6 +142,14 @@ struct deliver {
     size_t                nactive;
     int                   draining;
     const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
+    /* attempts whose state could not be written: held with their lock,
+     * not retried, until a save succeeds (see STATE) */
+    struct dl_attempt    *unsaved;
+    size_t                nunsaved;
+    struct ev_timer       save_timer;
+    int                   save_failing; /* warned in this episode */
+    int                   gaveback;     /* stop deadline passed */
+    size_t                ngiven;       /* attempts given back then */
 };
 
 #define DELIVER_HOLD_POLL_MS 1000        /* while limits.load holds us */
@@ -275,6 +302,7 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->last_reply = r2;
         rc->relay = l2;
     }
+    a->changed = 1;
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
     if (log_enabled(LOGL_INFO)) {
@@ -419,6 +447,7 @@ dl_bounce(struct dl_attempt *a)
     denv.helo = d->cfg->hostname;
     denv.rcpt = &rc;
     denv.nrcpt = 1;
+    denv.use_reserve = 1;               /* a bounce of accepted mail */
 
     buf_init(&out);
     dsn_build_head(&in, &out);
@@ -486,19 +515,33 @@ dl_notify(struct dl_attempt *a)
 
 /* ---- attempts ---- */
 
+/* dl_unlink - take a off its list (active or unsaved). */
 static void
-dl_attempt_free(struct dl_attempt *a)
+dl_unlink(struct dl_attempt *a)
 {
-    struct deliver *d = a->d;
-    struct dl_txn  *t, *tn;
+    struct deliver     *d = a->d;
+    struct dl_attempt **head = a->unsaved ? &d->unsaved : &d->active;
 
     if (a->prev)
         a->prev->next = a->next;
     else
-        d->active = a->next;
+        *head = a->next;
     if (a->next)
         a->next->prev = a->prev;
-    d->nactive--;
+    a->next = a->prev = NULL;
+    if (a->unsaved)
+        d->nunsaved--;
+    else
+        d->nactive--;
+}
+
+
+static void
+dl_attempt_free(struct dl_attempt *a)
+{
+    struct dl_txn  *t, *tn;
+
+    dl_unlink(a);
     for (t = a->txns; t; t = tn) {
         tn = t->next;
         free(t->rt.rcpt);
@@ -535,6 +578,90 @@ dl_expire(struct dl_attempt *a)
 }
 
 
+/* dl_save - write a's state.  0, or -1 (logged once per episode: a full
+ * spool fails every save alike). */
+static int
+dl_save(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (spool_state_save(d->sp, a->env) != SPOOL_OK) {
+        if (!d->save_failing)
+            log_warn("%s: saving the delivery state: %s; holding such "
+                "messages in memory, not retried, until their state can be "
+                "saved", a->env->id, spool_errstr(d->sp));
+        d->save_failing = 1;
+        return -1;
+    }
+    a->env->has_state = 1;
+    return 0;
+}
+
+
+/* dl_reschedule - the state is saved: unlock and wait for the retry. */
+static void
+dl_reschedule(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+    char            id[SPOOL_ID_SIZE];
+    uint64_t        when = a->env->next_retry_ms;
+
+    util_strlcpy(id, a->env->id, sizeof(id));
+    dl_attempt_free(a);                 /* unlock before rescheduling */
+    dl_schedule(d, id, when);
+}
+
+
+/* dl_hold - the state could not be saved: the file says less than memory
+ * (a recipient that got 250 would be offered again, a bounce sent twice),
+ * so the attempt is kept, lock and all, and only its save is retried. */
+static void
+dl_hold(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    dl_unlink(a);
+    a->unsaved = 1;
+    a->next = d->unsaved;
+    if (d->unsaved)
+        d->unsaved->prev = a;
+    d->unsaved = a;
+    d->nunsaved++;
+    if (!ev_timer_active(&d->save_timer))
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+    deliver_arm(d);
+}
+
+
+/* dl_save_fire - try the held states again; the saved go back to the
+ * schedule at their retry time. */
+static void
+dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct deliver    *d = arg;
+    struct dl_attempt *a, *next;
+    size_t             saved = 0;
+
+    (void)loop;
+    (void)tm;
+    for (a = d->unsaved; a; a = next) {
+        next = a->next;
+        if (dl_save(a) < 0)
+            break;                      /* still no room: try again later */
+        saved++;
+        dl_reschedule(a);
+    }
+    if (d->nunsaved > 0) {
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+        return;
+    }
+    if (saved > 0)
+        log_notice("delivery state saved again: %zu held messages back in "
+            "the schedule", saved);
+    d->save_failing = 0;
+}
+
+
 /* dl_finish - every group is back: the DSN for new failures, then
  * remove, or save and reschedule.  A crash between the DSN's commit and
  * the state save sends that DSN again at the next attempt (twice, never
@@ -548,6 +675,7 @@ dl_finish(struct dl_attempt *a)
     size_t            i, pending = 0;
     int               notified;
 
+    a->open = 0;
     for (i = 0; i < env->nrcpt; i++)
         if (env->rcpt[i].status == SPOOL_RCPT_PENDING)
             pending++;
@@ -578,19 +706,33 @@ dl_finish(struct dl_attempt *a)
             d->cfg->nretry, env->attempts, now, env->arrival_ms,
             d->cfg->max_queue_time_ms);
     }
-    if (spool_state_save(d->sp, env) != SPOOL_OK)
-        log_warn("%s: saving the delivery state: %s", env->id,
-            spool_errstr(d->sp));
-    else
-        env->has_state = 1;
-    {
-        char     id[SPOOL_ID_SIZE];
-        uint64_t when = env->next_retry_ms;
-
-        util_strlcpy(id, env->id, sizeof(id));
-        dl_attempt_free(a);             /* unlock before rescheduling */
-        dl_schedule(d, id, when);
+    if (dl_save(a) == 0) {
+        dl_reschedule(a);
+        return;
     }
+    dl_hold(a);
+}
+
+
+/* dl_giveback_one - the stop deadline cut a transaction of a: results
+ * that are in are saved (due at once, for the next generation), nothing
+ * else is marked, and the message is unlocked. */
+static void
+dl_giveback_one(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (a->changed) {
+        a->env->next_retry_ms = util_wall_ms();
+        if (dl_save(a) < 0) {
+            dl_hold(a);                 /* tried again until the exit */
+            return;
+        }
+    }
+    log_info("%s: stop deadline: attempt given back to the next "
+        "generation", a->env->id);
+    d->ngiven++;
+    dl_attempt_free(a);
 }
 
 
@@ -602,10 +744,17 @@ dl_txn_done(struct mta_txn *rt)
     struct dl_attempt *a = t->a;
     size_t             i;
 
-    for (i = 0; i < rt->nrcpt; i++)
-        dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
-            rt->res[i].relay, NULL);
-    if (--a->open == 0)
+    if (rt->cut)
+        a->cut = 1;                     /* its recipients stay as they were */
+    else
+        for (i = 0; i < rt->nrcpt; i++)
+            dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
+                rt->res[i].relay, NULL);
+    if (--a->open > 0)
+        return;
+    if (a->cut)
+        dl_giveback_one(a);
+    else
         dl_finish(a);
 }
 
@@ -738,6 +887,22 @@ dl_run(struct dl_attempt *a)
 }
 
 
+/* dl_is_active - is an attempt for id open, or held unsaved, right now? */
+static int
+dl_is_active(const struct deliver *d, const char *id)
+{
+    const struct dl_attempt *a;
+
+    for (a = d->active; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return 1;
+    for (a = d->unsaved; a; a = a->next)
+        if (strcmp(a->env->id, id) == 0)
+            return 1;
+    return 0;
+}
+
+
 /* dl_start - open, lock and run one attempt for id. */
 static void
 dl_start(struct deliver *d, const char *id)
@@ -747,9 +912,8 @@ dl_start(struct deliver *d, const char *id)
     int                fd = -1, rc;
     off_t              off = 0;
 
-    for (a = d->active; a; a = a->next)
-        if (strcmp(a->env->id, id) == 0)
-            return;                     /* already running */
+    if (dl_is_active(d, id))
+        return;                         /* already running, or held */
     rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
     if (rc == SPOOL_ENOENT)
         return;                         /* delivered or deleted meanwhile */
@@ -822,7 +986,7 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         return;
     }
     while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
-        d->nactive < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
+        d->nactive + d->nunsaved < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
         struct dl_entry e;
 
         dl_heap_pop(d, &e);
@@ -842,7 +1006,8 @@ deliver_arm(struct deliver *d)
 {
     uint64_t now, when;
 
-    if (d->nheap == 0 || d->nactive >= DELIVER_MAX_ACTIVE ||
+    if (d->nheap == 0 || d->gaveback ||
+        d->nactive + d->nunsaved >= DELIVER_MAX_ACTIVE ||
         (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
@@ -876,7 +1041,9 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         d->nshards : 1;
     d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
     d->resolve = resolve_new(loop, cfg);
+    mta_set_timeouts(d->relay, &cfg->mta_timeouts);
     ev_timer_init(&d->timer, deliver_fire, d);
+    ev_timer_init(&d->save_timer, dl_save_fire, d);
     return d;
 }
 
@@ -887,27 +1054,23 @@ deliver_free(struct deliver *d)
     if (d == NULL)
         return;
     ev_timer_stop(d->loop, &d->timer);
+    ev_timer_stop(d->loop, &d->save_timer);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
     resolve_free(d->resolve);           /* after the relay: see there */
     while (d->active != NULL)
         dl_attempt_free(d->active);
+    while (d->unsaved != NULL) {
+        if (dl_save(d->unsaved) < 0)
+            log_warn("%s: exiting with its delivery state unsaved: the "
+                "next attempt may repeat deliveries", d->unsaved->env->id);
+        dl_attempt_free(d->unsaved);
+    }
     free(d->heap);
     free(d);
 }
 
 
-/* dl_is_active - is an attempt for id open right now? */
-static int
-dl_is_active(const struct deliver *d, const char *id)
-{
-    const struct dl_attempt *a;
-
-    for (a = d->active; a; a = a->next)
-        if (strcmp(a->env->id, id) == 0)
-            return 1;
-    return 0;
-}
 
 
 /* deliver_load - rebuild the schedule from the spool: every id of our
@@ -1012,6 +1175,23 @@ deliver_kick(struct deliver *d, const char *id)
 }
 
 
+void
+deliver_giveback(struct deliver *d)
+{
+    if (d->gaveback)
+        return;
+    d->draining = 1;
+    d->gaveback = 1;                    /* nothing starts from here on */
+    ev_timer_stop(d->loop, &d->timer);
+    /* finished transactions report first (dl_finish); the others come
+     * back cut (dl_txn_done -> dl_giveback_one), but for one waiting for
+     * the reply to its final dot, which may still finish normally */
+    mta_abort(d->relay, DELIVER_DOT_GRACE_MS);
+    if (d->ngiven > 0)
+        log_notice("stop deadline: %zu deliveries given back", d->ngiven);
+}
+
+
 size_t
 deliver_drain(struct deliver *d)
 {
@@ -1020,10 +1200,12 @@ deliver_drain(struct deliver *d)
         mta_drain(d->relay);
         deliver_arm(d);
     }
+    if (d->gaveback)
+        return d->nactive + d->nunsaved;    /* replies after a dot */
     /* first attempts still due count as in flight (see deliver_arm),
      * unless the load policy holds them: the next generation takes them */
-    return d->nactive + (d->nheap > 0 && d->heap[0].when == 0 &&
-        !dl_held(d) ? 1 : 0);
+    return d->nactive + d->nunsaved + (d->nheap > 0 &&
+        d->heap[0].when == 0 && !dl_held(d) ? 1 : 0);
 }
 
 

@@ -35,7 +35,8 @@ void    deliver_free(struct deliver *d);                 /* NULL ok */
 int     deliver_recover(struct deliver *d);              /* at start */
 void    deliver_submit(struct deliver *d, const char *id); /* just queued */
 void    deliver_kick(struct deliver *d, const char *id);  /* NULL/"*": all */
-/* Graceful stop: start nothing new; returns deliveries still in flight. */
+/* Graceful stop: start nothing new; returns deliveries still in flight
+ * (after deliver_giveback(): states still unsaved, retried each second). */
 size_t  deliver_drain(struct deliver *d);
 /* The status page's throttle word: while STATUS_THROTTLE_HOLD is set no
  * attempt starts (limits.load.queue_only).  NULL: never held. */
@@ -45,6 +46,10 @@ void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
  * message. */
 void    deliver_gauges(const struct deliver *d, uint64_t *active,
             uint64_t *due, uint64_t *deferred);
+/* The stop deadline: close every outbound session at once without
+ * marking its recipients (results already in are saved), release every
+ * message, start nothing more: the next generation delivers them. */
+void    deliver_giveback(struct deliver *d);
 /* Shard of a queue id under nshards workers. */
 unsigned deliver_shard_of(const char *id, unsigned nshards);
 

@@ -55,18 +55,16 @@
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
 
 /*
- * Per-phase timeouts.  RFC 5321 4.5.3.2 gives the client's minimums; only
- * connect_timeout is a relay.yaml key, the others are these constants.
+ * Per-phase timeouts: delivery.timeouts in relay.yaml (struct
+ * config_mta_timeouts, set with mta_set_timeouts()); the defaults are RFC
+ * 5321 4.5.3.2's minimums.  A stalled greeting or EHLO moves on to the
+ * next host (mta_lost); a stall later defers the open recipients.
  */
-#define MTA_T_GREETING   (5 * 60 * 1000)
-#define MTA_T_COMMAND    (5 * 60 * 1000)   /* EHLO, MAIL, RCPT, RSET */
-#define MTA_T_DATA_INIT  (2 * 60 * 1000)   /* reply to DATA */
-#define MTA_T_BLOCK      (3 * 60 * 1000)   /* each body write */
-#define MTA_T_FINAL      (10 * 60 * 1000)  /* reply after the dot */
 #define MTA_IDLE_MS      (10 * 1000)       /* reuse window */
 #define MTA_CHUNK        (128 * 1024)      /* body read size */
 #define MTA_MAX_ADDRS    16
@@ -75,14 +73,14 @@
 
 enum mta_state {
     C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
-    C_DOT, C_IDLE
+    C_DOT, C_IDLE, C_QUIT
 };
 
 static const char *const mta_phase[] = {
     "connecting", "receiving the initial server greeting",
     "sending EHLO", "sending HELO", "sending RSET",
     "sending MAIL/RCPT/DATA", "sending message content",
-    "waiting for the end of data reply", "idle"
+    "waiting for the end of data reply", "idle", "sending QUIT"
 };
 
 /* per-recipient progress within a transaction */
@@ -135,6 +133,7 @@ struct relay {
     struct ev_loop    *loop;
     char              *helo;
     uint64_t           connect_timeout_ms;
+    struct config_mta_timeouts t;   /* per-phase limits */
     unsigned           cap;
     int                draining;
     int                freeing;
@@ -464,6 +463,7 @@ mta_lost(struct mta_conn *c, const char *why)
         }
         break;
     case C_IDLE:
+    case C_QUIT:
         mta_conn_close(c);
         return;
     default:
@@ -599,7 +599,7 @@ mta_connected(struct mta_conn *c)
     }
     c->state = C_GREETING;
     (void)mta_watch(c, EV_READ);
-    mta_arm(c, MTA_T_GREETING);
+    mta_arm(c, c->r->t.greeting_ms);
 }
 
 
@@ -749,7 +749,7 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
         }
     }
     c->state = C_TXN;
-    mta_arm(c, MTA_T_COMMAND);
+    mta_arm(c, rset ? c->r->t.helo_ms : c->r->t.mail_ms);
 }
 
 
@@ -794,7 +794,7 @@ mta_conn_next(struct mta_conn *c)
             c->txn = t;
             mta_cmd(c, "RSET");
             c->state = C_RSET;
-            mta_arm(c, MTA_T_COMMAND);
+            mta_arm(c, c->r->t.helo_ms);
         } else {
             mta_begin(c, t, c->reused);
         }
@@ -831,7 +831,7 @@ mta_body_start(struct mta_conn *c)
         mta_cmd(c, "BDAT %llu LAST", (unsigned long long)c->body_left);
         c->expect--;                        /* counted when the body ends */
     }
-    mta_arm(c, MTA_T_BLOCK);
+    mta_arm(c, c->r->t.data_xfer_ms);
 }
 
 
@@ -866,7 +866,7 @@ mta_body_write(struct mta_conn *c)
             }
             c->expect++;
             c->state = C_DOT;
-            mta_arm(c, MTA_T_FINAL);
+            mta_arm(c, c->r->t.data_done_ms);
             return mta_flush(c);
         }
         if (c->bdat) {
@@ -911,11 +911,11 @@ mta_body_write(struct mta_conn *c)
                     buf_tail(&c->out)));
                 c->expect++;
                 c->state = C_DOT;
-                mta_arm(c, MTA_T_FINAL);
+                mta_arm(c, c->r->t.data_done_ms);
                 return mta_flush(c);
             }
         }
-        mta_arm(c, MTA_T_BLOCK);
+        mta_arm(c, c->r->t.data_xfer_ms);
     }
     /* turns used up with body left: go on when the socket takes more */
     if (mta_send(c) < 0)
@@ -938,6 +938,17 @@ mta_final(struct mta_conn *c, const struct smtp_reply *rp)
             c->rst[i] = R_FINAL;
         }
     }
+}
+
+
+/* mta_t_reply - the limit for reply k of a transaction: 0 MAIL, 1..nrcpt
+ * RCPT, then DATA. */
+static uint64_t
+mta_t_reply(const struct mta_conn *c, size_t k)
+{
+    if (k == 0)
+        return c->r->t.mail_ms;
+    return k <= c->txn->nrcpt ? c->r->t.rcpt_ms : c->r->t.data_ms;
 }
 
 
@@ -986,7 +997,7 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
             c->expect++;
             c->empty_data = 1;
             c->state = C_DOT;
-            mta_arm(c, MTA_T_FINAL);
+            mta_arm(c, c->r->t.data_done_ms);
             if (mta_flush(c) < 0) {
                 mta_lost(c, c->lasterr);
                 return 1;
@@ -996,8 +1007,7 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
         mta_final(c, rp);
     }
     if (c->expect > 0) {
-        mta_arm(c, k + 1 >= t->nrcpt + 1 ? MTA_T_DATA_INIT :
-            MTA_T_COMMAND);
+        mta_arm(c, mta_t_reply(c, k + 1));
         return 0;
     }
     /* every reply to what was sent is in: send the next step */
@@ -1020,8 +1030,7 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
     } else {
         return mta_idle(c);               /* done, or nobody accepted */
     }
-    mta_arm(c, c->nsent > t->nrcpt + 1 ? MTA_T_DATA_INIT :
-        MTA_T_COMMAND);
+    mta_arm(c, mta_t_reply(c, c->nreply));
     if (mta_flush(c) < 0) {
         mta_lost(c, c->lasterr);
         return 1;
@@ -1110,6 +1119,9 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
             return 0;
         }
         return mta_txn_reply(c, rp);
+    case C_QUIT:
+        mta_conn_close(c);
+        return 1;
     case C_DOT:
         if (!c->empty_data)
             mta_final(c, rp);
@@ -1120,7 +1132,7 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
         mta_lost(c, why);
         return 1;
     }
-    mta_arm(c, MTA_T_COMMAND);
+    mta_arm(c, c->state == C_TXN ? c->r->t.mail_ms : c->r->t.helo_ms);
     if (mta_flush(c) < 0) {
         mta_lost(c, c->lasterr);
         return 1;
@@ -1208,9 +1220,18 @@ mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
     (void)loop;
     (void)tm;
     if (c->state == C_IDLE) {
+        /* the reuse window is over: QUIT, and wait for its reply at most
+         * delivery.timeouts.quit (the slot stays counted until then) */
         mta_cmd(c, "QUIT");
-        (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
-            MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (mta_send(c) < 0 || buf_avail(&c->out) > 0) {
+            mta_conn_close(c);
+            return;
+        }
+        c->state = C_QUIT;
+        mta_arm(c, c->r->t.quit_ms);
+        return;
+    }
+    if (c->state == C_QUIT) {
         mta_conn_close(c);
         return;
     }
@@ -1384,9 +1405,21 @@ mta_new(struct ev_loop *loop, const char *helo_name,
     r->helo = xstrdup(helo_name);
     r->connect_timeout_ms = connect_timeout_ms ? connect_timeout_ms : 30000;
     r->cap = conns_per_dest ? conns_per_dest : 1;
+    r->t.greeting_ms = r->t.helo_ms = r->t.mail_ms = r->t.rcpt_ms =
+        r->t.quit_ms = 5 * 60 * 1000;
+    r->t.data_ms = 2 * 60 * 1000;
+    r->t.data_xfer_ms = 3 * 60 * 1000;
+    r->t.data_done_ms = 10 * 60 * 1000;
     r->chunk = xmalloc(MTA_CHUNK);
     ev_timer_init(&r->post_timer, mta_post_fire, r);
     return r;
+}
+
+
+void
+mta_set_timeouts(struct relay *r, const struct config_mta_timeouts *t)
+{
+    r->t = *t;
 }
 
 
@@ -1422,12 +1455,57 @@ mta_submit(struct relay *r, struct mta_txn *t)
     t->next = NULL;
     t->restarts = 0;
     t->accepted = 0;
+    t->cut = 0;
     if (d->wait_tail)
         d->wait_tail->next = t;
     else
         d->wait_head = t;
     d->wait_tail = t;
     mta_dest_run(r, d);
+}
+
+
+void
+mta_abort(struct relay *r, uint64_t dot_grace_ms)
+{
+    struct mta_dest *d, *dn;
+    struct mta_conn *c, *cn;
+    struct mta_txn  *t;
+
+    /* finished transactions are reported, as they would be next turn */
+    ev_timer_stop(r->loop, &r->post_timer);
+    mta_post_fire(r->loop, &r->post_timer, r);
+    r->draining = 1;
+    r->freeing = 1;                         /* no queue runs while closing */
+    for (d = r->dests; d; d = dn) {
+        dn = d->next;
+        while ((t = mta_dest_pop(d)) != NULL) {
+            t->cut = 1;                     /* never started */
+            t->done(t);
+        }
+        for (c = d->conns; c; c = cn) {
+            cn = c->next;
+            /* the dot is out: the next hop may be saying 250 right now;
+             * cutting that reply would make the next generation deliver
+             * the message again, so it gets a short grace */
+            if (c->state == C_DOT && c->txn != NULL && dot_grace_ms > 0) {
+                mta_arm(c, dot_grace_ms);
+                continue;
+            }
+            t = c->txn;
+            c->txn = NULL;
+            mta_conn_close(c);
+            if (t != NULL) {
+                t->cut = 1;
+                t->done(t);
+            }
+        }
+    }
+    r->freeing = 0;
+    for (d = r->dests; d; d = dn) {
+        dn = d->next;
+        mta_dest_gc(r, d);
+    }
 }
 
 

@@ -70,6 +70,7 @@ struct mta_txn {
     struct mta_result *res;       /* nrcpt entries, filled by the relay */
     mta_done_fn *done;
     void       *arg;
+    int         cut;                /* set by mta_abort(): res[] unused */
     /* private to relay.c */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
@@ -77,15 +78,26 @@ struct mta_txn {
 };
 
 struct relay;
+struct config_mta_timeouts;
 
 /* conns_per_dest: this worker's cap of connections per destination. */
 struct relay *mta_new(struct ev_loop *loop, const char *helo_name,
             uint64_t connect_timeout_ms, unsigned conns_per_dest);
+/* delivery.timeouts (copied); mta_new() starts from RFC 5321's. */
+void    mta_set_timeouts(struct relay *r,
+            const struct config_mta_timeouts *t);
 void    mta_free(struct relay *r);            /* closes every connection */
 void    mta_submit(struct relay *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
  * when name is not one.  No DNS. */
 int     mta_hop_literal(const char *name, unsigned port, struct mta_hop *out);
+/* The stop deadline: done() for transactions already finished; then
+ * every other one is cut (its connection closed, nothing sent on) and
+ * handed back at once through done() with cut set and its results
+ * meaningless, except one whose final dot is out: it may still read its
+ * reply for dot_grace_ms (then it times out like any stall).  No new
+ * transaction starts afterwards. */
+void    mta_abort(struct relay *r, uint64_t dot_grace_ms);
 /* Close idle connections now and keep none idle from here on. */
 void    mta_drain(struct relay *r);
 /* Connections open (busy or idle), for tests and drain. */

@@ -12,15 +12,18 @@
  *           back-off (0.1 s .. 10 s) when it died within 1 s of its start.
  *           Reload (SIGHUP, "mtactl reload"): a valid new config starts a
  *           new generation; when all its workers said "ready" (or after
- *           10 s) the old generation gets "stop", and is SIGKILLed after
- *           server.shutdown_timeout.  When its last worker is gone the
+ *           10 s) the old generation gets "stop"; each worker gives back
+ *           what it holds at its deadline (shutdown_timeout less a margin)
+ *           and exits by itself.  Past shutdown_timeout the master sends
+ *           "ping" and kills (SIGKILL, logged) only a worker that does not
+ *           answer within MASTER_PING_MS.  When its last worker is gone the
  *           current workers get "kick *": they rebuild their schedules from
  *           the spool, taking over what the old one left queued (the shard
  *           count may have changed).  The listening sockets stay open in
  *           the master throughout, so no connection is refused.  An invalid
  *           config is logged and the old generation keeps serving.
- *           SIGTERM/SIGINT/"mtactl stop": "stop" to every worker, SIGKILL
- *           after shutdown_timeout, then the log process (it writes what it
+ *           SIGTERM/SIGINT/"mtactl stop": "stop" to every worker (the
+ *           same deadline and ping), then the log process (it writes what it
  *           holds), then the pid file and control socket are removed.
  *           The tick samples getloadavg() into the status page every 2 s:
  *           the only place the load is read.
@@ -58,6 +61,8 @@
 
 #define LOG_SOCKBUF   (4 << 20)
 #define ERR_MAX       8192
+#define MASTER_PING_MS 5000    /* a stopping worker past its deadline must
+                                   answer "ping" within this, or is killed */
 
 static struct master master_self;
 static unsigned      master_gen_seq;
@@ -454,6 +459,7 @@ master_stop_worker(struct slot *s, uint64_t timeout_ms)
         return;
     master_send(s, "stop");
     s->state = SLOT_STOPPING;
+    s->pinged = 0;
     s->stop_deadline = util_now_ms() + timeout_ms;
 }
 
@@ -722,6 +728,11 @@ master_chan_event(struct master *m, unsigned idx)
             s->ready = 1;
         } else if (strcmp(msg, "pong") == 0) {
             watchdog_pong(m, idx);
+            /* alive past its deadline (a message in DATA, a state
+             * write): ask again later, never kill a worker that answers */
+            s->pinged = 0;
+            if (s->state == SLOT_STOPPING)
+                s->stop_deadline = util_now_ms() + MASTER_PING_MS;
         } else {
             log_warn("worker %u: unknown message on the channel: %.40s",
                 s->shard, msg);
@@ -1040,9 +1051,18 @@ master_deadlines(struct master *m, uint64_t now)
         if (s->state == SLOT_BACKOFF && now >= s->restart_at && !m->stopping)
             master_spawn(m, s);
         else if (s->state == SLOT_STOPPING && now >= s->stop_deadline &&
+            s->pid > 0 && !s->pinged) {
+            /* a stopping worker gives its work back and exits by itself
+             * at its own deadline; past ours it only has to answer */
+            master_send(s, "ping");
+            s->pinged = 1;
+            s->stop_deadline = now + MASTER_PING_MS;
+        } else if (s->state == SLOT_STOPPING && now >= s->stop_deadline &&
             s->pid > 0) {
-            log_warn("worker %u (pid %d, generation %u) did not finish in "
-                "time; killing it", s->shard, (int)s->pid, s->generation);
+            log_warn("worker %u (pid %d, generation %u) is past its stop "
+                "deadline and did not answer the master for %d ms (hung or "
+                "stopped); killing it", s->shard, (int)s->pid, s->generation,
+                MASTER_PING_MS);
             (void)kill(s->pid, SIGKILL);
             s->stop_deadline = UINT64_MAX;
         }

@@ -73,7 +73,9 @@ struct slot {
     uint64_t        started_ms;     /* monotonic */
     uint64_t        restart_at;     /* SLOT_BACKOFF: when to fork again */
     uint64_t        backoff_ms;     /* last back-off, doubles on quick exits */
-    uint64_t        stop_deadline;  /* SLOT_STOPPING: SIGKILL after */
+    uint64_t        stop_deadline;  /* SLOT_STOPPING: "ping" then, and
+                                       SIGKILL if no "pong" comes */
+    int             pinged;         /* "ping" sent, "pong" due */
     unsigned        quick_exits;
 };
 

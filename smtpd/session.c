@@ -496,6 +496,18 @@ sess_received(struct sess *s, struct sess_txn *t)
 static void
 sess_spool_fail(struct sess *s, const char *what, int rc)
 {
+    struct smtpd *d = s->d;
+
+    /* a full spool refuses every message alike: one warning per
+     * episode (sess_queued() ends it), not one per message */
+    if (rc == SPOOL_ENOSPC) {
+        if (d->nospace++ == 0)
+            log_warn("%s: %s failed for client [%s]:%u: no space (%s); new "
+                "mail gets 452 until there is room again",
+                s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
+                (unsigned)s->port, spool_errstr(d->spool));
+        return;
+    }
     log_warn("%s: %s failed for client [%s]:%u: %s (%s)",
         s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
         (unsigned)s->port,
@@ -538,6 +550,11 @@ sess_queued(struct sess *s, uint64_t size)
     struct smtpd   *d = s->d;
 
     t->msg = NULL;                  /* spool_commit freed it */
+    if (d->nospace > 0) {
+        log_notice("spool has room again: %llu spool writes refused for "
+            "lack of space meanwhile", (unsigned long long)d->nospace);
+        d->nospace = 0;
+    }
     sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
     log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", t->id),
         LKV_S("from", t->env.sender), LKV_I("size", size),
@@ -1828,9 +1845,12 @@ smtpd_stop_begin(struct smtpd *d)
 }
 
 
-/* smtpd_stop_all - the stop deadline: every session is told 421 now, also
- * one in the middle of a message (aborted when it is freed).  One waiting
- * for the group commit is answered by the hook this turn and told then. */
+/* smtpd_stop_all - the stop deadline: every session not in a message is
+ * told 421 now.  One receiving DATA/BDAT finishes it under its data
+ * timeout (cutting it would make the client send it again elsewhere) and
+ * is told 421 right after its reply, as is one waiting for the group
+ * commit (answered by the hook this turn).  The worker keeps answering
+ * the master meanwhile, so it is not killed for it. */
 void
 smtpd_stop_all(struct smtpd *d, uint64_t linger_ms)
 {
@@ -1840,7 +1860,8 @@ smtpd_stop_all(struct smtpd *d, uint64_t linger_ms)
     d->stop_final = 1;
     for (s = d->sessions; s != NULL; s = next) {
         next = s->next;
-        if (s->state == SS_COMMIT)
+        if (s->state == SS_COMMIT || s->state == SS_DATA ||
+            s->state == SS_BDAT)
             continue;
         if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
             ev_timer_start(d->loop, &s->timer, 0);  /* closed, no 421 */

@@ -31,6 +31,9 @@ struct smtpd {
 
     int                   stopping; /* smtpd_stop_begin() was called */
     int                   stop_final; /* the deadline: no grace */
+    uint64_t              nospace;    /* spool writes refused for space
+                                       * since the last commit (one
+                                       * warning per episode) */
 
     struct sess          *sessions; /* every session (doubly linked) */
     struct sess          *pending;  /* replies to flush this turn */

@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "common/safefs.h"
 #include "common/util.h"
@@ -40,6 +41,7 @@
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+#define SPOOL_ROOM_MS     10            /* spool_room() looks again after */
 
 struct spool {
     char       *dir;
@@ -48,6 +50,9 @@ struct spool {
     unsigned    shard;
     uint64_t    last;               /* last id's ms << 12 | counter */
     char       *spare;              /* one free write buffer, or NULL */
+    uint64_t    reserve;            /* bytes new mail leaves free */
+    uint64_t    room_budget;        /* bytes new mail may write unchecked */
+    uint64_t    room_until_ms;      /* ... until then (monotonic) */
     char        err[512];
 };
 
@@ -56,6 +61,7 @@ struct spool_msg {
     int         fd;                 /* tmp/<id>, -1 once closed */
     int         finished;
     int         err;                /* sticky: a failed write poisons m */
+    int         use_reserve;        /* may eat into sp->reserve (bounces) */
     char        id[SPOOL_ID_SIZE];
     char       *wb;                 /* write buffer, NULL after finish */
     size_t      wlen;
@@ -422,12 +428,61 @@ spool_id_shard(const char *id)
 
 /* ---- writer ----------------------------------------------------------- */
 
-/* spool_write_all - write n bytes to m's tmp file, retrying short writes. */
+/* spool_room - would n more bytes of new mail leave the reserve free?
+ * SPOOL_OK, or SPOOL_ENOSPC with the last error saying why.  An
+ * fstatvfs() at most every SPOOL_ROOM_MS while far from the reserve: a
+ * check leaves a budget of an eighth of the room above it (other workers
+ * write too) to spend without looking again. */
+static int
+spool_room(struct spool *sp, uint64_t n)
+{
+    struct statvfs vs;
+    uint64_t       avail, keep, now;
+
+    if (sp->reserve == 0)
+        return SPOOL_OK;
+    now = util_now_ms();
+    if (n <= sp->room_budget && now < sp->room_until_ms) {
+        sp->room_budget -= n;
+        return SPOOL_OK;
+    }
+    sp->room_budget = 0;
+    if (fstatvfs(sp->tmpfd, &vs) != 0)
+        return SPOOL_OK;            /* unknown: the write itself decides */
+    avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+    /* at most a quarter of the file system: a small spool stays usable */
+    keep = (uint64_t)vs.f_blocks * (uint64_t)vs.f_frsize / 4;
+    if (keep > sp->reserve)
+        keep = sp->reserve;
+    if (avail >= n && avail - n >= keep) {
+        sp->room_budget = (avail - n - keep) / 8;
+        sp->room_until_ms = now + SPOOL_ROOM_MS;
+        return SPOOL_OK;
+    }
+    snprintf(sp->err, sizeof(sp->err), "spool %s: %llu bytes free, %llu "
+        "kept for delivery state and bounces (spool.reserve)", sp->dir,
+        (unsigned long long)avail, (unsigned long long)keep);
+    errno = ENOSPC;
+    return SPOOL_ENOSPC;
+}
+
+
+void
+spool_set_reserve(struct spool *sp, uint64_t bytes)
+{
+    sp->reserve = bytes;
+}
+
+
+/* spool_write_all - write n bytes to m's tmp file, retrying short writes;
+ * new mail first checks it leaves the reserve (spool_room). */
 static int
 spool_write_all(struct spool_msg *m, const char *p, size_t n)
 {
     ssize_t w;
 
+    if (!m->use_reserve && spool_room(m->sp, n) != SPOOL_OK)
+        return m->err = SPOOL_ENOSPC;
     while (n > 0) {
         if ((w = write(m->fd, p, n)) == -1) {
             if (errno == EINTR)
@@ -516,6 +571,8 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     int               fd, rc;
 
     *mp = NULL;
+    if (!env->use_reserve && (rc = spool_room(sp, 0)) != SPOOL_OK)
+        return rc;
     if ((fd = spool_tmp_open(sp, env->id)) < 0)
         return fd;
     if (env->arrival_ms == 0)
@@ -523,6 +580,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     m = xcalloc(1, sizeof(*m));
     m->sp = sp;
     m->fd = fd;
+    m->use_reserve = env->use_reserve;
     memcpy(m->id, env->id, SPOOL_ID_SIZE);
     m->wb = sp->spare != NULL ? sp->spare : xmalloc(SPOOL_WBUF);
     sp->spare = NULL;

@@ -85,6 +85,9 @@ struct spool_env {
     int         has_state;          /* state/<id> may exist (see below) */
     int         state_damaged;      /* state/<id> was unreadable and is
                                        ignored: every recipient pending */
+    /* writer only, not stored: this message may use the space kept by
+     * spool_set_reserve() (bounces of accepted mail); new mail may not */
+    int         use_reserve;
 };
 
 struct spool;
@@ -98,6 +101,12 @@ int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
 int     spool_open(struct spool **sp, const char *dir, int fsync,
             unsigned shard);                             /* shard 0..255 */
 void    spool_close(struct spool *sp);                   /* NULL ok */
+/* spool.reserve: spool_create() and the writes of a message without
+ * env->use_reserve fail SPOOL_ENOSPC (errstr says so) once they would
+ * leave less than bytes free, so delivery state and bounces of messages
+ * already accepted still fit (state writes never check it); at most a
+ * quarter of the file system's size is kept.  0: off. */
+void    spool_set_reserve(struct spool *sp, uint64_t bytes);
 /* spool_errstr(NULL): the last spool_prepare()/spool_open() failure. */
 const char *spool_errstr(const struct spool *sp);
 const char *spool_dir(const struct spool *sp);

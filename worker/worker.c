@@ -26,10 +26,15 @@
  *           (a wakeup this worker took must not leave a connection waiting
  *           for the next arrival), then close them.  Sessions go on (see
  *           smtpd.h STOP); at the stop deadline, shutdown_timeout
- *           less min(1 s, a quarter of it), so before the master's SIGKILL
- *           at shutdown_timeout and clients see the 421, every session left
- *           is closed.  The worker exits when it has no session and
- *           deliver_drain() reports nothing running.
+ *           less min(1 s, a quarter of it), every session not in DATA is
+ *           told 421 and closed, and deliver_giveback() closes every
+ *           outbound session without marking its recipients (one whose
+ *           final dot is out gets a second for its reply), so the next
+ *           generation delivers those messages.  The worker exits when it
+ *           has no session and deliver_drain() reports nothing running;
+ *           a session still in DATA (bounded by its data timeout) or a
+ *           state write that fails keeps it a little longer, answering
+ *           the master's "ping" with "pong" so it is not killed.
  * LOGGING   Records are staged (log_set_batching) and handed to the log
  *           process in one sendmmsg(): by the last before-sleep hook once
  *           WORKER_LOG_BATCH are staged, else by a timer at most
@@ -332,8 +337,9 @@ worker_session_gone(void *arg, const struct sockaddr *peer)
 }
 
 
-/* worker_on_stop_deadline - the grace is over: every session left is told
- * 421 and closed (before the master's SIGKILL; see STOP). */
+/* worker_on_stop_deadline - the grace is over: every session not in a
+ * message is told 421 and closed, and every delivery is given back to the
+ * next generation (see STOP). */
 static void
 worker_on_stop_deadline(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
@@ -344,6 +350,7 @@ worker_on_stop_deadline(struct ev_loop *loop, struct ev_timer *t, void *arg)
     if (w->nsess > 0)
         log_notice("stop deadline: closing %zu sessions", w->nsess);
     smtpd_stop_all(w->smtpd, WORKER_STOP_MARGIN_MS / 2);
+    deliver_giveback(w->deliver);
     worker_check_done(w);
 }
 
@@ -595,6 +602,7 @@ worker_init(const struct worker_args *a)
             spool_errstr(w->spool) : strerror(errno));
         goto fail;
     }
+    spool_set_reserve(w->spool, cfg->spool_reserve);
     rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
         ROUTER_OPEN_RDONLY);        /* workers never write routes */
     if (rc != ROUTER_OK) {

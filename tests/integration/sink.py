@@ -25,6 +25,11 @@ Steering (attributes; change them any time, they are read per command):
                whole line (any bytes), and do not take the recipient
   close_after_data  close the connection after each end-of-data reply
                (so every message needs a connection of its own)
+  hold         a threading.Event: while it is clear, the end of data is
+               not answered (the test changes things meanwhile, then sets it)
+  mute         True: accept connections and say nothing (a stalled next hop)
+  stall_first  never answer the first K ends of data (until the client
+               closes: then the message is dropped, as never accepted)
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
@@ -87,6 +92,9 @@ class Sink:
         self.reply_text = None
         self.rcpt_replies = {}
         self.close_after_data = False
+        self.hold = None            # threading.Event gating end-of-data
+        self.mute = False           # True: no greeting, no answer at all
+        self.stall_first = 0        # ends of data left unanswered
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -196,6 +204,11 @@ class Sink:
             return await reader.readline()
 
         try:
+            if self.mute:
+                with self._lock:
+                    self.events.append(("muted", conn_id))
+                await reader.read()     # until the client gives up
+                return
             await reply(self.greeting)
             if not self.greeting.startswith("220"):
                 return
@@ -331,6 +344,17 @@ class Sink:
 
     async def _end_of_data(self, reply, state, data, peer, conn_id,
                            reader):
+        while self.hold is not None and not self.hold.is_set():
+            await asyncio.sleep(0.02)
+        with self._lock:
+            stall = self.stall_first > 0
+            if stall:
+                self.stall_first -= 1
+        if stall:
+            await reader.read()         # until the client gives up
+            with self._lock:
+                self.events.append(("dropped", conn_id))
+            return
         if self.data_delay:
             await asyncio.sleep(self.data_delay)
             if reader.at_eof():

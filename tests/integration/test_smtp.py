@@ -696,7 +696,11 @@ def test_enospc_gives_452_and_recovers(mk, workdir):
         body = b"Subject: big\r\n\r\n" + (b"q" * 998 + b"\r\n") * 600
         with Client(m.port) as c:
             c.greet()
-            r = send_message(c, "a@x.test", ["b@y.test"], body)
+            # a full spool is known at DATA (spool.reserve's check): 452
+            # before the body is sent
+            assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+            assert c.cmd("RCPT TO:<b@y.test>").code == 250
+            r = c.cmd("DATA")
             assert r.code == 452, r
             assert r.text.startswith(b"4.3.1")
             assert c.cmd("NOOP").code == 250, "the session goes on"

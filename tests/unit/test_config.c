@@ -304,6 +304,15 @@ Test(config, defaults)
     cr_assert_eq(c->max_queue_time_ms, 5ull * 86400 * 1000);
     cr_assert_eq(c->connections_per_destination, 20);
     cr_assert_eq(c->connect_timeout_ms, 30000);
+    cr_assert_eq(c->spool_reserve, 4 * 1024 * 1024);
+    cr_assert_eq(c->mta_timeouts.greeting_ms, 300000);
+    cr_assert_eq(c->mta_timeouts.helo_ms, 300000);
+    cr_assert_eq(c->mta_timeouts.mail_ms, 300000);
+    cr_assert_eq(c->mta_timeouts.rcpt_ms, 300000);
+    cr_assert_eq(c->mta_timeouts.data_ms, 120000);
+    cr_assert_eq(c->mta_timeouts.data_xfer_ms, 180000);
+    cr_assert_eq(c->mta_timeouts.data_done_ms, 600000);
+    cr_assert_eq(c->mta_timeouts.quit_ms, 300000);
 
     cr_assert_str_eq(c->log_file, "-");
     cr_assert_eq(c->log_level, LOGL_INFO);
@@ -375,6 +384,37 @@ Test(config, unknown_key_nested)
         "shutdown_timeout, admin_group, sandbox)");
 }
 
+/* delivery.timeouts and spool.reserve (issue 19) */
+Test(config, delivery_timeouts)
+{
+    struct config *c = tc_load_ok("routes:\n  default: discard\n"
+        "spool:\n  reserve: 1M\n"
+        "delivery:\n  timeouts:\n    greeting: 7s\n    helo: 8s\n"
+        "    mail: 9s\n    rcpt: 10s\n    data: 11s\n    data_xfer: 12s\n"
+        "    data_done: 13s\n    quit: 14s\n");
+
+    cr_assert_eq(c->spool_reserve, 1024 * 1024);
+    cr_assert_eq(c->mta_timeouts.greeting_ms, 7000);
+    cr_assert_eq(c->mta_timeouts.helo_ms, 8000);
+    cr_assert_eq(c->mta_timeouts.mail_ms, 9000);
+    cr_assert_eq(c->mta_timeouts.rcpt_ms, 10000);
+    cr_assert_eq(c->mta_timeouts.data_ms, 11000);
+    cr_assert_eq(c->mta_timeouts.data_xfer_ms, 12000);
+    cr_assert_eq(c->mta_timeouts.data_done_ms, 13000);
+    cr_assert_eq(c->mta_timeouts.quit_ms, 14000);
+    config_free(c);
+}
+
+Test(config, delivery_timeouts_bad)
+{
+    tc_load_bad("routes:\n  default: discard\n"
+        "delivery:\n  timeouts:\n    data_done: 0s\n    stall: 1s\n",
+        "%P:5:16: delivery.timeouts.data_done: expected a duration greater "
+        "than 0, got '0s'\n"
+        "%P:6:5: delivery.timeouts.stall: unknown key 'stall' (expected one "
+        "of: greeting, helo, mail, rcpt, data, data_xfer, data_done, quit)");
+}
+
 Test(config, wrong_type)
 {
     tc_load_bad("server:\n  listen: 127.0.0.1:25\n"
@@ -382,7 +422,7 @@ Test(config, wrong_type)
         "limits:\n  max_recipients: {a: 1}\n",
         "%P:2:11: server.listen: expected a sequence of host:port like "
         "[\"127.0.0.1:2525\"], got '127.0.0.1:25'\n"
-        "%P:5:8: spool: expected a mapping of keys (dir, fsync), got a "
+        "%P:5:8: spool: expected a mapping of keys (dir, fsync, reserve), got a "
         "sequence\n"
         "%P:7:19: limits.max_recipients: expected an integer from 1 to "
         "2147483647, got a mapping");

@@ -17,6 +17,7 @@
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "config/config.h"
 #include "router/route.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
@@ -147,6 +148,26 @@ refused_port(void)
     getsockname(fd, (struct sockaddr *)&sa, &len);
     close(fd);                      /* bound, never listening: refused */
     return ntohs(sa.sin_port);
+}
+
+/* silent_listener - a loopback port whose kernel accepts connections
+ * that nobody ever talks on (a stalled next hop); *port set. */
+static int
+silent_listener(unsigned *port)
+{
+    struct sockaddr_in sa;
+    socklen_t          len = sizeof(sa);
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    cr_assert(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    cr_assert(listen(fd, 8) == 0);
+    cr_assert(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
 }
 
 /* ---- the client side ---- */
@@ -373,4 +394,84 @@ Test(mta_client, another_destination_reuses_an_idle_connection_to_its_host)
     close(c1.fd);
     close(c2.fd);
     close(f.lfd);
+}
+
+
+/* delivery.timeouts.greeting: a next hop that never greets is left for
+ * the route's next host once the limit passes. */
+Test(mta_client, greeting_timeout_moves_to_next_host)
+{
+    struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1 };
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct config_mta_timeouts tmo = {
+        .greeting_ms = 200, .helo_ms = 5000, .mail_ms = 5000,
+        .rcpt_ms = 5000, .data_ms = 5000, .data_xfer_ms = 5000,
+        .data_done_ms = 5000, .quit_ms = 5000 };
+    struct client   c;
+    char            route[128];
+    unsigned        silent;
+    int             sfd = silent_listener(&silent);
+
+    mta_set_timeouts(r, &tmo);
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u,smtp:[127.0.0.1]:%u",
+        silent, f.port);
+    client_init(&c, route, 1);
+    mta_submit(r, &c.t);
+    run(loop, 1);
+    cr_assert_eq(c.res[0].status, MTA_SENT, "%s", c.res[0].reply);
+    mta_drain(r);
+    pthread_join(f.th, NULL);
+    mta_free(r);
+    ev_free(loop);
+    close(c.fd);
+    close(f.lfd);
+    close(sfd);
+}
+
+static void
+stop_now(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    ev_stop(loop);
+}
+
+/* mta_abort(): a transaction waiting on a silent next hop, and one
+ * queued behind it, are cut: the connection is closed and each is handed
+ * back at once, once, marked cut. */
+Test(mta_client, abort_cuts_and_hands_back)
+{
+    struct ev_loop *loop = ev_new();
+    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct client   c1, c2;
+    struct ev_timer tm;
+    char            route[64];
+    unsigned        silent;
+    int             sfd = silent_listener(&silent);
+
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", silent);
+    client_init(&c1, route, 1);
+    client_init(&c2, route, 1);
+    mta_submit(r, &c1.t);
+    mta_submit(r, &c2.t);               /* waits behind the cap of 1 */
+    ev_timer_init(&tm, stop_now, NULL);
+    ev_timer_start(loop, &tm, 100);
+    cr_assert(ev_run(loop) == 0);
+    cr_assert_eq(mta_nconns(r), 1);
+    cr_assert_eq(ndone, 0);
+    mta_abort(r, 1000);
+    cr_assert_eq(mta_nconns(r), 0);
+    cr_assert_eq(ndone, 2, "both handed back by mta_abort()");
+    cr_assert_eq(c1.t.cut, 1);
+    cr_assert_eq(c2.t.cut, 1);
+    ev_timer_start(loop, &tm, 100);
+    cr_assert(ev_run(loop) == 0);
+    cr_assert_eq(ndone, 2, "done() once each");
+    mta_free(r);
+    ev_free(loop);
+    close(c1.fd);
+    close(c2.fd);
+    close(sfd);
 }
