@@ -308,10 +308,10 @@ class Mtad:
         self.logfile = os.path.join(workdir, "mtad.log")
 
     def write_config(self):
-        user, group, uid, gid = mta_user()
-        os.makedirs(self.spool, exist_ok=True)
-        os.chown(self.spool, uid, gid)
-        os.chown(self.dir, uid, gid)
+        user, group, _, _ = mta_user()
+        # mtad makes its spool (0700, the workers' user's) itself, and
+        # refuses a pid file, control socket or routes db in a directory
+        # the workers could write: the work directory stays root's.
         # mtad splits max_connections evenly between its workers, and the
         # kernel does not spread accepts evenly: leave each worker room.
         conns = (IDLE_CONNS + 2000) * max(2, NCPU)

@@ -40,7 +40,7 @@ MSGS = int(os.environ.get("BENCH_MSGS", "6000"))
 
 def node_config(d, name, port, pport, sinkport):
     os.makedirs(d, exist_ok=True)
-    os.chmod(d, 0o777)
+    os.chmod(d, 0o755)          # root's: mtad refuses a worker-writable one
     with open(os.path.join(d, "relay.yaml"), "w") as f:
         f.write("""server:
   hostname: "%s"
@@ -167,7 +167,7 @@ def haproxy_version():
 def main():
     load0 = os.getloadavg()[0]
     base = tempfile.mkdtemp(prefix="mtad-scale-", dir="/dev/shm")
-    os.chmod(base, 0o777)
+    os.chmod(base, 0o755)
     sink = Sink("ours", free_port(), base)
     started = []
     rows = {}

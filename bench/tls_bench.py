@@ -151,11 +151,10 @@ def run_user():
 
 
 def start_mtad(mtad, wd, cert, key, sinkport, workers):
-    user, group, uid, gid = run_user()
+    user, group, _, _ = run_user()
+    # mtad makes its spool itself (0700, the workers' user's); wd stays
+    # root's: mtad refuses a control socket where the workers could write.
     spool = os.path.join(wd, "spool")
-    os.makedirs(spool, exist_ok=True)
-    for p in (wd, spool):
-        os.chown(p, uid, gid)
     port = free_port()
     cfg = os.path.join(wd, "relay.yaml")
     with open(cfg, "w") as f:
