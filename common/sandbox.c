@@ -135,11 +135,18 @@ sandbox_allow(scmp_filter_ctx ctx, const int *calls, size_t n)
 static int
 sandbox_allow_ioctl(scmp_filter_ctx ctx)
 {
+    /* written out: SCMP_A1() leaves datum_b to the compiler, which
+     * clang's -Wmissing-field-initializers (the fuzz build) refuses */
+    struct scmp_arg_cmp fionread = { .arg = 1, .op = SCMP_CMP_EQ,
+        .datum_a = FIONREAD, .datum_b = 0 };
+    struct scmp_arg_cmp fionbio = { .arg = 1, .op = SCMP_CMP_EQ,
+        .datum_a = FIONBIO, .datum_b = 0 };
+
     if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-        SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)FIONREAD)) < 0)
+        fionread) < 0)
         return -1;
     return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-        SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)FIONBIO));
+        fionbio);
 }
 
 /* abort() (assert, OpenSSL's fatal paths) signals its own thread: allowed
@@ -147,10 +154,10 @@ sandbox_allow_ioctl(scmp_filter_ctx ctx)
 static int
 sandbox_allow_self_signal(scmp_filter_ctx ctx)
 {
-    pid_t me = getpid();
+    struct scmp_arg_cmp me = { .arg = 0, .op = SCMP_CMP_EQ,
+        .datum_a = (scmp_datum_t)getpid(), .datum_b = 0 };
 
-    return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
-        SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)me));
+    return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, me);
 }
 
 int
