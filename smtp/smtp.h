@@ -203,4 +203,21 @@ size_t  smtp_stuff(struct smtp_stuff *s, const char *in, size_t n,
  * ".\r\n".  out has room for 5 bytes; returns the bytes written. */
 size_t  smtp_stuff_end(struct smtp_stuff *s, char *out);
 
+/* ---- mail-loop guard ---- */
+
+/* The hop counter: "Received:" header fields (name matched without regard
+ * to case, at the start of a line) in the header section of a message's
+ * content, fed in spans as they arrive (unstuffed DATA or BDAT bytes).  The
+ * first empty line (CRLF or bare LF) ends the header section; what follows
+ * is not looked at.  Zeroed memory is a fresh counter. */
+struct smtp_hops {
+    unsigned hops;                  /* Received: fields counted so far */
+    int      state;                 /* private */
+    unsigned match;                 /* private: bytes of the name matched */
+};
+void    smtp_hops_init(struct smtp_hops *h);
+void    smtp_hops_feed(struct smtp_hops *h, const char *p, size_t n);
+/* 1 once the header section has ended (feeding more costs nothing). */
+int     smtp_hops_done(const struct smtp_hops *h);
+
 #endif /* MTAD_SMTP_H */

@@ -120,9 +120,7 @@ struct sess_txn {
     int               too_big;
     int               spool_rc;     /* first failed spool call, 0 = none */
     /* mail-loop guard: Received: headers counted in the header section */
-    unsigned          hops;
-    int               hdr_state;    /* SESS_HDR_* */
-    unsigned          hdr_match;    /* bytes of "received:" matched */
+    struct smtp_hops  hops;
     struct smtpd_dkim *dkim;        /* signing this message, or NULL */
     const char       *dkim_domain;  /* d= once signed (for the log) */
 };
@@ -130,9 +128,6 @@ struct sess_txn {
 /* Like Postfix's hopcount_limit: a message that already passed this many
  * MTAs is looping, and is refused instead of being relayed once more. */
 #define SESS_MAX_HOPS  50
-
-enum { SESS_HDR_LINE = 0, SESS_HDR_MATCH, SESS_HDR_MID, SESS_HDR_CR,
-       SESS_HDR_BODY };
 
 struct sess {
     struct smtpd    *d;
@@ -610,55 +605,6 @@ sess_finish_msg(struct sess *s)
 }
 
 
-/* sess_count_hops - count "Received:" at line starts in the header
- * section of the content span p[0..n); state carries across spans.  Stops
- * at the empty line, so the body costs nothing. */
-static void
-sess_count_hops(struct sess_txn *t, const char *p, size_t n)
-{
-    static const char pat[] = "received:";
-    const char       *end = p + n, *nl;
-
-    while (p < end && t->hdr_state != SESS_HDR_BODY) {
-        switch (t->hdr_state) {
-        case SESS_HDR_LINE:
-            if (*p == '\r') {
-                t->hdr_state = SESS_HDR_CR;
-                p++;
-                break;
-            }
-            if (*p == '\n') {
-                t->hdr_state = SESS_HDR_BODY;
-                break;
-            }
-            t->hdr_match = 0;
-            t->hdr_state = SESS_HDR_MATCH;
-            break;
-        case SESS_HDR_MATCH:
-            if ((*p | 0x20) != pat[t->hdr_match]) {
-                t->hdr_state = SESS_HDR_MID;
-                break;
-            }
-            p++;
-            if (++t->hdr_match == sizeof(pat) - 1) {
-                t->hops++;
-                t->hdr_state = SESS_HDR_MID;
-            }
-            break;
-        case SESS_HDR_CR:
-            t->hdr_state = *p == '\n' ? SESS_HDR_BODY : SESS_HDR_MID;
-            break;
-        case SESS_HDR_MID:
-            if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL)
-                return;
-            p = nl + 1;
-            t->hdr_state = SESS_HDR_LINE;
-            break;
-        }
-    }
-}
-
-
 /* sess_emit - smtp_data span sink: count, enforce the size, spool. */
 static int
 sess_emit(void *arg, const char *p, size_t n)
@@ -668,8 +614,7 @@ sess_emit(void *arg, const char *p, size_t n)
     int              rc;
 
     t->bytes += n;
-    if (t->hdr_state != SESS_HDR_BODY)
-        sess_count_hops(t, p, n);
+    smtp_hops_feed(&t->hops, p, n);
     if (t->too_big || t->spool_rc != 0)
         return 0;                   /* keep consuming, stop writing */
     if (t->bytes > s->d->cfg->max_message_size) {
@@ -699,7 +644,7 @@ sess_reject_loop(struct sess *s)
     log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", s->txn->id),
         SESS_CLIENT(s), LKV_S("reason", "mail_loop"), LKV_S("dsn", "5.4.6")),
         "%s: reject: too many hops (%u Received: headers) from %s:%u",
-        s->txn->id, s->txn->hops, s->ip, (unsigned)s->port);
+        s->txn->id, s->txn->hops.hops, s->ip, (unsigned)s->port);
     sess_reply(s, "554 5.4.6 Error: too many hops (mail loop?)");
     sess_txn_free(s);
 }
@@ -731,7 +676,7 @@ sess_data_end(struct sess *s)
             (unsigned)s->port);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
-    } else if (t->hops > SESS_MAX_HOPS) {
+    } else if (t->hops.hops > SESS_MAX_HOPS) {
         sess_reject_loop(s);
     } else if (t->spool_rc != 0) {
         sess_storage_fail(s);
@@ -767,7 +712,7 @@ sess_bdat_end(struct sess *s)
         SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
         sess_txn_free(s);
-    } else if (s->bdat_last && t->hops > SESS_MAX_HOPS) {
+    } else if (s->bdat_last && t->hops.hops > SESS_MAX_HOPS) {
         sess_reject_loop(s);
     } else if (t->spool_rc != 0) {
         sess_storage_fail(s);
