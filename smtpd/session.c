@@ -64,7 +64,6 @@
 #define SESS_OUT_CAP    4096        /* recycled reply buffer size */
 #define SESS_OUT_SPARE  256         /* recycled reply buffers kept */
 
-static void sess_process(struct sess *s);
 static void sess_on_io(struct ev_loop *loop, int fd, unsigned events,
             void *arg);
 
@@ -100,23 +99,6 @@ sess_pending_del(struct sess *s)
         s->pnext->pprev = s->pprev;
     s->pprev = s->pnext = NULL;
     s->flags &= ~SF_PENDING;
-}
-
-
-void
-sess_commit_del(struct sess *s)
-{
-    struct smtpd *d = s->d;
-    size_t         i;
-
-    if (!(s->flags & SF_COMMITQ))
-        return;
-    for (i = 0; i < d->ncommit; i++)
-        if (d->commit[i] == s) {
-            d->commit[i] = d->commit[--d->ncommit];
-            break;
-        }
-    s->flags &= ~SF_COMMITQ;
 }
 
 
@@ -370,7 +352,7 @@ sess_cmd_step(struct sess *s)
 
 /* sess_process - run everything the buffer holds (PIPELINING), stopping
  * while a message waits for its commit or when the session is closing. */
-static void
+void
 sess_process(struct sess *s)
 {
     int more = 1;
@@ -706,58 +688,6 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     sess_pending_add(s);
     if (d->stopping)
         sess_stop_check(s);         /* accepted while draining the backlog */
-}
-
-
-/* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
- * message finished this turn, then their 250s, then the input they had
- * pipelined behind the dot.  Runs before sess_flush_hook. */
-static void
-sess_commit_hook(struct ev_loop *loop, void *arg)
-{
-    struct smtpd     *d = arg;
-    struct sess      **ss;
-    struct spool_msg **ms;
-    int               *rcs;
-    uint64_t          *sizes;
-    size_t             i, n;
-
-    (void)loop;
-    while (d->ncommit > 0) {
-        n = d->ncommit;
-        ss = xmalloc(n * sizeof(*ss));
-        ms = xmalloc(n * sizeof(*ms));
-        rcs = xcalloc(n, sizeof(*rcs));
-        sizes = xmalloc(n * sizeof(*sizes));
-        for (i = 0; i < n; i++) {
-            ss[i] = d->commit[i];
-            ss[i]->flags &= ~SF_COMMITQ;
-            ms[i] = ss[i]->txn->msg;
-            sizes[i] = spool_msg_size(ms[i]);
-        }
-        d->ncommit = 0;
-        (void)spool_commit_batch(d->spool, ms, n, rcs);
-        for (i = 0; i < n; i++) {
-            struct sess *s = ss[i];
-
-            sess_enter(s, SS_CMD);
-            if (rcs[i] == SPOOL_OK) {
-                sess_queued(s, sizes[i]);
-            } else {
-                sess_spool_fail(s, "spool_commit", rcs[i]);
-                sess_storage_fail(s);
-            }
-        }
-        /* Resume after every reply is queued: a resumed session may finish
-         * another message and land in d->commit for the next round. */
-        for (i = 0; i < n; i++)
-            if (ss[i]->state == SS_CMD)
-                sess_process(ss[i]);
-        free(ss);
-        free(ms);
-        free(rcs);
-        free(sizes);
-    }
 }
 
 

@@ -50,6 +50,8 @@
  * MTAs is looping, and is refused instead of being relayed once more. */
 #define SESS_MAX_HOPS  50
 
+static void sess_commit_del(struct sess *s);
+
 
 void
 sess_txn_free(struct sess *s)
@@ -124,7 +126,7 @@ sess_received(struct sess *s, struct sess_txn *t)
 
 
 /* sess_spool_fail - log a spool failure once per message. */
-void
+static void
 sess_spool_fail(struct sess *s, const char *what, int rc)
 {
     log_warn("%s: %s failed for client [%s]:%u: %s (%s)",
@@ -162,7 +164,7 @@ sess_msg_open(struct sess *s)
 
 
 /* sess_queued - the message is committed: 250, log, hand to delivery. */
-void
+static void
 sess_queued(struct sess *s, uint64_t size)
 {
     struct sess_txn *t = s->txn;
@@ -185,7 +187,7 @@ sess_queued(struct sess *s, uint64_t size)
 }
 
 
-void
+static void
 sess_storage_fail(struct sess *s)
 {
     sess_reply(s, "452 4.3.1 Insufficient system storage");
@@ -584,4 +586,75 @@ sess_bdat_step(struct sess *s)
     if (s->bdat_left == 0)
         sess_bdat_end(s);
     return 1;
+}
+
+
+/* --- the group commit ------------------------------------------------ */
+
+static void
+sess_commit_del(struct sess *s)
+{
+    struct smtpd *d = s->d;
+    size_t         i;
+
+    if (!(s->flags & SF_COMMITQ))
+        return;
+    for (i = 0; i < d->ncommit; i++)
+        if (d->commit[i] == s) {
+            d->commit[i] = d->commit[--d->ncommit];
+            break;
+        }
+    s->flags &= ~SF_COMMITQ;
+}
+
+
+/* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
+ * message finished this turn, then their 250s, then the input they had
+ * pipelined behind the dot.  Runs before sess_flush_hook. */
+void
+sess_commit_hook(struct ev_loop *loop, void *arg)
+{
+    struct smtpd     *d = arg;
+    struct sess      **ss;
+    struct spool_msg **ms;
+    int               *rcs;
+    uint64_t          *sizes;
+    size_t             i, n;
+
+    (void)loop;
+    while (d->ncommit > 0) {
+        n = d->ncommit;
+        ss = xmalloc(n * sizeof(*ss));
+        ms = xmalloc(n * sizeof(*ms));
+        rcs = xcalloc(n, sizeof(*rcs));
+        sizes = xmalloc(n * sizeof(*sizes));
+        for (i = 0; i < n; i++) {
+            ss[i] = d->commit[i];
+            ss[i]->flags &= ~SF_COMMITQ;
+            ms[i] = ss[i]->txn->msg;
+            sizes[i] = spool_msg_size(ms[i]);
+        }
+        d->ncommit = 0;
+        (void)spool_commit_batch(d->spool, ms, n, rcs);
+        for (i = 0; i < n; i++) {
+            struct sess *s = ss[i];
+
+            sess_enter(s, SS_CMD);
+            if (rcs[i] == SPOOL_OK) {
+                sess_queued(s, sizes[i]);
+            } else {
+                sess_spool_fail(s, "spool_commit", rcs[i]);
+                sess_storage_fail(s);
+            }
+        }
+        /* Resume after every reply is queued: a resumed session may finish
+         * another message and land in d->commit for the next round. */
+        for (i = 0; i < n; i++)
+            if (ss[i]->state == SS_CMD)
+                sess_process(ss[i]);
+        free(ss);
+        free(ms);
+        free(rcs);
+        free(sizes);
+    }
 }

@@ -154,22 +154,27 @@ struct sess {
     uint16_t          ncmd[SMTP_STARTTLS + 1];
 };
 
-/* session.c */
-void sess_enter(struct sess *s, enum sess_state st);
-void sess_pending_add(struct sess *s);
-void sess_commit_del(struct sess *s);
-void sess_out_take(struct sess *s);
-void sess_watch(struct sess *s, unsigned events);
-void sess_reply(struct sess *s, const char *text);
-void sess_reply_flow(struct sess *s, const char *text);
-void sess_replyf(struct sess *s, const char *fmt, ...)
+/* session.c: life cycle, I/O, replies, timers, stop */
+/* The one place a session changes state; arms the timer the new state
+ * needs (the command or data timeout). */
+void    sess_enter(struct sess *s, enum sess_state st);
+void    sess_process(struct sess *s);       /* run the buffered input */
+void    sess_read(struct sess *s);
+void    sess_free(struct sess *s, const char *why);
+void    sess_watch(struct sess *s, unsigned events);
+void    sess_pending_add(struct sess *s);   /* flush s this turn */
+void    sess_out_take(struct sess *s);      /* give s a reply buffer */
+/* Queue a reply line (no CRLF); a 4xx/5xx counts toward max_errors. */
+void    sess_reply(struct sess *s, const char *text);
+void    sess_replyf(struct sess *s, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
-void sess_close_after(struct sess *s, const char *text);
-void sess_stop_check(struct sess *s);
-void sess_read(struct sess *s);
-void sess_free(struct sess *s, const char *why);
+/* A 4xx that is flow control: not counted as an error. */
+void    sess_reply_flow(struct sess *s, const char *text);
+/* The last reply: the session closes once it is written. */
+void    sess_close_after(struct sess *s, const char *text);
+void    sess_stop_check(struct sess *s);
 
-/* session_cmd.c */
+/* session_cmd.c: the command table */
 /* Where a session is in the mail transaction: what the command table
  * allows (a 503 otherwise). */
 enum sess_phase {
@@ -180,30 +185,32 @@ enum sess_phase {
     SP_CHUNK,                       /* a BDAT chunk was received */
     SP_COUNT
 };
+/* Run one command line (without its line end). */
+void    sess_command(struct sess *s, struct str line, int bare_lf);
 /* The verb's name for the log ("unknown" for any verb out of range). */
 const char *sess_cmd_name(enum smtp_verb verb);
 /* The 503 reply for verb in the session's phase, or NULL when allowed. */
 const char *sess_cmd_denied(const struct sess *s, enum smtp_verb verb);
-void sess_command(struct sess *s, struct str line, int bare_lf);
 
-/* session_msg.c */
-void sess_txn_free(struct sess *s);
-void sess_spool_fail(struct sess *s, const char *what, int rc);
-void sess_queued(struct sess *s, uint64_t size);
-void sess_storage_fail(struct sess *s);
-void sess_mail(struct sess *s, struct str arg);
-void sess_rcpt(struct sess *s, struct str arg);
-void sess_data(struct sess *s, struct str arg);
-void sess_bdat(struct sess *s, struct str arg);
-int sess_data_step(struct sess *s);
-int sess_bdat_step(struct sess *s);
+/* session_msg.c: the mail transaction.  The handlers run once the table
+ * allowed the verb in the session's phase (BDAT asks it itself). */
+void    sess_mail(struct sess *s, struct str arg);
+void    sess_rcpt(struct sess *s, struct str arg);
+void    sess_data(struct sess *s, struct str arg);
+void    sess_bdat(struct sess *s, struct str arg);
+int     sess_data_step(struct sess *s);     /* 0: needs more input */
+int     sess_bdat_step(struct sess *s);     /* 0: needs more input */
+void    sess_txn_free(struct sess *s);      /* NULL txn ok; aborts */
+/* The group commit, an ev_before_sleep hook (arg: struct smtpd). */
+void    sess_commit_hook(struct ev_loop *loop, void *arg);
 
-/* session_tls.c */
-void sess_starttls(struct sess *s, struct str arg);
-void sess_tls_kick(struct sess *s);
-void sess_tls_ready_del(struct sess *s);
-void sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t, void *arg);
-int sess_tls_step(struct sess *s);
-int sess_tls_begin(struct sess *s);
+/* session_tls.c: STARTTLS */
+void    sess_starttls(struct sess *s, struct str arg);
+void    sess_tls_kick(struct sess *s);      /* read pending TLS bytes */
+void    sess_tls_ready_del(struct sess *s);
+void    sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t,
+            void *arg);
+int     sess_tls_begin(struct sess *s);     /* -1: s was freed */
+int     sess_tls_step(struct sess *s);      /* -1: s was freed */
 
 #endif /* MTAD_SMTPD_INT_H */
