@@ -6,7 +6,8 @@
  *
  * PARTS     command parsers (parse.c), the DATA byte machine (data.c),
  *           reply and EHLO-capability parsing, enhanced codes and one-pass
- *           dot-stuffing (reply.c), xtext (xtext.c).
+ *           dot-stuffing (reply.c), xtext (xtext.c), the mail-loop hop
+ *           counter (hops.c).
  *
  * --- command parsers (parse.c) ---
  * Pure parsers for SMTP command lines (RFC 5321, 1870, 3461,

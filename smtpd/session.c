@@ -566,7 +566,8 @@ sess_free(struct sess *s, const char *why)
         total += s->ncmd[i];
         if (s->ncmd[i] > 0 && off < sizeof(counts))
             off += (size_t)snprintf(counts + off, sizeof(counts) - off,
-                "%s=%u ", sess_cmd_name((enum smtp_verb)i), (unsigned)s->ncmd[i]);
+                "%s=%u ", sess_cmd_name((enum smtp_verb)i),
+                (unsigned)s->ncmd[i]);
     }
     total += s->ncmd[0];
     if (s->ncmd[0] > 0 && off < sizeof(counts))
