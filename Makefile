@@ -60,6 +60,7 @@ umod_test_logfmt := common
 umod_test_safefs := common
 umod_test_tlskey := common
 umod_test_smtp_data := smtp
+umod_test_smtp_hops := smtp
 umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp

@@ -6,7 +6,8 @@
  *
  * PARTS     command parsers (parse.c), the DATA byte machine (data.c),
  *           reply and EHLO-capability parsing, enhanced codes and one-pass
- *           dot-stuffing (reply.c), xtext (xtext.c).
+ *           dot-stuffing (reply.c), xtext (xtext.c), the mail-loop hop
+ *           counter (hops.c).
  *
  * --- command parsers (parse.c) ---
  * Pure parsers for SMTP command lines (RFC 5321, 1870, 3461,
@@ -202,5 +203,22 @@ size_t  smtp_stuff(struct smtp_stuff *s, const char *in, size_t n,
 /* The end of data: "\r\n.\r\n" when the body did not end in CRLF, else
  * ".\r\n".  out has room for 5 bytes; returns the bytes written. */
 size_t  smtp_stuff_end(struct smtp_stuff *s, char *out);
+
+/* ---- mail-loop guard ---- */
+
+/* The hop counter: "Received:" header fields (name matched without regard
+ * to case, at the start of a line) in the header section of a message's
+ * content, fed in spans as they arrive (unstuffed DATA or BDAT bytes).  The
+ * first empty line (CRLF or bare LF) ends the header section; what follows
+ * is not looked at.  Zeroed memory is a fresh counter. */
+struct smtp_hops {
+    unsigned hops;                  /* Received: fields counted so far */
+    int      state;                 /* private */
+    unsigned match;                 /* private: bytes of the name matched */
+};
+void    smtp_hops_init(struct smtp_hops *h);
+void    smtp_hops_feed(struct smtp_hops *h, const char *p, size_t n);
+/* 1 once the header section has ended (feeding more costs nothing). */
+int     smtp_hops_done(const struct smtp_hops *h);
 
 #endif /* MTAD_SMTP_H */

@@ -7,9 +7,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include "common/buf.h"
 #include "common/ev.h"
+#include "common/net.h"
 #include "router/router.h"
+#include "smtp/smtp.h"
+#include "spool/spool.h"
 #include "smtpd/smtpd.h"
 
 struct sess;
@@ -68,5 +75,145 @@ int     smtpd_dkim_feed(struct smtpd_dkim *sd, struct spool_msg *m,
             const char *p, size_t n, const char *id);
 int     smtpd_dkim_end(struct smtpd_dkim *sd, struct spool_msg *m,
             const char *id, const char **domain);
+
+/* --- sessions (session.c, session_cmd.c, session_msg.c, session_tls.c) */
+
+/* Structured log fields of the session's client (log.format: json). */
+#define SESS_CLIENT(s) LKV_S("client", (s)->ip), LKV_I("client_port", (s)->port)
+#define SESS_REJECT(s, why) STATUS_ADD((s)->d->st->ops.rejects[why], 1)
+
+#define SESS_OUT_HIGH   (64 * 1024) /* stop running commands above this */
+
+enum sess_state {
+    SS_CMD = 0,                     /* reading command lines */
+    SS_DATA,                        /* DATA content, up to CRLF.CRLF */
+    SS_BDAT,                        /* a BDAT chunk of exact length */
+    SS_COMMIT,                      /* message finished, waiting for commit */
+    SS_CLOSING,                     /* last reply queued; close once sent */
+    SS_TLS,                         /* STARTTLS: writing the 220 in clear */
+    SS_HANDSHAKE                    /* SSL_accept() in progress */
+};
+
+#define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
+#define SF_PENDING   0x02u          /* on d->pending */
+#define SF_WBLOCK    0x04u          /* a write left bytes behind: EPOLLOUT */
+#define SF_DISCARD   0x08u          /* dropping an over-long line to its LF */
+#define SF_RELAY     0x10u          /* client in relay.allow_networks */
+#define SF_COMMITQ   0x20u          /* on d->commit */
+#define SF_TLSREADY  0x40u          /* on d->tls_ready */
+/* Mail from this session is DKIM-signed (when its From: domain has keys):
+ * set at connect for a client in dkim.sign_networks; AUTH sets it for an
+ * authenticated user. */
+#define SF_SIGN      0x80u
+
+/* The mail transaction: from MAIL to the end of the message. */
+struct sess_txn {
+    struct spool_env  env;          /* client_ip/helo point into the session */
+    size_t            rcap;
+    struct spool_msg *msg;          /* created at DATA / first BDAT */
+    char              id[SPOOL_ID_SIZE];
+    struct smtp_data  dp;
+    uint64_t          bytes;        /* content bytes from the client */
+    int               used_bdat;
+    size_t            env_bytes;    /* envelope memory, for
+                                       limits.max_envelope_size */
+    int               bdat_cr;      /* BDAT: the last byte was a CR */
+    int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
+    int               too_big;
+    int               spool_rc;     /* first failed spool call, 0 = none */
+    /* mail-loop guard: Received: headers counted in the header section */
+    struct smtp_hops  hops;
+    struct smtpd_dkim *dkim;        /* signing this message, or NULL */
+    const char       *dkim_domain;  /* d= once signed (for the log) */
+};
+
+struct sess {
+    struct smtpd    *d;
+    struct sess      *prev, *next;   /* d->sessions */
+    struct sess      *pprev, *pnext; /* d->pending */
+    struct net_conn  tp;
+    unsigned          watched;       /* EV_* mask given to the loop */
+    struct ev_timer   timer;
+    struct ev_timer   life;          /* limits.session_lifetime */
+    struct buf        in;
+    struct buf        out;
+    struct sess_txn  *txn;
+    char             *helo;
+    uint64_t          bdat_left;     /* bytes of the current chunk to read */
+    const char       *bdat_err;      /* reply for a chunk being discarded */
+    uint64_t          active_ms;     /* ev_now() at the last read or flush */
+    union sess_peer {
+        struct sockaddr     sa;
+        struct sockaddr_in  sin;
+        struct sockaddr_in6 sin6;
+    } peer;
+    char              ip[INET6_ADDRSTRLEN];
+    uint16_t          port;
+    uint8_t           state;
+    uint8_t           bdat_last;
+    uint16_t          flags;
+    uint16_t          nerrors;
+    uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
+    uint16_t          ncmd[SMTP_STARTTLS + 1];
+};
+
+/* session.c: life cycle, I/O, replies, timers, stop */
+/* The one place a session changes state; arms the timer the new state
+ * needs (the command or data timeout). */
+void    sess_enter(struct sess *s, enum sess_state st);
+void    sess_process(struct sess *s);       /* run the buffered input */
+void    sess_read(struct sess *s);
+void    sess_free(struct sess *s, const char *why);
+void    sess_watch(struct sess *s, unsigned events);
+void    sess_pending_add(struct sess *s);   /* flush s this turn */
+void    sess_out_take(struct sess *s);      /* give s a reply buffer */
+/* Queue a reply line (no CRLF); a 4xx/5xx counts toward max_errors. */
+void    sess_reply(struct sess *s, const char *text);
+void    sess_replyf(struct sess *s, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+/* A 4xx that is flow control: not counted as an error. */
+void    sess_reply_flow(struct sess *s, const char *text);
+/* The last reply: the session closes once it is written. */
+void    sess_close_after(struct sess *s, const char *text);
+void    sess_stop_check(struct sess *s);
+
+/* session_cmd.c: the command table */
+/* Where a session is in the mail transaction: what the command table
+ * allows (a 503 otherwise). */
+enum sess_phase {
+    SP_GREET = 0,                   /* no HELO/EHLO yet */
+    SP_READY,                       /* HELO/EHLO, no MAIL */
+    SP_MAIL,                        /* MAIL, no recipient accepted */
+    SP_RCPT,                        /* recipients, no BDAT chunk */
+    SP_CHUNK,                       /* a BDAT chunk was received */
+    SP_COUNT
+};
+/* Run one command line (without its line end). */
+void    sess_command(struct sess *s, struct str line, int bare_lf);
+/* The verb's name for the log ("unknown" for any verb out of range). */
+const char *sess_cmd_name(enum smtp_verb verb);
+/* The 503 reply for verb in the session's phase, or NULL when allowed. */
+const char *sess_cmd_denied(const struct sess *s, enum smtp_verb verb);
+
+/* session_msg.c: the mail transaction.  The handlers run once the table
+ * allowed the verb in the session's phase (BDAT asks it itself). */
+void    sess_mail(struct sess *s, struct str arg);
+void    sess_rcpt(struct sess *s, struct str arg);
+void    sess_data(struct sess *s, struct str arg);
+void    sess_bdat(struct sess *s, struct str arg);
+int     sess_data_step(struct sess *s);     /* 0: needs more input */
+int     sess_bdat_step(struct sess *s);     /* 0: needs more input */
+void    sess_txn_free(struct sess *s);      /* NULL txn ok; aborts */
+/* The group commit, an ev_before_sleep hook (arg: struct smtpd). */
+void    sess_commit_hook(struct ev_loop *loop, void *arg);
+
+/* session_tls.c: STARTTLS */
+void    sess_starttls(struct sess *s, struct str arg);
+void    sess_tls_kick(struct sess *s);      /* read pending TLS bytes */
+void    sess_tls_ready_del(struct sess *s);
+void    sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t,
+            void *arg);
+int     sess_tls_begin(struct sess *s);     /* -1: s was freed */
+int     sess_tls_step(struct sess *s);      /* -1: s was freed */
 
 #endif /* MTAD_SMTPD_INT_H */

@@ -1,0 +1,311 @@
+/*
+ * session_cmd.c - the commands of an inbound session: the command table
+ * and the commands that are not part of a mail transaction or of TLS
+ * (EHLO, HELO, RSET, NOOP, VRFY, HELP, QUIT; split from session.c).
+ *
+ * PURPOSE   One table, indexed by verb: the verb's name, the transaction
+ *           phases it is allowed in, the 503 reply for each other phase,
+ *           and its handler.  sess_command() checks the line, then the
+ *           table, then calls the handler, so no handler repeats a phase
+ *           check (like OpenSMTPD's smtp_session.c, Postfix's
+ *           smtpd_cmd_table[]).
+ * LIMITS    (issue 10) more than limits.max_junk_commands NOOP/RSET/VRFY/
+ *           HELP since the last accepted message end the session (421).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/logfmt.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "router/router.h"
+#include "spool/spool.h"
+#include "delivery/delivery.h"
+#include "smtp/smtp.h"
+#include "common/net.h"
+#include "smtpd/smtpd.h"
+#include "smtpd/smtpd_int.h"
+
+static void
+sess_ehlo(struct sess *s, struct str arg, int esmtp)
+{
+    const struct config *cfg = s->d->cfg;
+    const char          *reply;
+
+    if (smtp_parse_helo(arg, &reply) < 0) {
+        sess_reply(s, reply);
+        return;
+    }
+    sess_txn_free(s);               /* EHLO implies RSET */
+    while (arg.n > 0 && arg.p[arg.n - 1] == ' ')
+        arg.n--;                    /* the name as validated, unpadded */
+    free(s->helo);
+    s->helo = xstrndup(arg.p, arg.n);
+    if (!esmtp) {
+        s->flags &= ~SF_ESMTP;
+        sess_replyf(s, "250 %s", cfg->hostname);
+        return;
+    }
+    s->flags |= SF_ESMTP;
+    sess_out_take(s);
+    buf_printf(&s->out,
+        "250-%s\r\n"
+        "%s"
+        "250-PIPELINING\r\n"
+        "250-SIZE %llu\r\n"
+        "250-8BITMIME\r\n"
+        "250-SMTPUTF8\r\n"
+        "250-CHUNKING\r\n"
+        "250-BINARYMIME\r\n"
+        "250-ENHANCEDSTATUSCODES\r\n"
+        "250 DSN\r\n",
+        cfg->hostname,
+        s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
+        (unsigned long long)cfg->max_message_size);
+    sess_pending_add(s);
+}
+
+
+/* sess_junk - NOOP, RSET, VRFY and HELP cost nothing to send and keep a
+ * session alive: past limits.max_junk_commands since the last message the
+ * session is closed with 421.  Returns 1 when it was. */
+static int
+sess_junk(struct sess *s)
+{
+    char text[300];
+
+    if (++s->njunk <= (uint32_t)s->d->cfg->max_junk_commands)
+        return 0;
+    log_info("too many junk commands from [%s]:%u", s->ip,
+        (unsigned)s->port);
+    STATUS_ADD(s->d->st->errors, 1);
+    snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many junk "
+        "commands", s->d->cfg->hostname);
+    sess_close_after(s, text);
+    return 1;
+}
+
+
+/* --- the commands without a transaction of their own ---------------- */
+
+static void
+sess_cmd_ehlo(struct sess *s, struct str arg)
+{
+    sess_ehlo(s, arg, 1);
+}
+
+
+static void
+sess_cmd_helo(struct sess *s, struct str arg)
+{
+    sess_ehlo(s, arg, 0);
+}
+
+
+static void
+sess_cmd_rset(struct sess *s, struct str arg)
+{
+    (void)arg;
+    sess_txn_free(s);
+    sess_reply(s, "250 2.0.0 Ok");
+}
+
+
+static void
+sess_cmd_noop(struct sess *s, struct str arg)
+{
+    (void)arg;
+    sess_reply(s, "250 2.0.0 Ok");
+}
+
+
+static void
+sess_cmd_quit(struct sess *s, struct str arg)
+{
+    (void)arg;
+    sess_close_after(s, "221 2.0.0 Bye");
+}
+
+
+static void
+sess_cmd_vrfy(struct sess *s, struct str arg)
+{
+    if (arg.n == 0)
+        sess_reply(s, "501 5.5.4 Syntax: VRFY address");
+    else
+        sess_reply(s, "252 2.5.2 Cannot VRFY user, but will accept "
+            "message and attempt delivery");
+}
+
+
+static void
+sess_cmd_help(struct sess *s, struct str arg)
+{
+    (void)arg;
+    sess_reply(s, "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT "
+        "RSET NOOP QUIT VRFY HELP");
+}
+
+
+static void
+sess_cmd_unknown(struct sess *s, struct str arg)
+{
+    (void)arg;
+    sess_reply(s, "500 5.5.2 Error: command not recognized");
+}
+
+
+/* --- the command table ------------------------------------------------ */
+
+#define SP_(p)      (1u << (p))
+#define SP_ANY      (SP_(SP_GREET) | SP_(SP_READY) | SP_(SP_MAIL) | \
+                     SP_(SP_RCPT) | SP_(SP_CHUNK))
+
+#define SESS_NEED_HELO  "503 5.5.1 Error: send HELO/EHLO first"
+#define SESS_NEED_MAIL  "503 5.5.1 Error: need MAIL command"
+#define SESS_NEED_RCPT  "503 5.5.1 Error: need RCPT command"
+#define SESS_NESTED     "503 5.5.1 Error: nested MAIL command"
+
+/* One verb: what the session checks before the handler runs. */
+struct sess_cmd {
+    const char *name;               /* for the disconnect log line */
+    /* 501 when the command has an argument (checked before the phase),
+     * or NULL when an argument is the handler's business */
+    const char *noarg;
+    unsigned    phases;             /* SP_() mask of the phases allowed */
+    const char *denied[SP_COUNT];   /* the 503 in each other phase */
+    /* The handler answers the phase itself (sess_cmd_denied()): BDAT
+     * must read its chunk before it may say 503. */
+    uint8_t     late;
+    uint8_t     junk;               /* counts toward max_junk_commands */
+    void      (*fn)(struct sess *s, struct str arg);
+};
+
+static const struct sess_cmd sess_cmds[SMTP_STARTTLS + 1] = {
+    [SMTP_UNKNOWN]  = { "unknown", NULL, SP_ANY, { NULL }, 0, 0,
+                        sess_cmd_unknown },
+    [SMTP_EHLO]     = { "ehlo", NULL, SP_ANY, { NULL }, 0, 0,
+                        sess_cmd_ehlo },
+    [SMTP_HELO]     = { "helo", NULL, SP_ANY, { NULL }, 0, 0,
+                        sess_cmd_helo },
+    [SMTP_MAIL]     = { "mail", NULL, SP_(SP_READY),
+                        { [SP_GREET] = SESS_NEED_HELO,
+                          [SP_MAIL] = SESS_NESTED,
+                          [SP_RCPT] = SESS_NESTED,
+                          [SP_CHUNK] = SESS_NESTED },
+                        0, 0, sess_mail },
+    [SMTP_RCPT]     = { "rcpt", NULL, SP_(SP_MAIL) | SP_(SP_RCPT),
+                        { [SP_GREET] = SESS_NEED_MAIL,
+                          [SP_READY] = SESS_NEED_MAIL,
+                          /* RFC 3030 2: no RCPT once a chunk arrived */
+                          [SP_CHUNK] = "503 5.5.1 Error: RCPT not allowed "
+                                       "after BDAT" },
+                        0, 0, sess_rcpt },
+    [SMTP_DATA]     = { "data", "501 5.5.4 Syntax: DATA", SP_(SP_RCPT),
+                        { [SP_GREET] = SESS_NEED_MAIL,
+                          [SP_READY] = SESS_NEED_MAIL,
+                          [SP_MAIL] = SESS_NEED_RCPT,
+                          [SP_CHUNK] = "503 5.5.1 Error: DATA not allowed "
+                                       "after BDAT" },
+                        0, 0, sess_data },
+    [SMTP_BDAT]     = { "bdat", NULL, SP_(SP_RCPT) | SP_(SP_CHUNK),
+                        { [SP_GREET] = SESS_NEED_MAIL,
+                          [SP_READY] = SESS_NEED_MAIL,
+                          [SP_MAIL] = SESS_NEED_RCPT },
+                        1, 0, sess_bdat },
+    [SMTP_RSET]     = { "rset", "501 5.5.4 Syntax: RSET", SP_ANY, { NULL },
+                        0, 1, sess_cmd_rset },
+    [SMTP_NOOP]     = { "noop", NULL, SP_ANY, { NULL }, 0, 1,
+                        sess_cmd_noop },
+    [SMTP_QUIT]     = { "quit", NULL, SP_ANY, { NULL }, 0, 0,
+                        sess_cmd_quit },
+    [SMTP_VRFY]     = { "vrfy", NULL, SP_ANY, { NULL }, 0, 1,
+                        sess_cmd_vrfy },
+    [SMTP_HELP]     = { "help", NULL, SP_ANY, { NULL }, 0, 1,
+                        sess_cmd_help },
+    [SMTP_STARTTLS] = { "starttls", "501 5.5.4 Syntax: STARTTLS", SP_ANY,
+                        { NULL }, 0, 0, sess_starttls },
+    /* AUTH (RFC 4954) goes here: its entry names the handler of
+     * smtpd/session_auth.c and the phases it is allowed in. */
+};
+
+
+/* sess_phase - where the session is in the mail transaction. */
+static enum sess_phase
+sess_phase(const struct sess *s)
+{
+    if (s->txn == NULL)
+        return s->helo == NULL ? SP_GREET : SP_READY;
+    if (s->txn->used_bdat)
+        return SP_CHUNK;
+    return s->txn->env.nrcpt == 0 ? SP_MAIL : SP_RCPT;
+}
+
+
+const char *
+sess_cmd_name(enum smtp_verb verb)
+{
+    return (unsigned)verb <= SMTP_STARTTLS ? sess_cmds[verb].name
+                                           : "unknown";
+}
+
+
+const char *
+sess_cmd_denied(const struct sess *s, enum smtp_verb verb)
+{
+    const struct sess_cmd *c = &sess_cmds[verb];
+    enum sess_phase        p = sess_phase(s);
+
+    if (c->phases & SP_(p))
+        return NULL;
+    return c->denied[p];
+}
+
+
+void
+sess_command(struct sess *s, struct str line, int bare_lf)
+{
+    const struct config   *cfg = s->d->cfg;
+    const struct sess_cmd *c;
+    const char            *denied;
+    enum smtp_verb         verb;
+    struct str             arg;
+
+    if (!cfg->bare_newline_accept &&
+        (bare_lf || memchr(line.p, '\r', line.n) != NULL)) {
+        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
+        return;
+    }
+    if (line.n > SMTP_LINE_MAX) {
+        sess_reply(s, "500 5.5.2 Error: line too long");
+        return;
+    }
+    verb = smtp_parse_verb(line, &arg);
+    if ((unsigned)verb > SMTP_STARTTLS)
+        verb = SMTP_UNKNOWN;
+    if (s->ncmd[verb] < UINT16_MAX)
+        s->ncmd[verb]++;
+    c = &sess_cmds[verb];
+    if (c->junk && sess_junk(s))
+        return;
+    if (c->noarg != NULL && arg.n > 0) {
+        sess_reply(s, c->noarg);
+        return;
+    }
+    if (!c->late && (denied = sess_cmd_denied(s, verb)) != NULL) {
+        sess_reply(s, denied);
+        return;
+    }
+    c->fn(s, arg);
+}
