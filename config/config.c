@@ -18,7 +18,6 @@
  * config_int.h lists the other parts (messages and scalar helpers,
  * listen entries, value setters, tls, dkim).
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -2,7 +2,6 @@
  * config_dkim.c - the dkim section: dkim.sign entries (domain, selector,
  * key file, checked with dkim/) and the sign_networks default.
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

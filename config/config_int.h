@@ -78,14 +78,15 @@ struct config_parse {
 };
 
 /* config_util.c */
-void __attribute__((format(printf, 3, 4))) config_addf(struct config_parse *p, const yaml_mark_t *mark,
-    const char *fmt, ...);
+/* Append one message line "FILE:LINE:COL: ..." (mark NULL: no place). */
+void config_addf(struct config_parse *p, const yaml_mark_t *mark,
+    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int config_is_null(const yaml_node_t *n);
 const char *config_found(const yaml_node_t *n, char *buf, size_t bufsz);
-void config_expected(struct config_parse *p, const yaml_node_t *n, const char *path,
-    const char *what);
-const char *config_scalar(struct config_parse *p, const yaml_node_t *n, const char *path,
-    const char *what);
+void config_expected(struct config_parse *p, const yaml_node_t *n,
+    const char *path, const char *what);
+const char *config_scalar(struct config_parse *p, const yaml_node_t *n,
+    const char *path, const char *what);
 void config_path(char *buf, size_t bufsz, const char *parent, const char *name);
 void config_ipath(char *buf, size_t bufsz, const char *path, long i);
 void *config_field(struct config_parse *p, const struct config_key *k);
@@ -95,9 +96,10 @@ int config_parse_int(const char *s, long long min, long long max, int *out);
 int config_ncpu(void);
 void config_set_duration(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path, uint64_t *dst);
-long config_seq_len(struct config_parse *p, const yaml_node_t *n, const char *path,
-    const char *what);
-yaml_node_t *config_item(struct config_parse *p, const yaml_node_t *seq, long i);
+long config_seq_len(struct config_parse *p, const yaml_node_t *n,
+    const char *path, const char *what);
+yaml_node_t *config_item(struct config_parse *p, const yaml_node_t *seq,
+    long i);
 int config_parse_cidrs(struct config_parse *p, const yaml_node_t *n,
     const char *path, struct cidr **out, size_t *nout);
 void config_set_cidrs(struct config_parse *p, const yaml_node_t *n,

@@ -2,7 +2,6 @@
  * config_listen.c - server.listen: each entry is "host:port" or a mapping
  * (address, proxy, proxy_from) checked by its own handler.
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

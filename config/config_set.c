@@ -4,7 +4,6 @@
  * average, the address family, and every plain scalar kind
  * (config_set_scalar_kind).
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -3,7 +3,6 @@
  * checks made after the walk (files readable, each key matches its
  * certificate, ciphers accepted by OpenSSL).
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -3,7 +3,6 @@
  * error lines (config_addf and the "expected X, found Y" messages),
  * key paths, scalars, integers, durations, sequences and CIDR lists.
  */
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -4,7 +4,6 @@
  * join it) and the chase that fetches one (name, type) following CNAMEs.
  * See the CONTRACT in dns.c.
  */
-
 #include <arpa/inet.h>
 #include <ares.h>
 #include <stdio.h>

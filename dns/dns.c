@@ -20,7 +20,6 @@
  *           2 and the chase, request.c layer 3.
  * SEE ALSO  dns.h, msg.c (parsing), RFC 1035, 2181, 2308, 5321 5.1, 7505.
  */
-
 #include <arpa/inet.h>
 #include <ares.h>
 #include <stdio.h>

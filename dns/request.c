@@ -3,7 +3,6 @@
  * assemble the destination), host and raw queries; the result is handed
  * to the caller from a zero-delay ev timer.  See the CONTRACT in dns.c.
  */
-
 #include <arpa/inet.h>
 #include <ares.h>
 #include <stdio.h>

@@ -36,7 +36,6 @@
  * owner, loading and filtering messages, the options) and the dispatch;
  * queue_format.c, queue_list.c, queue_show.c and queue_change.c the rest.
  */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

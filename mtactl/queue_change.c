@@ -3,7 +3,6 @@
  * the delivery lock, change the state file, then ask the master to kick
  * the owning worker (see the CONTRACT in queue.c).
  */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

@@ -3,7 +3,6 @@
  * escaped for the terminal or as JSON strings, and one message as a queue
  * line, a detail block or a JSON object.
  */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

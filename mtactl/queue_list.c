@@ -2,7 +2,6 @@
  * queue_list.c - mtactl queue: the listing (text or JSON), its summary
  * and the pending recipients per destination domain (--by-domain).
  */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

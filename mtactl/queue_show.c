@@ -2,7 +2,6 @@
  * queue_show.c - mtactl show ID: the envelope, each recipient, the log
  * lines about the message, then its headers or body.
  */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

@@ -16,7 +16,6 @@
  *           path relative to the spool in spool_errstr().  A failed writer
  *           call (commit included) leaves the message for spool_abort().
  */
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,6 @@
  * (as root, by descriptors only), spool_open() opens its directories once,
  * spool_close().  See the CONTRACT in spool.c.
  */
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

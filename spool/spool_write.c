@@ -3,7 +3,6 @@
  * reserved header room, then commit (rename to queue/) or abort.  See the
  * CONTRACT in spool.c (one spare write buffer per spool).
  */
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
