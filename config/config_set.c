@@ -285,7 +285,6 @@ config_set_static(struct config_parse *p, const yaml_node_t *n,
     cfg->nstatic_routes = nr;
 }
 
-/* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
 /* config_set_load - a load average like 8 or 12.5 (two decimals kept),
  * stored * 100; 0 turns the check off. */
 static void
@@ -308,6 +307,7 @@ config_set_load(struct config_parse *p, const yaml_node_t *n,
     *out = (uint32_t)(d * 100 + 0.5);
 }
 
+/* Table lookup of a word, any case (YAML writes True, TRUE); -1 if none. */
 static int
 config_word(const char *v, const char *const *words, size_t nwords)
 {
