@@ -63,6 +63,7 @@
  * FAILURE   Logs each recipient's result Postfix-style and counts it on
  *           the status page; a failed state save is logged once per
  *           episode (dl_save), and its end once.
+ * SEE ALSO  schedule.c: the heap and the retry arithmetic.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -96,11 +97,6 @@
 #define DELIVER_DOT_GRACE_MS 1000        /* at the stop deadline, for a reply
                                           * due after the final dot */
 
-struct dl_entry {
-    uint64_t when;                      /* wall-clock ms */
-    char     id[SPOOL_ID_SIZE];
-};
-
 struct dl_attempt;
 
 struct dl_txn {
@@ -126,102 +122,9 @@ struct dl_attempt {
     int                unsaved;         /* on d->unsaved, not d->active */
 };
 
-struct deliver {
-    struct ev_loop       *loop;
-    const struct config  *cfg;
-    struct spool         *sp;
-    struct router        *router;
-    struct status_worker *st;
-    unsigned              shard, nshards;
-    struct relay         *relay;
-    struct resolve       *resolve;  /* DNS for the relay's next hops */
-    struct dl_entry      *heap;
-    size_t                nheap, capheap;
-    struct ev_timer       timer;
-    struct dl_attempt    *active;
-    size_t                nactive;
-    int                   draining;
-    const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
-    /* attempts whose state could not be written: held with their lock,
-     * not retried, until a save succeeds (see STATE) */
-    struct dl_attempt    *unsaved;
-    size_t                nunsaved;
-    struct ev_timer       save_timer;
-    int                   save_failing; /* warned in this episode */
-    int                   gaveback;     /* stop deadline passed */
-    size_t                ngiven;       /* attempts given back then */
-};
-
 #define DELIVER_HOLD_POLL_MS 1000        /* while limits.load holds us */
 
 static void deliver_arm(struct deliver *d);
-
-
-/* ---- the schedule: a binary min-heap on when ---- */
-
-static void
-dl_heap_swap(struct dl_entry *a, struct dl_entry *b)
-{
-    struct dl_entry t = *a;
-
-    *a = *b;
-    *b = t;
-}
-
-
-static void
-dl_heap_up(struct deliver *d, size_t i)
-{
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-
-        if (d->heap[p].when <= d->heap[i].when)
-            break;
-        dl_heap_swap(&d->heap[p], &d->heap[i]);
-        i = p;
-    }
-}
-
-
-static void
-dl_heap_down(struct deliver *d, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-
-        if (l < d->nheap && d->heap[l].when < d->heap[m].when)
-            m = l;
-        if (r < d->nheap && d->heap[r].when < d->heap[m].when)
-            m = r;
-        if (m == i)
-            return;
-        dl_heap_swap(&d->heap[m], &d->heap[i]);
-        i = m;
-    }
-}
-
-
-static void
-dl_heap_push(struct deliver *d, uint64_t when, const char *id)
-{
-    if (d->nheap == d->capheap) {
-        d->capheap = d->capheap ? d->capheap * 2 : 64;
-        d->heap = xrealloc(d->heap, d->capheap * sizeof(*d->heap));
-    }
-    d->heap[d->nheap].when = when;
-    util_strlcpy(d->heap[d->nheap].id, id, SPOOL_ID_SIZE);
-    dl_heap_up(d, d->nheap++);
-}
-
-
-static void
-dl_heap_pop(struct deliver *d, struct dl_entry *out)
-{
-    *out = d->heap[0];
-    d->heap[0] = d->heap[--d->nheap];
-    if (d->nheap > 0)
-        dl_heap_down(d, 0);
-}
 
 
 /* dl_schedule - (re)schedule id at wall-clock time when. */
@@ -230,46 +133,6 @@ dl_schedule(struct deliver *d, const char *id, uint64_t when)
 {
     dl_heap_push(d, when, id);
     deliver_arm(d);
-}
-
-
-/* ---- pure helpers (deliver_int.h) ---- */
-
-uint64_t
-deliver_retry_delay(const uint64_t *retry_ms, size_t nretry,
-    unsigned attempts)
-{
-    size_t i;
-
-    if (nretry == 0)
-        return 60000;
-    i = attempts == 0 ? 0 : attempts - 1;
-    if (i >= nretry)
-        i = nretry - 1;
-    return retry_ms[i];
-}
-
-
-uint64_t
-deliver_next_retry(const uint64_t *retry_ms, size_t nretry,
-    unsigned attempts, uint64_t now, uint64_t arrival, uint64_t max_queue)
-{
-    uint64_t next = now + deliver_retry_delay(retry_ms, nretry, attempts);
-    uint64_t expire = arrival + max_queue;
-
-    /* one last try when the message expires, not a whole step later */
-    if (max_queue > 0 && next > expire)
-        next = expire > now ? expire : now;
-    return next;
-}
-
-
-unsigned
-deliver_shard_of(const char *id, unsigned nshards)
-{
-    if (nshards == 0 || !spool_id_valid(id))
-        return 0;                       /* not an id: shard 0 takes it */
-    return spool_id_shard(id) % nshards;
 }
 
 

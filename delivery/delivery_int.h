@@ -1,6 +1,7 @@
 /*
- * deliver_int.h - the pure arithmetic of the delivery schedule, shared by
- * deliver.c and its unit test.  Nothing else includes this.
+ * deliver_int.h - the delivery schedule shared by deliver.c, schedule.c
+ * (the heap and the pure arithmetic) and its unit test.  Nothing outside
+ * delivery/ includes this.
  *
  * CONTRACT  Times are wall-clock milliseconds.  retry_ms[0..nretry) is
  *           delivery.retry; after attempt n (1-based) the wait is
@@ -12,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ev.h"
+#include "spool/spool.h"
+
 /* The wait after `attempts` failed attempts (0 is treated as 1). */
 uint64_t deliver_retry_delay(const uint64_t *retry_ms, size_t nretry,
             unsigned attempts);
@@ -21,5 +25,49 @@ uint64_t deliver_retry_delay(const uint64_t *retry_ms, size_t nretry,
 uint64_t deliver_next_retry(const uint64_t *retry_ms, size_t nretry,
             unsigned attempts, uint64_t now, uint64_t arrival,
             uint64_t max_queue);
+
+struct dl_attempt;
+struct config;
+struct router;
+struct status_worker;
+struct relay;
+struct resolve;
+
+struct dl_entry {
+    uint64_t when;                      /* wall-clock ms */
+    char     id[SPOOL_ID_SIZE];
+};
+
+struct deliver {
+    struct ev_loop       *loop;
+    const struct config  *cfg;
+    struct spool         *sp;
+    struct router        *router;
+    struct status_worker *st;
+    unsigned              shard, nshards;
+    struct relay         *relay;
+    struct resolve       *resolve;  /* DNS for the relay's next hops */
+    struct dl_entry      *heap;
+    size_t                nheap, capheap;
+    struct ev_timer       timer;
+    struct dl_attempt    *active;
+    size_t                nactive;
+    int                   draining;
+    const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
+    /* attempts whose state could not be written: held with their lock,
+     * not retried, until a save succeeds (see STATE in deliver.c) */
+    struct dl_attempt    *unsaved;
+    size_t                nunsaved;
+    struct ev_timer       save_timer;
+    int                   save_failing; /* warned in this episode */
+    int                   gaveback;     /* stop deadline passed */
+    size_t                ngiven;       /* attempts given back then */
+};
+
+/* schedule.c: the min-heap on when in d->heap (dl_heap_up after
+ * lowering an entry's when; pop only when nheap > 0). */
+void dl_heap_up(struct deliver *d, size_t i);
+void dl_heap_push(struct deliver *d, uint64_t when, const char *id);
+void dl_heap_pop(struct deliver *d, struct dl_entry *out);
 
 #endif /* MTAD_DELIVER_INT_H */

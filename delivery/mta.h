@@ -39,10 +39,13 @@ struct spool_env;
 
 enum mta_status { MTA_DEFER = 0, MTA_SENT, MTA_BOUNCE };
 
+/* "host[ip]:port" with its NUL: a 255-byte name, an IPv6 address, a port. */
+#define MTA_RELAY_MAX 320
+
 struct mta_result {
     int     status;                 /* enum mta_status */
     char    reply[SMTP_REPLY_MAX]; /* peer's reply or our reason */
-    char    relay[320];             /* "host[ip]:port", or "none" */
+    char    relay[MTA_RELAY_MAX];   /* "host[ip]:port", or "none" */
 };
 
 /* One address to try, from DNS or a literal route host. */

@@ -33,8 +33,8 @@ enum router_match {
 
 struct router_result {
     enum router_match match;
-    char         key[320];          /* the key that matched ("default" for it) */
-    char         value[1024];       /* route text as stored */
+    char         key[ROUTE_KEY_MAX + 1];     /* matched key, or "default" */
+    char         value[ROUTE_VALUE_MAX + 1]; /* route text as stored */
     struct route route;             /* parsed */
 };
 

@@ -1,6 +1,7 @@
 /*
- * spool_int.h - declarations shared by spool.c (files) and spool_env.c
- * (the pure text formats).  Nothing outside spool/ includes this.
+ * spool_int.h - declarations shared by spool.c, spool_dir.c and
+ * spool_write.c (files) and spool_env.c (the pure text formats).  Nothing
+ * outside spool/ includes this.
  *
  * CONTRACT  The envelope always starts with SPOOL_MAGIC followed by the
  *           "size" line, so the body length sits at the fixed offset
@@ -11,6 +12,7 @@
 #define MTAD_SPOOL_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "spool/spool.h"
 
@@ -38,5 +40,54 @@ int     spool_state_parse(const char *p, size_t n, struct spool_env *env);
 
 /* Fill dst[SPOOL_SIZE_WIDTH] with v as zero-padded decimal digits. */
 void    spool_size_digits(char *dst, uint64_t v);
+
+/* ---- the files (spool.c, spool_dir.c, spool_write.c) ---- */
+
+#define SPOOL_WBUF        (256 * 1024)
+#define SPOOL_READ_CHUNK  (64 * 1024)
+#define SPOOL_HDR_MAX     (64 * 1024 * 1024)  /* envelope or state file */
+#define SPOOL_ID_TRIES    64
+#define SPOOL_CTR_BITS    12
+#define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
+#define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+
+struct spool {
+    char       *dir;
+    int         tmpfd, queuefd, statefd;
+    int         fsync;
+    unsigned    shard;
+    uint64_t    last;               /* last id's ms << 12 | counter */
+    char       *spare;              /* one free write buffer, or NULL */
+    uint64_t    reserve;            /* bytes new mail leaves free */
+    uint64_t    room_budget;        /* bytes new mail may write unchecked */
+    uint64_t    room_until_ms;      /* ... until then (monotonic) */
+    char        err[512];
+};
+
+struct spool_msg {
+    struct spool *sp;
+    int         fd;                 /* tmp/<id>, -1 once closed */
+    int         finished;
+    int         err;                /* sticky: a failed write poisons m */
+    int         use_reserve;        /* may eat into sp->reserve (bounces) */
+    char        id[SPOOL_ID_SIZE];
+    char       *wb;                 /* write buffer, NULL after finish */
+    size_t      wlen;
+    uint64_t    written;            /* bytes handed to write() so far */
+    uint64_t    body;               /* body bytes accepted */
+    uint64_t    body_off;           /* where the body starts in the file */
+    uint64_t    head_off;           /* spool_head_reserve()'s room */
+    size_t      head_len;           /* its size, 0 = none */
+    int         head_filled;
+};
+
+/* spool.c: record an error in sp->err (spool_fail) or in the global
+ * error of the calls that have no spool (spool_gfail, spool_safefail);
+ * each returns the SPOOL_E* code for errno. */
+int     spool_fail(struct spool *sp, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+int     spool_gfail(const char *fmt, ...)
+            __attribute__((format(printf, 1, 2)));
+int     spool_safefail(const char *err);
 
 #endif /* MTAD_SPOOL_INT_H */

@@ -1,0 +1,233 @@
+/*
+ * config_listen.c - server.listen: each entry is "host:port" or a mapping
+ * (address, proxy, proxy_from) checked by its own handler.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sys/un.h>
+
+#include <yaml.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "proxy/proxy.h"
+#include "router/route.h"
+#include "dkim/dkim.h"
+#include "config/config.h"
+#include "config/config_int.h"
+
+/*
+ * A server.listen entry: "host:port", or a mapping whose keys are in
+ * config_listen_keys (address required).  The table is the one place to
+ * add a key; each handler checks its value and fills the entry.
+ */
+struct config_listen_key {
+    const char *name;
+    int       (*set)(struct config_parse *, const yaml_node_t *, const char *,
+                  struct config_listen *);
+};
+
+static const char config_listen_what[] =
+    "host:port like 127.0.0.1:2525, \"[::1]:25\" or \"*:25\"";
+
+static int
+config_listen_address(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    const char *v = config_scalar(p, n, path, config_listen_what);
+
+    if (v == NULL)
+        return -1;
+    if (util_parse_hostport(v, &l->addr, &l->addrlen) != 0) {
+        config_expected(p, n, path, config_listen_what);
+        return -1;
+    }
+    l->spec = xstrdup(v);
+    return 0;
+}
+
+static int
+config_listen_proxy(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "v1, v2 or auto";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if ((l->proxy = proxy_mode_parse(v)) == 0) {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+config_listen_proxy_from(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    if (config_parse_cidrs(p, n, path, &l->proxy_from, &l->nproxy_from) < 0)
+        return -1;
+    if (l->nproxy_from == 0) {
+        config_expected(p, n, path, "at least one network");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct config_listen_key config_listen_keys[] = {
+    { "address", config_listen_address },
+    { "proxy_protocol", config_listen_proxy },
+    { "proxy_from", config_listen_proxy_from },
+    { NULL, NULL }
+};
+
+void
+config_listen_free(struct config_listen *l)
+{
+    free(l->spec);
+    free(l->proxy_from);
+    memset(l, 0, sizeof(*l));
+}
+
+/* config_listen_map - the mapping form of one entry; -1 after errors. */
+static int
+config_listen_map(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    const struct config_listen_key *k;
+    yaml_node_pair_t *pair, *prev;
+    const yaml_mark_t *proxy_mark = NULL, *from_mark = NULL;
+    char kpath[CONFIG_PATH_MAX], show[CONFIG_SHOW_MAX + 8];
+    int bad = 0;
+
+    for (pair = n->data.mapping.pairs.start;
+        pair < n->data.mapping.pairs.top; pair++) {
+        yaml_node_t *kn = yaml_document_get_node(p->doc, pair->key);
+        yaml_node_t *vn = yaml_document_get_node(p->doc, pair->value);
+        const char *name = config_scalar(p, kn, path, "a key name");
+
+        if (name == NULL) {
+            bad = 1;
+            continue;
+        }
+        config_path(kpath, sizeof(kpath), path, name);
+        for (prev = n->data.mapping.pairs.start; prev < pair; prev++) {
+            yaml_node_t *pk = yaml_document_get_node(p->doc, prev->key);
+
+            if (pk->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)pk->data.scalar.value, name) == 0)
+                break;
+        }
+        if (prev < pair) {
+            config_addf(p, &kn->start_mark, "%s: duplicate key", kpath);
+            bad = 1;
+            continue;
+        }
+        for (k = config_listen_keys; k->name != NULL; k++)
+            if (strcmp(k->name, name) == 0)
+                break;
+        if (k->name == NULL) {
+            config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
+                "one of: address, proxy_protocol, proxy_from)", kpath,
+                config_found(kn, show, sizeof(show)));
+            bad = 1;
+            continue;
+        }
+        if (k->set(p, vn, kpath, l) < 0)
+            bad = 1;
+        if (k->set == config_listen_proxy)
+            proxy_mark = &kn->start_mark;
+        if (k->set == config_listen_proxy_from)
+            from_mark = &kn->start_mark;
+    }
+    if (bad)
+        return -1;
+    if (l->spec == NULL) {
+        config_addf(p, &n->start_mark, "%s: missing key address (the "
+            "host:port to listen on)", path);
+        return -1;
+    }
+    if (proxy_mark != NULL && from_mark == NULL) {
+        config_addf(p, proxy_mark, "%s.proxy_protocol: needs proxy_from, the "
+            "networks of the load balancers allowed to send the header",
+            path);
+        return -1;
+    }
+    if (from_mark != NULL && proxy_mark == NULL) {
+        config_addf(p, from_mark, "%s.proxy_from: only with proxy_protocol",
+            path);
+        return -1;
+    }
+    return 0;
+}
+
+void
+config_set_listen(struct config_parse *p, const yaml_node_t *n,
+    const char *path)
+{
+    struct config *cfg = p->cfg;
+    struct config_listen *l;
+    char ipath[CONFIG_PATH_MAX];
+    long i, j, cnt;
+    size_t nl = 0;
+    int bad = 0, rc;
+
+    cnt = config_seq_len(p, n, path, "a sequence of host:port like "
+        "[\"127.0.0.1:2525\"]");
+    if (cnt < 0)
+        return;
+    if (cnt == 0) {
+        config_expected(p, n, path, "at least one host:port");
+        return;
+    }
+    l = xcalloc((size_t)cnt, sizeof(*l));
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        if (it->type == YAML_MAPPING_NODE)
+            rc = config_listen_map(p, it, ipath, &l[nl]);
+        else
+            rc = config_listen_address(p, it, ipath, &l[nl]);
+        if (rc < 0) {
+            config_listen_free(&l[nl]);
+            bad = 1;
+            continue;
+        }
+        for (j = 0; j < (long)nl; j++)
+            if (l[j].addrlen == l[nl].addrlen &&
+                memcmp(&l[j].addr, &l[nl].addr, l[nl].addrlen) == 0)
+                break;
+        if (j < (long)nl) {
+            config_addf(p, &it->start_mark, "%s: '%s' is listed twice "
+                "(also %s[%ld])", ipath, l[nl].spec, path, j);
+            config_listen_free(&l[nl]);
+            bad = 1;
+            continue;
+        }
+        nl++;
+    }
+    if (bad) {
+        for (i = 0; i < (long)nl; i++)
+            config_listen_free(&l[i]);
+        free(l);
+        return;
+    }
+    for (i = 0; i < (long)cfg->nlisten; i++)
+        config_listen_free(&cfg->listen[i]);
+    free(cfg->listen);
+    cfg->listen = l;
+    cfg->nlisten = nl;
+}

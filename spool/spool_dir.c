@@ -1,0 +1,240 @@
+/*
+ * spool_dir.c - the spool tree: spool_prepare() creates and checks it
+ * (as root, by descriptors only), spool_open() opens its directories once,
+ * spool_close().  See the CONTRACT in spool.c.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include "common/safefs.h"
+#include "common/util.h"
+#include "spool/spool.h"
+#include "spool/spool_int.h"
+
+/* ---- set-up ----------------------------------------------------------- */
+
+/*
+ * spool_mkdirat - create (EEXIST fine) and open dfd/name without following
+ * a link, refuse it unless it is root's, ours or uid's and closed to group
+ * and others, then fchown it to uid/gid (-1: unchanged).  Everything is
+ * done on descriptors: the spool is writable by the workers' user, and
+ * root must not act by path in it.  Returns the fd or -1.
+ */
+static int
+spool_mkdirat(int dfd, const char *name, const char *shown, uid_t uid,
+    gid_t gid)
+{
+    char err[512];
+    int  fd, created;
+
+    fd = safefs_mkdir_open(dfd, name, 0700, shown, &created, err,
+        sizeof(err));
+    if (fd < 0) {
+        spool_safefail(err);
+        return -1;
+    }
+    if (safefs_check_owner(fd, uid, 0077, shown, err, sizeof(err)) < 0) {
+        spool_safefail(err);
+        close(fd);
+        return -1;
+    }
+    if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(fd, uid, gid) < 0) {
+        spool_gfail("chown %s", shown);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+
+/* spool_mkparents - create missing parents of dir (0755, root-owned as
+ * the caller is), like mkdir -p; the spool directory itself is 0700. */
+static int
+spool_mkparents(const char *dir)
+{
+    char   path[PATH_MAX];
+    size_t i;
+
+    if (util_strlcpy(path, dir, sizeof(path)) >= sizeof(path)) {
+        errno = ENAMETOOLONG;
+        return spool_gfail("spool %s", dir);
+    }
+    for (i = 1; path[i] != '\0'; i++) {
+        if (path[i] != '/')
+            continue;
+        path[i] = '\0';
+        if (mkdir(path, 0755) == -1 && errno != EEXIST)
+            return spool_gfail("mkdir %s", path);
+        path[i] = '/';
+    }
+    return SPOOL_OK;
+}
+
+
+/* spool_purge - remove the entries of directory fd (named sub in dir in
+ * errors) for which keep() is false.  unlinkat() never follows a link. */
+static int
+spool_purge(const char *dir, const char *sub, int fd,
+    int (*keep)(int queuefd, const char *name), int queuefd)
+{
+    DIR           *d;
+    struct dirent *de;
+    int            rc = SPOOL_OK;
+
+    if ((fd = dup(fd)) == -1 || (d = fdopendir(fd)) == NULL) {
+        rc = spool_gfail("opendir %s/%s", dir, sub);
+        if (fd != -1)
+            close(fd);
+        return rc;
+    }
+    while ((errno = 0, de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (keep != NULL && keep(queuefd, de->d_name))
+            continue;
+        if (unlinkat(fd, de->d_name, 0) == -1 && errno != ENOENT &&
+            (errno != EISDIR ||
+            unlinkat(fd, de->d_name, AT_REMOVEDIR) == -1)) {
+            rc = spool_gfail("unlink %s/%s/%s", dir, sub, de->d_name);
+            break;
+        }
+    }
+    if (de == NULL && errno != 0)
+        rc = spool_gfail("readdir %s/%s", dir, sub);
+    closedir(d);
+    return rc;
+}
+
+
+/* spool_state_keep - a state file stays only while its queue file exists;
+ * unknown names (not ours) are left alone, tmp leftovers go. */
+static int
+spool_state_keep(int queuefd, const char *name)
+{
+    struct stat st;
+    int         fd;
+
+    if (!spool_id_valid(name))
+        return name[0] != '.';
+    if (fstatat(queuefd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return 0;
+    /* a state written before queue files carried the mark: mark it now,
+     * or the reader would not look for it (best effort: a failure here
+     * shows up as a failing save or read later, never as a lost state
+     * when the chmod works, and it does for the spool's owner or root).
+     * Through an fd opened without following links: root must not chmod
+     * by path in a directory the workers can write. */
+    if (S_ISREG(st.st_mode) && !(st.st_mode & SPOOL_HAS_STATE) &&
+        (fd = openat(queuefd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+        O_CLOEXEC)) >= 0) {
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            (void)fchmod(fd, (st.st_mode & 07777) | SPOOL_HAS_STATE);
+        close(fd);
+    }
+    return 1;
+}
+
+
+int
+spool_prepare(const char *dir, uid_t uid, gid_t gid)
+{
+    static const char *const subs[] = { "tmp", "queue", "state" };
+    char        err[512], shown[PATH_MAX + 16];
+    const char *name;
+    int         fds[3] = { -1, -1, -1 };
+    int         pfd, rootfd, rc = SPOOL_OK;
+    size_t      i;
+
+    if ((rc = spool_mkparents(dir)) != SPOOL_OK)
+        return rc;
+    if ((pfd = safefs_open_parent(dir, &name, err, sizeof(err))) < 0)
+        return spool_safefail(err);
+    rootfd = spool_mkdirat(pfd, name, dir, uid, gid);
+    close(pfd);
+    if (rootfd < 0)
+        return SPOOL_ESYS;
+    for (i = 0; i < ARRAY_LEN(subs); i++) {
+        snprintf(shown, sizeof(shown), "%s/%s", dir, subs[i]);
+        if ((fds[i] = spool_mkdirat(rootfd, subs[i], shown, uid, gid)) < 0) {
+            rc = SPOOL_ESYS;
+            goto out;
+        }
+    }
+    /* Nothing in tmp/ was ever acknowledged; a state file without its
+     * queue file belongs to a message whose removal was interrupted. */
+    if ((rc = spool_purge(dir, "tmp", fds[0], NULL, -1)) == SPOOL_OK)
+        rc = spool_purge(dir, "state", fds[2], spool_state_keep, fds[1]);
+out:
+    for (i = 0; i < ARRAY_LEN(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    close(rootfd);
+    return rc;
+}
+
+
+int
+spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
+{
+    struct spool *sp;
+    int           rootfd;
+    uint16_t      r;
+
+    *spp = NULL;
+    if (shard > 0xff) {
+        errno = EINVAL;
+        return spool_gfail("spool shard %u", shard);
+    }
+    if ((rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
+        return spool_gfail("open %s", dir);
+    sp = xcalloc(1, sizeof(*sp));
+    sp->tmpfd = openat(rootfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    sp->queuefd = openat(rootfd, "queue", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    sp->statefd = openat(rootfd, "state", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sp->tmpfd == -1 || sp->queuefd == -1 || sp->statefd == -1) {
+        int rc = spool_gfail("open %s/{tmp,queue,state}", dir);
+
+        close(rootfd);
+        spool_close(sp);
+        return rc;
+    }
+    close(rootfd);
+    sp->dir = xstrdup(dir);
+    sp->fsync = fsync != 0;
+    sp->shard = shard;
+    /* The counter starts at a random value so that a worker respawned in
+     * the same millisecond as its predecessor does not reuse its ids. */
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint16_t)(getpid() ^ util_wall_ms());
+    sp->last = (util_wall_ms() & SPOOL_MS_MASK) << SPOOL_CTR_BITS |
+        (r & ((1u << SPOOL_CTR_BITS) - 1));
+    *spp = sp;
+    return SPOOL_OK;
+}
+
+
+void
+spool_close(struct spool *sp)
+{
+    if (sp == NULL)
+        return;
+    if (sp->tmpfd >= 0)
+        close(sp->tmpfd);
+    if (sp->queuefd >= 0)
+        close(sp->queuefd);
+    if (sp->statefd >= 0)
+        close(sp->statefd);
+    free(sp->spare);
+    free(sp->dir);
+    free(sp);
+}
