@@ -1,5 +1,6 @@
 /*
  * master_int.h - declarations shared by the master's own files (master.c,
+ * start.c, supervise.c, reload.c,
  * child.c, listen.c, logd.c, ctl.c, notify.c).  Nothing outside master/
  * includes it.
  */
@@ -188,6 +189,40 @@ void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
 void    master_watch(struct master *m, int fd, int tag, unsigned idx);
 void    master_unwatch(struct master *m, int fd);
+
+/* Between master.c (loop, channels, signals), start.c (start-up),
+ * supervise.c (children) and reload.c (generations, hand-over). */
+#define MASTER_ERR_MAX  8192        /* a config error text, all lines */
+
+/* master.c */
+void    master_close_chan(struct master *m, struct slot *s);
+void    master_log_lines(int level, const char *prefix, const char *text);
+
+/* start.c */
+int     master_start(struct master *m, struct config *cfg, int foreground);
+void    master_mkparent(const char *path);
+void    master_cleanup(struct master *m);
+
+/* supervise.c */
+unsigned master_free_slots(const struct master *m);
+void    master_slot_free(struct slot *s);
+void    master_spawn_logd(struct master *m);
+int     master_start_generation(struct master *m, struct generation *g);
+void    master_stop_worker(struct slot *s, uint64_t timeout_ms);
+void    master_reap(struct master *m);
+void    master_deadlines(struct master *m, uint64_t now);
+int     master_shutdown_step(struct master *m);   /* 1: all gone */
+
+/* reload.c */
+struct generation *master_gen_by_id(struct master *m, unsigned id);
+struct generation *master_gen_prepare(struct config *cfg, int *exit_code,
+            char *err, size_t errsz);
+unsigned master_gen_nready(struct master *m, const struct generation *g);
+void    master_handover(struct master *m, unsigned gen);
+void    master_check_ready(struct master *m);
+void    master_reopen_log(struct master *m, const char *newpath);
+void    master_finish_reload(struct master *m, int timed_out);
+void    master_abort_reload(struct master *m);
 
 #define MASTER_TAG_SIGNAL  1
 #define MASTER_TAG_CTL     2
