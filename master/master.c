@@ -28,7 +28,6 @@
 #include <string.h>
 #include <sysexits.h>
 #include <unistd.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -50,19 +49,16 @@
 static struct master master_self;
 
 void
-master_watch(struct master *m, int fd, int tag, unsigned idx)
+master_watch(struct master *m, int fd, unsigned events, ev_io_fn *fn)
 {
-    struct epoll_event ev = { .events = EPOLLIN };
-
-    ev.data.u64 = (uint64_t)tag << 32 | idx;
-    if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-        log_err("epoll_ctl add fd %d: %s", fd, strerror(errno));
+    if (ev_watch(m->loop, fd, events, fn, m) < 0)
+        log_err("watch fd %d: %s", fd, strerror(errno));
 }
 
 void
 master_unwatch(struct master *m, int fd)
 {
-    (void)epoll_ctl(m->epfd, EPOLL_CTL_DEL, fd, NULL);
+    ev_unwatch(m->loop, fd);
 }
 
 void
@@ -92,12 +88,25 @@ master_log_lines(int level, const char *prefix, const char *text)
     }
 }
 
-static void
-master_chan_event(struct master *m, unsigned idx)
+/* A worker's channel is readable ("ready", "pong"); its slot is found by
+ * the fd. */
+void
+master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
-    struct slot *s = &m->slots[idx];
-    char         msg[256];
-    ssize_t      r;
+    struct master *m = arg;
+    struct slot   *s = NULL;
+    unsigned       idx = 0;
+    char           msg[256];
+    ssize_t        r;
+
+    (void)loop; (void)events;
+    for (idx = 0; idx < MASTER_MAX_SLOTS; idx++)
+        if (m->slots[idx].chan == fd && m->slots[idx].role == ROLE_WORKER) {
+            s = &m->slots[idx];
+            break;
+        }
+    if (s == NULL)
+        return;
 
     while (s->chan >= 0) {
         r = recv(s->chan, msg, sizeof(msg) - 1, MSG_DONTWAIT);
@@ -122,11 +131,31 @@ master_chan_event(struct master *m, unsigned idx)
     master_check_ready(m);
 }
 
-static void
-master_signals(struct master *m)
+/* The log process's channel: "pong" for the watchdog, or EOF. */
+void
+master_logd_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
+    struct master *m = arg;
+    char           b[64];
+    ssize_t        r;
+
+    (void)loop; (void)events;
+    if (fd != m->logd.chan)
+        return;
+    r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (r == 0)
+        master_close_chan(m, &m->logd);
+    else if (r == 4 && memcmp(b, "pong", 4) == 0)
+        watchdog_logd_pong(m);
+}
+
+static void
+master_signals(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct master          *m = arg;
     struct signalfd_siginfo si;
 
+    (void)loop; (void)fd; (void)events;
     while (read(m->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         switch (si.ssi_signo) {
         case SIGCHLD:
@@ -197,10 +226,24 @@ master_tick(struct master *m, uint64_t now)
     watchdog_tick(m, now);
 }
 
-static int
-master_timeout(const struct master *m, uint64_t now)
+/* The tick timer: counters ring, load, ticket keys, expiries, watchdog,
+ * drain; re-armed every MASTER_TICK_MS. */
+static void
+master_tick_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
-    uint64_t next = m->next_tick;
+    struct master *m = arg;
+    uint64_t       now = util_now_ms();
+
+    master_tick(m, now);
+    master_drain_tick(m, now);
+    ev_timer_start(loop, t, MASTER_TICK_MS);
+}
+
+/* The earliest slot or reload deadline, UINT64_MAX when none. */
+static uint64_t
+master_next_deadline(const struct master *m)
+{
+    uint64_t next = UINT64_MAX;
 
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         const struct slot *s = &m->slots[i];
@@ -216,59 +259,51 @@ master_timeout(const struct master *m, uint64_t now)
         next = m->logd.stop_deadline;
     if (m->next != NULL && m->reload_deadline < next)
         next = m->reload_deadline;
-    return next <= now ? 0 : (int)(next - now);
+    return next;
 }
 
 static void
+master_deadline_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    (void)loop; (void)t;
+    master_deadlines(arg, util_now_ms());
+}
+
+/* Before each sleep: end the loop when a shutdown is complete, else arm
+ * the deadline timer for what the turn's events changed (a stop, a
+ * back-off, a reload). */
+static void
+master_before_sleep(struct ev_loop *loop, void *arg)
+{
+    struct master *m = arg;
+    uint64_t       next, now;
+
+    if (m->stopping && master_shutdown_step(m)) {
+        ev_stop(loop);
+        return;
+    }
+    next = master_next_deadline(m);
+    if (next == UINT64_MAX) {
+        ev_timer_stop(loop, &m->deadline);
+        return;
+    }
+    now = util_now_ms();
+    ev_timer_start(loop, &m->deadline, next <= now ? 0 : next - now);
+}
+
+/* Watches the signalfd and the control socket and runs the loop until the
+ * shutdown is complete. */
+static void
 master_loop(struct master *m)
 {
-    struct epoll_event ev[64];
-    uint64_t           now;
-    int                n;
-
-    m->next_tick = util_now_ms();
-    for (;;) {
-        now = util_now_ms();
-        n = epoll_wait(m->epfd, ev, (int)ARRAY_LEN(ev), master_timeout(m, now));
-        if (n < 0 && errno != EINTR)
-            fatal("epoll_wait");    /* fatal */
-        for (int i = 0; i < n; i++) {
-            unsigned tag = (unsigned)(ev[i].data.u64 >> 32);
-            unsigned idx = (unsigned)ev[i].data.u64;
-
-            switch (tag) {
-            case MASTER_TAG_SIGNAL: master_signals(m); break;
-            case MASTER_TAG_CTL:    ctl_accept(m); break;
-            case MASTER_TAG_CLIENT: ctl_client_event(m, (int)idx); break;
-            case MASTER_TAG_CHAN:   master_chan_event(m, idx); break;
-            case MASTER_TAG_LOGD: {
-                char    b[64];
-                ssize_t r = m->logd.chan >= 0 ? recv(m->logd.chan, b,
-                    sizeof(b), MSG_DONTWAIT) : -1;
-
-                if (r == 0)
-                    master_close_chan(m, &m->logd);
-                else if (r == 4 && memcmp(b, "pong", 4) == 0)
-                    watchdog_logd_pong(m);
-                break;
-            }
-            case MASTER_TAG_METRICS:
-            case MASTER_TAG_METRICS_CLIENT:
-                metrics_event(m, tag, idx, ev[i].events);
-                break;
-            default: break;
-            }
-        }
-        now = util_now_ms();
-        if (now >= m->next_tick) {
-            master_tick(m, now);
-            master_drain_tick(m, now);
-            m->next_tick = now + MASTER_TICK_MS;
-        }
-        master_deadlines(m, now);
-        if (m->stopping && master_shutdown_step(m))
-            return;
-    }
+    master_watch(m, m->sigfd, EV_READ, master_signals);
+    master_watch(m, m->ctlfd, EV_READ, ctl_accept_event);
+    ev_timer_init(&m->tick, master_tick_timer, m);
+    ev_timer_init(&m->deadline, master_deadline_timer, m);
+    ev_timer_start(m->loop, &m->tick, 0);
+    if (ev_before_sleep(m->loop, master_before_sleep, m) < 0 ||
+        ev_run(m->loop) < 0)
+        fatal("master loop");       /* fatal */
 }
 
 int
@@ -280,7 +315,7 @@ master_run(const struct master_opts *o)
     int            rc;
 
     memset(m, 0, sizeof(*m));
-    m->ctlfd = m->sigfd = m->epfd = -1;
+    m->ctlfd = m->sigfd = -1;
     m->log_send = m->log_recv = m->log_file = -1;
     m->logd.chan = -1;
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++)

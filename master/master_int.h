@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 
+#include "common/ev.h"
 #include "common/status.h"
 
 struct config;
@@ -120,8 +121,7 @@ void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int     ctl_listen(const char *path, const struct privs *p,
             char *err, size_t errsz);
 struct master;
-void    ctl_accept(struct master *m);
-void    ctl_client_event(struct master *m, int fd);
+ev_io_fn ctl_accept_event;                /* the control socket */
 void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
 void    ctl_expire(struct master *m, uint64_t now);
 void    ctl_status_report(struct master *m, char **out);
@@ -150,7 +150,10 @@ struct master {
     struct slot        logd;
     struct status_page *status;
     struct tlskey_ring *tickets;    /* kept across generations */
-    int                epfd, sigfd, ctlfd;
+    struct ev_loop    *loop;           /* common/ev, as the workers */
+    struct ev_timer    tick;           /* MASTER_TICK_MS: master_tick() */
+    struct ev_timer    deadline;       /* the next slot or reload deadline */
+    int                sigfd, ctlfd;
     int                log_send, log_recv, log_file;
     char              *log_path;
     char              *ctl_path;
@@ -161,7 +164,6 @@ struct master {
     int                draining;        /* drain.c */
     uint64_t           drain_deadline;  /* 0 = none */
     uint64_t           started_ms;
-    uint64_t           next_tick;
     unsigned           ticks;
     struct ctl_client  clients[MASTER_MAX_CLIENTS];
     /* counters of workers that are gone, so totals only grow */
@@ -187,7 +189,9 @@ long    master_drain_queued(const char *spool_dir);
 pid_t   master_sandbox_test(struct master *m);
 void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
-void    master_watch(struct master *m, int fd, int tag, unsigned idx);
+/* Watches fd on the master's loop; fn gets the struct master as its arg. */
+void    master_watch(struct master *m, int fd, unsigned events,
+            ev_io_fn *fn);
 void    master_unwatch(struct master *m, int fd);
 
 /* Between master.c (loop, channels, signals), start.c (start-up),
@@ -197,6 +201,8 @@ void    master_unwatch(struct master *m, int fd);
 /* master.c */
 void    master_close_chan(struct master *m, struct slot *s);
 void    master_log_lines(int level, const char *prefix, const char *text);
+ev_io_fn master_chan_io;                  /* a worker's channel */
+ev_io_fn master_logd_io;                  /* the log process's channel */
 
 /* start.c */
 int     master_start(struct master *m, struct config *cfg, int foreground);
@@ -223,13 +229,5 @@ void    master_check_ready(struct master *m);
 void    master_reopen_log(struct master *m, const char *newpath);
 void    master_finish_reload(struct master *m, int timed_out);
 void    master_abort_reload(struct master *m);
-
-#define MASTER_TAG_SIGNAL  1
-#define MASTER_TAG_CTL     2
-#define MASTER_TAG_CLIENT  3
-#define MASTER_TAG_CHAN    4
-#define MASTER_TAG_LOGD    5
-#define MASTER_TAG_METRICS 6        /* metrics.c: the listener */
-#define MASTER_TAG_METRICS_CLIENT 7 /* metrics.c: idx = client */
 
 #endif /* MTAD_MASTER_INT_H */

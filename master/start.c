@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sysexits.h>
 #include <unistd.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -243,16 +242,14 @@ master_start(struct master *m, struct config *cfg, int foreground)
     if (m->log_file != STDERR_FILENO)
         child_register_master_fd(m->log_file);
     m->log_path = xstrdup(cfg->log_file);
-    m->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (m->epfd < 0 || master_setup_signals(m) < 0 ||
+    m->loop = ev_new();
+    if (m->loop == NULL || master_setup_signals(m) < 0 ||
         master_log_socket(m) < 0) {
         fprintf(stderr, "mtad: start-up: %s\n", strerror(errno));
         master_cleanup(m);
         return EX_OSERR;
     }
-    child_register_master_fd(m->epfd);
-    master_watch(m, m->sigfd, MASTER_TAG_SIGNAL, 0);
-    master_watch(m, m->ctlfd, MASTER_TAG_CTL, 0);
+    child_register_master_fd(ev_fd(m->loop));
     if (metrics_apply(m, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);

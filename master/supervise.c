@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sysexits.h>
 #include <unistd.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -145,7 +144,7 @@ master_spawn_logd(struct master *m)
     s->state = SLOT_RUNNING;
     s->started_ms = util_now_ms();
     child_register_master_fd(s->chan);
-    master_watch(m, s->chan, MASTER_TAG_LOGD, 0);
+    master_watch(m, s->chan, EV_READ, master_logd_io);
 }
 
 /* Forks the worker of slot s with its generation's config. */
@@ -178,7 +177,7 @@ master_spawn(struct master *m, struct slot *s)
     s->ready = 0;
     s->started_ms = util_now_ms();
     child_register_master_fd(s->chan);
-    master_watch(m, s->chan, MASTER_TAG_CHAN, s->sidx);
+    master_watch(m, s->chan, EV_READ, master_chan_io);
     log_debug("worker %u (pid %d, generation %u) started", s->shard,
         (int)pid, g->id);
 }
