@@ -102,6 +102,13 @@ ev_now(const struct ev_loop *loop)
 }
 
 
+int
+ev_fd(const struct ev_loop *loop)
+{
+    return loop->epfd;
+}
+
+
 void
 ev_stop(struct ev_loop *loop)
 {

@@ -70,7 +70,8 @@ static const int sandbox_worker_calls[] = {
 
 /* The log process: records in, batches out to an fd it was given. */
 static const int sandbox_logd_calls[] = {
-    SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(read), SCMP_SYS(write),
+    SCMP_SYS(epoll_create1), SCMP_SYS(epoll_ctl), SCMP_SYS(epoll_wait),
+    SCMP_SYS(epoll_pwait), SCMP_SYS(read), SCMP_SYS(write),
     SCMP_SYS(writev), SCMP_SYS(recvfrom), SCMP_SYS(recvmsg),
     SCMP_SYS(recvmmsg), SCMP_SYS(sendto), SCMP_SYS(close), SCMP_SYS(fstat),
     SCMP_SYS(newfstatat), SCMP_SYS(openat), SCMP_SYS(lseek),

@@ -192,13 +192,18 @@ ctl_client_reply(struct master *m, struct ctl_client *c, const char *text)
     c->waiting_reload = 0;
 }
 
+static ev_io_fn ctl_client_event;
+
+/* The control socket is readable: accept every waiting client. */
 void
-ctl_accept(struct master *m)
+ctl_accept_event(struct ev_loop *loop, int lfd, unsigned events, void *arg)
 {
+    struct master     *m = arg;
     struct ctl_client *c;
     size_t             i;
     int                fd;
 
+    (void)loop; (void)lfd; (void)events;
     while ((fd = accept4(m->ctlfd, NULL, NULL,
         SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
         for (i = 0; i < MASTER_MAX_CLIENTS && m->clients[i].fd >= 0; i++)
@@ -215,7 +220,7 @@ ctl_accept(struct master *m)
         c->fd = fd;
         c->deadline = util_now_ms() + CTL_CLIENT_TIMEOUT_MS;
         child_register_master_fd(fd);
-        master_watch(m, fd, MASTER_TAG_CLIENT, (unsigned)i);
+        master_watch(m, fd, EV_READ, ctl_client_event);
     }
 }
 
@@ -473,16 +478,21 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     }
 }
 
-void
-ctl_client_event(struct master *m, int idx)
+/* A control client's fd is readable (its slot is found by the fd). */
+static void
+ctl_client_event(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
-    struct ctl_client *c;
+    struct master     *m = arg;
+    struct ctl_client *c = NULL;
     ssize_t            r;
     char               junk[64];
 
-    if (idx < 0 || idx >= MASTER_MAX_CLIENTS || m->clients[idx].fd < 0)
+    (void)loop; (void)events;
+    for (size_t i = 0; i < MASTER_MAX_CLIENTS && c == NULL; i++)
+        if (m->clients[i].fd == fd)
+            c = &m->clients[i];
+    if (c == NULL)
         return;
-    c = &m->clients[idx];
     if (c->waiting_reload) {
         /* Nothing more is expected; EOF means the client gave up. */
         r = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);

@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "common/ev.h"
 #include "common/util.h"
 #include "common/log.h"
 #include "master/master_int.h"
@@ -43,6 +43,7 @@ struct logd {
     size_t   len;
     uint64_t first_ms;              /* arrival of the oldest unwritten record */
     uint64_t write_errors;
+    struct ev_timer flush;          /* first_ms + flush_ms */
 };
 
 static void
@@ -151,24 +152,62 @@ logd_command(struct logd *d)
         close(newfd);
 }
 
-static int
-logd_timeout(const struct logd *d)
+/* The channel: a command from the master. */
+static void
+logd_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
-    uint64_t now, due;
+    (void)loop; (void)fd; (void)events;
+    logd_command(arg);
+}
 
-    if (d->len == 0)
-        return -1;
+/* Records.  A command waiting on the channel goes first: a reopen must
+ * precede the records sent after it, whatever order epoll reports. */
+static void
+logd_recv_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    (void)loop; (void)fd; (void)events;
+    logd_command(arg);
+    logd_drain(arg);
+}
+
+/* SIGTERM: the master died (PDEATHSIG); write what we hold. */
+static void
+logd_sig_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    (void)loop; (void)fd; (void)events;
+    logd_exit(arg);
+}
+
+static void
+logd_flush_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
+{
+    (void)loop; (void)t;
+    logd_flush(arg);
+}
+
+/* Before each sleep: the flush timer runs while records wait, due
+ * log.flush_interval after the oldest (an "interval" command moves it). */
+static void
+logd_before_sleep(struct ev_loop *loop, void *arg)
+{
+    struct logd *d = arg;
+    uint64_t     now, due;
+
+    if (d->len == 0) {
+        ev_timer_stop(loop, &d->flush);
+        return;
+    }
     now = util_now_ms();
     due = d->first_ms + d->flush_ms;
-    return due <= now ? 0 : (int)(due - now);
+    ev_timer_start(loop, &d->flush, due <= now ? 0 : due - now);
 }
 
 void
 logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
 {
-    struct logd   d;
-    struct pollfd pf[3];
-    sigset_t      set;
+    struct logd     d;
+    struct ev_loop *loop;
+    sigset_t        set;
 
     memset(&d, 0, sizeof(d));
     d.recv_fd = recv_fd;
@@ -181,21 +220,17 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
     sigaddset(&set, SIGTERM);
     sigprocmask(SIG_BLOCK, &set, NULL);
     d.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    for (;;) {
-        pf[0] = (struct pollfd){ .fd = d.recv_fd, .events = POLLIN };
-        pf[1] = (struct pollfd){ .fd = d.chan, .events = POLLIN };
-        pf[2] = (struct pollfd){ .fd = d.sig_fd, .events = POLLIN };
-        if (poll(pf, 3, logd_timeout(&d)) < 0 && errno != EINTR)
-            fatal("logd: poll");    /* fatal: the master restarts us */
-        if (pf[1].revents)
-            logd_command(&d);       /* first: a reopen precedes new records */
-        if (pf[0].revents & POLLIN)
-            logd_drain(&d);
-        if (pf[2].revents)
-            logd_exit(&d);
-        if (d.len > 0 && logd_timeout(&d) == 0)
-            logd_flush(&d);
-    }
+    loop = ev_new();
+    if (loop == NULL)
+        fatal("logd: event loop");  /* fatal: the master restarts us */
+    ev_timer_init(&d.flush, logd_flush_timer, &d);
+    if (ev_watch(loop, d.chan, EV_READ, logd_chan_io, &d) < 0 ||
+        ev_watch(loop, d.recv_fd, EV_READ, logd_recv_io, &d) < 0 ||
+        (d.sig_fd >= 0 && ev_watch(loop, d.sig_fd, EV_READ, logd_sig_io,
+        &d) < 0) || ev_before_sleep(loop, logd_before_sleep, &d) < 0)
+        fatal("logd: watch");       /* fatal: the master restarts us */
+    (void)ev_run(loop);
+    fatal("logd: event loop");      /* fatal: ev_run ends only on error */
 }
 
 int

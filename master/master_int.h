@@ -1,5 +1,6 @@
 /*
  * master_int.h - declarations shared by the master's own files (master.c,
+ * start.c, supervise.c, reload.c,
  * child.c, listen.c, logd.c, ctl.c, notify.c).  Nothing outside master/
  * includes it.
  */
@@ -11,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 
+#include "common/ev.h"
 #include "common/status.h"
 
 struct config;
@@ -24,6 +26,8 @@ struct config;
 #define MASTER_BACKOFF_MAX    10000u
 #define MASTER_QUICK_EXIT_MS  1000u     /* died sooner: crash loop suspect */
 #define LOGD_STOP_TIMEOUT     3000u
+#define MASTER_PING_MS        5000u     /* a stopping worker past its deadline
+                                           must answer "ping" within this */
 
 /* The user the children run as; drop is 0 when the master is not root.
  * admin_gid: server.admin_group, whose members may use the control socket
@@ -121,8 +125,7 @@ void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int     ctl_listen(const char *path, const struct privs *p,
             char *err, size_t errsz);
 struct master;
-void    ctl_accept(struct master *m);
-void    ctl_client_event(struct master *m, int fd);
+ev_io_fn ctl_accept_event;                /* the control socket */
 void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
 void    ctl_expire(struct master *m, uint64_t now);
 void    ctl_status_report(struct master *m, char **out);
@@ -151,7 +154,10 @@ struct master {
     struct slot        logd;
     struct status_page *status;
     struct tlskey_ring *tickets;    /* kept across generations */
-    int                epfd, sigfd, ctlfd;
+    struct ev_loop    *loop;           /* common/ev, as the workers */
+    struct ev_timer    tick;           /* MASTER_TICK_MS: master_tick() */
+    struct ev_timer    deadline;       /* the next slot or reload deadline */
+    int                sigfd, ctlfd;
     int                log_send, log_recv, log_file;
     char              *log_path;
     char              *ctl_path;
@@ -162,7 +168,6 @@ struct master {
     int                draining;        /* drain.c */
     uint64_t           drain_deadline;  /* 0 = none */
     uint64_t           started_ms;
-    uint64_t           next_tick;
     unsigned           ticks;
     struct ctl_client  clients[MASTER_MAX_CLIENTS];
     /* counters of workers that are gone, so totals only grow */
@@ -188,15 +193,45 @@ long    master_drain_queued(const char *spool_dir);
 pid_t   master_sandbox_test(struct master *m);
 void    master_totals(struct master *m, struct status_worker *t);
 void    master_rates(struct master *m, double *in_ps, double *out_ps);
-void    master_watch(struct master *m, int fd, int tag, unsigned idx);
+/* Watches fd on the master's loop; fn gets the struct master as its arg. */
+void    master_watch(struct master *m, int fd, unsigned events,
+            ev_io_fn *fn);
 void    master_unwatch(struct master *m, int fd);
 
-#define MASTER_TAG_SIGNAL  1
-#define MASTER_TAG_CTL     2
-#define MASTER_TAG_CLIENT  3
-#define MASTER_TAG_CHAN    4
-#define MASTER_TAG_LOGD    5
-#define MASTER_TAG_METRICS 6        /* metrics.c: the listener */
-#define MASTER_TAG_METRICS_CLIENT 7 /* metrics.c: idx = client */
+/* Between master.c (loop, channels, signals), start.c (start-up),
+ * supervise.c (children) and reload.c (generations, hand-over). */
+#define MASTER_ERR_MAX  8192        /* a config error text, all lines */
+
+/* master.c */
+void    master_close_chan(struct master *m, struct slot *s);
+void    master_log_lines(int level, const char *prefix, const char *text);
+ev_io_fn master_chan_io;                  /* a worker's channel */
+ev_io_fn master_logd_io;                  /* the log process's channel */
+
+/* start.c */
+int     master_start(struct master *m, struct config *cfg, int foreground);
+void    master_mkparent(const char *path);
+void    master_cleanup(struct master *m);
+
+/* supervise.c */
+unsigned master_free_slots(const struct master *m);
+void    master_slot_free(struct slot *s);
+void    master_spawn_logd(struct master *m);
+int     master_start_generation(struct master *m, struct generation *g);
+void    master_stop_worker(struct slot *s, uint64_t timeout_ms);
+void    master_reap(struct master *m);
+void    master_deadlines(struct master *m, uint64_t now);
+int     master_shutdown_step(struct master *m);   /* 1: all gone */
+
+/* reload.c */
+struct generation *master_gen_by_id(struct master *m, unsigned id);
+struct generation *master_gen_prepare(struct config *cfg, int *exit_code,
+            char *err, size_t errsz);
+unsigned master_gen_nready(struct master *m, const struct generation *g);
+void    master_handover(struct master *m, unsigned gen);
+void    master_check_ready(struct master *m);
+void    master_reopen_log(struct master *m, const char *newpath);
+void    master_finish_reload(struct master *m, int timed_out);
+void    master_abort_reload(struct master *m);
 
 #endif /* MTAD_MASTER_INT_H */

@@ -11,7 +11,7 @@
  *           close).  GET or HEAD of /metrics: 200; another path: 404;
  *           another method: 405.  At most METRICS_MAX_CLIENTS at once; a
  *           client has METRICS_TIMEOUT_MS for its request and the answer.
- *           Everything is non-blocking in the master's epoll set.
+ *           Everything is non-blocking on the master's loop (common/ev).
  *           Counters of workers that exited are kept (master->retired),
  *           so every _total only grows while the master lives.
  *           The queue size is a readdir() of spool/queue, at most once a
@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "common/log.h"
@@ -57,6 +56,8 @@ static struct metrics_client metrics_clients[METRICS_MAX_CLIENTS];
 static int                   metrics_inited;
 static long                  metrics_qsize = -1;
 static uint64_t              metrics_qsize_ms;
+
+static ev_io_fn metrics_accept_event, metrics_client_io;
 
 static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "relay_denied", "route_reject", "route_defer", "too_large",
@@ -115,7 +116,7 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
     metrics_fd = fd;
     metrics_spec = xstrdup(cfg->metrics_listen);
     child_register_master_fd(fd);
-    master_watch(m, fd, MASTER_TAG_METRICS, 0);
+    master_watch(m, fd, EV_READ, metrics_accept_event);
     log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
     return 0;
 }
@@ -362,7 +363,7 @@ metrics_accept(struct master *m)
         c->fd = fd;
         c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
         child_register_master_fd(fd);
-        master_watch(m, fd, MASTER_TAG_METRICS_CLIENT, (unsigned)i);
+        master_watch(m, fd, EV_READ, metrics_client_io);
     }
 }
 
@@ -373,7 +374,6 @@ metrics_respond(struct master *m, struct metrics_client *c, int code,
     const char *extra)
 {
     size_t             blen = strlen(body), cap = blen + 512;
-    struct epoll_event ev = { .events = EPOLLOUT };
     int                n;
 
     c->out = xmalloc(cap);
@@ -386,9 +386,7 @@ metrics_respond(struct master *m, struct metrics_client *c, int code,
         c->outlen += blen;
     }
     c->outoff = 0;
-    ev.data.u64 = (uint64_t)MASTER_TAG_METRICS_CLIENT << 32 |
-        (uint64_t)(c - metrics_clients);
-    if (epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+    if (ev_watch(m->loop, c->fd, EV_WRITE, metrics_client_io, m) < 0)
         metrics_client_close(m, c);
 }
 
@@ -423,8 +421,7 @@ metrics_handle(struct master *m, struct metrics_client *c)
 }
 
 static void
-metrics_client_event(struct master *m, struct metrics_client *c,
-    uint32_t events)
+metrics_client_event(struct master *m, struct metrics_client *c)
 {
     ssize_t r;
 
@@ -443,7 +440,6 @@ metrics_client_event(struct master *m, struct metrics_client *c,
         metrics_client_close(m, c);
         return;
     }
-    (void)events;
     r = recv(c->fd, c->req + c->len, sizeof(c->req) - 1 - c->len,
         MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
@@ -461,16 +457,26 @@ metrics_client_event(struct master *m, struct metrics_client *c,
             "text/plain", "request too large\n", 0, "");
 }
 
-void
-metrics_event(struct master *m, unsigned tag, unsigned idx, uint32_t events)
+/* The listener is readable. */
+static void
+metrics_accept_event(struct ev_loop *loop, int fd, unsigned events,
+    void *arg)
 {
-    if (tag == MASTER_TAG_METRICS) {
-        if (metrics_fd >= 0)
-            metrics_accept(m);
-        return;
-    }
-    if (idx < METRICS_MAX_CLIENTS && metrics_clients[idx].fd >= 0)
-        metrics_client_event(m, &metrics_clients[idx], events);
+    (void)loop; (void)fd; (void)events;
+    if (metrics_fd >= 0)
+        metrics_accept(arg);
+}
+
+/* A client's fd is ready (read, or write once its answer is queued). */
+static void
+metrics_client_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    (void)loop; (void)events;
+    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+        if (metrics_clients[i].fd == fd) {
+            metrics_client_event(arg, &metrics_clients[i]);
+            return;
+        }
 }
 
 void

@@ -27,11 +27,9 @@ struct config;
 void    load_sample(struct master *m);
 
 /* metrics.c: bind, move or close the listener for cfg->metrics_listen;
- * 0 ok, -1 (err set).  Events of its fds come with MASTER_TAG_METRICS*. */
+ * 0 ok, -1 (err set).  It watches its fds on the master's loop itself. */
 int     metrics_apply(struct master *m, const struct config *cfg,
             char *err, size_t errsz);
-void    metrics_event(struct master *m, unsigned tag, unsigned idx,
-            uint32_t events);
 void    metrics_expire(struct master *m, uint64_t now);
 /* The exposition text (malloc'd); also what the tests parse. */
 char   *metrics_render(struct master *m);

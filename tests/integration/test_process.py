@@ -603,3 +603,19 @@ def test_reload_keeps_persistent_sessions_error_free(mtad_factory):
     wait_for(lambda: not any(alive(p) for p in retired), timeout=15,
              what="retired workers to exit")
     assert len(worker_set(m, 2)) == 2
+
+
+def test_busy_listen_address_exits_unavailable(mtad_factory):
+    # The step that fails gives the exit code (EX_UNAVAILABLE for a listen
+    # address), not a search of the error text.
+    m = mtad_factory()
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        busy.bind(("127.0.0.1", m.port))
+        busy.listen(1)
+        r = subprocess.run([MTAD, "-f", "-c", m.cfg_path],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        busy.close()
+    assert r.returncode == 69, (r.returncode, r.stderr)  # EX_UNAVAILABLE
+    assert "127.0.0.1:%d" % m.port in r.stderr
