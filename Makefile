@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build

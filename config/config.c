@@ -188,6 +188,20 @@ static const struct config_key config_dkim[] = {
     END
 };
 
+static const struct config_key config_auth[] = {
+    KEY("password_file", CONFIG_STRING, auth_password_file),
+    KEY("allow_plaintext_loopback", CONFIG_BOOL,
+        auth_allow_plaintext_loopback),
+    { "max_failures", CONFIG_INT, OFF(auth_max_failures), 1, 1000, NULL },
+    KEY("received_header", CONFIG_BOOL, auth_received_header),
+    END
+};
+
+static const struct config_key config_submission[] = {
+    KEY("sender_login_match", CONFIG_BOOL, submission_sender_login_match),
+    END
+};
+
 static const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -200,6 +214,8 @@ static const struct config_key config_top[] = {
     SECTION("dns", config_dns),
     SECTION("dkim", config_dkim),
     SECTION("metrics", config_metrics),
+    SECTION("auth", config_auth),
+    SECTION("submission", config_submission),
     END
 };
 
@@ -570,10 +586,52 @@ config_listen_proxy_from(struct config_parse *p, const yaml_node_t *n,
     return 0;
 }
 
+static int
+config_listen_role(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "mx or submission";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if (strcmp(v, "mx") == 0)
+        l->role = CONFIG_ROLE_MX;
+    else if (strcmp(v, "submission") == 0)
+        l->role = CONFIG_ROLE_SUBMISSION;
+    else {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+config_listen_tls(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "implicit or starttls";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if (strcmp(v, "implicit") == 0)
+        l->tls_implicit = 1;
+    else if (strcmp(v, "starttls") == 0)
+        l->tls_implicit = 0;
+    else {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
     { "proxy_protocol", config_listen_proxy },
     { "proxy_from", config_listen_proxy_from },
+    { "role", config_listen_role },
+    { "tls", config_listen_tls },
     { NULL, NULL }
 };
 
@@ -624,7 +682,7 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
                 break;
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
-                "one of: address, proxy_protocol, proxy_from)", kpath,
+                "one of: address, proxy_protocol, proxy_from, role, tls)", kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;
@@ -1716,6 +1774,7 @@ config_defaults(const char *path)
     cfg->command_timeout_ms = 5 * 60 * 1000;
     cfg->data_timeout_ms = 10 * 60 * 1000;
     cfg->max_errors = 20;
+    cfg->auth_max_failures = 5;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
@@ -1889,6 +1948,26 @@ config_parse_file(struct config_parse *p, FILE *fp)
     yaml_parser_delete(&y);
 }
 
+/* config_check_auth - listeners that need TLS or AUTH have them. */
+static void
+config_check_auth(struct config_parse *p)
+{
+    struct config *cfg = p->cfg;
+    size_t i;
+
+    for (i = 0; i < cfg->nlisten; i++) {
+        const struct config_listen *l = &cfg->listen[i];
+
+        if (l->tls_implicit && cfg->ntls_certs == 0)
+            config_addf(p, NULL, "server.listen %s: tls: implicit needs "
+                "tls.cert_file and tls.key_file", l->spec);
+        if (l->role == CONFIG_ROLE_SUBMISSION &&
+            cfg->auth_password_file == NULL)
+            config_addf(p, NULL, "server.listen %s: role: submission needs "
+                "auth.password_file", l->spec);
+    }
+}
+
 struct config *
 config_load(const char *path, char *err, size_t errsz)
 {
@@ -1916,6 +1995,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_parse_file(&p, fp);
     fclose(fp);
     config_check_tls(&p);
+    config_check_auth(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
@@ -1970,5 +2050,6 @@ config_free(struct config *cfg)
     free(cfg->dns_servers);
     free(cfg->load_file);
     free(cfg->metrics_listen);
+    free(cfg->auth_password_file);
     free(cfg);
 }

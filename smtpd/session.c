@@ -161,7 +161,10 @@ struct sess {
     uint16_t          flags;
     uint16_t          nerrors;
     uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
-    uint16_t          ncmd[SMTP_STARTTLS + 1];
+    uint16_t          ncmd[SMTP_AUTH + 1];
+    struct smtpd_sauth *auth;        /* AUTH state (session_auth.c) */
+    uint8_t           role;          /* the listener's CONFIG_ROLE_* */
+    uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
 };
 
 static void sess_process(struct sess *s);
@@ -172,9 +175,9 @@ static void sess_on_io(struct ev_loop *loop, int fd, unsigned events,
 static void sess_tls_kick(struct sess *s);
 static void sess_read(struct sess *s);
 
-static const char *const sess_verb_name[SMTP_STARTTLS + 1] = {
+static const char *const sess_verb_name[SMTP_AUTH + 1] = {
     "unknown", "ehlo", "helo", "mail", "rcpt", "data", "bdat", "rset",
-    "noop", "quit", "vrfy", "help", "starttls"
+    "noop", "quit", "vrfy", "help", "starttls", "auth"
 };
 
 
@@ -450,7 +453,7 @@ sess_received(struct sess *s, struct sess_txn *t)
     const struct config *cfg = s->d->cfg;
     char                 date[64], forc[SMTP_ADDR_MAX + 16], *hdr;
     const char          *with, *cipher;
-    char                 tls[200];
+    char                 tls[600];
     struct tm            tm;
     int                  bits, alg_bits;
     time_t               now = time(NULL);
@@ -471,6 +474,9 @@ sess_received(struct sess *s, struct sess_txn *t)
             "bits))\r\n", net_tls_version(&s->tp), cipher, bits,
             alg_bits);
     }
+    if (cfg->auth_received_header && smtpd_auth_user(s->auth) != NULL)
+        snprintf(tls + strlen(tls), sizeof(tls) - strlen(tls),
+            "\t(Authenticated sender: %s)\r\n", smtpd_auth_user(s->auth));
     forc[0] = '\0';
     if (t->env.nrcpt == 1)
         snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
@@ -782,11 +788,66 @@ sess_bdat_end(struct sess *s)
 
 /* --- commands --------------------------------------------------------- */
 
+/* SMTP AUTH and the submission role: session_auth.c decides; these
+ * describe the session to it and act on its answer. */
+static struct smtpd_auth_ctx *
+sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
+{
+    const struct sockaddr_in6 *s6 = &s->peer.sin6;
+
+    c->ip = s->ip;
+    c->port = s->port;
+    c->tls = s->tp.ssl != NULL;
+    c->loopback = (s->peer.sa.sa_family == AF_INET &&
+        (ntohl(s->peer.sin.sin_addr.s_addr) >> 24) == 127) ||
+        (s->peer.sa.sa_family == AF_INET6 &&
+        IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr));
+    c->esmtp = (s->flags & SF_ESMTP) != 0;
+    c->in_txn = s->txn != NULL;
+    c->role = s->role;
+    c->sa = s->auth;
+    return c;
+}
+
+static void
+sess_auth(struct sess *s, struct str arg, int cont)
+{
+    struct smtpd_auth_ctx c;
+    char                  reply[512];
+    int                   rc;
+
+    sess_auth_ctx(s, &c);
+    rc = cont ? smtpd_auth_line(s->d, &c, s->auth, arg, reply, sizeof(reply))
+              : smtpd_auth_cmd(s->d, &c, &s->auth, arg, reply, sizeof(reply));
+    if (rc == SMTPD_AUTH_OK)
+        s->flags |= SF_RELAY | SF_SIGN;     /* from wherever it connects */
+    if (rc == SMTPD_AUTH_CLOSE) {
+        STATUS_ADD(s->d->st->errors, 1);
+        sess_close_after(s, reply);
+        return;
+    }
+    sess_reply(s, reply);
+}
+
+static int
+sess_auth_mail(struct sess *s, const char *sender)
+{
+    struct smtpd_auth_ctx c;
+    char                  reply[SMTP_ADDR_MAX + 300];
+
+    if (smtpd_auth_mail(s->d, sess_auth_ctx(s, &c), sender, reply,
+        sizeof(reply)) == 0)
+        return 0;
+    sess_reply(s, reply);
+    return -1;
+}
+
 static void
 sess_ehlo(struct sess *s, struct str arg, int esmtp)
 {
     const struct config *cfg = s->d->cfg;
     const char          *reply;
+    struct smtpd_auth_ctx actx;
 
     if (smtp_parse_helo(arg, &reply) < 0) {
         sess_reply(s, reply);
@@ -814,10 +875,12 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-CHUNKING\r\n"
         "250-BINARYMIME\r\n"
         "250-ENHANCEDSTATUSCODES\r\n"
+        "%s"
         "250 DSN\r\n",
         cfg->hostname,
         s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
-        (unsigned long long)cfg->max_message_size);
+        (unsigned long long)cfg->max_message_size,
+        smtpd_auth_ehlo(s->d, sess_auth_ctx(s, &actx)));
     sess_pending_add(s);
 }
 
@@ -841,6 +904,8 @@ sess_mail(struct sess *s, struct str arg)
         sess_reply(s, reply);
         return;
     }
+    if (sess_auth_mail(s, m.addr) < 0)
+        return;
     if (m.size > s->d->cfg->max_message_size) {
         SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
@@ -1100,8 +1165,12 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         sess_reply(s, "500 5.5.2 Error: line too long");
         return;
     }
+    if (smtpd_auth_waiting(s->auth)) {
+        sess_auth(s, line, 1);      /* an AUTH exchange's line */
+        return;
+    }
     verb = smtp_parse_verb(line, &arg);
-    if ((unsigned)verb > SMTP_STARTTLS)
+    if ((unsigned)verb > SMTP_AUTH)
         verb = SMTP_UNKNOWN;
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;
@@ -1154,6 +1223,9 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         break;
     case SMTP_STARTTLS:
         sess_starttls(s, arg);
+        break;
+    case SMTP_AUTH:
+        sess_auth(s, arg, 0);
         break;
     default:
         sess_reply(s, "500 5.5.2 Error: command not recognized");
@@ -1261,6 +1333,10 @@ sess_tls_reset(struct sess *s)
     s->active_ms = ev_now(d->loop);
     ev_timer_start(d->loop, &s->timer, d->cfg->command_timeout_ms);
     sess_watch(s, EV_READ);
+    if (s->greet_tls) {
+        s->greet_tls = 0;
+        sess_replyf(s, "220 %s ESMTP mtad", d->cfg->hostname);
+    }
     sess_tls_kick(s);
     if (d->stopping)
         sess_stop_check(s);
@@ -1613,7 +1689,7 @@ sess_free(struct sess *s, const char *why)
     size_t         off = 0, total = 0;
     unsigned       i;
 
-    for (i = 1; i <= SMTP_STARTTLS; i++) {
+    for (i = 1; i <= SMTP_AUTH; i++) {
         total += s->ncmd[i];
         if (s->ncmd[i] > 0 && off < sizeof(counts))
             off += (size_t)snprintf(counts + off, sizeof(counts) - off,
@@ -1644,6 +1720,7 @@ sess_free(struct sess *s, const char *why)
     buf_pool_give(&s->in);
     sess_out_give(s);
     free(s->helo);
+    smtpd_auth_sess_free(s->auth);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -1692,7 +1769,7 @@ sess_peer(struct sess *s, const struct sockaddr *sa, socklen_t salen)
 
 void
 smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
-    socklen_t salen)
+    socklen_t salen, const struct config_listen *l)
 {
     const struct config *cfg = d->cfg;
     struct sess         *s = xcalloc(1, sizeof(*s));
@@ -1702,6 +1779,7 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     s->d = d;
     net_init(&s->tp, fd);
     sess_peer(s, sa, salen);
+    s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     for (i = 0; i < cfg->nallow_networks; i++)
         if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
             s->flags |= SF_RELAY;
@@ -1734,9 +1812,16 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     s->active_ms = ev_now(d->loop);
     log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
         "connect from [%s]:%u", s->ip, (unsigned)s->port);
-    sess_out_take(s);
-    buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
-    sess_pending_add(s);
+    if (l != NULL && l->tls_implicit && d->tls_ctx != NULL) {
+        /* RFC 8314: TLS from the first byte, the 220 inside it */
+        s->greet_tls = 1;
+        if (sess_tls_begin(s) < 0)
+            return;
+    } else {
+        sess_out_take(s);
+        buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
+        sess_pending_add(s);
+    }
     if (d->stopping)
         sess_stop_check(s);         /* accepted while draining the backlog */
 }
@@ -1866,6 +1951,7 @@ smtpd_new(const struct smtpd_env *env)
     d->st = env->st;
     d->tls_ctx = env->tls_ctx;
     d->dkim = env->dkim;
+    d->auth = env->auth;
     d->gone = env->gone;
     d->arg = env->arg;
     ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);
