@@ -16,6 +16,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1948,6 +1949,50 @@ config_parse_file(struct config_parse *p, FILE *fp)
     yaml_parser_delete(&y);
 }
 
+/* config_check_pwfile - auth.password_file can be read (by root: the
+ * workers read it again before they drop privileges) and each line is
+ * user:$hash; errors name the file and line. */
+static void
+config_check_pwfile(struct config_parse *p, const char *path)
+{
+    char     line[4096];
+    unsigned lineno = 0;
+    FILE    *fp;
+    int      fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+            fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if ((fp = fdopen(fd, "r")) == NULL) {
+        close(fd);
+        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+            strerror(errno));
+        return;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        char *colon;
+
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0' || line[0] == '#')
+            continue;
+        colon = strchr(line, ':');
+        if (colon == NULL || colon == line || colon[1] != '$') {
+            config_addf(p, NULL, "auth.password_file: %s:%u: expected "
+                "user:hash (a crypt(3) hash like $y$... or $6$...)", path,
+                lineno);
+            break;
+        }
+    }
+    explicit_bzero(line, sizeof(line));
+    fclose(fp);
+}
+
 /* config_check_auth - listeners that need TLS or AUTH have them. */
 static void
 config_check_auth(struct config_parse *p)
@@ -1955,6 +2000,8 @@ config_check_auth(struct config_parse *p)
     struct config *cfg = p->cfg;
     size_t i;
 
+    if (cfg->auth_password_file != NULL)
+        config_check_pwfile(p, cfg->auth_password_file);
     for (i = 0; i < cfg->nlisten; i++) {
         const struct config_listen *l = &cfg->listen[i];
 
