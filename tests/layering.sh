@@ -27,6 +27,7 @@ allowed() {     # the modules module $1 may include, itself included
     worker)   echo "worker smtpd delivery config dkim spool router smtp proxy dns common" ;;
     master)   echo "master worker smtpd delivery config dkim spool router smtp proxy dns common" ;;
     mtactl)   echo "mtactl config dkim spool router smtp proxy dns common" ;;
+    sendmail) echo "sendmail config common" ;;
     *)        echo "" ;;
     esac
 }
