@@ -356,3 +356,172 @@ def test_bad_password_file_line(mtad_factory, workdir):
     assert m.proc.wait(timeout=30) != 0
     assert "auth.password_file: %s:2: expected user:hash" % pw in \
         m.stderr_text()
+
+
+# --- DKIM signing of authenticated mail (SF_SIGN) --------------------------
+
+def test_authenticated_mail_is_dkim_signed(mtad_factory, workdir, hole):
+    from test_dkim import Keys, signatures, verify
+    keys = Keys(workdir)
+    t = start(mtad_factory, workdir, hole, extra={"dkim": {
+        "sign": [keys.make("example.org", "s1", "ed25519-sha256")],
+        "sign_networks": ["10.255.0.0/16"]}})
+    # 127.0.0.1 may relay (relay.allow_networks) but is not in
+    # dkim.sign_networks: not signed
+    with smtplib.SMTP("127.0.0.1", t.m.port, timeout=10) as s:
+        s.ehlo("client.test")
+        _, body = queued_body(t.m, send_msg(s))
+    assert signatures(body) == []
+    # authenticated from 127.0.0.2: signed, and the signature verifies
+    s = smtp_starttls(t.sub)
+    login_plain(s, "alice", "s3cret pass")
+    msg = (b"From: Alice <alice@example.org>\r\nTo: r@remote.test\r\n"
+           b"Subject: signed\r\n\r\nhello\r\n")
+    assert s.sendmail("alice@example.org", ["r@remote.test"], msg) == {}
+    s.quit()
+    t.m.wait_log("dkim=example.org")
+    bodies = [read_queue_file(os.path.join(t.m.spool, "queue", q))[1]
+              for q in t.m.queue_ids()]
+    signed = [b for b in bodies if b.endswith(msg)]
+    assert len(signed) == 1
+    assert len(signatures(signed[0])) == 1
+    assert verify(keys, signed[0])
+
+
+# --- mtactl user ------------------------------------------------------------
+
+def user_cmd(path, *args, password=None):
+    return subprocess.run([MTACTL, "user", "-f", path, *args],
+                          input=password, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_mtactl_user_add_del_list(mtad_factory, workdir, hole):
+    pw = os.path.join(workdir, "users")
+    r = user_cmd(pw, "add", "carol", password="first pass\n")
+    assert r.returncode == 0, r.stderr
+    assert "carol added" in r.stdout
+    assert user_cmd(pw, "add", "dave@example.org",
+                    password="dave pw\n").returncode == 0
+    r = user_cmd(pw, "add", "carol", password="second pass\n")
+    assert r.returncode == 0 and "carol updated" in r.stdout, r
+    r = user_cmd(pw, "list")
+    assert r.stdout.splitlines() == ["carol", "dave@example.org"]
+    st = os.stat(pw)
+    assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid()
+    with open(pw) as f:
+        lines = f.read().splitlines()
+    assert all(re.match(r"^[^:]+:\$y\$", l) for l in lines), lines
+    assert "second pass" not in open(pw).read()
+    # bad names, empty password, unknown user
+    assert user_cmd(pw, "add", "a:b", password="x\n").returncode == 2
+    assert user_cmd(pw, "add", "e", password="\n").returncode == 1
+    r = user_cmd(pw, "del", "nobody")
+    assert r.returncode == 1 and "no user nobody" in r.stderr
+    # never through a symbolic link
+    link = os.path.join(workdir, "link")
+    os.symlink(pw, link)
+    r = user_cmd(link, "add", "x", password="y\n")
+    assert r.returncode == 1 and "symbolic link" in r.stderr, r.stderr
+    # mtad uses the yescrypt hashes; del + reload takes the user away
+    m = mtad_factory()
+    cert, key = make_keyed_cert(workdir, "server", "ec")
+    m.cfg["tls"] = {"cert_file": cert, "key_file": key}
+    m.cfg["auth"] = {"password_file": pw}
+    m.cfg["routes"]["default"] = hole.route()
+    m.write_config()
+    m.start()
+    s = smtp_starttls(m.port)
+    assert login_plain(s, "carol", "second pass")[0] == 235
+    s.quit()
+    s = smtp_starttls(m.port)
+    with pytest.raises(smtplib.SMTPAuthenticationError):
+        login_plain(s, "carol", "first pass")
+    s.close()
+    r = subprocess.run([MTACTL, "-c", m.cfg_path, "user", "del", "carol"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m.ctl("reload", check=True)
+    m.wait_log("auth.password_file %s: 1 users" % pw)
+
+    def refused():
+        s = smtp_starttls(m.port)
+        try:
+            login_plain(s, "carol", "second pass")
+            s.quit()
+            return False
+        except smtplib.SMTPAuthenticationError as e:
+            s.close()
+            return e.smtp_code == 535
+    # old workers finish their sessions; a new session meets a new worker
+    wait_for(refused, what="carol refused after reload")
+
+
+# --- mtad-sendmail ----------------------------------------------------------
+
+def test_sendmail_from_a_cron_script(mtad_factory, workdir, hole):
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    script = os.path.join(workdir, "job.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\n"
+                "printf 'To: Ops <ops@remote.test>, dev@remote.test\\n"
+                "Cc: \"Smith, J\" <js@remote.test>\\nBcc: hidden@remote.test\\n"
+                "Subject: cron\\n\\nline one\\n.\\n..dots\\nlast\\n' | "
+                "%s -C %s -t -i -F 'Cron Daemon'\n" % (SENDMAIL, m.cfg_path))
+    os.chmod(script, 0o755)
+    r = subprocess.run([script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: len(m.queue_ids()) == 1, what="one queued message")
+    env, body = read_queue_file(os.path.join(m.spool, "queue",
+                                             m.queue_ids()[0]))
+    rcpts = sorted(x.split(b" ")[1] for x in env["rcpt"])
+    assert rcpts == [b"dev@remote.test", b"hidden@remote.test",
+                     b"js@remote.test", b"ops@remote.test"], env["rcpt"]
+    assert env["sender"] == b"root@mx.test.example" or \
+        env["sender"].endswith(b"@mx.test.example"), env
+    assert b"Bcc:" not in body and b"hidden" not in body
+    assert b"\r\nFrom: Cron Daemon <" in body
+    assert body.endswith(b"\r\n\r\nline one\r\n.\r\n..dots\r\nlast\r\n"), body
+
+
+def test_sendmail_dot_ends_without_i_and_arguments(mtad_factory, hole):
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-f", "app@example.org",
+                        "--", "a@remote.test", "b@remote.test"],
+                       input=b"Subject: x\n\nbody\n.\nnot sent\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: len(m.queue_ids()) == 1, what="one queued message")
+    env, body = read_queue_file(os.path.join(m.spool, "queue",
+                                             m.queue_ids()[0]))
+    assert env["sender"] == b"app@example.org"
+    assert len(env["rcpt"]) == 2
+    assert body.endswith(b"From: app@example.org\r\nSubject: x\r\n\r\n"
+                         b"body\r\n"), body
+
+
+def test_sendmail_mtad_down(mtad_factory, workdir):
+    m = mtad_factory()          # configured, never started
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-t"],
+                       input="To: a@remote.test\n\nhi\n",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 75, (r.returncode, r.stderr)
+    assert "cannot connect to mtad at [127.0.0.1]:%d" % m.port in r.stderr
+    assert "is mtad running?" in r.stderr
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path],
+                       input="To: a@remote.test\n\nhi\n",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 64 and "no recipients" in r.stderr
+
+
+def test_sendmail_refused_recipient(mtad_factory, hole):
+    m = mtad_factory({"routes": {"default": hole.route()},
+                      "relay": {"allow_networks": ["10.9.9.0/24"]}})
+    m.start()
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "x@remote.test"],
+                       input="Subject: x\n\nhi\n",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 67, (r.returncode, r.stderr)
+    assert "RCPT refused: 554 5.7.1" in r.stderr
