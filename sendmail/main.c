@@ -11,7 +11,7 @@
  *           -C   relay.yaml (default /etc/mtad/relay.yaml)
  *           -S   mtad's address (default: the first server.listen entry on
  *                a loopback address without role: submission or implicit
- *                TLS)
+ *                TLS); without -C the configuration is then not read
  *           Other -o options and -B/-b/-O/-N/-R/-V/-X are accepted and
  *           ignored, as Postfix's sendmail does for compatibility.
  * CONTRACT  Exit 0 once mtad answered "250 queued".  EX_TEMPFAIL (75) when
@@ -342,7 +342,10 @@ int
 main(int argc, char **argv)
 {
     const char *cfgpath = SM_DEFAULT_CONFIG, *server = NULL;
-    const char *from = NULL, *fullname = NULL;
+    const char *from = NULL, *fullname = NULL, *hostname = "localhost";
+    char        host[256];
+    size_t      max = 50 * 1024 * 1024;     /* limits.max_message_size */
+    int         cfg_given = 0;
     int         opt_t = 0, dot_ends = 1, too_big, rc, ch;
     struct config *cfg;
     const struct config_listen *l;
@@ -361,7 +364,7 @@ main(int argc, char **argv)
         case 'o': if (strcmp(optarg, "i") == 0) dot_ends = 0; break;
         case 'f': from = optarg; break;
         case 'F': fullname = optarg; break;
-        case 'C': cfgpath = optarg; break;
+        case 'C': cfgpath = optarg; cfg_given = 1; break;
         case 'S': server = optarg; break;
         case 'B': case 'b': case 'O': case 'N': case 'R': case 'V': case 'X':
             break;
@@ -381,10 +384,20 @@ main(int argc, char **argv)
             fprintf(stderr, "mtad-sendmail: bad recipient address\n");
             return EX_USAGE;
         }
-    cfg = config_load(cfgpath, err, sizeof(err));
-    if (cfg == NULL) {
+    /* With -S the configuration is not read: a user who may not read
+     * relay.yaml (or the key files its check opens) can still send. */
+    cfg = server == NULL || cfg_given ?
+        config_load(cfgpath, err, sizeof(err)) : NULL;
+    if (cfg == NULL && (server == NULL || cfg_given)) {
         fprintf(stderr, "mtad-sendmail: %s: %s\n", cfgpath, err);
         return EX_CONFIG;
+    }
+    if (cfg != NULL) {
+        hostname = cfg->hostname;
+        max = cfg->max_message_size;
+    } else if (gethostname(host, sizeof(host) - 1) == 0) {
+        host[sizeof(host) - 1] = '\0';
+        hostname = host;
     }
     if (server != NULL) {
         if (util_parse_hostport(server, &ss, &sslen) != 0) {
@@ -404,14 +417,14 @@ main(int argc, char **argv)
         struct passwd *pw = getpwuid(getuid());
 
         snprintf(sender, sizeof(sender), "%s@%s", pw ? pw->pw_name : "nobody",
-            cfg->hostname);
+            hostname);
         from = sender;
     }
-    msg = sm_read_msg(dot_ends, cfg->max_message_size, &len, &too_big);
+    msg = sm_read_msg(dot_ends, max, &len, &too_big);
     if (too_big) {
         fprintf(stderr, "mtad-sendmail: message over limits."
             "max_message_size (%llu bytes)\n",
-            (unsigned long long)cfg->max_message_size);
+            (unsigned long long)max);
         return EX_DATAERR;
     }
     len = sm_scan_headers(&s, msg, len, opt_t);

@@ -525,3 +525,27 @@ def test_sendmail_refused_recipient(mtad_factory, hole):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 67, (r.returncode, r.stderr)
     assert "RCPT refused: 554 5.7.1" in r.stderr
+
+
+def test_sendmail_with_S_reads_no_configuration(mtad_factory, hole):
+    """-S: usable by a user who may not read relay.yaml (run as the
+    unprivileged 'mtad' user, with a -C-less default that is not read)."""
+    import pwd
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    pw = pwd.getpwnam("mtad")
+
+    def drop():
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    r = subprocess.run([SENDMAIL, "-S", "127.0.0.1:%d" % m.port,
+                        "x@remote.test"], input="Subject: s\n\nhi\n",
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=drop if os.geteuid() == 0 else None,
+                       cwd="/")
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: len(m.queue_ids()) == 1, what="one queued message")
+    env, _ = read_queue_file(os.path.join(m.spool, "queue",
+                                          m.queue_ids()[0]))
+    if os.geteuid() == 0:
+        assert env["sender"].startswith(b"mtad@"), env["sender"]
