@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -87,7 +87,7 @@ umod_tlsblast := common
 
 .SECONDARY:
 .PHONY: all deps run test unit integration asan bench bench-tls fuzz soak install clean check-deps layering deb
-all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BENCH_BIN)
+all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
 # pkg-config cannot find a library.
@@ -116,6 +116,15 @@ $(BUILD)/obj-mtactl/%.o: mtactl/%.c
 
 $(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,config spool)
 	@if [ -d $@ ]; then rm -rf $@; fi
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# mtad-sendmail: a program using only common and config.
+SENDMAIL_OBJ := $(patsubst sendmail/%.c,$(BUILD)/obj-sendmail/%.o,$(wildcard sendmail/*.c))
+$(BUILD)/obj-sendmail/%.o: sendmail/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/mtad-sendmail: $(SENDMAIL_OBJ) $(call libs,config)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 .SECONDEXPANSION:
@@ -212,7 +221,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/etc/mtad \
 	    $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man8 \
 	    $(DESTDIR)$(PREFIX)/share/man/man5
-	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(DESTDIR)$(PREFIX)/sbin/
+	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
 	install -m 0644 packaging/systemd/mtad.sysusers $(DESTDIR)/usr/lib/sysusers.d/mtad.conf

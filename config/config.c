@@ -20,6 +20,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,20 @@ static const struct config_key config_dkim[] = {
     END
 };
 
+static const struct config_key config_auth[] = {
+    KEY("password_file", CONFIG_STRING, auth_password_file),
+    KEY("allow_plaintext_loopback", CONFIG_BOOL,
+        auth_allow_plaintext_loopback),
+    { "max_failures", CONFIG_INT, OFF(auth_max_failures), 1, 1000, NULL },
+    KEY("received_header", CONFIG_BOOL, auth_received_header),
+    END
+};
+
+static const struct config_key config_submission[] = {
+    KEY("sender_login_match", CONFIG_BOOL, submission_sender_login_match),
+    END
+};
+
 static const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -181,6 +196,8 @@ static const struct config_key config_top[] = {
     SECTION("dns", config_dns),
     SECTION("dkim", config_dkim),
     SECTION("metrics", config_metrics),
+    SECTION("auth", config_auth),
+    SECTION("submission", config_submission),
     END
 };
 
@@ -343,6 +360,7 @@ config_defaults(const char *path)
     cfg->command_timeout_ms = 5 * 60 * 1000;
     cfg->data_timeout_ms = 10 * 60 * 1000;
     cfg->max_errors = 20;
+    cfg->auth_max_failures = 5;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
@@ -525,6 +543,73 @@ config_parse_file(struct config_parse *p, FILE *fp)
     yaml_parser_delete(&y);
 }
 
+/* config_check_pwfile - auth.password_file can be read (by root: the
+ * workers read it again before they drop privileges) and each line is
+ * user:$hash; errors name the file and line. */
+static void
+config_check_pwfile(struct config_parse *p, const char *path)
+{
+    char     line[4096];
+    unsigned lineno = 0;
+    FILE    *fp;
+    int      fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+            fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if ((fp = fdopen(fd, "r")) == NULL) {
+        close(fd);
+        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+            strerror(errno));
+        return;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        char *colon;
+
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0' || line[0] == '#')
+            continue;
+        colon = strchr(line, ':');
+        if (colon == NULL || colon == line || colon[1] != '$') {
+            config_addf(p, NULL, "auth.password_file: %s:%u: expected "
+                "user:hash (a crypt(3) hash like $y$... or $6$...)", path,
+                lineno);
+            break;
+        }
+    }
+    explicit_bzero(line, sizeof(line));
+    fclose(fp);
+}
+
+/* config_check_auth - listeners that need TLS or AUTH have them. */
+static void
+config_check_auth(struct config_parse *p)
+{
+    struct config *cfg = p->cfg;
+    size_t i;
+
+    if (cfg->auth_password_file != NULL)
+        config_check_pwfile(p, cfg->auth_password_file);
+    for (i = 0; i < cfg->nlisten; i++) {
+        const struct config_listen *l = &cfg->listen[i];
+
+        if (l->tls_implicit && cfg->ntls_certs == 0)
+            config_addf(p, NULL, "server.listen %s: tls: implicit needs "
+                "tls.cert_file and tls.key_file", l->spec);
+        if (l->role == CONFIG_ROLE_SUBMISSION &&
+            cfg->auth_password_file == NULL)
+            config_addf(p, NULL, "server.listen %s: role: submission needs "
+                "auth.password_file", l->spec);
+    }
+}
+
+
 struct config *
 config_load(const char *path, char *err, size_t errsz)
 {
@@ -552,6 +637,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_parse_file(&p, fp);
     fclose(fp);
     config_check_tls(&p);
+    config_check_auth(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
@@ -606,5 +692,6 @@ config_free(struct config *cfg)
     free(cfg->dns_servers);
     free(cfg->load_file);
     free(cfg->metrics_listen);
+    free(cfg->auth_password_file);
     free(cfg);
 }

@@ -30,7 +30,14 @@ struct config_listen {
     unsigned                 proxy; /* PROXY_V1|PROXY_V2 mask; 0 = none */
     struct cidr             *proxy_from;  /* peers allowed to send it */
     size_t                   nproxy_from;
+    int                      role;  /* CONFIG_ROLE_MX (default) or _SUBMISSION */
+    int                      tls_implicit; /* tls: implicit (RFC 8314) */
 };
+
+/* config_listen.role: mx takes mail for the routes (relay by network);
+ * submission requires AUTH before MAIL (and TLS before AUTH). */
+#define CONFIG_ROLE_MX          0
+#define CONFIG_ROLE_SUBMISSION  1
 
 /* One dkim.sign entry; checked at load (the key file readable, a private
  * key of the algorithm's type), loaded again by each worker before it
@@ -160,6 +167,15 @@ struct config {
     size_t  ndkim_sign;
     struct cidr *dkim_sign_networks;
     size_t  ndkim_sign_networks;
+
+    /* auth (RFC 4954 SMTP AUTH, PLAIN and LOGIN): user:crypt-hash lines,
+     * read by each worker before it drops its privileges (and on reload);
+     * NULL = AUTH not offered. */
+    char   *auth_password_file;
+    bool    auth_allow_plaintext_loopback; /* AUTH without TLS on loopback */
+    int     auth_max_failures;      /* per client address, then 421 */
+    bool    auth_received_header;   /* the login in Received: (default no) */
+    bool    submission_sender_login_match; /* MAIL FROM bound to the login */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

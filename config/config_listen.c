@@ -86,10 +86,53 @@ config_listen_proxy_from(struct config_parse *p, const yaml_node_t *n,
     return 0;
 }
 
+static int
+config_listen_role(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "mx or submission";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if (strcmp(v, "mx") == 0)
+        l->role = CONFIG_ROLE_MX;
+    else if (strcmp(v, "submission") == 0)
+        l->role = CONFIG_ROLE_SUBMISSION;
+    else {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+config_listen_tls(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const char what[] = "implicit or starttls";
+    const char *v = config_scalar(p, n, path, what);
+
+    if (v == NULL)
+        return -1;
+    if (strcmp(v, "implicit") == 0)
+        l->tls_implicit = 1;
+    else if (strcmp(v, "starttls") == 0)
+        l->tls_implicit = 0;
+    else {
+        config_expected(p, n, path, what);
+        return -1;
+    }
+    return 0;
+}
+
+
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
     { "proxy_protocol", config_listen_proxy },
     { "proxy_from", config_listen_proxy_from },
+    { "role", config_listen_role },
+    { "tls", config_listen_tls },
     { NULL, NULL }
 };
 
@@ -140,7 +183,8 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
                 break;
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
-                "one of: address, proxy_protocol, proxy_from)", kpath,
+                "one of: address, proxy_protocol, proxy_from, role, tls)",
+                kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;

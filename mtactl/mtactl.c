@@ -62,6 +62,8 @@ mtactl_usage(FILE *f)
         "  queue ...        the queue (mtactl help queue)\n"
         "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
         "(mtactl help dkim)\n"
+        "  user add|del|list  SMTP AUTH users of auth.password_file "
+        "(mtactl help user)\n"
         "  help [COMMAND]\n"
         "exit codes: 0 ok, 1 failed, 2 usage\n");
 }
@@ -201,6 +203,8 @@ mtactl_help(int argc, char **argv)
         mtactl_route_help();
     else if (strcmp(argv[1], "dkim") == 0)
         mtactl_dkim_help();
+    else if (strcmp(argv[1], "user") == 0)
+        mtactl_user_help();
     else if (strcmp(argv[1], "queue") == 0 || strcmp(argv[1], "show") == 0 ||
         strcmp(argv[1], "delete") == 0 || strcmp(argv[1], "hold") == 0 ||
         strcmp(argv[1], "release") == 0 || strcmp(argv[1], "flush") == 0 ||
@@ -275,6 +279,8 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
     }
     if (strcmp(cmd, "dkim") == 0)
         return mtactl_dkim(argc, argv);     /* needs no configuration */
+    if (strcmp(cmd, "user") == 0)
+        return mtactl_user(argc, argv, c->cfg, c->cfg_err);
     if (strcmp(cmd, "route") == 0 || mtactl_is_queue(cmd)) {
         if (c->cfg == NULL) {
             mtactl_print_errors(c->cfg_err);

@@ -29,5 +29,8 @@ void    mtactl_audit_flush(void);       /* after the command */
 void    mtactl_queue_help(void);
 int     mtactl_dkim(int argc, char **argv);                             /* dkim.c */
 void    mtactl_dkim_help(void);
+int     mtactl_user(int argc, char **argv, const struct config *cfg,
+            const char *cfg_err);                               /* user.c */
+void    mtactl_user_help(void);
 
 #endif /* MTAD_MTACTL_H */

@@ -82,6 +82,7 @@ static const struct {
     { "RSET", 4, SMTP_RSET }, { "NOOP", 4, SMTP_NOOP },
     { "QUIT", 4, SMTP_QUIT }, { "VRFY", 4, SMTP_VRFY },
     { "HELP", 4, SMTP_HELP }, { "STARTTLS", 8, SMTP_STARTTLS },
+    { "AUTH", 4, SMTP_AUTH },
 };
 
 enum smtp_verb

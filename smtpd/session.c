@@ -562,7 +562,7 @@ sess_free(struct sess *s, const char *why)
     size_t         off = 0, total = 0;
     unsigned       i;
 
-    for (i = 1; i <= SMTP_STARTTLS; i++) {
+    for (i = 1; i <= SMTP_AUTH; i++) {
         total += s->ncmd[i];
         if (s->ncmd[i] > 0 && off < sizeof(counts))
             off += (size_t)snprintf(counts + off, sizeof(counts) - off,
@@ -594,6 +594,7 @@ sess_free(struct sess *s, const char *why)
     buf_pool_give(&s->in);
     sess_out_give(s);
     free(s->helo);
+    smtpd_auth_sess_free(s->auth);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -642,7 +643,7 @@ sess_peer(struct sess *s, const struct sockaddr *sa, socklen_t salen)
 
 void
 smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
-    socklen_t salen)
+    socklen_t salen, const struct config_listen *l)
 {
     const struct config *cfg = d->cfg;
     struct sess         *s = xcalloc(1, sizeof(*s));
@@ -652,6 +653,7 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     s->d = d;
     net_init(&s->tp, fd);
     sess_peer(s, sa, salen);
+    s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     for (i = 0; i < cfg->nallow_networks; i++)
         if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
             s->flags |= SF_RELAY;
@@ -684,9 +686,16 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     s->active_ms = ev_now(d->loop);
     log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
         "connect from [%s]:%u", s->ip, (unsigned)s->port);
-    sess_out_take(s);
-    buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
-    sess_pending_add(s);
+    if (l != NULL && l->tls_implicit && d->tls_ctx != NULL) {
+        /* RFC 8314: TLS from the first byte, the 220 inside it */
+        s->greet_tls = 1;
+        if (sess_tls_begin(s) < 0)
+            return;
+    } else {
+        sess_out_take(s);
+        buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
+        sess_pending_add(s);
+    }
     if (d->stopping)
         sess_stop_check(s);         /* accepted while draining the backlog */
 }
@@ -768,6 +777,7 @@ smtpd_new(const struct smtpd_env *env)
     d->st = env->st;
     d->tls_ctx = env->tls_ctx;
     d->dkim = env->dkim;
+    d->auth = env->auth;
     d->gone = env->gone;
     d->arg = env->arg;
     ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);

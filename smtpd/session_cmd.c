@@ -37,11 +37,76 @@
 #include "smtpd/smtpd.h"
 #include "smtpd/smtpd_int.h"
 
+/* SMTP AUTH and the submission role: session_auth.c decides; these
+ * describe the session to it and act on its answer. */
+static struct smtpd_auth_ctx *
+sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
+{
+    const struct sockaddr_in6 *s6 = &s->peer.sin6;
+
+    c->ip = s->ip;
+    c->port = s->port;
+    c->tls = s->tp.ssl != NULL;
+    c->loopback = (s->peer.sa.sa_family == AF_INET &&
+        (ntohl(s->peer.sin.sin_addr.s_addr) >> 24) == 127) ||
+        (s->peer.sa.sa_family == AF_INET6 &&
+        IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr));
+    c->esmtp = (s->flags & SF_ESMTP) != 0;
+    c->in_txn = s->txn != NULL;
+    c->role = s->role;
+    c->sa = s->auth;
+    return c;
+}
+
+
+void
+sess_auth(struct sess *s, struct str arg, int cont)
+{
+    struct smtpd_auth_ctx c;
+    char                  reply[512];
+    int                   rc;
+
+    sess_auth_ctx(s, &c);
+    rc = cont ? smtpd_auth_line(s->d, &c, s->auth, arg, reply, sizeof(reply))
+              : smtpd_auth_cmd(s->d, &c, &s->auth, arg, reply, sizeof(reply));
+    if (rc == SMTPD_AUTH_OK)
+        s->flags |= SF_RELAY | SF_SIGN;     /* from wherever it connects */
+    if (rc == SMTPD_AUTH_CLOSE) {
+        STATUS_ADD(s->d->st->errors, 1);
+        sess_close_after(s, reply);
+        return;
+    }
+    sess_reply(s, reply);
+}
+
+
+int
+sess_auth_mail(struct sess *s, const char *sender)
+{
+    struct smtpd_auth_ctx c;
+    char                  reply[SMTP_ADDR_MAX + 300];
+
+    if (smtpd_auth_mail(s->d, sess_auth_ctx(s, &c), sender, reply,
+        sizeof(reply)) == 0)
+        return 0;
+    sess_reply(s, reply);
+    return -1;
+}
+
+
+static void
+sess_cmd_auth(struct sess *s, struct str arg)
+{
+    sess_auth(s, arg, 0);
+}
+
+
 static void
 sess_ehlo(struct sess *s, struct str arg, int esmtp)
 {
     const struct config *cfg = s->d->cfg;
     const char          *reply;
+    struct smtpd_auth_ctx actx;
 
     if (smtp_parse_helo(arg, &reply) < 0) {
         sess_reply(s, reply);
@@ -69,10 +134,12 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-CHUNKING\r\n"
         "250-BINARYMIME\r\n"
         "250-ENHANCEDSTATUSCODES\r\n"
+        "%s"
         "250 DSN\r\n",
         cfg->hostname,
         s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
-        (unsigned long long)cfg->max_message_size);
+        (unsigned long long)cfg->max_message_size,
+        smtpd_auth_ehlo(s->d, sess_auth_ctx(s, &actx)));
     sess_pending_add(s);
 }
 
@@ -192,7 +259,7 @@ struct sess_cmd {
     void      (*fn)(struct sess *s, struct str arg);
 };
 
-static const struct sess_cmd sess_cmds[SMTP_STARTTLS + 1] = {
+static const struct sess_cmd sess_cmds[SMTP_AUTH + 1] = {
     [SMTP_UNKNOWN]  = { "unknown", NULL, SP_ANY, { NULL }, 0, 0,
                         sess_cmd_unknown },
     [SMTP_EHLO]     = { "ehlo", NULL, SP_ANY, { NULL }, 0, 0,
@@ -236,8 +303,10 @@ static const struct sess_cmd sess_cmds[SMTP_STARTTLS + 1] = {
                         sess_cmd_help },
     [SMTP_STARTTLS] = { "starttls", "501 5.5.4 Syntax: STARTTLS", SP_ANY,
                         { NULL }, 0, 0, sess_starttls },
-    /* AUTH (RFC 4954) goes here: its entry names the handler of
-     * smtpd/session_auth.c and the phases it is allowed in. */
+    /* AUTH (RFC 4954): session_auth.c answers every phase itself (503
+     * in a transaction or once authenticated, 538 without TLS) */
+    [SMTP_AUTH]     = { "auth", NULL, SP_ANY, { NULL }, 0, 0,
+                        sess_cmd_auth },
 };
 
 
@@ -256,7 +325,7 @@ sess_phase(const struct sess *s)
 const char *
 sess_cmd_name(enum smtp_verb verb)
 {
-    return (unsigned)verb <= SMTP_STARTTLS ? sess_cmds[verb].name
+    return (unsigned)verb <= SMTP_AUTH ? sess_cmds[verb].name
                                            : "unknown";
 }
 
@@ -291,8 +360,12 @@ sess_command(struct sess *s, struct str line, int bare_lf)
         sess_reply(s, "500 5.5.2 Error: line too long");
         return;
     }
+    if (smtpd_auth_waiting(s->auth)) {
+        sess_auth(s, line, 1);      /* an AUTH exchange's line */
+        return;
+    }
     verb = smtp_parse_verb(line, &arg);
-    if ((unsigned)verb > SMTP_STARTTLS)
+    if ((unsigned)verb > SMTP_AUTH)
         verb = SMTP_UNKNOWN;
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;

@@ -83,7 +83,7 @@ sess_received(struct sess *s, struct sess_txn *t)
     const struct config *cfg = s->d->cfg;
     char                 date[64], forc[SMTP_ADDR_MAX + 16], *hdr;
     const char          *with, *cipher;
-    char                 tls[200];
+    char                 tls[600];
     struct tm            tm;
     int                  bits, alg_bits;
     time_t               now = time(NULL);
@@ -104,6 +104,9 @@ sess_received(struct sess *s, struct sess_txn *t)
             "bits))\r\n", net_tls_version(&s->tp), cipher, bits,
             alg_bits);
     }
+    if (cfg->auth_received_header && smtpd_auth_user(s->auth) != NULL)
+        snprintf(tls + strlen(tls), sizeof(tls) - strlen(tls),
+            "\t(Authenticated sender: %s)\r\n", smtpd_auth_user(s->auth));
     forc[0] = '\0';
     if (t->env.nrcpt == 1)
         snprintf(forc, sizeof(forc), "\r\n\tfor <%s>", t->env.rcpt[0].addr);
@@ -389,6 +392,8 @@ sess_mail(struct sess *s, struct str arg)
         sess_reply(s, reply);
         return;
     }
+    if (sess_auth_mail(s, m.addr) < 0)
+        return;
     if (m.size > s->d->cfg->max_message_size) {
         SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
         sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");

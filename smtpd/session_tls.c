@@ -158,6 +158,10 @@ sess_tls_reset(struct sess *s)
     sess_enter(s, SS_CMD);
     s->active_ms = ev_now(d->loop);
     sess_watch(s, EV_READ);
+    if (s->greet_tls) {
+        s->greet_tls = 0;
+        sess_replyf(s, "220 %s ESMTP mtad", d->cfg->hostname);
+    }
     sess_tls_kick(s);
     if (d->stopping)
         sess_stop_check(s);

@@ -35,6 +35,8 @@ struct deliver;
 struct status_worker;
 struct ssl_ctx_st;
 struct dkim_keys;
+struct config_listen;
+struct smtpd_auth;
 
 /* Quiet time after which a session between transactions is closed during
  * a graceful stop. */
@@ -49,6 +51,7 @@ struct smtpd_env {
     struct status_worker *st;       /* this worker's counters */
     struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
     struct dkim_keys     *dkim;     /* dkim.sign keys; NULL: no signing */
+    struct smtpd_auth    *auth;     /* auth.password_file; NULL: no AUTH */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
@@ -58,8 +61,14 @@ struct smtpd;
 
 struct smtpd *smtpd_new(const struct smtpd_env *env);
 void    smtpd_free(struct smtpd *d);                    /* NULL ok */
+/* l: the listener it came on (role, implicit TLS); NULL = plain mx. */
 void    smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
-            socklen_t salen);
+            socklen_t salen, const struct config_listen *l);
+
+/* The auth.password_file table (user:crypt-hash lines), read by the
+ * worker before it drops privileges.  NULL: logged (file, line). */
+struct smtpd_auth *smtpd_auth_load(const char *path);
+void    smtpd_auth_free(struct smtpd_auth *a);            /* NULL ok */
 void    smtpd_stop_begin(struct smtpd *d);
 void    smtpd_stop_all(struct smtpd *d, uint64_t linger_ms);
 

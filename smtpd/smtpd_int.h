@@ -33,6 +33,7 @@ struct smtpd {
     struct status_worker *st;
     struct ssl_ctx_st    *tls_ctx;
     struct dkim_keys     *dkim;     /* NULL: no signing */
+    struct smtpd_auth    *auth;     /* NULL: no AUTH */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
 
@@ -154,7 +155,10 @@ struct sess {
     uint16_t          flags;
     uint16_t          nerrors;
     uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
-    uint16_t          ncmd[SMTP_STARTTLS + 1];
+    uint16_t          ncmd[SMTP_AUTH + 1];
+    struct smtpd_sauth *auth;        /* AUTH state (session_auth.c) */
+    uint8_t           role;          /* the listener's CONFIG_ROLE_* */
+    uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
 };
 
 /* session.c: life cycle, I/O, replies, timers, stop */
@@ -215,5 +219,46 @@ void    sess_tls_ready_run(struct ev_loop *loop, struct ev_timer *t,
             void *arg);
 int     sess_tls_begin(struct sess *s);     /* -1: s was freed */
 int     sess_tls_step(struct sess *s);      /* -1: s was freed */
+
+
+/* SMTP AUTH and the submission role (session_auth.c).  The session
+ * describes itself in a smtpd_auth_ctx; sa is its AUTH state (NULL until
+ * the first AUTH).  cmd runs an AUTH command, line each client line while
+ * smtpd_auth_waiting(); both write the reply (no CRLF) and return:
+ * CONT (334 sent, more lines), OK (235: authenticated), FAIL (an error
+ * reply), CLOSE (421: too many failures, close the session).
+ * smtpd_auth_mail: 0, or -1 with the reply for MAIL FROM:<sender>. */
+enum { SMTPD_AUTH_OK = 0, SMTPD_AUTH_CONT, SMTPD_AUTH_FAIL,
+       SMTPD_AUTH_CLOSE };
+struct smtpd_sauth;
+struct smtpd_auth_ctx {
+    const char         *ip;
+    unsigned            port;
+    int                 tls;        /* TLS is on */
+    int                 loopback;   /* the client is 127/8 or ::1 */
+    int                 esmtp;      /* EHLO was given */
+    int                 in_txn;     /* MAIL given, message not finished */
+    int                 role;       /* CONFIG_ROLE_* */
+    struct smtpd_sauth *sa;
+};
+int     smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
+            struct smtpd_sauth **sap, struct str arg, char *reply,
+            size_t rsz);
+int     smtpd_auth_line(struct smtpd *d, const struct smtpd_auth_ctx *c,
+            struct smtpd_sauth *sa, struct str line, char *reply,
+            size_t rsz);
+int     smtpd_auth_waiting(const struct smtpd_sauth *sa);
+int     smtpd_auth_offered(const struct smtpd *d,
+            const struct smtpd_auth_ctx *c);
+const char *smtpd_auth_ehlo(const struct smtpd *d,
+            const struct smtpd_auth_ctx *c);   /* "" or the 250-AUTH line */
+const char *smtpd_auth_user(const struct smtpd_sauth *sa); /* NULL: none */
+int     smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
+            const char *sender, char *reply, size_t rsz);
+void    smtpd_auth_sess_free(struct smtpd_sauth *sa);      /* NULL ok */
+
+/* session_cmd.c: the session's side of AUTH */
+void    sess_auth(struct sess *s, struct str arg, int cont);
+int     sess_auth_mail(struct sess *s, const char *sender); /* -1: replied */
 
 #endif /* MTAD_SMTPD_INT_H */

@@ -46,6 +46,7 @@ struct wproxy {
     struct wproxy          *prev, *next;    /* w->proxy_wait */
     int                     fd;
     unsigned                mode;           /* PROXY_V1|PROXY_V2 */
+    const struct config_listen *l;          /* the listener */
     struct sockaddr_storage peer;
     socklen_t               peerlen;
     struct ev_timer         timer;
@@ -102,6 +103,7 @@ wproxy_done(struct wproxy *p)
     char                    who[INET6_ADDRSTRLEN + 16];
     char                    cl[INET6_ADDRSTRLEN + 16];
     int                     fd = p->fd;
+    const struct config_listen *l = p->l;
 
     if (p->hdr.local) {
         client = p->peer;
@@ -115,7 +117,7 @@ wproxy_done(struct wproxy *p)
     log_info("proxy %s: PROXY v%u for %s%s", who, p->hdr.version, cl,
         p->hdr.local ? " (no client address: the proxy itself)" : "");
     wproxy_free(p, 0);
-    worker_admit(w, fd, &client, clen);
+    worker_admit(w, fd, &client, clen, l);
 }
 
 
@@ -246,6 +248,7 @@ wproxy_accept(struct worker *w, int fd, const struct sockaddr_storage *ss,
     p->w = w;
     p->fd = fd;
     p->mode = l->proxy;
+    p->l = l;
     p->peer = *ss;
     p->peerlen = len;
     if (ev_watch(w->loop, fd, EV_READ, wproxy_on_io, p) < 0) {

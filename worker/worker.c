@@ -168,7 +168,7 @@ worker_refuse(int fd, const char *text)
 
 void
 worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
-    socklen_t len)
+    socklen_t len, const struct config_listen *l)
 {
     char text[400], who[INET6_ADDRSTRLEN + 16], ip[INET6_ADDRSTRLEN];
     const struct sockaddr *sa = (const struct sockaddr *)ss;
@@ -232,7 +232,7 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         return;
     }
     w->nsess++;
-    smtpd_accept(w->smtpd, fd, sa, len);
+    smtpd_accept(w->smtpd, fd, sa, len, l);
 }
 
 
@@ -273,7 +273,7 @@ worker_accept_one(struct worker *w, int fd)
         if (l != NULL && l->proxy != 0)
             wproxy_accept(w, c, &ss, len, l);   /* header first */
         else
-            worker_admit(w, c, &ss, len);
+            worker_admit(w, c, &ss, len, l);
         return 1;
     }
     if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -640,6 +640,12 @@ worker_init(const struct worker_args *a)
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
     if (worker_tls_init(w) < 0 || worker_dkim_init(w) < 0)
         goto fail;
+    /* auth.password_file may be readable by root only: read it here,
+     * before the privilege drop (a reload forks new workers, which read
+     * it again). */
+    if (cfg->auth_password_file != NULL &&
+        (w->auth = smtpd_auth_load(cfg->auth_password_file)) == NULL)
+        goto fail;
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -648,11 +654,13 @@ worker_init(const struct worker_args *a)
     env.st = w->st;
     env.tls_ctx = w->tls_ctx;
     env.dkim = w->dkim;
+    env.auth = w->auth;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
+    smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);
@@ -692,6 +700,7 @@ worker_run(struct worker *w)
     }
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
+    smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
     deliver_free(w->deliver);

@@ -63,6 +63,8 @@ struct worker {
     /* dkim.sign keys (NULL: none), loaded here for the same reason and
      * with the same trade-off as the TLS key. */
     struct dkim_keys    *dkim;
+    /* auth.password_file (NULL: no AUTH), read before the drop. */
+    struct smtpd_auth   *auth;
 };
 
 /* worker.c */
@@ -70,7 +72,7 @@ void    worker_check_done(struct worker *w);
 /* Admission, then the session: the address is the client's (the peer's,
  * or the one a PROXY header named). */
 void    worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
-            socklen_t len);
+            socklen_t len, const struct config_listen *l);
 
 /* proxy_conn.c: a connection on a proxy_protocol listener (see there) */
 void    wproxy_accept(struct worker *w, int fd,

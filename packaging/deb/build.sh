@@ -22,7 +22,8 @@ rm -f "$TOP/$BUILD"/mtad_*.deb
 make -s install BUILD="$BUILD" PREFIX=/usr DESTDIR="$STAGE" >/dev/null
 # the package's configuration is relay.yaml itself (a conffile)
 mv "$STAGE/etc/mtad/relay.yaml.example" "$STAGE/etc/mtad/relay.yaml"
-strip --strip-unneeded "$STAGE/usr/sbin/mtad" "$STAGE/usr/sbin/mtactl"
+strip --strip-unneeded "$STAGE/usr/sbin/mtad" "$STAGE/usr/sbin/mtactl" \
+    "$STAGE/usr/sbin/mtad-sendmail"
 gzip -9n "$STAGE"/usr/share/man/man5/*.5 "$STAGE"/usr/share/man/man8/*.8
 install -d "$STAGE/usr/share/doc/mtad"
 install -m 0644 packaging/deb/copyright "$STAGE/usr/share/doc/mtad/copyright"
@@ -37,7 +38,7 @@ SHL=$WORK/shlibdeps
 mkdir -p "$SHL/debian"
 printf 'Source: mtad\n\nPackage: mtad\nArchitecture: any\n' > "$SHL/debian/control"
 DEPENDS=$(cd "$SHL" && dpkg-shlibdeps -O "$STAGE/usr/sbin/mtad" \
-    "$STAGE/usr/sbin/mtactl" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+    "$STAGE/usr/sbin/mtactl" "$STAGE/usr/sbin/mtad-sendmail" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$DEPENDS" ] || { echo "deb: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 DEPENDS="$DEPENDS, adduser | systemd"
 SIZE=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)

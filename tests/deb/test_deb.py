@@ -56,7 +56,8 @@ def greets(port):
 
 
 def check_installed():
-    for path in ("/usr/sbin/mtad", "/usr/sbin/mtactl"):
+    for path in ("/usr/sbin/mtad", "/usr/sbin/mtactl",
+                 "/usr/sbin/mtad-sendmail"):
         assert os.access(path, os.X_OK), path
     for path in ("/lib/systemd/system/mtad.service",
                  "/usr/lib/sysusers.d/mtad.conf",

@@ -82,6 +82,45 @@ Test(config_listen, string_and_map_entries)
     cr_assert_eq(cfg->listen[2].proxy, PROXY_AUTO);
     cr_assert_eq(cfg->listen[2].addr.ss_family, AF_INET6);
     cr_assert_eq(cfg->listen[3].proxy, 0);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(cfg->listen[i].role, CONFIG_ROLE_MX);
+        cr_assert_eq(cfg->listen[i].tls_implicit, 0);
+    }
+    config_free(cfg);
+}
+
+Test(config_listen, role_and_tls)
+{
+    struct config *cfg;
+    FILE          *fp;
+    char           pw[160];
+
+    snprintf(pw, sizeof(pw), "%s/passwd", tdir);
+    fp = fopen(pw, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "# users\nalice:$6$salt$hash\n");
+    cr_assert_eq(fclose(fp), 0);
+    fp = fopen(tpath, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "server:\n  listen:\n    - \"127.0.0.1:25\"\n"
+        "    - {address: \"127.0.0.1:587\", role: submission, "
+        "tls: starttls}\n    - {address: \"127.0.0.1:26\", role: mx}\n"
+        "auth:\n  password_file: %s\n  max_failures: 3\n"
+        "  received_header: true\nsubmission:\n  sender_login_match: true\n"
+        "routes:\n  default: discard\n", pw);
+    cr_assert_eq(fclose(fp), 0);
+    cfg = config_load(tpath, terr, sizeof(terr));
+    unlink(pw);
+    cr_assert_not_null(cfg, "%s", terr);
+    cr_assert_eq(cfg->listen[0].role, CONFIG_ROLE_MX);
+    cr_assert_eq(cfg->listen[1].role, CONFIG_ROLE_SUBMISSION);
+    cr_assert_eq(cfg->listen[1].tls_implicit, 0);
+    cr_assert_eq(cfg->listen[2].role, CONFIG_ROLE_MX);
+    cr_assert_str_eq(cfg->auth_password_file, pw);
+    cr_assert_eq(cfg->auth_max_failures, 3);
+    cr_assert(cfg->auth_received_header);
+    cr_assert(!cfg->auth_allow_plaintext_loopback);
+    cr_assert(cfg->submission_sender_login_match);
     config_free(cfg);
 }
 
@@ -91,7 +130,18 @@ static const struct {
 } bad[] = {
     { "    - address: \"127.0.0.1:1\"\n      backlog: 10\n",
       "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' "
-      "(expected one of: address, proxy_protocol, proxy_from)" },
+      "(expected one of: address, proxy_protocol, proxy_from, role, tls)" },
+    { "    - address: \"127.0.0.1:1\"\n      role: relay\n",
+      "relay.yaml:4:13: server.listen[0].role: expected mx or submission, "
+      "got 'relay'" },
+    { "    - address: \"127.0.0.1:1\"\n      tls: yes\n",
+      "relay.yaml:4:12: server.listen[0].tls: expected implicit or "
+      "starttls, got 'yes'" },
+    { "    - address: \"127.0.0.1:1\"\n      tls: implicit\n",
+      "relay.yaml: server.listen 127.0.0.1:1: tls: implicit needs tls.cert_file" },
+    { "    - address: \"127.0.0.1:1\"\n      role: submission\n",
+      "relay.yaml: server.listen 127.0.0.1:1: role: submission needs "
+      "auth.password_file" },
     { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: V2\n"
       "      proxy_from: [10.0.0.0/8]\n",
       "relay.yaml:4:23: server.listen[0].proxy_protocol: expected v1, v2 or "

@@ -44,6 +44,9 @@ static const struct {
     { "help mail", SMTP_HELP, "mail" },
     { "STARTTLS", SMTP_STARTTLS, "" },
     { "StartTls", SMTP_STARTTLS, "" },
+    { "AUTH PLAIN AGFsaWNlAHB3", SMTP_AUTH, "PLAIN AGFsaWNlAHB3" },
+    { "auth login", SMTP_AUTH, "login" },
+    { "AUTHX", SMTP_UNKNOWN, "" },
     { "MAIL  FROM:<a@b>", SMTP_MAIL, " FROM:<a@b>" },  /* rest after one */
     { "DATAX", SMTP_UNKNOWN, "" },
     { "MAILFROM:<a@b>", SMTP_UNKNOWN, "" },

@@ -1,0 +1,615 @@
+/*
+ * session_auth.c - SMTP AUTH (RFC 4954) with PLAIN (RFC 4616) and LOGIN,
+ * checked against auth.password_file with crypt(3); the submission role
+ * of a listener (RFC 6409: AUTH before MAIL) and
+ * submission.sender_login_match.
+ *
+ * PURPOSE   session.c keeps the SMTP state; this file decides what AUTH
+ *           may do and answers it.  The hooks there are: one dispatch line
+ *           (smtpd_auth_cmd), the lines of an AUTH exchange
+ *           (smtpd_auth_line), one EHLO capability (smtpd_auth_ehlo) and
+ *           one check in MAIL (smtpd_auth_mail).
+ * FILE      auth.password_file holds "user:hash" lines (crypt(3) hashes:
+ *           yescrypt "$y$", sha512-crypt "$6$", ...; '#' comments and
+ *           blank lines allowed).  It may be readable by root only: each
+ *           worker reads it in worker_init(), before it drops privileges;
+ *           a reload forks new workers, which read it again.  A bad line
+ *           stops the start (or the reload) with file:line in the log.
+ * POLICY    AUTH is offered only over TLS, or on a loopback connection when
+ *           auth.allow_plaintext_loopback is true (a local sendmail).  A
+ *           client address (per worker) that failed auth.max_failures
+ *           times within SMTPD_AUTH_WINDOW_MS is answered 421 and closed;
+ *           each failed attempt is logged with the user name tried
+ *           (escaped), never the password.  hashing runs in the event
+ *           loop: a yescrypt check costs a few milliseconds of the worker.
+ */
+#include <arpa/inet.h>
+#include <crypt.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "smtpd/smtpd_int.h"
+
+#define SMTPD_AUTH_WINDOW_MS  (10 * 60 * 1000)   /* failures forgotten */
+#define SMTPD_AUTH_SLOTS      1024               /* client addresses */
+#define SMTPD_AUTH_FILE_MAX   (16 * 1024 * 1024)
+
+struct smtpd_auth_user {
+    char *name;
+    char *hash;
+};
+
+struct smtpd_auth_fail {
+    char     ip[INET6_ADDRSTRLEN];
+    unsigned count;
+    uint64_t last_ms;
+};
+
+struct smtpd_auth {
+    struct smtpd_auth_user *users;
+    size_t                  nusers;
+    struct crypt_data      *cd;      /* crypt_r() scratch (32 KiB) */
+    struct smtpd_auth_fail  fails[SMTPD_AUTH_SLOTS];
+};
+
+enum { SA_NONE = 0, SA_PLAIN, SA_LOGIN_USER, SA_LOGIN_PASS };
+
+struct smtpd_sauth {
+    int   step;                      /* SA_*: waiting for a client line */
+    char  tried[256];                /* LOGIN: the user name given */
+    char *user;                      /* authenticated as, or NULL */
+    const char *mech;
+};
+
+
+/* --- the password file ------------------------------------------------ */
+
+void
+smtpd_auth_free(struct smtpd_auth *a)
+{
+    size_t i;
+
+    if (a == NULL)
+        return;
+    for (i = 0; i < a->nusers; i++) {
+        free(a->users[i].name);
+        if (a->users[i].hash != NULL)
+            OPENSSL_cleanse(a->users[i].hash, strlen(a->users[i].hash));
+        free(a->users[i].hash);
+    }
+    free(a->users);
+    free(a->cd);
+    free(a);
+}
+
+
+/* smtpd_auth_parse - one line; 0, or -1 with why. */
+static int
+smtpd_auth_parse(struct smtpd_auth *a, char *line, const char **why)
+{
+    char  *colon = strchr(line, ':');
+    size_t i;
+
+    if (colon == NULL) {
+        *why = "expected user:hash";
+        return -1;
+    }
+    *colon = '\0';
+    if (line[0] == '\0' || colon - line > 255) {
+        *why = "user name empty or over 255 bytes";
+        return -1;
+    }
+    for (i = 0; line[i] != '\0'; i++)
+        if ((unsigned char)line[i] <= ' ' || line[i] == 0x7f) {
+            *why = "user name with a space or control character";
+            return -1;
+        }
+    if (colon[1] != '$' || strchr(colon + 1, ':') != NULL) {
+        *why = "hash is not a crypt(3) hash like $y$... or $6$...";
+        return -1;
+    }
+    for (i = 0; i < a->nusers; i++)
+        if (strcmp(a->users[i].name, line) == 0) {
+            *why = "user listed twice";
+            return -1;
+        }
+    a->users = xrealloc(a->users, (a->nusers + 1) * sizeof(*a->users));
+    a->users[a->nusers].name = xstrdup(line);
+    a->users[a->nusers].hash = xstrdup(colon + 1);
+    a->nusers++;
+    return 0;
+}
+
+
+struct smtpd_auth *
+smtpd_auth_load(const char *path)
+{
+    struct smtpd_auth *a;
+    struct stat        st;
+    char              *text, *line, *next;
+    const char        *why;
+    ssize_t            got;
+    size_t             len = 0;
+    unsigned           lineno = 0;
+    int                fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size > SMTPD_AUTH_FILE_MAX) {
+        log_err("auth.password_file %s: %s", path, fd < 0 ?
+            strerror(errno) : "not a regular file of at most 16 MiB");
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (st.st_mode & (S_IROTH | S_IWOTH))
+        log_warn("auth.password_file %s: readable or writable by others "
+            "(chmod 0640)", path);
+    text = xmalloc((size_t)st.st_size + 1);
+    while (len < (size_t)st.st_size &&
+        (got = read(fd, text + len, (size_t)st.st_size - len)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            log_err("auth.password_file %s: %s", path, strerror(errno));
+            free(text);
+            close(fd);
+            return NULL;
+        }
+        len += (size_t)got;
+    }
+    close(fd);
+    text[len] = '\0';
+    a = xcalloc(1, sizeof(*a));
+    a->cd = xcalloc(1, sizeof(*a->cd));
+    for (line = text; line != NULL && *line != '\0'; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        if (line[0] != '\0' && line[strlen(line) - 1] == '\r')
+            line[strlen(line) - 1] = '\0';
+        if (line[0] == '\0' || line[0] == '#')
+            continue;
+        if (smtpd_auth_parse(a, line, &why) < 0) {
+            log_err("auth.password_file %s:%u: %s", path, lineno, why);
+            OPENSSL_cleanse(text, len);
+            free(text);
+            smtpd_auth_free(a);
+            return NULL;
+        }
+    }
+    OPENSSL_cleanse(text, len);
+    free(text);
+    log_info("auth.password_file %s: %zu users", path, a->nusers);
+    return a;
+}
+
+
+/* smtpd_auth_check - 1 when pass is user's password.  An unknown user
+ * still costs one hash, so that timing does not tell who exists. */
+static int
+smtpd_auth_check(struct smtpd_auth *a, const char *user, const char *pass)
+{
+    static const char dummy[] =
+        "$6$mtadmtadmtadmtad$0000000000000000000000000000000000000000000"
+        "000000000000000000000000000000000000000000";
+    const char *hash = dummy, *out;
+    size_t      i, n;
+    int         found = 0;
+
+    for (i = 0; i < a->nusers; i++)
+        if (strcmp(a->users[i].name, user) == 0) {
+            hash = a->users[i].hash;
+            found = 1;
+            break;
+        }
+    out = crypt_r(pass, hash, a->cd);
+    if (out == NULL || out[0] == '*')
+        return 0;
+    n = strlen(hash);
+    return found && strlen(out) == n && CRYPTO_memcmp(out, hash, n) == 0;
+}
+
+
+/* --- failure limit ---------------------------------------------------- */
+
+/* smtpd_auth_slot - ip's entry, else a free one, else the oldest. */
+static struct smtpd_auth_fail *
+smtpd_auth_slot(struct smtpd_auth *a, const char *ip, uint64_t now)
+{
+    struct smtpd_auth_fail *f, *use = NULL;
+    size_t i;
+
+    for (i = 0; i < SMTPD_AUTH_SLOTS; i++) {
+        f = &a->fails[i];
+        if (f->count > 0 && now - f->last_ms > SMTPD_AUTH_WINDOW_MS)
+            f->count = 0;
+        if (f->count > 0 && strcmp(f->ip, ip) == 0)
+            return f;
+        if (use == NULL || (use->count > 0 &&
+            (f->count == 0 || f->last_ms < use->last_ms)))
+            use = f;
+    }
+    return use;
+}
+
+
+static unsigned
+smtpd_auth_failures(struct smtpd_auth *a, const char *ip, uint64_t now)
+{
+    struct smtpd_auth_fail *f = smtpd_auth_slot(a, ip, now);
+
+    return f->count > 0 && strcmp(f->ip, ip) == 0 ? f->count : 0;
+}
+
+
+static unsigned
+smtpd_auth_failed(struct smtpd_auth *a, const char *ip, uint64_t now)
+{
+    struct smtpd_auth_fail *f = smtpd_auth_slot(a, ip, now);
+
+    if (f->count == 0 || strcmp(f->ip, ip) != 0) {
+        util_strlcpy(f->ip, ip, sizeof(f->ip));
+        f->count = 0;
+    }
+    f->count++;
+    f->last_ms = now;
+    return f->count;
+}
+
+
+/* --- base64 ----------------------------------------------------------- */
+
+static int
+smtpd_b64val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+
+/* smtpd_b64dec - strict RFC 4648 base64 into out; length or -1. */
+static long
+smtpd_b64dec(struct str in, unsigned char *out, size_t outsz)
+{
+    size_t   i, o = 0;
+    unsigned acc = 0;
+    int      bits = 0, pad = 0, v;
+
+    if (in.n % 4 != 0)
+        return -1;
+    for (i = 0; i < in.n; i++) {
+        if (in.p[i] == '=') {
+            if (i + 2 < in.n || ++pad > 2)
+                return -1;
+            continue;
+        }
+        if (pad > 0 || (v = smtpd_b64val((unsigned char)in.p[i])) < 0)
+            return -1;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o >= outsz)
+                return -1;
+            out[o++] = (unsigned char)(acc >> bits);
+        }
+    }
+    return (long)o;
+}
+
+
+/* --- the exchange ----------------------------------------------------- */
+
+int
+smtpd_auth_offered(const struct smtpd *d, const struct smtpd_auth_ctx *c)
+{
+    if (d->auth == NULL)
+        return 0;
+    return c->tls || (c->loopback && d->cfg->auth_allow_plaintext_loopback);
+}
+
+
+const char *
+smtpd_auth_ehlo(const struct smtpd *d, const struct smtpd_auth_ctx *c)
+{
+    if (c->sa != NULL && c->sa->user != NULL)
+        return "";
+    return smtpd_auth_offered(d, c) ? "250-AUTH PLAIN LOGIN\r\n" : "";
+}
+
+
+const char *
+smtpd_auth_user(const struct smtpd_sauth *sa)
+{
+    return sa != NULL ? sa->user : NULL;
+}
+
+
+int
+smtpd_auth_waiting(const struct smtpd_sauth *sa)
+{
+    return sa != NULL && sa->step != SA_NONE;
+}
+
+
+void
+smtpd_auth_sess_free(struct smtpd_sauth *sa)
+{
+    if (sa == NULL)
+        return;
+    free(sa->user);
+    free(sa);
+}
+
+
+/* smtpd_auth_try - user and password are known: check them. */
+static int
+smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, const char *user, const char *pass,
+    char *reply, size_t rsz)
+{
+    uint64_t now = ev_now(d->loop);
+    unsigned n;
+
+    sa->step = SA_NONE;
+    if (smtpd_auth_check(d->auth, user, pass)) {
+        sa->user = xstrdup(user);
+        log_ev(LOGL_INFO, "auth", LOG_KVS(LKV_S("client", c->ip),
+            LKV_I("client_port", c->port), LKV_S("user", user),
+            LKV_S("method", sa->mech)),
+            "auth: [%s]:%u authenticated as %s (%s)", c->ip,
+            (unsigned)c->port, user, sa->mech);
+        snprintf(reply, rsz, "235 2.7.0 Authentication successful");
+        return SMTPD_AUTH_OK;
+    }
+    n = smtpd_auth_failed(d->auth, c->ip, now);
+    log_ev(LOGL_WARN, "auth_failed", LOG_KVS(LKV_S("client", c->ip),
+        LKV_I("client_port", c->port), LKV_S("user", user),
+        LKV_S("method", sa->mech), LKV_I("failures", n)),
+        "auth: [%s]:%u failed for user %s (%s), failure %u of %d", c->ip,
+        (unsigned)c->port, user, sa->mech, n, d->cfg->auth_max_failures);
+    if (n >= (unsigned)d->cfg->auth_max_failures) {
+        snprintf(reply, rsz, "421 4.7.0 %s Error: too many failed "
+            "authentications", d->cfg->hostname);
+        return SMTPD_AUTH_CLOSE;
+    }
+    snprintf(reply, rsz, "535 5.7.8 Error: authentication failed");
+    return SMTPD_AUTH_FAIL;
+}
+
+
+/* smtpd_auth_plain - RFC 4616: [authzid] NUL authcid NUL passwd; an
+ * authzid other than the authcid is refused (no proxy logins). */
+static int
+smtpd_auth_plain(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, struct str b64, char *reply, size_t rsz)
+{
+    unsigned char buf[1024];
+    char          user[256], pass[512];
+    const unsigned char *u, *p, *end;
+    long          n = smtpd_b64dec(b64, buf, sizeof(buf) - 1);
+    int           rc;
+
+    sa->step = SA_NONE;
+    if (n < 0) {
+        snprintf(reply, rsz, "501 5.5.2 Error: invalid base64 data");
+        return SMTPD_AUTH_FAIL;
+    }
+    end = buf + n;
+    u = memchr(buf, '\0', (size_t)n);
+    p = u != NULL ? memchr(u + 1, '\0', (size_t)(end - u - 1)) : NULL;
+    if (u == NULL || p == NULL || p - u - 1 <= 0 ||
+        (size_t)(p - u - 1) >= sizeof(user) ||
+        (size_t)(end - p - 1) >= sizeof(pass) ||
+        memchr(p + 1, '\0', (size_t)(end - p - 1)) != NULL ||
+        (u > buf && ((size_t)(u - buf) != (size_t)(p - u - 1) ||
+        memcmp(buf, u + 1, (size_t)(u - buf)) != 0))) {
+        OPENSSL_cleanse(buf, sizeof(buf));
+        snprintf(reply, rsz, "501 5.5.2 Error: malformed PLAIN response");
+        return SMTPD_AUTH_FAIL;
+    }
+    memcpy(user, u + 1, (size_t)(p - u - 1));
+    user[p - u - 1] = '\0';
+    memcpy(pass, p + 1, (size_t)(end - p - 1));
+    pass[end - p - 1] = '\0';
+    OPENSSL_cleanse(buf, sizeof(buf));
+    rc = smtpd_auth_try(d, c, sa, user, pass, reply, rsz);
+    OPENSSL_cleanse(pass, sizeof(pass));
+    return rc;
+}
+
+
+/* smtpd_auth_login_field - a LOGIN answer decoded into out (no NUL). */
+static int
+smtpd_auth_login_field(struct str b64, char *out, size_t outsz)
+{
+    long n = smtpd_b64dec(b64, (unsigned char *)out, outsz - 1);
+
+    if (n < 0 || memchr(out, '\0', (size_t)n) != NULL)
+        return -1;
+    out[n] = '\0';
+    return 0;
+}
+
+
+int
+smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth **sap, struct str arg, char *reply, size_t rsz)
+{
+    struct smtpd_sauth *sa;
+    struct str          mech = arg, init = { arg.p + arg.n, 0 };
+    const char         *sp = memchr(arg.p, ' ', arg.n);
+    uint64_t            now = ev_now(d->loop);
+
+    if (d->auth == NULL) {
+        snprintf(reply, rsz, "502 5.5.1 Error: authentication not enabled");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (!smtpd_auth_offered(d, c)) {
+        snprintf(reply, rsz, "538 5.7.11 Encryption required for "
+            "requested authentication mechanism");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (!c->esmtp) {
+        snprintf(reply, rsz, "503 5.5.1 Error: send EHLO first");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (*sap != NULL && (*sap)->user != NULL) {
+        snprintf(reply, rsz, "503 5.5.1 Error: already authenticated");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (c->in_txn) {
+        snprintf(reply, rsz, "503 5.5.1 Error: MAIL transaction in "
+            "progress");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (smtpd_auth_failures(d->auth, c->ip, now) >=
+        (unsigned)d->cfg->auth_max_failures) {
+        snprintf(reply, rsz, "421 4.7.0 %s Error: too many failed "
+            "authentications", d->cfg->hostname);
+        return SMTPD_AUTH_CLOSE;
+    }
+    if (sp != NULL) {
+        mech.n = (size_t)(sp - arg.p);
+        init.p = sp + 1;
+        init.n = arg.n - mech.n - 1;
+    }
+    if (*sap == NULL)
+        *sap = xcalloc(1, sizeof(**sap));
+    sa = *sap;
+    if (mech.n == 5 && strncasecmp(mech.p, "PLAIN", 5) == 0) {
+        sa->mech = "PLAIN";
+        if (init.n == 0) {
+            sa->step = SA_PLAIN;
+            snprintf(reply, rsz, "334 ");
+            return SMTPD_AUTH_CONT;
+        }
+        if (init.n == 1 && init.p[0] == '=')
+            init.n = 0;             /* RFC 4954 4: an empty response */
+        return smtpd_auth_plain(d, c, sa, init, reply, rsz);
+    }
+    if (mech.n == 5 && strncasecmp(mech.p, "LOGIN", 5) == 0) {
+        sa->mech = "LOGIN";
+        if (init.n > 0) {
+            if (smtpd_auth_login_field(init, sa->tried,
+                sizeof(sa->tried)) < 0) {
+                snprintf(reply, rsz, "501 5.5.2 Error: invalid base64 data");
+                return SMTPD_AUTH_FAIL;
+            }
+            sa->step = SA_LOGIN_PASS;
+            snprintf(reply, rsz, "334 UGFzc3dvcmQ6");    /* Password: */
+            return SMTPD_AUTH_CONT;
+        }
+        sa->step = SA_LOGIN_USER;
+        snprintf(reply, rsz, "334 VXNlcm5hbWU6");        /* Username: */
+        return SMTPD_AUTH_CONT;
+    }
+    snprintf(reply, rsz, "504 5.5.4 Error: unsupported authentication "
+        "mechanism");
+    return SMTPD_AUTH_FAIL;
+}
+
+
+int
+smtpd_auth_line(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, struct str line, char *reply, size_t rsz)
+{
+    char pass[512];
+    int  rc;
+
+    if (line.n == 1 && line.p[0] == '*') {
+        sa->step = SA_NONE;
+        snprintf(reply, rsz, "501 5.0.0 Error: authentication aborted");
+        return SMTPD_AUTH_FAIL;
+    }
+    switch (sa->step) {
+    case SA_PLAIN:
+        return smtpd_auth_plain(d, c, sa, line, reply, rsz);
+    case SA_LOGIN_USER:
+        if (smtpd_auth_login_field(line, sa->tried, sizeof(sa->tried)) < 0)
+            break;
+        sa->step = SA_LOGIN_PASS;
+        snprintf(reply, rsz, "334 UGFzc3dvcmQ6");
+        return SMTPD_AUTH_CONT;
+    case SA_LOGIN_PASS:
+        if (smtpd_auth_login_field(line, pass, sizeof(pass)) < 0)
+            break;
+        rc = smtpd_auth_try(d, c, sa, sa->tried, pass, reply, rsz);
+        OPENSSL_cleanse(pass, sizeof(pass));
+        return rc;
+    default:
+        break;
+    }
+    sa->step = SA_NONE;
+    snprintf(reply, rsz, "501 5.5.2 Error: invalid base64 data");
+    return SMTPD_AUTH_FAIL;
+}
+
+
+/* smtpd_auth_sender_ok - submission.sender_login_match: the login
+ * "user@domain" may send as exactly that address (any case); the login
+ * "user" as user@ any domain.  The null sender is allowed (bounces). */
+static int
+smtpd_auth_sender_ok(const char *login, const char *sender)
+{
+    const char *at = strrchr(sender, '@');
+
+    if (sender[0] == '\0')
+        return 1;
+    if (strchr(login, '@') != NULL)
+        return strcasecmp(login, sender) == 0;
+    return at != NULL && (size_t)(at - sender) == strlen(login) &&
+        strncmp(sender, login, strlen(login)) == 0;
+}
+
+
+int
+smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
+    const char *sender, char *reply, size_t rsz)
+{
+    const char *user = smtpd_auth_user(c->sa);
+
+    if (c->role == CONFIG_ROLE_SUBMISSION && user == NULL) {
+        if (!c->tls && !(c->loopback && d->cfg->auth_allow_plaintext_loopback))
+            snprintf(reply, rsz, "530 5.7.0 Must issue a STARTTLS command "
+                "first");
+        else
+            snprintf(reply, rsz, "530 5.7.0 Authentication required");
+        return -1;
+    }
+    if (user != NULL && d->cfg->submission_sender_login_match &&
+        !smtpd_auth_sender_ok(user, sender)) {
+        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("client", c->ip),
+            LKV_I("client_port", c->port), LKV_S("reason",
+            "sender_login_mismatch"), LKV_S("user", user),
+            LKV_S("from", sender)),
+            "reject: MAIL from [%s]:%u: 553 5.7.1 <%s>: Sender address "
+            "not owned by user %s", c->ip, (unsigned)c->port, sender, user);
+        snprintf(reply, rsz, "553 5.7.1 <%s>: Sender address not owned by "
+            "user %s", sender, user);
+        return -1;
+    }
+    return 0;
+}
