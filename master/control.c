@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "common/buf.h"
 #include "common/util.h"
 #include "common/ctl.h"
 #include "common/safefs.h"
@@ -237,30 +238,6 @@ ctl_expire(struct master *m, uint64_t now)
 
 /* ---- the status report ------------------------------------------------ */
 
-struct ctl_text {
-    char  *p;
-    size_t len, cap;
-};
-
-static void __attribute__((format(printf, 2, 3)))
-ctl_printf(struct ctl_text *t, const char *fmt, ...)
-{
-    va_list ap;
-    int     n;
-
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
-        t->p = xrealloc(t->p, t->cap);
-    }
-}
-
 /* Files in <spool>/queue, counted here on request: never on a hot path. */
 static long
 ctl_queue_size(const char *spool_dir)
@@ -296,7 +273,7 @@ ctl_state_name(const struct slot *s)
 void
 ctl_status_report(struct master *m, char **out)
 {
-    struct ctl_text      t = { xmalloc(4096), 0, 4096 };
+    struct buf           t;
     struct status_worker tot;
     struct status_page  *st = m->status;
     uint64_t             now = util_now_ms(), wall = util_wall_ms();
@@ -305,17 +282,18 @@ ctl_status_report(struct master *m, char **out)
     unsigned             load = __atomic_load_n(&st->load_x100,
                              __ATOMIC_RELAXED);
 
+    buf_init(&t);
     master_totals(m, &tot);
     master_rates(m, &in_ps, &out_ps);
-    ctl_printf(&t, "ok\n");
-    ctl_printf(&t, "pid: %d\n", (int)getpid());
-    ctl_printf(&t, "uptime: %" PRIu64 "s\n", (now - m->started_ms) / 1000);
-    ctl_printf(&t, "generation: %u\n", m->cur->id);
-    ctl_printf(&t, "workers: %d\n", m->cur->cfg->workers);
-    ctl_printf(&t, "load: %u.%02u\n", load / 100, load % 100);
-    ctl_printf(&t, "logd: pid=%d state=%s\n", (int)m->logd.pid,
+    buf_printf(&t, "ok\n");
+    buf_printf(&t, "pid: %d\n", (int)getpid());
+    buf_printf(&t, "uptime: %" PRIu64 "s\n", (now - m->started_ms) / 1000);
+    buf_printf(&t, "generation: %u\n", m->cur->id);
+    buf_printf(&t, "workers: %d\n", m->cur->cfg->workers);
+    buf_printf(&t, "load: %u.%02u\n", load / 100, load % 100);
+    buf_printf(&t, "logd: pid=%d state=%s\n", (int)m->logd.pid,
         ctl_state_name(&m->logd));
-    ctl_printf(&t, "reload: %s\n", m->next != NULL ? "in progress" : "idle");
+    buf_printf(&t, "reload: %s\n", m->next != NULL ? "in progress" : "idle");
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         const struct slot          *s = &m->slots[i];
         const struct status_worker *w = &st->w[i];
@@ -323,7 +301,7 @@ ctl_status_report(struct master *m, char **out)
         if (s->role != ROLE_WORKER)
             continue;
 #define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
-        ctl_printf(&t, "worker slot=%zu pid=%d gen=%u shard=%u state=%s "
+        buf_printf(&t, "worker slot=%zu pid=%d gen=%u shard=%u state=%s "
             "uptime=%" PRIu64 "s conns=%" PRIu64 " conns_total=%" PRIu64
             " msgs_in=%" PRIu64 " msgs_out=%" PRIu64 " deferred=%" PRIu64
             " bounced=%" PRIu64 " bytes_in=%" PRIu64 " errors=%" PRIu64
@@ -336,25 +314,25 @@ ctl_status_report(struct master *m, char **out)
             LD(log_dropped));
 #undef LD
     }
-    ctl_printf(&t, "total: conns=%" PRIu64 " conns_total=%" PRIu64
+    buf_printf(&t, "total: conns=%" PRIu64 " conns_total=%" PRIu64
         " msgs_in=%" PRIu64 " msgs_out=%" PRIu64 " deferred=%" PRIu64
         " bounced=%" PRIu64 " bytes_in=%" PRIu64 " errors=%" PRIu64 "\n",
         tot.conns_cur, tot.conns_total, tot.msgs_in, tot.msgs_out,
         tot.msgs_deferred, tot.msgs_bounced, tot.bytes_in, tot.errors);
-    ctl_printf(&t, "rate: msgs_in=%.2f/s msgs_out=%.2f/s (last %us)\n",
+    buf_printf(&t, "rate: msgs_in=%.2f/s msgs_out=%.2f/s (last %us)\n",
         in_ps, out_ps, MASTER_RATE_WINDOW);
     if (q >= 0)
-        ctl_printf(&t, "queue: %ld\n", q);
+        buf_printf(&t, "queue: %ld\n", q);
     else
-        ctl_printf(&t, "queue: unknown (%s/queue: %s)\n",
+        buf_printf(&t, "queue: unknown (%s/queue: %s)\n",
             m->cur->cfg->spool_dir, strerror(errno));
-    ctl_printf(&t, "log dropped: %" PRIu64 "\n", tot.log_dropped +
+    buf_printf(&t, "log dropped: %" PRIu64 "\n", tot.log_dropped +
         log_dropped());
-    ctl_printf(&t, "proxy: refused=%" PRIu64 " bad_header=%" PRIu64 "\n",
+    buf_printf(&t, "proxy: refused=%" PRIu64 " bad_header=%" PRIu64 "\n",
         tot.proxy_refused, tot.proxy_bad);
     if (m->draining)
-        ctl_printf(&t, "draining: yes\n");
-    *out = t.p;
+        buf_printf(&t, "draining: yes\n");
+    *out = t.data;
 }
 
 /* ---- requests --------------------------------------------------------- */

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
@@ -123,43 +124,19 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
 
 /* ---- the exposition ---------------------------------------------------- */
 
-struct metrics_text {
-    char  *p;
-    size_t len, cap;
-};
-
-static void __attribute__((format(printf, 2, 3)))
-mt_printf(struct metrics_text *t, const char *fmt, ...)
-{
-    va_list ap;
-    int     n;
-
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
-        t->p = xrealloc(t->p, t->cap);
-    }
-}
-
 static void
-mt_head(struct metrics_text *t, const char *name, const char *type,
+mt_head(struct buf *t, const char *name, const char *type,
     const char *help)
 {
-    mt_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void
-mt_one(struct metrics_text *t, const char *name, const char *type,
+mt_one(struct buf *t, const char *name, const char *type,
     const char *help, uint64_t v)
 {
     mt_head(t, name, type, help);
-    mt_printf(t, "%s %" PRIu64 "\n", name, v);
+    buf_printf(t, "%s %" PRIu64 "\n", name, v);
 }
 
 long
@@ -186,7 +163,7 @@ metrics_queue_size(const char *spool_dir)
 }
 
 static void
-metrics_histogram(struct metrics_text *t, const struct status_ops *o)
+metrics_histogram(struct buf *t, const struct status_ops *o)
 {
     static const uint64_t bounds[] = STATUS_LAT_BOUNDS_MS;
     const char *name = "mtad_delivery_latency_seconds";
@@ -197,20 +174,20 @@ metrics_histogram(struct metrics_text *t, const struct status_ops *o)
         "to delivery, per delivered recipient.");
     for (i = 0; i < STATUS_LAT_NB - 1; i++) {
         cum += o->lat_bucket[i];
-        mt_printf(t, "%s_bucket{le=\"%" PRIu64 ".%03" PRIu64 "\"} %" PRIu64
+        buf_printf(t, "%s_bucket{le=\"%" PRIu64 ".%03" PRIu64 "\"} %" PRIu64
             "\n", name, bounds[i] / 1000, bounds[i] % 1000, cum);
     }
     cum += o->lat_bucket[i];
-    mt_printf(t, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
-    mt_printf(t, "%s_sum %" PRIu64 ".%03" PRIu64 "\n", name,
+    buf_printf(t, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
+    buf_printf(t, "%s_sum %" PRIu64 ".%03" PRIu64 "\n", name,
         o->lat_sum_ms / 1000, o->lat_sum_ms % 1000);
-    mt_printf(t, "%s_count %" PRIu64 "\n", name, cum);
+    buf_printf(t, "%s_count %" PRIu64 "\n", name, cum);
 }
 
 char *
 metrics_render(struct master *m)
 {
-    struct metrics_text  t = { xmalloc(8192), 0, 8192 };
+    struct buf           t;
     struct status_worker tot;
     struct status_ops    g;
     struct status_page  *st = m->status;
@@ -222,6 +199,7 @@ metrics_render(struct master *m)
     long                 qn;
     size_t               i;
 
+    buf_init(&t);
     master_totals(m, &tot);
     memset(&g, 0, sizeof(g));
     for (i = 0; i < MASTER_MAX_SLOTS; i++) {
@@ -252,22 +230,22 @@ metrics_render(struct master *m)
     mt_head(&t, "mtad_recipient_deliveries_total", "counter",
         "Delivery results per recipient: sent (includes maildir and "
         "discard), deferred (a retry follows), bounced.");
-    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"sent\"} %" PRIu64
+    buf_printf(&t, "mtad_recipient_deliveries_total{status=\"sent\"} %" PRIu64
         "\n", tot.msgs_out);
-    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"deferred\"} %"
+    buf_printf(&t, "mtad_recipient_deliveries_total{status=\"deferred\"} %"
         PRIu64 "\n", tot.msgs_deferred);
-    mt_printf(&t, "mtad_recipient_deliveries_total{status=\"bounced\"} %"
+    buf_printf(&t, "mtad_recipient_deliveries_total{status=\"bounced\"} %"
         PRIu64 "\n", tot.msgs_bounced);
     mt_head(&t, "mtad_rejections_total", "counter",
         "SMTP rejections by reason.");
     for (i = 0; i < STATUS_REJ_MAX; i++)
-        mt_printf(&t, "mtad_rejections_total{reason=\"%s\"} %" PRIu64 "\n",
+        buf_printf(&t, "mtad_rejections_total{reason=\"%s\"} %" PRIu64 "\n",
             metrics_reject_names[i], tot.ops.rejects[i]);
     mt_head(&t, "mtad_tls_handshakes_total", "counter",
         "Inbound STARTTLS handshakes by result.");
-    mt_printf(&t, "mtad_tls_handshakes_total{result=\"ok\"} %" PRIu64 "\n",
+    buf_printf(&t, "mtad_tls_handshakes_total{result=\"ok\"} %" PRIu64 "\n",
         tot.ops.tls_ok);
-    mt_printf(&t, "mtad_tls_handshakes_total{result=\"failed\"} %" PRIu64
+    buf_printf(&t, "mtad_tls_handshakes_total{result=\"failed\"} %" PRIu64
         "\n", tot.ops.tls_failed);
     mt_one(&t, "mtad_smtp_errors_total", "counter",
         "SMTP command errors and failed handshakes counted against "
@@ -285,13 +263,13 @@ metrics_render(struct master *m)
         "(waiting for a retry), other (the rest of spool/queue: held by "
         "mtactl, or not yet scheduled).");
     qn = metrics_queue_size(m->cur->cfg->spool_dir);
-    mt_printf(&t, "mtad_queue_messages{state=\"active\"} %" PRIu64 "\n",
+    buf_printf(&t, "mtad_queue_messages{state=\"active\"} %" PRIu64 "\n",
         q_act);
-    mt_printf(&t, "mtad_queue_messages{state=\"queued\"} %" PRIu64 "\n",
+    buf_printf(&t, "mtad_queue_messages{state=\"queued\"} %" PRIu64 "\n",
         q_due);
-    mt_printf(&t, "mtad_queue_messages{state=\"deferred\"} %" PRIu64 "\n",
+    buf_printf(&t, "mtad_queue_messages{state=\"deferred\"} %" PRIu64 "\n",
         q_def);
-    mt_printf(&t, "mtad_queue_messages{state=\"other\"} %" PRIu64 "\n",
+    buf_printf(&t, "mtad_queue_messages{state=\"other\"} %" PRIu64 "\n",
         qn >= 0 && (uint64_t)qn > q_act + q_due + q_def ?
         (uint64_t)qn - q_act - q_due - q_def : 0);
     mt_one(&t, "mtad_queue_files", "gauge",
@@ -309,22 +287,22 @@ metrics_render(struct master *m)
         m->logd.state == SLOT_RUNNING && m->logd.pid > 0);
     mt_head(&t, "mtad_load1", "gauge",
         "1-minute load average, as the master last sampled it.");
-    mt_printf(&t, "mtad_load1 %u.%02u\n", load / 100, load % 100);
+    buf_printf(&t, "mtad_load1 %u.%02u\n", load / 100, load % 100);
     mt_head(&t, "mtad_throttle", "gauge",
         "Load policy in force (1) or not (0): queue_only holds "
         "deliveries, refuse answers 421 to new connections.");
-    mt_printf(&t, "mtad_throttle{mode=\"queue_only\"} %d\n",
+    buf_printf(&t, "mtad_throttle{mode=\"queue_only\"} %d\n",
         (thr & STATUS_THROTTLE_HOLD) != 0);
-    mt_printf(&t, "mtad_throttle{mode=\"refuse\"} %d\n",
+    buf_printf(&t, "mtad_throttle{mode=\"refuse\"} %d\n",
         (thr & STATUS_THROTTLE_REFUSE) != 0);
     mt_one(&t, "mtad_generation", "gauge",
         "Configuration generation serving (1 at start, +1 per reload).",
         m->cur->id);
     mt_head(&t, "mtad_start_time_seconds", "gauge",
         "Start time of the master, seconds since the epoch.");
-    mt_printf(&t, "mtad_start_time_seconds %" PRIu64 ".%03" PRIu64 "\n",
+    buf_printf(&t, "mtad_start_time_seconds %" PRIu64 ".%03" PRIu64 "\n",
         st->master_started_ms / 1000, st->master_started_ms % 1000);
-    return t.p;
+    return t.data;
 }
 
 /* ---- HTTP ---------------------------------------------------------------- */

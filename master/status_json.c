@@ -22,36 +22,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "master/master_int.h"
 #include "master/ops.h"
-
-struct sj_text {
-    char  *p;
-    size_t len, cap;
-};
-
-static void __attribute__((format(printf, 2, 3)))
-sj_printf(struct sj_text *t, const char *fmt, ...)
-{
-    va_list ap;
-    int     n;
-
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0);
-        t->p = xrealloc(t->p, t->cap);
-    }
-}
 
 static const char *
 sj_state(const struct slot *s)
@@ -66,10 +43,10 @@ sj_state(const struct slot *s)
 }
 
 static void
-sj_counters(struct sj_text *t, const struct status_worker *w)
+sj_counters(struct buf *t, const struct status_worker *w)
 {
 #define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
-    sj_printf(t, "\"sessions\":%" PRIu64 ",\"connections_total\":%" PRIu64
+    buf_printf(t, "\"sessions\":%" PRIu64 ",\"connections_total\":%" PRIu64
         ",\"messages_in\":%" PRIu64 ",\"recipients_sent\":%" PRIu64
         ",\"deferred\":%" PRIu64 ",\"bounced\":%" PRIu64 ",\"bytes_in\":%"
         PRIu64 ",\"errors\":%" PRIu64 ",\"log_dropped\":%" PRIu64,
@@ -82,7 +59,7 @@ sj_counters(struct sj_text *t, const struct status_worker *w)
 void
 status_json_report(struct master *m, char **out)
 {
-    struct sj_text       t = { xmalloc(4096), 0, 4096 };
+    struct buf           t;
     struct status_worker tot;
     struct status_page  *st = m->status;
     uint64_t             now = util_now_ms(), wall = util_wall_ms();
@@ -94,9 +71,10 @@ status_json_report(struct master *m, char **out)
                              __ATOMIC_RELAXED);
     int                  first = 1;
 
+    buf_init(&t);
     master_totals(m, &tot);
     master_rates(m, &in_ps, &out_ps);
-    sj_printf(&t, "ok\n{\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
+    buf_printf(&t, "ok\n{\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
         "\"workers_configured\":%d,\"load\":%u.%02u,\"throttle\":{"
         "\"queue_only\":%s,\"refuse\":%s},\"logd\":{\"pid\":%d,\"state\":"
         "\"%s\"},\"reload\":\"%s\",\"workers\":[", (int)getpid(),
@@ -112,25 +90,25 @@ status_json_report(struct master *m, char **out)
 
         if (s->role != ROLE_WORKER)
             continue;
-        sj_printf(&t, "%s{\"slot\":%zu,\"pid\":%d,\"generation\":%u,"
+        buf_printf(&t, "%s{\"slot\":%zu,\"pid\":%d,\"generation\":%u,"
             "\"shard\":%u,\"state\":\"%s\",\"uptime_s\":%" PRIu64 ",",
             first ? "" : ",", i, (int)s->pid, s->generation, s->shard,
             sj_state(s), s->pid > 0 && wall > started ?
             (wall - started) / 1000 : 0);
         sj_counters(&t, w);
-        sj_printf(&t, "}");
+        buf_printf(&t, "}");
         first = 0;
     }
-    sj_printf(&t, "],\"totals\":{");
+    buf_printf(&t, "],\"totals\":{");
     sj_counters(&t, &tot);
-    sj_printf(&t, "},\"rate\":{\"messages_in_per_s\":%.2f,"
+    buf_printf(&t, "},\"rate\":{\"messages_in_per_s\":%.2f,"
         "\"recipients_sent_per_s\":%.2f,\"window_s\":%u},\"queue\":",
         in_ps, out_ps, MASTER_RATE_WINDOW);
     if (q >= 0)
-        sj_printf(&t, "%ld", q);
+        buf_printf(&t, "%ld", q);
     else
-        sj_printf(&t, "null");
-    sj_printf(&t, ",\"log_dropped\":%" PRIu64 "}\n", tot.log_dropped +
+        buf_printf(&t, "null");
+    buf_printf(&t, ",\"log_dropped\":%" PRIu64 "}\n", tot.log_dropped +
         log_dropped());
-    *out = t.p;
+    *out = t.data;
 }
