@@ -20,14 +20,11 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
-#include "router/router.h"
 #include "spool/spool.h"
 #include "delivery/delivery.h"
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
-#include "delivery/maildir.h"
 #include "delivery/mta.h"
-#include "delivery/resolve.h"
 
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
