@@ -70,4 +70,49 @@ void dl_heap_up(struct deliver *d, size_t i);
 void dl_heap_push(struct deliver *d, uint64_t when, const char *id);
 void dl_heap_pop(struct deliver *d, struct dl_entry *out);
 
+/* ---- attempts: shared by deliver.c and attempt.c ---- */
+
+#include "router/route.h"
+#include "delivery/mta.h"
+
+#define DELIVER_SAVE_RETRY_MS 1000       /* an unsaved state is tried again */
+
+struct dl_attempt;
+
+struct dl_txn {
+    struct mta_txn   rt;
+    struct dl_attempt *a;
+    struct dl_txn     *next;
+    char               text[ROUTE_TEXT_MAX + 512];
+    struct route       route;
+    size_t             cap;
+    char               domain[256]; /* ROUTE_MX: the recipients' domain */
+};
+
+struct dl_attempt {
+    struct deliver    *d;
+    struct dl_attempt *next, *prev;
+    struct spool_env  *env;
+    int                fd;
+    off_t              body_off;
+    struct dl_txn     *txns;
+    size_t             open;            /* relay txns not yet done */
+    int                changed;         /* results recorded this attempt */
+    int                cut;             /* a txn was cut by the giveback */
+    int                unsaved;         /* on d->unsaved, not d->active */
+};
+
+/* deliver.c */
+void dl_schedule(struct deliver *d, const char *id, uint64_t when);
+void deliver_arm(struct deliver *d);
+
+/* attempt.c: results, bounces, saving the state, hold and giveback. */
+void dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
+            const char *relay, const char *word);
+void dl_attempt_free(struct dl_attempt *a);
+int  dl_save(struct dl_attempt *a);
+void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+void dl_finish(struct dl_attempt *a);
+void dl_giveback_one(struct dl_attempt *a);
+
 #endif /* MTAD_DELIVER_INT_H */

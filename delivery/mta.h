@@ -106,4 +106,109 @@ void    mta_drain(struct relay *r);
 /* Connections open (busy or idle), for tests and drain. */
 size_t  mta_nconns(const struct relay *r);
 
+
+/* ---- private to mta.c and mta_session.c ---- */
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "config/config.h"
+
+/*
+ * Per-phase timeouts: delivery.timeouts in relay.yaml (struct
+ * config_mta_timeouts, set with mta_set_timeouts()); the defaults are RFC
+ * 5321 4.5.3.2's minimums.  A stalled greeting or EHLO moves on to the
+ * next host (mta_lost); a stall later defers the open recipients.
+ */
+#define MTA_IDLE_MS      (10 * 1000)       /* reuse window */
+#define MTA_CHUNK        (128 * 1024)      /* body read size */
+#define MTA_MAX_ADDRS    16
+#define MTA_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
+#define MTA_WRITE_TURNS  8                 /* body refills per callback */
+
+enum mta_state {
+    C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
+    C_DOT, C_IDLE, C_QUIT
+};
+
+/* per-recipient progress within a transaction */
+enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
+
+struct mta_dest;
+
+struct mta_conn {
+    struct relay      *r;
+    struct mta_dest *dest;
+    struct mta_conn *next;        /* dest->conns */
+    int                fd;
+    unsigned           watched;     /* EV_* mask given to the loop */
+    int                state;
+    int                reused;      /* has carried a transaction before */
+    struct ev_timer    timer;
+    struct buf         in, out;
+    struct mta_hop     addr[MTA_MAX_ADDRS];
+    size_t             naddr, cur;
+    int                perm;        /* last greeting failure was 5xx */
+    char               name[MTA_RELAY_MAX]; /* "host[ip]:port" */
+    char               lasterr[SMTP_REPLY_MAX];
+    unsigned           caps;
+    uint64_t           peer_size;
+    /* the transaction in progress */
+    struct mta_txn  *txn;
+    unsigned char     *rst;         /* R_* per recipient */
+    size_t             rst_cap;
+    size_t             nreply;      /* replies received in this txn */
+    size_t             expect;      /* commands sent, replies due */
+    size_t             nsent;       /* commands of the txn sent */
+    int                pipelining, bdat, mail_failed, empty_data;
+    int                rset_pending; /* RSET pipelined ahead of MAIL */
+    uint64_t           body_left;
+    off_t              body_pos;
+    struct smtp_stuff stuff;
+};
+
+struct mta_dest {
+    struct mta_dest *next;
+    char               key[ROUTE_TEXT_MAX];
+    struct route       route;
+    size_t             nconns;
+    struct mta_conn *conns;
+    struct mta_txn  *wait_head, *wait_tail;
+    int                running;     /* inside mta_dest_run() */
+};
+
+struct relay {
+    struct ev_loop    *loop;
+    char              *helo;
+    uint64_t           connect_timeout_ms;
+    struct config_mta_timeouts t;   /* per-phase limits */
+    unsigned           cap;
+    int                draining;
+    int                freeing;
+    struct mta_dest *dests;
+    size_t             nconns;
+    char              *chunk;       /* MTA_CHUNK read buffer, shared */
+    struct mta_txn  *posted;      /* finished, done() not yet called */
+    struct ev_timer    post_timer;
+};
+/* mta.c: completion, destinations, connections, fail-over. */
+void    mta_post(struct relay *r, struct mta_txn *t);
+void    mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
+            const char *relay);
+/* A reply code as a result: 2xx sent, 5xx bounced, else deferred. */
+int     mta_status_of(int code);
+struct mta_txn *mta_dest_pop(struct mta_dest *d);
+void    mta_conn_close(struct mta_conn *c);
+void    mta_lost(struct mta_conn *c, const char *why);
+void    mta_connected(struct mta_conn *c);
+
+/* mta_session.c: the SMTP conversation on one connection. */
+int     mta_watch(struct mta_conn *c, unsigned mask);
+void    mta_cmd(struct mta_conn *c, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+void    mta_arm(struct mta_conn *c, uint64_t ms);
+void    mta_begin(struct mta_conn *c, struct mta_txn *t, int rset);
+int     mta_conn_next(struct mta_conn *c);
+void    mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
+void    mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+
 #endif /* MTAD_MTA_H */

@@ -1,0 +1,494 @@
+/*
+ * attempt.c - the end of a delivery attempt, split out of deliver.c:
+ * recording per-recipient results, queueing bounces and delay notices
+ * (dsn.c builds them), writing the envelope state back, and the
+ * "unsaved" hold with its save retry timer and the stop-deadline
+ * giveback of an attempt.  The scheduling, routing and starting of
+ * attempts stay in deliver.c; the rules (STATE, BOUNCES) are described
+ * at the top of deliver.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/logfmt.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "spool/spool.h"
+#include "delivery/delivery.h"
+#include "delivery/delivery_int.h"
+#include "delivery/dsn.h"
+#include "delivery/mta.h"
+
+#define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
+#define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
+
+
+/* ---- results ---- */
+
+static const char *const dl_status_word[] = { "deferred", "sent", "bounced" };
+
+/*
+ * dl_result - record one recipient's result in the envelope, log it and
+ * count it.  status is enum mta_status; word overrides the logged
+ * status word ("discarded").
+ */
+void
+dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
+    const char *relay, const char *word)
+{
+    struct spool_env  *env = a->env;
+    struct spool_rcpt *rc = &env->rcpt[i];
+    uint64_t           now = util_wall_ms();
+    double             delay;
+
+    delay = now > env->arrival_ms ? (double)(now - env->arrival_ms) / 1000.0 :
+        0.0;
+    /* copy first: reply or relay may be the strings being replaced */
+    {
+        char *r2 = xstrdup(reply), *l2 = xstrdup(relay);
+
+        free(rc->last_reply);
+        free(rc->relay);
+        rc->last_reply = r2;
+        rc->relay = l2;
+    }
+    a->changed = 1;
+    rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
+        status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
+    if (log_enabled(LOGL_INFO)) {
+        const char *w = word ? word : dl_status_word[status];
+        char        dsn[16];
+
+        log_event(LOGL_INFO, "delivery", LOG_KVS(LKV_S("queue_id", env->id),
+            LKV_S("from", env->sender), LKV_S("to", rc->addr),
+            LKV_S("relay", rc->relay), LKV_D("delay", delay),
+            LKV_S("status", w),
+            LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
+            LKV_S("reply", rc->last_reply)),
+            "%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
+            rc->addr, rc->relay, delay, w, rc->last_reply);
+    }
+    if (a->d->st == NULL)
+        return;
+    if (status == MTA_SENT) {
+        STATUS_ADD(a->d->st->msgs_out, 1);
+        status_latency_add(&a->d->st->ops, now > env->arrival_ms ?
+            now - env->arrival_ms : 0);
+    } else if (status == MTA_BOUNCE)
+        STATUS_ADD(a->d->st->msgs_bounced, 1);
+    else
+        STATUS_ADD(a->d->st->msgs_deferred, 1);
+}
+
+
+/* ---- bounces ---- */
+
+/* dl_read_headers - the original's header section (at most
+ * DELIVER_HDRS_MAX bytes read), malloc'd; *len its length. */
+static char *
+dl_read_headers(struct dl_attempt *a, size_t *len)
+{
+    uint64_t want = a->env->body_size;
+    char    *p;
+    size_t   got = 0;
+
+    if (want > DELIVER_HDRS_MAX)
+        want = DELIVER_HDRS_MAX;
+    p = xmalloc((size_t)want + 1);
+    while (got < want) {
+        ssize_t n = pread(a->fd, p + got, (size_t)want - got,
+            a->body_off + (off_t)got);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    *len = dsn_headers_len(p, got);
+    return p;
+}
+
+
+/* dl_copy_orig - append the original to the DSN being written: the whole
+ * message in 128 KiB preads (RET=FULL), or its headers.  *last is the last
+ * byte written ('\n' when none).  SPOOL_OK or a spool error. */
+static int
+dl_copy_orig(struct dl_attempt *a, struct spool_msg *m, int full, char *last)
+{
+    uint64_t left = a->env->body_size;
+    off_t    off = a->body_off;
+    char    *p;
+    size_t   n;
+    int      rc = SPOOL_OK;
+
+    *last = '\n';
+    if (!full) {
+        p = dl_read_headers(a, &n);
+        if (n > 0) {
+            rc = spool_write(m, p, n);
+            *last = p[n - 1];
+        }
+        free(p);
+        return rc;
+    }
+    p = xmalloc(DELIVER_CHUNK);
+    while (left > 0 && rc == SPOOL_OK) {
+        ssize_t got = pread(a->fd, p, left > DELIVER_CHUNK ? DELIVER_CHUNK :
+            (size_t)left, off);
+
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;                      /* short file: send what there is */
+        rc = spool_write(m, p, (size_t)got);
+        *last = p[got - 1];
+        off += got;
+        left -= (uint64_t)got;
+    }
+    free(p);
+    return rc;
+}
+
+
+/*
+ * dl_bounce - queue a DSN for the failed recipients that asked for one:
+ * the report (dsn.c), with the original streamed into the new spool file
+ * between head and tail.  The DSN has the null sender and goes through
+ * routing like any message.  Returns 0 (queued, or none due) or -1 (could
+ * not queue: the caller keeps the message so the bounce is not lost).
+ */
+static int
+dl_bounce(struct dl_attempt *a)
+{
+    struct deliver    *d = a->d;
+    struct spool_env  *env = a->env, denv;
+    struct spool_rcpt  rc;
+    struct spool_msg  *m = NULL;
+    struct dsn_info    in;
+    struct buf         out;
+    char               newid[SPOOL_ID_SIZE], last;
+    uint64_t           size = 0;
+    int                rcode;
+
+    if (dsn_count(env) == 0)
+        return 0;
+    if (env->sender[0] == '\0') {
+        log_info("%s: bounce for null sender dropped", env->id);
+        return 0;
+    }
+    memset(&in, 0, sizeof(in));
+    in.env = env;
+    in.hostname = d->cfg->hostname;
+    in.now_ms = util_wall_ms();
+    /* binary content cannot travel inside a message/rfc822 part */
+    in.full = env->ret == SMTP_RET_FULL &&
+        env->body != SMTP_BODY_BINARYMIME;
+
+    memset(&denv, 0, sizeof(denv));
+    memset(&rc, 0, sizeof(rc));
+    rc.addr = env->sender;
+    denv.sender = "";
+    denv.arrival_ms = in.now_ms;
+    denv.body = (env->body != SMTP_BODY_7BIT || env->smtputf8) ?
+        SMTP_BODY_8BITMIME : SMTP_BODY_7BIT;
+    denv.smtputf8 = env->smtputf8;
+    denv.client_ip = "127.0.0.1";
+    denv.helo = d->cfg->hostname;
+    denv.rcpt = &rc;
+    denv.nrcpt = 1;
+    denv.use_reserve = 1;               /* a bounce of accepted mail */
+
+    buf_init(&out);
+    dsn_build_head(&in, &out);
+    rcode = spool_create(d->sp, &denv, &m);
+    if (rcode == SPOOL_OK)
+        rcode = spool_write(m, buf_head(&out), buf_avail(&out));
+    if (rcode == SPOOL_OK)
+        rcode = dl_copy_orig(a, m, in.full, &last);
+    if (rcode == SPOOL_OK) {
+        out.off = out.len = 0;
+        dsn_build_tail(&in, last == '\n', &out);
+        rcode = spool_write(m, buf_head(&out), buf_avail(&out));
+    }
+    if (rcode == SPOOL_OK)
+        rcode = spool_finish(m);
+    if (rcode == SPOOL_OK) {
+        util_strlcpy(newid, spool_msg_id(m), sizeof(newid));
+        size = spool_msg_size(m);
+        /* spool_commit() frees m only on success; a failed commit
+         * leaves it (and its tmp file) for spool_abort() below */
+        if ((rcode = spool_commit(m)) == SPOOL_OK)
+            m = NULL;
+    }
+    buf_free(&out);
+    if (rcode != SPOOL_OK) {
+        log_warn("%s: cannot queue the bounce: %s", env->id,
+            spool_errstr(d->sp));
+        spool_abort(m);
+        return -1;
+    }
+    log_ev(LOGL_INFO, "bounce", LOG_KVS(LKV_S("queue_id", env->id),
+        LKV_S("bounce_id", newid)),
+        "%s: sender non-delivery notification: %s", env->id, newid);
+    log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", newid),
+        LKV_S("from", ""), LKV_I("size", size), LKV_I("nrcpt", 1),
+        LKV_S("bounce_of", env->id)),
+        "%s: from=<>, size=%llu, nrcpt=1 (bounce of %s)", newid,
+        (unsigned long long)size, env->id);
+    deliver_submit(d, newid);
+    return 0;
+}
+
+
+/*
+ * dl_notify - at the end of every attempt: one DSN for the recipients that
+ * bounced since the last one, then every bounced recipient is marked
+ * notified, so a DSN (or a null sender's drop) happens once per recipient
+ * and never waits for the others to become final.  Returns dl_bounce()'s
+ * result; on -1 nothing is marked and the next attempt tries again.
+ */
+static int
+dl_notify(struct dl_attempt *a)
+{
+    struct spool_env *env = a->env;
+    size_t            i;
+
+    if (dl_bounce(a) < 0)
+        return -1;
+    for (i = 0; i < env->nrcpt; i++)
+        if (env->rcpt[i].status == SPOOL_RCPT_BOUNCED)
+            env->rcpt[i].notified = 1;
+    return 0;
+}
+
+
+/* ---- attempts ---- */
+
+/* dl_unlink - take a off its list (active or unsaved). */
+static void
+dl_unlink(struct dl_attempt *a)
+{
+    struct deliver     *d = a->d;
+    struct dl_attempt **head = a->unsaved ? &d->unsaved : &d->active;
+
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        *head = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    a->next = a->prev = NULL;
+    if (a->unsaved)
+        d->nunsaved--;
+    else
+        d->nactive--;
+}
+
+
+void
+dl_attempt_free(struct dl_attempt *a)
+{
+    struct dl_txn  *t, *tn;
+
+    dl_unlink(a);
+    for (t = a->txns; t; t = tn) {
+        tn = t->next;
+        free(t->rt.rcpt);
+        free(t->rt.res);
+        free(t);
+    }
+    if (a->fd >= 0)
+        close(a->fd);                   /* releases the flock */
+    spool_env_free(a->env);
+    free(a);
+}
+
+
+/* dl_expire - past max_queue_time: the open recipients bounce. */
+static void
+dl_expire(struct dl_attempt *a)
+{
+    struct spool_env *env = a->env;
+    char              why[SMTP_REPLY_MAX + 100];
+    size_t            i;
+
+    for (i = 0; i < env->nrcpt; i++) {
+        struct spool_rcpt *rc = &env->rcpt[i];
+
+        if (rc->status != SPOOL_RCPT_PENDING)
+            continue;
+        snprintf(why, sizeof(why), "4.4.7 message expired after %llu "
+            "seconds in the queue; last error: %s",
+            (unsigned long long)(a->d->cfg->max_queue_time_ms / 1000),
+            rc->last_reply ? rc->last_reply : "none");
+        dl_result(a, i, MTA_BOUNCE, why, rc->relay ? rc->relay : "none",
+            NULL);
+    }
+}
+
+
+/* dl_save - write a's state.  0, or -1 (logged once per episode: a full
+ * spool fails every save alike). */
+int
+dl_save(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (spool_state_save(d->sp, a->env) != SPOOL_OK) {
+        if (!d->save_failing)
+            log_warn("%s: saving the delivery state: %s; holding such "
+                "messages in memory, not retried, until their state can be "
+                "saved", a->env->id, spool_errstr(d->sp));
+        d->save_failing = 1;
+        return -1;
+    }
+    a->env->has_state = 1;
+    return 0;
+}
+
+
+/* dl_reschedule - the state is saved: unlock and wait for the retry. */
+static void
+dl_reschedule(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+    char            id[SPOOL_ID_SIZE];
+    uint64_t        when = a->env->next_retry_ms;
+
+    util_strlcpy(id, a->env->id, sizeof(id));
+    dl_attempt_free(a);                 /* unlock before rescheduling */
+    dl_schedule(d, id, when);
+}
+
+
+/* dl_hold - the state could not be saved: the file says less than memory
+ * (a recipient that got 250 would be offered again, a bounce sent twice),
+ * so the attempt is kept, lock and all, and only its save is retried. */
+static void
+dl_hold(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    dl_unlink(a);
+    a->unsaved = 1;
+    a->next = d->unsaved;
+    if (d->unsaved)
+        d->unsaved->prev = a;
+    d->unsaved = a;
+    d->nunsaved++;
+    if (!ev_timer_active(&d->save_timer))
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+    deliver_arm(d);
+}
+
+
+/* dl_save_fire - try the held states again; the saved go back to the
+ * schedule at their retry time. */
+void
+dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct deliver    *d = arg;
+    struct dl_attempt *a, *next;
+    size_t             saved = 0;
+
+    (void)loop;
+    (void)tm;
+    for (a = d->unsaved; a; a = next) {
+        next = a->next;
+        if (dl_save(a) < 0)
+            break;                      /* still no room: try again later */
+        saved++;
+        dl_reschedule(a);
+    }
+    if (d->nunsaved > 0) {
+        ev_timer_start(d->loop, &d->save_timer, DELIVER_SAVE_RETRY_MS);
+        return;
+    }
+    if (saved > 0)
+        log_notice("delivery state saved again: %zu held messages back in "
+            "the schedule", saved);
+    d->save_failing = 0;
+}
+
+
+/* dl_finish - every group is back: the DSN for new failures, then
+ * remove, or save and reschedule.  A crash between the DSN's commit and
+ * the state save sends that DSN again at the next attempt (twice, never
+ * lost). */
+void
+dl_finish(struct dl_attempt *a)
+{
+    struct deliver   *d = a->d;
+    struct spool_env *env = a->env;
+    uint64_t          now = util_wall_ms();
+    size_t            i, pending = 0;
+    int               notified;
+
+    a->open = 0;
+    for (i = 0; i < env->nrcpt; i++)
+        if (env->rcpt[i].status == SPOOL_RCPT_PENDING)
+            pending++;
+    if (pending > 0 && d->cfg->max_queue_time_ms > 0 &&
+        now >= env->arrival_ms + d->cfg->max_queue_time_ms) {
+        dl_expire(a);
+        pending = 0;
+    }
+    /* the bounce for what failed now goes out now, whatever the others */
+    notified = dl_notify(a) == 0;
+    if (pending == 0 && notified) {
+        if (spool_remove_env(d->sp, env) != SPOOL_OK)
+            log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
+        else
+            log_ev(LOGL_INFO, "removed", LOG_KVS(LKV_S("queue_id", env->id)),
+                "%s: removed", env->id);
+        dl_attempt_free(a);
+        deliver_arm(d);
+        return;
+    }
+    if (pending == 0) {
+        /* kept until its bounce is queued */
+        env->next_retry_ms = now + deliver_retry_delay(d->cfg->retry_ms,
+            d->cfg->nretry, 1);
+    } else {
+        env->attempts++;
+        env->next_retry_ms = deliver_next_retry(d->cfg->retry_ms,
+            d->cfg->nretry, env->attempts, now, env->arrival_ms,
+            d->cfg->max_queue_time_ms);
+    }
+    if (dl_save(a) == 0) {
+        dl_reschedule(a);
+        return;
+    }
+    dl_hold(a);
+}
+
+
+/* dl_giveback_one - the stop deadline cut a transaction of a: results
+ * that are in are saved (due at once, for the next generation), nothing
+ * else is marked, and the message is unlocked. */
+void
+dl_giveback_one(struct dl_attempt *a)
+{
+    struct deliver *d = a->d;
+
+    if (a->changed) {
+        a->env->next_retry_ms = util_wall_ms();
+        if (dl_save(a) < 0) {
+            dl_hold(a);                 /* tried again until the exit */
+            return;
+        }
+    }
+    log_info("%s: stop deadline: attempt given back to the next "
+        "generation", a->env->id);
+    d->ngiven++;
+    dl_attempt_free(a);
+}
+

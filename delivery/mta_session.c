@@ -1,0 +1,751 @@
+/*
+ * mta_session.c - the per-connection SMTP protocol machine of the
+ * outbound client (mta.c holds destinations, pools, fail-over over
+ * addresses and the public calls): buffered writes and the per-phase
+ * timer, MAIL/RCPT/DATA or BDAT with pipelining, the body streamed from
+ * the queue file, reply parsing and dispatch (greeting, EHLO/HELO, RSET,
+ * the transaction), reads and timeouts.  The design notes are at the top
+ * of mta.c.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/tcp.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "spool/spool.h"
+#include "delivery/mta.h"
+
+static const char *const mta_phase[] = {
+    "connecting", "receiving the initial server greeting",
+    "sending EHLO", "sending HELO", "sending RSET",
+    "sending MAIL/RCPT/DATA", "sending message content",
+    "waiting for the end of data reply", "idle", "sending QUIT"
+};
+
+
+/* mta_watch - tell the loop what to wait for, only when it changes (each
+ * change is an epoll_ctl). */
+int
+mta_watch(struct mta_conn *c, unsigned mask)
+{
+    if (c->watched == mask)
+        return 0;
+    c->watched = mask;
+    return ev_watch(c->r->loop, c->fd, mask, mta_io, c);
+}
+
+
+/* mta_send - write what is buffered, as far as the socket takes it,
+ * without touching what the loop watches.  Returns 0, or -1 with lasterr
+ * set when the socket failed. */
+static int
+mta_send(struct mta_conn *c)
+{
+    while (buf_avail(&c->out) > 0) {
+        ssize_t w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+            MSG_NOSIGNAL);
+
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            snprintf(c->lasterr, sizeof(c->lasterr),
+                "lost connection with %s while %s: %s", c->name,
+                mta_phase[c->state], strerror(errno));
+            return -1;
+        }
+        buf_consume(&c->out, (size_t)w);
+    }
+    if (buf_avail(&c->out) == 0)
+        c->out.off = c->out.len = 0;
+    return 0;
+}
+
+
+/* mta_flush - mta_send(), then watch for writability if some is left
+ * (or the body is still being sent). */
+static int
+mta_flush(struct mta_conn *c)
+{
+    if (mta_send(c) < 0)
+        return -1;
+    mta_watch(c, EV_READ | (buf_avail(&c->out) > 0 ||
+        c->state == C_BODY ? EV_WRITE : 0));
+    return 0;
+}
+
+
+/* mta_cmd - queue one command line (no CRLF in fmt). */
+void
+mta_cmd(struct mta_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    /* buf_printf grows the buffer: a command is never cut (an ORCPT
+     * and an ENVID encoded may pass 512 bytes, RFC 3461 5). */
+    va_start(ap, fmt);
+    buf_vprintf(&c->out, fmt, ap);
+    va_end(ap);
+    buf_append(&c->out, "\r\n", 2);
+    c->expect++;
+}
+
+
+void
+mta_arm(struct mta_conn *c, uint64_t ms)
+{
+    ev_timer_start(c->r->loop, &c->timer, ms);
+}
+
+/* ---- the transaction ---- */
+
+/* mta_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
+static int
+mta_need_utf8(const struct mta_txn *t)
+{
+    return t->env->smtputf8 != 0;
+}
+
+
+/* mta_reject_all - a verdict for the whole txn before any command. */
+static void
+mta_reject_all(struct mta_conn *c, struct mta_txn *t, const char *why)
+{
+    size_t i;
+
+    for (i = 0; i < t->nrcpt; i++)
+        mta_set(t, i, MTA_BOUNCE, why, c->name);
+    mta_post(c->r, t);
+}
+
+
+/* mta_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
+static void
+mta_rcpt_cmd(struct mta_conn *c, size_t k)
+{
+    const struct spool_rcpt *rc = &c->txn->env->rcpt[c->txn->rcpt[k]];
+    char                     notify[64] = "";
+    char                     orcpt[8 + 3 * SMTP_ORCPT_MAX] = "";
+
+    if (c->caps & SMTP_CAP_DSN) {
+        if (rc->notify & SMTP_NOTIFY_NEVER) {
+            util_strlcpy(notify, " NOTIFY=NEVER", sizeof(notify));
+        } else if (rc->notify) {
+            snprintf(notify, sizeof(notify), " NOTIFY=%s%s%s%s%s",
+                rc->notify & SMTP_NOTIFY_SUCCESS ? "SUCCESS" : "",
+                (rc->notify & SMTP_NOTIFY_SUCCESS) &&
+                (rc->notify & (SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY)) ?
+                "," : "",
+                rc->notify & SMTP_NOTIFY_FAILURE ? "FAILURE" : "",
+                (rc->notify & SMTP_NOTIFY_FAILURE) &&
+                (rc->notify & SMTP_NOTIFY_DELAY) ? "," : "",
+                rc->notify & SMTP_NOTIFY_DELAY ? "DELAY" : "");
+        }
+        if (rc->orcpt != NULL) {
+            memcpy(orcpt, " ORCPT=", 7);
+            if (smtp_xtext_encode(rc->orcpt, orcpt + 7,
+                sizeof(orcpt) - 7) < 0)
+                orcpt[0] = '\0';   /* cannot be: ORCPT is capped at parse */
+        }
+    }
+    mta_cmd(c, "RCPT TO:<%s>%s%s", rc->addr, notify, orcpt);
+}
+
+
+/* mta_precheck - can t go to this peer at all?  Returns 0, or -1 when t
+ * was finished (bounced) without a command; c stays usable. */
+static int
+mta_precheck(struct mta_conn *c, struct mta_txn *t)
+{
+    const struct spool_env *env = t->env;
+    char                    why[SMTP_REPLY_MAX];
+
+    if (mta_need_utf8(t) && !(c->caps & SMTP_CAP_SMTPUTF8)) {
+        snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
+            "was not offered by host %s", c->name);
+        mta_reject_all(c, t, why);
+        return -1;
+    }
+    if (env->body == SMTP_BODY_BINARYMIME &&
+        (c->caps & (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) !=
+        (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) {
+        snprintf(why, sizeof(why), "554 5.6.3 binary content requires "
+            "BINARYMIME, but it was not offered by host %s", c->name);
+        mta_reject_all(c, t, why);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* mta_begin - queue the commands of t on c (session ready, prechecked),
+ * behind an RSET when rset is set (a reused connection with PIPELINING). */
+void
+mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
+{
+    const struct spool_env *env = t->env;
+    char                    size[40] = "", body[24] = "";
+    size_t                  k;
+
+    c->rset_pending = rset;
+    if (rset)
+        mta_cmd(c, "RSET");
+    if (t->nrcpt > c->rst_cap) {
+        free(c->rst);
+        c->rst = xcalloc(t->nrcpt, 1);
+        c->rst_cap = t->nrcpt;
+    }
+    memset(c->rst, R_PENDING, t->nrcpt);
+    c->txn = t;
+    t->accepted = 0;
+    c->nreply = 0;
+    c->nsent = 0;
+    c->mail_failed = 0;
+    c->empty_data = 0;
+    c->pipelining = (c->caps & SMTP_CAP_PIPELINING) != 0;
+    c->bdat = (c->caps & SMTP_CAP_CHUNKING) != 0;
+    if (c->caps & SMTP_CAP_SIZE)
+        snprintf(size, sizeof(size), " SIZE=%llu",
+            (unsigned long long)env->body_size);
+    if (env->body == SMTP_BODY_BINARYMIME)
+        util_strlcpy(body, " BODY=BINARYMIME", sizeof(body));
+    else if (env->body == SMTP_BODY_8BITMIME &&
+        (c->caps & SMTP_CAP_8BITMIME))
+        util_strlcpy(body, " BODY=8BITMIME", sizeof(body));
+    {
+        char extra[16 + 3 * SMTP_ENVID_MAX] = "";
+
+        if (c->caps & SMTP_CAP_DSN) {
+            if (env->ret != SMTP_RET_NONE)
+                snprintf(extra, sizeof(extra), " RET=%s",
+                    env->ret == SMTP_RET_FULL ? "FULL" : "HDRS");
+            if (env->envid != NULL) {
+                size_t o = strlen(extra);
+
+                o += (size_t)snprintf(extra + o, sizeof(extra) - o,
+                    " ENVID=");
+                if (smtp_xtext_encode(env->envid, extra + o,
+                    sizeof(extra) - o) < 0)
+                    extra[o - 7] = '\0';   /* ENVID is capped at parse */
+            }
+        }
+        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
+            mta_need_utf8(t) ? " SMTPUTF8" : "", extra);
+    }
+    c->nsent = 1;
+    if (c->pipelining) {
+        for (k = 0; k < t->nrcpt; k++)
+            mta_rcpt_cmd(c, k);
+        c->nsent += t->nrcpt;
+        if (!c->bdat) {
+            mta_cmd(c, "DATA");
+            c->nsent++;
+        }
+    }
+    c->state = C_TXN;
+    mta_arm(c, rset ? c->r->t.helo_ms : c->r->t.mail_ms);
+}
+
+
+/* mta_idle - the transaction is over and every reply is in: hand the
+ * txn back and reuse c.  Returns 1 when c was closed. */
+static int
+mta_idle(struct mta_conn *c)
+{
+    struct mta_txn *t = c->txn;
+
+    c->txn = NULL;
+    c->reused = 1;
+    if (t != NULL)
+        mta_post(c->r, t);
+    return mta_conn_next(c);
+}
+
+
+/*
+ * mta_conn_next - c is ready for a transaction: the one it was opened
+ * for, else the next waiting one (after an RSET on a used connection).
+ * With none, park c idle, or close it when draining.  Returns 1 when c was
+ * closed.
+ */
+int
+mta_conn_next(struct mta_conn *c)
+{
+    struct mta_txn *t = c->txn;
+
+    c->txn = NULL;
+    for (;;) {
+        if (t == NULL)
+            t = mta_dest_pop(c->dest);
+        if (t == NULL)
+            break;
+        if (mta_precheck(c, t) < 0) {
+            t = NULL;
+            continue;
+        }
+        if (c->reused && !(c->caps & SMTP_CAP_PIPELINING)) {
+            /* RSET alone first; MAIL follows its reply */
+            c->txn = t;
+            mta_cmd(c, "RSET");
+            c->state = C_RSET;
+            mta_arm(c, c->r->t.helo_ms);
+        } else {
+            mta_begin(c, t, c->reused);
+        }
+        if (mta_flush(c) < 0) {
+            mta_lost(c, c->lasterr);
+            return 1;
+        }
+        return 0;
+    }
+    if (c->r->draining) {
+        mta_cmd(c, "QUIT");
+        (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+            MSG_NOSIGNAL | MSG_DONTWAIT);
+        mta_conn_close(c);
+        return 1;
+    }
+    c->state = C_IDLE;
+    c->expect = 0;
+    (void)mta_watch(c, EV_READ);
+    mta_arm(c, MTA_IDLE_MS);
+    return 0;
+}
+
+
+/* mta_body_start - 354 received (DATA) or RCPTs accepted (BDAT). */
+static void
+mta_body_start(struct mta_conn *c)
+{
+    c->state = C_BODY;
+    c->body_left = c->txn->env->body_size;
+    c->body_pos = c->txn->body_off;
+    smtp_stuff_init(&c->stuff);
+    if (c->bdat) {
+        mta_cmd(c, "BDAT %llu LAST", (unsigned long long)c->body_left);
+        c->expect--;                        /* counted when the body ends */
+    }
+    mta_arm(c, c->r->t.data_xfer_ms);
+}
+
+
+/*
+ * mta_body_write - move body bytes toward the socket.  DATA: pread a
+ * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
+ * command line, then sendfile() straight from the queue file.  Stops at
+ * EAGAIN or after MTA_WRITE_TURNS chunks so one big message does not
+ * hold the loop.  Writability is watched only when it has to wait: a
+ * body that goes out in one call costs no epoll_ctl() on and off.
+ */
+static int
+mta_body_write(struct mta_conn *c)
+{
+    int turns;
+
+    for (turns = 0; turns < MTA_WRITE_TURNS; turns++) {
+        if (buf_avail(&c->out) > 0) {
+            if (mta_send(c) < 0)
+                return -1;
+            if (buf_avail(&c->out) > 0) {   /* EAGAIN */
+                (void)mta_watch(c, EV_READ | EV_WRITE);
+                return 0;
+            }
+        }
+        if (c->body_left == 0) {
+            if (!c->bdat) {
+                char end[5];
+                size_t n = smtp_stuff_end(&c->stuff, end);
+
+                buf_append(&c->out, end, n);
+            }
+            c->expect++;
+            c->state = C_DOT;
+            mta_arm(c, c->r->t.data_done_ms);
+            return mta_flush(c);
+        }
+        if (c->bdat) {
+            ssize_t w = sendfile(c->fd, c->txn->fd, &c->body_pos,
+                c->body_left > MTA_CHUNK * 4 ? MTA_CHUNK * 4 :
+                c->body_left);
+
+            if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+                (void)mta_watch(c, EV_READ | EV_WRITE);
+                return 0;
+            }
+            if (w <= 0) {
+                snprintf(c->lasterr, sizeof(c->lasterr),
+                    "lost connection with %s while sending message "
+                    "content: %s", c->name,
+                    w < 0 ? strerror(errno) : "queue file truncated");
+                return -1;
+            }
+            c->body_left -= (uint64_t)w;
+        } else {
+            size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
+                (size_t)c->body_left;
+            ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+
+            if (n <= 0) {
+                snprintf(c->lasterr, sizeof(c->lasterr),
+                    "cannot read the queue file: %s",
+                    n < 0 ? strerror(errno) : "truncated");
+                return -1;
+            }
+            c->body_pos += n;
+            c->body_left -= (uint64_t)n;
+            buf_compact(&c->out);
+            (void)buf_reserve(&c->out, SMTP_STUFF_ROOM((size_t)n) + 5);
+            buf_produce(&c->out, smtp_stuff(&c->stuff, c->r->chunk,
+                (size_t)n, buf_tail(&c->out)));
+            if (c->body_left == 0) {
+                /* the end of data rides in the same write as the last
+                 * chunk: a separate small segment would wait for the
+                 * peer's delayed ACK */
+                buf_produce(&c->out, smtp_stuff_end(&c->stuff,
+                    buf_tail(&c->out)));
+                c->expect++;
+                c->state = C_DOT;
+                mta_arm(c, c->r->t.data_done_ms);
+                return mta_flush(c);
+            }
+        }
+        mta_arm(c, c->r->t.data_xfer_ms);
+    }
+    /* turns used up with body left: go on when the socket takes more */
+    if (mta_send(c) < 0)
+        return -1;
+    (void)mta_watch(c, EV_READ | EV_WRITE);
+    return 0;
+}
+
+
+/* mta_final - apply a final reply to every accepted recipient. */
+static void
+mta_final(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    struct mta_txn *t = c->txn;
+    size_t            i;
+
+    for (i = 0; i < t->nrcpt; i++) {
+        if (c->rst[i] == R_ACCEPTED) {
+            mta_set(t, i, mta_status_of(rp->code), rp->text, c->name);
+            c->rst[i] = R_FINAL;
+        }
+    }
+}
+
+
+/* mta_t_reply - the limit for reply k of a transaction: 0 MAIL, 1..nrcpt
+ * RCPT, then DATA. */
+static uint64_t
+mta_t_reply(const struct mta_conn *c, size_t k)
+{
+    if (k == 0)
+        return c->r->t.mail_ms;
+    return k <= c->txn->nrcpt ? c->r->t.rcpt_ms : c->r->t.data_ms;
+}
+
+
+/* mta_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
+ * was closed. */
+static int
+mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    struct mta_txn *t = c->txn;
+    size_t            k = c->nreply++;
+    size_t            i;
+
+    if (k == 0) {                           /* MAIL */
+        if (rp->code / 100 != 2) {
+            c->mail_failed = 1;
+            for (i = 0; i < t->nrcpt; i++) {
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    } else if (k <= t->nrcpt) {             /* RCPT k-1 */
+        i = k - 1;
+        if (!c->mail_failed) {
+            if (rp->code / 100 == 2) {
+                c->rst[i] = R_ACCEPTED;
+                t->accepted++;
+            } else {
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    } else {                                /* DATA */
+        if (rp->code == 354) {
+            if (t->accepted > 0) {
+                mta_body_start(c);
+                if (mta_body_write(c) < 0) {
+                    mta_lost(c, c->lasterr);
+                    return 1;
+                }
+                return 0;
+            }
+            /* nobody to send to, but the peer wants data: end it empty */
+            buf_append(&c->out, ".\r\n", 3);
+            c->expect++;
+            c->empty_data = 1;
+            c->state = C_DOT;
+            mta_arm(c, c->r->t.data_done_ms);
+            if (mta_flush(c) < 0) {
+                mta_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        mta_final(c, rp);
+    }
+    if (c->expect > 0) {
+        mta_arm(c, mta_t_reply(c, k + 1));
+        return 0;
+    }
+    /* every reply to what was sent is in: send the next step */
+    if (c->mail_failed)
+        return mta_idle(c);
+    if (c->nsent <= t->nrcpt) {             /* not pipelining: next RCPT */
+        mta_rcpt_cmd(c, c->nsent - 1);
+        c->nsent++;
+    } else if (c->nsent == t->nrcpt + 1 && t->accepted > 0) {
+        c->nsent++;
+        if (c->bdat) {
+            mta_body_start(c);
+            if (mta_body_write(c) < 0) {
+                mta_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        mta_cmd(c, "DATA");
+    } else {
+        return mta_idle(c);               /* done, or nobody accepted */
+    }
+    mta_arm(c, mta_t_reply(c, c->nreply));
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
+
+
+/* mta_reply - dispatch one complete reply (raw: its bytes, for EHLO) by
+ * state.  Returns 1 when c was closed or restarted (stop parsing). */
+static int
+mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
+    const char *raw)
+{
+    char why[1024];
+
+    if (c->expect == 0 && c->state != C_GREETING) {
+        /* unsolicited (e.g. 421 on an idle connection) */
+        snprintf(why, sizeof(why), "host %s said: %s", c->name, rp->text);
+        mta_lost(c, why);
+        return 1;
+    }
+    if (c->expect > 0)
+        c->expect--;
+    switch (c->state) {
+    case C_GREETING:
+        if (rp->code / 100 != 2) {
+            /* a 5xx greeting moves on like a 4xx one; only from the last
+             * address does it bounce (Postfix), with the reply first so
+             * that the DSN carries its status code */
+            c->perm = rp->code / 100 == 5;
+            if (c->perm)
+                snprintf(why, sizeof(why), "%s (host %s refused to talk to "
+                    "me)", rp->text, c->name);
+            else
+                snprintf(why, sizeof(why), "host %s refused to talk to me: "
+                    "%s", c->name, rp->text);
+            mta_lost(c, why);
+            return 1;
+        }
+        mta_cmd(c, "EHLO %s", c->r->helo);
+        c->state = C_EHLO;
+        break;
+    case C_EHLO:
+        if (rp->code / 100 == 2) {
+            c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer_size);
+            return mta_conn_next(c);
+        }
+        if (rp->code / 100 == 5) {
+            mta_cmd(c, "HELO %s", c->r->helo);
+            c->state = C_HELO;
+            break;
+        }
+        snprintf(why, sizeof(why), "host %s said: %s (in reply to EHLO)",
+            c->name, rp->text);
+        mta_lost(c, why);
+        return 1;
+    case C_HELO:
+        if (rp->code / 100 == 2) {
+            c->caps = 0;
+            return mta_conn_next(c);
+        }
+        snprintf(why, sizeof(why), "host %s said: %s (in reply to HELO)",
+            c->name, rp->text);
+        mta_lost(c, why);
+        return 1;
+    case C_RSET:
+        if (rp->code / 100 != 2) {
+            snprintf(why, sizeof(why), "host %s said: %s (in reply to RSET)",
+                c->name, rp->text);
+            mta_lost(c, why);
+            return 1;
+        }
+        mta_begin(c, c->txn, 0);
+        break;
+    case C_TXN:
+        if (c->rset_pending) {
+            c->rset_pending = 0;
+            if (rp->code / 100 != 2) {
+                snprintf(why, sizeof(why), "host %s said: %s (in reply to "
+                    "RSET)", c->name, rp->text);
+                c->rset_pending = 1;        /* restart like a dead conn */
+                mta_lost(c, why);
+                return 1;
+            }
+            return 0;
+        }
+        return mta_txn_reply(c, rp);
+    case C_QUIT:
+        mta_conn_close(c);
+        return 1;
+    case C_DOT:
+        if (!c->empty_data)
+            mta_final(c, rp);
+        return mta_idle(c);
+    default:
+        snprintf(why, sizeof(why), "unexpected reply from %s: %s", c->name,
+            rp->text);
+        mta_lost(c, why);
+        return 1;
+    }
+    mta_arm(c, c->state == C_TXN ? c->r->t.mail_ms : c->r->t.helo_ms);
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
+
+
+/* mta_read - read, then handle every complete reply in the buffer. */
+static void
+mta_read(struct mta_conn *c)
+{
+    char    why[SMTP_REPLY_MAX + 64];
+    ssize_t n;
+
+    (void)buf_reserve(&c->in, 8192);
+    n = recv(c->fd, buf_tail(&c->in), buf_room(&c->in), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        snprintf(why, sizeof(why), "lost connection with %s while %s%s%s",
+            c->name, mta_phase[c->state], n < 0 ? ": " : "",
+            n < 0 ? strerror(errno) : "");
+        mta_lost(c, why);
+        return;
+    }
+    buf_produce(&c->in, (size_t)n);
+    for (;;) {
+        struct smtp_reply rp;
+        const char        *raw = buf_head(&c->in);
+        int                rc = smtp_reply_parse(raw, buf_avail(&c->in),
+            MTA_REPLY_LIMIT, &rp);
+
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            snprintf(why, sizeof(why), "malformed reply from %s while %s",
+                c->name, mta_phase[c->state]);
+            mta_lost(c, why);
+            return;
+        }
+        /* consume first: the bytes stay readable at raw until the next
+         * change to c->in, and c may be freed by the handler */
+        buf_consume(&c->in, rp.len);
+        if (mta_reply(c, &rp, raw))
+            return;
+    }
+    if (buf_avail(&c->in) == 0)
+        c->in.off = c->in.len = 0;
+}
+
+
+void
+mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
+{
+    struct mta_conn *c = arg;
+
+    (void)loop;
+    (void)fd;
+    if (c->state == C_CONNECT) {
+        mta_connected(c);
+        return;
+    }
+    if (ev & (EV_READ | EV_ERROR)) {
+        mta_read(c);
+        return;                 /* c may be gone; writes come next turn */
+    }
+    if (ev & EV_WRITE) {
+        if (c->state == C_BODY) {
+            if (mta_body_write(c) < 0)
+                mta_lost(c, c->lasterr);
+        } else if (mta_flush(c) < 0) {
+            mta_lost(c, c->lasterr);
+        }
+    }
+}
+
+
+void
+mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
+{
+    struct mta_conn *c = arg;
+    char               why[1024];
+
+    (void)loop;
+    (void)tm;
+    if (c->state == C_IDLE) {
+        /* the reuse window is over: QUIT, and wait for its reply at most
+         * delivery.timeouts.quit (the slot stays counted until then) */
+        mta_cmd(c, "QUIT");
+        if (mta_send(c) < 0 || buf_avail(&c->out) > 0) {
+            mta_conn_close(c);
+            return;
+        }
+        c->state = C_QUIT;
+        mta_arm(c, c->r->t.quit_ms);
+        return;
+    }
+    if (c->state == C_QUIT) {
+        mta_conn_close(c);
+        return;
+    }
+    if (c->state == C_CONNECT)
+        snprintf(why, sizeof(why), "connect to %s: Connection timed out",
+            c->name);
+    else
+        snprintf(why, sizeof(why), "conversation with %s timed out while %s",
+            c->name, mta_phase[c->state]);
+    mta_lost(c, why);
+}
