@@ -1,5 +1,5 @@
 /*
- * deliver.h - outbound delivery inside a worker's event loop: the retry
+ * delivery.h - outbound delivery inside a worker's event loop: the retry
  * schedule, the SMTP client toward next hops, maildir delivery, bounces.
  *
  * CONTRACT  The worker that accepted a message delivers it at once from the

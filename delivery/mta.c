@@ -1,5 +1,5 @@
 /*
- * relay.c - the outbound SMTP client: one state machine per connection on
+ * mta.c - the outbound SMTP client: one state machine per connection on
  * the worker's event loop, toward the hosts of an "smtp:" route.
  *
  * PURPOSE   Run the transactions deliver.c hands over: connect (fail-over

@@ -1,5 +1,5 @@
 /*
- * smtp_data.c - the DATA byte machine (see smtp_data.h).
+ * data.c - the DATA byte machine (see smtp.h).
  *
  * PURPOSE   Find the end of DATA (CRLF "." CRLF, or "." CRLF at the very
  *           start), remove dot-stuffing and notice bare CR / bare LF, in

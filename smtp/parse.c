@@ -1,5 +1,5 @@
 /*
- * smtp_parse.c - pure parsers for SMTP command lines (see smtp_parse.h).
+ * parse.c - pure parsers for SMTP command lines (see smtp.h).
  *
  * PURPOSE   Turn one command line (without CRLF) into a verb and, for MAIL,
  *           RCPT, BDAT and EHLO/HELO, checked values: RFC 5321 paths,

@@ -1,9 +1,9 @@
 /*
- * relay_text.c - the pure parts of the outbound SMTP client: the reply
+ * reply.c - the pure parts of the outbound SMTP client: the reply
  * parser, the EHLO capability parser, enhanced status codes and one-pass
  * dot-stuffing.  No I/O, no allocation.
  *
- * CONTRACT  See relay.h.  Every function works on caller bytes only, so the
+ * CONTRACT  See smtp.h.  Every function works on caller bytes only, so the
  *           unit tests feed them whole inputs, split inputs and bad inputs.
  * FAILURE   smtp_reply_parse() returns -1 on a malformed reply; the caller
  *           treats that as a protocol error (the connection is dropped and

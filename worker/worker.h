@@ -19,7 +19,7 @@
  *
  * OWNERSHIP Queue shard: ids carry the accepting worker's shard index; a
  *           worker owns the queued messages whose shard % nshards is its own
- *           (see spool.h for ids; deliver.h for the schedule).
+ *           (see spool.h for ids; delivery/delivery.h for the schedule).
  */
 #ifndef MTAD_WORKER_H
 #define MTAD_WORKER_H

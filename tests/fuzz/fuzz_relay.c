@@ -1,6 +1,6 @@
 /*
  * fuzz_relay.c - libFuzzer target over what a next hop sends the relay
- * client (worker/relay_text.c): SMTP replies, EHLO capabilities and the
+ * client (smtp/reply.c): SMTP replies, EHLO capabilities and the
  * enhanced status code taken from a reply.
  *
  * Checks: smtp_reply_parse() returns -1, 0 or 1; on 1 the reply length is

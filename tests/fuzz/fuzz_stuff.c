@@ -1,8 +1,8 @@
 /*
  * fuzz_stuff.c - libFuzzer target over the bytes that cross mtad between
  * two SMTP sessions: the BDAT content check, the outbound dot-stuffing
- * (worker/relay_text.c) read back by the DATA byte machine
- * (worker/smtp_data.c), and util_escape() (common/util.c).
+ * (smtp/reply.c) read back by the DATA byte machine
+ * (smtp/data.c), and util_escape() (common/util.c).
  *
  * Checks (issue 10, finding 2 and 8):
  *  - whatever bytes are stored, smtp_stuff() + smtp_stuff_end() give a

@@ -1,5 +1,5 @@
 /*
- * test_mta.c - the outbound client state machine (relay.c) on a
+ * test_mta.c - the outbound client state machine (delivery/mta.c) on a
  * real event loop against a scripted SMTP server thread on loopback:
  * pipelined MAIL/RCPT/DATA, per-recipient results, the dot-stuffed body,
  * HELO fallback, fail-over past a refused port, and connection reuse.
