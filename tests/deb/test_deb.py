@@ -69,9 +69,13 @@ def check_installed():
     conff = run("dpkg-query", "-W", "-f=${Conffiles}", "mtad").stdout
     assert CONF in conff, conff
     pw = pwd.getpwnam("mtad")               # sysusers.d made the user
-    for d in ("/var/lib/mtad", "/run/mtad", "/run/mtad/spool"):
-        st = os.stat(d)                     # tmpfiles.d made the dirs
-        assert st.st_uid == pw.pw_uid, (d, st.st_uid)
+    # tmpfiles.d made the dirs: root's where the master keeps its files
+    # (it refuses a directory the workers could change), the workers' spool
+    for d, uid, mode in (("/var/lib/mtad", 0, 0o755), ("/run/mtad", 0, 0o755),
+                         ("/run/mtad/spool", pw.pw_uid, 0o700)):
+        st = os.stat(d)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, mode), \
+            (d, st.st_uid, oct(st.st_mode))
     st = os.stat(CONF)
     assert st.st_gid == grp.getgrnam("mtad").gr_gid, st
     assert stat.S_IMODE(st.st_mode) == 0o640, oct(st.st_mode)
