@@ -567,6 +567,17 @@ def parse_status(text):
     return head, ws
 
 
+def tail_logs(d, names):
+    """The last 2,000 bytes of each of d's log files that exist, joined."""
+    out = []
+    for n in names:
+        p = os.path.join(d, n)
+        if os.path.exists(p):
+            with open(p, errors="replace") as f:
+                out.append(f.read()[-2000:])
+    return " | ".join(out)
+
+
 # ---- DNS: nsd with the test zone, SERVFAIL and silent servers ----
 
 def sbin(name):
@@ -773,13 +784,7 @@ zone:
             self.addr, self.zone, timeout, self._logs()))
 
     def _logs(self):
-        out = []
-        for n in ("nsd.stderr", "nsd.log"):
-            p = os.path.join(self.dir, n)
-            if os.path.exists(p):
-                with open(p, errors="replace") as f:
-                    out.append(f.read()[-2000:])
-        return " | ".join(out)
+        return tail_logs(self.dir, ("nsd.stderr", "nsd.log"))
 
     def stop(self):
         if self.proc is None:
@@ -964,13 +969,7 @@ stub-zone:
                                                 self._logs()))
 
     def _logs(self):
-        out = []
-        for n in ("unbound.stderr", "unbound.log"):
-            p = os.path.join(self.dir, n)
-            if os.path.exists(p):
-                with open(p, errors="replace") as f:
-                    out.append(f.read()[-2000:])
-        return " | ".join(out)
+        return tail_logs(self.dir, ("unbound.stderr", "unbound.log"))
 
     def stop(self):
         if self.proc is None:
