@@ -30,7 +30,7 @@ struct dl_attempt;
 struct config;
 struct router;
 struct status_worker;
-struct relay;
+struct mta;
 struct resolve;
 
 struct dl_entry {
@@ -45,7 +45,7 @@ struct deliver {
     struct router        *router;
     struct status_worker *st;
     unsigned              shard, nshards;
-    struct relay         *relay;
+    struct mta         *relay;
     struct resolve       *resolve;  /* DNS for the relay's next hops */
     struct dl_entry      *heap;
     size_t                nheap, capheap;

@@ -62,7 +62,7 @@
 #include "spool/spool.h"
 #include "delivery/mta.h"
 
-static void mta_dest_run(struct relay *r, struct mta_dest *d);
+static void mta_dest_run(struct mta *r, struct mta_dest *d);
 static void mta_connect_next(struct mta_conn *c);
 
 /* ---- completion ---- */
@@ -71,7 +71,7 @@ static void mta_connect_next(struct mta_conn *c);
 static void
 mta_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
-    struct relay     *r = arg;
+    struct mta     *r = arg;
     struct mta_txn *list = r->posted, *next;
 
     (void)loop;
@@ -99,7 +99,7 @@ mta_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 /* mta_post - hand a finished transaction back on the next loop turn. */
 void
-mta_post(struct relay *r, struct mta_txn *t)
+mta_post(struct mta *r, struct mta_txn *t)
 {
     t->next = r->posted;
     r->posted = t;
@@ -135,7 +135,7 @@ mta_status_of(int code)
 /* ---- destinations ---- */
 
 static struct mta_dest *
-mta_dest_get(struct relay *r, const char *key, const struct route *route)
+mta_dest_get(struct mta *r, const char *key, const struct route *route)
 {
     struct mta_dest *d;
 
@@ -153,7 +153,7 @@ mta_dest_get(struct relay *r, const char *key, const struct route *route)
 
 /* mta_dest_gc - forget a destination with no connection and no queue. */
 static void
-mta_dest_gc(struct relay *r, struct mta_dest *d)
+mta_dest_gc(struct mta *r, struct mta_dest *d)
 {
     struct mta_dest **pp;
 
@@ -200,7 +200,7 @@ mta_dest_push_front(struct mta_dest *d, struct mta_txn *t)
 void
 mta_conn_close(struct mta_conn *c)
 {
-    struct relay      *r = c->r;
+    struct mta      *r = c->r;
     struct mta_dest *d = c->dest;
     struct mta_conn **pp;
 
@@ -353,7 +353,7 @@ mta_addrs(struct mta_conn *c, const struct mta_txn *t)
 static void
 mta_connect_next(struct mta_conn *c)
 {
-    struct relay *r = c->r;
+    struct mta *r = c->r;
 
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {
@@ -448,7 +448,7 @@ mta_connected(struct mta_conn *c)
 /* mta_conn_new - open a connection to d for t (t rides along until the
  * session is set up, or fails with the connection). */
 static void
-mta_conn_new(struct relay *r, struct mta_dest *d, struct mta_txn *t)
+mta_conn_new(struct mta *r, struct mta_dest *d, struct mta_txn *t)
 {
     struct mta_conn *c = xcalloc(1, sizeof(*c));
 
@@ -500,7 +500,7 @@ mta_same_addr(const struct sockaddr_storage *a,
  * the one earliest in t's order wins.
  */
 static struct mta_conn *
-mta_adopt(struct relay *r, struct mta_dest *d, const struct mta_txn *t)
+mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
 {
     struct mta_dest *od;
     struct mta_conn *c, *best = NULL, **pp;
@@ -543,7 +543,7 @@ mta_adopt(struct relay *r, struct mta_dest *d, const struct mta_txn *t)
 /* mta_dest_run - start waiting transactions on idle connections, or on
  * new ones while under the cap. */
 static void
-mta_dest_run(struct relay *r, struct mta_dest *d)
+mta_dest_run(struct mta *r, struct mta_dest *d)
 {
     struct mta_conn *c;
 
@@ -595,11 +595,11 @@ mta_hop_literal(const char *name, unsigned port, struct mta_hop *out)
 }
 
 
-struct relay *
+struct mta *
 mta_new(struct ev_loop *loop, const char *helo_name,
     uint64_t connect_timeout_ms, unsigned conns_per_dest)
 {
-    struct relay *r = xcalloc(1, sizeof(*r));
+    struct mta *r = xcalloc(1, sizeof(*r));
 
     r->loop = loop;
     r->helo = xstrdup(helo_name);
@@ -617,14 +617,14 @@ mta_new(struct ev_loop *loop, const char *helo_name,
 
 
 void
-mta_set_timeouts(struct relay *r, const struct config_mta_timeouts *t)
+mta_set_timeouts(struct mta *r, const struct config_mta_timeouts *t)
 {
     r->t = *t;
 }
 
 
 void
-mta_free(struct relay *r)
+mta_free(struct mta *r)
 {
     if (r == NULL)
         return;
@@ -645,7 +645,7 @@ mta_free(struct relay *r)
 
 
 void
-mta_submit(struct relay *r, struct mta_txn *t)
+mta_submit(struct mta *r, struct mta_txn *t)
 {
     struct mta_dest *d = mta_dest_get(r, t->dest, t->route);
     size_t             i;
@@ -666,7 +666,7 @@ mta_submit(struct relay *r, struct mta_txn *t)
 
 
 void
-mta_abort(struct relay *r, uint64_t dot_grace_ms)
+mta_abort(struct mta *r, uint64_t dot_grace_ms)
 {
     struct mta_dest *d, *dn;
     struct mta_conn *c, *cn;
@@ -710,7 +710,7 @@ mta_abort(struct relay *r, uint64_t dot_grace_ms)
 
 
 void
-mta_drain(struct relay *r)
+mta_drain(struct mta *r)
 {
     struct mta_dest *d, *dn;
     struct mta_conn *c, *cn;
@@ -735,7 +735,7 @@ mta_drain(struct relay *r)
 
 
 size_t
-mta_nconns(const struct relay *r)
+mta_nconns(const struct mta *r)
 {
     return r->nconns;
 }

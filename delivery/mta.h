@@ -70,27 +70,27 @@ struct mta_txn {
     size_t      nhops;
     size_t     *rcpt;               /* indexes into env->rcpt */
     size_t      nrcpt;
-    struct mta_result *res;       /* nrcpt entries, filled by the relay */
+    struct mta_result *res;       /* nrcpt entries, filled by mta.c */
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
-    /* private to relay.c */
+    /* private to mta.c and mta_session.c */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
     int         restarts;           /* fresh connections after a stale one */
 };
 
-struct relay;
+struct mta;
 struct config_mta_timeouts;
 
 /* conns_per_dest: this worker's cap of connections per destination. */
-struct relay *mta_new(struct ev_loop *loop, const char *helo_name,
+struct mta *mta_new(struct ev_loop *loop, const char *helo_name,
             uint64_t connect_timeout_ms, unsigned conns_per_dest);
 /* delivery.timeouts (copied); mta_new() starts from RFC 5321's. */
-void    mta_set_timeouts(struct relay *r,
+void    mta_set_timeouts(struct mta *r,
             const struct config_mta_timeouts *t);
-void    mta_free(struct relay *r);            /* closes every connection */
-void    mta_submit(struct relay *r, struct mta_txn *t);
+void    mta_free(struct mta *r);            /* closes every connection */
+void    mta_submit(struct mta *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
  * when name is not one.  No DNS. */
 int     mta_hop_literal(const char *name, unsigned port, struct mta_hop *out);
@@ -100,11 +100,11 @@ int     mta_hop_literal(const char *name, unsigned port, struct mta_hop *out);
  * meaningless, except one whose final dot is out: it may still read its
  * reply for dot_grace_ms (then it times out like any stall).  No new
  * transaction starts afterwards. */
-void    mta_abort(struct relay *r, uint64_t dot_grace_ms);
+void    mta_abort(struct mta *r, uint64_t dot_grace_ms);
 /* Close idle connections now and keep none idle from here on. */
-void    mta_drain(struct relay *r);
+void    mta_drain(struct mta *r);
 /* Connections open (busy or idle), for tests and drain. */
-size_t  mta_nconns(const struct relay *r);
+size_t  mta_nconns(const struct mta *r);
 
 
 /* ---- private to mta.c and mta_session.c ---- */
@@ -136,7 +136,7 @@ enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
 struct mta_dest;
 
 struct mta_conn {
-    struct relay      *r;
+    struct mta      *r;
     struct mta_dest *dest;
     struct mta_conn *next;        /* dest->conns */
     int                fd;
@@ -176,7 +176,7 @@ struct mta_dest {
     int                running;     /* inside mta_dest_run() */
 };
 
-struct relay {
+struct mta {
     struct ev_loop    *loop;
     char              *helo;
     uint64_t           connect_timeout_ms;
@@ -191,7 +191,7 @@ struct relay {
     struct ev_timer    post_timer;
 };
 /* mta.c: completion, destinations, connections, fail-over. */
-void    mta_post(struct relay *r, struct mta_txn *t);
+void    mta_post(struct mta *r, struct mta_txn *t);
 void    mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
             const char *relay);
 /* A reply code as a result: 2xx sent, 5xx bounced, else deferred. */

@@ -45,7 +45,7 @@ struct rs_part {
 
 struct rs_job {
     struct resolve  *rs;
-    struct relay    *relay;
+    struct mta    *relay;
     struct mta_txn  *t;
     struct rs_job   *next, *prev;
     mta_done_fn     *done;          /* the caller's, restored before use */
@@ -458,7 +458,7 @@ rs_part_start(struct rs_job *j, struct rs_part *p, const char *name,
 
 
 void
-resolve_submit(struct resolve *rs, struct relay *relay, struct mta_txn *t,
+resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
     const char *domain)
 {
     const struct route *rt = t->route;

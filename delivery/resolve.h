@@ -49,7 +49,7 @@ struct resolve;
 struct resolve *resolve_new(struct ev_loop *loop, const struct config *cfg);
 void    resolve_free(struct resolve *rs);   /* cancels lookups; NULL ok */
 /* domain: the recipients' domain for an mx route (else unused). */
-void    resolve_submit(struct resolve *rs, struct relay *relay,
+void    resolve_submit(struct resolve *rs, struct mta *relay,
             struct mta_txn *t, const char *domain);
 
 /* ---- pure parts, for the unit test ---- */

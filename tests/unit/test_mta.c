@@ -267,7 +267,7 @@ Test(mta_client, pipelined_transaction_results_and_body)
     struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1,
                           .reject = "bad@" };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 2);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 2);
     struct client   c;
     char            route[64];
 
@@ -306,7 +306,7 @@ Test(mta_client, helo_fallback_failover_and_reuse)
 {
     struct fake     f = { .pipelining = 0, .ehlo_ok = 0, .conns_to_serve = 1 };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c1, c2;
     char            route[128];
 
@@ -337,7 +337,7 @@ Test(mta_client, helo_fallback_failover_and_reuse)
 Test(mta_client, every_host_refused_defers_with_the_reason)
 {
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c;
     char            route[64];
 
@@ -359,7 +359,7 @@ Test(mta_client, another_destination_reuses_an_idle_connection_to_its_host)
 {
     struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1 };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c1, c2;
     struct mta_hop  hop;
     char            route[64];
@@ -403,7 +403,7 @@ Test(mta_client, greeting_timeout_moves_to_next_host)
 {
     struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1 };
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 1);
     struct config_mta_timeouts tmo = {
         .greeting_ms = 200, .helo_ms = 5000, .mail_ms = 5000,
         .rcpt_ms = 5000, .data_ms = 5000, .data_xfer_ms = 5000,
@@ -444,7 +444,7 @@ stop_now(struct ev_loop *loop, struct ev_timer *t, void *arg)
 Test(mta_client, abort_cuts_and_hands_back)
 {
     struct ev_loop *loop = ev_new();
-    struct relay   *r = mta_new(loop, "me.test", 2000, 1);
+    struct mta   *r = mta_new(loop, "me.test", 2000, 1);
     struct client   c1, c2;
     struct ev_timer tm;
     char            route[64];
