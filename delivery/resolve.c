@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "router/route.h"
 #include "delivery/resolve.h"
+#include "delivery/sts.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
 
@@ -54,12 +55,16 @@ struct rs_job {
     struct rs_part   part[ROUTE_MAX_HOSTS];
     struct mta_hop   hop[RESOLVE_MAX_HOPS];
     struct rs_job   *post_next;     /* on rs->posted */
+    /* MTA-STS of an mx route's domain (delivery/sts.c), in parallel */
+    struct stsd_req *sts_req;       /* while it runs */
+    struct sts_policy *sts;         /* the policy in force, or NULL */
 };
 
 struct resolve {
     struct ev_loop      *loop;
     struct dns          *dns;       /* NULL: could not be built */
     char                 dnswhy[256];
+    struct stsd         *sts;       /* NULL: MTA-STS off or unusable */
     struct resolve_self  self;
     char                *hostname;
     struct rs_job       *jobs;      /* every job not yet done */
@@ -294,6 +299,8 @@ rs_job_free(struct rs_job *j)
             dns_cancel(j->part[i].req);
         dns_dest_free(j->part[i].dest);
     }
+    stsd_cancel(j->sts_req);
+    free(j->sts);
     free(j);
 }
 
@@ -394,6 +401,12 @@ rs_finish(struct rs_job *j)
             deferred = st == MTA_DEFER;
         }
     }
+    if (n > 0 && j->sts != NULL &&
+        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &n, first,
+        sizeof(first)) < 0) {
+        rs_verdict_all(j, MTA_DEFER, first);
+        return;
+    }
     if (n > 0) {
         t->hops = j->hop;
         t->nhops = n;
@@ -417,6 +430,23 @@ rs_part_done(struct dns_dest *dest, void *arg)
 
     p->req = NULL;
     p->dest = dest;
+    if (--j->left == 0)
+        rs_finish(j);
+}
+
+
+/* rs_sts_done - the MTA-STS policy of an mx route's domain is known. */
+static void
+rs_sts_done(const struct sts_policy *pol, const char *why, void *arg)
+{
+    struct rs_job *j = arg;
+
+    (void)why;                      /* sts.c logged fetches and failures */
+    j->sts_req = NULL;
+    if (pol != NULL && pol->mode != STS_MODE_NONE) {
+        j->sts = xmalloc(sizeof(*j->sts));
+        *j->sts = *pol;
+    }
     if (--j->left == 0)
         rs_finish(j);
 }
@@ -486,6 +516,10 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
         j->part[0].port = 25;
         j->part[0].rcpt_domain = 1;
         rs_part_start(j, &j->part[0], domain != NULL ? domain : "", 1);
+        /* the recipient domain's MTA-STS policy, alongside its MX */
+        if (rs->sts != NULL && domain != NULL &&
+            stsd_get(rs->sts, domain, rs_sts_done, j, &j->sts_req) == 0)
+            j->left++;
     } else {
         j->nparts = rt->nhosts;
         for (i = 0; i < rt->nhosts; i++) {
@@ -620,6 +654,18 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
         log_err("resolver: %s: MX and host name routes defer until it "
             "works", rs->dnswhy);
     }
+    if (rs->dns != NULL && cfg->mta_sts.enabled) {
+        struct stsd_options so;
+        char                why[300];
+
+        memset(&so, 0, sizeof(so));
+        so.ca_file = NULL;           /* the system bundle */
+        so.port = (unsigned)cfg->mta_sts.port;
+        so.fetch_timeout_ms = cfg->mta_sts.fetch_timeout_ms;
+        if ((rs->sts = stsd_new(loop, rs->dns, &so, why, sizeof(why))) ==
+            NULL)
+            log_err("mta-sts: %s: delivering without MTA-STS", why);
+    }
     rs_self_build(rs, cfg);
     return rs;
 }
@@ -639,6 +685,7 @@ resolve_free(struct resolve *rs)
         rs_job_unlink(j);
         rs_job_free(j);
     }
+    stsd_free(rs->sts);             /* its lookups use rs->dns */
     dns_free(rs->dns);
     free(rs->self.addr);
     free(rs->self.lo_ports);
