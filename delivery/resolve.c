@@ -686,6 +686,8 @@ resolve_cut(struct resolve *rs)
                 j->part[i].req = NULL;
             }
         }
+        stsd_cancel(j->sts_req);    /* its fetch goes on for the cache */
+        j->sts_req = NULL;
         j->left = 0;
         j->t->cut = 1;
         j->post_next = rs->posted;
