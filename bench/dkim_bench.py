@@ -313,7 +313,10 @@ def main():
                      ", ".join("%.0f" % r["e2e_rate"] for r in rs),
                      rate / base, cpu,
                      ", ".join("%.3f" % r["cpu_per_1000"] for r in rs),
-                     "-" if mode == "off" else "%+.3f" % (cpu - bcpu)))
+                     "-" if mode == "off" else "%+.3f%s" % (
+                         cpu - bcpu, "" if mname == "mtad" else
+                         " (of it opendkim: %s)" % ", ".join(
+                             "%.2f" % r["milter_cpu_per_1000"] for r in rs))))
     if len(MTAS) == 2:
         print("\nmtad / Postfix, same mode, medians:")
         for mode in MODES:
