@@ -175,6 +175,8 @@ static const struct config_key config_auth[] = {
     KEY("allow_plaintext_loopback", CONFIG_BOOL,
         auth_allow_plaintext_loopback),
     { "max_failures", CONFIG_INT, OFF(auth_max_failures), 1, 1000, NULL },
+    DUR("failure_delay", auth_failure_delay_ms, 0),
+    DUR("failure_delay_max", auth_failure_delay_max_ms, 0),
     KEY("received_header", CONFIG_BOOL, auth_received_header),
     END
 };
@@ -361,6 +363,8 @@ config_defaults(const char *path)
     cfg->data_timeout_ms = 10 * 60 * 1000;
     cfg->max_errors = 20;
     cfg->auth_max_failures = 5;
+    cfg->auth_failure_delay_ms = 1000;
+    cfg->auth_failure_delay_max_ms = 8000;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
@@ -596,6 +600,13 @@ config_check_auth(struct config_parse *p)
 
     if (cfg->auth_password_file != NULL)
         config_check_pwfile(p, cfg->auth_password_file);
+    /* A client waits 5 minutes for a reply (RFC 5321 4.5.3.2). */
+    if (cfg->auth_failure_delay_max_ms > CONFIG_AUTH_DELAY_LIMIT_MS)
+        config_addf(p, NULL, "auth.failure_delay_max: at most 5m (clients "
+            "give up on a reply after 5 minutes)");
+    if (cfg->auth_failure_delay_ms > cfg->auth_failure_delay_max_ms)
+        config_addf(p, NULL, "auth.failure_delay: greater than "
+            "auth.failure_delay_max");
     for (i = 0; i < cfg->nlisten; i++) {
         const struct config_listen *l = &cfg->listen[i];
 

@@ -51,6 +51,10 @@ struct config_dkim_key {
 
 #define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
 
+/* auth.failure_delay_max may not exceed 5 minutes: a client waits that
+ * long for a reply (RFC 5321 4.5.3.2) before it gives up. */
+#define CONFIG_AUTH_DELAY_LIMIT_MS  (5 * 60 * 1000)
+
 struct config {
     char   *path;                   /* the file it came from */
 
@@ -174,6 +178,11 @@ struct config {
     char   *auth_password_file;
     bool    auth_allow_plaintext_loopback; /* AUTH without TLS on loopback */
     int     auth_max_failures;      /* per client address, then 421 */
+    uint64_t auth_failure_delay_ms; /* 1s: the reply to the first failure
+                                       is held this long, doubling for
+                                       each further one from the address */
+    uint64_t auth_failure_delay_max_ms; /* 8s: ... up to this (at most
+                                       CONFIG_AUTH_DELAY_LIMIT_MS) */
     bool    auth_received_header;   /* the login in Received: (default no) */
     bool    submission_sender_login_match; /* MAIL FROM bound to the login */
 };
