@@ -166,6 +166,8 @@ int     tls_client_prepare(struct ssl_st *ssl, const struct tls_req *r,
  * peer satisfies r, -1 when not (o->failure says why). */
 int     tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
             struct tls_outcome *o);
+/* Why the certificate check failed, as text for a deferral. */
+void    tls_client_why(struct ssl_st *ssl, char *out, size_t outsz);
 
 /* ---- the outbound session cache (tls_cache.c; issue 20) ---- */
 
