@@ -403,10 +403,7 @@ mta_connect_next(struct mta_conn *c)
                 c->lasterr);
         c->tls_plain = plain;
         plain = 0;
-        c->tls = a->tls;
-        if (c->tls.verify_name[0] == '\0')
-            util_strlcpy(c->tls.verify_name, a->name,
-                sizeof(c->tls.verify_name));
+        c->tls = a->tls;            /* as the hop: tls_req_same() */
         if (!c->tls_plain)
             memset(&c->tlso, 0, sizeof(c->tlso));
         c->caps = 0;

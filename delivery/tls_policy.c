@@ -144,10 +144,9 @@ tls_defer_reason(const struct tls_req *r, const char *host,
     /* 4.7.4: the security feature is not supported by the peer (RFC 3463
      * X.7.4 "Security features not supported"); 4.7.5 for a failure of
      * the cryptography (a handshake or a certificate check) */
-    snprintf(out, outsz, "451 %s %s is required (tls %s), but %s with host "
+    snprintf(out, outsz, "451 %s %s is required (tls %s) for host %s, but "
         "%s", detail != NULL && strcmp(detail, TLS_FAIL_STARTTLS) == 0 ?
-        "4.7.4" : "4.7.5", what, tls_level_name(r->level),
+        "4.7.4" : "4.7.5", what, tls_level_name(r->level), host,
         detail != NULL && strcmp(detail, TLS_FAIL_STARTTLS) == 0 ?
-        "STARTTLS was not offered" : detail != NULL ? detail : "it failed",
-        host);
+        "STARTTLS was not offered" : detail != NULL ? detail : "it failed");
 }

@@ -822,7 +822,7 @@ Test(config, tls_not_a_mapping)
 {
     tc_tls_bad("tls: yes\n",
         "3:6: tls: expected a mapping of keys (cert_file, key_file, "
-        "min_version, ciphers), got 'yes'");
+        "min_version, ciphers, ca_file), got 'yes'");
 }
 
 
