@@ -677,6 +677,7 @@ mta_free(struct mta *r)
         free(d);
     }
     net_tls_ctx_free(r->tls_ctx);
+    tls_cache_free(r->tls_cache);
     free(r->chunk);
     free(r->helo);
     free(r);
@@ -688,6 +689,16 @@ mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx)
 {
     net_tls_ctx_free(r->tls_ctx);
     r->tls_ctx = ctx;
+    if (ctx == NULL)
+        return;
+    /* Outbound resumption (issue 20): OpenSSL hands every new session
+     * (TLS 1.3 tickets come after the handshake) to the callback, which
+     * files it per destination and host; nothing in OpenSSL's own store. */
+    if (r->tls_cache == NULL)
+        r->tls_cache = tls_cache_new(0, 0);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+        SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, mta_tls_new_session);
 }
 
 

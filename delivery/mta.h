@@ -174,6 +174,8 @@ struct mta_conn {
                                        handshake (may): no STARTTLS */
     int                tls_again;   /* connect_next: the same host again,
                                        in plaintext */
+    char               tls_key[MTA_RELAY_MAX + ROUTE_TEXT_MAX + 16];
+                                    /* session cache key (tls_cache.c) */
     /* the transaction in progress */
     struct mta_txn  *txn;
     unsigned char     *rst;         /* R_* per recipient */
@@ -213,6 +215,7 @@ struct mta {
     char              *chunk;       /* MTA_CHUNK read buffer, shared */
     struct mta_txn  *posted;      /* finished, done() not yet called */
     struct ssl_ctx_st *tls_ctx;     /* client context, or NULL */
+    struct tls_cache  *tls_cache;   /* sessions per destination and host */
     struct ev_timer    post_timer;
 };
 /* mta.c: completion, destinations, connections, fail-over. */
@@ -241,5 +244,9 @@ void    mta_begin(struct mta_conn *c, struct mta_txn *t, int rset);
 int     mta_conn_next(struct mta_conn *c);
 void    mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
 void    mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+/* OpenSSL's new-session callback of the client context: the session
+ * into r->tls_cache under the connection's key. */
+struct ssl_session_st;
+int     mta_tls_new_session(struct ssl_st *ssl, struct ssl_session_st *s);
 
 #endif /* MTAD_MTA_H */

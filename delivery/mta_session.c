@@ -27,6 +27,8 @@
 #include "delivery/mta.h"
 #include "delivery/tls_policy.h"
 
+#include <openssl/ssl.h>
+
 static const char *const mta_phase[] = {
     "connecting", "receiving the initial server greeting",
     "sending EHLO", "sending HELO", "sending RSET",
@@ -639,6 +641,8 @@ mta_tls_step(struct mta_conn *c)
         return 0;
     }
     if (rc < 0) {
+        if (c->r->tls_cache != NULL)
+            tls_cache_del(c->r->tls_cache, c->tls_key);
         util_strlcpy(c->tlso.failure, TLS_FAIL_VALIDATION,
             sizeof(c->tlso.failure));
         c->tlso.used = 0;
@@ -670,11 +674,24 @@ mta_tls_step(struct mta_conn *c)
 }
 
 
-/* mta_tls_begin - 220 to STARTTLS: put TLS on the socket and start. */
+int
+mta_tls_new_session(struct ssl_st *ssl, struct ssl_session_st *s)
+{
+    struct mta_conn *c = SSL_get_app_data(ssl);
+
+    if (c != NULL && c->r->tls_cache != NULL && c->tls_key[0] != '\0')
+        tls_cache_put(c->r->tls_cache, c->tls_key, s, util_now_ms());
+    return 0;                       /* the cache took its own reference */
+}
+
+
+/* mta_tls_begin - 220 to STARTTLS: put TLS on the socket, offer the
+ * cached session of this destination and host, and start. */
 static int
 mta_tls_begin(struct mta_conn *c)
 {
-    char err[256], why[1024];
+    char         err[256], why[1024];
+    SSL_SESSION *sess;
 
     if (net_tls_start_client(&c->net, c->r->tls_ctx, err, sizeof(err)) < 0 ||
         tls_client_prepare(c->net.ssl, &c->tls, err, sizeof(err)) < 0) {
@@ -682,6 +699,14 @@ mta_tls_begin(struct mta_conn *c)
             c->name, err);
         mta_lost(c, why);
         return 1;
+    }
+    snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
+        c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
+    SSL_set_app_data(c->net.ssl, c);
+    if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,
+        c->tls_key, util_now_ms())) != NULL) {
+        (void)SSL_set_session(c->net.ssl, sess);
+        SSL_SESSION_free(sess);
     }
     c->state = C_TLS;
     c->in.off = c->in.len = 0;

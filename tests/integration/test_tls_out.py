@@ -252,3 +252,64 @@ def test_config_errors_name_file_line_field(mtad_factory, ca, workdir):
                      r"may, encrypt, verify, dane or dane-only", err), err
     assert re.search(r"relay\.yaml:\d+:\d+: tls\.ca_file: cannot read",
                      err), err
+
+
+def test_tls_across_connection_reuse(mtad_factory, sink_factory, ca):
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    q1 = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    first = s.wait_for(1)[0]
+    q2 = send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    second = s.wait_for(2)[1]
+    # one connection, one handshake, both messages inside TLS
+    assert second.conn_id == first.conn_id and s.connections == 1
+    assert first.tls is not None and second.tls is not None
+    assert [v for _, v in s.commands].count("STARTTLS") == 1
+    for q, r in ((q1, "x@dst.test"), (q2, "y@dst.test")):
+        assert "tls=TLSv1." in line_of(m, q, r, "sent")
+
+
+def test_reuse_never_mixes_policies(mtad_factory, sink_factory, ca):
+    """Two domains routed to the same host: an idle connection set up
+    under may is not taken by a destination whose level is encrypt."""
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    m.ctl("tls", "policy", "set", "strict.test", "encrypt", check=True)
+    send(m, "a@src.test", ["x@loose.test"], make_message(1))
+    loose = s.wait_for(1)[0]
+    send(m, "a@src.test", ["x@loose.test"], make_message(2))
+    assert s.wait_for(2)[1].conn_id == loose.conn_id     # reuse works
+    q = send(m, "a@src.test", ["y@strict.test"], make_message(3))
+    strict = s.wait_for(3)[2]
+    assert strict.conn_id != loose.conn_id
+    assert strict.tls is not None
+    assert "tls=TLSv1." in line_of(m, q, "y@strict.test", "sent")
+
+
+def test_session_resumed_on_the_next_connection(mtad_factory, sink_factory,
+                                                ca):
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    s.close_after_data = True       # each message needs a new connection
+    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    first = s.wait_for(1)[0]
+    send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    second = s.wait_for(2)[1]
+    assert second.conn_id != first.conn_id
+    assert first.tls["resumed"] is False
+    assert second.tls["resumed"] is True, s.tls
+
+
+def test_session_not_resumed_across_levels(mtad_factory, sink_factory, ca):
+    """A session made under may (nothing verified) is not offered for a
+    verify connection: the cache key holds the level."""
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    s.close_after_data = True
+    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    s.wait_for(1)
+    m.ctl("tls", "policy", "set", "dst.test", "verify", check=True)
+    q = send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    second = s.wait_for(2)[1]
+    assert second.tls["resumed"] is False
+    assert "verify=ca" in line_of(m, q, "y@dst.test", "sent")
