@@ -70,6 +70,15 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->last_reply = r2;
         rc->relay = l2;
     }
+    /* the TLS of an SMTP attempt goes into the state (mtactl show); a
+     * local result keeps the last SMTP attempt's */
+    if (tls != NULL) {
+        char tf[160];
+
+        (void)tls_outcome_format(tls, tf, sizeof(tf));
+        free(rc->tls);
+        rc->tls = xstrdup(tf);
+    }
     a->changed = 1;
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;

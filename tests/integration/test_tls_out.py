@@ -313,3 +313,32 @@ def test_session_not_resumed_across_levels(mtad_factory, sink_factory, ca):
     second = s.wait_for(2)[1]
     assert second.tls["resumed"] is False
     assert "verify=ca" in line_of(m, q, "y@dst.test", "sent")
+
+
+def test_show_says_the_tls_of_each_recipient(mtad_factory, sink_factory,
+                                             ca):
+    good = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    plain = sink_factory()
+    m = start(mtad_factory, ca, good.route,
+              routes={"static": {"strict.test": plain.route}})
+    m.ctl("tls", "policy", "set", "strict.test", "encrypt", check=True)
+    qid = send(m, "a@src.test", ["x@ok.test", "y@strict.test"],
+               make_message(1))
+    good.wait_for(1)
+    line_of(m, qid, "y@strict.test", "deferred")
+
+    def shown():
+        r = m.ctl("show", qid)
+        return r.stdout if "tls_failure=" in r.stdout else None
+    out = wait_for(shown, 20, what="mtactl show with the TLS state")
+    rcpt = {l.split("<")[1].split(">")[0]: l for l in out.splitlines()
+            if l.startswith("recipient:")}
+    assert re.search(r"sent .*relay=127\.0\.0\.1\[127\.0\.0\.1\]:%d "
+                     r"tls=TLSv1\.[23] cipher=\S+ verify=ca$" % good.port,
+                     rcpt["x@ok.test"]), out
+    # every host failed: relay=none, as for any deferral of that kind
+    assert re.search(r"pending .*relay=none tls=none "
+                     r"tls_failure=starttls-not-supported$",
+                     rcpt["y@strict.test"]), out
+    js = m.ctl("queue", "--json").stdout
+    assert '"tls":"tls=none tls_failure=starttls-not-supported"' in js, js
