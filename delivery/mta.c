@@ -404,8 +404,8 @@ mta_connect_next(struct mta_conn *c)
         c->tls_plain = plain;
         plain = 0;
         c->tls = a->tls;            /* as the hop: tls_req_same() */
-        if (!c->tls_plain)
-            memset(&c->tlso, 0, sizeof(c->tlso));
+        c->tls_key[0] = '\0';
+        memset(&c->tlso, 0, sizeof(c->tlso));
         c->caps = 0;
         snprintf(c->name, sizeof(c->name), "%s[%s]:%u", a->name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),

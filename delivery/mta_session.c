@@ -626,13 +626,38 @@ mta_tls_refused(struct mta_conn *c, const char *why)
 }
 
 
+/* mta_tls_failed - the handshake failed (err says why): the same host
+ * again in plaintext for an opportunistic level, else defer.  Returns 1
+ * (c was closed or moved on). */
+static int
+mta_tls_failed(struct mta_conn *c, const char *err)
+{
+    char why[1024];
+
+    if (c->r->tls_cache != NULL && c->tls_key[0] != '\0')
+        tls_cache_del(c->r->tls_cache, c->tls_key);
+    util_strlcpy(c->tlso.failure, TLS_FAIL_VALIDATION,
+        sizeof(c->tlso.failure));
+    c->tlso.used = 0;
+    if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
+            c->name, err);
+        c->tls_again = 1;           /* same host, plaintext (Postfix) */
+        mta_lost(c, why);
+        return 1;
+    }
+    snprintf(why, sizeof(why), "the TLS handshake failed (%.200s)", err);
+    return mta_tls_defer(c, why);
+}
+
+
 /* mta_tls_step - drive the handshake; when done, judge the peer and
  * send EHLO again (RFC 3207 4.2: forget what was learnt before).
  * Returns 1 when c was closed or moved on. */
 static int
 mta_tls_step(struct mta_conn *c)
 {
-    char err[256], why[1024];
+    char err[256];
     int  rc = net_tls_handshake(&c->net, err, sizeof(err));
 
     if (rc == MTA_AGAIN) {
@@ -640,22 +665,8 @@ mta_tls_step(struct mta_conn *c)
             EV_READ);
         return 0;
     }
-    if (rc < 0) {
-        if (c->r->tls_cache != NULL)
-            tls_cache_del(c->r->tls_cache, c->tls_key);
-        util_strlcpy(c->tlso.failure, TLS_FAIL_VALIDATION,
-            sizeof(c->tlso.failure));
-        c->tlso.used = 0;
-        if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
-            snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
-                c->name, err);
-            c->tls_again = 1;       /* same host, plaintext (Postfix) */
-            mta_lost(c, why);
-            return 1;
-        }
-        snprintf(why, sizeof(why), "the TLS handshake failed (%.200s)", err);
-        return mta_tls_defer(c, why);
-    }
+    if (rc < 0)
+        return mta_tls_failed(c, err);
     (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
     if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
         tls_client_why(c->net.ssl, err, sizeof(err));
@@ -809,14 +820,12 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
                 "STARTTLS)", c->name, rp->text);
             return mta_tls_refused(c, why);
         }
-        if (buf_avail(&c->in) > 0) {
+        if (buf_avail(&c->in) > 0)
             /* bytes after the 220 would be read as TLS records that an
-             * attacker injected in plaintext (CVE-2011-0411 class) */
-            snprintf(why, sizeof(why), "host %s sent data after its "
-                "STARTTLS reply", c->name);
-            mta_lost(c, why);
-            return 1;
-        }
+             * attacker injected in plaintext (CVE-2011-0411 class): the
+             * handshake has failed before it began */
+            return mta_tls_failed(c, "the server sent data after its "
+                "STARTTLS reply");
         return mta_tls_begin(c);
     case C_DOT:
         if (!c->empty_data)

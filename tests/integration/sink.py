@@ -34,7 +34,9 @@ Steering (attributes; change them any time, they are read per command):
                STARTTLS is offered (RFC 3207) and served with it
   starttls     False: not offered even with a context (default True)
   tls_break    True: STARTTLS gets its 220, then the sink sends bytes that
-               are no TLS record and closes (a broken handshake)
+               are no TLS record and closes (a broken handshake);
+               "with-reply": those bytes go in the same write as the 220
+               (what a plaintext injection after STARTTLS looks like)
   tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
                connections that did STARTTLS; Message.tls is the entry of
                the connection the message came on (None: plaintext)
@@ -331,6 +333,12 @@ class Sink:
                                              not self.starttls or
                                              conn_id in self.tls):
                     await reply("502 5.5.1 STARTTLS not offered")
+                elif verb == "STARTTLS" and self.tls_break == "with-reply":
+                    with self._lock:
+                        self.events.append(("tls_broken", conn_id))
+                    await reply(b"220 2.0.0 Ready to start TLS\r\n"
+                                b"250 injected")
+                    return
                 elif verb == "STARTTLS":
                     await reply("220 2.0.0 Ready to start TLS")
                     if self.tls_break:

@@ -114,6 +114,24 @@ def test_may_broken_handshake_retries_plaintext(mtad_factory, sink_factory,
     assert "tls=none" in line_of(m, qid, "x@dst.test", "sent")
 
 
+def test_data_after_the_starttls_reply_is_a_failed_handshake(
+        mtad_factory, sink_factory, ca):
+    """Bytes behind the 220 (a plaintext injection) are never read as part
+    of the TLS stream: may retries in plaintext, encrypt defers."""
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    s.tls_break = "with-reply"
+    m = start(mtad_factory, ca, s.route)
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert s.wait_for(1)[0].tls is None and s.connections == 2
+    m.wait_log("the server sent data after its STARTTLS reply; trying "
+               "again without TLS")
+    assert "tls=none" in line_of(m, qid, "x@dst.test", "sent")
+    m.ctl("tls", "policy", "set", "dst.test", "encrypt", check=True)
+    qid = send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    line = line_of(m, qid, "y@dst.test", "deferred")
+    assert "4.7.5" in line and "data after its STARTTLS reply" in line, line
+
+
 def test_encrypt_defers_without_starttls_then_sends(mtad_factory,
                                                     sink_factory, ca):
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
