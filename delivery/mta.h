@@ -15,8 +15,12 @@
  *           come resolved in txn->hops (resolve.c; the relay never resolves
  *           a name); without hops, only the address literals of the route
  *           are used.  An idle connection is reused by any destination
- *           that has its address and port among its hops: domains that
- *           share MX hosts share their connections.
+ *           that has its address and port among its hops and the same
+ *           TLS requirement there (tls_req_same()): domains that share MX
+ *           hosts share their connections, never across TLS policies.
+ *           TLS: STARTTLS as each hop's tls says (tls_policy.h); the
+ *           destination is (txn->dest, txn->tls.level); every result
+ *           carries the TLS outcome of its connection (res[].tls).
  *           The txn, env and fd belong to the caller and must stay valid
  *           until done() ran.
  * FAILURE   Never fails to the caller: every problem becomes a deferred or
