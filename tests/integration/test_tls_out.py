@@ -360,3 +360,38 @@ def test_show_says_the_tls_of_each_recipient(mtad_factory, sink_factory,
                      rcpt["y@strict.test"]), out
     js = m.ctl("queue", "--json").stdout
     assert '"tls":"tls=none tls_failure=starttls-not-supported"' in js, js
+
+
+@pytest.mark.parametrize("level", ["verify", "encrypt", "dane-only"])
+@pytest.mark.parametrize("sink_mode", ["plain", "broken"])
+def test_required_levels_never_send_in_plaintext(mtad_factory, sink_factory,
+                                                 ca, level, sink_mode):
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    if sink_mode == "plain":
+        s.starttls = False
+    else:
+        s.tls_break = True
+    m = start(mtad_factory, ca, s.route, level=level)
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    line = line_of(m, qid, "x@dst.test", "deferred")
+    assert re.search(r"\(451 4\.7\.[45] ", line), line
+    assert s.received() == []
+    assert "MAIL" not in [v for _, v in s.commands]
+
+
+def test_json_log_has_the_tls_fields(mtad_factory, sink_factory, ca):
+    import json
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, ca, s.route, log={"format": "json"})
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    s.wait_for(1)
+
+    def rec():
+        for line in m.log_text().splitlines():
+            if qid in line and '"event":"delivery"' in line:
+                return json.loads(line)
+        return None
+    r = wait_for(rec, 20, what="the delivery record")
+    assert r["status"] == "sent"
+    assert r["tls"] in ("TLSv1.2", "TLSv1.3") and r["cipher"]
+    assert r["verify"] == "ca" and r["tls_failure"] == ""
