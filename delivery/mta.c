@@ -379,7 +379,7 @@ mta_connect_next(struct mta_conn *c)
         SSL_free(c->net.ssl);
         c->net.ssl = NULL;
         close(c->fd);
-        c->fd = -1;
+        c->fd = c->net.fd = -1;     /* never closed twice (mta_conn_close) */
         c->watched = 0;
     }
     c->in.off = c->in.len = 0;
