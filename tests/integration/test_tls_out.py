@@ -395,3 +395,24 @@ def test_json_log_has_the_tls_fields(mtad_factory, sink_factory, ca):
     assert r["status"] == "sent"
     assert r["tls"] in ("TLSv1.2", "TLSv1.3") and r["cipher"]
     assert r["verify"] == "ca" and r["tls_failure"] == ""
+
+
+def test_reload_reads_the_new_ca_file(mtad_factory, sink_factory, ca,
+                                      workdir):
+    """The CA bundle is loaded by each worker before its sandbox; a reload
+    forks workers that read tls.ca_file again."""
+    d = os.path.join(workdir, "other")
+    os.makedirs(d)
+    other = make_test_ca(d, "Other CA")
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, other, s.route, level="verify")
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert "certificate-not-trusted" in line_of(m, qid, "x@dst.test",
+                                                "deferred")
+    m.cfg["tls"]["ca_file"] = ca.cert
+    m.write_config()
+    r = m.ctl("reload")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m.ctl("kick", qid, check=True)
+    assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent", timeout=30)
+    assert s.wait_for(1)[0].tls is not None
