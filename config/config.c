@@ -126,6 +126,7 @@ static const struct config_key config_delivery[] = {
     DUR("max_queue_time", max_queue_time_ms, 1),
     INT("connections_per_destination", connections_per_destination),
     DUR("connect_timeout", connect_timeout_ms, 1),
+    KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
     SECTION("timeouts", config_timeouts),
     END
 };
@@ -148,6 +149,7 @@ static const struct config_key config_tls[] = {
     KEY("key_file", CONFIG_TLSFILE, tls_key_files),
     KEY("min_version", CONFIG_TLSVER, tls_min_version),
     KEY("ciphers", CONFIG_STRING, tls_ciphers),
+    KEY("ca_file", CONFIG_STRING, tls_ca_file),
     END
 };
 
@@ -321,6 +323,8 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->routes_mark = kn->start_mark;
         if (k->off == OFF(tls_ciphers) && keys == config_tls)
             p->tls_ciphers_mark = vn->start_mark;
+        if (k->off == OFF(tls_ca_file) && keys == config_tls)
+            p->tls_ca_mark = vn->start_mark;
         if (keys == config_dns && (k->off == OFF(dns_min_ttl_ms) ||
             (k->off == OFF(dns_max_ttl_ms) && !p->have_dns_ttl_mark))) {
             p->dns_ttl_mark = vn->start_mark;
@@ -387,6 +391,7 @@ config_defaults(const char *path)
     cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
+    cfg->delivery_tls = 1;              /* may */
     cfg->mta_timeouts.greeting_ms = 5 * 60 * 1000;
     cfg->mta_timeouts.helo_ms = 5 * 60 * 1000;
     cfg->mta_timeouts.mail_ms = 5 * 60 * 1000;
@@ -698,6 +703,7 @@ config_free(struct config *cfg)
         free(cfg->tls_key_files[i]);
     }
     free(cfg->tls_ciphers);
+    free(cfg->tls_ca_file);
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);

@@ -116,6 +116,9 @@ struct config {
     uint64_t max_queue_time_ms;     /* 5d */
     int     connections_per_destination; /* 20 */
     uint64_t connect_timeout_ms;    /* 30s */
+    int     delivery_tls;           /* delivery.tls: outbound STARTTLS level,
+                                       a router_tls_level() index (enum
+                                       tls_level); default 1, "may" */
     struct config_mta_timeouts {    /* delivery.timeouts, RFC 5321 4.5.3.2 */
         uint64_t greeting_ms;       /* 5m: the 220 greeting */
         uint64_t helo_ms;           /* 5m: EHLO/HELO (and RSET) */
@@ -151,6 +154,8 @@ struct config {
     char   *tls_key_file;           /* tls_key_files[0] (not a copy) */
     int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
     char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
+    char   *tls_ca_file;            /* outbound: PEM CA bundle that verifies
+                                       next hops; NULL = the system's */
 
     /* dns: the resolver used for MX routes (dns/dns.h) */
     char   *dns_servers;            /* "ip, ip:port, [v6]:port"; NULL =
