@@ -401,12 +401,6 @@ rs_finish(struct rs_job *j)
             deferred = st == MTA_DEFER;
         }
     }
-    if (n > 0 && j->sts != NULL &&
-        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &n, first,
-        sizeof(first)) < 0) {
-        rs_verdict_all(j, MTA_DEFER, first);
-        return;
-    }
     if (n > 0) {
         /* the TLS requirement per host (tls_policy.h, step 1): the txn's
          * level, checked against the host's own name */
@@ -414,6 +408,13 @@ rs_finish(struct rs_job *j)
             j->hop[i].tls = t->tls;
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
+        }
+        /* MTA-STS (sts.c): enforce keeps the matching hosts and makes
+         * them need a CA-verified name; DANE hosts are left to DANE */
+        if (j->sts != NULL && stsd_hops(j->sts, j->part[0].dest->domain,
+            j->hop, &n, first, sizeof(first)) < 0) {
+            rs_verdict_all(j, MTA_DEFER, first);
+            return;
         }
         t->hops = j->hop;
         t->nhops = n;
@@ -666,7 +667,7 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
         char                why[300];
 
         memset(&so, 0, sizeof(so));
-        so.ca_file = NULL;           /* the system bundle */
+        so.ca_file = cfg->tls_ca_file;  /* NULL: the system's bundle */
         so.port = (unsigned)cfg->mta_sts.port;
         so.fetch_timeout_ms = cfg->mta_sts.fetch_timeout_ms;
         if ((rs->sts = stsd_new(loop, rs->dns, &so, why, sizeof(why))) ==

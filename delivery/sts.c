@@ -37,6 +37,7 @@
 #include "dns/dns.h"
 #include "delivery/mta.h"
 #include "delivery/sts.h"
+#include "delivery/tls_policy.h"
 
 #define STSD_BUCKETS   1024
 #define STSD_CA_MAX    (8 * 1024 * 1024)  /* a CA bundle larger is a mistake */
@@ -175,8 +176,15 @@ stsd_hops(const struct sts_policy *p, const char *domain,
     if (p == NULL || p->mode == STS_MODE_NONE)
         return 0;
     for (i = 0; i < *n; i++) {
-        int ok = sts_mx_match(p, hop[i].name);
+        struct tls_req *r = &hop[i].tls;
+        int             ok = sts_mx_match(p, hop[i].name);
 
+        if (r->tlsa != NULL)        /* DANE wins (RFC 8461 2) */
+            ok = 1;
+        else if (p->mode == STS_MODE_ENFORCE)
+            r->sts_enforce = 1;     /* STARTTLS, CA-verified MX name */
+        else
+            r->sts_testing = 1;     /* check and report, deliver anyway */
         if (!ok && miss++ == 0)
             util_strlcpy(first, hop[i].name, sizeof(first));
         if (p->mode == STS_MODE_TESTING || ok) {

@@ -176,8 +176,14 @@ tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
         o->auth = r->sts_enforce ? TLS_AUTH_STS : TLS_AUTH_CA;
         return 0;
     }
-    if (!tls_req_authenticated(r))
+    if (!tls_req_authenticated(r)) {
+        /* MTA-STS testing (RFC 8461 5): what enforce would have refused
+         * is recorded (log, TLS-RPT), the delivery goes on */
+        if (r->sts_testing)
+            util_strlcpy(o->failure, peer == NULL ? TLS_FAIL_VALIDATION :
+                tls_client_failure(v), sizeof(o->failure));
         return 0;                   /* not asked for: verify=none */
+    }
     util_strlcpy(o->failure, peer == NULL ? TLS_FAIL_VALIDATION :
         tls_client_failure(v), sizeof(o->failure));
     return -1;
