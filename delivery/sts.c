@@ -43,6 +43,7 @@
 #define STSD_CA_MAX    (8 * 1024 * 1024)  /* a CA bundle larger is a mistake */
 #define STSD_TXT_MAX   8                  /* TXT records looked at */
 #define STSD_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
+#define STSD_RETRY_MS  (5 * 60 * 1000)    /* after a failed fetch, per id */
 
 enum { E_IDLE = 0, E_TXT, E_ADDR, E_FETCH, E_POST };
 
@@ -83,6 +84,8 @@ struct stsd_entry {
     struct dns_req    *dreq;
     struct stsd_fetch *f;
     char               txt_id[STS_ID_MAX];
+    char               fail_id[STS_ID_MAX]; /* the id whose fetch failed */
+    uint64_t           retry_ms;            /* not fetched again before */
     struct stsd_req   *wait;                /* waiting callers */
     int                use;                 /* the outcome: cached or not */
     char               why[320];
@@ -400,6 +403,19 @@ stsd_fallback(struct stsd_entry *e, const char *why)
 }
 
 
+/* stsd_failed - a fetch of txt_id failed: not again for that id before
+ * STSD_RETRY_MS (every message would wait for it: RFC 8461 3.3 lets
+ * senders limit refetches), the cached policy or none meanwhile. */
+static void
+stsd_failed(struct stsd_entry *e, const char *why)
+{
+    util_strlcpy(e->fail_id, e->txt_id, sizeof(e->fail_id));
+    e->retry_ms = ev_now(e->s->loop) + STSD_RETRY_MS;
+    stsd_fallback(e, why);
+    log_warn("mta-sts: %s: %s", e->domain, e->why);
+}
+
+
 /* ---- the HTTPS fetch ---- */
 
 static size_t
@@ -475,8 +491,7 @@ stsd_fetched(struct stsd_fetch *f, CURLcode rc)
         return;
     }
     stsd_fetch_free(f);
-    stsd_fallback(e, why);
-    log_warn("mta-sts: %s: %s", e->domain, e->why);
+    stsd_failed(e, why);
     stsd_complete(e);
 }
 
@@ -574,8 +589,7 @@ stsd_addr_done(struct dns_dest *dest, void *arg)
         dest->host[0].naddr == 0) {
         snprintf(why, sizeof(why), "mta-sts.%.200s: %s %.150s", e->domain,
             dns_status_name(dest->status), dest->why);
-        stsd_fallback(e, why);
-        log_warn("mta-sts: %s: fetch failed: %s", e->domain, e->why);
+        stsd_failed(e, why);
         dns_dest_free(dest);
         stsd_complete(e);
         return;
@@ -626,7 +640,12 @@ stsd_txt_done(struct dns_rrset *set, void *arg)
     dns_rrset_free(set);
     a = stsd_decide(e->have, e->id, e->expires_ms, ev_now(e->s->loop), t,
         e->txt_id);
-    if (a == STSD_FETCH) {
+    if (a == STSD_FETCH && strcmp(e->fail_id, e->txt_id) == 0 &&
+        ev_now(e->s->loop) < e->retry_ms) {
+        snprintf(why, sizeof(why), "the fetch of id=%s failed less than "
+            "%d minutes ago", e->txt_id, STSD_RETRY_MS / 60000);
+        stsd_fallback(e, why);
+    } else if (a == STSD_FETCH) {
         snprintf(name, sizeof(name), "mta-sts.%s", e->domain);
         e->state = E_ADDR;
         if (dns_host(e->s->dns, name, stsd_addr_done, e, &e->dreq) == 0)
