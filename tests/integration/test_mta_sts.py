@@ -13,10 +13,12 @@ never connected); testing mode (delivered to the MX that does not match and
 whose certificate is wrong, the failure in the log line); a new TXT id
 makes mtad fetch the policy again; with the HTTPS server down, the cached
 unexpired policy is still applied (RFC 8461 5.1); a redirect is not
-followed and a non-text/plain answer is no policy.  Ports 25 and 443 need
+followed and a non-text/plain answer is no policy; a policy server that
+never answers holds only the mail to its domain, not the worker's loop.  Ports 25 and 443 need
 root (CI runs as root); loopback only."""
 import http.server
 import os
+import socket
 import re
 import signal
 import ssl
@@ -65,6 +67,9 @@ mta-sts.redir IN A  %(ip)s
 html         IN MX  10 mx.elsewhere
 _mta-sts.html IN TXT "v=STSv1; id=h1"
 mta-sts.html IN A   %(ip)s
+slow         IN MX  10 mx.elsewhere
+_mta-sts.slow IN TXT "v=STSv1; id=s1"
+mta-sts.slow IN A   127.0.0.85
 chg          IN MX  10 mx.elsewhere
 _mta-sts.chg IN TXT "v=STSv1; id=%(chg_id)s"
 mta-sts.chg  IN A   %(ip)s
@@ -165,6 +170,19 @@ def sts_world(workdir):
         nsd.stop()
 
 
+STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    """Under `make asan`: a worker's ASan/UBSan report fails the test."""
+    STARTED.clear()
+    yield
+    for m in STARTED:
+        err = m.stderr_text()
+        assert "Sanitizer" not in err and "runtime error" not in err, err
+
+
 def start(mtad_factory, w, **over):
     cfg = {"routes": {"default": "mx"}, "tls": {"ca_file": w["ca"].cert},
            "dns": {"servers": [w["nsd"].addr], "timeout": "1s",
@@ -172,7 +190,9 @@ def start(mtad_factory, w, **over):
            "delivery": {"mta_sts": {"fetch_timeout": "5s"}}}
     for k, v in over.items():
         cfg.setdefault(k, {}).update(v)
-    return mtad_factory(cfg).start()
+    m = mtad_factory(cfg).start()
+    STARTED.append(m)
+    return m
 
 
 def mx_sink(sink_factory, last_octet, ca=None, names=None, **kw):
@@ -185,20 +205,27 @@ def mx_sink(sink_factory, last_octet, ca=None, names=None, **kw):
     return s
 
 
+def wait_log(m, needle):
+    """The log text once it holds needle (30 s: fetches and deliveries
+    under ASan on a loaded machine)."""
+    return m.wait_log(needle, timeout=30)
+
+
 def line_of(m, needle):
-    text = m.wait_log(needle)
+    text = wait_log(m, needle)
     return [ln for ln in text.splitlines() if needle in ln][-1]
 
 
 def test_enforce_matching_mx_delivered(mtad_factory, sink_factory, sts_world):
     mx = "mx1.enf.%s" % ZONE
     s81 = mx_sink(sink_factory, 81, sts_world["ca"], [mx])
-    m = start(mtad_factory, sts_world)
+    # one worker: each worker has its own policy cache
+    m = start(mtad_factory, sts_world, server={"workers": 1})
     qid = send(m, "a@home.test", ["x@enf.%s" % ZONE], make_message(1))
     msg = s81.wait_for(1)[0]
     assert msg.rcpt_tos == ["x@enf.%s" % ZONE]
     assert msg.tls is not None and msg.tls["sni"] == mx
-    m.wait_log("mta-sts: enf.%s: fetched policy id=enf1 mode=enforce "
+    wait_log(m, "mta-sts: enf.%s: fetched policy id=enf1 mode=enforce "
                "max_age=86400" % ZONE)
     ln = line_of(m, "%s: to=<x@enf.%s>" % (qid, ZONE))
     assert "status=sent" in ln, ln
@@ -233,7 +260,7 @@ def test_enforce_mismatching_mx_deferred(mtad_factory, sink_factory,
     ln = line_of(m, "%s: to=<x@bad.%s>" % (qid, ZONE))
     assert "status=deferred (451 4.7.5 MTA-STS policy of bad.%s (enforce): "\
         "no MX host matches (mx.elsewhere.%s)" % (ZONE, ZONE) in ln, ln
-    m.wait_log("mta-sts: bad.%s: MX host mx.elsewhere.%s does not match "
+    wait_log(m, "mta-sts: bad.%s: MX host mx.elsewhere.%s does not match "
                "the policy (mode enforce): not used" % (ZONE, ZONE))
     # the mismatching MX never saw a connection
     assert s82.received() == [] and s82.connections == 0
@@ -250,7 +277,7 @@ def test_testing_mode_delivers_and_logs(mtad_factory, sink_factory,
     qid = send(m, "a@home.test", ["x@tst.%s" % ZONE], make_message(1))
     msg = s83.wait_for(1)[0]
     assert msg.rcpt_tos == ["x@tst.%s" % ZONE] and msg.tls is not None
-    m.wait_log("mta-sts: tst.%s: MX host mx.other.%s does not match the "
+    wait_log(m, "mta-sts: tst.%s: MX host mx.other.%s does not match the "
                "policy (mode testing): delivering anyway" % (ZONE, ZONE))
     ln = line_of(m, "%s: to=<x@tst.%s>" % (qid, ZONE))
     assert "status=sent" in ln, ln
@@ -268,8 +295,8 @@ def test_redirect_and_wrong_type_are_no_policy(mtad_factory, sink_factory,
     send(m, "a@home.test", ["r@redir.%s" % ZONE], make_message(1))
     send(m, "a@home.test", ["h@html.%s" % ZONE], make_message(2))
     s82.wait_for(2)
-    m.wait_log("mta-sts: redir.%s: fetch failed: HTTP status 301" % ZONE)
-    m.wait_log("mta-sts: html.%s: fetch failed: Content-Type text/html, "
+    wait_log(m, "mta-sts: redir.%s: fetch failed: HTTP status 301" % ZONE)
+    wait_log(m, "mta-sts: html.%s: fetch failed: Content-Type text/html, "
                "not text/plain" % ZONE)
     assert "enf" not in sts_world["web"].fetches
 
@@ -304,12 +331,12 @@ def test_new_id_refetches_and_cache_survives_server_down(
     a, b, c = ("%s@chg.%s" % (x, ZONE) for x in "abc")
     send(m, "a@home.test", [a], make_message(1))
     wait_for(lambda: delivered_to(s82, a), 20, what="a delivered under c1")
-    m.wait_log("mta-sts: chg.%s: fetched policy id=c1" % ZONE)
+    wait_log(m, "mta-sts: chg.%s: fetched policy id=c1" % ZONE)
     # id c2, a policy that does not list the MX: fetched again, deferred
     web.policies["chg"] = policy("enforce", "*.chg.%s" % ZONE)
     reload_zone(nsd, "c2")
     qid = send(m, "a@home.test", [b], make_message(2))
-    m.wait_log("mta-sts: chg.%s: fetched policy id=c2" % ZONE)
+    wait_log(m, "mta-sts: chg.%s: fetched policy id=c2" % ZONE)
     ln = line_of(m, "%s: to=<%s>" % (qid, b))
     assert "status=deferred (451 4.7.5 MTA-STS policy of chg." in ln, ln
     assert web.fetches["chg"] == 2
@@ -324,3 +351,70 @@ def test_new_id_refetches_and_cache_survives_server_down(
     ln = line_of(m, "%s: to=<%s>" % (qid, c))
     assert "status=deferred (451 4.7.5 MTA-STS policy of chg." in ln, ln
     assert delivered_to(s82, c) == [] and delivered_to(s82, b) == []
+
+
+class StalledServer:
+    """Accepts TCP connections on ip:443 and never says a word; close()
+    closes them (the client then sees the connection end)."""
+
+    def __init__(self, ip):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((ip, 443))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.conns = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        if self.sock is None:
+            return
+        self._stop.set()
+        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            raise RuntimeError("stalled server thread did not stop")
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+        self.sock = None
+
+
+def test_stalled_policy_server_holds_only_its_domain(
+        mtad_factory, sink_factory, sts_world):
+    """One worker; the policy fetch of slow.sts.test hangs (a long
+    fetch_timeout).  Meanwhile the worker still takes and delivers mail
+    to enf.sts.test, fetching that policy too; the slow domain's message
+    waits, and goes on (no policy) once its server drops the connection."""
+    stalled = StalledServer("127.0.0.85")
+    try:
+        s81 = mx_sink(sink_factory, 81, sts_world["ca"],
+                      ["mx1.enf.%s" % ZONE])
+        s82 = mx_sink(sink_factory, 82)
+        m = start(mtad_factory, sts_world, server={"workers": 1},
+                  delivery={"mta_sts": {"fetch_timeout": "5m"}})
+        slow = "x@slow.%s" % ZONE
+        qid = send(m, "a@home.test", [slow], make_message(1))
+        wait_for(lambda: stalled.conns, 20, what="the policy fetch connected")
+        send(m, "a@home.test", ["y@enf.%s" % ZONE], make_message(2))
+        s81.wait_for(1)
+        assert s82.received() == []
+        assert "mta-sts: slow.%s" % ZONE not in m.log_text()
+        stalled.close()
+        ln = line_of(m, "mta-sts: slow.%s: fetch failed" % ZONE)
+        assert ln.endswith("; no policy"), ln
+        assert s82.wait_for(1)[0].rcpt_tos == [slow]
+        assert "status=sent" in line_of(m, "%s: to=<%s>" % (qid, slow))
+    finally:
+        stalled.close()
