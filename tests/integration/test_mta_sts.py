@@ -12,10 +12,11 @@ the MX name), with a matching MX whose certificate names another host
 never connected); testing mode (delivered to the MX that does not match and
 whose certificate is wrong, the failure in the log line); a new TXT id
 makes mtad fetch the policy again; with the HTTPS server down, the cached
-unexpired policy is still applied (RFC 8461 5.1); a redirect is not
-followed and a non-text/plain answer is no policy; a policy server that
-never answers holds only the mail to its domain, not the worker's loop.  Ports 25 and 443 need
-root (CI runs as root); loopback only."""
+unexpired policy is still applied (RFC 8461 5.1); enforce with an MX that
+offers no STARTTLS defers 4.7.4; mode none changes nothing; a redirect is
+not followed and a non-text/plain answer is no policy; a policy server
+that never answers holds only the mail to its domain, not the worker's
+loop.  Ports 25 and 443 need root (CI runs as root); loopback only."""
 import http.server
 import os
 import socket
@@ -67,6 +68,13 @@ mta-sts.redir IN A  %(ip)s
 html         IN MX  10 mx.elsewhere
 _mta-sts.html IN TXT "v=STSv1; id=h1"
 mta-sts.html IN A   %(ip)s
+nostls       IN MX  10 mx1.nostls
+mx1.nostls   IN A   127.0.0.86
+_mta-sts.nostls IN TXT "v=STSv1; id=n1"
+mta-sts.nostls IN A %(ip)s
+nonem        IN MX  10 mx.elsewhere
+_mta-sts.nonem IN TXT "v=STSv1; id=none1"
+mta-sts.nonem IN A  %(ip)s
 slow         IN MX  10 mx.elsewhere
 _mta-sts.slow IN TXT "v=STSv1; id=s1"
 mta-sts.slow IN A   127.0.0.85
@@ -84,6 +92,8 @@ def policy(mode, *mx, max_age=86400):
 POLICIES = {
     "enf": policy("enforce", "*.enf.sts.test"),
     "enf2": policy("enforce", "mx1.enf2.sts.test"),
+    "nostls": policy("enforce", "*.nostls.sts.test"),
+    "nonem": policy("none"),
     "bad": policy("enforce", "*.bad.sts.test", "mail.bad.sts.test"),
     "tst": policy("testing", "mx.nomatch.sts.test"),
     "html": policy("enforce", "*.html.sts.test"),
@@ -158,7 +168,7 @@ def sts_world(workdir):
     ca = make_test_ca(d)
     cert, key = ca.issue(["mta-sts.%s.%s" % (l, ZONE) for l in
                           ("enf", "enf2", "bad", "tst", "redir", "html",
-                           "chg")])
+                           "chg", "nostls", "nonem")])
     nsd = Nsd(d, zone_text=ZONE_TEXT % {"ip": HTTPS_IP, "chg_id": "c1"},
               zone=ZONE + ".")
     nsd.start()
@@ -265,6 +275,27 @@ def test_enforce_mismatching_mx_deferred(mtad_factory, sink_factory,
     # the mismatching MX never saw a connection
     assert s82.received() == [] and s82.connections == 0
     assert qid in m.queue_ids()
+
+
+def test_enforce_without_starttls_deferred_and_mode_none(
+        mtad_factory, sink_factory, sts_world):
+    """enforce: a matching MX that does not offer STARTTLS defers 4.7.4
+    (no MAIL sent); mode none: the MX that no pattern lists gets the mail
+    as without a policy (plaintext here)."""
+    s86 = mx_sink(sink_factory, 86)             # no STARTTLS
+    s82 = mx_sink(sink_factory, 82)
+    m = start(mtad_factory, sts_world)
+    qid = send(m, "a@home.test", ["x@nostls.%s" % ZONE], make_message(1))
+    ln = line_of(m, "%s: to=<x@nostls.%s>" % (qid, ZONE))
+    assert "status=deferred (451 4.7.4" in ln and \
+        "STARTTLS was not offered" in ln, ln
+    assert "MAIL" not in [v for _, v in s86.commands]
+    qid = send(m, "a@home.test", ["y@nonem.%s" % ZONE], make_message(2))
+    assert s82.wait_for(1)[0].rcpt_tos == ["y@nonem.%s" % ZONE]
+    wait_log(m, "mta-sts: nonem.%s: fetched policy id=none1 mode=none"
+             % ZONE)
+    ln = line_of(m, "%s: to=<y@nonem.%s>" % (qid, ZONE))
+    assert "status=sent" in ln and "tls=none" in ln, ln
 
 
 def test_testing_mode_delivers_and_logs(mtad_factory, sink_factory,
