@@ -76,6 +76,7 @@ umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
+umod_test_reqtls := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
