@@ -385,6 +385,29 @@ Test(requiretls_spool, mark_while_writing_then_dkim_room)
     spool_close(sp);
 }
 
+Test(requiretls_spool, mark_after_dkim_room_moves_the_room_too)
+{
+    static const char head[] = "TLS-Required: no\r\n\r\n";
+    struct spool     *sp = t_spool();
+    struct spool_env  e, *got;
+    struct spool_msg *m;
+    char             *back;
+
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    cr_assert_eq(spool_head_reserve(m, 8), SPOOL_OK);
+    cr_assert_eq(spool_write(m, head, sizeof(head) - 1), SPOOL_OK);
+    cr_assert_eq(spool_mark_tls_optional(m), SPOOL_OK);
+    cr_assert_eq(spool_write(m, "b\r\n", 3), SPOOL_OK);
+    cr_assert_eq(spool_head_fill(m, "Sig: 1\r\n", 8), SPOOL_OK);
+    got = t_reopen(sp, m, &back);
+    cr_assert_eq(got->tls_optional, 1);
+    cr_assert_str_eq(back, "Sig: 1\r\nTLS-Required: no\r\n\r\nb\r\n");
+    free(back);
+    spool_env_free(got);
+    spool_close(sp);
+}
+
 Test(requiretls_spool, mark_on_a_requiretls_message_changes_nothing)
 {
     struct spool     *sp = t_spool();
