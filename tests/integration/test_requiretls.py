@@ -193,3 +193,25 @@ def test_requiretls_wins_over_the_header_field(m):
     text = m.wait_log("%s: from=<a@x.test>" % qid)
     assert re.search(r"%s: from=<a@x\.test>.*tls_required=requiretls" % qid,
                      text), text
+
+
+# --- with DKIM signing: the envelope line and the signature's room --------
+
+@pytest.mark.parametrize("size", [1, 70000])
+def test_tls_required_no_with_dkim_signing(mtad_factory, workdir, hole,
+                                           size):
+    """The envelope line goes in while the header is in the spool buffer,
+    DKIM's room in front of the body after it; with 2 MiB the signature is
+    written back with pwrite() past the moved start: it must verify."""
+    import test_dkim as td
+    keys = td.Keys(workdir)
+    mt = td.start(mtad_factory, hole,
+                  [keys.make("example.org", "s1", "ed25519-sha256")])
+    text = b"".join(b"line %07d of the message\r\n" % i for i in range(size))
+    env, body = td.send(mt, td.msg([b"From: a@example.org",
+                                    b"TLS-Required: No",
+                                    b"Subject: not secret"], text))
+    assert env["tlsreq"] == b"NO"
+    assert len(td.signatures(body)) == 1
+    assert td.verify(keys, body)
+    assert body.endswith(text)
