@@ -212,3 +212,51 @@ def test_insecure_mx_bounces_secure_mx_delivers(mtad_factory, sink_factory,
     assert "REQUIRETLS" in got.mail_params and got.tls["sni"] == MX_ONE
     line = line_of(m, qid, "z@far.test", "sent")
     assert "verify=ca" in line, line
+
+
+# --- idle connections ------------------------------------------------------
+
+def send_plain_then_requiretls(m, remote):
+    """A plain message first (its connection then idles), then a
+    REQUIRETLS one to the same destination; their ids."""
+    plain = send(m, "y@far.test", make_message(8), requiretls=False)
+    line_of(m, plain, "y@far.test", "sent")
+    assert remote.connections == 1
+    return plain, send(m, "x@far.test", make_message(9))
+
+
+def test_no_ride_on_an_idle_unverified_connection(mtad_factory,
+                                                  sink_factory, ca, workdir):
+    d = os.path.join(workdir, "other")
+    os.makedirs(d)
+    other = make_test_ca(d, "Other CA")
+    # TLS the default level `may` takes without checking the certificate
+    remote = tls_sink(sink_factory, other, ["127.0.0.1"])
+    home = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, ca, remote.route, home)
+    plain, qid = send_plain_then_requiretls(m, remote)
+    assert "verify=none" in line_of(m, plain, "y@far.test", "sent")
+    line = line_of(m, qid, "x@far.test", "bounced")
+    assert "550 5.7.10 REQUIRETLS" in line, line
+    # a connection of its own, refused at the certificate
+    assert remote.connections == 2
+    assert [g.rcpt_tos for g in remote.received()] == [["y@far.test"]]
+    _, body = dsn_of(home)
+    assert "Status: 5.7.10\r\n" in body
+
+
+def test_idle_verified_connection_without_keyword_is_not_used(
+        mtad_factory, sink_factory, ca):
+    remote = tls_sink(sink_factory, ca, ["127.0.0.1"], requiretls=False)
+    home = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    m = start(mtad_factory, ca, remote.route, home)
+    r = m.ctl("tls", "policy", "set", "far.test", "verify")
+    assert r.returncode == 0, r.stderr
+    plain, qid = send_plain_then_requiretls(m, remote)
+    assert "verify=ca" in line_of(m, plain, "y@far.test", "sent")
+    line = line_of(m, qid, "x@far.test", "bounced")
+    assert "550 5.7.30 REQUIRETLS support required" in line, line
+    assert [g.rcpt_tos for g in remote.received()] == [["y@far.test"]]
+    assert remote.connections == 2
+    _, body = dsn_of(home)
+    assert "Status: 5.7.30\r\n" in body
