@@ -16,12 +16,15 @@ unexpired policy is still applied (RFC 8461 5.1); enforce with an MX that
 offers no STARTTLS defers 4.7.4; mode none changes nothing; a redirect is
 not followed and a non-text/plain answer is no policy; a policy server
 that never answers holds only the mail to its domain, not the worker's
-loop.  Ports 25 and 443 need root (CI runs as root); loopback only."""
+loop; a REQUIRETLS message may follow the (unsigned) MX answer only where
+an MTA-STS policy covers it.  Ports 25 and 443 need root (CI runs as
+root); loopback only."""
 import http.server
 import os
-import socket
 import re
 import signal
+import smtplib
+import socket
 import ssl
 import threading
 import time
@@ -449,3 +452,52 @@ def test_stalled_policy_server_holds_only_its_domain(
         assert "status=sent" in line_of(m, "%s: to=<%s>" % (qid, slow))
     finally:
         stalled.close()
+
+
+def send_requiretls(m, rcpt, msg):
+    """One message over STARTTLS into m with MAIL ... REQUIRETLS; its id."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    s = smtplib.SMTP("127.0.0.1", m.port, timeout=10)
+    try:
+        s.ehlo("client.test")
+        s.starttls(context=ctx)
+        s.ehlo("client.test")
+        code, resp = s.mail("a@home.test", ["REQUIRETLS"])
+        assert code == 250, resp
+        code, resp = s.rcpt(rcpt)
+        assert code == 250, resp
+        code, resp = s.data(msg)
+        assert code == 250, resp
+        return re.search(rb"queued as ([0-9A-F]{16})", resp).group(1).decode()
+    finally:
+        s.quit()
+
+
+def test_requiretls_over_an_mta_sts_covered_mx(mtad_factory, sink_factory,
+                                               sts_world):
+    """RFC 8689 4.2.1: a REQUIRETLS message may follow an MX answer that is
+    not DNSSEC-secure (this zone is unsigned) only when an MTA-STS policy
+    covers the MX host: enf.sts.test (enforce) is delivered, verify=sts;
+    nonem.sts.test (mode none) bounces 5.7.10."""
+    ca = sts_world["ca"]
+    s81 = mx_sink(sink_factory, 81, ca, ["mx1.enf.%s" % ZONE])
+    s81.requiretls = True
+    s82 = mx_sink(sink_factory, 82, ca, ["mx.elsewhere.%s" % ZONE])
+    s82.requiretls = True
+    chain, key = ca.issue(["mx.test.example"])
+    m = start(mtad_factory, sts_world,
+              tls={"cert_file": chain, "key_file": key})
+    rcpt = "r@enf.%s" % ZONE
+    qid = send_requiretls(m, rcpt, make_message(1))
+    assert s81.wait_for(1)[0].rcpt_tos == [rcpt]
+    ln = line_of(m, "%s: to=<%s>" % (qid, rcpt))
+    assert "status=sent" in ln and "verify=sts" in ln, ln
+    rcpt = "r@nonem.%s" % ZONE
+    qid = send_requiretls(m, rcpt, make_message(2))
+    ln = line_of(m, "%s: to=<%s>" % (qid, rcpt))
+    assert "status=bounced (550 5.7.10 REQUIRETLS: the MX record that " \
+        "names mx.elsewhere.%s is neither DNSSEC-secure nor covered by an " \
+        "MTA-STS policy" % ZONE in ln, ln
+    assert s82.received() == []
