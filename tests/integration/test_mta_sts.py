@@ -17,7 +17,8 @@ offers no STARTTLS defers 4.7.4; mode none changes nothing; a redirect is
 not followed and a non-text/plain answer is no policy; a policy server
 that never answers holds only the mail to its domain, not the worker's
 loop; a REQUIRETLS message may follow the (unsigned) MX answer only where
-an MTA-STS policy covers it.  Ports 25 and 443 need root (CI runs as
+an MTA-STS policy covers it, and "TLS-Required: No" ignores the policy.
+Ports 25 and 443 need root (CI runs as
 root); loopback only."""
 import http.server
 import os
@@ -501,3 +502,20 @@ def test_requiretls_over_an_mta_sts_covered_mx(mtad_factory, sink_factory,
         "names mx.elsewhere.%s is neither DNSSEC-secure nor covered by an " \
         "MTA-STS policy" % ZONE in ln, ln
     assert s82.received() == []
+
+
+def test_tls_required_no_ignores_the_policy(mtad_factory, sink_factory,
+                                            sts_world):
+    """RFC 8689 5: a message with "TLS-Required: No" is delivered as if
+    the domain had no MTA-STS policy: bad.sts.test's enforce policy does
+    not list its MX, which still gets this message (and not another)."""
+    s82 = mx_sink(sink_factory, 82)
+    m = start(mtad_factory, sts_world)
+    msg = (b"Subject: not secret\r\nTLS-Required: No\r\n\r\nhello\r\n")
+    qid = send(m, "a@home.test", ["n@bad.%s" % ZONE], msg)
+    assert s82.wait_for(1)[0].rcpt_tos == ["n@bad.%s" % ZONE]
+    assert "status=sent" in line_of(m, "%s: to=<n@bad.%s>" % (qid, ZONE))
+    qid = send(m, "a@home.test", ["p@bad.%s" % ZONE], make_message(2))
+    ln = line_of(m, "%s: to=<p@bad.%s>" % (qid, ZONE))
+    assert "status=deferred (451 4.7.5 MTA-STS policy of bad." in ln, ln
+    assert len(s82.received()) == 1
