@@ -18,8 +18,7 @@ not followed and a non-text/plain answer is no policy; a policy server
 that never answers holds only the mail to its domain, not the worker's
 loop; a REQUIRETLS message may follow the (unsigned) MX answer only where
 an MTA-STS policy covers it, and "TLS-Required: No" ignores the policy.
-Ports 25 and 443 need root (CI runs as
-root); loopback only."""
+Ports 25 and 443 need root (CI runs as root); loopback only."""
 import http.server
 import os
 import re
