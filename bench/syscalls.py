@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--mtad", default=harness.MTAD)
     ap.add_argument("--extra", default="", help="extra relay.yaml text")
     ap.add_argument("--trace", help="also write the full strace (no -c) to this file")
+    ap.add_argument("--perf", help="instead of strace: perf record -g of the workers "
+                    "into this file (perf report -i FILE)")
     a = ap.parse_args()
     shm = tempfile.mkdtemp(prefix="mtad-sys.", dir="/dev/shm")
     os.chmod(shm, 0o755)
@@ -71,7 +73,11 @@ def main():
         pids = [p for p in harness.tree(mta.root()) if harness.alive(p)]
         out = os.path.join(shm, "strace.out")
         argv = ["strace", "-f", "-c", "-o", out]
-        if a.trace:
+        if a.perf:
+            wpids = pids
+            argv = ["perf", "record", "-q", "-g", "-F", "1999", "-o", a.perf,
+                    "-p", ",".join(str(p) for p in wpids)]
+        elif a.trace:
             # -C: the summary and the full trace (-o then holds both)
             argv = ["strace", "-f", "-C", "-s", "80", "-o", out]
         for p in pids:
@@ -86,6 +92,10 @@ def main():
         if a.trace:
             shutil.copy(out, a.trace)
         got = r["delivered"]
+        if a.perf:
+            print("sessions=%d msgs=%d accepted=%d delivered=%d cpu_s_per_1000=%.3f" %
+                  (a.c, a.m, r["accepted"], got, r["cpu_per_1000"] or -1))
+            return 0 if r["e2e_complete"] else 1
         counts = strace_counts(out)
         total = sum(counts.values())
         print("sessions=%d msgs=%d per_conn=%d size=%d accepted=%d delivered=%d" %

@@ -29,9 +29,14 @@
  *           delivery.retry (the last step repeats), state saved, lock
  *           released, rescheduled; past max_queue_time the open
  *           recipients bounce (4.4.7).
- * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open or held unsaved
- *           at once (each holds the queue fd and its lock); the rest wait
- *           in the heap.
+ * LIMITS    At most d->max_active attempts are open or held unsaved at
+ *           once (each holds the queue fd and its lock); the rest wait in
+ *           the heap.  DELIVER_MAX_ACTIVE, or up to DELIVER_MAX_ACTIVE_HI
+ *           when the open-file limit leaves room (an eighth of it): with
+ *           many inbound sessions the accepted mail outruns the outbound
+ *           connections for a while, and every message past the limit
+ *           was closed, and later reopened, locked and re-read instead
+ *           of being handed over from the session (issue 16).
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
@@ -73,6 +78,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/log.h"
@@ -91,7 +98,8 @@
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
 #define DELIVER_ERROR_MS     60000       /* at least, for a damaged file */
-#define DELIVER_MAX_ACTIVE   256         /* attempts open at once */
+#define DELIVER_MAX_ACTIVE   256         /* attempts open at once, at least */
+#define DELIVER_MAX_ACTIVE_HI 2048       /* ... at most (see LIMITS) */
 #define DELIVER_BATCH        64          /* attempts started per timer run */
 #define DELIVER_DOT_GRACE_MS 1000        /* at the stop deadline, for a reply
                                           * due after the final dot */
@@ -279,11 +287,13 @@ dl_is_active(const struct deliver *d, const char *id)
 
 
 /* dl_start - open, lock and run one attempt for id. */
+static void dl_begin(struct deliver *d, struct spool_env *env, int fd,
+            off_t off);
+
 static void
 dl_start(struct deliver *d, const char *id)
 {
     struct spool_env  *env = NULL;
-    struct dl_attempt *a;
     int                fd = -1, rc;
     off_t              off = 0;
 
@@ -321,6 +331,17 @@ dl_start(struct deliver *d, const char *id)
         spool_env_free(env);
         return;
     }
+    dl_begin(d, env, fd, off);
+}
+
+
+/* dl_begin - an attempt from an opened, locked message: env and fd are
+ * the attempt's now. */
+static void
+dl_begin(struct deliver *d, struct spool_env *env, int fd, off_t off)
+{
+    struct dl_attempt *a;
+
     a = xcalloc(1, sizeof(*a));
     a->d = d;
     a->env = env;
@@ -361,7 +382,7 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         return;
     }
     while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
-        d->nactive + d->nunsaved < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
+        d->nactive + d->nunsaved < d->max_active && n < DELIVER_BATCH) {
         struct dl_entry e;
 
         dl_heap_pop(d, &e);
@@ -382,7 +403,7 @@ deliver_arm(struct deliver *d)
     uint64_t now, when;
 
     if (d->nheap == 0 || d->gaveback ||
-        d->nactive + d->nunsaved >= DELIVER_MAX_ACTIVE ||
+        d->nactive + d->nunsaved >= d->max_active ||
         (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
@@ -394,6 +415,24 @@ deliver_arm(struct deliver *d)
 
 
 /* ---- public ---- */
+
+/* dl_max_active - the limit on open attempts (see LIMITS): an eighth of
+ * the open-file limit, within [DELIVER_MAX_ACTIVE, DELIVER_MAX_ACTIVE_HI]. */
+static size_t
+dl_max_active(void)
+{
+    struct rlimit nofile;
+
+    if (getrlimit(RLIMIT_NOFILE, &nofile) != 0)
+        return DELIVER_MAX_ACTIVE;
+    if (nofile.rlim_cur == RLIM_INFINITY ||
+        nofile.rlim_cur / 8 >= DELIVER_MAX_ACTIVE_HI)
+        return DELIVER_MAX_ACTIVE_HI;
+    if (nofile.rlim_cur / 8 <= DELIVER_MAX_ACTIVE)
+        return DELIVER_MAX_ACTIVE;
+    return (size_t)(nofile.rlim_cur / 8);
+}
+
 
 struct deliver *
 deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
@@ -419,6 +458,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
     mta_set_timeouts(d->relay, &cfg->mta_timeouts);
     ev_timer_init(&d->timer, deliver_fire, d);
     ev_timer_init(&d->save_timer, dl_save_fire, d);
+    d->max_active = dl_max_active();
     return d;
 }
 
@@ -521,6 +561,25 @@ void
 deliver_submit(struct deliver *d, const char *id)
 {
     dl_schedule(d, id, 0);
+}
+
+
+/* The hand-off (spool_keep): what dl_start() would do after its
+ * spool_msg_open(), minus the open.  Only when deliver_fire() would start
+ * it at once too; otherwise the usual way, which reopens it later. */
+void
+deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
+    off_t body_off)
+{
+    if (d->draining || d->gaveback || dl_held(d) ||
+        d->nactive + d->nunsaved >= d->max_active ||
+        deliver_shard_of(env->id, d->nshards) != d->shard) {
+        dl_schedule(d, env->id, 0);
+        close(fd);                      /* the lock goes with it */
+        spool_env_free(env);
+        return;
+    }
+    dl_begin(d, env, fd, body_off);
 }
 
 

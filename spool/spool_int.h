@@ -61,6 +61,8 @@ struct spool {
     uint64_t    reserve;            /* bytes new mail leaves free */
     uint64_t    room_budget;        /* bytes new mail may write unchecked */
     uint64_t    room_until_ms;      /* ... until then (monotonic) */
+    int         close_quiet;        /* close() never reports a delayed
+                                     * write error here (spool_keep) */
     char        err[512];
 };
 
@@ -79,6 +81,7 @@ struct spool_msg {
     uint64_t    head_off;           /* spool_head_reserve()'s room */
     size_t      head_len;           /* its size, 0 = none */
     int         head_filled;
+    int         keep;               /* spool_keep(): a commit keeps fd */
 };
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global
