@@ -488,15 +488,42 @@ deliver_free(struct deliver *d)
 
 
 
+static int
+dl_id_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, SPOOL_ID_SIZE);
+}
+
+
+/* dl_active_ids - the ids of the open and unsaved attempts, sorted: a
+ * rebuild looks each queue file up there with a binary search, not with
+ * dl_is_active()'s walk (up to max_active attempts per file). */
+static char (*dl_active_ids(const struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
+{
+    const struct dl_attempt *a;
+    char                   (*v)[SPOOL_ID_SIZE];
+    size_t                   n = 0;
+
+    v = xcalloc(d->nactive + d->nunsaved + 1, SPOOL_ID_SIZE);
+    for (a = d->active; a; a = a->next)
+        memcpy(v[n++], a->env->id, SPOOL_ID_SIZE);
+    for (a = d->unsaved; a; a = a->next)
+        memcpy(v[n++], a->env->id, SPOOL_ID_SIZE);
+    qsort(v, n, SPOOL_ID_SIZE, dl_id_cmp);
+    *np = n;
+    return v;
+}
+
+
 /* deliver_load - rebuild the schedule from the spool: every id of our
  * shard, at once (now: a kick) or at its saved next retry.  Ids with an
  * attempt open are left to it; it reschedules itself. */
 static int
 deliver_load(struct deliver *d, int now, const char *why)
 {
-    char  (*ids)[SPOOL_ID_SIZE] = NULL;
+    char  (*ids)[SPOOL_ID_SIZE] = NULL, (*act)[SPOOL_ID_SIZE];
     struct dl_entry *found = NULL;
-    size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0;
+    size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0, nact;
     int    rc;
 
     rc = spool_list(d->sp, &ids, &n);
@@ -504,15 +531,31 @@ deliver_load(struct deliver *d, int now, const char *why)
         log_warn("%s: listing the queue: %s", why, spool_errstr(d->sp));
         return -1;
     }
+    act = dl_active_ids(d, &nact);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
-        int               fd = -1;
+        int               fd = -1, pk, pheld;
         off_t             off;
         uint64_t          when = 0;
 
         if (deliver_shard_of(ids[i], d->nshards) != d->shard ||
-            dl_is_active(d, ids[i]))
+            (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
+            dl_id_cmp) != NULL))
             continue;
+        /* Usually one fstatat(): the schedule is in the queue file's
+         * inode (spool_sched_peek), so a million deferred messages are
+         * scheduled without opening a million files twice (issue 16). */
+        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld);
+        if (pk == SPOOL_ENOENT)
+            continue;
+        if (pk == SPOOL_OK) {
+            if (pheld) {
+                held++;
+                continue;
+            }
+            goto found;
+        }
+        when = 0;
         rc = spool_msg_open(d->sp, ids[i], 0, &env, &fd, &off);
         if (rc == SPOOL_ENOENT)
             continue;
@@ -529,6 +572,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         }
         spool_env_free(env);
         /* an unreadable file is tried now: the attempt logs why */
+found:
         if (nfound == capfound) {
             capfound = capfound ? capfound * 2 : 64;
             found = xrealloc(found, capfound * sizeof(*found));
@@ -539,6 +583,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         taken++;
     }
     free(ids);
+    free(act);
     d->nheap = 0;                       /* the spool is the truth */
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);

@@ -185,6 +185,17 @@ void    spool_env_free(struct spool_env *env);           /* NULL ok */
  * cleared; spool_prepare() marks the queue files of state files written
  * before the mark existed.  SPOOL_ENOENT when queue/<id> is gone. */
 int     spool_state_save(struct spool *sp, const struct spool_env *env);
+/* What a schedule needs without opening anything (start-up recovery of a
+ * big queue, issue 16): one fstatat() of queue/<id>.  spool_state_save()
+ * also records the next retry as the queue file's mtime and the held flag
+ * in its mode (group and other execute bits; the spool is 0700), with a
+ * bit saying they are valid, cleared while a state is being replaced.
+ * SPOOL_OK: *next_retry_ms and *held are the saved state's (0 and 0 for
+ * a message never tried); SPOOL_ENOENT: gone; SPOOL_EFORMAT: not
+ * recorded there (a state written before this existed, or an interrupted
+ * save): read the state with spool_msg_open(). */
+int     spool_sched_peek(struct spool *sp, const char *id,
+            uint64_t *next_retry_ms, int *held);
 /* Remove a delivered/bounced/deleted message: queue file, then state. */
 int     spool_remove(struct spool *sp, const char *id);
 /* The same for a message opened with spool_msg_open() and locked since:

@@ -50,6 +50,9 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+#define SPOOL_SCHED_OK    S_IXGRP       /* ... and its mtime is the next
+                                         * retry (spool_sched_peek) */
+#define SPOOL_SCHED_HELD  S_IXOTH       /* ... and it is on hold */
 
 struct spool {
     char       *dir;

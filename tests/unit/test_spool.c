@@ -760,6 +760,48 @@ Test(spool_write, create_skips_an_id_already_queued)
 }
 
 
+/* The schedule in the inode: what deliver_load() reads with one
+ * fstatat() instead of opening the queue and state files. */
+Test(spool_state, schedule_is_peeked_from_the_queue_file)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[512];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    uint64_t          when = 1;
+    int               held = 1;
+
+    t_commit(sp, "hi", 2, id);
+    snprintf(path, sizeof(path), "%s/queue/%s", dir, id);
+    /* never tried: due now, not held */
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 0);
+    cr_assert_eq(held, 0);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->attempts = 2;
+    env->next_retry_ms = 1790000000123ULL;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 1790000000123ULL, "got %llu", (unsigned long long)when);
+    cr_assert_eq(held, 0);
+    env->held = 1;
+    env->next_retry_ms = 0;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 0);
+    cr_assert_eq(held, 1);
+    /* a state saved before the schedule was kept there (or a save cut
+     * short): not guessed, the caller reads the files */
+    cr_assert_eq(chmod(path, 0700), 0);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_EFORMAT);
+    env->has_state = 1;
+    cr_assert_eq(spool_remove_env(sp, env), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_ENOENT);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
 /* ---- hand-off (spool_keep) ----------------------------------------------- */
 
 /* The kept fd after a commit: open, holding the flock (another open file
