@@ -200,7 +200,10 @@ spool_read_head(struct spool *sp, int fd, const char *what, const char *id,
             break;
         }
         n += (size_t)r;
-        if (r == 0)
+        /* A regular file reads short only at its end: no extra pread()
+         * to be told 0 (a state file is replaced by rename, never
+         * written in place, so it does not grow under an open fd). */
+        if (r < SPOOL_READ_CHUNK)
             break;
         if (n > SPOOL_HDR_MAX) {
             free(b);
