@@ -1088,3 +1088,58 @@ def test_other_users_get_a_clear_error_and_mtads_user_may_steer(kq):
     assert "(run as root or as a member of server.admin_group)" in r.stderr
     assert m.ctl("kick", kq.h).returncode == 0
     kq.wait_deferred(kq.h, attempts=2)
+
+
+# ---- a queue written straight into the spool (issue 16) --------------------
+
+FILL = os.path.join(os.path.dirname(MTACTL), "bench", "bigqueue_fill")
+
+
+@pytest.mark.skipif(not os.access(FILL, os.X_OK), reason="bench/bigqueue_fill not built")
+def test_deferred_queue_recovers_from_the_inode_and_flush_delivers_it(mtad_factory, sink):
+    """bench/bigqueue.py's queue, small: 40 deferred messages (next try in
+    an hour) written by the spool API.  The summary counts them by state
+    and domain; the workers schedule all of them at start (from the queue
+    files' inodes) without trying any; one `mtactl flush` (a kick while
+    mtad runs) then delivers every one."""
+    m = mtad_factory({"routes": {"default": sink.route}})
+    m.start()                           # makes the spool, owned by the workers
+    m.stop()
+    st = os.stat(os.path.join(m.spool, "queue"))
+
+    def as_owner():
+        os.setgid(st.st_gid)
+        os.setuid(st.st_uid)
+    subprocess.run([FILL, m.spool, "40", "2", "4"], check=True, timeout=60,
+                   preexec_fn=as_owner if IS_ROOT else None,
+                   stdout=subprocess.DEVNULL)
+    r = m.ctl("queue", "--summary", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["summary"]["messages"] == 40 and j["summary"]["deferred"] == 40
+    assert {d["domain"]: (d["messages"], d["deferred"]) for d in j["by_domain"]} == \
+        {"d%d.bigqueue.test" % k: (10, 10) for k in range(4)}
+    # the schedule is in each queue file's inode: mtime = next retry
+    ids = m.queue_ids()
+    for qid in ids:
+        s = os.stat(os.path.join(m.spool, "queue", qid))
+        assert s.st_mode & 0o070 == 0o010, oct(s.st_mode)   # valid, not held
+        assert s.st_mtime > time.time() + 3000
+    before = len(m.log_text())          # the first start's lines (0 each)
+    m.start()
+
+    def recovered():
+        found = re.findall(r"recover: (\d+) queued messages of shard \d+ "
+                           r"scheduled, (\d+) on hold", m.log_text()[before:])
+        return found if len(found) >= 2 else None
+    rec = wait_for(recovered, 20, what="both workers' recover lines")
+    assert sorted(rec) == [("20", "0"), ("20", "0")], rec
+    time.sleep(1.0)
+    assert sink.received() == [], "a message due in an hour was tried"
+    r = m.ctl("flush")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("-- flush: 40 messages: mtad delivers every one now"), r.stdout
+    got = sink.wait_for(40, timeout=60)
+    assert sorted(g.rcpt_tos[0] for g in got) == \
+        sorted("user%d@d%d.bigqueue.test" % (i, i % 4) for i in range(40))
+    assert wait_for(lambda: m.queue_ids() == [], 20, what="empty queue")
