@@ -286,10 +286,10 @@ dl_is_active(const struct deliver *d, const char *id)
 }
 
 
-/* dl_start - open, lock and run one attempt for id. */
 static void dl_begin(struct deliver *d, struct spool_env *env, int fd,
             off_t off);
 
+/* dl_start - open, lock and run one attempt for id. */
 static void
 dl_start(struct deliver *d, const char *id)
 {
