@@ -238,6 +238,7 @@ def test_policy_table_changes_apply_live(mtad_factory, sink_factory, ca):
     assert "dst.test" in r.stdout and "encrypt" in r.stdout
     r = m.ctl("tls", "policy", "list", check=True)
     assert re.search(r"^dst\.test\s+encrypt$", r.stdout, re.M), r.stdout
+    m.wait_log("via=mtactl: tls_policy_set dst.test encrypt")
     qid = send(m, "a@src.test", ["y@dst.test"], make_message(2))
     assert "4.7.4" in line_of(m, qid, "y@dst.test", "deferred")
     # another domain is not affected
@@ -245,6 +246,7 @@ def test_policy_table_changes_apply_live(mtad_factory, sink_factory, ca):
     assert "tls=none" in line_of(m, qid2, "z@other.test", "sent")
     # deleted: back to may, the deferred one goes on its next retry
     m.ctl("tls", "policy", "del", "dst.test", check=True)
+    m.wait_log("via=mtactl: tls_policy_del dst.test")
     r = m.ctl("tls", "policy", "list", check=True)
     assert "dst.test" not in r.stdout
     assert "tls=none" in line_of(m, qid, "y@dst.test", "sent", timeout=30)
