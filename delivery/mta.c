@@ -702,6 +702,14 @@ mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx)
 }
 
 
+void
+mta_set_tls_report(struct mta *r, mta_tls_report_fn *fn, void *arg)
+{
+    r->tls_report = fn;
+    r->tls_report_arg = arg;
+}
+
+
 int
 mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t)
 {

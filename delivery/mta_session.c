@@ -567,12 +567,21 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 
 /* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
 
+void
+mta_tls_report(struct mta_conn *c)
+{
+    if (c->r->tls_report != NULL)
+        c->r->tls_report(c->r->tls_report_arg, &c->tls, c->name, &c->tlso);
+}
+
+
 /* mta_tls_defer - the host fails c->tls: 4.7.x reason, next host. */
 static int
 mta_tls_defer(struct mta_conn *c, const char *detail)
 {
     char why[SMTP_REPLY_MAX];
 
+    mta_tls_report(c);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
     mta_lost(c, why);
     return 1;
@@ -640,6 +649,7 @@ mta_tls_failed(struct mta_conn *c, const char *err)
         sizeof(c->tlso.failure));
     c->tlso.used = 0;
     if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        mta_tls_report(c);
         snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
             c->name, err);
         c->tls_again = 1;           /* same host, plaintext (Postfix) */
@@ -670,8 +680,9 @@ mta_tls_step(struct mta_conn *c)
     (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
     if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
         tls_client_why(c->net.ssl, err, sizeof(err));
-        return mta_tls_defer(c, err);
+        return mta_tls_defer(c, err);      /* reports */
     }
+    mta_tls_report(c);
     c->caps = 0;
     c->peer_size = 0;
     mta_cmd(c, "EHLO %s", c->r->helo);

@@ -418,3 +418,28 @@ def test_reload_reads_the_new_ca_file(mtad_factory, sink_factory, ca,
     m.ctl("kick", qid, check=True)
     assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent", timeout=30)
     assert s.wait_for(1)[0].tls is not None
+
+
+def test_each_tls_attempt_is_reported(mtad_factory, sink_factory, ca,
+                                      workdir):
+    """The per-attempt hook (TLS-RPT counts from it) sees failures that a
+    later host or a plaintext retry hides from the delivery line."""
+    d = os.path.join(workdir, "other")
+    os.makedirs(d)
+    other = make_test_ca(d, "Other CA")
+    bad = tls_sink(sink_factory, other, ["127.0.0.1"])
+    good = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    route = "smtp:[127.0.0.1]:%d,smtp:[127.0.0.1]:%d" % (bad.port, good.port)
+    m = start(mtad_factory, ca, route, level="verify",
+              log={"level": "debug"})
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert good.wait_for(1)[0].tls is not None and bad.received() == []
+    text = m.wait_log("tls attempt: host=127.0.0.1[127.0.0.1]:%d "
+                      "policy_domain=dst.test level=verify tls=TLSv1."
+                      % good.port)
+    assert re.search(r"tls attempt: host=127\.0\.0\.1\[127\.0\.0\.1\]:%d "
+                     r"policy_domain=dst\.test level=verify tls=TLSv1\.[23] "
+                     r"cipher=\S+ verify=none "
+                     r"tls_failure=certificate-not-trusted" % bad.port,
+                     text), text
+    assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent")
