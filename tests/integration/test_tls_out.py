@@ -11,13 +11,15 @@ exists.  Each delivery's log line says tls=... cipher=... verify=...
 Sinks listen on 127.0.0.x with random ports; name checks use the nsd test
 zone (mtadtest.ZONE): mx1.multi -> 127.0.0.11, mx2.multi -> 127.0.0.12.
 """
+import json
 import os
 import re
 
 import pytest
 
-from mtadtest import (ZONE, make_message, make_test_ca, send,
+from mtadtest import (ZONE, make_message, make_test_ca, send, strip_received,
                       tls_server_context, wait_for)
+from sink import DEFAULT_CAPS
 
 MX1 = "mx1.multi.%s" % ZONE         # 127.0.0.11
 MX2 = "mx2.multi.%s" % ZONE         # 127.0.0.12
@@ -382,7 +384,6 @@ def test_required_levels_never_send_in_plaintext(mtad_factory, sink_factory,
 
 
 def test_json_log_has_the_tls_fields(mtad_factory, sink_factory, ca):
-    import json
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
     m = start(mtad_factory, ca, s.route, log={"format": "json"})
     qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
@@ -443,3 +444,22 @@ def test_each_tls_attempt_is_reported(mtad_factory, sink_factory, ca,
                      r"tls_failure=certificate-not-trusted" % bad.port,
                      text), text
     assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent")
+
+
+@pytest.mark.parametrize("chunking", [False, True])
+def test_large_body_over_tls_arrives_exactly(mtad_factory, sink_factory, ca,
+                                             chunking):
+    """DATA (stuffed) and BDAT (read and written through TLS instead of
+    sendfile) bodies of several chunks, byte for byte."""
+    caps = list(DEFAULT_CAPS) + (["CHUNKING"] if chunking else [])
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"], caps=caps)
+    m = start(mtad_factory, ca, s.route)
+    body = b"".join(b"%06d .line with a leading dot and some text\r\n" % i
+                    for i in range(12000))       # ~550 KiB: several chunks
+    msg = make_message(1, extra=b".\r\n" + body)
+    qid = send(m, "a@src.test", ["x@dst.test"], msg)
+    got = s.wait_for(1, timeout=60)[0]
+    assert got.tls is not None
+    assert ("BDAT" in [v for _, v in s.commands]) == chunking
+    assert strip_received(got.data)[1] == msg
+    assert "tls=TLSv1." in line_of(m, qid, "x@dst.test", "sent")
