@@ -369,8 +369,7 @@ static void
 mta_connect_next(struct mta_conn *c)
 {
     struct mta *r = c->r;
-
-    int plain = c->tls_again;
+    int         plain = c->tls_again;   /* retry this host in plaintext */
 
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {

@@ -627,9 +627,13 @@ static int
 mta_tls_refused(struct mta_conn *c, const char *why)
 {
     if (tls_req_mandatory(&c->tls)) {
+        char detail[SMTP_REPLY_MAX + 64];
+
         util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
             sizeof(c->tlso.failure));
-        return mta_tls_defer(c, why);
+        snprintf(detail, sizeof(detail), "STARTTLS was refused (%.400s)",
+            why);
+        return mta_tls_defer(c, detail);
     }
     return mta_conn_next(c);
 }

@@ -37,6 +37,8 @@ Steering (attributes; change them any time, they are read per command):
                are no TLS record and closes (a broken handshake);
                "with-reply": those bytes go in the same write as the 220
                (what a plaintext injection after STARTTLS looks like)
+  starttls_reply  if set, STARTTLS (offered) is answered with this line
+               and the session goes on in plaintext (e.g. "454 4.7.0 ...")
   tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
                connections that did STARTTLS; Message.tls is the entry of
                the connection the message came on (None: plaintext)
@@ -125,6 +127,7 @@ class Sink:
         self.tls_context = None     # ssl.SSLContext: offer STARTTLS
         self.starttls = True        # with a context: offer it
         self.tls_break = False      # 220 to STARTTLS, then junk and close
+        self.starttls_reply = None  # e.g. "454 4.7.0 TLS not available"
         self.tls = {}               # conn_id -> what the handshake gave
         self.commands = []          # every command verb, in order
         self.messages = []
@@ -333,6 +336,8 @@ class Sink:
                                              not self.starttls or
                                              conn_id in self.tls):
                     await reply("502 5.5.1 STARTTLS not offered")
+                elif verb == "STARTTLS" and self.starttls_reply:
+                    await reply(self.starttls_reply)
                 elif verb == "STARTTLS" and self.tls_break == "with-reply":
                     with self._lock:
                         self.events.append(("tls_broken", conn_id))

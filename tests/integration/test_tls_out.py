@@ -134,6 +134,23 @@ def test_data_after_the_starttls_reply_is_a_failed_handshake(
     assert "4.7.5" in line and "data after its STARTTLS reply" in line, line
 
 
+def test_refused_starttls(mtad_factory, sink_factory, ca):
+    """454 to STARTTLS: may goes on in plaintext on the same connection;
+    encrypt defers."""
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    s.starttls_reply = "454 4.7.0 TLS not available due to temporary reason"
+    m = start(mtad_factory, ca, s.route)
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert s.wait_for(1)[0].tls is None and s.connections == 1
+    assert "tls=none" in line_of(m, qid, "x@dst.test", "sent")
+    m.ctl("tls", "policy", "set", "dst.test", "encrypt", check=True)
+    qid = send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    line = line_of(m, qid, "y@dst.test", "deferred")
+    assert "STARTTLS was refused" in line and "454 4.7.0" in line, line
+    assert "tls_failure=starttls-not-supported" in line, line
+    assert len(s.received()) == 1
+
+
 def test_encrypt_defers_without_starttls_then_sends(mtad_factory,
                                                     sink_factory, ca):
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
