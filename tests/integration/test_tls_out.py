@@ -329,7 +329,8 @@ def test_session_resumed_on_the_next_connection(mtad_factory, sink_factory,
                                                 ca):
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
     s.close_after_data = True       # each message needs a new connection
-    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    m = start(mtad_factory, ca, s.route, server={"workers": 1},
+              log={"level": "debug"})
     send(m, "a@src.test", ["x@dst.test"], make_message(1))
     first = s.wait_for(1)[0]
     send(m, "a@src.test", ["y@dst.test"], make_message(2))
@@ -337,6 +338,11 @@ def test_session_resumed_on_the_next_connection(mtad_factory, sink_factory,
     assert second.conn_id != first.conn_id
     assert first.tls["resumed"] is False
     assert second.tls["resumed"] is True, s.tls
+    # the client's side says so too (SSL_session_reused)
+    text = m.wait_log(" verify=ca resumed\n")
+    assert len(re.findall(r"tls attempt: host=127\.0\.0\.1\[127\.0\.0\.1\]"
+                          r":%d .* verify=ca( resumed)?\n" % s.port,
+                          text)) == 2, text
 
 
 def test_session_not_resumed_across_levels(mtad_factory, sink_factory, ca):
