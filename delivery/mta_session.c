@@ -598,12 +598,21 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 
 /* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
 
+void
+mta_tls_report(struct mta_conn *c)
+{
+    if (c->r->tls_report != NULL)
+        c->r->tls_report(c->r->tls_report_arg, &c->tls, c->name, &c->tlso);
+}
+
+
 /* mta_tls_defer - the host fails c->tls: 4.7.x reason, next host. */
 static int
 mta_tls_defer(struct mta_conn *c, const char *detail)
 {
     char why[SMTP_REPLY_MAX], reason[SMTP_REPLY_MAX];
 
+    mta_tls_report(c);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
     if (c->txn != NULL && c->txn->env->requiretls) {
         /* RFC 8689 4.2.1: a REQUIRETLS message is not retried later */
@@ -655,9 +664,13 @@ static int
 mta_tls_refused(struct mta_conn *c, const char *why)
 {
     if (tls_req_mandatory(&c->tls)) {
+        char detail[SMTP_REPLY_MAX + 64];
+
         util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
             sizeof(c->tlso.failure));
-        return mta_tls_defer(c, why);
+        snprintf(detail, sizeof(detail), "STARTTLS was refused (%.400s)",
+            why);
+        return mta_tls_defer(c, detail);
     }
     return mta_conn_next(c);
 }
@@ -677,6 +690,7 @@ mta_tls_failed(struct mta_conn *c, const char *err)
         sizeof(c->tlso.failure));
     c->tlso.used = 0;
     if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        mta_tls_report(c);
         snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
             c->name, err);
         c->tls_again = 1;           /* same host, plaintext (Postfix) */
@@ -707,8 +721,9 @@ mta_tls_step(struct mta_conn *c)
     (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
     if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
         tls_client_why(c->net.ssl, err, sizeof(err));
-        return mta_tls_defer(c, err);
+        return mta_tls_defer(c, err);      /* reports */
     }
+    mta_tls_report(c);
     c->caps = 0;
     c->peer_size = 0;
     mta_cmd(c, "EHLO %s", c->r->helo);

@@ -39,6 +39,8 @@ Steering (attributes; change them any time, they are read per command):
                (what a plaintext injection after STARTTLS looks like)
   requiretls   True: REQUIRETLS (RFC 8689) in the EHLO reply of connections
                that did STARTTLS (never in plaintext, as the RFC says)
+  starttls_reply  if set, STARTTLS (offered) is answered with this line
+               and the session goes on in plaintext (e.g. "454 4.7.0 ...")
   tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
                connections that did STARTTLS; Message.tls is the entry of
                the connection the message came on (None: plaintext)
@@ -127,6 +129,7 @@ class Sink:
         self.tls_context = None     # ssl.SSLContext: offer STARTTLS
         self.starttls = True        # with a context: offer it
         self.tls_break = False      # 220 to STARTTLS, then junk and close
+        self.starttls_reply = None  # e.g. "454 4.7.0 TLS not available"
         self.tls = {}               # conn_id -> what the handshake gave
         self.requiretls = False     # offer REQUIRETLS after STARTTLS
         self.commands = []          # every command verb, in order
@@ -338,6 +341,8 @@ class Sink:
                                              not self.starttls or
                                              conn_id in self.tls):
                     await reply("502 5.5.1 STARTTLS not offered")
+                elif verb == "STARTTLS" and self.starttls_reply:
+                    await reply(self.starttls_reply)
                 elif verb == "STARTTLS" and self.tls_break == "with-reply":
                     with self._lock:
                         self.events.append(("tls_broken", conn_id))
