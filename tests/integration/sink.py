@@ -33,8 +33,9 @@ Steering (attributes; change them any time, they are read per command):
   tls_context  an ssl.SSLContext (server side, see tls_server_context()):
                STARTTLS is offered (RFC 3207) and served with it
   starttls     False: not offered even with a context (default True)
-  tls_break    True: STARTTLS gets its 220, then the sink sends bytes that
-               are no TLS record and closes (a broken handshake);
+  tls_break    True: STARTTLS gets its 220; after the client's first
+               handshake bytes the sink sends bytes that are no TLS
+               record and closes (a broken handshake);
                "with-reply": those bytes go in the same write as the 220
                (what a plaintext injection after STARTTLS looks like)
   requiretls   True: REQUIRETLS (RFC 8689) in the EHLO reply of connections
@@ -354,6 +355,11 @@ class Sink:
                     if self.tls_break:
                         with self._lock:
                             self.events.append(("tls_broken", conn_id))
+                        # the junk goes only after the client's first
+                        # handshake bytes: sent at once, it could reach the
+                        # client in the same read as the 220, which is the
+                        # "with-reply" case (an injection), not this one
+                        await reader.read(1)
                         writer.write(b"this is no TLS record\r\n" * 4)
                         await writer.drain()
                         return
