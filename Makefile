@@ -75,6 +75,7 @@ umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
+umod_test_dane := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
