@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "delivery/tls_policy.h"
 #include "router/route.h"
 #include "smtp/smtp.h"
 
@@ -46,6 +47,8 @@ struct mta_result {
     int     status;                 /* enum mta_status */
     char    reply[SMTP_REPLY_MAX]; /* peer's reply or our reason */
     char    relay[MTA_RELAY_MAX];   /* "host[ip]:port", or "none" */
+    struct tls_outcome tls;         /* of the connection the verdict came
+                                       from (used 0: plaintext or none) */
 };
 
 /* One address to try, from DNS or a literal route host. */
@@ -54,6 +57,8 @@ struct mta_hop {
     unsigned    port;
     struct sockaddr_storage ss;     /* address and port */
     socklen_t   len;
+    struct tls_req tls;             /* what a connection to it must meet
+                                       (tls_policy.h; set by resolve.c) */
 };
 
 struct mta_txn;
