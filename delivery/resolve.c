@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
+#include "delivery/dane.h"
 #include "delivery/resolve.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
@@ -41,6 +42,7 @@ struct rs_part {
     struct dns_dest *dest;          /* when it is back */
     unsigned         port;
     int              rcpt_domain;   /* the recipients' own domain */
+    int              mx;            /* an MX lookup (else a host's) */
 };
 
 struct rs_job {
@@ -53,6 +55,9 @@ struct rs_job {
     size_t           nparts, left;
     struct rs_part   part[ROUTE_MAX_HOSTS];
     struct mta_hop   hop[RESOLVE_MAX_HOPS];
+    unsigned char    hop_part[RESOLVE_MAX_HOPS]; /* part of each hop */
+    size_t           nhop;
+    struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
     struct rs_job   *post_next;     /* on rs->posted */
 };
 
@@ -68,6 +73,7 @@ struct resolve {
 };
 
 static void rs_part_done(struct dns_dest *dest, void *arg);
+static void rs_dane_done(void *arg);
 
 
 /* ---- pure parts ---- */
@@ -294,6 +300,7 @@ rs_job_free(struct rs_job *j)
             dns_cancel(j->part[i].req);
         dns_dest_free(j->part[i].dest);
     }
+    dane_lookup_free(j->dane);
     free(j);
 }
 
@@ -353,6 +360,124 @@ rs_verdict_all(struct rs_job *j, int status, const char *reply)
 }
 
 
+/* rs_dest_host - the host of dest named name, or NULL. */
+static const struct dns_host *
+rs_dest_host(const struct dns_dest *dest, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < dest->nhost; i++)
+        if (strcmp(dest->host[i].name, name) == 0)
+            return &dest->host[i];
+    return NULL;
+}
+
+
+static int
+rs_dane_level(const struct mta_hop *h)
+{
+    return h->tls.level == TLS_DANE || h->tls.level == TLS_DANE_ONLY;
+}
+
+
+/*
+ * rs_dane_begin - the TLSA lookups of the hops at a DANE level whose MX
+ * answer (RFC 7672 2.2.1; none for a host route) and host addresses
+ * (2.2.2) were DNSSEC-secure.  1 when they started (rs_dane_done follows),
+ * 0 when none is needed.
+ */
+static int
+rs_dane_begin(struct rs_job *j)
+{
+    size_t k;
+
+    for (k = 0; k < j->nhop; k++) {
+        const struct rs_part  *p = &j->part[j->hop_part[k]];
+        const struct dns_host *h;
+
+        if (!rs_dane_level(&j->hop[k]) || j->rs->dns == NULL ||
+            (p->mx && !p->dest->secure))
+            continue;
+        h = rs_dest_host(p->dest, j->hop[k].name);
+        if (h == NULL || !h->secure)
+            continue;
+        if (j->dane == NULL)
+            j->dane = dane_lookup_new(j->rs->dns, rs_dane_done, j);
+        dane_lookup_add(j->dane, h, j->hop[k].port);
+    }
+    return j->dane != NULL && dane_lookup_start(j->dane);
+}
+
+
+/*
+ * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
+ * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
+ * none -> may under dane; TLSA lookup failed -> the host is not tried;
+ * dane-only without usable TLSA -> not tried either), then to the relay;
+ * when no hop is left, every recipient defers with the first reason.
+ */
+static void
+rs_submit(struct rs_job *j)
+{
+    struct mta_txn *t = j->t;
+    char            reply[SMTP_REPLY_MAX] = "";
+    const char     *failure = "";
+    size_t          k, o = 0, i;
+
+    for (k = 0; k < j->nhop; k++) {
+        struct mta_hop         *hp = &j->hop[k];
+        const struct dane_host *dh;
+        enum dane_action        act;
+        int                     only = hp->tls.level == TLS_DANE_ONLY;
+
+        if (rs_dane_level(hp)) {
+            dh = dane_lookup_find(j->dane, hp->name, hp->port);
+            act = dane_decide(only, dh != NULL ? dh->state : DANE_NONE);
+            if (act == DANE_ACT_AUTH) {
+                hp->tls.tlsa = dh->usable;
+            } else if (act == DANE_ACT_ENCRYPT) {
+                hp->tls.level = TLS_ENCRYPT;
+            } else if (act == DANE_ACT_FALLBACK && !only) {
+                hp->tls.level = TLS_MAY;
+            } else {                /* skipped: say why once */
+                if (reply[0] == '\0' && act == DANE_ACT_SKIP) {
+                    snprintf(reply, sizeof(reply), "451 4.7.5 %.200s: "
+                        "%.200s", hp->name, dh->why);
+                    failure = "dnssec-invalid";
+                } else if (reply[0] == '\0') {
+                    snprintf(reply, sizeof(reply), "451 4.7.5 TLS policy "
+                        "dane-only: no usable DNSSEC-secure TLSA record "
+                        "for %.200s", hp->name);
+                    failure = TLS_FAIL_DANE_REQUIRED;
+                }
+                continue;
+            }
+        }
+        if (o != k)
+            j->hop[o] = *hp;
+        o++;
+    }
+    j->nhop = o;
+    if (o > 0) {
+        t->hops = j->hop;
+        t->nhops = o;
+        mta_submit(j->relay, t);
+        return;
+    }
+    rs_verdict_all(j, MTA_DEFER, reply);
+    for (i = 0; i < t->nrcpt; i++)
+        util_strlcpy(t->res[i].tls.failure, failure,
+            sizeof(t->res[i].tls.failure));
+}
+
+
+static void
+rs_dane_done(void *arg)
+{
+    rs_submit(arg);
+}
+
+
 /*
  * rs_finish - every lookup of j is back: the addresses of all its parts
  * in route order, to the relay; with none, the verdict of the first part
@@ -362,7 +487,6 @@ rs_verdict_all(struct rs_job *j, int status, const char *reply)
 static void
 rs_finish(struct rs_job *j)
 {
-    struct mta_txn *t = j->t;
     char            reply[SMTP_REPLY_MAX], first[SMTP_REPLY_MAX] = "";
     size_t          i, n = 0;
     int             st, fst = -1, deferred = 0;
@@ -372,9 +496,13 @@ rs_finish(struct rs_job *j)
         struct dns_dest *dest = p->dest;
         int              rc = RESOLVE_NONE;
 
+        size_t           n0 = n;
+
         if (dest->status == DNS_OK)
             rc = resolve_flatten(dest, p->port, &j->rs->self, j->hop,
                 RESOLVE_MAX_HOPS, &n);
+        while (n0 < n)
+            j->hop_part[n0++] = (unsigned char)i;
         if (rc == RESOLVE_OK)
             continue;
         if (rc == RESOLVE_LOOP) {
@@ -395,9 +523,9 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
-        t->hops = j->hop;
-        t->nhops = n;
-        mta_submit(j->relay, t);
+        j->nhop = n;
+        if (!rs_dane_begin(j))
+            rs_submit(j);
         return;
     }
     if (fst == -1) {
@@ -432,6 +560,7 @@ rs_part_start(struct rs_job *j, struct rs_part *p, const char *name,
     int             rc;
 
     p->job = j;
+    p->mx = mx;
     j->left++;
     if (rs_literal(name, lit, sizeof(lit)) == 0) {
         p->dest = rs_fake(lit, DNS_OK, "");
