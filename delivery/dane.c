@@ -170,6 +170,42 @@ dane_decide(int dane_only, enum dane_state st)
 }
 
 
+int
+dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
+    char *reply, size_t replysz, const char **failure)
+{
+    int only = r->level == TLS_DANE_ONLY;
+
+    *failure = "";
+    reply[0] = '\0';
+    if (r->level != TLS_DANE && !only)
+        return 0;
+    switch (dane_decide(only, dh != NULL ? dh->state : DANE_NONE)) {
+    case DANE_ACT_AUTH:
+        r->tlsa = dh->usable;
+        return 0;
+    case DANE_ACT_ENCRYPT:
+        r->level = TLS_ENCRYPT;
+        return 0;
+    case DANE_ACT_FALLBACK:
+        if (!only) {
+            r->level = TLS_MAY;
+            return 0;
+        }
+        snprintf(reply, replysz, "451 4.7.5 TLS policy dane-only: no usable "
+            "DNSSEC-secure TLSA record for %.200s", host);
+        *failure = TLS_FAIL_DANE_REQUIRED;
+        return -1;
+    case DANE_ACT_SKIP:
+    default:
+        snprintf(reply, replysz, "451 4.7.5 %.200s: %.200s", host,
+            dh != NULL ? dh->why : "TLSA lookup failed");
+        *failure = "dnssec-invalid";
+        return -1;
+    }
+}
+
+
 /* ---- lookups ---- */
 
 struct dane_q {

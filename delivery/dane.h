@@ -41,6 +41,7 @@
 #include <stddef.h>
 
 #include "dns/dns.h"
+#include "delivery/tls_policy.h"
 
 struct ssl_st;
 struct ssl_ctx_st;
@@ -91,6 +92,20 @@ struct dane_host {
     struct dns_rrset *usable;               /* DANE_USABLE: the records */
     char              why[256];             /* DANE_TEMPFAIL: the reason */
 };
+
+/*
+ * One hop's TLS requirement refined by its host's outcome dh (NULL: no
+ * TLSA was looked up, as for an insecure MX: DANE_NONE); levels other than
+ * dane and dane-only are left alone.  dane_decide()'s action: AUTH sets
+ * r->tlsa = dh->usable (valid as long as dh); ENCRYPT sets TLS_ENCRYPT;
+ * FALLBACK sets TLS_MAY under dane.  0: try the hop.  -1: do not (TLSA
+ * lookup failed; dane-only without usable TLSA), with the SMTP reason
+ * ("451 4.7.5 ...", host named) in reply and the RFC 8460 result type in
+ * *failure ("dnssec-invalid", "dane-required").
+ */
+int     dane_refine(struct tls_req *r, const char *host,
+            const struct dane_host *dh, char *reply, size_t replysz,
+            const char **failure);
 
 struct dane_lookup;
 typedef void dane_done_fn(void *arg);

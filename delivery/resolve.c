@@ -425,33 +425,17 @@ rs_submit(struct rs_job *j)
     size_t          k, o = 0, i;
 
     for (k = 0; k < j->nhop; k++) {
-        struct mta_hop         *hp = &j->hop[k];
-        const struct dane_host *dh;
-        enum dane_action        act;
-        int                     only = hp->tls.level == TLS_DANE_ONLY;
+        struct mta_hop *hp = &j->hop[k];
+        char            why[SMTP_REPLY_MAX];
+        const char     *fail;
 
-        if (rs_dane_level(hp)) {
-            dh = dane_lookup_find(j->dane, hp->name, hp->port);
-            act = dane_decide(only, dh != NULL ? dh->state : DANE_NONE);
-            if (act == DANE_ACT_AUTH) {
-                hp->tls.tlsa = dh->usable;
-            } else if (act == DANE_ACT_ENCRYPT) {
-                hp->tls.level = TLS_ENCRYPT;
-            } else if (act == DANE_ACT_FALLBACK && !only) {
-                hp->tls.level = TLS_MAY;
-            } else {                /* skipped: say why once */
-                if (reply[0] == '\0' && act == DANE_ACT_SKIP) {
-                    snprintf(reply, sizeof(reply), "451 4.7.5 %.200s: "
-                        "%.200s", hp->name, dh->why);
-                    failure = "dnssec-invalid";
-                } else if (reply[0] == '\0') {
-                    snprintf(reply, sizeof(reply), "451 4.7.5 TLS policy "
-                        "dane-only: no usable DNSSEC-secure TLSA record "
-                        "for %.200s", hp->name);
-                    failure = TLS_FAIL_DANE_REQUIRED;
-                }
-                continue;
+        if (dane_refine(&hp->tls, hp->name, dane_lookup_find(j->dane,
+            hp->name, hp->port), why, sizeof(why), &fail) != 0) {
+            if (reply[0] == '\0') {    /* the first reason */
+                util_strlcpy(reply, why, sizeof(reply));
+                failure = fail;
             }
+            continue;
         }
         if (o != k)
             j->hop[o] = *hp;

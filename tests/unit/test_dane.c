@@ -18,6 +18,7 @@
 
 #include "common/util.h"
 #include "delivery/dane.h"
+#include "smtp/smtp.h"
 
 /* ---- usability ---- */
 
@@ -155,6 +156,81 @@ Test(dane, decide_maps_each_state_for_dane_and_dane_only)
     cr_expect_eq(dane_decide(1, DANE_NONE), DANE_ACT_FALLBACK);
     cr_expect_eq(dane_decide(0, DANE_TEMPFAIL), DANE_ACT_SKIP);
     cr_expect_eq(dane_decide(1, DANE_TEMPFAIL), DANE_ACT_SKIP);
+}
+
+/* refine - a hop at level lvl after its host's state st. */
+static int
+refine(enum tls_level lvl, enum dane_state st, int looked_up,
+    struct tls_req *r, char *reply, const char **fail)
+{
+    static struct dns_rrset usable;
+    struct dane_host        dh;
+
+    memset(r, 0, sizeof(*r));
+    memset(&dh, 0, sizeof(dh));
+    r->level = lvl;
+    dh.state = st;
+    dh.usable = st == DANE_USABLE ? &usable : NULL;
+    snprintf(dh.why, sizeof(dh.why), "TLSA lookup failed: SERVFAIL");
+    return dane_refine(r, "mx.x.test", looked_up ? &dh : NULL, reply,
+        SMTP_REPLY_MAX, fail);
+}
+
+Test(dane, refine_sets_each_hop_requirement_per_rfc7672)
+{
+    static const struct {
+        const char    *name;
+        enum tls_level lvl;
+        enum dane_state st;
+        int            looked_up;
+        int            rc;
+        enum tls_level want;
+        int            tlsa;
+        const char    *fail;
+    } c[] = {
+        { "dane usable",        TLS_DANE, DANE_USABLE, 1, 0, TLS_DANE, 1, "" },
+        { "dane unusable",      TLS_DANE, DANE_UNUSABLE, 1, 0, TLS_ENCRYPT,
+          0, "" },
+        { "dane no TLSA",       TLS_DANE, DANE_NONE, 1, 0, TLS_MAY, 0, "" },
+        { "dane insecure MX",   TLS_DANE, DANE_NONE, 0, 0, TLS_MAY, 0, "" },
+        { "dane tempfail",      TLS_DANE, DANE_TEMPFAIL, 1, -1, TLS_DANE, 0,
+          "dnssec-invalid" },
+        { "only usable",        TLS_DANE_ONLY, DANE_USABLE, 1, 0,
+          TLS_DANE_ONLY, 1, "" },
+        { "only unusable",      TLS_DANE_ONLY, DANE_UNUSABLE, 1, -1,
+          TLS_DANE_ONLY, 0, "dane-required" },
+        { "only no TLSA",       TLS_DANE_ONLY, DANE_NONE, 1, -1,
+          TLS_DANE_ONLY, 0, "dane-required" },
+        { "only insecure MX",   TLS_DANE_ONLY, DANE_NONE, 0, -1,
+          TLS_DANE_ONLY, 0, "dane-required" },
+        { "only tempfail",      TLS_DANE_ONLY, DANE_TEMPFAIL, 1, -1,
+          TLS_DANE_ONLY, 0, "dnssec-invalid" },
+        { "verify untouched",   TLS_VERIFY, DANE_USABLE, 1, 0, TLS_VERIFY,
+          0, "" },
+        { "may untouched",      TLS_MAY, DANE_TEMPFAIL, 1, 0, TLS_MAY, 0,
+          "" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        struct tls_req r;
+        char           reply[SMTP_REPLY_MAX];
+        const char    *fail;
+        int            rc = refine(c[i].lvl, c[i].st, c[i].looked_up, &r,
+            reply, &fail);
+
+        cr_expect_eq(rc, c[i].rc, "%s: rc got %d, want %d", c[i].name, rc,
+            c[i].rc);
+        cr_expect_eq(r.level, c[i].want, "%s: level got %d, want %d",
+            c[i].name, r.level, c[i].want);
+        cr_expect_eq(r.tlsa != NULL, c[i].tlsa, "%s: tlsa", c[i].name);
+        cr_expect_str_eq(fail, c[i].fail, "%s: failure got %s, want %s",
+            c[i].name, fail, c[i].fail);
+        if (rc != 0)
+            cr_expect(strncmp(reply, "451 4.7.5 ", 10) == 0 &&
+                strstr(reply, "mx.x.test") != NULL, "%s: reply %s",
+                c[i].name, reply);
+    }
 }
 
 Test(dane, base_domain_strips_the_port_and_protocol_labels)
