@@ -58,6 +58,7 @@ struct rs_job {
     unsigned char    hop_part[RESOLVE_MAX_HOPS]; /* part of each hop */
     size_t           nhop;
     struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
+    int              dane_wait;     /* its lookups are in flight */
     struct rs_job   *post_next;     /* on rs->posted */
 };
 
@@ -458,7 +459,10 @@ rs_submit(struct rs_job *j)
 static void
 rs_dane_done(void *arg)
 {
-    rs_submit(arg);
+    struct rs_job *j = arg;
+
+    j->dane_wait = 0;
+    rs_submit(j);
 }
 
 
@@ -508,7 +512,9 @@ rs_finish(struct rs_job *j)
     }
     if (n > 0) {
         j->nhop = n;
-        if (!rs_dane_begin(j))
+        if (rs_dane_begin(j))
+            j->dane_wait = 1;       /* rs_dane_done follows */
+        else
             rs_submit(j);
         return;
     }
@@ -745,8 +751,13 @@ resolve_cut(struct resolve *rs)
     size_t         n = 0, i;
 
     for (j = rs->jobs; j != NULL; j = j->next) {
-        if (j->left == 0)
+        if (j->left == 0 && !j->dane_wait)
             continue;               /* with the relay, or its verdict due */
+        if (j->dane_wait) {         /* TLSA lookups: cancelled */
+            dane_lookup_free(j->dane);
+            j->dane = NULL;
+            j->dane_wait = 0;
+        }
         for (i = 0; i < j->nparts; i++) {
             if (j->part[i].req != NULL) {
                 dns_cancel(j->part[i].req);
