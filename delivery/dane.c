@@ -413,8 +413,12 @@ dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
     }
     if (dane_base_domain(tlsa->name, base, sizeof(base)) != 0)
         util_strlcpy(base, mxname != NULL ? mxname : "", sizeof(base));
-    /* the base domain is the first reference name (and the SNI unless the
-     * caller set one already) */
+    /* the base domain is the first reference name, and the SNI (RFC 7672
+     * 8.1: it differs from the MX host name when that is a CNAME) */
+    if (base[0] != '\0' && SSL_set_tlsext_host_name(ssl, base) != 1) {
+        dane_ssl_err("SNI", err, errsz);
+        return -1;
+    }
     if (SSL_dane_enable(ssl, base) <= 0) {
         dane_ssl_err("SSL_dane_enable", err, errsz);
         return -1;

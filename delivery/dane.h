@@ -137,7 +137,7 @@ int     dane_ctx_enable(struct ssl_ctx_st *ctx, char *err, size_t errsz);
  * Before the handshake of a client SSL: the usable records of tlsa (the
  * rrset dane_classify() made), the reference names (TLSA base domain from
  * tlsa->name, mxname, nexthop; NULL or "" skipped), no name check for
- * DANE-EE.  The handshake itself does not fail on a mismatch (verify mode
+ * DANE-EE, and the TLSA base domain as SNI (RFC 7672 8.1).  The handshake itself does not fail on a mismatch (verify mode
  * none): dane_ssl_verdict() decides after it, so that the session can end
  * with QUIT and the failure is named.  0, or -1 with err (no record could
  * be added: every one malformed, or no memory).

@@ -341,6 +341,9 @@ record_of(X509 *x, unsigned u, unsigned sel, unsigned m, char *out,
     OPENSSL_free(der);
 }
 
+static char last_sni[256];         /* what the server saw last */
+static const char *pre_sni;         /* SNI the caller set before DANE */
+
 /* handshake - server with chain (leaf [+ ca]) vs a client prepared for
  * tlsa; the verdict, failure in failure. */
 static int
@@ -369,6 +372,8 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     SSL_set_accept_state(s);
     SSL_set_connect_state(c);
     cr_assert_eq(dane_classify(set, &u), DANE_USABLE, "spec %s", spec);
+    if (pre_sni != NULL)
+        cr_assert_eq(SSL_set_tlsext_host_name(c, pre_sni), 1);
     cr_assert_eq(dane_ssl_prepare(c, u, mxname, nexthop, err, sizeof(err)),
         0, "%s", err);
     for (i = 0; i < 100 && !(cdone && sdone); i++) {
@@ -390,6 +395,9 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
         }
     }
     cr_assert(cdone && sdone, "handshake did not finish");
+    snprintf(last_sni, sizeof(last_sni), "%s",
+        SSL_get_servername(s, TLSEXT_NAMETYPE_host_name) != NULL ?
+        SSL_get_servername(s, TLSEXT_NAMETYPE_host_name) : "");
     rc = dane_ssl_verdict(c, failure, fsz, detail, sizeof(detail));
     cr_expect((rc == 0) == (failure[0] == '\0'), "rc %d failure '%s'", rc,
         failure);
@@ -411,6 +419,25 @@ Test(dane_glue, ee_spki_sha256_matching_the_leaf_verifies_without_names)
     record_of(p.leaf, 3, 1, 1, rec, sizeof(rec));
     cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
         fail, sizeof(fail)), 0, "failure %s", fail);
+    /* the SNI is the TLSA base domain (mkset's _25._tcp.mx.x.test) */
+    cr_expect_str_eq(last_sni, "mx.x.test");
+    pki_free(&p);
+}
+
+Test(dane_glue, sni_is_the_tlsa_base_domain_not_the_cname)
+{
+    struct pki p;
+    char       rec[300], fail[64];
+
+    /* the MX host alias.x.test is a CNAME to mx.x.test, where the TLSA
+     * is: the TLS client had named the alias (RFC 7672 8.1) */
+    pki_make(&p, "DNS:mx.x.test", 30);
+    record_of(p.leaf, 3, 1, 1, rec, sizeof(rec));
+    pre_sni = "alias.x.test";
+    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "alias.x.test",
+        "x.test", fail, sizeof(fail)), 0, "failure %s", fail);
+    pre_sni = NULL;
+    cr_expect_str_eq(last_sni, "mx.x.test");
     pki_free(&p);
 }
 
