@@ -456,6 +456,20 @@ Test(dane_glue, ee_full_cert_and_sha512_records_verify)
     pki_free(&p);
 }
 
+Test(dane_glue, ee_match_ignores_the_leaf_dates)
+{
+    struct pki p;
+    char       rec[300], fail[64];
+
+    /* RFC 7671 5.1: DANE-EE binds the key; the certificate's dates are
+     * not checked (the same expired leaf fails under DANE-TA below) */
+    pki_make(&p, "DNS:mx.x.test", -1);
+    record_of(p.leaf, 3, 1, 1, rec, sizeof(rec));
+    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
+        fail, sizeof(fail)), 0, "failure %s", fail);
+    pki_free(&p);
+}
+
 Test(dane_glue, ee_record_of_another_key_is_tlsa_invalid)
 {
     struct pki p;
