@@ -344,6 +344,22 @@ record_of(X509 *x, unsigned u, unsigned sel, unsigned m, char *out,
 static char last_sni[256];         /* what the server saw last */
 static const char *pre_sni;         /* SNI the caller set before DANE */
 
+/* step - one handshake step of ssl; it may only wait for the peer. */
+static void
+step(SSL *ssl, int *done, const char *who)
+{
+    int rc;
+
+    if (*done)
+        return;
+    rc = SSL_do_handshake(ssl);
+    if (rc == 1)
+        *done = 1;
+    else
+        cr_assert_eq(SSL_get_error(ssl, rc), SSL_ERROR_WANT_READ,
+            "%s handshake failed", who);
+}
+
 /* handshake - server with chain (leaf [+ ca]) vs a client prepared for
  * tlsa; the verdict, failure in failure. */
 static int
@@ -377,22 +393,8 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     cr_assert_eq(dane_ssl_prepare(c, u, mxname, nexthop, err, sizeof(err)),
         0, "%s", err);
     for (i = 0; i < 100 && !(cdone && sdone); i++) {
-        if (!cdone) {
-            rc = SSL_do_handshake(c);
-            if (rc == 1)
-                cdone = 1;
-            else
-                cr_assert_eq(SSL_get_error(c, rc), SSL_ERROR_WANT_READ,
-                    "client handshake failed");
-        }
-        if (!sdone) {
-            rc = SSL_do_handshake(s);
-            if (rc == 1)
-                sdone = 1;
-            else
-                cr_assert_eq(SSL_get_error(s, rc), SSL_ERROR_WANT_READ,
-                    "server handshake failed");
-        }
+        step(c, &cdone, "client");
+        step(s, &sdone, "server");
     }
     cr_assert(cdone && sdone, "handshake did not finish");
     snprintf(last_sni, sizeof(last_sni), "%s",
@@ -410,18 +412,66 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     return rc;
 }
 
-Test(dane_glue, ee_spki_sha256_matching_the_leaf_verifies_without_names)
-{
-    struct pki p;
-    char       rec[300], fail[64];
+/* Handshakes against one record each: whose (leaf, CA, another key),
+ * which usage/selector/mtype, what the server sends and is named. */
+enum { OF_LEAF, OF_CA, OF_OTHER };
 
-    pki_make(&p, "DNS:somewhere.else.test", 30);
-    record_of(p.leaf, 3, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "failure %s", fail);
-    /* the SNI is the TLSA base domain (mkset's _25._tcp.mx.x.test) */
-    cr_expect_str_eq(last_sni, "mx.x.test");
-    pki_free(&p);
+static const struct glue_case {
+    const char *name;
+    const char *san;                /* the leaf's subjectAltName */
+    long        leaf_days;          /* < 0: expired that long ago */
+    int         of;                 /* OF_*: the record's certificate */
+    unsigned    usage, selector, mtype;
+    int         chain_ca;           /* the server sends the CA too */
+    int         want;               /* dane_ssl_verdict() */
+    const char *fail;               /* the RFC 8460 type when -1 */
+} glue_cases[] = {
+    { "3 1 1 of the leaf verifies, names unchecked",
+      "DNS:somewhere.else.test", 30, OF_LEAF, 3, 1, 1, 0, 0, "" },
+    { "3 0 0 (the whole certificate)",
+      "DNS:mx.x.test", 30, OF_LEAF, 3, 0, 0, 0, 0, "" },
+    { "3 1 2 (SHA2-512)",
+      "DNS:mx.x.test", 30, OF_LEAF, 3, 1, 2, 0, 0, "" },
+    { "3 1 1 ignores the leaf's dates (RFC 7671 5.1)",
+      "DNS:mx.x.test", -1, OF_LEAF, 3, 1, 1, 0, 0, "" },
+    { "3 1 1 of another key",
+      "DNS:mx.x.test", 30, OF_OTHER, 3, 1, 1, 0, -1, "tlsa-invalid" },
+    { "2 1 1 of the CA, leaf named for the MX host",
+      "DNS:mx.x.test", 30, OF_CA, 2, 1, 1, 1, 0, "" },
+    { "2 1 1 of the CA, leaf named for the next-hop domain",
+      "DNS:x.test", 30, OF_CA, 2, 1, 1, 1, 0, "" },
+    { "2 0 1 of the CA (the whole CA certificate)",
+      "DNS:mx.x.test", 30, OF_CA, 2, 0, 1, 1, 0, "" },
+    { "2 1 1 of the CA, leaf for another name",
+      "DNS:elsewhere.test", 30, OF_CA, 2, 1, 1, 1, -1,
+      "certificate-host-mismatch" },
+    { "2 1 1 of the CA, leaf expired",
+      "DNS:mx.x.test", -1, OF_CA, 2, 1, 1, 1, -1, "certificate-expired" },
+    { "2 1 1 of another CA",
+      "DNS:mx.x.test", 30, OF_OTHER, 2, 1, 1, 1, -1, "tlsa-invalid" },
+};
+
+Test(dane_glue, each_record_kind_matches_or_names_the_failure)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(glue_cases) / sizeof(glue_cases[0]); i++) {
+        const struct glue_case *g = &glue_cases[i];
+        struct pki p;
+        char       rec[4096], fail[64];
+        int        rc;
+
+        pki_make(&p, g->san, g->leaf_days);
+        record_of(g->of == OF_LEAF ? p.leaf : g->of == OF_CA ? p.ca :
+            p.other, g->usage, g->selector, g->mtype, rec, sizeof(rec));
+        rc = handshake(p.leaf, p.key, g->chain_ca ? p.ca : NULL, rec,
+            "mx.x.test", "x.test", fail, sizeof(fail));
+        cr_expect_eq(rc, g->want, "%s: got %d (%s), want %d", g->name, rc,
+            fail, g->want);
+        cr_expect_str_eq(fail, g->fail, "%s: failure got '%s', want '%s'",
+            g->name, fail, g->fail);
+        pki_free(&p);
+    }
 }
 
 Test(dane_glue, sni_is_the_tlsa_base_domain_not_the_cname)
@@ -441,48 +491,6 @@ Test(dane_glue, sni_is_the_tlsa_base_domain_not_the_cname)
     pki_free(&p);
 }
 
-Test(dane_glue, ee_full_cert_and_sha512_records_verify)
-{
-    struct pki p;
-    char       rec[4096], fail[64];
-
-    pki_make(&p, "DNS:mx.x.test", 30);
-    record_of(p.leaf, 3, 0, 0, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "3 0 0: %s", fail);
-    record_of(p.leaf, 3, 1, 2, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "3 1 2: %s", fail);
-    pki_free(&p);
-}
-
-Test(dane_glue, ee_match_ignores_the_leaf_dates)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    /* RFC 7671 5.1: DANE-EE binds the key; the certificate's dates are
-     * not checked (the same expired leaf fails under DANE-TA below) */
-    pki_make(&p, "DNS:mx.x.test", -1);
-    record_of(p.leaf, 3, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "failure %s", fail);
-    pki_free(&p);
-}
-
-Test(dane_glue, ee_record_of_another_key_is_tlsa_invalid)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:mx.x.test", 30);
-    record_of(p.other, 3, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, NULL, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), -1);
-    cr_expect_str_eq(fail, "tlsa-invalid");
-    pki_free(&p);
-}
-
 Test(dane_glue, one_matching_record_among_others_is_enough)
 {
     struct pki p;
@@ -494,69 +502,6 @@ Test(dane_glue, one_matching_record_among_others_is_enough)
     snprintf(spec, sizeof(spec), "%s;%s", a, b);
     cr_expect_eq(handshake(p.leaf, p.key, NULL, spec, "mx.x.test", "x.test",
         fail, sizeof(fail)), 0, "failure %s", fail);
-    pki_free(&p);
-}
-
-Test(dane_glue, ta_record_of_the_ca_verifies_a_leaf_named_for_the_mx)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:mx.x.test", 30);
-    record_of(p.ca, 2, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, p.ca, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "failure %s", fail);
-    pki_free(&p);
-}
-
-Test(dane_glue, ta_accepts_the_next_hop_domain_as_a_reference_name)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:x.test", 30);
-    record_of(p.ca, 2, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, p.ca, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), 0, "failure %s", fail);
-    pki_free(&p);
-}
-
-Test(dane_glue, ta_with_a_leaf_for_another_name_is_a_host_mismatch)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:elsewhere.test", 30);
-    record_of(p.ca, 2, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, p.ca, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), -1);
-    cr_expect_str_eq(fail, "certificate-host-mismatch");
-    pki_free(&p);
-}
-
-Test(dane_glue, ta_with_an_expired_leaf_is_certificate_expired)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:mx.x.test", -1);
-    record_of(p.ca, 2, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, p.ca, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), -1);
-    cr_expect_str_eq(fail, "certificate-expired");
-    pki_free(&p);
-}
-
-Test(dane_glue, ta_record_of_another_ca_is_tlsa_invalid)
-{
-    struct pki p;
-    char       rec[300], fail[64];
-
-    pki_make(&p, "DNS:mx.x.test", 30);
-    record_of(p.other, 2, 1, 1, rec, sizeof(rec));
-    cr_expect_eq(handshake(p.leaf, p.key, p.ca, rec, "mx.x.test", "x.test",
-        fail, sizeof(fail)), -1);
-    cr_expect_str_eq(fail, "tlsa-invalid");
     pki_free(&p);
 }
 
