@@ -475,6 +475,7 @@ rs_dane_done(void *arg)
 static void
 rs_finish(struct rs_job *j)
 {
+    struct mta_txn *t = j->t;
     char            reply[SMTP_REPLY_MAX], first[SMTP_REPLY_MAX] = "";
     size_t          i, n = 0;
     int             st, fst = -1, deferred = 0;
@@ -511,6 +512,14 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
+        /* the TLS requirement per host (tls_policy.h, step 1): the txn's
+         * level, checked against the host's own name */
+        for (i = 0; i < n; i++) {
+            j->hop[i].tls = t->tls;
+            util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
+                sizeof(j->hop[i].tls.verify_name));
+        }
+        /* then DANE refines it (dane.h), after the TLSA lookups if any */
         j->nhop = n;
         if (rs_dane_begin(j))
             j->dane_wait = 1;       /* rs_dane_done follows */

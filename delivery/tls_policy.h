@@ -157,8 +157,12 @@ struct tls_client_opts {
 struct ssl_ctx_st *tls_client_ctx(const struct tls_client_opts *o,
             char *err, size_t errsz);
 
-/* Before the handshake: SNI = verify_name, host check for verify/sts,
- * DANE for TLSA (the dane helper adds it here).  0, or -1 with err. */
+/* Before the handshake: SNI = verify_name (none for an address literal),
+ * the name (or address) to check.  DANE plugs in here and in the two
+ * functions around it: SSL_CTX_dane_enable() in tls_client_ctx(),
+ * SSL_dane_enable() + SSL_dane_tlsa_add() here when r->tlsa is set, and
+ * TLS_AUTH_DANE in tls_client_verdict() when SSL_get0_dane_authority()
+ * is >= 0.  0, or -1 with err. */
 int     tls_client_prepare(struct ssl_st *ssl, const struct tls_req *r,
             char *err, size_t errsz);
 /* After a completed handshake: fills o (used, version, cipher, auth,
@@ -166,6 +170,8 @@ int     tls_client_prepare(struct ssl_st *ssl, const struct tls_req *r,
  * peer satisfies r, -1 when not (o->failure says why). */
 int     tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
             struct tls_outcome *o);
+/* Why the certificate check failed, as text for a deferral. */
+void    tls_client_why(struct ssl_st *ssl, char *out, size_t outsz);
 
 /* ---- the outbound session cache (tls_cache.c; issue 20) ---- */
 
