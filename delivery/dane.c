@@ -193,7 +193,7 @@ dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
             return 0;
         }
         snprintf(reply, replysz, "451 4.7.5 TLS policy dane-only: no usable "
-            "DNSSEC-secure TLSA record for %.200s", host);
+            "TLSA record for %.200s (none DNSSEC-secure)", host);
         *failure = TLS_FAIL_DANE_REQUIRED;
         return -1;
     case DANE_ACT_SKIP:
