@@ -107,7 +107,6 @@ class DaneWorld:
 
 @pytest.fixture(scope="module")
 def dane():
-    os.makedirs("/dev/shm", exist_ok=True)
     w = DaneWorld()
     try:
         yield w
