@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "router/route.h"
 #include "delivery/dane.h"
+#include "delivery/reqtls.h"
 #include "delivery/resolve.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
@@ -75,6 +76,7 @@ struct resolve {
 
 static void rs_part_done(struct dns_dest *dest, void *arg);
 static void rs_dane_done(void *arg);
+static int  rs_reqtls(struct rs_job *j, size_t *n);
 
 
 /* ---- pure parts ---- */
@@ -414,8 +416,9 @@ rs_dane_begin(struct rs_job *j)
  * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
  * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
  * none -> may under dane; TLSA lookup failed -> the host is not tried;
- * dane-only without usable TLSA -> not tried either), then to the relay;
- * when no hop is left, every recipient defers with the first reason.
+ * dane-only without usable TLSA -> not tried either), then REQUIRETLS
+ * (rs_reqtls), then to the relay; when DANE leaves no hop, every
+ * recipient defers with the first reason.
  */
 static void
 rs_submit(struct rs_job *j)
@@ -444,6 +447,8 @@ rs_submit(struct rs_job *j)
     }
     j->nhop = o;
     if (o > 0) {
+        if (rs_reqtls(j, &o) < 0)   /* last: after every refinement */
+            return;
         t->hops = j->hop;
         t->nhops = o;
         mta_submit(j->relay, t);
@@ -463,6 +468,85 @@ rs_dane_done(void *arg)
 
     j->dane_wait = 0;
     rs_submit(j);
+}
+
+
+/*
+ * rs_hop_mx - whether hop h came through an MX answer (RFC 8689 4.2.1
+ * step 2), and *secure whether every MX answer that named it was
+ * DNSSEC-secure.  A route's own host (smtp:[host], a literal) is no MX.
+ */
+static int
+rs_hop_mx(const struct rs_job *j, const struct mta_hop *h, int *secure)
+{
+    size_t i, k;
+    int    mx = 0;
+
+    *secure = 1;
+    for (i = 0; i < j->nparts; i++) {
+        const struct rs_part *p = &j->part[i];
+
+        if (!p->mx || p->dest == NULL || p->dest->status != DNS_OK ||
+            p->port != h->port)
+            continue;
+        for (k = 0; k < p->dest->nhost; k++)
+            if (strcmp(p->dest->host[k].name, h->name) == 0) {
+                mx = 1;
+                if (!p->dest->secure)
+                    *secure = 0;
+            }
+    }
+    return mx;
+}
+
+
+/*
+ * rs_reqtls - RFC 8689 on the final hops of j (reqtls.h, step 1): for a
+ * REQUIRETLS message each hop must authenticate its server and came from a
+ * secure MX answer (or MTA-STS); the others are dropped, and with none
+ * left every recipient bounces with the first reason (returns -1).  For
+ * TLS-Required: No, the recipient domain's policies leave each hop.  The
+ * txn's own requirement (its destination key) follows.
+ */
+static int
+rs_reqtls(struct rs_job *j, size_t *n)
+{
+    struct mta_txn *t = j->t;
+    char            why[SMTP_REPLY_MAX], first[SMTP_REPLY_MAX] = "";
+    size_t          k, o = 0;
+    int             secure;
+
+    switch (reqtls_mode(t->env)) {
+    case REQTLS_OPTIONAL:
+        reqtls_optional(&t->tls);
+        for (k = 0; k < *n; k++)
+            reqtls_optional(&j->hop[k].tls);
+        return 0;
+    case REQTLS_REQUIRE:
+        break;
+    default:
+        return 0;
+    }
+    reqtls_raise(&t->tls);
+    for (k = 0; k < *n; k++) {
+        struct mta_hop *hp = &j->hop[k];
+        int             mx = rs_hop_mx(j, hp, &secure);
+
+        if (reqtls_hop(&hp->tls, mx, secure, hp->name, why,
+            sizeof(why)) < 0) {
+            if (first[0] == '\0')
+                util_strlcpy(first, why, sizeof(first));
+            continue;
+        }
+        if (o != k)
+            j->hop[o] = *hp;
+        o++;
+    }
+    *n = o;
+    if (o > 0)
+        return 0;
+    rs_verdict_all(j, MTA_BOUNCE, first);
+    return -1;
 }
 
 
@@ -519,7 +603,8 @@ rs_finish(struct rs_job *j)
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
-        /* then DANE refines it (dane.h), after the TLSA lookups if any */
+        /* then DANE refines it (dane.h), after the TLSA lookups if any,
+         * and REQUIRETLS last (rs_submit) */
         j->nhop = n;
         if (rs_dane_begin(j))
             j->dane_wait = 1;       /* rs_dane_done follows */
