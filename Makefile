@@ -82,6 +82,7 @@ umod_test_mta_sts := delivery
 umod_test_reqtls := delivery
 umod_test_tls_policy := delivery
 umod_test_tls_cache := delivery
+umod_test_dane := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router

@@ -765,6 +765,8 @@ mta_tls_begin(struct mta_conn *c)
     }
     snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
         c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
+    if (c->tls.tlsa != NULL)        /* DANE: never resumed (dane.h) */
+        c->tls_key[0] = '\0';
     SSL_set_app_data(c->net.ssl, c);
     if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,
         c->tls_key, util_now_ms())) != NULL) {

@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
+#include "delivery/dane.h"
 #include "delivery/reqtls.h"
 #include "delivery/resolve.h"
 #include "delivery/sts.h"
@@ -56,6 +57,10 @@ struct rs_job {
     size_t           nparts, left;
     struct rs_part   part[ROUTE_MAX_HOSTS];
     struct mta_hop   hop[RESOLVE_MAX_HOPS];
+    unsigned char    hop_part[RESOLVE_MAX_HOPS]; /* part of each hop */
+    size_t           nhop;
+    struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
+    int              dane_wait;     /* its lookups are in flight */
     struct rs_job   *post_next;     /* on rs->posted */
     /* MTA-STS of an mx route's domain (delivery/sts.c), in parallel */
     struct stsd_req *sts_req;       /* while it runs */
@@ -75,6 +80,8 @@ struct resolve {
 };
 
 static void rs_part_done(struct dns_dest *dest, void *arg);
+static void rs_dane_done(void *arg);
+static int  rs_reqtls(struct rs_job *j, size_t *n);
 
 
 /* ---- pure parts ---- */
@@ -303,6 +310,7 @@ rs_job_free(struct rs_job *j)
     }
     stsd_cancel(j->sts_req);
     free(j->sts);
+    dane_lookup_free(j->dane);
     free(j);
 }
 
@@ -359,6 +367,125 @@ rs_verdict_all(struct rs_job *j, int status, const char *reply)
     j->rs->posted = j;
     if (!ev_timer_active(&j->rs->post_timer))
         ev_timer_start(j->rs->loop, &j->rs->post_timer, 0);
+}
+
+
+/* rs_dest_host - the host of dest named name, or NULL. */
+static const struct dns_host *
+rs_dest_host(const struct dns_dest *dest, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < dest->nhost; i++)
+        if (strcmp(dest->host[i].name, name) == 0)
+            return &dest->host[i];
+    return NULL;
+}
+
+
+static int
+rs_dane_level(const struct mta_hop *h)
+{
+    return h->tls.level == TLS_DANE || h->tls.level == TLS_DANE_ONLY;
+}
+
+
+/*
+ * rs_dane_begin - the TLSA lookups of the hops at a DANE level whose MX
+ * answer (RFC 7672 2.2.1; none for a host route) and host addresses
+ * (2.2.2) were DNSSEC-secure.  1 when they started (rs_dane_done follows),
+ * 0 when none is needed.
+ */
+static int
+rs_dane_begin(struct rs_job *j)
+{
+    size_t k;
+
+    for (k = 0; k < j->nhop; k++) {
+        const struct rs_part  *p = &j->part[j->hop_part[k]];
+        const struct dns_host *h;
+
+        if (!rs_dane_level(&j->hop[k]) || j->rs->dns == NULL ||
+            (p->mx && !p->dest->secure))
+            continue;
+        h = rs_dest_host(p->dest, j->hop[k].name);
+        if (h == NULL || !h->secure)
+            continue;
+        if (j->dane == NULL)
+            j->dane = dane_lookup_new(j->rs->dns, rs_dane_done, j);
+        dane_lookup_add(j->dane, h, j->hop[k].port);
+    }
+    return j->dane != NULL && dane_lookup_start(j->dane);
+}
+
+
+/*
+ * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
+ * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
+ * none -> may under dane; TLSA lookup failed -> the host is not tried;
+ * dane-only without usable TLSA -> not tried either), then MTA-STS
+ * (stsd_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
+ * leaves no hop, every recipient defers with the first reason.
+ */
+static void
+rs_submit(struct rs_job *j)
+{
+    struct mta_txn *t = j->t;
+    char            reply[SMTP_REPLY_MAX] = "", why_sts[SMTP_REPLY_MAX];
+    const char     *failure = "";
+    size_t          k, o = 0, i;
+
+    for (k = 0; k < j->nhop; k++) {
+        struct mta_hop *hp = &j->hop[k];
+        char            why[SMTP_REPLY_MAX];
+        const char     *fail;
+
+        if (dane_refine(&hp->tls, hp->name, dane_lookup_find(j->dane,
+            hp->name, hp->port), why, sizeof(why), &fail) != 0) {
+            if (reply[0] == '\0') {    /* the first reason */
+                util_strlcpy(reply, why, sizeof(reply));
+                failure = fail;
+            }
+            continue;
+        }
+        if (o != k)
+            j->hop[o] = *hp;
+        o++;
+    }
+    j->nhop = o;
+    /* MTA-STS (sts.c): enforce keeps the matching hosts and makes them
+     * need a CA-verified name; the hosts DANE took (usable TLSA) are left
+     * to DANE (RFC 8461 2).  A message with TLS-Required: No ignores the
+     * policy (RFC 8689 5) */
+    if (o > 0 && j->sts != NULL && reqtls_mode(t->env) != REQTLS_OPTIONAL &&
+        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
+        sizeof(why_sts)) < 0) {
+        rs_verdict_all(j, MTA_DEFER, why_sts);
+        return;
+    }
+    j->nhop = o;
+    if (o > 0) {
+        if (rs_reqtls(j, &o) < 0)   /* last: after every refinement */
+            return;
+        t->hops = j->hop;
+        t->nhops = o;
+        mta_submit(j->relay, t);
+        return;
+    }
+    rs_verdict_all(j, MTA_DEFER, reply);
+    for (i = 0; i < t->nrcpt; i++)
+        util_strlcpy(t->res[i].tls.failure, failure,
+            sizeof(t->res[i].tls.failure));
+}
+
+
+static void
+rs_dane_done(void *arg)
+{
+    struct rs_job *j = arg;
+
+    j->dane_wait = 0;
+    rs_submit(j);
 }
 
 
@@ -460,9 +587,13 @@ rs_finish(struct rs_job *j)
         struct dns_dest *dest = p->dest;
         int              rc = RESOLVE_NONE;
 
+        size_t           n0 = n;
+
         if (dest->status == DNS_OK)
             rc = resolve_flatten(dest, p->port, &j->rs->self, j->hop,
                 RESOLVE_MAX_HOPS, &n);
+        while (n0 < n)
+            j->hop_part[n0++] = (unsigned char)i;
         if (rc == RESOLVE_OK)
             continue;
         if (rc == RESOLVE_LOOP) {
@@ -490,20 +621,13 @@ rs_finish(struct rs_job *j)
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
-        /* MTA-STS (sts.c): enforce keeps the matching hosts and makes
-         * them need a CA-verified name; DANE hosts are left to DANE.  A
-         * message with TLS-Required: No ignores the policy (RFC 8689 5) */
-        if (j->sts != NULL && reqtls_mode(t->env) != REQTLS_OPTIONAL &&
-            stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &n, first,
-            sizeof(first)) < 0) {
-            rs_verdict_all(j, MTA_DEFER, first);
-            return;
-        }
-        if (rs_reqtls(j, &n) < 0)       /* last: after every refinement */
-            return;
-        t->hops = j->hop;
-        t->nhops = n;
-        mta_submit(j->relay, t);
+        /* then DANE refines it (dane.h), after the TLSA lookups if any,
+         * and REQUIRETLS last (rs_submit) */
+        j->nhop = n;
+        if (rs_dane_begin(j))
+            j->dane_wait = 1;       /* rs_dane_done follows */
+        else
+            rs_submit(j);
         return;
     }
     if (fst == -1) {
@@ -772,8 +896,13 @@ resolve_cut(struct resolve *rs)
     size_t         n = 0, i;
 
     for (j = rs->jobs; j != NULL; j = j->next) {
-        if (j->left == 0)
+        if (j->left == 0 && !j->dane_wait)
             continue;               /* with the relay, or its verdict due */
+        if (j->dane_wait) {         /* TLSA lookups: cancelled */
+            dane_lookup_free(j->dane);
+            j->dane = NULL;
+            j->dane_wait = 0;
+        }
         for (i = 0; i < j->nparts; i++) {
             if (j->part[i].req != NULL) {
                 dns_cancel(j->part[i].req);
