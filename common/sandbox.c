@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <linux/landlock.h>
 #include <sys/ioctl.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -44,7 +45,8 @@ static const int sandbox_worker_calls[] = {
     /* outbound: next hops, DNS (UDP), TLS options; the MTA-STS fetch
      * (libcurl, delivery/sts.c) needs nothing more: its multi handle and
      * wake-up socketpair are made before the filter, its resolver never
-     * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction */
+     * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction
+     * but for SIGPIPE in its connection cache (sandbox_allow_sigpipe_action) */
     SCMP_SYS(socket), SCMP_SYS(connect), SCMP_SYS(getsockopt),
     SCMP_SYS(setsockopt),
     /* spool and Maildir files (Landlock limits where) */
@@ -166,6 +168,21 @@ sandbox_allow_self_signal(scmp_filter_ctx ctx)
     return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, me);
 }
 
+/* libcurl's connection cache (the MTA-STS fetch, delivery/sts.c) sets
+ * SIGPIPE to SIG_IGN and back around closing its connections, whatever
+ * CURLOPT_NOSIGNAL says, e.g. in curl_multi_cleanup() at the worker's exit.
+ * SIGPIPE is ignored in workers anyway (every send is MSG_NOSIGNAL): that
+ * one signal's action may change, no other. */
+static int
+sandbox_allow_sigpipe_action(scmp_filter_ctx ctx)
+{
+    struct scmp_arg_cmp pipe = { .arg = 0, .op = SCMP_CMP_EQ,
+        .datum_a = SIGPIPE, .datum_b = 0 };
+
+    return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(rt_sigaction), 1,
+        pipe);
+}
+
 int
 sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
 {
@@ -195,7 +212,8 @@ sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
         if (sandbox_allow(ctx, sandbox_worker_calls,
             ARRAY_LEN(sandbox_worker_calls)) < 0 ||
             sandbox_allow_self_signal(ctx) < 0 ||
-            sandbox_allow_ioctl(ctx) < 0)
+            sandbox_allow_ioctl(ctx) < 0 ||
+            sandbox_allow_sigpipe_action(ctx) < 0)
             goto out;
         break;
     case SANDBOX_LOGD:
