@@ -417,7 +417,8 @@ def run(h, mtas, results, notes, shm):
             for mta, sink in peers:
                 c = sink.counts()
                 if outbound:
-                    notes.append("%s, %s → sink over the whole row (warm-up included): %d "
+                    notes.append("%s, %s → sink over the whole row (warm-up included; "
+                                 "one plaintext connection is the start-up probe): %d "
                                  "connections, %d TLS sessions (%d resumed), %d failed "
                                  "handshakes, %d messages" % (
                                      row, mta.name, c.get("conns", 0), c.get("tls", 0),
@@ -456,6 +457,16 @@ def tls_log_lines(path):
 def _med(rs, key):
     v = [r.get(key) for r in rs if r.get(key) is not None]
     return statistics.median(v) if v else None
+
+
+def resumed_share(rs, resume):
+    """Inbound sessions resumed, in % of those that could be: with -R every
+    client session's first connection has nothing to offer, so those
+    (SESSIONS per run) are left out of the count."""
+    offered = sum(r.get("conns", 0) - (SESSIONS if resume else 0) for r in rs)
+    if not rs or offered <= 0:
+        return None
+    return 100.0 * sum(r.get("resumed_in", 0) for r in rs) / offered
 
 
 def _rows(results):
@@ -501,10 +512,8 @@ def section(results):
             ratio = "%.1f×" % (em / ep)
 
         def resumed(rs):
-            if not rs:
-                return "-"
-            c = sum(r.get("conns", 0) for r in rs)
-            return "%.0f%%" % (100.0 * sum(r.get("resumed_in", 0) for r in rs) / c) if c else "-"
+            share = resumed_share(rs, sc[2])
+            return "-" if share is None else "%.1f%%" % share
 
         def outb(rs):
             if not rs:
@@ -538,6 +547,8 @@ READING = """- msgs/s e2e: messages counted at the sink / time from the start of
   tlsblast's connections; outbound: TLS sessions counted at the sink, full
   or resumed) / the MTA's CPU seconds - the rate one core would sustain,
   whatever else shared the box.
+- inbound resumed: sessions the MTA resumed, in % of the connections that
+  offered a session (tls-in-resume: all but each client session's first).
 - outbound: TLS sessions / TCP connections the sink counted during the
   recorded runs, resumed ones in brackets: equal figures mean every delivery
   connection was TLS; fewer connections than messages mean connection reuse.
@@ -579,10 +590,8 @@ def targets(results, check):
                       _med(rs, "cpu_per_1000"), rsa, higher=False, unit=" ms")
         if has("tls-in-resume"):
             rs = results.get(("tls-in-resume/" + kind, TOOL, "mtad"), [])
-            c = sum(r.get("conns", 0) for r in rs)
-            check("[TLS %s] issue 20: sessions resumed (clients that resume)" % kind,
-                  100.0 * sum(r.get("resumed_in", 0) for r in rs) / c if c else None,
-                  95.0, unit="%")
+            check("[TLS %s] issue 20: sessions resumed, of the connections that offered one"
+                  % kind, resumed_share(rs, True), 95.0, unit="%")
         if has("tls-in-k100"):
             check("[TLS %s] issue 20: 100 messages per TLS connection >= 10× Postfix" % kind,
                   ratio("tls-in-k100/" + kind), 10.0, unit="×")
