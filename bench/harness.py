@@ -16,6 +16,9 @@ CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
             BENCH_SECS=S        target length of one run (default 2.5 s)
             BENCH_IDLE=N        idle connections (default 10000)
             BENCH_PERF=0|1      perf profile of one extra 1k-s20 run
+            BENCH_RESULTS=FILE  write the results there instead of
+                                bench/RESULTS.md (a partial run, e.g.
+                                BENCH_ONLY, then leaves RESULTS.md alone)
           The MX rows (1k-s20-mx, 1k-s20-mx-static: next hop found by DNS
           through a local nsd) are run by bench/mxbench.py; the TLS rows
           (tls-in-hs, tls-in-resume, tls-in-k100, tls-both, tls-both-reuse,
@@ -1170,7 +1173,7 @@ def kept_sections(path, heads=KEPT_SECTIONS):
 
 
 def write_results(table, checks, notes, secs, load0, profiles, cmds, configs, tls_table=""):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
+    path = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
     pfver = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True,
                            text=True).stdout.strip() if shutil.which("postconf") else "?"
     env = " ".join("%s=%s" % (k, os.environ[k]) for k in
