@@ -494,8 +494,8 @@ def section(results):
            "| scenario/cert | mtad msgs/s e2e | Postfix msgs/s e2e | ratio | "
            "MTA CPU s/1000 msgs mtad / Postfix | handshakes/s per core mtad / Postfix | "
            "inbound resumed mtad / Postfix | outbound TLS / connections at the sink "
-           "(resumed) mtad ; Postfix | box busy % mtad / Postfix | CPU share client / sink "
-           "% (mtad run) | tools alone msgs/s (× mtad) |",
+           "(resumed) mtad ; Postfix | box busy % mtad / Postfix | CPU share % client / sink "
+           "/ MTA: mtad run ; Postfix run | tools alone msgs/s (× mtad) |",
            "|" + "---|" * 11]
 
     for sc, kind, row in rows:
@@ -523,15 +523,17 @@ def section(results):
         cm = _med(rc, "e2e_rate")
         ceil = "%.0f (%.1f×)" % (cm, cm / em) if cm and em else ("%.0f" % cm if cm else "-")
         flag = " (!)" if any(not r["e2e_complete"] for r in rm + rp) else ""
-        share = "-"
-        if rm:
-            share = "%.0f / %.0f" % (_med(rm, "client_share"), _med(rm, "sink_share"))
+        def share(rs):
+            if not rs:
+                return "-"
+            return "%.0f / %.0f / %.0f" % (_med(rs, "client_share"), _med(rs, "sink_share"),
+                                           _med(rs, "mta_share"))
         out.append("| %s%s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s ; %s | %s / %s | %s | %s |" % (
             row, flag, col(rm, "e2e_rate"), col(rp, "e2e_rate"), ratio,
             col(rm, "cpu_per_1000", 2), col(rp, "cpu_per_1000", 2),
             col(rm, "hs_per_core_s"), col(rp, "hs_per_core_s"),
             resumed(rm), resumed(rp), outb(rm), outb(rp),
-            col(rm, "busy"), col(rp, "busy"), share, ceil))
+            col(rm, "busy"), col(rp, "busy"), share(rm) + " ; " + share(rp), ceil))
     out.append("")
     out.append(READING)
     return "\n".join(out) + "\n"
@@ -552,6 +554,9 @@ READING = """- msgs/s e2e: messages counted at the sink / time from the start of
 - outbound: TLS sessions / TCP connections the sink counted during the
   recorded runs, resumed ones in brackets: equal figures mean every delivery
   connection was TLS; fewer connections than messages mean connection reuse.
+- CPU share: CPU time of the load client (its getrusage), of the MTA's sink
+  and of the MTA, in % of the box (2 cores × the run's time); the rest of
+  "box busy" is other work on the machine.
 - The tools are not the limit when "tools alone" (tlsblast straight into a
   TLS sink, same sessions and handshakes, same time window) is well above the
   MTA's rate, and the client's and sink's CPU shares leave the MTA room;
