@@ -395,6 +395,13 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
+        /* the TLS requirement per host (tls_policy.h, step 1): the txn's
+         * level, checked against the host's own name */
+        for (i = 0; i < n; i++) {
+            j->hop[i].tls = t->tls;
+            util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
+                sizeof(j->hop[i].tls.verify_name));
+        }
         t->hops = j->hop;
         t->nhops = n;
         mta_submit(j->relay, t);
@@ -622,6 +629,33 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
     }
     rs_self_build(rs, cfg);
     return rs;
+}
+
+
+size_t
+resolve_cut(struct resolve *rs)
+{
+    struct rs_job *j;
+    size_t         n = 0, i;
+
+    for (j = rs->jobs; j != NULL; j = j->next) {
+        if (j->left == 0)
+            continue;               /* with the relay, or its verdict due */
+        for (i = 0; i < j->nparts; i++) {
+            if (j->part[i].req != NULL) {
+                dns_cancel(j->part[i].req);
+                j->part[i].req = NULL;
+            }
+        }
+        j->left = 0;
+        j->t->cut = 1;
+        j->post_next = rs->posted;
+        rs->posted = j;
+        n++;
+    }
+    if (n > 0 && !ev_timer_active(&rs->post_timer))
+        ev_timer_start(rs->loop, &rs->post_timer, 0);
+    return n;
 }
 
 

@@ -52,6 +52,12 @@ void    resolve_free(struct resolve *rs);   /* cancels lookups; NULL ok */
 void    resolve_submit(struct resolve *rs, struct mta *relay,
             struct mta_txn *t, const char *domain);
 
+/* The stop: every transaction still waiting for DNS (nothing sent yet)
+ * comes back through its done() with t->cut set, from the loop; lookups
+ * are cancelled.  Those already handed to the relay are mta_abort()'s.
+ * Returns how many were cut. */
+size_t  resolve_cut(struct resolve *rs);
+
 /* ---- pure parts, for the unit test ---- */
 
 /* Who we are, for loop detection. */

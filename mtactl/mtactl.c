@@ -59,6 +59,8 @@ mtactl_usage(FILE *f)
         "  check            check the configuration (like mtad -t)\n"
         "  kick ID|*        deliver a queued message (or all) now\n"
         "  route ...        routes (mtactl help route)\n"
+        "  tls policy ...   outbound TLS level per destination "
+        "(mtactl help tls)\n"
         "  queue ...        the queue (mtactl help queue)\n"
         "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
         "(mtactl help dkim)\n"
@@ -205,6 +207,8 @@ mtactl_help(int argc, char **argv)
         mtactl_dkim_help();
     else if (strcmp(argv[1], "user") == 0)
         mtactl_user_help();
+    else if (strcmp(argv[1], "tls") == 0)
+        mtactl_tls_help();
     else if (strcmp(argv[1], "queue") == 0 || strcmp(argv[1], "show") == 0 ||
         strcmp(argv[1], "delete") == 0 || strcmp(argv[1], "hold") == 0 ||
         strcmp(argv[1], "release") == 0 || strcmp(argv[1], "flush") == 0 ||
@@ -281,6 +285,14 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         return mtactl_dkim(argc, argv);     /* needs no configuration */
     if (strcmp(cmd, "user") == 0)
         return mtactl_user(argc, argv, c->cfg, c->cfg_err);
+    if (strcmp(cmd, "tls") == 0) {
+        int rc;
+
+        mtactl_audit_init(c->cfg);
+        rc = mtactl_tls(argc, argv, c->cfg);
+        mtactl_audit_flush();
+        return rc;
+    }
     if (strcmp(cmd, "route") == 0 || mtactl_is_queue(cmd)) {
         if (c->cfg == NULL) {
             mtactl_print_errors(c->cfg_err);
