@@ -805,6 +805,9 @@ static SSL_CTX *tls_context(const char **certs, const char **keys, int n)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     (void)SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
     (void)SSL_CTX_set_num_tickets(ctx, 1);
+    /* No renegotiation: a read then never needs a write (conn_read's
+     * EAGAIN waits for input only). */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
     for (int i = 0; i < n; i++) {
         if (SSL_CTX_use_certificate_chain_file(ctx, certs[i]) != 1 ||
             SSL_CTX_use_PrivateKey_file(ctx, keys[i], SSL_FILETYPE_PEM) != 1 ||
