@@ -26,6 +26,7 @@
 #include "spool/spool.h"
 #include "delivery/mta.h"
 #include "delivery/tls_policy.h"
+#include "delivery/reqtls.h"
 
 #include <openssl/ssl.h>
 
@@ -243,8 +244,9 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
                     extra[o - 7] = '\0';   /* ENVID is capped at parse */
             }
         }
-        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
-            mta_need_utf8(t) ? " SMTPUTF8" : "", extra);
+        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s%s", env->sender, size, body,
+            mta_need_utf8(t) ? " SMTPUTF8" : "", extra,
+            reqtls_mail_param(env, c->caps));
     }
     c->nsent = 1;
     if (c->pipelining) {
@@ -277,6 +279,31 @@ mta_idle(struct mta_conn *c)
 
 
 /*
+ * mta_reqtls_unfit - RFC 8689 (reqtls.h, step 2): may c carry t?  0 when
+ * it may (or t is no REQUIRETLS message).  Else, for the txn c was opened
+ * for, this host fails permanently with the 5.7.10 / 5.7.30 reason (the
+ * next host is tried; the last one's failure bounces); any other txn goes
+ * back to its queue and c is closed (mta_conn_unfit), so it gets a
+ * connection of its own.  Returns 1 then: c is gone or moved on.
+ */
+static int
+mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
+{
+    char why[SMTP_REPLY_MAX];
+
+    if (!t->env->requiretls || reqtls_session(&c->tlso, c->caps,
+        t->env->sender[0] == '\0', c->name, why, sizeof(why)) == 0)
+        return 0;
+    if (!opened_for)
+        return mta_conn_unfit(c, t);
+    c->txn = t;
+    c->perm = 1;
+    mta_lost(c, why);
+    return 1;
+}
+
+
+/*
  * mta_conn_next - c is ready for a transaction: the one it was opened
  * for, else the next waiting one (after an RSET on a used connection).
  * With none, park c idle, or close it when draining.  Returns 1 when c was
@@ -286,6 +313,7 @@ int
 mta_conn_next(struct mta_conn *c)
 {
     struct mta_txn *t = c->txn;
+    int             opened_for = t != NULL && !c->reused;
 
     c->txn = NULL;
     for (;;) {
@@ -295,6 +323,9 @@ mta_conn_next(struct mta_conn *c)
             break;
         if (c->reused && !mta_conn_fits(c, t))
             return mta_conn_unfit(c, t);
+        if (mta_reqtls_unfit(c, t, opened_for))
+            return 1;
+        opened_for = 0;
         t->tls_out = c->tlso;
         if (mta_precheck(c, t) < 0) {
             t = NULL;
@@ -567,13 +598,28 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 
 /* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
 
+void
+mta_tls_report(struct mta_conn *c)
+{
+    if (c->r->tls_report != NULL)
+        c->r->tls_report(c->r->tls_report_arg, &c->tls, c->name, &c->tlso);
+}
+
+
 /* mta_tls_defer - the host fails c->tls: 4.7.x reason, next host. */
 static int
 mta_tls_defer(struct mta_conn *c, const char *detail)
 {
-    char why[SMTP_REPLY_MAX];
+    char why[SMTP_REPLY_MAX], reason[SMTP_REPLY_MAX];
 
+    mta_tls_report(c);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
+    if (c->txn != NULL && c->txn->env->requiretls) {
+        /* RFC 8689 4.2.1: a REQUIRETLS message is not retried later */
+        reqtls_tls_failed(c->name, why, reason, sizeof(reason));
+        util_strlcpy(why, reason, sizeof(why));
+        c->perm = 1;
+    }
     mta_lost(c, why);
     return 1;
 }
@@ -618,9 +664,13 @@ static int
 mta_tls_refused(struct mta_conn *c, const char *why)
 {
     if (tls_req_mandatory(&c->tls)) {
+        char detail[SMTP_REPLY_MAX + 64];
+
         util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
             sizeof(c->tlso.failure));
-        return mta_tls_defer(c, why);
+        snprintf(detail, sizeof(detail), "STARTTLS was refused (%.400s)",
+            why);
+        return mta_tls_defer(c, detail);
     }
     return mta_conn_next(c);
 }
@@ -640,6 +690,7 @@ mta_tls_failed(struct mta_conn *c, const char *err)
         sizeof(c->tlso.failure));
     c->tlso.used = 0;
     if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        mta_tls_report(c);
         snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
             c->name, err);
         c->tls_again = 1;           /* same host, plaintext (Postfix) */
@@ -670,8 +721,9 @@ mta_tls_step(struct mta_conn *c)
     (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
     if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
         tls_client_why(c->net.ssl, err, sizeof(err));
-        return mta_tls_defer(c, err);
+        return mta_tls_defer(c, err);      /* reports */
     }
+    mta_tls_report(c);
     c->caps = 0;
     c->peer_size = 0;
     mta_cmd(c, "EHLO %s", c->r->helo);
@@ -713,6 +765,8 @@ mta_tls_begin(struct mta_conn *c)
     }
     snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
         c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
+    if (c->tls.tlsa != NULL)        /* DANE: never resumed (dane.h) */
+        c->tls_key[0] = '\0';
     SSL_set_app_data(c->net.ssl, c);
     if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,
         c->tls_key, util_now_ms())) != NULL) {

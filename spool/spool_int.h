@@ -24,6 +24,11 @@
 /* Version 3 adds a fourth field to every rcpt line, the TLS of the last
  * attempt (spool_rcpt.tls); written only when a recipient has one. */
 #define SPOOL_STATE_MAGIC3 "MTAD-STATE 3\n"
+/* The optional envelope lines of RFC 8689 (spool_env.c), the last before
+ * "end\n". */
+#define SPOOL_TLSREQ_REQUIRETLS "tlsreq REQUIRETLS\n"
+#define SPOOL_TLSREQ_NO         "tlsreq NO\n"
+#define SPOOL_ENV_END           "end\n"
 #define SPOOL_SIZE_OFF     (sizeof(SPOOL_MAGIC) - 1 + sizeof("size ") - 1)
 #define SPOOL_SIZE_WIDTH   20
 
@@ -53,6 +58,9 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+#define SPOOL_SCHED_OK    S_IXGRP       /* ... and its mtime is the next
+                                         * retry (spool_sched_peek) */
+#define SPOOL_SCHED_HELD  S_IXOTH       /* ... and it is on hold */
 
 struct spool {
     char       *dir;
@@ -64,6 +72,8 @@ struct spool {
     uint64_t    reserve;            /* bytes new mail leaves free */
     uint64_t    room_budget;        /* bytes new mail may write unchecked */
     uint64_t    room_until_ms;      /* ... until then (monotonic) */
+    int         close_quiet;        /* close() never reports a delayed
+                                     * write error here (spool_keep) */
     char        err[512];
 };
 
@@ -82,6 +92,10 @@ struct spool_msg {
     uint64_t    head_off;           /* spool_head_reserve()'s room */
     size_t      head_len;           /* its size, 0 = none */
     int         head_filled;
+    int         requiretls;         /* the envelope says tlsreq REQUIRETLS */
+    int         tls_optional;       /* spool_mark_tls_optional() added its
+                                       line */
+    int         keep;               /* spool_keep(): a commit keeps fd */
 };
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global
