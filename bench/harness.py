@@ -16,11 +16,17 @@ CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
             BENCH_SECS=S        target length of one run (default 2.5 s)
             BENCH_IDLE=N        idle connections (default 10000)
             BENCH_PERF=0|1      perf profile of one extra 1k-s20 run
+            BENCH_RESULTS=FILE  write the results there instead of
+                                bench/RESULTS.md (a partial run, e.g.
+                                BENCH_ONLY, then leaves RESULTS.md alone)
             BENCH_BIGQUEUE_N=N  messages of the bigqueue scenario
                                 (bench/bigqueue.py; default 1000000,
                                 100000 with BENCH_QUICK)
           The MX rows (1k-s20-mx, 1k-s20-mx-static: next hop found by DNS
-          through a local nsd) are run by bench/mxbench.py.
+          through a local nsd) are run by bench/mxbench.py; the TLS rows
+          (tls-in-hs, tls-in-resume, tls-in-k100, tls-both, tls-both-reuse,
+          tls-both-k100, each /rsa and /ec; BENCH_TLS_CERTS=rsa,ec) by
+          bench/tlsvs.py.
           Exit 0 when the table was produced (missed figures show as "-"),
           1 when set-up failed.
 FAILURE   Every process it starts is recorded by pid and stopped by pid
@@ -41,6 +47,7 @@ import tempfile
 import time
 
 import mxbench
+import tlsvs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, os.environ.get("MTAD_BUILD", "build"))
@@ -447,9 +454,10 @@ queue_run_delay = 1s
 class Postfix:
     name = "postfix"
 
-    def __init__(self, workdir, queuedir, sinkport, main_extra="", wrap=()):
+    def __init__(self, workdir, queuedir, sinkport, main_extra="", wrap=(), master_extra=""):
         self.dir, self.queue, self.sinkport = workdir, queuedir, sinkport
         self.main_extra, self.wrap = main_extra, list(wrap)
+        self.master_extra = master_extra
         self.etc = os.path.join(workdir, "etc")
         self.port = free_port()
         self.master = None
@@ -461,7 +469,7 @@ class Postfix:
             f.write(MAIN_CF % dict(queue=self.queue, sinkport=self.sinkport, dir=self.dir) +
                     self.main_extra)
         with open(os.path.join(self.etc, "master.cf"), "w") as f:
-            f.write(MASTER_CF % dict(port=self.port))
+            f.write(MASTER_CF % dict(port=self.port) + self.master_extra)
         remember_config("Postfix main.cf", os.path.join(self.etc, "main.cf"), False)
         remember_config("Postfix master.cf", os.path.join(self.etc, "master.cf"), False)
         r = subprocess.run(self.wrap + [POSTFIX, "-c", self.etc, "start"],
@@ -768,6 +776,8 @@ def main():
                 stop_all()
         if "ours" in tools and (not only or mxbench.NAME in only):
             mxbench.run(sys.modules[__name__], mtas, results, notes, shm)
+        if tlsvs.wanted(only):
+            tlsvs.run(sys.modules[__name__], mtas, results, notes, shm)
         if "mtad" in mtas and (not only or BIGQUEUE in only):
             # A queue of a million deferred messages (a few minutes; its
             # own section of RESULTS.md, kept by write_results below).
@@ -798,6 +808,8 @@ def main():
                      "connection (10,000 processes)")
     table = render(results, tools)
     checks = targets(results, tools)
+    tls_table = tlsvs.section(results)
+    tlsvs.targets(results, target_check(checks))
     notes.extend(bottlenecks(results, tools))
     for (name, tool, who), rs in sorted(results.items()):
         bad = [r for r in rs if not r["e2e_complete"]]
@@ -808,6 +820,8 @@ def main():
                           ", ".join("%d of %d" % (r["delivered"], r["accepted"]) for r in bad)))
     print(table)
     print()
+    if tls_table:
+        print(tls_table)
     for c in checks:
         print("target: " + c)
     for note in notes:
@@ -821,7 +835,8 @@ def main():
     if "interrupted" in notes:
         log("interrupted: bench/RESULTS.md left as it was")
         return 1
-    write_results(table, checks, notes, time.time() - started, load0, profiles, cmds, CONFIGS)
+    write_results(table, checks, notes, time.time() - started, load0, profiles, cmds, CONFIGS,
+                  tls_table)
     return 0
 
 
@@ -1092,10 +1107,8 @@ def med(results, key, field):
     return statistics.median(r[field] for r in rs if r.get(field) is not None)
 
 
-def targets(results, tools):
-    """Issue 6's targets, checked on the figures of this run, per tool pair."""
-    out = []
-
+def target_check(out):
+    """check(label, value, goal, higher, unit): one "met"/"MISSED" line in out."""
     def check(label, value, goal, higher=True, unit=""):
         if value is None or goal is None:
             out.append("%s: not measured" % label)
@@ -1108,6 +1121,13 @@ def targets(results, tools):
             by = (goal / value if higher and value else value / goal if goal else 0)
             out.append("%s: MISSED (%.2f%s, goal %s %.2f%s; off by %.1f×)" %
                        (label, value, unit, ">=" if higher else "<=", goal, unit, by))
+    return check
+
+
+def targets(results, tools):
+    """Issue 6's targets, checked on the figures of this run, per tool pair."""
+    out = []
+    check = target_check(out)
 
     for tool in tools:
         t = TOOLNAME[tool]
@@ -1147,18 +1167,20 @@ def targets(results, tools):
 # "## Issue 16" is written by hand (syscalls, 200 sessions)
 KEPT_SECTIONS = ("## Scale-out", "## TLS inbound", "## DKIM signing",
                  "## A million queued messages", "## Issue 16")
+TLS_SECTION = "## TLS: mtad against Postfix"          # bench/tlsvs.py
 
 
-def kept_sections(path):
+def kept_sections(path, heads=KEPT_SECTIONS):
     """Sections of the old RESULTS.md that other runs wrote (the opt-in TLS
-    rows of `make bench-tls`): carried over, so this run does not lose them."""
+    rows of `make bench-tls`; the TLS rows of a run that did not run them
+    this time): carried over, so this run does not lose them."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError:
         return ""
     out = []
-    for head in KEPT_SECTIONS:
+    for head in heads:
         i = text.find("\n" + head)
         if i < 0:
             continue
@@ -1167,14 +1189,14 @@ def kept_sections(path):
     return "\n".join(out)
 
 
-def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
+def write_results(table, checks, notes, secs, load0, profiles, cmds, configs, tls_table=""):
+    path = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
     pfver = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True,
                            text=True).stdout.strip() if shutil.which("postconf") else "?"
     env = " ".join("%s=%s" % (k, os.environ[k]) for k in
                    ("BENCH_QUICK", "BENCH_ONLY", "BENCH_MTAS", "BENCH_TOOLS", "BENCH_REPS")
                    if k in os.environ)
-    keep = kept_sections(path)
+    keep = kept_sections(path, KEPT_SECTIONS + (() if tls_table else (TLS_SECTION,)))
     with open(path, "w") as f:
         f.write("# Benchmark results: mtad against Postfix\n\n")
         f.write("Written by `bench/run.sh` (`make bench`); how the figures are made is "
@@ -1188,7 +1210,10 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs):
                 (env + " " if env else "", REPS, secs))
         f.write("- load average (1/5/15 min) at start %.2f %.2f %.2f, at end %.2f %.2f %.2f "
                 "(other work on the machine skews figures)\n\n" % (load0 + os.getloadavg()))
-        f.write(table + "\n\n## Targets (issue 6), checked on this run\n\n")
+        f.write(table + "\n\n")
+        if tls_table:
+            f.write(tls_table.rstrip() + "\n\n")
+        f.write("## Targets (issues 6, 11, 12, 20), checked on this run\n\n")
         for c in checks:
             f.write("- %s\n" % c)
         f.write("\n## Notes\n\n")

@@ -8,12 +8,19 @@
  *           commands in a read are answered with one write), CHUNKING/BDAT.
  *           It can answer a chosen share of messages with 4xx or 5xx and
  *           delay the end-of-data reply, because a sink that always says 250
- *           at once hides queue behaviour.
+ *           at once hides queue behaviour.  With -C/-K it offers STARTTLS
+ *           (the TLS rows of the bench, where the MTA is the TLS client):
+ *           the handshake runs in the same non-blocking loop, TLS 1.3
+ *           tickets and TLS 1.2 session ids are on (one SSL_CTX for all
+ *           threads, so a session made on one thread resumes on another),
+ *           and the counters say how many sessions were TLS and resumed.
  * CONTRACT  smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]
  *                    [-4 PCT] [-5 PCT] [-d MS] [-j THREADS] [-F FILE]
+ *                    [-C CERT -K KEY]...
  *           Port 0 picks a free port; it is printed ("port=N") and written
- *           to PORTFILE.  Counters (msgs bytes rcpts tempfail permfail conns)
- *           are written as one "key=value ..." line to COUNTFILE every MS ms
+ *           to PORTFILE.  Counters (msgs bytes rcpts tempfail permfail conns
+ *           tls tls_resumed tls_failed) are written as one "key=value ..."
+ *           line to COUNTFILE every MS ms
  *           (atomically, by rename) and on exit; SIGUSR1 prints them to
  *           stdout, SIGTERM/SIGINT print them and exit 0.  "msgs" counts
  *           only messages answered 250.  With -F FILE, SIGHUP re-reads the
@@ -42,15 +49,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #define SINK_INBUF   (128 * 1024)   /* big reads: one per wake-up */
 #define SINK_OUTBUF  8192
 #define SINK_MAXLINE 4096
 #define SINK_THREADS 8
+#define SINK_MAXCERTS 4             /* -C/-K pairs: one per key type */
 
-enum cstate { C_CMD, C_DATA, C_BDAT, C_WAIT, C_QUIT };
+/* C_STARTTLS: the 220 to STARTTLS is being written, then the handshake
+ * (C_TLSHS) starts on the same socket. */
+enum cstate { C_CMD, C_DATA, C_BDAT, C_WAIT, C_QUIT, C_STARTTLS, C_TLSHS };
 
 struct conn {
     int          fd;
+    SSL         *ssl;               /* set from STARTTLS on */
     enum cstate  st;
     bool         mail, want_out;
     bool         more;              /* input left unparsed: output was full */
@@ -70,6 +84,7 @@ struct conn {
 
 struct counters {
     _Atomic uint64_t msgs, bytes, rcpts, tempfail, permfail, conns;
+    _Atomic uint64_t tls, tls_resumed, tls_failed;
 };
 
 struct worker {
@@ -88,6 +103,7 @@ static struct {
     const char   *countfile;
     uint64_t      interval_ns;
     int           nthreads;
+    SSL_CTX      *tls;              /* NULL: STARTTLS not offered */
     struct worker w[SINK_THREADS];
 } g = { .interval_ns = 100000000ull, .nthreads = 1 };
 
@@ -152,7 +168,7 @@ static void add(_Atomic uint64_t *c, uint64_t v)
 
 static int format_counters(char *buf, size_t sz)
 {
-    uint64_t v[6] = { 0 };
+    uint64_t v[9] = { 0 };
     for (int i = 0; i < g.nthreads; i++) {
         struct counters *c = &g.w[i].c;
         v[0] += atomic_load_explicit(&c->msgs, memory_order_relaxed);
@@ -161,10 +177,14 @@ static int format_counters(char *buf, size_t sz)
         v[3] += atomic_load_explicit(&c->tempfail, memory_order_relaxed);
         v[4] += atomic_load_explicit(&c->permfail, memory_order_relaxed);
         v[5] += atomic_load_explicit(&c->conns, memory_order_relaxed);
+        v[6] += atomic_load_explicit(&c->tls, memory_order_relaxed);
+        v[7] += atomic_load_explicit(&c->tls_resumed, memory_order_relaxed);
+        v[8] += atomic_load_explicit(&c->tls_failed, memory_order_relaxed);
     }
     return snprintf(buf, sz, "msgs=%" PRIu64 " bytes=%" PRIu64 " rcpts=%" PRIu64
-                    " tempfail=%" PRIu64 " permfail=%" PRIu64 " conns=%" PRIu64 "\n",
-                    v[0], v[1], v[2], v[3], v[4], v[5]);
+                    " tempfail=%" PRIu64 " permfail=%" PRIu64 " conns=%" PRIu64
+                    " tls=%" PRIu64 " tls_resumed=%" PRIu64 " tls_failed=%" PRIu64 "\n",
+                    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
 }
 
 /* Write the counters to COUNTFILE through a temporary file and rename, so
@@ -188,6 +208,15 @@ static void write_countfile(void)
 static void conn_close(struct worker *w, struct conn *c)
 {
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->ssl) {
+        /* close_notify once, without waiting for the peer's: OpenSSL keeps
+         * a TLS 1.2 session resumable only after a shutdown was sent. */
+        if (c->st != C_TLSHS)
+            (void)SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+        ERR_clear_error();
+    }
     close(c->fd);
     /* A connection waiting for its delayed reply stays on the timer list;
      * it is freed there (fd = -1 marks it dead). */
@@ -222,10 +251,46 @@ static void reply(struct conn *c, const char *s)
 
 /* Flush the output; returns -1 when the connection is dead, 0 when all was
  * written, 1 when some remains (EPOLLOUT armed). */
+/* Plain or TLS I/O with read(2)/write(2)'s conventions: -1 with errno
+ * EAGAIN when it would block (either direction: TLS 1.3 after the handshake
+ * needs no write to read here, so level-triggered epoll on the wanted
+ * direction is enough), -1 with EIO on a TLS error, 0 at EOF. */
+static ssize_t tls_io_result(struct conn *c, int r)
+{
+    if (r > 0)
+        return r;
+    switch (SSL_get_error(c->ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_ZERO_RETURN:
+        return 0;
+    default:
+        ERR_clear_error();
+        errno = EIO;
+        return -1;
+    }
+}
+
+static ssize_t conn_read(struct conn *c, void *p, size_t n)
+{
+    if (!c->ssl)
+        return read(c->fd, p, n);
+    return tls_io_result(c, SSL_read(c->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n));
+}
+
+static ssize_t conn_write(struct conn *c, const void *p, size_t n)
+{
+    if (!c->ssl)
+        return write(c->fd, p, n);
+    return tls_io_result(c, SSL_write(c->ssl, p, (int)n));
+}
+
 static int flush_out(struct worker *w, struct conn *c)
 {
     while (c->outoff < c->outlen) {
-        ssize_t n = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+        ssize_t n = conn_write(c, c->out + c->outoff, c->outlen - c->outoff);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -304,8 +369,19 @@ static void command(struct conn *c, char *line, size_t len)
         len--;
     if (verb_is(line, len, "EHLO") || verb_is(line, len, "LHLO")) {
         reply(c, "250-smtpsink\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n"
-                 "250-8BITMIME\r\n250-CHUNKING\r\n250-ENHANCEDSTATUSCODES\r\n"
-                 "250 SMTPUTF8\r\n");
+                 "250-8BITMIME\r\n250-CHUNKING\r\n250-ENHANCEDSTATUSCODES\r\n");
+        reply(c, g.tls && !c->ssl ? "250-STARTTLS\r\n250 SMTPUTF8\r\n"
+                                  : "250 SMTPUTF8\r\n");
+    } else if (verb_is(line, len, "STARTTLS")) {
+        if (!g.tls || c->ssl) {
+            reply(c, c->ssl ? "503 5.5.1 TLS already active\r\n"
+                            : "502 5.5.1 STARTTLS not offered\r\n");
+            return;
+        }
+        c->mail = false;
+        c->nrcpt = 0;
+        reply(c, "220 2.0.0 Ready to start TLS\r\n");
+        c->st = C_STARTTLS;          /* process() stops: nothing is read on */
     } else if (verb_is(line, len, "HELO")) {
         reply(c, "250 smtpsink\r\n");
     } else if (len >= 10 && strncasecmp(line, "MAIL FROM:", 10) == 0) {
@@ -445,16 +521,76 @@ static void process(struct worker *w, struct conn *c)
     }
 }
 
+static void on_readable(struct worker *w, struct conn *c);
+
+/* Drive the server handshake one step; on success the session starts over
+ * (RFC 3207: the client says EHLO again) and the input is read on. */
+static void tls_step(struct worker *w, struct conn *c)
+{
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        add(&w->c.tls, 1);
+        if (SSL_session_reused(c->ssl))
+            add(&w->c.tls_resumed, 1);
+        c->st = C_CMD;
+        c->mail = false;
+        c->nrcpt = 0;
+        if (c->want_out) {
+            c->want_out = false;
+            arm(w, c);
+        }
+        on_readable(w, c);
+        return;
+    }
+    switch (SSL_get_error(c->ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+        if (c->want_out) {
+            c->want_out = false;
+            arm(w, c);
+        }
+        return;
+    case SSL_ERROR_WANT_WRITE:
+        if (!c->want_out) {
+            c->want_out = true;
+            arm(w, c);
+        }
+        return;
+    default:
+        add(&w->c.tls_failed, 1);
+        conn_close(w, c);
+    }
+}
+
+/* The 220 to STARTTLS has left: what the client pipelined behind STARTTLS
+ * is dropped (RFC 3207 section 4.2), the handshake starts. */
+static void tls_start(struct worker *w, struct conn *c)
+{
+    c->inlen = 0;
+    c->ssl = SSL_new(g.tls);
+    if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
+        add(&w->c.tls_failed, 1);
+        conn_close(w, c);
+        return;
+    }
+    SSL_set_accept_state(c->ssl);
+    c->st = C_TLSHS;
+    tls_step(w, c);
+}
+
 static void on_readable(struct worker *w, struct conn *c)
 {
     for (;;) {
+        if (c->st == C_TLSHS) {
+            tls_step(w, c);
+            return;
+        }
         if (c->st == C_WAIT || c->st == C_QUIT)
             return;
         size_t room = SINK_INBUF - c->inlen;
         bool drained = false;
         ssize_t n = 0;
         if (room) {
-            n = read(c->fd, c->in + c->inlen, room);
+            n = conn_read(c, c->in + c->inlen, room);
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0 && errno == EAGAIN) {
@@ -474,10 +610,17 @@ static void on_readable(struct worker *w, struct conn *c)
         }
         if (f > 0)
             return;                  /* wait for EPOLLOUT */
+        if (c->st == C_STARTTLS) {
+            tls_start(w, c);
+            return;
+        }
         if (c->more)
             continue;                /* replies went out; parse the rest */
-        if (drained || (size_t)n < room)
-            return;                  /* level-triggered: epoll says when more comes */
+        /* Level-triggered: epoll says when more comes - but not for bytes
+         * OpenSSL has already taken off the socket, so TLS reads on until
+         * it would block. */
+        if (drained || (!c->ssl && (size_t)n < room))
+            return;
     }
 }
 
@@ -488,7 +631,9 @@ static void on_writable(struct worker *w, struct conn *c)
         conn_close(w, c);
         return;
     }
-    if (f == 0)
+    if (f == 0 && c->st == C_STARTTLS)
+        tls_start(w, c);
+    else if (f == 0)
         on_readable(w, c);
 }
 
@@ -510,6 +655,10 @@ static void run_timers(struct worker *w, uint64_t now)
         process(w, c);
         if (flush_out(w, c) < 0 || (c->st == C_QUIT && !c->outlen)) {
             conn_close(w, c);
+            continue;
+        }
+        if (c->st == C_STARTTLS && !c->outlen) {
+            tls_start(w, c);
             continue;
         }
         if (!c->want_out)
@@ -635,15 +784,50 @@ static int listen_on(const char *spec, int *port_out)
 static void usage(void)
 {
     fprintf(stderr, "usage: smtpsink [-l ADDR:PORT] [-p PORTFILE] [-c COUNTFILE] [-i MS]\n"
-                    "                [-4 PCT] [-5 PCT] [-d MS] [-j THREADS] [-F FILE]\n");
+                    "                [-4 PCT] [-5 PCT] [-d MS] [-j THREADS] [-F FILE]\n"
+                    "                [-C CERT -K KEY]...\n");
     exit(1);
+}
+
+/* One server context for every thread: its ticket key and its session id
+ * cache are shared, so a client resumes whichever thread takes it.  One
+ * TLS 1.3 ticket per handshake (a client keeps the newest anyway); TLS 1.2
+ * session ids under a fixed context. */
+static SSL_CTX *tls_context(const char **certs, const char **keys, int n)
+{
+    static const unsigned char sid_ctx[] = "smtpsink";
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx)
+        return NULL;
+    (void)SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                          SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    (void)SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
+    (void)SSL_CTX_set_num_tickets(ctx, 1);
+    /* No renegotiation: a read then never needs a write (conn_read's
+     * EAGAIN waits for input only). */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+    for (int i = 0; i < n; i++) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, certs[i]) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, keys[i], SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(ctx) != 1) {
+            fprintf(stderr, "smtpsink: cannot load %s / %s: ", certs[i], keys[i]);
+            ERR_print_errors_fp(stderr);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+    }
+    return ctx;
 }
 
 int main(int argc, char **argv)
 {
     const char *spec = "127.0.0.1:0", *portfile = NULL;
+    const char *certs[SINK_MAXCERTS], *keys[SINK_MAXCERTS];
+    int ncert = 0, nkey = 0;
     int opt;
-    while ((opt = getopt(argc, argv, "l:p:c:i:4:5:d:j:F:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:p:c:i:4:5:d:j:F:C:K:")) != -1) {
         switch (opt) {
         case 'l': spec = optarg; break;
         case 'p': portfile = optarg; break;
@@ -654,12 +838,24 @@ int main(int argc, char **argv)
         case 'd': g.delay_ns = strtoull(optarg, NULL, 10) * 1000000ull; break;
         case 'j': g.nthreads = atoi(optarg); break;
         case 'F': g.sharefile = optarg; break;
+        case 'C':
+            if (ncert == SINK_MAXCERTS)
+                usage();
+            certs[ncert++] = optarg;
+            break;
+        case 'K':
+            if (nkey == SINK_MAXCERTS)
+                usage();
+            keys[nkey++] = optarg;
+            break;
         default: usage();
         }
     }
     if (g.nthreads < 1 || g.nthreads > SINK_THREADS || g.pct4 < 0 || g.pct5 < 0 ||
-        g.pct4 + g.pct5 > 100 || g.interval_ns == 0)
+        g.pct4 + g.pct5 > 100 || g.interval_ns == 0 || ncert != nkey)
         usage();
+    if (ncert && !(g.tls = tls_context(certs, keys, ncert)))
+        return 1;
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = { .sa_handler = on_signal };
     sigaction(SIGTERM, &sa, NULL);
@@ -715,5 +911,6 @@ int main(int argc, char **argv)
         pthread_join(g.w[i].tid, NULL);
     write_countfile();
     print_counters();
+    SSL_CTX_free(g.tls);
     return 0;
 }
