@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt zlib
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -75,6 +75,7 @@ umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
+umod_test_tlsrpt := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
