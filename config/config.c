@@ -143,6 +143,14 @@ static const struct config_key config_metrics[] = {
     END
 };
 
+static const struct config_key config_tlsrpt[] = {
+    KEY("enabled", CONFIG_BOOL, tlsrpt_enabled),
+    KEY("organization", CONFIG_STRING, tlsrpt_organization),
+    KEY("contact", CONFIG_STRING, tlsrpt_contact),
+    KEY("sender", CONFIG_STRING, tlsrpt_sender),
+    END
+};
+
 static const struct config_key config_tls[] = {
     KEY("cert_file", CONFIG_TLSFILE, tls_cert_files),
     KEY("key_file", CONFIG_TLSFILE, tls_key_files),
@@ -196,6 +204,7 @@ static const struct config_key config_top[] = {
     SECTION("dns", config_dns),
     SECTION("dkim", config_dkim),
     SECTION("metrics", config_metrics),
+    SECTION("tlsrpt", config_tlsrpt),
     SECTION("auth", config_auth),
     SECTION("submission", config_submission),
     END
@@ -422,6 +431,38 @@ config_default_hostname(struct config *cfg)
         util_strlcpy(host, "localhost", sizeof(host));
     host[sizeof(host) - 1] = '\0';
     cfg->hostname = xstrdup(host);
+}
+
+/*
+ * config_tlsrpt_defaults - organization, contact and sender default to
+ * the host name and postmaster@ it; the sender must be a plain address
+ * (it goes into From: and MAIL FROM unquoted).
+ */
+static int
+config_tlsrpt_defaults(struct config *cfg, char *err, size_t errsz)
+{
+    char        pm[300];
+    const char *s, *at;
+
+    snprintf(pm, sizeof(pm), "postmaster@%s", cfg->hostname);
+    if (cfg->tlsrpt_organization == NULL)
+        cfg->tlsrpt_organization = xstrdup(cfg->hostname);
+    if (cfg->tlsrpt_contact == NULL)
+        cfg->tlsrpt_contact = xstrdup(pm);
+    if (cfg->tlsrpt_sender == NULL)
+        cfg->tlsrpt_sender = xstrdup(pm);
+    s = cfg->tlsrpt_sender;
+    at = strchr(s, '@');
+    for (const char *c = s; *c != '\0'; c++)
+        if (*c <= 0x20 || *c >= 0x7f || strchr("<>()[]\\,;:\"", *c) != NULL)
+            at = NULL;
+    if (at == NULL || at == s || at[1] == '\0' || strchr(at + 1, '@') ||
+        strlen(s) > 254) {
+        snprintf(err, errsz, "%s: tlsrpt.sender: not a plain address "
+            "(local@domain): %.64s", cfg->path, s);
+        return -1;
+    }
+    return 0;
 }
 
 static void
@@ -651,6 +692,11 @@ config_load(const char *path, char *err, size_t errsz)
         return NULL;
     }
     config_default_hostname(p.cfg);
+    if (config_tlsrpt_defaults(p.cfg, err, errsz) < 0) {
+        free(p.errs);
+        config_free(p.cfg);
+        return NULL;
+    }
     return p.cfg;
 }
 
@@ -692,6 +738,9 @@ config_free(struct config *cfg)
     free(cfg->dns_servers);
     free(cfg->load_file);
     free(cfg->metrics_listen);
+    free(cfg->tlsrpt_organization);
+    free(cfg->tlsrpt_contact);
+    free(cfg->tlsrpt_sender);
     free(cfg->auth_password_file);
     free(cfg);
 }

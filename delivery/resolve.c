@@ -625,6 +625,13 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
 }
 
 
+struct dns *
+resolve_dns(struct resolve *rs)
+{
+    return rs->dns;
+}
+
+
 void
 resolve_free(struct resolve *rs)
 {

@@ -6,6 +6,7 @@
  *             reload   re-read the config; waits for the outcome
  *             stop     stop mtad gracefully; waits until it is gone
  *             check    check the config locally (like mtad -t)
+ *             tls report [DOMAIN|--send]  TLS-RPT counts (RFC 8460)
  *             help [COMMAND]
  *             dkim keygen ...  (dkim.c)
  *             route ...  (route.c)     queue/show/delete/hold/release/
@@ -60,6 +61,8 @@ mtactl_usage(FILE *f)
         "  kick ID|*        deliver a queued message (or all) now\n"
         "  route ...        routes (mtactl help route)\n"
         "  queue ...        the queue (mtactl help queue)\n"
+        "  tls report [DOMAIN|--send]  TLS-RPT counts of today; --send "
+        "mails the reports now\n"
         "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
         "(mtactl help dkim)\n"
         "  user add|del|list  SMTP AUTH users of auth.password_file "
@@ -227,6 +230,14 @@ mtactl_help(int argc, char **argv)
             "queued message, then stop; waits until mtad is gone.  Exit 0 "
             "when the queue was emptied, 1 when messages were left at the "
             "deadline (they stay in the spool)\n");
+    else if (strcmp(argv[1], "tls") == 0)
+        printf("mtactl tls report [DOMAIN]: today's TLS-RPT counts (RFC "
+            "8460) per policy domain: successful and failed sessions, the "
+            "policy strings and the failure details, from every worker "
+            "(up to a second late)\n"
+            "mtactl tls report --send: send the reports now (they are sent "
+            "after each UTC day): each domain's counts so far go to its "
+            "_smtp._tls rua= mailto: addresses and are then forgotten\n");
     else if (strcmp(argv[1], "check") == 0)
         printf("mtactl check: load the configuration and print \"FILE: ok\" "
             "or its errors (exit 1)\n");
@@ -235,6 +246,25 @@ mtactl_help(int argc, char **argv)
         return MTACTL_USAGE;
     }
     return MTACTL_OK;
+}
+
+/* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
+static int
+mtactl_tls_report(struct mtactl *c, int argc, char **argv)
+{
+    char req[CTL_REQUEST_MAX];
+
+    if (argc == 2)
+        return mtactl_request(c, "tls report", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 3 && strcmp(argv[2], "--send") == 0)
+        return mtactl_request(c, "tls report-send", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 3 && argv[2][0] != '-' && strlen(argv[2]) < 256 &&
+        strcspn(argv[2], " \t\r\n") == strlen(argv[2])) {
+        snprintf(req, sizeof(req), "tls report %s", argv[2]);
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+    fprintf(stderr, "mtactl: usage: mtactl tls report [DOMAIN | --send]\n");
+    return MTACTL_USAGE;
 }
 
 static int
@@ -277,6 +307,8 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         snprintf(req, sizeof(req), "kick %s", argv[1]);
         return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
     }
+    if (strcmp(cmd, "tls") == 0 && argc >= 2 && strcmp(argv[1], "report") == 0)
+        return mtactl_tls_report(c, argc, argv);
     if (strcmp(cmd, "dkim") == 0)
         return mtactl_dkim(argc, argv);     /* needs no configuration */
     if (strcmp(cmd, "user") == 0)
