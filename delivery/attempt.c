@@ -471,7 +471,7 @@ dl_finish(struct dl_attempt *a)
 }
 
 
-/* dl_giveback_one - the stop deadline cut a transaction of a: results
+/* dl_giveback_one - the stop cut a transaction of a: results
  * that are in are saved (due at once, for the next generation), nothing
  * else is marked, and the message is unlocked. */
 void
@@ -486,8 +486,8 @@ dl_giveback_one(struct dl_attempt *a)
             return;
         }
     }
-    log_info("%s: stop deadline: attempt given back to the next "
-        "generation", a->env->id);
+    log_info("%s: stop: attempt given back to the next generation",
+        a->env->id);
     d->ngiven++;
     dl_attempt_free(a);
 }

@@ -35,8 +35,9 @@
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
- * STOP      deliver_drain(): idle connections close, running attempts
- *           finish, and messages the last sessions still accept get their
+ * STOP      deliver_drain(): idle connections close, attempts still
+ *           waiting for DNS are given back (nothing was sent), running
+ *           ones finish, and messages the last sessions still accept get their
  *           first attempt; deferred ones are left to the next generation.
  *           That one recovered at its start, before the old one finished;
  *           when the old generation's last worker is gone the master sends
@@ -561,6 +562,7 @@ deliver_giveback(struct deliver *d)
     /* finished transactions report first (dl_finish); the others come
      * back cut (dl_txn_done -> dl_giveback_one), but for one waiting for
      * the reply to its final dot, which may still finish normally */
+    resolve_cut(d->resolve);
     mta_abort(d->relay, DELIVER_DOT_GRACE_MS);
     if (d->ngiven > 0)
         log_notice("stop deadline: %zu deliveries given back", d->ngiven);
@@ -572,6 +574,10 @@ deliver_drain(struct deliver *d)
 {
     if (!d->draining) {
         d->draining = 1;
+        /* an attempt still waiting for DNS has sent nothing: the next
+         * generation looks it up again rather than this one waiting out
+         * a slow resolver's timeouts until the stop deadline */
+        resolve_cut(d->resolve);
         mta_drain(d->relay);
         deliver_arm(d);
     }

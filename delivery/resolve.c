@@ -632,6 +632,33 @@ resolve_dns(struct resolve *rs)
 }
 
 
+size_t
+resolve_cut(struct resolve *rs)
+{
+    struct rs_job *j;
+    size_t         n = 0, i;
+
+    for (j = rs->jobs; j != NULL; j = j->next) {
+        if (j->left == 0)
+            continue;               /* with the relay, or its verdict due */
+        for (i = 0; i < j->nparts; i++) {
+            if (j->part[i].req != NULL) {
+                dns_cancel(j->part[i].req);
+                j->part[i].req = NULL;
+            }
+        }
+        j->left = 0;
+        j->t->cut = 1;
+        j->post_next = rs->posted;
+        rs->posted = j;
+        n++;
+    }
+    if (n > 0 && !ev_timer_active(&rs->post_timer))
+        ev_timer_start(rs->loop, &rs->post_timer, 0);
+    return n;
+}
+
+
 void
 resolve_free(struct resolve *rs)
 {

@@ -55,6 +55,12 @@ void    resolve_submit(struct resolve *rs, struct mta *relay,
  * could not be set up. */
 struct dns *resolve_dns(struct resolve *rs);
 
+/* The stop: every transaction still waiting for DNS (nothing sent yet)
+ * comes back through its done() with t->cut set, from the loop; lookups
+ * are cancelled.  Those already handed to the relay are mta_abort()'s.
+ * Returns how many were cut. */
+size_t  resolve_cut(struct resolve *rs);
+
 /* ---- pure parts, for the unit test ---- */
 
 /* Who we are, for loop detection. */

@@ -249,6 +249,15 @@ def test_unanswered_lookup_does_not_hold_up_inbound_mail(
     assert time.monotonic() - t0 < 60
     assert "%s: to=" % qid not in m.log_text()
     assert qid in m.queue_ids()
+    # a stop does not wait for the lookup: the attempt, which has sent
+    # nothing, is given back at once and the message stays queued
+    m.stop(timeout=60)
+    text = m.log_text()
+    assert "%s: stop: attempt given back to the next generation" % qid \
+        in text, text[-3000:]
+    assert "stop deadline" not in text and "past its stop" not in text
+    assert m.proc.returncode == 0, m.proc.returncode
+    assert qid in m.queue_ids()
 
 
 @pytest.mark.skipif(not os.access(MTACTL, os.X_OK), reason="no mtactl")
