@@ -166,7 +166,7 @@ FUZZ_TIME    ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim tlsrpt
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -177,6 +177,7 @@ fmod_config := config
 fmod_dns := dns
 fmod_proxy := proxy
 fmod_dkim := dkim
+fmod_tlsrpt := delivery
 fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 

@@ -505,8 +505,9 @@ static int
 tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
     char *err, size_t errsz)
 {
-    char     f[TLSRPT_MAX_STRING];
-    uint64_t v;
+    const char *line = s;
+    char        f[TLSRPT_MAX_STRING], shown[UTIL_ESC_ROOM(60)];
+    uint64_t    v;
 
     if (end - s < 2 || s[1] != ' ')
         goto bad;
@@ -554,7 +555,10 @@ tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
         return 0;
     }
 bad:
-    snprintf(err, errsz, "bad TLS-RPT record line '%.60s'", s);
+    /* the line is not terminated, and it comes from a worker: escaped */
+    util_escape(shown, sizeof(shown), line, (size_t)(end - line) < 60 ?
+        (size_t)(end - line) : 60, 0, NULL);
+    snprintf(err, errsz, "bad TLS-RPT record line '%s'", shown);
     return -1;
 }
 
