@@ -154,7 +154,8 @@ void    tlsrpt_json(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
 int     tlsrpt_gzip(const void *p, size_t n, struct buf *out);
 /* The whole mail (RFC 8460 5.3): headers, multipart/report;
  * report-type="tlsrpt", a text part, and the .json.gz as
- * application/tlsrpt+gzip in base64.  0 or -1 (zlib failed). */
+ * application/tlsrpt+gzip in base64; "TLS-Required: No" (RFC 8689), as
+ * reports must go out despite TLS failures.  0 or -1 (zlib failed). */
 int     tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
             struct buf *out);
 

@@ -430,6 +430,9 @@ tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
         " Report-ID: <%s>\r\n", in->domain, in->submitter, in->report_id);
     buf_printf(out, "TLS-Report-Domain: %s\r\nTLS-Report-Submitter: %s\r\n",
         in->domain, in->submitter);
+    /* RFC 8460 5.3: reports go out despite TLS failures; RFC 8689 4.1
+     * says so to every MTA on the way (and to ours) */
+    buf_printf(out, "TLS-Required: No\r\n");
     buf_printf(out, "Message-ID: <%s>\r\nMIME-Version: 1.0\r\n"
         "Content-Type: multipart/report; report-type=\"tlsrpt\";\r\n"
         " boundary=\"%s\"\r\n\r\n", in->report_id, bnd);

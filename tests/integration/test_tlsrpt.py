@@ -164,6 +164,7 @@ def test_send_mails_the_rfc8460_report_to_the_rua_address(
     dom = "rpt." + ZONE
     assert hdr["TLS-Report-Domain"] == dom
     assert hdr["TLS-Report-Submitter"] == "mx.test.example"
+    assert hdr["TLS-Required"] == "No"
     assert hdr["From"] == "tlsrpt@mx.test.example"
     assert hdr["To"] == REPORTS
     assert " ".join(hdr["Subject"].split()) == (

@@ -494,6 +494,7 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
         "<2025-12-01.example.org.1@mx.sender.example>\r\n"));
     cr_assert(strstr(s, "\r\nTLS-Report-Domain: example.org\r\n"));
     cr_assert(strstr(s, "\r\nTLS-Report-Submitter: mx.sender.example\r\n"));
+    cr_assert(strstr(s, "\r\nTLS-Required: No\r\n"));
     cr_assert(strstr(s, "\r\nDate: Tue, 02 Dec 2025 00:00:00 +0000\r\n"));
     cr_assert(strstr(s, "\r\nContent-Type: multipart/report; "
         "report-type=\"tlsrpt\";\r\n boundary=\""));
