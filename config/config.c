@@ -434,15 +434,33 @@ config_default_hostname(struct config *cfg)
 }
 
 /*
- * config_tlsrpt_defaults - organization, contact and sender default to
- * the host name and postmaster@ it; the sender must be a plain address
- * (it goes into From: and MAIL FROM unquoted).
+ * config_check_tlsrpt - tlsrpt.sender must be a plain address: it goes
+ * into From: and MAIL FROM unquoted.
  */
-static int
-config_tlsrpt_defaults(struct config *cfg, char *err, size_t errsz)
+static void
+config_check_tlsrpt(struct config_parse *p)
 {
-    char        pm[300];
-    const char *s, *at;
+    const char *s = p->cfg->tlsrpt_sender, *at;
+
+    if (s == NULL)
+        return;
+    at = strchr(s, '@');
+    for (const char *c = s; *c != '\0'; c++)
+        if (*c <= 0x20 || *c >= 0x7f || strchr("<>()[]\\,;:\"", *c) != NULL)
+            at = NULL;
+    if (at == NULL || at == s || at[1] == '\0' || strchr(at + 1, '@') ||
+        strlen(s) > 254)
+        config_addf(p, NULL, "tlsrpt.sender: not a plain address "
+            "(local@domain): %.64s", s);
+}
+
+
+/* config_tlsrpt_defaults - organization, contact and sender default to
+ * the host name and postmaster@ it. */
+static void
+config_tlsrpt_defaults(struct config *cfg)
+{
+    char pm[300];
 
     snprintf(pm, sizeof(pm), "postmaster@%s", cfg->hostname);
     if (cfg->tlsrpt_organization == NULL)
@@ -451,18 +469,6 @@ config_tlsrpt_defaults(struct config *cfg, char *err, size_t errsz)
         cfg->tlsrpt_contact = xstrdup(pm);
     if (cfg->tlsrpt_sender == NULL)
         cfg->tlsrpt_sender = xstrdup(pm);
-    s = cfg->tlsrpt_sender;
-    at = strchr(s, '@');
-    for (const char *c = s; *c != '\0'; c++)
-        if (*c <= 0x20 || *c >= 0x7f || strchr("<>()[]\\,;:\"", *c) != NULL)
-            at = NULL;
-    if (at == NULL || at == s || at[1] == '\0' || strchr(at + 1, '@') ||
-        strlen(s) > 254) {
-        snprintf(err, errsz, "%s: tlsrpt.sender: not a plain address "
-            "(local@domain): %.64s", cfg->path, s);
-        return -1;
-    }
-    return 0;
 }
 
 static void
@@ -679,6 +685,7 @@ config_load(const char *path, char *err, size_t errsz)
     fclose(fp);
     config_check_tls(&p);
     config_check_auth(&p);
+    config_check_tlsrpt(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
@@ -692,11 +699,7 @@ config_load(const char *path, char *err, size_t errsz)
         return NULL;
     }
     config_default_hostname(p.cfg);
-    if (config_tlsrpt_defaults(p.cfg, err, errsz) < 0) {
-        free(p.errs);
-        config_free(p.cfg);
-        return NULL;
-    }
+    config_tlsrpt_defaults(p.cfg);
     return p.cfg;
 }
 
