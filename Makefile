@@ -75,6 +75,8 @@ umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
+umod_test_tls_policy := delivery
+umod_test_tls_cache := delivery
 umod_test_tlsrpt := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -87,7 +89,7 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls fuzz soak install clean check-deps layering deb
+.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean check-deps layering deb
 all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
 
 # Installs what a fresh Debian 12 lacks; make run / make test call it when
@@ -211,6 +213,11 @@ bench: all
 # `make bench` so that its time does not grow.
 bench-tls: all
 	@/usr/bin/python3 bench/tls_bench.py
+
+# Opt-in: DKIM signing on/off, mtad and Postfix + OpenDKIM (bench/dkim_bench.py;
+# bench/deps installs postfix and opendkim with their services kept down).
+bench-dkim: all
+	@sh bench/deps && /usr/bin/python3 bench/dkim_bench.py
 
 # The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
 # a seeded fault injector for DURATION seconds; fails on any lost, phantom

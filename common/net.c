@@ -69,7 +69,7 @@ net_ssl_err(SSL *ssl, int r, char *err, size_t errsz)
     else if (code == SSL_ERROR_SYSCALL && errno != 0)
         snprintf(err, errsz, "%s", strerror(errno));
     else if (code == SSL_ERROR_SYSCALL || code == SSL_ERROR_ZERO_RETURN)
-        snprintf(err, errsz, "connection closed by the client");
+        snprintf(err, errsz, "connection closed by the peer");
     else
         snprintf(err, errsz, "TLS error %d", code);
     ERR_clear_error();
@@ -420,6 +420,41 @@ net_tls_ctx_free(struct ssl_ctx_st *ctx)
 }
 
 
+/* net_tls_new - an SSL object on t's fd, accept or connect side. */
+static int
+net_tls_new(struct net_conn *t, struct ssl_ctx_st *ctx, int client,
+    char *err, size_t errsz)
+{
+    SSL *ssl;
+
+    ERR_clear_error();
+    if ((ssl = SSL_new(ctx)) == NULL) {
+        net_ctx_err("SSL_new", NULL, err, errsz);
+        return -1;
+    }
+    if (SSL_set_fd(ssl, t->fd) != 1) {
+        net_ctx_err("SSL_set_fd", NULL, err, errsz);
+        SSL_free(ssl);
+        return -1;
+    }
+    if (client)
+        SSL_set_connect_state(ssl);
+    else
+        SSL_set_accept_state(ssl);
+    t->ssl = ssl;
+    t->want = 0;
+    return 0;
+}
+
+
+int
+net_tls_start_client(struct net_conn *t, struct ssl_ctx_st *ctx, char *err,
+    size_t errsz)
+{
+    return net_tls_new(t, ctx, 1, err, errsz);
+}
+
+
 int
 net_tls_start(struct net_conn *t, struct ssl_ctx_st *ctx, char *err,
     size_t errsz)
@@ -450,7 +485,7 @@ net_tls_handshake(struct net_conn *t, char *err, size_t errsz)
 
     ERR_clear_error();
     errno = 0;
-    r = SSL_accept(t->ssl);
+    r = SSL_do_handshake(t->ssl);       /* accept or connect, as started */
     if (r == 1)
         return 0;
     switch (SSL_get_error(t->ssl, r)) {

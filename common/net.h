@@ -72,6 +72,11 @@ struct ssl_ctx_st *net_tls_ctx(const struct net_tls_opts *cfg, char *err,
 void    net_tls_ctx_free(struct ssl_ctx_st *ctx);     /* NULL ok */
 int     net_tls_start(struct net_conn *t, struct ssl_ctx_st *ctx,
             char *err, size_t errsz);                     /* 0 or -1 */
+/* The client side (outbound STARTTLS): an SSL object from a client
+ * context (the caller sets SNI and checks on t->ssl before the first
+ * net_tls_handshake()). */
+int     net_tls_start_client(struct net_conn *t, struct ssl_ctx_st *ctx,
+            char *err, size_t errsz);                     /* 0 or -1 */
 int     net_tls_handshake(struct net_conn *t, char *err,
             size_t errsz);                    /* 0 done, MTA_AGAIN, -1 */
 /* Decrypted bytes waiting inside the SSL object (0 when plain). */

@@ -126,6 +126,7 @@ static const struct config_key config_delivery[] = {
     DUR("max_queue_time", max_queue_time_ms, 1),
     INT("connections_per_destination", connections_per_destination),
     DUR("connect_timeout", connect_timeout_ms, 1),
+    KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
     SECTION("timeouts", config_timeouts),
     END
 };
@@ -156,6 +157,7 @@ static const struct config_key config_tls[] = {
     KEY("key_file", CONFIG_TLSFILE, tls_key_files),
     KEY("min_version", CONFIG_TLSVER, tls_min_version),
     KEY("ciphers", CONFIG_STRING, tls_ciphers),
+    KEY("ca_file", CONFIG_STRING, tls_ca_file),
     END
 };
 
@@ -183,6 +185,8 @@ static const struct config_key config_auth[] = {
     KEY("allow_plaintext_loopback", CONFIG_BOOL,
         auth_allow_plaintext_loopback),
     { "max_failures", CONFIG_INT, OFF(auth_max_failures), 1, 1000, NULL },
+    DUR("failure_delay", auth_failure_delay_ms, 0),
+    DUR("failure_delay_max", auth_failure_delay_max_ms, 0),
     KEY("received_header", CONFIG_BOOL, auth_received_header),
     END
 };
@@ -328,6 +332,8 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->routes_mark = kn->start_mark;
         if (k->off == OFF(tls_ciphers) && keys == config_tls)
             p->tls_ciphers_mark = vn->start_mark;
+        if (k->off == OFF(tls_ca_file) && keys == config_tls)
+            p->tls_ca_mark = vn->start_mark;
         if (keys == config_dns && (k->off == OFF(dns_min_ttl_ms) ||
             (k->off == OFF(dns_max_ttl_ms) && !p->have_dns_ttl_mark))) {
             p->dns_ttl_mark = vn->start_mark;
@@ -370,6 +376,8 @@ config_defaults(const char *path)
     cfg->data_timeout_ms = 10 * 60 * 1000;
     cfg->max_errors = 20;
     cfg->auth_max_failures = 5;
+    cfg->auth_failure_delay_ms = 1000;
+    cfg->auth_failure_delay_max_ms = 8000;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
@@ -392,6 +400,7 @@ config_defaults(const char *path)
     cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
+    cfg->delivery_tls = 1;              /* may */
     cfg->mta_timeouts.greeting_ms = 5 * 60 * 1000;
     cfg->mta_timeouts.helo_ms = 5 * 60 * 1000;
     cfg->mta_timeouts.mail_ms = 5 * 60 * 1000;
@@ -643,6 +652,13 @@ config_check_auth(struct config_parse *p)
 
     if (cfg->auth_password_file != NULL)
         config_check_pwfile(p, cfg->auth_password_file);
+    /* A client waits 5 minutes for a reply (RFC 5321 4.5.3.2). */
+    if (cfg->auth_failure_delay_max_ms > CONFIG_AUTH_DELAY_LIMIT_MS)
+        config_addf(p, NULL, "auth.failure_delay_max: at most 5m (clients "
+            "give up on a reply after 5 minutes)");
+    if (cfg->auth_failure_delay_ms > cfg->auth_failure_delay_max_ms)
+        config_addf(p, NULL, "auth.failure_delay: greater than "
+            "auth.failure_delay_max");
     for (i = 0; i < cfg->nlisten; i++) {
         const struct config_listen *l = &cfg->listen[i];
 
@@ -736,6 +752,7 @@ config_free(struct config *cfg)
         free(cfg->tls_key_files[i]);
     }
     free(cfg->tls_ciphers);
+    free(cfg->tls_ca_file);
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);

@@ -51,6 +51,10 @@ struct config_dkim_key {
 
 #define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
 
+/* auth.failure_delay_max may not exceed 5 minutes: a client waits that
+ * long for a reply (RFC 5321 4.5.3.2) before it gives up. */
+#define CONFIG_AUTH_DELAY_LIMIT_MS  (5 * 60 * 1000)
+
 struct config {
     char   *path;                   /* the file it came from */
 
@@ -112,6 +116,9 @@ struct config {
     uint64_t max_queue_time_ms;     /* 5d */
     int     connections_per_destination; /* 20 */
     uint64_t connect_timeout_ms;    /* 30s */
+    int     delivery_tls;           /* delivery.tls: outbound STARTTLS level,
+                                       a router_tls_level() index (enum
+                                       tls_level); default 1, "may" */
     struct config_mta_timeouts {    /* delivery.timeouts, RFC 5321 4.5.3.2 */
         uint64_t greeting_ms;       /* 5m: the 220 greeting */
         uint64_t helo_ms;           /* 5m: EHLO/HELO (and RSET) */
@@ -154,6 +161,8 @@ struct config {
     char   *tls_key_file;           /* tls_key_files[0] (not a copy) */
     int     tls_min_version;        /* CONFIG_TLS12 (default) or CONFIG_TLS13 */
     char   *tls_ciphers;            /* OpenSSL list for TLS 1.2; NULL = default */
+    char   *tls_ca_file;            /* outbound: PEM CA bundle that verifies
+                                       next hops; NULL = the system's */
 
     /* dns: the resolver used for MX routes (dns/dns.h) */
     char   *dns_servers;            /* "ip, ip:port, [v6]:port"; NULL =
@@ -181,6 +190,11 @@ struct config {
     char   *auth_password_file;
     bool    auth_allow_plaintext_loopback; /* AUTH without TLS on loopback */
     int     auth_max_failures;      /* per client address, then 421 */
+    uint64_t auth_failure_delay_ms; /* 1s: the reply to the first failure
+                                       is held this long, doubling for
+                                       each further one from the address */
+    uint64_t auth_failure_delay_max_ms; /* 8s: ... up to this (at most
+                                       CONFIG_AUTH_DELAY_LIMIT_MS) */
     bool    auth_received_header;   /* the login in Received: (default no) */
     bool    submission_sender_login_match; /* MAIL FROM bound to the login */
 };

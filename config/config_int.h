@@ -44,7 +44,9 @@ enum config_type {
     CONFIG_DKIM_NETS,              /* dkim.sign_networks */
     CONFIG_LOAD,                   /* uint32_t load * 100; 0 = off */
     CONFIG_LOGFMT,                 /* text | json */
-    CONFIG_HOSTPORT                /* one "host:port" (metrics.listen) */
+    CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */
+    CONFIG_TLSLEVEL                /* int: none|may|encrypt|verify|dane|
+                                      dane-only (router_tls_level()) */
 };
 
 struct config_key {
@@ -70,6 +72,7 @@ struct config_parse {
     int              have_dns_ttl_mark;
     /* tls: where each key was, for the checks made after the walk */
     yaml_mark_t      tls_cert_mark, tls_key_mark, tls_ciphers_mark;
+    yaml_mark_t      tls_ca_mark;   /* tls.ca_file's value */
     yaml_mark_t      tls_cert_marks[CONFIG_TLS_MAX_CERTS];
     yaml_mark_t      tls_key_marks[CONFIG_TLS_MAX_CERTS];
     size_t           ntls_keys;     /* tls.key_file entries */

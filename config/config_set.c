@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "proxy/proxy.h"
 #include "router/route.h"
+#include "router/router.h"
 #include "dkim/dkim.h"
 #include "config/config.h"
 #include "config/config_int.h"
@@ -439,6 +440,15 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_LOAD:
         config_set_load(p, n, path, f);
+        break;
+    case CONFIG_TLSLEVEL:
+        v = config_scalar(p, n, path, "none, may, encrypt, verify, dane or "
+            "dane-only");
+        if (v != NULL && (w = router_tls_level(v)) < 0)
+            config_expected(p, n, path, "none, may, encrypt, verify, dane "
+                "or dane-only");
+        else if (v != NULL)
+            *(int *)f = w;
         break;
     case CONFIG_LOGFMT:
         v = config_scalar(p, n, path, "text or json");

@@ -186,6 +186,32 @@ config_check_pair(struct config_parse *p, size_t i, int *type)
  * certificate, one certificate per key type (OpenSSL keeps one per type:
  * a second RSA one would silently replace the first), and a usable
  * cipher list. */
+/* config_check_ca - tls.ca_file: readable, and PEM certificates that
+ * OpenSSL loads (the workers load it before their sandbox). */
+static void
+config_check_ca(struct config_parse *p)
+{
+    const char *ca = p->cfg->tls_ca_file;
+    char        why[256];
+    SSL_CTX    *ctx;
+
+    if (ca == NULL ||
+        config_tls_readable(p, &p->tls_ca_mark, "tls.ca_file", ca) < 0)
+        return;
+    ERR_clear_error();
+    if ((ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
+        config_addf(p, &p->tls_ca_mark, "tls.ca_file: cannot set up TLS: %s",
+            config_ssl_err(why, sizeof(why)));
+        return;
+    }
+    if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+        config_addf(p, &p->tls_ca_mark, "tls.ca_file: no usable PEM "
+            "certificate in '%s': %s", ca, config_ssl_err(why, sizeof(why)));
+    ERR_clear_error();
+    SSL_CTX_free(ctx);
+}
+
+
 void
 config_check_tls(struct config_parse *p)
 {
@@ -195,6 +221,7 @@ config_check_tls(struct config_parse *p)
     size_t i, j;
     int bad = 0;
 
+    config_check_ca(p);
     if (p->tls_bad)
         return;
     if (cfg->ntls_certs == 0 && p->ntls_keys == 0)

@@ -25,6 +25,7 @@
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
 #include "delivery/mta.h"
+#include "delivery/tls_policy.h"
 
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
@@ -43,6 +44,16 @@ void
 dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
     const char *relay, const char *word)
 {
+    dl_result_tls(a, i, status, reply, relay, word, NULL);
+}
+
+
+/* dl_result_tls - dl_result() for an SMTP result: the log line also says
+ * what TLS the delivery had (tls=... cipher=... verify=..., tls=none). */
+void
+dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
+    const char *relay, const char *word, const struct tls_outcome *tls)
+{
     struct spool_env  *env = a->env;
     struct spool_rcpt *rc = &env->rcpt[i];
     uint64_t           now = util_wall_ms();
@@ -59,10 +70,36 @@ dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->last_reply = r2;
         rc->relay = l2;
     }
+    /* the TLS of an SMTP attempt goes into the state (mtactl show); a
+     * local result keeps the last SMTP attempt's */
+    if (tls != NULL) {
+        char tf[160];
+
+        (void)tls_outcome_format(tls, tf, sizeof(tf));
+        free(rc->tls);
+        rc->tls = xstrdup(tf);
+    }
     a->changed = 1;
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
-    if (log_enabled(LOGL_INFO)) {
+    if (log_enabled(LOGL_INFO) && tls != NULL) {
+        const char *w = word ? word : dl_status_word[status];
+        char        dsn[16], tf[160];
+
+        (void)tls_outcome_format(tls, tf, sizeof(tf));
+        log_event(LOGL_INFO, "delivery", LOG_KVS(LKV_S("queue_id", env->id),
+            LKV_S("from", env->sender), LKV_S("to", rc->addr),
+            LKV_S("relay", rc->relay),
+            LKV_S("tls", tls->used ? tls->version : "none"),
+            LKV_S("cipher", tls->used ? tls->cipher : ""),
+            LKV_S("verify", tls_auth_name(tls->auth)),
+            LKV_S("tls_failure", tls->failure),
+            LKV_D("delay", delay), LKV_S("status", w),
+            LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
+            LKV_S("reply", rc->last_reply)),
+            "%s: to=<%s>, relay=%s, %s, delay=%.2f, status=%s (%s)", env->id,
+            rc->addr, rc->relay, tf, delay, w, rc->last_reply);
+    } else if (log_enabled(LOGL_INFO)) {
         const char *w = word ? word : dl_status_word[status];
         char        dsn[16];
 

@@ -68,6 +68,7 @@
  *           attempt.c: results, bounces, saving the state, the unsaved
  *           hold and the giveback.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,7 @@
 #include "delivery/dsn.h"
 #include "delivery/maildir.h"
 #include "delivery/mta.h"
+#include "delivery/tls_policy.h"
 #include "delivery/resolve.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
@@ -124,8 +126,8 @@ dl_txn_done(struct mta_txn *rt)
         a->cut = 1;                     /* its recipients stay as they were */
     else
         for (i = 0; i < rt->nrcpt; i++)
-            dl_result(a, rt->rcpt[i], rt->res[i].status, rt->res[i].reply,
-                rt->res[i].relay, NULL);
+            dl_result_tls(a, rt->rcpt[i], rt->res[i].status,
+                rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls);
     if (--a->open > 0)
         return;
     if (a->cut)
@@ -140,7 +142,7 @@ dl_txn_done(struct mta_txn *rt)
  * (each recipient domain is a destination of its own). */
 static struct dl_txn *
 dl_group(struct dl_attempt *a, const struct router_result *res,
-    const char *rcpt)
+    const char *rcpt, int tls_level)
 {
     struct dl_txn *t;
     char           key[sizeof(t->text)];
@@ -156,17 +158,58 @@ dl_group(struct dl_attempt *a, const struct router_result *res,
         util_strlcpy(key, res->value, sizeof(key));
     }
     for (t = a->txns; t; t = t->next)
-        if (strcmp(t->text, key) == 0)
+        if (strcmp(t->text, key) == 0 && (int)t->rt.tls.level == tls_level)
             return t;
     t = xcalloc(1, sizeof(*t));
     t->a = a;
     util_strlcpy(t->text, key, sizeof(t->text));
+    t->rt.tls.level = (enum tls_level)tls_level;
+    util_strlcpy(t->rt.tls.policy_domain, at != NULL ? at + 1 : "",
+        sizeof(t->rt.tls.policy_domain));
     if (res->route.kind == ROUTE_MX)
         util_strlcpy(t->domain, key + 3, sizeof(t->domain));
     t->route = res->route;
     t->next = a->txns;
     a->txns = t;
     return t;
+}
+
+
+/*
+ * dl_tls_level - the outbound TLS level for rcpt (tls_policy.h): the
+ * policy table's entry for the recipient's domain, else for the routes
+ * key that matched, else delivery.tls.  -1 when the table cannot be read:
+ * the recipient is deferred rather than sent under a weaker default.
+ */
+static int
+dl_tls_level(struct deliver *d, const char *rcpt,
+    const struct router_result *res)
+{
+    const char *at = strrchr(rcpt, '@');
+    char        dom[ROUTE_KEY_MAX + 1], v[ROUTER_TLS_VALUE_MAX + 1];
+    size_t      i, n;
+    int         rc;
+
+    if (at != NULL && (n = strlen(at + 1)) > 0 && n < sizeof(dom)) {
+        for (i = 0; i < n; i++)
+            dom[i] = (char)tolower((unsigned char)at[1 + i]);
+        if (dom[n - 1] == '.')
+            n--;
+        dom[n] = '\0';
+        rc = router_tls_get(d->router, dom, v, sizeof(v));
+        if (rc == ROUTER_OK)
+            return router_tls_level(v);
+        if (rc != ROUTER_ENOTFOUND)
+            return -1;
+    }
+    if (res->match != ROUTER_MATCH_DEFAULT) {
+        rc = router_tls_get(d->router, res->key, v, sizeof(v));
+        if (rc == ROUTER_OK)
+            return router_tls_level(v);
+        if (rc != ROUTER_ENOTFOUND)
+            return -1;
+    }
+    return d->cfg->delivery_tls;
 }
 
 
@@ -219,6 +262,7 @@ dl_run(struct dl_attempt *a)
     struct router_result res;
     struct dl_txn       *t;
     size_t               i;
+    int                  lvl;
     char                 why[600];
 
     for (i = 0; i < env->nrcpt; i++) {
@@ -234,7 +278,13 @@ dl_run(struct dl_attempt *a)
             dl_local(a, i, &res.route);
             continue;
         }
-        t = dl_group(a, &res, env->rcpt[i].addr);
+        if ((lvl = dl_tls_level(d, env->rcpt[i].addr, &res)) < 0) {
+            snprintf(why, sizeof(why), "451 4.3.0 TLS policy lookup "
+                "failed: %s", router_errstr(d->router));
+            dl_result(a, i, MTA_DEFER, why, "none", NULL);
+            continue;
+        }
+        t = dl_group(a, &res, env->rcpt[i].addr, lvl);
         if (t->rt.nrcpt == t->cap) {
             t->cap = t->cap ? t->cap * 2 : 4;
             t->rt.rcpt = xrealloc(t->rt.rcpt, t->cap * sizeof(size_t));
@@ -416,6 +466,20 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
         d->nshards : 1;
     d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    {
+        /* the CA bundle is read now, before the sandbox (tls_client.c) */
+        struct tls_client_opts o = { cfg->tls_ca_file, 0, 0 };
+        char                   err[512];
+        struct ssl_ctx_st     *ctx = tls_client_ctx(&o, err, sizeof(err));
+
+        if (ctx == NULL) {
+            log_err("outbound TLS: %s", err);
+            mta_free(d->relay);
+            free(d);
+            return NULL;
+        }
+        mta_set_tls(d->relay, ctx);
+    }
     d->resolve = resolve_new(loop, cfg);
     mta_set_timeouts(d->relay, &cfg->mta_timeouts);
     ev_timer_init(&d->timer, deliver_fire, d);

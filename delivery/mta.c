@@ -61,6 +61,9 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
+#include "delivery/tls_policy.h"
+
+#include <openssl/ssl.h>
 
 static void mta_dest_run(struct mta *r, struct mta_dest *d);
 static void mta_connect_next(struct mta_conn *c);
@@ -116,6 +119,7 @@ mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
     t->res[i].status = status;
     util_strlcpy(t->res[i].reply, reply, sizeof(t->res[i].reply));
     util_strlcpy(t->res[i].relay, relay, sizeof(t->res[i].relay));
+    t->res[i].tls = t->tls_out;
 }
 
 
@@ -134,16 +138,20 @@ mta_status_of(int code)
 
 /* ---- destinations ---- */
 
+/* mta_dest_get - the destination (key, TLS level): transactions of one
+ * route under different TLS levels never share its connections. */
 static struct mta_dest *
-mta_dest_get(struct mta *r, const char *key, const struct route *route)
+mta_dest_get(struct mta *r, const char *key, int tls_level,
+    const struct route *route)
 {
     struct mta_dest *d;
 
     for (d = r->dests; d; d = d->next)
-        if (strcmp(d->key, key) == 0)
+        if (d->tls_level == tls_level && strcmp(d->key, key) == 0)
             return d;
     d = xcalloc(1, sizeof(*d));
     util_strlcpy(d->key, key, sizeof(d->key));
+    d->tls_level = tls_level;
     d->route = *route;
     d->next = r->dests;
     r->dests = d;
@@ -205,10 +213,10 @@ mta_conn_close(struct mta_conn *c)
     struct mta_conn **pp;
 
     ev_timer_stop(r->loop, &c->timer);
-    if (c->fd >= 0) {
+    if (c->fd >= 0)
         ev_unwatch(r->loop, c->fd);
-        close(c->fd);
-    }
+    net_close(&c->net);             /* close_notify when TLS is up */
+    c->fd = -1;
     for (pp = &d->conns; *pp; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
@@ -241,6 +249,7 @@ mta_fail_txn(struct mta_conn *c, const char *why)
         c->state == C_DOT;
 
     if (t != NULL) {
+        t->tls_out = c->tlso;
         for (i = 0; i < t->nrcpt; i++)
             if (!begun || c->rst[i] != R_FINAL)
                 mta_set(t, i, MTA_DEFER, why, c->name);
@@ -260,6 +269,7 @@ mta_bounce_txn(struct mta_conn *c, const char *why)
     size_t          i;
 
     if (t != NULL) {
+        t->tls_out = c->tlso;
         for (i = 0; i < t->nrcpt; i++)
             mta_set(t, i, MTA_BOUNCE, why, "none");
         c->txn = NULL;
@@ -286,6 +296,8 @@ mta_lost(struct mta_conn *c, const char *why)
     case C_GREETING:
     case C_EHLO:
     case C_HELO:
+    case C_STARTTLS:
+    case C_TLS:
         util_strlcpy(c->lasterr, why, sizeof(c->lasterr));
         mta_connect_next(c);
         return;
@@ -339,6 +351,9 @@ mta_addrs(struct mta_conn *c, const struct mta_txn *t)
         struct mta_hop *a = &c->addr[c->naddr];
 
         memset(a, 0, sizeof(*a));
+        a->tls = t->tls;
+        util_strlcpy(a->tls.verify_name, rh->name,
+            sizeof(a->tls.verify_name));
         if (mta_hop_literal(rh->name, rh->port, a) < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "451 4.4.3 host name "
                 "%.200s was not resolved", rh->name);
@@ -355,24 +370,43 @@ mta_connect_next(struct mta_conn *c)
 {
     struct mta *r = c->r;
 
+    int plain = c->tls_again;
+
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {
         ev_unwatch(r->loop, c->fd);
+        /* no close_notify: this connection failed */
+        SSL_free(c->net.ssl);
+        c->net.ssl = NULL;
         close(c->fd);
-        c->fd = -1;
+        c->fd = c->net.fd = -1;     /* never closed twice (mta_conn_close) */
         c->watched = 0;
     }
     c->in.off = c->in.len = 0;
     c->out.off = c->out.len = 0;
     c->expect = 0;
+    c->tls_again = 0;
+    if (plain && c->cur > 0)
+        c->cur--;                   /* the same host, without STARTTLS */
+    else
+        plain = 0;
     while (c->cur < c->naddr) {
         struct mta_hop  *a = &c->addr[c->cur++];
         int                one = 1;
         char               ip[INET6_ADDRSTRLEN + 8];
 
-        if (c->cur > 1 && c->txn != NULL)
+        if (plain && c->txn != NULL)
+            log_info("%s: %s; trying again without TLS", c->txn->env->id,
+                c->lasterr);
+        else if (c->cur > 1 && c->txn != NULL)
             log_info("%s: %s; trying the next host", c->txn->env->id,
                 c->lasterr);
+        c->tls_plain = plain;
+        plain = 0;
+        c->tls = a->tls;            /* as the hop: tls_req_same() */
+        c->tls_key[0] = '\0';
+        memset(&c->tlso, 0, sizeof(c->tlso));
+        c->caps = 0;
         snprintf(c->name, sizeof(c->name), "%s[%s]:%u", a->name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
             a->port);
@@ -380,6 +414,7 @@ mta_connect_next(struct mta_conn *c)
         c->perm = 0;
         c->fd = socket(a->ss.ss_family,
             SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        net_init(&c->net, c->fd);
         if (c->fd < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
@@ -390,7 +425,7 @@ mta_connect_next(struct mta_conn *c)
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
             close(c->fd);
-            c->fd = -1;
+            c->fd = c->net.fd = -1;
             continue;
         }
         /* commands go out whole, in one write each: no Nagle delays */
@@ -400,7 +435,7 @@ mta_connect_next(struct mta_conn *c)
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
             close(c->fd);
-            c->fd = -1;
+            c->fd = c->net.fd = -1;
             continue;
         }
         mta_arm(c, r->connect_timeout_ms);
@@ -455,6 +490,7 @@ mta_conn_new(struct mta *r, struct mta_dest *d, struct mta_txn *t)
     c->r = r;
     c->dest = d;
     c->fd = -1;
+    net_init(&c->net, -1);
     c->txn = t;
     buf_init(&c->in);
     buf_init(&c->out);
@@ -495,9 +531,10 @@ mta_same_addr(const struct sockaddr_storage *a,
  * mta_adopt - an idle connection of another destination whose peer is
  * one of t's hops, moved over to d; NULL when there is none.  This is
  * what makes the pool per host: domains that share an MX host share its
- * connections (the helo name is one per relay, and outbound TLS does not
- * exist yet, so address and port are the whole identity).  Among several,
- * the one earliest in t's order wins.
+ * connections (the helo name is one per relay): address, port and the
+ * TLS requirement the connection was set up under (tls_req_same(): a
+ * connection verified for one policy never serves another).  Among
+ * several, the one earliest in t's order wins.
  */
 static struct mta_conn *
 mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
@@ -513,7 +550,8 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
             if (c->state != C_IDLE || c->cur == 0)
                 continue;
             for (k = 0; k < t->nhops && k < bestk; k++) {
-                if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss)) {
+                if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss) &&
+                    tls_req_same(&c->tls, &t->hops[k].tls)) {
                     best = c;
                     bestk = k;
                     break;
@@ -638,6 +676,8 @@ mta_free(struct mta *r)
         r->dests = d->next;
         free(d);
     }
+    net_tls_ctx_free(r->tls_ctx);
+    tls_cache_free(r->tls_cache);
     free(r->chunk);
     free(r->helo);
     free(r);
@@ -645,11 +685,66 @@ mta_free(struct mta *r)
 
 
 void
+mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx)
+{
+    net_tls_ctx_free(r->tls_ctx);
+    r->tls_ctx = ctx;
+    if (ctx == NULL)
+        return;
+    /* Outbound resumption (issue 20): OpenSSL hands every new session
+     * (TLS 1.3 tickets come after the handshake) to the callback, which
+     * files it per destination and host; nothing in OpenSSL's own store. */
+    if (r->tls_cache == NULL)
+        r->tls_cache = tls_cache_new(0, 0);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+        SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, mta_tls_new_session);
+}
+
+
+int
+mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t)
+{
+    size_t k;
+
+    if (c->cur == 0)
+        return 0;
+    for (k = 0; k < t->nhops; k++)
+        if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss))
+            return tls_req_same(&c->tls, &t->hops[k].tls);
+    /* not among its hops (literal routes, or DNS moved on): the same
+     * destination, so the same level; the host's name is the one c
+     * checked */
+    {
+        struct tls_req want = t->tls;
+
+        util_strlcpy(want.verify_name, c->tls.verify_name,
+            sizeof(want.verify_name));
+        want.tlsa = c->tls.tlsa;
+        return tls_req_same(&c->tls, &want);
+    }
+}
+
+
+int
+mta_conn_unfit(struct mta_conn *c, struct mta_txn *t)
+{
+    mta_dest_push_front(c->dest, t);
+    mta_cmd(c, "QUIT");
+    (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
+    mta_conn_close(c);
+    return 1;
+}
+
+
+void
 mta_submit(struct mta *r, struct mta_txn *t)
 {
-    struct mta_dest *d = mta_dest_get(r, t->dest, t->route);
+    struct mta_dest *d = mta_dest_get(r, t->dest, (int)t->tls.level,
+        t->route);
     size_t             i;
 
+    memset(&t->tls_out, 0, sizeof(t->tls_out));
     for (i = 0; i < t->nrcpt; i++)
         mta_set(t, i, MTA_DEFER, "not attempted", "none");
     t->next = NULL;
@@ -723,8 +818,8 @@ mta_drain(struct mta *r)
             cn = c->next;
             if (c->state == C_IDLE) {
                 mta_cmd(c, "QUIT");
-                (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
-                    MSG_NOSIGNAL | MSG_DONTWAIT);
+                (void)net_write(&c->net, buf_head(&c->out),
+                    buf_avail(&c->out));
                 mta_conn_close(c);
             }
         }

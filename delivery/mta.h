@@ -15,8 +15,12 @@
  *           come resolved in txn->hops (resolve.c; the relay never resolves
  *           a name); without hops, only the address literals of the route
  *           are used.  An idle connection is reused by any destination
- *           that has its address and port among its hops: domains that
- *           share MX hosts share their connections.
+ *           that has its address and port among its hops and the same
+ *           TLS requirement there (tls_req_same()): domains that share MX
+ *           hosts share their connections, never across TLS policies.
+ *           TLS: STARTTLS as each hop's tls says (tls_policy.h); the
+ *           destination is (txn->dest, txn->tls.level); every result
+ *           carries the TLS outcome of its connection (res[].tls).
  *           The txn, env and fd belong to the caller and must stay valid
  *           until done() ran.
  * FAILURE   Never fails to the caller: every problem becomes a deferred or
@@ -30,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "delivery/tls_policy.h"
 #include "router/route.h"
 #include "smtp/smtp.h"
 
@@ -46,6 +51,8 @@ struct mta_result {
     int     status;                 /* enum mta_status */
     char    reply[SMTP_REPLY_MAX]; /* peer's reply or our reason */
     char    relay[MTA_RELAY_MAX];   /* "host[ip]:port", or "none" */
+    struct tls_outcome tls;         /* of the connection the verdict came
+                                       from (used 0: plaintext or none) */
 };
 
 /* One address to try, from DNS or a literal route host. */
@@ -54,6 +61,8 @@ struct mta_hop {
     unsigned    port;
     struct sockaddr_storage ss;     /* address and port */
     socklen_t   len;
+    struct tls_req tls;             /* what a connection to it must meet
+                                       (tls_policy.h; set by resolve.c) */
 };
 
 struct mta_txn;
@@ -71,6 +80,9 @@ struct mta_txn {
     size_t     *rcpt;               /* indexes into env->rcpt */
     size_t      nrcpt;
     struct mta_result *res;       /* nrcpt entries, filled by mta.c */
+    /* TLS policy of the txn: level and policy_domain (deliver.c); the
+     * hops carry it per host (resolve.c adds verify_name, DANE, STS) */
+    struct tls_req tls;
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
@@ -78,6 +90,7 @@ struct mta_txn {
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
     int         restarts;           /* fresh connections after a stale one */
+    struct tls_outcome tls_out;     /* copied into res[] by mta_set() */
 };
 
 struct mta;
@@ -89,6 +102,10 @@ struct mta *mta_new(struct ev_loop *loop, const char *helo_name,
 /* delivery.timeouts (copied); mta_new() starts from RFC 5321's. */
 void    mta_set_timeouts(struct mta *r,
             const struct config_mta_timeouts *t);
+/* The client TLS context for STARTTLS (tls_client_ctx(); NULL: never
+ * STARTTLS, a mandatory level defers).  The relay owns it from here. */
+struct ssl_ctx_st;
+void    mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx);
 void    mta_free(struct mta *r);            /* closes every connection */
 void    mta_submit(struct mta *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
@@ -111,6 +128,7 @@ size_t  mta_nconns(const struct mta *r);
 
 #include "common/buf.h"
 #include "common/ev.h"
+#include "common/net.h"
 #include "config/config.h"
 
 /*
@@ -127,7 +145,7 @@ size_t  mta_nconns(const struct mta *r);
 
 enum mta_state {
     C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
-    C_DOT, C_IDLE, C_QUIT
+    C_DOT, C_IDLE, C_QUIT, C_STARTTLS, C_TLS
 };
 
 /* per-recipient progress within a transaction */
@@ -139,7 +157,8 @@ struct mta_conn {
     struct mta      *r;
     struct mta_dest *dest;
     struct mta_conn *next;        /* dest->conns */
-    int                fd;
+    int                fd;          /* == net.fd */
+    struct net_conn    net;         /* the transport: plain, or TLS */
     unsigned           watched;     /* EV_* mask given to the loop */
     int                state;
     int                reused;      /* has carried a transaction before */
@@ -152,6 +171,15 @@ struct mta_conn {
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
     uint64_t           peer_size;
+    /* outbound TLS on this connection (tls_policy.h) */
+    struct tls_req     tls;         /* what the current host must meet */
+    struct tls_outcome tlso;        /* what it gave */
+    int                tls_plain;   /* plaintext retry after a failed
+                                       handshake (may): no STARTTLS */
+    int                tls_again;   /* connect_next: the same host again,
+                                       in plaintext */
+    char               tls_key[MTA_RELAY_MAX + ROUTE_TEXT_MAX + 16];
+                                    /* session cache key (tls_cache.c) */
     /* the transaction in progress */
     struct mta_txn  *txn;
     unsigned char     *rst;         /* R_* per recipient */
@@ -169,6 +197,8 @@ struct mta_conn {
 struct mta_dest {
     struct mta_dest *next;
     char               key[ROUTE_TEXT_MAX];
+    int                tls_level;   /* part of the key: a destination is
+                                       (route, TLS level) */
     struct route       route;
     size_t             nconns;
     struct mta_conn *conns;
@@ -188,6 +218,8 @@ struct mta {
     size_t             nconns;
     char              *chunk;       /* MTA_CHUNK read buffer, shared */
     struct mta_txn  *posted;      /* finished, done() not yet called */
+    struct ssl_ctx_st *tls_ctx;     /* client context, or NULL */
+    struct tls_cache  *tls_cache;   /* sessions per destination and host */
     struct ev_timer    post_timer;
 };
 /* mta.c: completion, destinations, connections, fail-over. */
@@ -200,6 +232,12 @@ struct mta_txn *mta_dest_pop(struct mta_dest *d);
 void    mta_conn_close(struct mta_conn *c);
 void    mta_lost(struct mta_conn *c, const char *why);
 void    mta_connected(struct mta_conn *c);
+/* 1 when idle c may carry t: its host is one of t's hops and the TLS
+ * requirement it was set up under is the same (tls_req_same()). */
+int     mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t);
+/* c cannot carry t (mta_conn_fits): t back to the head of the queue, c
+ * closed with a QUIT.  Returns 1 (c is gone). */
+int     mta_conn_unfit(struct mta_conn *c, struct mta_txn *t);
 
 /* mta_session.c: the SMTP conversation on one connection. */
 int     mta_watch(struct mta_conn *c, unsigned mask);
@@ -210,5 +248,9 @@ void    mta_begin(struct mta_conn *c, struct mta_txn *t, int rset);
 int     mta_conn_next(struct mta_conn *c);
 void    mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
 void    mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+/* OpenSSL's new-session callback of the client context: the session
+ * into r->tls_cache under the connection's key. */
+struct ssl_session_st;
+int     mta_tls_new_session(struct ssl_st *ssl, struct ssl_session_st *s);
 
 #endif /* MTAD_MTA_H */

@@ -25,12 +25,16 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
+#include "delivery/tls_policy.h"
+
+#include <openssl/ssl.h>
 
 static const char *const mta_phase[] = {
     "connecting", "receiving the initial server greeting",
     "sending EHLO", "sending HELO", "sending RSET",
     "sending MAIL/RCPT/DATA", "sending message content",
-    "waiting for the end of data reply", "idle", "sending QUIT"
+    "waiting for the end of data reply", "idle", "sending QUIT",
+    "sending STARTTLS", "in the TLS handshake"
 };
 
 
@@ -53,14 +57,12 @@ static int
 mta_send(struct mta_conn *c)
 {
     while (buf_avail(&c->out) > 0) {
-        ssize_t w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
-            MSG_NOSIGNAL);
+        ssize_t w = net_write(&c->net, buf_head(&c->out),
+            buf_avail(&c->out));
 
+        if (w == MTA_AGAIN)
+            break;
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
             snprintf(c->lasterr, sizeof(c->lasterr),
                 "lost connection with %s while %s: %s", c->name,
                 mta_phase[c->state], strerror(errno));
@@ -291,6 +293,9 @@ mta_conn_next(struct mta_conn *c)
             t = mta_dest_pop(c->dest);
         if (t == NULL)
             break;
+        if (c->reused && !mta_conn_fits(c, t))
+            return mta_conn_unfit(c, t);
+        t->tls_out = c->tlso;
         if (mta_precheck(c, t) < 0) {
             t = NULL;
             continue;
@@ -312,8 +317,7 @@ mta_conn_next(struct mta_conn *c)
     }
     if (c->r->draining) {
         mta_cmd(c, "QUIT");
-        (void)send(c->fd, buf_head(&c->out), buf_avail(&c->out),
-            MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
         mta_conn_close(c);
         return 1;
     }
@@ -375,7 +379,23 @@ mta_body_write(struct mta_conn *c)
             mta_arm(c, c->r->t.data_done_ms);
             return mta_flush(c);
         }
-        if (c->bdat) {
+        if (c->bdat && c->net.ssl != NULL) {
+            /* TLS: the bytes go through OpenSSL, not sendfile() */
+            size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
+                (size_t)c->body_left;
+            ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+
+            if (n <= 0) {
+                snprintf(c->lasterr, sizeof(c->lasterr),
+                    "cannot read the queue file: %s",
+                    n < 0 ? strerror(errno) : "truncated");
+                return -1;
+            }
+            c->body_pos += n;
+            c->body_left -= (uint64_t)n;
+            buf_compact(&c->out);
+            buf_append(&c->out, c->r->chunk, (size_t)n);
+        } else if (c->bdat) {
             ssize_t w = sendfile(c->fd, c->txn->fd, &c->body_pos,
                 c->body_left > MTA_CHUNK * 4 ? MTA_CHUNK * 4 :
                 c->body_left);
@@ -545,6 +565,167 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 }
 
 
+/* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
+
+/* mta_tls_defer - the host fails c->tls: 4.7.x reason, next host. */
+static int
+mta_tls_defer(struct mta_conn *c, const char *detail)
+{
+    char why[SMTP_REPLY_MAX];
+
+    tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
+    mta_lost(c, why);
+    return 1;
+}
+
+
+/* mta_tls_ehlo - after a 2xx EHLO in plaintext: STARTTLS or not, as
+ * the level says.  Returns 1 when c was closed. */
+static int
+mta_tls_ehlo(struct mta_conn *c)
+{
+    int offered = (c->caps & SMTP_CAP_STARTTLS) != 0 && c->r->tls_ctx != NULL;
+
+    switch (tls_decide_ehlo(&c->tls, offered, c->tls_plain)) {
+    case TLS_GO_STARTTLS:
+        mta_cmd(c, "STARTTLS");
+        c->state = C_STARTTLS;
+        mta_arm(c, c->r->t.helo_ms);
+        if (mta_flush(c) < 0) {
+            mta_lost(c, c->lasterr);
+            return 1;
+        }
+        return 0;
+    case TLS_DEFER:
+        if (c->tls.level == TLS_DANE_ONLY && c->tls.tlsa == NULL) {
+            util_strlcpy(c->tlso.failure, TLS_FAIL_DANE_REQUIRED,
+                sizeof(c->tlso.failure));
+            return mta_tls_defer(c, "no usable TLSA record was found");
+        }
+        util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
+            sizeof(c->tlso.failure));
+        return mta_tls_defer(c, (c->caps & SMTP_CAP_STARTTLS) ?
+            "the client has no TLS context" : TLS_FAIL_STARTTLS);
+    default:
+        return mta_conn_next(c);
+    }
+}
+
+
+/* mta_tls_refused - STARTTLS got no 220: defer a mandatory level, else
+ * go on in plaintext (the EHLO capabilities still hold). */
+static int
+mta_tls_refused(struct mta_conn *c, const char *why)
+{
+    if (tls_req_mandatory(&c->tls)) {
+        util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
+            sizeof(c->tlso.failure));
+        return mta_tls_defer(c, why);
+    }
+    return mta_conn_next(c);
+}
+
+
+/* mta_tls_failed - the handshake failed (err says why): the same host
+ * again in plaintext for an opportunistic level, else defer.  Returns 1
+ * (c was closed or moved on). */
+static int
+mta_tls_failed(struct mta_conn *c, const char *err)
+{
+    char why[1024];
+
+    if (c->r->tls_cache != NULL && c->tls_key[0] != '\0')
+        tls_cache_del(c->r->tls_cache, c->tls_key);
+    util_strlcpy(c->tlso.failure, TLS_FAIL_VALIDATION,
+        sizeof(c->tlso.failure));
+    c->tlso.used = 0;
+    if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
+            c->name, err);
+        c->tls_again = 1;           /* same host, plaintext (Postfix) */
+        mta_lost(c, why);
+        return 1;
+    }
+    snprintf(why, sizeof(why), "the TLS handshake failed (%.200s)", err);
+    return mta_tls_defer(c, why);
+}
+
+
+/* mta_tls_step - drive the handshake; when done, judge the peer and
+ * send EHLO again (RFC 3207 4.2: forget what was learnt before).
+ * Returns 1 when c was closed or moved on. */
+static int
+mta_tls_step(struct mta_conn *c)
+{
+    char err[256];
+    int  rc = net_tls_handshake(&c->net, err, sizeof(err));
+
+    if (rc == MTA_AGAIN) {
+        (void)mta_watch(c, c->net.want == NET_WANT_WRITE ? EV_WRITE :
+            EV_READ);
+        return 0;
+    }
+    if (rc < 0)
+        return mta_tls_failed(c, err);
+    (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
+    if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
+        tls_client_why(c->net.ssl, err, sizeof(err));
+        return mta_tls_defer(c, err);
+    }
+    c->caps = 0;
+    c->peer_size = 0;
+    mta_cmd(c, "EHLO %s", c->r->helo);
+    c->state = C_EHLO;
+    mta_arm(c, c->r->t.helo_ms);
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
+
+
+int
+mta_tls_new_session(struct ssl_st *ssl, struct ssl_session_st *s)
+{
+    struct mta_conn *c = SSL_get_app_data(ssl);
+
+    if (c != NULL && c->r->tls_cache != NULL && c->tls_key[0] != '\0')
+        tls_cache_put(c->r->tls_cache, c->tls_key, s, util_now_ms());
+    return 0;                       /* the cache took its own reference */
+}
+
+
+/* mta_tls_begin - 220 to STARTTLS: put TLS on the socket, offer the
+ * cached session of this destination and host, and start. */
+static int
+mta_tls_begin(struct mta_conn *c)
+{
+    char         err[256], why[1024];
+    SSL_SESSION *sess;
+
+    if (net_tls_start_client(&c->net, c->r->tls_ctx, err, sizeof(err)) < 0 ||
+        tls_client_prepare(c->net.ssl, &c->tls, err, sizeof(err)) < 0) {
+        snprintf(why, sizeof(why), "cannot start TLS with %s: %.200s",
+            c->name, err);
+        mta_lost(c, why);
+        return 1;
+    }
+    snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
+        c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
+    SSL_set_app_data(c->net.ssl, c);
+    if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,
+        c->tls_key, util_now_ms())) != NULL) {
+        (void)SSL_set_session(c->net.ssl, sess);
+        SSL_SESSION_free(sess);
+    }
+    c->state = C_TLS;
+    c->in.off = c->in.len = 0;
+    mta_arm(c, c->r->t.helo_ms);
+    return mta_tls_step(c);
+}
+
+
 /* mta_reply - dispatch one complete reply (raw: its bytes, for EHLO) by
  * state.  Returns 1 when c was closed or restarted (stop parsing). */
 static int
@@ -583,7 +764,9 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     case C_EHLO:
         if (rp->code / 100 == 2) {
             c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer_size);
-            return mta_conn_next(c);
+            if (c->net.ssl != NULL)
+                return mta_conn_next(c);    /* EHLO again after TLS */
+            return mta_tls_ehlo(c);
         }
         if (rp->code / 100 == 5) {
             mta_cmd(c, "HELO %s", c->r->helo);
@@ -597,6 +780,8 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     case C_HELO:
         if (rp->code / 100 == 2) {
             c->caps = 0;
+            if (c->net.ssl == NULL && tls_req_mandatory(&c->tls))
+                return mta_tls_ehlo(c);     /* defers: no STARTTLS */
             return mta_conn_next(c);
         }
         snprintf(why, sizeof(why), "host %s said: %s (in reply to HELO)",
@@ -628,6 +813,20 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     case C_QUIT:
         mta_conn_close(c);
         return 1;
+    case C_STARTTLS:
+        if (rp->code != 220) {
+            /* refused: as if it were not offered */
+            snprintf(why, sizeof(why), "host %s said: %s (in reply to "
+                "STARTTLS)", c->name, rp->text);
+            return mta_tls_refused(c, why);
+        }
+        if (buf_avail(&c->in) > 0)
+            /* bytes after the 220 would be read as TLS records that an
+             * attacker injected in plaintext (CVE-2011-0411 class): the
+             * handshake has failed before it began */
+            return mta_tls_failed(c, "the server sent data after its "
+                "STARTTLS reply");
+        return mta_tls_begin(c);
     case C_DOT:
         if (!c->empty_data)
             mta_final(c, rp);
@@ -647,23 +846,40 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
 }
 
 
-/* mta_read - read, then handle every complete reply in the buffer. */
+static int mta_read1(struct mta_conn *c);
+
+/* mta_read - read, then handle every complete reply in the buffer;
+ * again while TLS holds decrypted bytes (the loop is level-triggered on
+ * the socket, which may be empty by then). */
 static void
 mta_read(struct mta_conn *c)
+{
+    while (mta_read1(c) == 0 && net_pending(&c->net))
+        ;
+}
+
+
+/* mta_read1 - one read and its replies; 1 when c is gone or has nothing
+ * more now. */
+static int
+mta_read1(struct mta_conn *c)
 {
     char    why[SMTP_REPLY_MAX + 64];
     ssize_t n;
 
     (void)buf_reserve(&c->in, 8192);
-    n = recv(c->fd, buf_tail(&c->in), buf_room(&c->in), 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+    n = net_read(&c->net, buf_tail(&c->in), buf_room(&c->in));
+    if (n == MTA_AGAIN) {
+        if (c->net.ssl != NULL && c->net.want == NET_WANT_WRITE)
+            (void)mta_watch(c, EV_READ | EV_WRITE);
+        return 1;
+    }
     if (n <= 0) {
         snprintf(why, sizeof(why), "lost connection with %s while %s%s%s",
             c->name, mta_phase[c->state], n < 0 ? ": " : "",
             n < 0 ? strerror(errno) : "");
         mta_lost(c, why);
-        return;
+        return 1;
     }
     buf_produce(&c->in, (size_t)n);
     for (;;) {
@@ -678,16 +894,17 @@ mta_read(struct mta_conn *c)
             snprintf(why, sizeof(why), "malformed reply from %s while %s",
                 c->name, mta_phase[c->state]);
             mta_lost(c, why);
-            return;
+            return 1;
         }
         /* consume first: the bytes stay readable at raw until the next
          * change to c->in, and c may be freed by the handler */
         buf_consume(&c->in, rp.len);
         if (mta_reply(c, &rp, raw))
-            return;
+            return 1;
     }
     if (buf_avail(&c->in) == 0)
         c->in.off = c->in.len = 0;
+    return 0;
 }
 
 
@@ -700,6 +917,10 @@ mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
     (void)fd;
     if (c->state == C_CONNECT) {
         mta_connected(c);
+        return;
+    }
+    if (c->state == C_TLS) {
+        (void)mta_tls_step(c);
         return;
     }
     if (ev & (EV_READ | EV_ERROR)) {
@@ -741,6 +962,8 @@ mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         mta_conn_close(c);
         return;
     }
+    if (c->state == C_TLS && !tls_req_mandatory(&c->tls))
+        c->tls_again = 1;           /* a stalled handshake: plaintext */
     if (c->state == C_CONNECT)
         snprintf(why, sizeof(why), "connect to %s: Connection timed out",
             c->name);

@@ -395,6 +395,13 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
+        /* the TLS requirement per host (tls_policy.h, step 1): the txn's
+         * level, checked against the host's own name */
+        for (i = 0; i < n; i++) {
+            j->hop[i].tls = t->tls;
+            util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
+                sizeof(j->hop[i].tls.verify_name));
+        }
         t->hops = j->hop;
         t->nhops = n;
         mta_submit(j->relay, t);

@@ -60,6 +60,8 @@ mtactl_usage(FILE *f)
         "  check            check the configuration (like mtad -t)\n"
         "  kick ID|*        deliver a queued message (or all) now\n"
         "  route ...        routes (mtactl help route)\n"
+        "  tls policy ...   outbound TLS level per destination "
+        "(mtactl help tls)\n"
         "  queue ...        the queue (mtactl help queue)\n"
         "  tls report [DOMAIN|--send]  TLS-RPT counts of today; --send "
         "mails the reports now\n"
@@ -208,6 +210,8 @@ mtactl_help(int argc, char **argv)
         mtactl_dkim_help();
     else if (strcmp(argv[1], "user") == 0)
         mtactl_user_help();
+    else if (strcmp(argv[1], "tls") == 0)
+        mtactl_tls_help();
     else if (strcmp(argv[1], "queue") == 0 || strcmp(argv[1], "show") == 0 ||
         strcmp(argv[1], "delete") == 0 || strcmp(argv[1], "hold") == 0 ||
         strcmp(argv[1], "release") == 0 || strcmp(argv[1], "flush") == 0 ||
@@ -230,14 +234,6 @@ mtactl_help(int argc, char **argv)
             "queued message, then stop; waits until mtad is gone.  Exit 0 "
             "when the queue was emptied, 1 when messages were left at the "
             "deadline (they stay in the spool)\n");
-    else if (strcmp(argv[1], "tls") == 0)
-        printf("mtactl tls report [DOMAIN]: today's TLS-RPT counts (RFC "
-            "8460) per policy domain: successful and failed sessions, the "
-            "policy strings and the failure details, from every worker "
-            "(up to a second late)\n"
-            "mtactl tls report --send: send the reports now (they are sent "
-            "after each UTC day): each domain's counts so far go to its "
-            "_smtp._tls rua= mailto: addresses and are then forgotten\n");
     else if (strcmp(argv[1], "check") == 0)
         printf("mtactl check: load the configuration and print \"FILE: ok\" "
             "or its errors (exit 1)\n");
@@ -313,6 +309,14 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         return mtactl_dkim(argc, argv);     /* needs no configuration */
     if (strcmp(cmd, "user") == 0)
         return mtactl_user(argc, argv, c->cfg, c->cfg_err);
+    if (strcmp(cmd, "tls") == 0) {
+        int rc;
+
+        mtactl_audit_init(c->cfg);
+        rc = mtactl_tls(argc, argv, c->cfg);
+        mtactl_audit_flush();
+        return rc;
+    }
     if (strcmp(cmd, "route") == 0 || mtactl_is_queue(cmd)) {
         if (c->cfg == NULL) {
             mtactl_print_errors(c->cfg_err);

@@ -264,6 +264,8 @@ queue_print_json_item(const struct queue_item *it, uint64_t now)
         printf(",\"status\":\"%s\",\"relay\":",
             queue_rcpt_status_names[queue_rcpt_status(r)]);
         queue_json_str(r->relay);
+        fputs(",\"tls\":", stdout);
+        queue_json_str(r->tls);
         fputs(",\"last_reply\":", stdout);
         queue_json_str(r->last_reply);
         putchar('}');

@@ -135,6 +135,10 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
             fputs(" relay=", stdout);
             queue_put_text(r->relay);
         }
+        if (r->tls != NULL) {
+            putchar(' ');
+            queue_put_text(r->tls);     /* "tls=... cipher=... verify=..." */
+        }
         putchar('\n');
         if (r->last_reply != NULL) {
             fputs("  last reply: ", stdout);

@@ -39,6 +39,8 @@
 struct router {
     MDB_env    *env;
     MDB_dbi     dbi;
+    MDB_dbi     tls_dbi;            /* ROUTER_TLS_DB, when have_tls */
+    int         have_tls;
     MDB_txn    *rtxn;               /* read txn, reset between lookups */
     MDB_txn    *wtxn;               /* open batch, or NULL */
     int         has_default;
@@ -97,6 +99,35 @@ router_plain_file(struct router *r, const char *path)
         "has more than one hard link" : "not a regular file");
 }
 
+/* router_open_tls - the TLS policy database: created by a writer, opened
+ * by a reader when it exists (else have_tls stays 0: no entries). */
+static int
+router_open_tls(struct router *r, int create)
+{
+    int      rdonly = (create & ROUTER_OPEN_RDONLY) != 0;
+    MDB_txn *txn;
+    int      mrc;
+
+    if ((mrc = mdb_txn_begin(r->env, NULL, rdonly ? MDB_RDONLY : 0,
+        &txn)) != 0)
+        return mrc;
+    mrc = mdb_dbi_open(txn, ROUTER_TLS_DB, rdonly ? 0 : MDB_CREATE,
+        &r->tls_dbi);
+    if (mrc == MDB_NOTFOUND && rdonly) {
+        mdb_txn_abort(txn);
+        return 0;
+    }
+    if (mrc != 0) {
+        mdb_txn_abort(txn);
+        return mrc;
+    }
+    if ((mrc = mdb_txn_commit(txn)) != 0)
+        return mrc;
+    r->have_tls = 1;
+    return 0;
+}
+
+
 int
 router_open(struct router **rp, const char *path, const char *default_route,
     int create)
@@ -135,7 +166,8 @@ router_open(struct router **rp, const char *path, const char *default_route,
         return router_fail(r, router_mdb_rc(mrc), "mdb_env_create: %s",
             mdb_strerror(mrc));
     if ((mrc = mdb_env_set_mapsize(r->env, ROUTER_MAPSIZE)) != 0 ||
-        (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0)
+        (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0 ||
+        (mrc = mdb_env_set_maxdbs(r->env, 2)) != 0)
         goto fail;
     if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS |
         ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0), ROUTER_MODE)) != 0)
@@ -149,6 +181,8 @@ router_open(struct router **rp, const char *path, const char *default_route,
         goto fail;
     }
     if ((mrc = mdb_txn_commit(txn)) != 0)
+        goto fail;
+    if ((mrc = router_open_tls(r, create)) != 0)
         goto fail;
     router_reader_check(r);         /* slots left by killed processes */
     r->err[0] = '\0';
@@ -493,6 +527,9 @@ router_each(struct router *r,
     rc = ROUTER_OK;
     for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
         mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
+        if (mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
+            memcmp(mk.mv_data, ROUTER_TLS_DB, mk.mv_size) == 0)
+            continue;               /* the TLS policy table's record */
         if (mk.mv_size >= sizeof(k) || mv.mv_size >= sizeof(v)) {
             rc = router_fail(r, ROUTER_EINVAL, "oversized entry in the db "
                 "(key %.40s...)", (const char *)mk.mv_data);
@@ -573,9 +610,35 @@ router_clear(struct router *r)
 
     if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
         return rc;
-    if ((mrc = mdb_drop(txn, r->dbi, 0)) != 0)
-        rc = router_fail(r, router_mdb_rc(mrc), "mdb_drop: %s",
-            mdb_strerror(mrc));
+    if (!r->have_tls) {
+        if ((mrc = mdb_drop(txn, r->dbi, 0)) != 0)
+            rc = router_fail(r, router_mdb_rc(mrc), "mdb_drop: %s",
+                mdb_strerror(mrc));
+        return router_wend(r, txn, rc);
+    }
+    /* The main database also holds the TLS table's record: mdb_drop()
+     * would lose that table, so the routes go one by one. */
+    {
+        MDB_cursor *cur;
+        MDB_val     mk, mv;
+
+        if ((mrc = mdb_cursor_open(txn, r->dbi, &cur)) != 0)
+            return router_wend(r, txn, router_fail(r, router_mdb_rc(mrc),
+                "mdb_cursor_open: %s", mdb_strerror(mrc)));
+        for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
+            mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
+            if (mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
+                memcmp(mk.mv_data, ROUTER_TLS_DB, mk.mv_size) == 0)
+                continue;
+            /* MDB_NEXT after a delete yields the entry that followed */
+            if ((mrc = mdb_cursor_del(cur, 0)) != 0)
+                break;
+        }
+        mdb_cursor_close(cur);
+        if (mrc != 0 && mrc != MDB_NOTFOUND)
+            rc = router_fail(r, router_mdb_rc(mrc), "clear: %s",
+                mdb_strerror(mrc));
+    }
     return router_wend(r, txn, rc);
 }
 
@@ -607,4 +670,179 @@ router_load_static(struct router *r, const struct router_static *routes,
             return rc;
         }
     return own ? router_commit(r) : ROUTER_OK;
+}
+
+
+/* ---- the TLS policy table ---- */
+
+static const char *const router_tls_words[] = { "none", "may", "encrypt",
+    "verify", "dane", "dane-only" };
+#define ROUTER_TLS_NLEVELS \
+    ((int)(sizeof(router_tls_words) / sizeof(router_tls_words[0])))
+
+
+int
+router_tls_level(const char *word)
+{
+    int i;
+
+    for (i = 0; word != NULL && i < ROUTER_TLS_NLEVELS; i++)
+        if (strcmp(word, router_tls_words[i]) == 0)
+            return i;
+    return -1;
+}
+
+
+const char *
+router_tls_level_name(int level)
+{
+    return level >= 0 && level < ROUTER_TLS_NLEVELS ?
+        router_tls_words[level] : "?";
+}
+
+
+int
+router_tls_get(struct router *r, const char *key, char *val, size_t valsz)
+{
+    MDB_val mk, mv;
+    size_t  n = key != NULL ? strlen(key) : 0;
+    int     rc, mrc;
+
+    if (!r->have_tls || n == 0 || n > ROUTE_KEY_MAX)
+        return router_fail(r, ROUTER_ENOTFOUND, "no TLS policy for '%.60s'",
+            key != NULL ? key : "");
+    if ((rc = router_rbegin(r)) != ROUTER_OK)
+        return rc;
+    mk.mv_data = (void *)key;
+    mk.mv_size = n;
+    mrc = mdb_get(r->rtxn, r->tls_dbi, &mk, &mv);
+    if (mrc == 0) {
+        if (mv.mv_size >= valsz || mv.mv_size > ROUTER_TLS_VALUE_MAX)
+            rc = router_fail(r, ROUTER_EINVAL, "stored TLS policy for '%s' "
+                "is too long", key);
+        else {
+            memcpy(val, mv.mv_data, mv.mv_size);
+            val[mv.mv_size] = '\0';
+            if (router_tls_level(val) < 0)
+                rc = router_fail(r, ROUTER_EINVAL, "stored TLS policy for "
+                    "'%s' is not a level", key);
+        }
+    } else if (mrc == MDB_NOTFOUND) {
+        rc = router_fail(r, ROUTER_ENOTFOUND, "no TLS policy for '%s'", key);
+    } else {
+        rc = router_fail(r, ROUTER_EDB, "mdb_get: %s", mdb_strerror(mrc));
+    }
+    mdb_txn_reset(r->rtxn);
+    return rc;
+}
+
+
+/* router_tls_key - check and normalise a key for the TLS table. */
+static int
+router_tls_key(struct router *r, const char *key, char *kbuf, size_t kbufsz)
+{
+    char why[256];
+
+    if (!r->have_tls)
+        return router_fail(r, ROUTER_EDB, "the TLS policy table does not "
+            "exist (opened read-only)");
+    if (route_key_check(key, why, sizeof(why)) == -1)
+        return router_fail(r, ROUTER_EINVAL, "bad key: %s", why);
+    snprintf(kbuf, kbufsz, "%s", key);
+    route_key_normalize(kbuf);
+    return ROUTER_OK;
+}
+
+
+int
+router_tls_put(struct router *r, const char *key, const char *level)
+{
+    char    k[ROUTE_KEY_MAX + 1];
+    MDB_txn *txn;
+    MDB_val mk, mv;
+    int     rc, mrc;
+
+    if ((rc = router_tls_key(r, key, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    if (router_tls_level(level) < 0)
+        return router_fail(r, ROUTER_EINVAL, "bad TLS level '%.40s' (none, "
+            "may, encrypt, verify, dane or dane-only)", level);
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    mk.mv_data = k;
+    mk.mv_size = strlen(k);
+    mv.mv_data = (void *)level;
+    mv.mv_size = strlen(level);
+    if ((mrc = mdb_put(txn, r->tls_dbi, &mk, &mv, 0)) != 0)
+        rc = router_fail(r, router_mdb_rc(mrc), "put '%s': %s", k,
+            mdb_strerror(mrc));
+    return router_wend(r, txn, rc);
+}
+
+
+int
+router_tls_del(struct router *r, const char *key)
+{
+    char    k[ROUTE_KEY_MAX + 1];
+    MDB_txn *txn;
+    MDB_val mk;
+    int     rc, mrc;
+
+    if ((rc = router_tls_key(r, key, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
+        return rc;
+    mk.mv_data = k;
+    mk.mv_size = strlen(k);
+    mrc = mdb_del(txn, r->tls_dbi, &mk, NULL);
+    if (mrc == MDB_NOTFOUND)
+        rc = router_fail(r, ROUTER_ENOTFOUND, "no TLS policy for '%s'", k);
+    else if (mrc != 0)
+        rc = router_fail(r, router_mdb_rc(mrc), "del '%s': %s", k,
+            mdb_strerror(mrc));
+    if (rc == ROUTER_ENOTFOUND && txn != r->wtxn) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return router_wend(r, txn, rc);
+}
+
+
+int
+router_tls_each(struct router *r,
+    int (*fn)(const char *key, const char *value, void *arg), void *arg)
+{
+    char        k[ROUTE_KEY_MAX + 1], v[ROUTER_TLS_VALUE_MAX + 1];
+    MDB_cursor *cur;
+    MDB_val     mk, mv;
+    int         rc, mrc;
+
+    if (!r->have_tls)
+        return ROUTER_OK;
+    if ((rc = router_rbegin(r)) != ROUTER_OK)
+        return rc;
+    if ((mrc = mdb_cursor_open(r->rtxn, r->tls_dbi, &cur)) != 0) {
+        mdb_txn_reset(r->rtxn);
+        return router_fail(r, router_mdb_rc(mrc), "mdb_cursor_open: %s",
+            mdb_strerror(mrc));
+    }
+    for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
+        mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
+        if (mk.mv_size >= sizeof(k) || mv.mv_size >= sizeof(v)) {
+            rc = router_fail(r, ROUTER_EINVAL, "oversized TLS policy entry");
+            break;
+        }
+        memcpy(k, mk.mv_data, mk.mv_size);
+        k[mk.mv_size] = '\0';
+        memcpy(v, mv.mv_data, mv.mv_size);
+        v[mv.mv_size] = '\0';
+        if (fn(k, v, arg) != 0)
+            break;
+    }
+    if (rc == ROUTER_OK && mrc != 0 && mrc != MDB_NOTFOUND)
+        rc = router_fail(r, router_mdb_rc(mrc), "mdb_cursor_get: %s",
+            mdb_strerror(mrc));
+    mdb_cursor_close(cur);
+    mdb_txn_reset(r->rtxn);
+    return rc;
 }

@@ -92,4 +92,32 @@ int     router_clear(struct router *r);
 int     router_load_static(struct router *r,
             const struct router_static *routes, size_t n);
 
+/*
+ * The outbound TLS policy table (issue 12): a second named database,
+ * ROUTER_TLS_DB, in the same environment.  Keys as route keys ("domain",
+ * ".domain", "user@domain"; route_key_check(), lower-cased), values one
+ * level word of router_tls_level().  Read lock-free like routes (the
+ * same reset/renewed read transaction); written by mtactl.  The database
+ * is created by any writer's router_open(); a reader that opened the
+ * file before it existed finds no entry (ROUTER_ENOTFOUND) until it
+ * reopens (workers open after the master's open).  router_each() and
+ * router_clear() leave it alone.
+ */
+#define ROUTER_TLS_DB      "TLS-POLICY"  /* upper case: never a route key */
+#define ROUTER_TLS_VALUE_MAX 16
+/* The level words, in enum tls_level order (delivery/tls_policy.h):
+ * "none", "may", "encrypt", "verify", "dane", "dane-only".  Returns the
+ * index, or -1 for any other word. */
+int     router_tls_level(const char *word);
+const char *router_tls_level_name(int level);   /* "?" when out of range */
+/* val: at least ROUTER_TLS_VALUE_MAX + 1 bytes.  key as stored (exact,
+ * lower case).  ROUTER_OK, ROUTER_ENOTFOUND or an error. */
+int     router_tls_get(struct router *r, const char *key, char *val,
+            size_t valsz);
+int     router_tls_put(struct router *r, const char *key, const char *level);
+int     router_tls_del(struct router *r, const char *key);   /* ENOTFOUND */
+int     router_tls_each(struct router *r,
+            int (*fn)(const char *key, const char *value, void *arg),
+            void *arg);
+
 #endif /* MTAD_ROUTER_H */

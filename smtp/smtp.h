@@ -176,6 +176,7 @@ int     smtp_reply_parse(const char *p, size_t n, size_t max,
 #define SMTP_CAP_CHUNKING    0x10u
 #define SMTP_CAP_DSN         0x20u
 #define SMTP_CAP_BINARYMIME  0x40u
+#define SMTP_CAP_STARTTLS    0x80u
 
 /* Capabilities from a raw 250 EHLO reply (every line after the first);
  * *size is SIZE's argument (0: none or unlimited). */

@@ -454,7 +454,7 @@ sess_write(struct sess *s)
     }
     if (s->state == SS_TLS)
         return sess_tls_begin(s);   /* the 220 is out: handshake */
-    sess_watch(s, EV_READ);
+    sess_watch(s, s->state == SS_AUTH_HOLD ? 0 : EV_READ);
     if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
         sess_process(s);            /* commands paused at SESS_OUT_HIGH */
     else if (s->tp.ssl != NULL)
@@ -480,6 +480,8 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
     if (s->state >= SS_COMMIT) {
         if (s->state == SS_HANDSHAKE)
             (void)sess_tls_step(s);
+        else if (s->state == SS_AUTH_HOLD && (events & EV_ERROR))
+            sess_free(s, "connection lost during the AUTH delay");
         return;                     /* others are resumed by the hooks */
     }
     if (events & (EV_READ | EV_WRITE | EV_ERROR))
@@ -496,6 +498,10 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (s->state == SS_CLOSING) {
         sess_free(s, "timeout while closing");
+        return;
+    }
+    if (s->state == SS_AUTH_HOLD) {
+        sess_auth_release(s);       /* the delay, not a timeout */
         return;
     }
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {

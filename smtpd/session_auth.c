@@ -16,11 +16,21 @@
  *           a reload forks new workers, which read it again.  A bad line
  *           stops the start (or the reload) with file:line in the log.
  * POLICY    AUTH is offered only over TLS, or on a loopback connection when
- *           auth.allow_plaintext_loopback is true (a local sendmail).  A
- *           client address (per worker) that failed auth.max_failures
- *           times within SMTPD_AUTH_WINDOW_MS is answered 421 and closed;
- *           each failed attempt is logged with the user name tried
- *           (escaped), never the password.  hashing runs in the event
+ *           auth.allow_plaintext_loopback is true (a local sendmail).
+ *           Failures are counted per client address in a table of each
+ *           worker (SMTPD_AUTH_SLOTS addresses, the oldest reused; an
+ *           address is forgotten SMTPD_AUTH_WINDOW_MS after its last
+ *           failure), so a reconnect does not reset its count.  The reply
+ *           to the n-th failure is held back auth.failure_delay * 2^(n-1),
+ *           at most auth.failure_delay_max (Postfix's
+ *           smtpd_error_sleep_time, doubled like a tarpit): the session
+ *           keeps it (SMTPD_AUTH_HOLD) and answers from its timer, reading
+ *           nothing meanwhile, so a guesser gets one try per delay per
+ *           connection; the count is raised before the delay, so hanging up
+ *           early gains nothing.  At auth.max_failures the held reply is
+ *           421 and the session closes; later AUTH from that address gets
+ *           421 at once.  Each failed attempt is logged with the user name
+ *           tried (escaped), never the password.  Hashing runs in the event
  *           loop: a yescrypt check costs a few milliseconds of the worker.
  */
 #include <arpa/inet.h>
@@ -67,6 +77,9 @@ enum { SA_NONE = 0, SA_PLAIN, SA_LOGIN_USER, SA_LOGIN_PASS };
 
 struct smtpd_sauth {
     int   step;                      /* SA_*: waiting for a client line */
+    int   held;                      /* SMTPD_AUTH_FAIL or _CLOSE: the
+                                        reply the session holds back */
+    uint64_t hold_ms;                /* for this long */
     char  tried[256];                /* LOGIN: the user name given */
     char *user;                      /* authenticated as, or NULL */
     const char *mech;
@@ -270,6 +283,34 @@ smtpd_auth_failed(struct smtpd_auth *a, const char *ip, uint64_t now)
 }
 
 
+/* smtpd_auth_delay - how long the reply to the n-th failure (n >= 1) is
+ * held: failure_delay doubled n - 1 times, at most failure_delay_max. */
+uint64_t
+smtpd_auth_delay(const struct config *cfg, unsigned n)
+{
+    uint64_t ms = cfg->auth_failure_delay_ms;
+
+    while (n-- > 1 && ms < cfg->auth_failure_delay_max_ms)
+        ms *= 2;
+    return ms < cfg->auth_failure_delay_max_ms ? ms
+                                               : cfg->auth_failure_delay_max_ms;
+}
+
+
+/* smtpd_auth_reply - the answer to a failed check: 535, or 421 at the
+ * limit. */
+static int
+smtpd_auth_reply(const struct smtpd *d, int rc, char *reply, size_t rsz)
+{
+    if (rc == SMTPD_AUTH_CLOSE)
+        snprintf(reply, rsz, "421 4.7.0 %s Error: too many failed "
+            "authentications", d->cfg->hostname);
+    else
+        snprintf(reply, rsz, "535 5.7.8 Error: authentication failed");
+    return rc;
+}
+
+
 /* --- base64 ----------------------------------------------------------- */
 
 static int
@@ -372,6 +413,7 @@ smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
 {
     uint64_t now = ev_now(d->loop);
     unsigned n;
+    int      rc;
 
     sa->step = SA_NONE;
     if (smtpd_auth_check(d->auth, user, pass)) {
@@ -385,18 +427,40 @@ smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
         return SMTPD_AUTH_OK;
     }
     n = smtpd_auth_failed(d->auth, c->ip, now);
+    rc = n >= (unsigned)d->cfg->auth_max_failures ? SMTPD_AUTH_CLOSE
+                                                 : SMTPD_AUTH_FAIL;
+    sa->hold_ms = smtpd_auth_delay(d->cfg, n);
     log_ev(LOGL_WARN, "auth_failed", LOG_KVS(LKV_S("client", c->ip),
         LKV_I("client_port", c->port), LKV_S("user", user),
-        LKV_S("method", sa->mech), LKV_I("failures", n)),
-        "auth: [%s]:%u failed for user %s (%s), failure %u of %d", c->ip,
-        (unsigned)c->port, user, sa->mech, n, d->cfg->auth_max_failures);
-    if (n >= (unsigned)d->cfg->auth_max_failures) {
-        snprintf(reply, rsz, "421 4.7.0 %s Error: too many failed "
-            "authentications", d->cfg->hostname);
-        return SMTPD_AUTH_CLOSE;
+        LKV_S("method", sa->mech), LKV_I("failures", n),
+        LKV_I("delay_ms", sa->hold_ms)),
+        "auth: [%s]:%u failed for user %s (%s), failure %u of %d, "
+        "answered in %llu ms", c->ip, (unsigned)c->port, user, sa->mech, n,
+        d->cfg->auth_max_failures, (unsigned long long)sa->hold_ms);
+    if (sa->hold_ms > 0) {
+        sa->held = rc;
+        return SMTPD_AUTH_HOLD;
     }
-    snprintf(reply, rsz, "535 5.7.8 Error: authentication failed");
-    return SMTPD_AUTH_FAIL;
+    return smtpd_auth_reply(d, rc, reply, rsz);
+}
+
+
+uint64_t
+smtpd_auth_hold_ms(const struct smtpd_sauth *sa)
+{
+    return sa != NULL && sa->held != 0 ? sa->hold_ms : 0;
+}
+
+
+int
+smtpd_auth_release(const struct smtpd *d, struct smtpd_sauth *sa,
+    char *reply, size_t rsz)
+{
+    int rc = sa->held;
+
+    sa->held = 0;
+    sa->hold_ms = 0;
+    return smtpd_auth_reply(d, rc, reply, rsz);
 }
 
 
@@ -487,9 +551,7 @@ smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
     }
     if (smtpd_auth_failures(d->auth, c->ip, now) >=
         (unsigned)d->cfg->auth_max_failures) {
-        snprintf(reply, rsz, "421 4.7.0 %s Error: too many failed "
-            "authentications", d->cfg->hostname);
-        return SMTPD_AUTH_CLOSE;
+        return smtpd_auth_reply(d, SMTPD_AUTH_CLOSE, reply, rsz);
     }
     if (sp != NULL) {
         mech.n = (size_t)(sp - arg.p);

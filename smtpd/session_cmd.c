@@ -59,6 +59,44 @@ sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
 }
 
 
+/* sess_auth_hold - a failed AUTH: its reply waits on the session's timer
+ * (auth.failure_delay).  Meanwhile the session is not watched for input
+ * and runs nothing (SS_AUTH_HOLD): commands pipelined behind the AUTH
+ * stay in the buffer or the socket and are answered after the held
+ * reply; replies queued before it are still written (a blocked write
+ * keeps its EV_WRITE watch). */
+static void
+sess_auth_hold(struct sess *s, uint64_t ms)
+{
+    sess_enter(s, SS_AUTH_HOLD);
+    ev_timer_start(s->d->loop, &s->timer, ms);
+    if (!(s->flags & SF_WBLOCK))
+        sess_watch(s, 0);
+}
+
+
+/* sess_auth_release - the delay is over: the held 535 (or the 421 that
+ * closes), then whatever the client pipelined meanwhile. */
+void
+sess_auth_release(struct sess *s)
+{
+    char reply[512];
+    int  rc = smtpd_auth_release(s->d, s->auth, reply, sizeof(reply));
+
+    sess_enter(s, SS_CMD);
+    if (rc == SMTPD_AUTH_CLOSE) {
+        STATUS_ADD(s->d->st->errors, 1);
+        sess_close_after(s, reply);
+        return;
+    }
+    sess_reply(s, reply);
+    if (s->state != SS_CMD || (s->flags & SF_WBLOCK))
+        return;                 /* max_errors; or sess_write resumes */
+    sess_watch(s, EV_READ);
+    sess_process(s);
+}
+
+
 void
 sess_auth(struct sess *s, struct str arg, int cont)
 {
@@ -71,6 +109,10 @@ sess_auth(struct sess *s, struct str arg, int cont)
               : smtpd_auth_cmd(s->d, &c, &s->auth, arg, reply, sizeof(reply));
     if (rc == SMTPD_AUTH_OK)
         s->flags |= SF_RELAY | SF_SIGN;     /* from wherever it connects */
+    if (rc == SMTPD_AUTH_HOLD) {
+        sess_auth_hold(s, smtpd_auth_hold_ms(s->auth));
+        return;
+    }
     if (rc == SMTPD_AUTH_CLOSE) {
         STATUS_ADD(s->d->st->errors, 1);
         sess_close_after(s, reply);

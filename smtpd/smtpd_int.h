@@ -92,7 +92,10 @@ enum sess_state {
     SS_COMMIT,                      /* message finished, waiting for commit */
     SS_CLOSING,                     /* last reply queued; close once sent */
     SS_TLS,                         /* STARTTLS: writing the 220 in clear */
-    SS_HANDSHAKE                    /* SSL_accept() in progress */
+    SS_HANDSHAKE,                   /* SSL_accept() in progress */
+    SS_AUTH_HOLD                    /* a failed AUTH's reply held back
+                                       (auth.failure_delay): nothing is
+                                       read until the timer answers it */
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
@@ -226,10 +229,13 @@ int     sess_tls_step(struct sess *s);      /* -1: s was freed */
  * the first AUTH).  cmd runs an AUTH command, line each client line while
  * smtpd_auth_waiting(); both write the reply (no CRLF) and return:
  * CONT (334 sent, more lines), OK (235: authenticated), FAIL (an error
- * reply), CLOSE (421: too many failures, close the session).
+ * reply), CLOSE (421: too many failures, close the session), HOLD (a
+ * failed check whose reply is held back: no reply yet; after
+ * smtpd_auth_hold_ms(sa) the session calls smtpd_auth_release(), which
+ * writes the reply and returns FAIL or CLOSE).
  * smtpd_auth_mail: 0, or -1 with the reply for MAIL FROM:<sender>. */
 enum { SMTPD_AUTH_OK = 0, SMTPD_AUTH_CONT, SMTPD_AUTH_FAIL,
-       SMTPD_AUTH_CLOSE };
+       SMTPD_AUTH_CLOSE, SMTPD_AUTH_HOLD };
 struct smtpd_sauth;
 struct smtpd_auth_ctx {
     const char         *ip;
@@ -256,9 +262,16 @@ const char *smtpd_auth_user(const struct smtpd_sauth *sa); /* NULL: none */
 int     smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
             const char *sender, char *reply, size_t rsz);
 void    smtpd_auth_sess_free(struct smtpd_sauth *sa);      /* NULL ok */
+uint64_t smtpd_auth_hold_ms(const struct smtpd_sauth *sa);  /* 0: none */
+int     smtpd_auth_release(const struct smtpd *d, struct smtpd_sauth *sa,
+            char *reply, size_t rsz);
+/* The delay of the reply to a client address's n-th failure (n >= 1):
+ * auth.failure_delay doubled n - 1 times, capped at failure_delay_max. */
+uint64_t smtpd_auth_delay(const struct config *cfg, unsigned n);
 
 /* session_cmd.c: the session's side of AUTH */
 void    sess_auth(struct sess *s, struct str arg, int cont);
+void    sess_auth_release(struct sess *s);  /* SS_AUTH_HOLD's timer */
 int     sess_auth_mail(struct sess *s, const char *sender); /* -1: replied */
 
 #endif /* MTAD_SMTPD_INT_H */

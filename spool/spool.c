@@ -229,8 +229,10 @@ spool_state_forget(struct spool_env *env)
     for (i = 0; i < env->nrcpt; i++) {
         free(env->rcpt[i].last_reply);
         free(env->rcpt[i].relay);
+        free(env->rcpt[i].tls);
         env->rcpt[i].last_reply = NULL;
         env->rcpt[i].relay = NULL;
+        env->rcpt[i].tls = NULL;
         env->rcpt[i].status = SPOOL_RCPT_PENDING;
         env->rcpt[i].notified = 0;
     }

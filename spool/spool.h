@@ -62,6 +62,9 @@ struct spool_rcpt {
                                      * due): never reported twice */
     char       *last_reply;         /* peer's last reply or our reason */
     char       *relay;              /* "host[ip]:port" of the last attempt */
+    char       *tls;                /* its TLS, as logged: "tls=TLSv1.3
+                                       cipher=... verify=ca" or "tls=none";
+                                       NULL: not an SMTP attempt */
 };
 
 struct spool_env {

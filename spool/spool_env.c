@@ -31,11 +31,15 @@
  *             held 0|1
  *             rcpts <n>                   must equal the envelope's
  *             rcpt PENDING|SENT|BOUNCED|NOTIFIED <relay xtext|+> <reply xtext|+>
+ *                  [<tls xtext|+>]         (version 3 only)
  *             end
  *           NOTIFIED is BOUNCED with its DSN already queued (rcpt->notified);
  *           it exists only in version 2, which is written only when some
  *           recipient is NOTIFIED, so an older reader still reads every
  *           other state file, and a version-1 file never holds NOTIFIED.
+ *           Version 3 (a superset of 2) gives every rcpt line a fourth
+ *           field, the TLS of the last attempt; it is written only when a
+ *           recipient has one (an SMTP attempt was made).
  * FAILURE   Parsers are strict: an unknown, repeated or missing key, a bad
  *           number, a non-canonical xtext or a missing line end gives
  *           SPOOL_EFORMAT.  Allocation never fails (xmalloc).
@@ -49,7 +53,7 @@
 #include "spool/spool.h"
 #include "spool/spool_int.h"
 
-#define SPOOL_MAX_FIELDS  3
+#define SPOOL_MAX_FIELDS  4
 #define SPOOL_MIN_RCPT_LINE (sizeof("rcpt 0  +\n") - 1)
 
 /* Output cursor for the two-pass renderers: p NULL only counts. */
@@ -198,11 +202,14 @@ spool_state_render(const struct spool_env *env, char *dst)
 {
     struct spool_out o = { dst, 0 };
     size_t           i;
-    int              v2 = 0;
+    int              v2 = 0, v3 = 0;
 
-    for (i = 0; i < env->nrcpt; i++)
+    for (i = 0; i < env->nrcpt; i++) {
         v2 |= env->rcpt[i].notified != 0;
-    spool_puts(&o, v2 ? SPOOL_STATE_MAGIC2 "id " : SPOOL_STATE_MAGIC "id ");
+        v3 |= env->rcpt[i].tls != NULL;
+    }
+    spool_puts(&o, v3 ? SPOOL_STATE_MAGIC3 "id " : v2 ?
+        SPOOL_STATE_MAGIC2 "id " : SPOOL_STATE_MAGIC "id ");
     spool_put(&o, env->id, strnlen(env->id, SPOOL_ID_LEN));
     spool_puts(&o, "\nnext_retry ");
     spool_put_u64(&o, env->next_retry_ms);
@@ -217,6 +224,8 @@ spool_state_render(const struct spool_env *env, char *dst)
             SPOOL_STATUS_NOTIFIED : env->rcpt[i].status]);
         spool_put_xtext(&o, env->rcpt[i].relay);
         spool_put_xtext(&o, env->rcpt[i].last_reply);
+        if (v3)
+            spool_put_xtext(&o, env->rcpt[i].tls);
         spool_puts(&o, "\n");
     }
     spool_puts(&o, "end\n");
@@ -517,7 +526,8 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
     uint64_t v;
     int      k, st;
 
-    if ((k = spool_word(key, names, 6)) < 0 || nf != nfields[k])
+    if ((k = spool_word(key, names, 6)) < 0 ||
+        nf != nfields[k] + (k == 5 && version >= 3))
         return -1;
     if (k != 5 && (*seen & (1u << k)))
         return -1;
@@ -550,9 +560,12 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
             SPOOL_RCPT_BOUNCED : st;
         free(e->rcpt[*nr].relay);
         free(e->rcpt[*nr].last_reply);
+        free(e->rcpt[*nr].tls);
         e->rcpt[*nr].relay = e->rcpt[*nr].last_reply = NULL;
+        e->rcpt[*nr].tls = NULL;
         if (spool_xtext(&f[1], 1, &e->rcpt[*nr].relay) < 0 ||
-            spool_xtext(&f[2], 1, &e->rcpt[*nr].last_reply) < 0)
+            spool_xtext(&f[2], 1, &e->rcpt[*nr].last_reply) < 0 ||
+            (version >= 3 && spool_xtext(&f[3], 1, &e->rcpt[*nr].tls) < 0))
             return -1;
         (*nr)++;
         return 0;
@@ -572,6 +585,8 @@ spool_state_parse(const char *p, size_t n, struct spool_env *e)
         version = 1;
     else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC2, pos) == 0)
         version = 2;
+    else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC3, pos) == 0)
+        version = 3;
     else
         return SPOOL_EFORMAT;
     for (;;) {
@@ -600,6 +615,7 @@ spool_env_free(struct spool_env *env)
         free(env->rcpt[i].orcpt);
         free(env->rcpt[i].last_reply);
         free(env->rcpt[i].relay);
+        free(env->rcpt[i].tls);
     }
     free(env->rcpt);
     free(env->sender);

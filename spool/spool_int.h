@@ -21,6 +21,9 @@
 /* Version 2 adds the recipient status NOTIFIED; it is written only when a
  * recipient has it, so files a version-1 reader can read stay version 1. */
 #define SPOOL_STATE_MAGIC2 "MTAD-STATE 2\n"
+/* Version 3 adds a fourth field to every rcpt line, the TLS of the last
+ * attempt (spool_rcpt.tls); written only when a recipient has one. */
+#define SPOOL_STATE_MAGIC3 "MTAD-STATE 3\n"
 #define SPOOL_SIZE_OFF     (sizeof(SPOOL_MAGIC) - 1 + sizeof("size ") - 1)
 #define SPOOL_SIZE_WIDTH   20
 

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 
-from sink import Sink  # noqa: F401 (the tests take it from here)
+from sink import Sink, tls_server_context  # noqa: F401 (the tests take them from here)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1229,6 +1229,75 @@ def make_keyed_cert(d, name, kind, days=30):
     os.chmod(cert, 0o644)
     os.chmod(key, 0o600)
     return cert, key
+
+
+class TestCA:
+    """A certificate authority made at set-up with openssl(1), for TLS
+    tests: ca.cert is the PEM to give as tls.ca_file; issue() makes leaf
+    certificates signed by it.  Shared by the outbound TLS tests (plain
+    STARTTLS, DANE, MTA-STS, REQUIRETLS): use this, not another CA."""
+
+    def __init__(self, d, name="mtad Test CA", kind="ec"):
+        self.dir = d
+        self.cert = os.path.join(d, "ca.crt")
+        self.key = os.path.join(d, "ca.key")
+        self.kind = kind
+        _openssl("req", "-x509", *_newkey(kind), "-nodes", "-keyout",
+                 self.key, "-out", self.cert, "-days", "30", "-subj",
+                 "/CN=%s" % name, "-addext",
+                 "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        os.chmod(self.cert, 0o644)
+        self._n = 0
+
+    def issue(self, names, days=30, kind=None):
+        """A leaf for names (DNS names or IP addresses; the first is the
+        CN).  Returns (chain, key): chain is the leaf then the CA, PEM."""
+        self._n += 1
+        base = os.path.join(self.dir, "leaf%d" % self._n)
+        key, csr, crt = base + ".key", base + ".csr", base + ".crt"
+        chain, ext = base + ".chain.pem", base + ".ext"
+        _openssl("req", *_newkey(kind or self.kind), "-nodes", "-keyout",
+                 key, "-out", csr, "-subj", "/CN=%s" % names[0])
+        sans = ",".join(("IP:%s" if re.match(r"^[0-9.:]+$", n) else
+                         "DNS:%s") % n for n in names)
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\n"
+                    "extendedKeyUsage=serverAuth\n" % sans)
+        args = ["x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey",
+                self.key, "-CAcreateserial", "-out", crt, "-extfile", ext]
+        args += ["-days", str(days)]
+        _openssl(*args)
+        with open(chain, "w") as out:
+            for p in (crt, self.cert):
+                with open(p) as f:
+                    out.write(f.read())
+        os.chmod(chain, 0o644)
+        os.chmod(key, 0o644)
+        return chain, key
+
+
+def make_test_ca(d, name="mtad Test CA"):
+    """A TestCA in d (see there)."""
+    return TestCA(d, name)
+
+
+def issue_cert(ca, names, **kw):
+    """Shorthand for ca.issue(names): (chain, key)."""
+    return ca.issue(names, **kw)
+
+
+def _newkey(kind):
+    return (["-newkey", "rsa:2048"] if kind == "rsa" else
+            ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+
+
+def _openssl(*args):
+    r = subprocess.run(["openssl", *args], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("openssl %s: %s" % (" ".join(args), r.stderr))
+    return r.stdout
 
 
 def cert_der(path):

@@ -30,11 +30,22 @@ Steering (attributes; change them any time, they are read per command):
   mute         True: accept connections and say nothing (a stalled next hop)
   stall_first  never answer the first K ends of data (until the client
                closes: then the message is dropped, as never accepted)
+  tls_context  an ssl.SSLContext (server side, see tls_server_context()):
+               STARTTLS is offered (RFC 3207) and served with it
+  starttls     False: not offered even with a context (default True)
+  tls_break    True: STARTTLS gets its 220, then the sink sends bytes that
+               are no TLS record and closes (a broken handshake);
+               "with-reply": those bytes go in the same write as the 220
+               (what a plaintext injection after STARTTLS looks like)
+  tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
+               connections that did STARTTLS; Message.tls is the entry of
+               the connection the message came on (None: plaintext)
 
 Run as a module for manual tests: python3 -m sink --port 2526
 """
 import asyncio
 import re
+import ssl
 import threading
 import time
 
@@ -52,6 +63,7 @@ class Message:
         self.data = data
         self.peer = peer
         self.conn_id = conn_id
+        self.tls = None             # the sink's tls entry, when TLS
 
     def __repr__(self):
         return "<Message from=%r to=%r %d bytes>" % (
@@ -71,6 +83,21 @@ def _path(arg):
         addr = parts[0] if parts else ""
         params = parts[1:]
     return addr, params
+
+
+def tls_server_context(cert, key):
+    """A server context for the sink from a PEM chain (leaf first) and
+    key; it records the SNI each client sent (Sink.tls[...]["sni"])."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.sni_names = {}
+
+    def sni(sslobj, name, _ctx):
+        ctx.sni_names[id(sslobj)] = name
+        return None
+
+    ctx.sni_callback = sni
+    return ctx
 
 
 class Sink:
@@ -95,6 +122,10 @@ class Sink:
         self.hold = None            # threading.Event gating end-of-data
         self.mute = False           # True: no greeting, no answer at all
         self.stall_first = 0        # ends of data left unanswered
+        self.tls_context = None     # ssl.SSLContext: offer STARTTLS
+        self.starttls = True        # with a context: offer it
+        self.tls_break = False      # 220 to STARTTLS, then junk and close
+        self.tls = {}               # conn_id -> what the handshake gave
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -225,6 +256,9 @@ class Sink:
                     await reply("502 5.5.2 EHLO not implemented")
                 elif verb == "EHLO":
                     lines = [self.name] + list(self.caps)
+                    if (self.tls_context is not None and self.starttls
+                            and conn_id not in self.tls):
+                        lines.append("STARTTLS")
                     out = ["250-%s" % l for l in lines[:-1]]
                     out.append("250 %s" % lines[-1])
                     await reply("\r\n".join(out))
@@ -295,6 +329,41 @@ class Sink:
                 elif verb == "RSET":
                     reset()
                     await reply("250 2.0.0 Ok")
+                elif verb == "STARTTLS" and (self.tls_context is None or
+                                             not self.starttls or
+                                             conn_id in self.tls):
+                    await reply("502 5.5.1 STARTTLS not offered")
+                elif verb == "STARTTLS" and self.tls_break == "with-reply":
+                    with self._lock:
+                        self.events.append(("tls_broken", conn_id))
+                    await reply(b"220 2.0.0 Ready to start TLS\r\n"
+                                b"250 injected")
+                    return
+                elif verb == "STARTTLS":
+                    await reply("220 2.0.0 Ready to start TLS")
+                    if self.tls_break:
+                        with self._lock:
+                            self.events.append(("tls_broken", conn_id))
+                        writer.write(b"this is no TLS record\r\n" * 4)
+                        await writer.drain()
+                        return
+                    try:
+                        await writer.start_tls(self.tls_context)
+                    except (ssl.SSLError, OSError) as e:
+                        with self._lock:
+                            self.events.append(("tls_failed", conn_id,
+                                                str(e)))
+                        return
+                    so = writer.get_extra_info("ssl_object")
+                    names = getattr(self.tls_context, "sni_names", {})
+                    with self._lock:
+                        self.tls[conn_id] = {
+                            "version": so.version(),
+                            "cipher": so.cipher()[0],
+                            "resumed": so.session_reused,
+                            "sni": names.pop(id(so), None),
+                        }
+                    reset()
                 elif verb == "NOOP":
                     await reply("250 2.0.0 Ok")
                 elif verb == "QUIT":
@@ -374,6 +443,7 @@ class Sink:
         msg = Message(state["from"], state["fparams"], list(state["rcpts"]),
                       list(state["rparams"]), data, peer, conn_id)
         with self._lock:
+            msg.tls = self.tls.get(conn_id)
             self.messages.append(msg)
             n = len(self.messages)
         if self.reply_text is not None:

@@ -14,9 +14,11 @@ with warnings.catch_warnings():
     import crypt
 import os
 import re
+import select
 import smtplib
 import ssl
 import subprocess
+import time
 
 import pytest
 
@@ -79,7 +81,10 @@ def start(mtad_factory, workdir, hole, auth=None, extra=None, users=None):
     m.cfg["tls"] = {"cert_file": cert, "key_file": key}
     m.cfg["relay"] = {"allow_networks": ["127.0.0.1/32"]}
     m.cfg["routes"]["default"] = hole.route()
-    m.cfg["auth"] = {"password_file": pw}
+    # failed attempts answered after 10 ms, doubling (tests that are not
+    # about the delay stay quick; test_failure_delay_* set their own)
+    m.cfg["auth"] = {"password_file": pw, "failure_delay": "10ms",
+                     "failure_delay_max": "40ms"}
     m.cfg["auth"].update(auth or {})
     for k, v in (extra or {}).items():
         m.cfg.setdefault(k, {}).update(v)
@@ -297,6 +302,132 @@ def test_failure_limit_421(mtad_factory, workdir, hole):
     s = smtp_starttls(t.sub, source="127.0.0.3")
     assert s.login("alice", "s3cret pass")[0] == 235
     s.quit()
+
+
+def starttls_client(port, source):
+    """A raw Client after STARTTLS and EHLO (for pipelining by hand)."""
+    c = Client(port, source=source, timeout=30)
+    c.greet()
+    assert c.cmd("STARTTLS").code == 220
+    c.sock = tls_ctx().wrap_socket(c.sock)
+    assert c.cmd("EHLO client.test").code == 250
+    return c
+
+
+def readable_now(c):
+    """Has c anything to read at this instant (a poll that does not
+    wait)?"""
+    if c.buf or (hasattr(c.sock, "pending") and c.sock.pending()):
+        return True
+    return bool(select.select([c.sock], [], [], 0)[0])
+
+
+def test_failure_delay_holds_reply_and_pipelined_commands(
+        mtad_factory, workdir, hole):
+    """The 535 comes after auth.failure_delay, not before; the commands
+    pipelined behind the AUTH are answered after it, in order; the worker
+    (there is one) serves another client meanwhile, so the delay is a
+    timer, not a sleep.  Only lower bounds on time are asserted (a loaded
+    machine makes the reply later, never earlier), plus one poll made
+    right after the send, well inside the 3 s delay."""
+    delay = 3.0
+    t = start(mtad_factory, workdir, hole, auth={
+        "failure_delay": "3s", "failure_delay_max": "3s"})
+    c = starttls_client(t.sub, "127.0.0.4")
+    t0 = time.monotonic()
+    c.send("AUTH PLAIN " + b64("\0alice\0wrong pass 1") +
+           "\r\nNOOP\r\nMAIL FROM:<alice@example.org>\r\n")
+    assert not readable_now(c), "a reply before the delay"
+    # the same worker answers someone else while c's reply is held
+    with Client(t.m.port, source="127.0.0.5") as other:
+        other.greet()
+        assert other.cmd("NOOP").code == 250
+        t_other = time.monotonic()
+    r = c.reply()
+    t_535 = time.monotonic()
+    assert r.code == 535 and b"5.7.8" in r.text, r
+    assert t_535 - t0 >= delay - 0.01, t_535 - t0
+    assert t_other < t_535
+    # then the pipelined commands, in order: NOOP, and MAIL refused on
+    # the submission port (not authenticated)
+    assert c.reply().code == 250
+    r = c.reply()
+    assert r.code == 530, r
+    # the session goes on as usual: the right password now works
+    assert c.cmd("AUTH PLAIN " + b64("\0alice\0s3cret pass")).code == 235
+    assert c.cmd("MAIL FROM:<alice@example.org>").code == 250
+    c.close()
+    log = t.m.wait_log("failed for user alice (PLAIN), failure 1 of 5, "
+                       "answered in 3000 ms")
+    assert "wrong pass" not in log and "s3cret" not in log
+    assert b64("\0alice\0wrong pass 1") not in log
+
+
+def auth_fail_timed(c, password, user="alice"):
+    """One failing AUTH PLAIN on c: (reply, seconds until it came)."""
+    t0 = time.monotonic()
+    c.send("AUTH PLAIN " + b64("\0%s\0%s" % (user, password)) + "\r\n")
+    r = c.reply()
+    return r, time.monotonic() - t0
+
+
+def test_failure_delay_grows_per_address_across_reconnects(
+        mtad_factory, workdir, hole):
+    """The failure count belongs to the client address, not the session:
+    a reconnect (or hanging up during the delay) does not reset it, the
+    delay doubles with it, and at auth.max_failures the held reply is 421
+    and the connection closes; another address starts from zero."""
+    t = start(mtad_factory, workdir, hole, auth={
+        "failure_delay": "400ms", "failure_delay_max": "800ms",
+        "max_failures": 4})
+    src = "127.0.0.6"
+    # 1st failure: 400 ms
+    c = starttls_client(t.sub, src)
+    r, took = auth_fail_timed(c, "guess one")
+    assert r.code == 535 and took >= 0.39, (r, took)
+    assert c.cmd("QUIT").code == 221
+    c.close()
+    t.m.wait_log("failure 1 of 4, answered in 400 ms")
+    # 2nd, on a new connection: 800 ms (doubled, so the count carried
+    # over); the client hangs up without waiting for the reply
+    c = starttls_client(t.sub, src)
+    c.send("AUTH PLAIN " + b64("\0alice\0guess two") + "\r\n")
+    t.m.wait_log("failure 2 of 4, answered in 800 ms")
+    c.close()
+    # 3rd: still counted (the hang-up gained nothing); capped at 800 ms
+    c = starttls_client(t.sub, src)
+    r, took = auth_fail_timed(c, "guess three", user="nobody")
+    assert r.code == 535 and took >= 0.79, (r, took)
+    t.m.wait_log("failed for user nobody (PLAIN), failure 3 of 4, "
+                 "answered in 800 ms")
+    # 4th (LOGIN this time): the limit; 421 after the delay, then closed
+    c.send("AUTH LOGIN\r\n")
+    assert c.reply().code == 334
+    c.send(b64("alice") + "\r\n")
+    assert c.reply().code == 334
+    t0 = time.monotonic()
+    c.send(b64("guess four") + "\r\n")
+    r = c.reply()
+    assert r.code == 421 and b"too many failed" in r.text, r
+    assert time.monotonic() - t0 >= 0.79
+    with pytest.raises(EOFError):
+        c.reply()
+    c.close()
+    t.m.wait_log("failed for user alice (LOGIN), failure 4 of 4")
+    # a new connection from that address: 421 at once, right password
+    # or not
+    c = starttls_client(t.sub, src)
+    r = c.cmd("AUTH PLAIN " + b64("\0alice\0s3cret pass"))
+    assert r.code == 421, r
+    c.close()
+    # another address is not affected: no delay owed, logs in
+    c = starttls_client(t.sub, "127.0.0.7")
+    assert c.cmd("AUTH PLAIN " + b64("\0alice\0s3cret pass")).code == 235
+    c.close()
+    log = t.m.log_text()
+    for secret in ("guess", "s3cret", b64("guess four"),
+                   b64("\0alice\0guess one")):
+        assert secret not in log, secret
 
 
 def test_received_header(mtad_factory, workdir, hole):

@@ -822,7 +822,40 @@ Test(config, tls_not_a_mapping)
 {
     tc_tls_bad("tls: yes\n",
         "3:6: tls: expected a mapping of keys (cert_file, key_file, "
-        "min_version, ciphers), got 'yes'");
+        "min_version, ciphers, ca_file), got 'yes'");
+}
+
+
+Test(config, outbound_tls_level_and_ca_file)
+{
+    struct config *c;
+    char           want[256];
+
+    c = tc_tls_load("");
+    cr_assert_not_null(c, "%s", terr);
+    cr_assert_eq(c->delivery_tls, 1, "default: may");
+    cr_assert_null(c->tls_ca_file, "default: the system's");
+    config_free(c);
+    tc_cert("ca");
+    c = tc_tls_load("delivery:\n  tls: dane-only\ntls:\n  ca_file: "
+        "%s/ca.crt\n");
+    cr_assert_not_null(c, "%s", terr);
+    cr_assert_eq(c->delivery_tls, 5);
+    snprintf(want, sizeof(want), "%s/ca.crt", tdir);
+    cr_assert_str_eq(c->tls_ca_file, want);
+    config_free(c);
+    tc_tls_bad("delivery:\n  tls: always\n",
+        "4:8: delivery.tls: expected none, may, encrypt, verify, dane or "
+        "dane-only, got 'always'");
+    tc_tls_bad("tls:\n  ca_file: %s/missing.pem\n",
+        "4:12: tls.ca_file: cannot read '%s/missing.pem': No such file or "
+        "directory");
+    tc_cert("junk");
+    /* a key is no certificate */
+    cr_assert_null(tc_tls_load("tls:\n  ca_file: %s/junk.key\n"));
+    snprintf(want, sizeof(want), "%s:4:12: tls.ca_file: no usable PEM "
+        "certificate in '%s/junk.key'", tpath, tdir);
+    cr_assert_eq(strncmp(terr, want, strlen(want)), 0, "got: %s", terr);
 }
 
 

@@ -106,6 +106,7 @@ Test(config_listen, role_and_tls)
         "    - {address: \"127.0.0.1:587\", role: submission, "
         "tls: starttls}\n    - {address: \"127.0.0.1:26\", role: mx}\n"
         "auth:\n  password_file: %s\n  max_failures: 3\n"
+        "  failure_delay: 250ms\n  failure_delay_max: 2m\n"
         "  received_header: true\nsubmission:\n  sender_login_match: true\n"
         "routes:\n  default: discard\n", pw);
     cr_assert_eq(fclose(fp), 0);
@@ -118,6 +119,8 @@ Test(config_listen, role_and_tls)
     cr_assert_eq(cfg->listen[2].role, CONFIG_ROLE_MX);
     cr_assert_str_eq(cfg->auth_password_file, pw);
     cr_assert_eq(cfg->auth_max_failures, 3);
+    cr_assert_eq(cfg->auth_failure_delay_ms, 250);
+    cr_assert_eq(cfg->auth_failure_delay_max_ms, 120000);
     cr_assert(cfg->auth_received_header);
     cr_assert(!cfg->auth_allow_plaintext_loopback);
     cr_assert(cfg->submission_sender_login_match);
@@ -179,5 +182,44 @@ Test(config_listen, errors_name_file_line_col)
         cr_assert_null(cfg, "case %zu loaded", i);
         cr_assert(strncmp(tl_err(), bad[i].want, strlen(bad[i].want)) == 0,
             "case %zu:\n got: %s\nwant: %s", i, tl_err(), bad[i].want);
+    }
+}
+
+
+/* auth.failure_delay: defaults 1s doubling to 8s; the cap at most 5m;
+ * the delay not above its cap (checked without a password file too). */
+Test(config_listen, auth_failure_delay)
+{
+    static const struct {
+        const char *auth;
+        const char *want;
+    } cases[] = {
+        { "  failure_delay_max: 6m\n",
+          "relay.yaml: auth.failure_delay_max: at most 5m" },
+        { "  failure_delay: 10s\n  failure_delay_max: 5s\n",
+          "relay.yaml: auth.failure_delay: greater than "
+          "auth.failure_delay_max" },
+        { "  failure_delay: soon\n",
+          "relay.yaml:4:18: auth.failure_delay: expected a duration" },
+    };
+    struct config *cfg;
+    FILE          *fp;
+    size_t         i;
+
+    cfg = tl_load("    - \"127.0.0.1:25\"\n");
+    cr_assert_not_null(cfg, "%s", tl_err());
+    cr_assert_eq(cfg->auth_failure_delay_ms, 1000);
+    cr_assert_eq(cfg->auth_failure_delay_max_ms, 8000);
+    config_free(cfg);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fp = fopen(tpath, "w");
+        cr_assert_not_null(fp);
+        fprintf(fp, "server:\n  listen: [\"127.0.0.1:25\"]\nauth:\n%s"
+            "routes:\n  default: discard\n", cases[i].auth);
+        cr_assert_eq(fclose(fp), 0);
+        cfg = config_load(tpath, terr, sizeof(terr));
+        cr_assert_null(cfg, "case %zu loaded", i);
+        cr_assert(strstr(terr, cases[i].want) != NULL,
+            "case %zu:\n got: %s\nwant: %s", i, terr, cases[i].want);
     }
 }

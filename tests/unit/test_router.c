@@ -728,3 +728,97 @@ Test(router, load_static_is_checked_whole_then_written)
         "discard");
     router_close(r);
 }
+
+
+/* ---- the TLS policy table (ROUTER_TLS_DB) ---- */
+
+static void
+expect_tls(struct router *r, const char *key, const char *want)
+{
+    char v[ROUTER_TLS_VALUE_MAX + 1];
+    int  rc = router_tls_get(r, key, v, sizeof(v));
+
+    if (want == NULL) {
+        cr_expect_eq(rc, ROUTER_ENOTFOUND, "tls %s: rc %d (%s)", key, rc,
+            router_errstr(r));
+        return;
+    }
+    cr_expect_eq(rc, ROUTER_OK, "tls %s: %s", key, router_errstr(r));
+    if (rc == ROUTER_OK)
+        cr_expect_str_eq(v, want, "tls %s", key);
+}
+
+Test(router, tls_levels_are_the_six_words)
+{
+    static const char *const w[] = { "none", "may", "encrypt", "verify",
+        "dane", "dane-only" };
+    int i;
+
+    for (i = 0; i < 6; i++) {
+        cr_expect_eq(router_tls_level(w[i]), i, "%s", w[i]);
+        cr_expect_str_eq(router_tls_level_name(i), w[i]);
+    }
+    cr_expect_eq(router_tls_level("Verify"), -1);
+    cr_expect_eq(router_tls_level(NULL), -1);
+    cr_expect_str_eq(router_tls_level_name(6), "?");
+}
+
+Test(router, tls_policy_put_get_del_each)
+{
+    struct router  *r = db_open();
+    struct each_acc a;
+
+    expect_tls(r, "example.org", NULL);
+    cr_assert_eq(router_tls_put(r, "Example.ORG", "verify"), ROUTER_OK,
+        "%s", router_errstr(r));
+    cr_assert_eq(router_tls_put(r, ".example.net", "encrypt"), ROUTER_OK);
+    expect_tls(r, "example.org", "verify");
+    expect_tls(r, ".example.net", "encrypt");
+    cr_assert_eq(router_tls_put(r, "example.org", "dane-only"), ROUTER_OK);
+    expect_tls(r, "example.org", "dane-only");
+    cr_expect_eq(router_tls_put(r, "example.org", "sometimes"),
+        ROUTER_EINVAL);
+    cr_expect_not_null(strstr(router_errstr(r), "bad TLS level"));
+    cr_expect_eq(router_tls_put(r, "bad key", "may"), ROUTER_EINVAL);
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_tls_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, ".example.net=encrypt;example.org=dane-only;");
+    cr_assert_eq(router_tls_del(r, "example.org"), ROUTER_OK);
+    expect_tls(r, "example.org", NULL);
+    cr_expect_eq(router_tls_del(r, "example.org"), ROUTER_ENOTFOUND);
+    router_close(r);
+}
+
+Test(router, tls_table_is_apart_from_routes)
+{
+    struct router  *r = db_open();
+    struct each_acc a;
+
+    put(r, "b.example", "discard");
+    cr_assert_eq(router_tls_put(r, "b.example", "verify"), ROUTER_OK);
+    /* the routes walk does not see the table's record */
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, "b.example=discard;");
+    /* clearing the routes (route import --replace) keeps the table */
+    cr_assert_eq(router_clear(r), ROUTER_OK, "%s", router_errstr(r));
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, "");
+    expect_tls(r, "b.example", "verify");
+    router_close(r);
+}
+
+Test(router, tls_write_is_seen_by_a_read_only_reader)
+{
+    struct router *w = db_open(), *ro = NULL;
+
+    cr_assert_eq(router_open(&ro, tdb, DEFAULT_ROUTE, ROUTER_OPEN_RDONLY),
+        ROUTER_OK, "%s", router_errstr(ro));
+    expect_tls(ro, "example.org", NULL);
+    cr_assert_eq(router_tls_put(w, "example.org", "encrypt"), ROUTER_OK);
+    expect_tls(ro, "example.org", "encrypt");
+    cr_expect_eq(router_tls_put(ro, "example.org", "may"), ROUTER_ESYS);
+    router_close(ro);
+    router_close(w);
+}

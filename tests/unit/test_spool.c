@@ -1097,7 +1097,7 @@ Test(spool_state, notified_needs_version_2_and_only_then)
     cr_assert_eq(again->rcpt[0].notified, 0);
     spool_env_free(again);
     /* and an unknown version likewise */
-    memcpy(v1, "MTAD-STATE 3", 12);
+    memcpy(v1, "MTAD-STATE 9", 12);
     t_touch(dir, "state", id, v1);
     cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
     cr_assert_eq(again->state_damaged, 1);
@@ -1109,6 +1109,38 @@ Test(spool_state, notified_needs_version_2_and_only_then)
     t_rm_rf(dir);
 }
 
+
+Test(spool_state, tls_needs_version_3_and_round_trips)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], *b;
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env *env, *again;
+
+    t_commit(sp, "hi", 2, id);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->rcpt[0].status = SPOOL_RCPT_PENDING;
+    env->rcpt[0].last_reply = xstrdup("451 4.7.5 no");
+    env->rcpt[0].tls = xstrdup("tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 "
+        "verify=none tls_failure=certificate-host-mismatch");
+    env->rcpt[1].notified = 1;
+    env->rcpt[1].status = SPOOL_RCPT_BOUNCED;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 3\n", 13) == 0, "%s", b);
+    cr_assert_not_null(strstr(b, " tls+3DTLSv1.3+20cipher+3D"), "%s", b);
+    /* version 3 holds NOTIFIED too; a recipient without TLS gets "+" */
+    cr_assert_not_null(strstr(b, "\nrcpt NOTIFIED + + +\n"), "%s", b);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 0);
+    cr_assert_str_eq(again->rcpt[0].tls, env->rcpt[0].tls);
+    cr_assert_null(again->rcpt[1].tls);
+    cr_assert_eq(again->rcpt[1].notified, 1);
+    spool_env_free(again);
+    free(b);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
 
 Test(spool_state, queue_file_mark_says_whether_a_state_exists)
 {
