@@ -39,4 +39,11 @@ void    tlsrpt_pol_wire(const struct tlsrpt_pol *p, struct buf *out);
  * the array (not the policies). */
 struct tlsrpt_pol **tlsrpt_tab_sorted(const struct tlsrpt_tab *t, size_t *n);
 
+/* tlsrpt_outcome.c: one connection attempt's TLS outcome (mta_session.c):
+ * failure NULL or "" for success, else an RFC 8460 result type; ip the
+ * MX host's address; reason (optional) a failure-reason-code. */
+struct tls_req;
+void    tlsrpt_outcome(const struct tls_req *r, const char *failure,
+            const char *ip, const char *reason);
+
 #endif /* MTAD_TLSRPT_INT_H */

@@ -11,11 +11,13 @@ import email.policy
 import gzip
 import json
 import os
+import re
 import time
 
 import pytest
 
-from mtadtest import ZONE, ZONE_TEXT, Nsd, wait_for
+from mtadtest import (ZONE, ZONE_TEXT, Nsd, make_message, make_test_ca,
+                      send, tls_server_context, wait_for)
 
 REPORTS = "tls-reports@reports.test"
 
@@ -24,10 +26,11 @@ REPORTS = "tls-reports@reports.test"
 TLSRPT_ZONE = ZONE_TEXT + """
 _smtp._tls.rpt   IN TXT "v=TLSRPTv1; rua=mailto:%s,https://reports.test/x"
 _smtp._tls.one   IN TXT "v=TLSRPTv1;" " rua=mailto:%s"
+_smtp._tls.broken IN TXT "v=TLSRPTv1; rua=mailto:%s"
 _smtp._tls.nohttps IN TXT "v=TLSRPTv1; rua=https://reports.test/x"
 _smtp._tls.two   IN TXT "v=TLSRPTv1; rua=mailto:a@reports.test"
 _smtp._tls.two   IN TXT "v=TLSRPTv1; rua=mailto:b@reports.test"
-""" % (REPORTS, REPORTS)
+""" % (REPORTS, REPORTS, REPORTS)
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +269,115 @@ def test_bad_sender_is_a_config_error(mtad_factory, sink_factory, rpt_dns):
     r = m.ctl("check")
     assert r.returncode == 1
     assert "tlsrpt.sender: not a plain address" in r.stderr + r.stdout
+
+
+# ---- outcomes recorded by the TLS client ----
+
+def tls_sink(sink_factory, ca, **kw):
+    s = sink_factory(**kw)
+    chain, key = ca.issue(["127.0.0.1"])
+    s.tls_context = tls_server_context(chain, key)
+    s.close_after_data = True       # one TLS session per message
+    return s
+
+
+def test_tls_outcomes_are_counted_shown_kept_and_reported(
+        mtad_factory, sink_factory, rpt_dns, workdir):
+    d = os.path.join(workdir, "ca")
+    os.makedirs(d)
+    os.chmod(d, 0o755)
+    ca = make_test_ca(d)
+    d2 = os.path.join(workdir, "other")
+    os.makedirs(d2)
+    os.chmod(d2, 0o755)
+    other = make_test_ca(d2, "Other CA")
+    reports = sink_factory()
+    good = tls_sink(sink_factory, ca)                # STARTTLS works
+    broken = tls_sink(sink_factory, ca)              # 220, then junk
+    broken.tls_break = True
+    plain = sink_factory()                           # no STARTTLS
+    untrusted = tls_sink(sink_factory, other)        # a CA we do not know
+    rpt, brk = "rpt." + ZONE, "broken." + ZONE
+    pln, unt = "plain." + ZONE, "untrusted." + ZONE
+    m = start(mtad_factory, rpt_dns, reports,
+              tls={"ca_file": ca.cert},
+              routes={"static": {"reports.test": reports.route,
+                                 rpt: good.route, brk: broken.route,
+                                 pln: plain.route, unt: untrusted.route}})
+    m.start()
+    m.ctl("tls", "policy", "set", unt, "verify", check=True)
+    today()
+    for i in range(3):
+        send(m, "a@src.test", ["x%d@%s" % (i, rpt)], make_message(i))
+    good.wait_for(3)
+    for i in range(2):
+        send(m, "a@src.test", ["y%d@%s" % (i, brk)], make_message(i))
+    broken.wait_for(2)                  # in plaintext, after the failure
+    send(m, "a@src.test", ["z@%s" % pln], make_message(9))
+    plain.wait_for(1)
+    qid = send(m, "a@src.test", ["w@%s" % unt], make_message(10))
+    m.wait_log("%s: to=<w@%s>" % (qid, unt))
+    assert untrusted.received() == []
+
+    def shows(needle):
+        return lambda: needle in report(m)
+    wait_for(shows("domain %s day=%s type=no-policy-found success=3 "
+                   "failure=0\n" % (rpt, day_str(today()))), 10,
+             what="3 TLS sessions to %s counted" % rpt)
+    wait_for(shows("domain %s day=%s type=no-policy-found success=0 "
+                   "failure=2\n" % (brk, day_str(today()))), 10,
+             what="2 broken handshakes with %s counted" % brk)
+    # the junk comes with the 220 or after it: two reasons, one type
+    counts = re.findall(r"  failure result=validation-failure mx=127\.0\.0\.1 "
+                        r"ip=127\.0\.0\.1 count=(\d+) reason=",
+                        report(m, brk))
+    assert sum(int(n) for n in counts) == 2, report(m, brk)
+    wait_for(shows("domain %s day=%s type=no-policy-found success=0 "
+                   "failure=1\n  failure result=starttls-not-supported "
+                   "mx=127.0.0.1 ip=127.0.0.1 count=1\n" % (
+                       pln, day_str(today()))), 10,
+             what="STARTTLS not offered by %s counted" % pln)
+    wait_for(shows("  failure result=certificate-not-trusted mx=127.0.0.1 "
+                   "ip=127.0.0.1 count="), 10,
+             what="the untrusted certificate of %s counted" % unt)
+    out = report(m, unt)
+    assert "domain %s " % unt in out and "success=0" in out, out
+    assert "domain %s " % rpt not in out
+    m.ctl("tls", "policy", "del", unt, check=True)
+    # counted by the workers, saved by the master at stop, read at start
+    m.stop()
+    m.start()
+    out = report(m)
+    assert "domain %s day=%s type=no-policy-found success=3 failure=0\n" % (
+        rpt, day_str(today())) in out, out
+    assert "domain %s day=%s type=no-policy-found success=0 failure=2\n" % (
+        brk, day_str(today())) in out, out
+    # the reports: rpt and broken have a rua=, plain and untrusted none
+    r = m.ctl("tls", "report", "--send")
+    assert r.returncode == 0, r.stderr
+    got = {}
+
+    def two_reports():
+        for msg in reports.received():
+            hdr, _, rep = mail_report(msg)
+            got[hdr["TLS-Report-Domain"]] = rep
+        return rpt in got and brk in got
+    wait_for(two_reports, 30, what="reports for %s and %s" % (rpt, brk))
+    (pol,) = got[rpt]["policies"]
+    assert pol["policy"] == {"policy-type": "no-policy-found",
+                             "policy-string": [], "policy-domain": rpt}
+    assert pol["summary"] == {"total-successful-session-count": 3,
+                              "total-failure-session-count": 0}
+    assert "failure-details" not in pol
+    (pol,) = got[brk]["policies"]
+    assert pol["summary"] == {"total-successful-session-count": 0,
+                              "total-failure-session-count": 2}
+    dets = pol["failure-details"]
+    for det in dets:
+        assert det["result-type"] == "validation-failure"
+        assert det["receiving-ip"] == "127.0.0.1"
+        assert det["receiving-mx-hostname"] == "127.0.0.1"
+        assert det["failure-reason-code"], det
+    assert sum(det["failed-session-count"] for det in dets) == 2, dets
+    m.wait_log("tlsrpt: %s: no report sent: _smtp._tls.%s TXT: no record"
+               % (pln, pln))

@@ -524,3 +524,49 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
     buf_free(&b);
     tlsrpt_tab_free(m);
 }
+
+/* ---- the TLS client's outcome (tlsrpt_outcome.c) ---- */
+
+#include "dns/dns.h"
+#include "delivery/tls_policy.h"
+#include "delivery/tlsrpt_int.h"
+
+Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
+{
+    unsigned char       rd[3 + 4] = { 3, 1, 1, 0xde, 0xad, 0xbe, 0xef };
+    struct dns_rr       rr = { DNS_T_TLSA, 300, sizeof(rd), rd };
+    struct dns_rrset    set;
+    struct tls_req      r;
+    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    char               *s;
+
+    memset(&set, 0, sizeof(set));
+    set.n = 1;
+    set.rr = &rr;
+    memset(&r, 0, sizeof(r));
+    r.level = TLS_DANE;
+    strcpy(r.policy_domain, "Example.ORG");
+    strcpy(r.verify_name, "mx.example.org");
+    r.tlsa = &set;
+    tlsrpt_outcome(&r, NULL, "192.0.2.7", "ignored on success");
+    tlsrpt_outcome(&r, TLS_FAIL_TLSA_INVALID, "192.0.2.7", "no match");
+    r.tlsa = NULL;
+    tlsrpt_outcome(&r, "", "192.0.2.7", NULL);
+    r.sts_enforce = 1;
+    tlsrpt_outcome(&r, TLS_FAIL_HOST_MISMATCH, "192.0.2.8", NULL);
+    r.policy_domain[0] = '\0';          /* no domain: not counted */
+    tlsrpt_outcome(&r, NULL, "192.0.2.7", NULL);
+    cr_assert_eq(tlsrpt_export(into_tab, m), 3);
+    s = text_of(m, NULL);
+    cr_assert(strstr(s, "type=tlsa success=1 failure=1\n"
+        "  policy-string: 3 1 1 deadbeef\n"
+        "  failure result=tlsa-invalid mx=mx.example.org ip=192.0.2.7 "
+        "count=1 reason=no match\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "type=no-policy-found success=1 failure=0\n") != NULL,
+        "%s", s);
+    cr_assert(strstr(s, "type=sts success=0 failure=1\n  failure "
+        "result=certificate-host-mismatch mx=mx.example.org ip=192.0.2.8 "
+        "count=1\n") != NULL, "%s", s);
+    free(s);
+    tlsrpt_tab_free(m);
+}
