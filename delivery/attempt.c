@@ -225,9 +225,11 @@ dl_bounce(struct dl_attempt *a)
     in.env = env;
     in.hostname = d->cfg->hostname;
     in.now_ms = util_wall_ms();
-    /* binary content cannot travel inside a message/rfc822 part */
+    /* binary content cannot travel inside a message/rfc822 part; the
+     * bounce of a REQUIRETLS message is RET=HDRS whatever was asked (RFC
+     * 8689 5) */
     in.full = env->ret == SMTP_RET_FULL &&
-        env->body != SMTP_BODY_BINARYMIME;
+        env->body != SMTP_BODY_BINARYMIME && !env->requiretls;
 
     memset(&denv, 0, sizeof(denv));
     memset(&rc, 0, sizeof(rc));
@@ -237,6 +239,9 @@ dl_bounce(struct dl_attempt *a)
     denv.body = (env->body != SMTP_BODY_7BIT || env->smtputf8) ?
         SMTP_BODY_8BITMIME : SMTP_BODY_7BIT;
     denv.smtputf8 = env->smtputf8;
+    /* RFC 8689 5: it carries the original's header, so it is sent the
+     * way the original had to be */
+    denv.requiretls = env->requiretls;
     denv.client_ip = "127.0.0.1";
     denv.helo = d->cfg->hostname;
     denv.rcpt = &rc;

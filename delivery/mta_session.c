@@ -26,6 +26,7 @@
 #include "spool/spool.h"
 #include "delivery/mta.h"
 #include "delivery/tls_policy.h"
+#include "delivery/reqtls.h"
 #include "delivery/tlsrpt_int.h"
 
 #include <openssl/ssl.h>
@@ -244,8 +245,9 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
                     extra[o - 7] = '\0';   /* ENVID is capped at parse */
             }
         }
-        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s", env->sender, size, body,
-            mta_need_utf8(t) ? " SMTPUTF8" : "", extra);
+        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s%s", env->sender, size, body,
+            mta_need_utf8(t) ? " SMTPUTF8" : "", extra,
+            reqtls_mail_param(env, c->caps));
     }
     c->nsent = 1;
     if (c->pipelining) {
@@ -278,6 +280,31 @@ mta_idle(struct mta_conn *c)
 
 
 /*
+ * mta_reqtls_unfit - RFC 8689 (reqtls.h, step 2): may c carry t?  0 when
+ * it may (or t is no REQUIRETLS message).  Else, for the txn c was opened
+ * for, this host fails permanently with the 5.7.10 / 5.7.30 reason (the
+ * next host is tried; the last one's failure bounces); any other txn goes
+ * back to its queue and c is closed (mta_conn_unfit), so it gets a
+ * connection of its own.  Returns 1 then: c is gone or moved on.
+ */
+static int
+mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
+{
+    char why[SMTP_REPLY_MAX];
+
+    if (!t->env->requiretls || reqtls_session(&c->tlso, c->caps,
+        t->env->sender[0] == '\0', c->name, why, sizeof(why)) == 0)
+        return 0;
+    if (!opened_for)
+        return mta_conn_unfit(c, t);
+    c->txn = t;
+    c->perm = 1;
+    mta_lost(c, why);
+    return 1;
+}
+
+
+/*
  * mta_conn_next - c is ready for a transaction: the one it was opened
  * for, else the next waiting one (after an RSET on a used connection).
  * With none, park c idle, or close it when draining.  Returns 1 when c was
@@ -287,6 +314,7 @@ int
 mta_conn_next(struct mta_conn *c)
 {
     struct mta_txn *t = c->txn;
+    int             opened_for = t != NULL && !c->reused;
 
     c->txn = NULL;
     for (;;) {
@@ -296,6 +324,9 @@ mta_conn_next(struct mta_conn *c)
             break;
         if (c->reused && !mta_conn_fits(c, t))
             return mta_conn_unfit(c, t);
+        if (mta_reqtls_unfit(c, t, opened_for))
+            return 1;
+        opened_for = 0;
         t->tls_out = c->tlso;
         if (mta_precheck(c, t) < 0) {
             t = NULL;
@@ -590,11 +621,17 @@ mta_tlsrpt(struct mta_conn *c, const char *failure, const char *reason)
 static int
 mta_tls_defer(struct mta_conn *c, const char *detail)
 {
-    char why[SMTP_REPLY_MAX];
+    char why[SMTP_REPLY_MAX], reason[SMTP_REPLY_MAX];
 
     mta_tlsrpt(c, c->tlso.failure[0] != '\0' ? c->tlso.failure :
         TLS_FAIL_VALIDATION, detail);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
+    if (c->txn != NULL && c->txn->env->requiretls) {
+        /* RFC 8689 4.2.1: a REQUIRETLS message is not retried later */
+        reqtls_tls_failed(c->name, why, reason, sizeof(reason));
+        util_strlcpy(why, reason, sizeof(why));
+        c->perm = 1;
+    }
     mta_lost(c, why);
     return 1;
 }

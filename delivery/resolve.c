@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
+#include "delivery/reqtls.h"
 #include "delivery/resolve.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
@@ -41,6 +42,7 @@ struct rs_part {
     struct dns_dest *dest;          /* when it is back */
     unsigned         port;
     int              rcpt_domain;   /* the recipients' own domain */
+    int              mx;            /* an MX lookup (else a host's) */
 };
 
 struct rs_job {
@@ -354,6 +356,85 @@ rs_verdict_all(struct rs_job *j, int status, const char *reply)
 
 
 /*
+ * rs_hop_mx - whether hop h came through an MX answer (RFC 8689 4.2.1
+ * step 2), and *secure whether every MX answer that named it was
+ * DNSSEC-secure.  A route's own host (smtp:[host], a literal) is no MX.
+ */
+static int
+rs_hop_mx(const struct rs_job *j, const struct mta_hop *h, int *secure)
+{
+    size_t i, k;
+    int    mx = 0;
+
+    *secure = 1;
+    for (i = 0; i < j->nparts; i++) {
+        const struct rs_part *p = &j->part[i];
+
+        if (!p->mx || p->dest == NULL || p->dest->status != DNS_OK ||
+            p->port != h->port)
+            continue;
+        for (k = 0; k < p->dest->nhost; k++)
+            if (strcmp(p->dest->host[k].name, h->name) == 0) {
+                mx = 1;
+                if (!p->dest->secure)
+                    *secure = 0;
+            }
+    }
+    return mx;
+}
+
+
+/*
+ * rs_reqtls - RFC 8689 on the final hops of j (reqtls.h, step 1): for a
+ * REQUIRETLS message each hop must authenticate its server and came from a
+ * secure MX answer (or MTA-STS); the others are dropped, and with none
+ * left every recipient bounces with the first reason (returns -1).  For
+ * TLS-Required: No, the recipient domain's policies leave each hop.  The
+ * txn's own requirement (its destination key) follows.
+ */
+static int
+rs_reqtls(struct rs_job *j, size_t *n)
+{
+    struct mta_txn *t = j->t;
+    char            why[SMTP_REPLY_MAX], first[SMTP_REPLY_MAX] = "";
+    size_t          k, o = 0;
+    int             secure;
+
+    switch (reqtls_mode(t->env)) {
+    case REQTLS_OPTIONAL:
+        reqtls_optional(&t->tls);
+        for (k = 0; k < *n; k++)
+            reqtls_optional(&j->hop[k].tls);
+        return 0;
+    case REQTLS_REQUIRE:
+        break;
+    default:
+        return 0;
+    }
+    reqtls_raise(&t->tls);
+    for (k = 0; k < *n; k++) {
+        struct mta_hop *hp = &j->hop[k];
+        int             mx = rs_hop_mx(j, hp, &secure);
+
+        if (reqtls_hop(&hp->tls, mx, secure, hp->name, why,
+            sizeof(why)) < 0) {
+            if (first[0] == '\0')
+                util_strlcpy(first, why, sizeof(first));
+            continue;
+        }
+        if (o != k)
+            j->hop[o] = *hp;
+        o++;
+    }
+    *n = o;
+    if (o > 0)
+        return 0;
+    rs_verdict_all(j, MTA_BOUNCE, first);
+    return -1;
+}
+
+
+/*
  * rs_finish - every lookup of j is back: the addresses of all its parts
  * in route order, to the relay; with none, the verdict of the first part
  * that defers (a temporary failure anywhere must not turn into a bounce),
@@ -402,6 +483,8 @@ rs_finish(struct rs_job *j)
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
+        if (rs_reqtls(j, &n) < 0)       /* last: after every refinement */
+            return;
         t->hops = j->hop;
         t->nhops = n;
         mta_submit(j->relay, t);
@@ -439,6 +522,7 @@ rs_part_start(struct rs_job *j, struct rs_part *p, const char *name,
     int             rc;
 
     p->job = j;
+    p->mx = mx;
     j->left++;
     if (rs_literal(name, lit, sizeof(lit)) == 0) {
         p->dest = rs_fake(lit, DNS_OK, "");

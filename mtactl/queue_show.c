@@ -111,6 +111,10 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
         env->ret == SMTP_RET_FULL ? "FULL" : env->ret == SMTP_RET_HDRS ?
         "HDRS" : "-");
     queue_put_text(env->envid ? env->envid : "-");
+    /* RFC 8689: the MAIL parameter, or the header field's opt-out */
+    if (env->requiretls || env->tls_optional)
+        printf("\ntls:         %s", env->requiretls ? "REQUIRETLS" :
+            "TLS-Required: No");
     if (env->next_retry_ms > now)
         snprintf(next, sizeof(next), "in %s", queue_age(env->next_retry_ms -
             now, age, sizeof(age)));

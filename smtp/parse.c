@@ -4,7 +4,8 @@
  * PURPOSE   Turn one command line (without CRLF) into a verb and, for MAIL,
  *           RCPT, BDAT and EHLO/HELO, checked values: RFC 5321 paths,
  *           RFC 1870 SIZE, RFC 6152 BODY, RFC 6531 SMTPUTF8, RFC 3461 DSN
- *           parameters, RFC 3030 BDAT.
+ *           parameters, RFC 8689 REQUIRETLS (syntax only: whether the
+ *           session is TLS is the server's check), RFC 3030 BDAT.
  * CONTRACT  No I/O, no allocation, no logging.  Nothing is read outside
  *           [p, p+n); input need not be NUL-terminated.  Addresses are
  *           copied as written (quotes kept, case kept); a source route is
@@ -61,6 +62,8 @@ static const char smtp_r_body[] = "501 5.5.4 Bad BODY keyword value";
 static const char smtp_r_smtputf8[] = "501 5.5.4 Bad SMTPUTF8 parameter syntax";
 static const char smtp_r_ret[] = "501 5.5.4 Bad RET parameter syntax";
 static const char smtp_r_envid[] = "501 5.5.4 Bad ENVID parameter syntax";
+static const char smtp_r_requiretls[] =
+    "501 5.5.4 Bad REQUIRETLS parameter syntax";
 static const char smtp_r_notify[] = "501 5.5.4 Bad NOTIFY parameter syntax";
 static const char smtp_r_orcpt[] = "501 5.5.4 Bad ORCPT parameter syntax";
 static const char smtp_r_dup[] = "501 5.5.4 Duplicate parameter";
@@ -557,7 +560,7 @@ smtp_has_8bit(const char *s)
 enum {
     SMTP_SEEN_SIZE = 1, SMTP_SEEN_BODY = 2, SMTP_SEEN_UTF8 = 4,
     SMTP_SEEN_RET = 8, SMTP_SEEN_ENVID = 16, SMTP_SEEN_NOTIFY = 32,
-    SMTP_SEEN_ORCPT = 64
+    SMTP_SEEN_ORCPT = 64, SMTP_SEEN_REQUIRETLS = 128
 };
 
 /* Marks bit in *seen; -1 when it was already there. */
@@ -587,6 +590,8 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         bit = SMTP_SEEN_RET;
     else if (smtp_key_is(pm, "ENVID"))
         bit = SMTP_SEEN_ENVID;
+    else if (smtp_key_is(pm, "REQUIRETLS"))
+        bit = SMTP_SEEN_REQUIRETLS;
     else {
         *reply = smtp_unsupported(pm);
         return -1;
@@ -616,6 +621,13 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
             return -1;
         }
         out->smtputf8 = 1;
+        return 0;
+    case SMTP_SEEN_REQUIRETLS:          /* RFC 8689 2: no value */
+        if (pm->has_val) {
+            *reply = smtp_r_requiretls;
+            return -1;
+        }
+        out->requiretls = 1;
         return 0;
     case SMTP_SEEN_RET:
         if (pm->has_val && smtp_val_is(pm->val, "FULL"))

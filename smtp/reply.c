@@ -123,6 +123,8 @@ smtp_ehlo_caps(const char *p, size_t n, uint64_t *size)
             caps |= SMTP_CAP_BINARYMIME;
         else if (smtp_word_is(l, kw, "STARTTLS"))
             caps |= SMTP_CAP_STARTTLS;
+        else if (smtp_word_is(l, kw, "REQUIRETLS"))
+            caps |= SMTP_CAP_REQUIRETLS;
         else if (smtp_word_is(l, kw, "SIZE")) {
             uint64_t v = 0;
             size_t   i;

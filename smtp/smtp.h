@@ -83,6 +83,8 @@ struct smtp_mail {
     int         smtputf8;
     int         ret;                    /* enum smtp_ret */
     char        envid[SMTP_ENVID_MAX];  /* decoded; "" if absent */
+    int         requiretls;             /* REQUIRETLS (RFC 8689 2): no
+                                           value; the caller checks TLS */
 };
 
 struct smtp_rcpt {
@@ -177,6 +179,7 @@ int     smtp_reply_parse(const char *p, size_t n, size_t max,
 #define SMTP_CAP_DSN         0x20u
 #define SMTP_CAP_BINARYMIME  0x40u
 #define SMTP_CAP_STARTTLS    0x80u
+#define SMTP_CAP_REQUIRETLS  0x100u     /* RFC 8689 */
 
 /* Capabilities from a raw 250 EHLO reply (every line after the first);
  * *size is SIZE's argument (0: none or unlimited). */
@@ -216,10 +219,23 @@ struct smtp_hops {
     unsigned hops;                  /* Received: fields counted so far */
     int      state;                 /* private */
     unsigned match;                 /* private: bytes of the name matched */
+    /* The same pass notes "TLS-Required: No" (RFC 8689 3): the value is
+     * "No" (any case) between folding white space; any other value, or
+     * a field cut off at the end of the input, does not count. */
+    int      tls_no;                /* private: a complete "No" field seen */
+    int      pat;                   /* private: which name is matched */
+    unsigned vlen;                  /* private: value bytes kept */
+    int      vbad;                  /* private: the value is not "No" */
+    char     val[2];                /* private: the value's first bytes */
 };
 void    smtp_hops_init(struct smtp_hops *h);
 void    smtp_hops_feed(struct smtp_hops *h, const char *p, size_t n);
 /* 1 once the header section has ended (feeding more costs nothing). */
 int     smtp_hops_done(const struct smtp_hops *h);
+/* 1 when the header section fed so far held a "TLS-Required: No" field
+ * (ended by its line end, and not continued by a folded line with more
+ * text: that is known only once the next line starts, or the section
+ * ends; a message whose last header line has no line end never counts). */
+int     smtp_hops_tls_no(const struct smtp_hops *h);
 
 #endif /* MTAD_SMTP_H */

@@ -177,11 +177,14 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-BINARYMIME\r\n"
         "250-ENHANCEDSTATUSCODES\r\n"
         "%s"
+        "%s"
         "250 DSN\r\n",
         cfg->hostname,
         s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
         (unsigned long long)cfg->max_message_size,
-        smtpd_auth_ehlo(s->d, sess_auth_ctx(s, &actx)));
+        smtpd_auth_ehlo(s->d, sess_auth_ctx(s, &actx)),
+        /* RFC 8689 2: only where MAIL ... REQUIRETLS would be accepted */
+        s->tp.ssl != NULL ? "250-REQUIRETLS\r\n" : "");
     sess_pending_add(s);
 }
 

@@ -178,6 +178,36 @@ sess_msg_open(struct sess *s)
 }
 
 
+/* sess_tls_required - RFC 8689 3: a "TLS-Required: No" field in the
+ * header section (noted by the hop counter's pass, smtp_hops_tls_no())
+ * goes into the envelope, unless MAIL had REQUIRETLS, which wins.  Once
+ * per message: when the header section ends, or at the end of a message
+ * that has no body.  Past the spool's write buffer the field is ignored:
+ * the message keeps the normal TLS policy, the safe side. */
+static void
+sess_tls_required(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+    int              rc;
+
+    if (t->tlsreq_done)
+        return;
+    t->tlsreq_done = 1;
+    if (t->env.requiretls || !smtp_hops_tls_no(&t->hops))
+        return;
+    rc = spool_mark_tls_optional(t->msg);
+    if (rc == SPOOL_OK) {
+        t->env.tls_optional = 1;
+    } else if (rc == SPOOL_ELATE) {
+        log_info("%s: TLS-Required: No ignored: header section larger "
+            "than the spool's write buffer", t->id);
+    } else {
+        t->spool_rc = rc;
+        sess_spool_fail(s, "spool_mark", rc);
+    }
+}
+
+
 /* sess_queued - the message is committed: 250, log, hand to delivery. */
 static void
 sess_queued(struct sess *s, uint64_t size)
@@ -195,11 +225,15 @@ sess_queued(struct sess *s, uint64_t size)
     log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", t->id),
         LKV_S("from", t->env.sender), LKV_I("size", size),
         LKV_I("nrcpt", t->env.nrcpt), SESS_CLIENT(s),
-        LKV_S("dkim", t->dkim_domain)),
-        "%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s",
+        LKV_S("dkim", t->dkim_domain), LKV_S("tls_required",
+        t->env.requiretls ? "requiretls" : t->env.tls_optional ? "no" :
+        NULL)),
+        "%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s%s",
         t->id, t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
         (unsigned)s->port, t->dkim_domain ? ", dkim=" : "",
-        t->dkim_domain ? t->dkim_domain : "");
+        t->dkim_domain ? t->dkim_domain : "", t->env.requiretls ?
+        ", tls_required=requiretls" : t->env.tls_optional ?
+        ", tls_required=no" : "");
     STATUS_ADD(d->st->msgs_in, 1);
     s->njunk = 0;                   /* a client that sends mail is no idler */
     deliver_submit(d->deliver, t->id);
@@ -225,6 +259,11 @@ sess_finish_msg(struct sess *s)
     uint64_t         size;
     int              rc;
 
+    sess_tls_required(s);           /* a message without a body */
+    if (t->spool_rc != 0) {
+        sess_storage_fail(s);
+        return;
+    }
     if (t->dkim != NULL &&
         (rc = smtpd_dkim_end(t->dkim, t->msg, t->id, &t->dkim_domain)) != 0) {
         if (rc == SMTPD_DKIM_EFAIL) {
@@ -278,6 +317,11 @@ sess_emit(void *arg, const char *p, size_t n)
     if (t->bytes > s->d->cfg->max_message_size) {
         t->too_big = 1;
         return 0;
+    }
+    if (!t->tlsreq_done && smtp_hops_done(&t->hops)) {
+        sess_tls_required(s);       /* before DKIM's room moves the body */
+        if (t->spool_rc != 0)
+            return 0;
     }
     if (t->dkim != NULL &&
         (rc = smtpd_dkim_feed(t->dkim, t->msg, p, n, t->id)) != SPOOL_OK) {
@@ -392,6 +436,13 @@ sess_mail(struct sess *s, struct str arg)
         sess_reply(s, reply);
         return;
     }
+    /* RFC 8689 2 and 4.1: a promise of TLS all the way cannot start on a
+     * hop without it (the keyword is not offered there either) */
+    if (m.requiretls && s->tp.ssl == NULL) {
+        sess_reply(s, "530 5.7.10 REQUIRETLS needs a TLS session "
+            "(STARTTLS first)");
+        return;
+    }
     if (sess_auth_mail(s, m.addr) < 0)
         return;
     if (m.size > s->d->cfg->max_message_size) {
@@ -404,6 +455,7 @@ sess_mail(struct sess *s, struct str arg)
     t->env.sender = xstrdup(m.addr);
     t->env.body = m.body;
     t->env.smtputf8 = m.smtputf8;
+    t->env.requiretls = m.requiretls;
     t->env.ret = m.ret;
     t->env.envid = m.envid[0] ? xstrdup(m.envid) : NULL;
     t->env.client_ip = s->ip;

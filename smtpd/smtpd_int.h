@@ -129,6 +129,7 @@ struct sess_txn {
     struct smtp_hops  hops;
     struct smtpd_dkim *dkim;        /* signing this message, or NULL */
     const char       *dkim_domain;  /* d= once signed (for the log) */
+    int               tlsreq_done;  /* TLS-Required: looked at (RFC 8689) */
 };
 
 struct sess {

@@ -78,6 +78,12 @@ struct spool_env {
     char       *client_ip;          /* "127.0.0.1" */
     unsigned    client_port;
     char       *helo;               /* as the client said it, or NULL */
+    /* RFC 8689: MAIL ... REQUIRETLS was given (deliver only over verified
+     * TLS to hops that advertise REQUIRETLS), or else the content has a
+     * "TLS-Required: No" field (recipient-domain TLS policy failures do
+     * not stop delivery).  Never both: REQUIRETLS wins (RFC 8689 3). */
+    int         requiretls;
+    int         tls_optional;
     struct spool_rcpt *rcpt;
     size_t      nrcpt;
     uint64_t    body_size;          /* bytes after the envelope */
@@ -135,6 +141,12 @@ int     spool_finish(struct spool_msg *m);               /* flush + length */
  * placeholder is never committed. */
 int     spool_head_reserve(struct spool_msg *m, size_t n);
 int     spool_head_fill(struct spool_msg *m, const void *p, size_t n);
+/* "TLS-Required: No" found in the content being written: adds the
+ * envelope's "tlsreq NO" line (see spool_env.c) to m.  Call it before
+ * spool_head_reserve(); the envelope's end must still be in the write
+ * buffer (256 KiB), else SPOOL_ELATE and nothing changes.  A message
+ * created with requiretls set keeps it (SPOOL_OK, nothing added). */
+int     spool_mark_tls_optional(struct spool_msg *m);
 /* spool_commit() frees m only on SPOOL_OK; on failure m stays valid and
  * the caller must spool_abort() it (nothing is left in queue/). */
 int     spool_commit(struct spool_msg *m);               /* fsync?, rename; frees m */

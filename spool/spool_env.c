@@ -22,6 +22,7 @@
  *             helo <xtext|+>
  *             rcpts <n>
  *             rcpt <notify bits> <addr xtext> <orcpt xtext|+>   (n times)
+ *             tlsreq REQUIRETLS|NO        optional, see below
  *             end
  *           then the body.  state/<id> (written whole, renamed into place):
  *             MTAD-STATE 1                or 2, see below
@@ -33,6 +34,12 @@
  *             rcpt PENDING|SENT|BOUNCED|NOTIFIED <relay xtext|+> <reply xtext|+>
  *                  [<tls xtext|+>]         (version 3 only)
  *             end
+ *           tlsreq (RFC 8689) is written only when set: REQUIRETLS for
+ *           MAIL ... REQUIRETLS, NO for a "TLS-Required: No" field in the
+ *           content (smtpd adds that line while the message streams in,
+ *           spool_mark_tls_optional()).  A file without it (every file
+ *           before it existed) reads as neither, and a file of a message
+ *           without either is still read by a reader that predates it.
  *           NOTIFIED is BOUNCED with its DSN already queued (rcpt->notified);
  *           it exists only in version 2, which is written only when some
  *           recipient is NOTIFIED, so an older reader still reads every
@@ -180,6 +187,10 @@ spool_env_render(const struct spool_env *env, char *dst)
         spool_put_xtext(&o, env->rcpt[i].orcpt);
         spool_puts(&o, "\n");
     }
+    if (env->requiretls)
+        spool_puts(&o, SPOOL_TLSREQ_REQUIRETLS);
+    else if (env->tls_optional)
+        spool_puts(&o, SPOOL_TLSREQ_NO);
     spool_puts(&o, "end\n");
     return o.n;
 }
@@ -379,7 +390,7 @@ spool_word(const struct spool_field *f, const char *const *names, int n)
 
 enum spool_key {
     K_ID, K_ARRIVAL, K_SENDER, K_BODY, K_SMTPUTF8, K_RET, K_ENVID, K_CLIENT,
-    K_HELO, K_RCPTS, K_RCPT, K_END, K_NKEYS
+    K_HELO, K_RCPTS, K_RCPT, K_TLSREQ, K_END, K_NKEYS
 };
 
 static const struct spool_keydef {
@@ -391,7 +402,8 @@ static const struct spool_keydef {
     [K_SMTPUTF8] = { "smtputf8", 1 }, [K_RET] = { "ret", 1 },
     [K_ENVID] = { "envid", 1 }, [K_CLIENT] = { "client", 2 },
     [K_HELO] = { "helo", 1 }, [K_RCPTS] = { "rcpts", 1 },
-    [K_RCPT] = { "rcpt", 3 }, [K_END] = { "end", 0 },
+    [K_RCPT] = { "rcpt", 3 }, [K_TLSREQ] = { "tlsreq", 1 },
+    [K_END] = { "end", 0 },
 };
 
 
@@ -458,6 +470,14 @@ spool_env_field(struct spool_env *e, enum spool_key k,
             return -1;
         return spool_xtext(&f[2], 1, &r->orcpt);
     }
+    case K_TLSREQ:
+        if (spool_is(&f[0], "REQUIRETLS"))
+            e->requiretls = 1;
+        else if (spool_is(&f[0], "NO"))
+            e->tls_optional = 1;
+        else
+            return -1;
+        return 0;
     default:
         return -1;
     }
@@ -501,7 +521,8 @@ spool_env_parse(const char *p, size_t n, struct spool_env **envp,
         if (spool_env_field(e, (enum spool_key)k, f, n - pos, &cap) < 0)
             goto fail;
     }
-    if ((seen | (1u << K_RCPT) | (1u << K_END)) != (1u << K_NKEYS) - 1 ||
+    if ((seen | (1u << K_RCPT) | (1u << K_TLSREQ) | (1u << K_END)) !=
+        (1u << K_NKEYS) - 1 ||
         e->nrcpt != cap)
         goto fail;
     *envp = e;

@@ -24,6 +24,11 @@
 /* Version 3 adds a fourth field to every rcpt line, the TLS of the last
  * attempt (spool_rcpt.tls); written only when a recipient has one. */
 #define SPOOL_STATE_MAGIC3 "MTAD-STATE 3\n"
+/* The optional envelope lines of RFC 8689 (spool_env.c), the last before
+ * "end\n". */
+#define SPOOL_TLSREQ_REQUIRETLS "tlsreq REQUIRETLS\n"
+#define SPOOL_TLSREQ_NO         "tlsreq NO\n"
+#define SPOOL_ENV_END           "end\n"
 #define SPOOL_SIZE_OFF     (sizeof(SPOOL_MAGIC) - 1 + sizeof("size ") - 1)
 #define SPOOL_SIZE_WIDTH   20
 
@@ -82,6 +87,9 @@ struct spool_msg {
     uint64_t    head_off;           /* spool_head_reserve()'s room */
     size_t      head_len;           /* its size, 0 = none */
     int         head_filled;
+    int         requiretls;         /* the envelope says tlsreq REQUIRETLS */
+    int         tls_optional;       /* spool_mark_tls_optional() added its
+                                       line */
 };
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global

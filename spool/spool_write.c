@@ -179,6 +179,8 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     m->sp = sp;
     m->fd = fd;
     m->use_reserve = env->use_reserve;
+    m->requiretls = env->requiretls != 0;
+    m->tls_optional = !m->requiretls && env->tls_optional;
     memcpy(m->id, env->id, SPOOL_ID_SIZE);
     m->wb = sp->spare != NULL ? sp->spare : xmalloc(SPOOL_WBUF);
     sp->spare = NULL;
@@ -297,6 +299,38 @@ spool_head_reserve(struct spool_msg *m, size_t n)
     m->head_off = m->body_off;
     m->head_len = n;
     m->body += n;
+    return SPOOL_OK;
+}
+
+
+int
+spool_mark_tls_optional(struct spool_msg *m)
+{
+    static const char line[] = SPOOL_TLSREQ_NO;
+    const size_t n = sizeof(line) - 1, endlen = sizeof(SPOOL_ENV_END) - 1;
+    size_t       ip;
+
+    if (m->err != SPOOL_OK)
+        return m->err;
+    if (m->finished) {
+        errno = EINVAL;
+        return spool_fail(m->sp, "mark tmp/%s", m->id);
+    }
+    if (m->requiretls || m->tls_optional)
+        return SPOOL_OK;                /* REQUIRETLS wins (RFC 8689 3) */
+    /* the line goes in front of the envelope's "end\n", which must still
+     * be in wb with room to spare; a header section of 256 KiB is not
+     * worth a second copy of the buffer */
+    if (m->written + endlen > m->body_off || m->wlen + n > SPOOL_WBUF)
+        return SPOOL_ELATE;
+    ip = (size_t)(m->body_off - endlen - m->written);
+    memmove(m->wb + ip + n, m->wb + ip, m->wlen - ip);
+    memcpy(m->wb + ip, line, n);
+    m->wlen += n;
+    m->body_off += n;
+    if (m->head_len > 0)
+        m->head_off += n;               /* DKIM's room moved with the body */
+    m->tls_optional = 1;
     return SPOOL_OK;
 }
 

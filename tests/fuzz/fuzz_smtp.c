@@ -7,7 +7,8 @@
  * "ddd d.d.d text"; parsed addresses fit their buffers; the DATA machine
  * gives the same output, end position and bare-newline flag whether fed
  * whole, byte by byte or split at an input-chosen point, and agrees with a
- * naive reference model of RFC 5321 end-of-data and dot-unstuffing.
+ * naive reference model of RFC 5321 end-of-data and dot-unstuffing; the
+ * header scan (hop count, TLS-Required: No) is the same for every split.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -195,6 +196,30 @@ fuzz_data(const char *in, size_t n, size_t split)
         free(o[i].p);
 }
 
+/* The header scan (Received: count, TLS-Required: No) gives the same
+ * answers fed whole, byte by byte, or split at cut. */
+static void
+fuzz_hops(const char *p, size_t n, size_t cut)
+{
+    struct smtp_hops whole, split, bytes;
+    size_t           i;
+
+    smtp_hops_init(&whole);
+    smtp_hops_feed(&whole, p, n);
+    smtp_hops_init(&split);
+    smtp_hops_feed(&split, p, cut);
+    smtp_hops_feed(&split, p + cut, n - cut);
+    smtp_hops_init(&bytes);
+    for (i = 0; i < n; i++)
+        smtp_hops_feed(&bytes, p + i, 1);
+    if (split.hops != whole.hops || bytes.hops != whole.hops ||
+        smtp_hops_tls_no(&split) != smtp_hops_tls_no(&whole) ||
+        smtp_hops_tls_no(&bytes) != smtp_hops_tls_no(&whole) ||
+        smtp_hops_done(&split) != smtp_hops_done(&whole) ||
+        smtp_hops_done(&bytes) != smtp_hops_done(&whole))
+        abort();
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -219,6 +244,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(all, p, size);
     fuzz_parsers(line, n);
     fuzz_data(all, size, data[0] % (size + 1));
+    fuzz_hops(all, size, data[0] % (size + 1));
     free(line);
     free(all);
     return 0;

@@ -37,6 +37,8 @@ Steering (attributes; change them any time, they are read per command):
                are no TLS record and closes (a broken handshake);
                "with-reply": those bytes go in the same write as the 220
                (what a plaintext injection after STARTTLS looks like)
+  requiretls   True: REQUIRETLS (RFC 8689) in the EHLO reply of connections
+               that did STARTTLS (never in plaintext, as the RFC says)
   tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
                connections that did STARTTLS; Message.tls is the entry of
                the connection the message came on (None: plaintext)
@@ -126,6 +128,7 @@ class Sink:
         self.starttls = True        # with a context: offer it
         self.tls_break = False      # 220 to STARTTLS, then junk and close
         self.tls = {}               # conn_id -> what the handshake gave
+        self.requiretls = False     # offer REQUIRETLS after STARTTLS
         self.commands = []          # every command verb, in order
         self.messages = []
         self.connections = 0
@@ -259,6 +262,8 @@ class Sink:
                     if (self.tls_context is not None and self.starttls
                             and conn_id not in self.tls):
                         lines.append("STARTTLS")
+                    if self.requiretls and conn_id in self.tls:
+                        lines.append("REQUIRETLS")
                     out = ["250-%s" % l for l in lines[:-1]]
                     out.append("250 %s" % lines[-1])
                     await reply("\r\n".join(out))
