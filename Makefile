@@ -85,6 +85,7 @@ BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
 umod_scan_bench := smtp
 umod_spool_bench := spool
+umod_bigqueue_fill := spool
 umod_smtpblast := common
 umod_smtpsink := common
 umod_dkim_sign_bench := dkim

@@ -190,21 +190,36 @@ ev_watch(struct ev_loop *loop, int fd, unsigned events, ev_io_fn *fn,
 }
 
 
-void
-ev_unwatch(struct ev_loop *loop, int fd)
+/* ev_drop - forget fd; del: also remove it from the epoll set. */
+static void
+ev_drop(struct ev_loop *loop, int fd, int del)
 {
     struct ev_fd *f;
 
     if (fd < 0 || (size_t)fd >= loop->nfds)
         return;
     f = &loop->fds[fd];
-    if (f->added)
+    if (f->added && del)
         (void)epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
     f->fn = NULL;
     f->arg = NULL;
     f->mask = 0;
     f->added = 0;
     f->gen++;                       /* events already fetched are stale */
+}
+
+
+void
+ev_unwatch(struct ev_loop *loop, int fd)
+{
+    ev_drop(loop, fd, 1);
+}
+
+
+void
+ev_forget(struct ev_loop *loop, int fd)
+{
+    ev_drop(loop, fd, 0);
 }
 
 

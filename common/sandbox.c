@@ -53,6 +53,8 @@ static const int sandbox_worker_calls[] = {
     SCMP_SYS(mkdir), SCMP_SYS(mkdirat), SCMP_SYS(link), SCMP_SYS(linkat),
     SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(syncfs), SCMP_SYS(flock),
     SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(ftruncate), SCMP_SYS(fcntl), SCMP_SYS(dup),
+    SCMP_SYS(utimensat),            /* the schedule in the queue file's
+                                     * mtime (spool_sched_peek) */
     SCMP_SYS(dup3), SCMP_SYS(fadvise64),
     /* memory */
     SCMP_SYS(brk), SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(mremap),

@@ -29,9 +29,14 @@
  *           delivery.retry (the last step repeats), state saved, lock
  *           released, rescheduled; past max_queue_time the open
  *           recipients bounce (4.4.7).
- * LIMITS    At most DELIVER_MAX_ACTIVE attempts are open or held unsaved
- *           at once (each holds the queue fd and its lock); the rest wait
- *           in the heap.
+ * LIMITS    At most d->max_active attempts are open or held unsaved at
+ *           once (each holds the queue fd and its lock); the rest wait in
+ *           the heap.  DELIVER_MAX_ACTIVE, or up to DELIVER_MAX_ACTIVE_HI
+ *           when the open-file limit leaves room (an eighth of it): with
+ *           many inbound sessions the accepted mail outruns the outbound
+ *           connections for a while, and every message past the limit
+ *           was closed, and later reopened, locked and re-read instead
+ *           of being handed over from the session (issue 16).
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
@@ -75,6 +80,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/log.h"
@@ -94,7 +101,8 @@
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
 #define DELIVER_ERROR_MS     60000       /* at least, for a damaged file */
-#define DELIVER_MAX_ACTIVE   256         /* attempts open at once */
+#define DELIVER_MAX_ACTIVE   256         /* attempts open at once, at least */
+#define DELIVER_MAX_ACTIVE_HI 2048       /* ... at most (see LIMITS) */
 #define DELIVER_BATCH        64          /* attempts started per timer run */
 #define DELIVER_DOT_GRACE_MS 1000        /* at the stop deadline, for a reply
                                           * due after the final dot */
@@ -329,12 +337,14 @@ dl_is_active(const struct deliver *d, const char *id)
 }
 
 
+static void dl_begin(struct deliver *d, struct spool_env *env, int fd,
+            off_t off);
+
 /* dl_start - open, lock and run one attempt for id. */
 static void
 dl_start(struct deliver *d, const char *id)
 {
     struct spool_env  *env = NULL;
-    struct dl_attempt *a;
     int                fd = -1, rc;
     off_t              off = 0;
 
@@ -372,6 +382,17 @@ dl_start(struct deliver *d, const char *id)
         spool_env_free(env);
         return;
     }
+    dl_begin(d, env, fd, off);
+}
+
+
+/* dl_begin - an attempt from an opened, locked message: env and fd are
+ * the attempt's now. */
+static void
+dl_begin(struct deliver *d, struct spool_env *env, int fd, off_t off)
+{
+    struct dl_attempt *a;
+
     a = xcalloc(1, sizeof(*a));
     a->d = d;
     a->env = env;
@@ -412,7 +433,7 @@ deliver_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         return;
     }
     while (d->nheap > 0 && d->heap[0].when <= (d->draining ? 0 : now) &&
-        d->nactive + d->nunsaved < DELIVER_MAX_ACTIVE && n < DELIVER_BATCH) {
+        d->nactive + d->nunsaved < d->max_active && n < DELIVER_BATCH) {
         struct dl_entry e;
 
         dl_heap_pop(d, &e);
@@ -433,7 +454,7 @@ deliver_arm(struct deliver *d)
     uint64_t now, when;
 
     if (d->nheap == 0 || d->gaveback ||
-        d->nactive + d->nunsaved >= DELIVER_MAX_ACTIVE ||
+        d->nactive + d->nunsaved >= d->max_active ||
         (d->draining && d->heap[0].when != 0)) {
         ev_timer_stop(d->loop, &d->timer);
         return;
@@ -445,6 +466,24 @@ deliver_arm(struct deliver *d)
 
 
 /* ---- public ---- */
+
+/* dl_max_active - the limit on open attempts (see LIMITS): an eighth of
+ * the open-file limit, within [DELIVER_MAX_ACTIVE, DELIVER_MAX_ACTIVE_HI]. */
+static size_t
+dl_max_active(void)
+{
+    struct rlimit nofile;
+
+    if (getrlimit(RLIMIT_NOFILE, &nofile) != 0)
+        return DELIVER_MAX_ACTIVE;
+    if (nofile.rlim_cur == RLIM_INFINITY ||
+        nofile.rlim_cur / 8 >= DELIVER_MAX_ACTIVE_HI)
+        return DELIVER_MAX_ACTIVE_HI;
+    if (nofile.rlim_cur / 8 <= DELIVER_MAX_ACTIVE)
+        return DELIVER_MAX_ACTIVE;
+    return (size_t)(nofile.rlim_cur / 8);
+}
+
 
 struct deliver *
 deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
@@ -484,6 +523,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
     mta_set_timeouts(d->relay, &cfg->mta_timeouts);
     ev_timer_init(&d->timer, deliver_fire, d);
     ev_timer_init(&d->save_timer, dl_save_fire, d);
+    d->max_active = dl_max_active();
     return d;
 }
 
@@ -513,15 +553,42 @@ deliver_free(struct deliver *d)
 
 
 
+static int
+dl_id_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, SPOOL_ID_SIZE);
+}
+
+
+/* dl_active_ids - the ids of the open and unsaved attempts, sorted: a
+ * rebuild looks each queue file up there with a binary search, not with
+ * dl_is_active()'s walk (up to max_active attempts per file). */
+static char (*dl_active_ids(const struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
+{
+    const struct dl_attempt *a;
+    char                   (*v)[SPOOL_ID_SIZE];
+    size_t                   n = 0;
+
+    v = xcalloc(d->nactive + d->nunsaved + 1, SPOOL_ID_SIZE);
+    for (a = d->active; a; a = a->next)
+        memcpy(v[n++], a->env->id, SPOOL_ID_SIZE);
+    for (a = d->unsaved; a; a = a->next)
+        memcpy(v[n++], a->env->id, SPOOL_ID_SIZE);
+    qsort(v, n, SPOOL_ID_SIZE, dl_id_cmp);
+    *np = n;
+    return v;
+}
+
+
 /* deliver_load - rebuild the schedule from the spool: every id of our
  * shard, at once (now: a kick) or at its saved next retry.  Ids with an
  * attempt open are left to it; it reschedules itself. */
 static int
 deliver_load(struct deliver *d, int now, const char *why)
 {
-    char  (*ids)[SPOOL_ID_SIZE] = NULL;
+    char  (*ids)[SPOOL_ID_SIZE] = NULL, (*act)[SPOOL_ID_SIZE];
     struct dl_entry *found = NULL;
-    size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0;
+    size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0, nact;
     int    rc;
 
     rc = spool_list(d->sp, &ids, &n);
@@ -529,15 +596,31 @@ deliver_load(struct deliver *d, int now, const char *why)
         log_warn("%s: listing the queue: %s", why, spool_errstr(d->sp));
         return -1;
     }
+    act = dl_active_ids(d, &nact);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
-        int               fd = -1;
+        int               fd = -1, pk, pheld;
         off_t             off;
         uint64_t          when = 0;
 
         if (deliver_shard_of(ids[i], d->nshards) != d->shard ||
-            dl_is_active(d, ids[i]))
+            (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
+            dl_id_cmp) != NULL))
             continue;
+        /* Usually one fstatat(): the schedule is in the queue file's
+         * inode (spool_sched_peek), so a million deferred messages are
+         * scheduled without opening a million files twice (issue 16). */
+        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld);
+        if (pk == SPOOL_ENOENT)
+            continue;
+        if (pk == SPOOL_OK) {
+            if (pheld) {
+                held++;
+                continue;
+            }
+            goto found;
+        }
+        when = 0;
         rc = spool_msg_open(d->sp, ids[i], 0, &env, &fd, &off);
         if (rc == SPOOL_ENOENT)
             continue;
@@ -554,6 +637,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         }
         spool_env_free(env);
         /* an unreadable file is tried now: the attempt logs why */
+found:
         if (nfound == capfound) {
             capfound = capfound ? capfound * 2 : 64;
             found = xrealloc(found, capfound * sizeof(*found));
@@ -564,6 +648,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         taken++;
     }
     free(ids);
+    free(act);
     d->nheap = 0;                       /* the spool is the truth */
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
@@ -586,6 +671,25 @@ void
 deliver_submit(struct deliver *d, const char *id)
 {
     dl_schedule(d, id, 0);
+}
+
+
+/* The hand-off (spool_keep): what dl_start() would do after its
+ * spool_msg_open(), minus the open.  Only when deliver_fire() would start
+ * it at once too; otherwise the usual way, which reopens it later. */
+void
+deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
+    off_t body_off)
+{
+    if (d->draining || d->gaveback || dl_held(d) ||
+        d->nactive + d->nunsaved >= d->max_active ||
+        deliver_shard_of(env->id, d->nshards) != d->shard) {
+        dl_schedule(d, env->id, 0);
+        close(fd);                      /* the lock goes with it */
+        spool_env_free(env);
+        return;
+    }
+    dl_begin(d, env, fd, body_off);
 }
 
 

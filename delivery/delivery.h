@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct ev_loop;
 struct config;
@@ -27,6 +28,7 @@ struct spool;
 struct router;
 struct status_worker;
 struct deliver;
+struct spool_env;
 
 struct deliver *deliver_new(struct ev_loop *loop, const struct config *cfg,
             struct spool *sp, struct router *r, struct status_worker *st,
@@ -34,6 +36,13 @@ struct deliver *deliver_new(struct ev_loop *loop, const struct config *cfg,
 void    deliver_free(struct deliver *d);                 /* NULL ok */
 int     deliver_recover(struct deliver *d);              /* at start */
 void    deliver_submit(struct deliver *d, const char *id); /* just queued */
+/* The same for a message committed with spool_keep(): env (its body_size
+ * set) and fd (open, flock'ed, the body at body_off) become delivery's;
+ * the attempt starts now from them, without reopening queue/<id>.  When
+ * no attempt may start now (the active limit, a hold, a drain) they are
+ * released and the id is scheduled like deliver_submit(). */
+void    deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
+            off_t body_off);
 void    deliver_kick(struct deliver *d, const char *id);  /* NULL/"*": all */
 /* Graceful stop: start nothing new; returns deliveries still in flight
  * (after deliver_giveback(): states still unsaved, retried each second). */

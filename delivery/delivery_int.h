@@ -52,6 +52,7 @@ struct deliver {
     struct ev_timer       timer;
     struct dl_attempt    *active;
     size_t                nactive;
+    size_t                max_active;   /* see LIMITS in deliver.c */
     int                   draining;
     const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
     /* attempts whose state could not be written: held with their lock,

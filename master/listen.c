@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "common/util.h"
@@ -87,6 +88,11 @@ listen_bind(const struct config_listen *cl, char *err, size_t errsz)
         goto fail;
     if (bind(fd, (const struct sockaddr *)&cl->addr, cl->addrlen) < 0)
         goto fail;
+    /* No Nagle on every session (see worker_accept_one): Linux copies the
+     * listener's TCP_NODELAY into each accepted socket, which saves the
+     * workers a setsockopt() per connection.  Best effort: a worker that
+     * finds it off sets it itself. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     if (listen(fd, listen_backlog()) < 0)
         goto fail;
     return fd;

@@ -218,6 +218,8 @@ queue_locked(const struct queue_locks *lk, int fd)
     struct queue_fileid key;
     struct stat         st;
 
+    if (lk != NULL && lk->ok && lk->n == 0)
+        return 0;                   /* nothing locked at all: no fstat() */
     if (lk != NULL && lk->ok && fstat(fd, &st) == 0) {
         key.dev = st.st_dev;
         key.ino = st.st_ino;
@@ -324,6 +326,44 @@ queue_load(struct spool *sp, const struct queue_filter *f,
 }
 
 
+int
+queue_scan(struct spool *sp, const struct queue_filter *f,
+    void (*fn)(const struct queue_item *it, void *arg), void *arg)
+{
+    char              (*ids)[SPOOL_ID_SIZE] = NULL;
+    struct queue_locks lk;
+    struct queue_item  it;
+    size_t             nids = 0, i;
+    uint64_t           now = util_wall_ms();
+
+    if (spool_list(sp, &ids, &nids) != SPOOL_OK)
+        return -1;
+    queue_locks_load(&lk);
+    for (i = 0; i < nids; i++) {
+        int   fd = -1, rc;
+        off_t off;
+
+        it.env = NULL;
+        rc = spool_msg_open(sp, ids[i], 0, &it.env, &fd, &off);
+        if (rc == SPOOL_ENOENT)
+            continue;               /* delivered since the listing */
+        if (rc != SPOOL_OK) {
+            fprintf(stderr, "mtactl: %s: %s (skipped)\n", ids[i],
+                spool_errstr(sp));
+            continue;
+        }
+        it.state = queue_state_of(it.env, fd, &lk);
+        close(fd);
+        if (queue_match(&it, f, now))
+            fn(&it, arg);
+        spool_env_free(it.env);
+    }
+    free(ids);
+    queue_locks_free(&lk);
+    return 0;
+}
+
+
 void
 queue_items_free(struct queue_item *items, size_t n)
 {
@@ -361,6 +401,7 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         { "state", required_argument, NULL, 's' },
         { "older-than", required_argument, NULL, 'o' },
         { "by-domain", no_argument, NULL, 'd' },
+        { "summary", no_argument, NULL, 'S' },
         { "json", no_argument, NULL, 'j' },
         { "all", no_argument, NULL, 'a' },
         { "body", no_argument, NULL, 'b' },
@@ -390,6 +431,7 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         case 'f': o->f.from = optarg; break;
         case 't': o->f.to = optarg; break;
         case 'd': o->by_domain = 1; break;
+        case 'S': o->summary = o->by_domain = 1; break;
         case 'j': o->json = 1; break;
         case 'a': o->all = 1; break;
         case 'b': o->body = 1; break;
@@ -453,13 +495,17 @@ mtactl_queue_help(void)
 "mtad is stopped; changes take the same lock as a delivery attempt and so\n"
 "happen between attempts, waiting for one in progress to end):\n"
 "  queue [--from S] [--to S] [--state queued|active|deferred|held]\n"
-"        [--older-than DUR] [--by-domain] [--json]\n"
+"        [--older-than DUR] [--by-domain] [--summary] [--json]\n"
 "                     one line per message: id, size, arrival, age, state,\n"
 "                     sender -> pending recipients; then next retry,\n"
 "                     attempts and last error; a summary line.  --from/--to\n"
 "                     match a substring (any case) of the sender / of any\n"
 "                     recipient; --by-domain adds pending recipients per\n"
-"                     destination domain; --json one JSON object\n"
+"                     destination domain; --summary only the counts: by\n"
+"                     state, and by destination domain (messages and\n"
+"                     pending recipients, per state), like Postfix's\n"
+"                     qshape; --json one JSON object.  Lines stream out\n"
+"                     as the files are read (by id, that is by arrival)\n"
 "  show ID [--body | --raw]\n"
 "                     envelope, each recipient's status, relay and last\n"
 "                     reply, the log lines about the message (history),\n"

@@ -264,6 +264,47 @@ queue_select(struct spool *sp, const struct queue_opts *o, const char *cmd,
 }
 
 
+/* queue_flush_everything - `mtactl flush` with nothing named, while mtad
+ * runs: one "kick *" is the whole job.  Every worker then rebuilds its
+ * schedule from the spool with each message not on hold due now (see
+ * deliver_kick), which is what rewriting every message's state to "now"
+ * and kicking achieves, without a million state writes (issue 16: 7.3 s
+ * for 100,000 messages).  The files are only counted.  Returns the exit
+ * code, or -1 when mtad is not running: then the state of each message
+ * must say "now", so that the flush stands until it starts. */
+static int
+queue_flush_everything(const struct config *cfg)
+{
+    struct spool *sp;
+    char        (*ids)[SPOOL_ID_SIZE] = NULL;
+    size_t        n = 0;
+    int           rc;
+
+    if ((sp = queue_open_spool(cfg, "flush")) == NULL)
+        return MTACTL_FAIL;
+    rc = spool_list(sp, &ids, &n);
+    if (rc != SPOOL_OK)
+        fprintf(stderr, "mtactl: flush: %s\n", spool_errstr(sp));
+    spool_close(sp);
+    free(ids);
+    if (rc != SPOOL_OK)
+        return MTACTL_FAIL;
+    if (n == 0) {
+        printf("-- flush: 0 messages\n");
+        return MTACTL_OK;
+    }
+    rc = queue_kick(cfg, "flush", "*");
+    if (rc == 0)
+        return -1;                      /* not running: the slow way */
+    if (rc < 0)
+        return MTACTL_FAIL;
+    printf("-- flush: %zu message%s: mtad delivers every one now, but for "
+        "those on hold and those being delivered\n", n, n == 1 ? "" : "s");
+    mtactl_audit("flush * (%zu messages)", n);
+    return MTACTL_OK;
+}
+
+
 /* mtactl delete|hold|release|flush|bounce ID... | --all [filters] */
 int
 queue_cmd_change(int argc, char **argv, const struct config *cfg,
@@ -293,6 +334,10 @@ queue_cmd_change(int argc, char **argv, const struct config *cfg,
         return MTACTL_USAGE;
     }
     everything = op == QO_FLUSH && o.all && !filtered;
+    if (everything && (r = queue_flush_everything(cfg)) >= 0) {
+        free(o.ops);
+        return r;
+    }
     if (queue_become_owner(cfg, &cr) < 0) {
         free(o.ops);
         return MTACTL_FAIL;

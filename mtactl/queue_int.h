@@ -34,7 +34,7 @@ struct queue_filter {
 
 struct queue_opts {
     struct queue_filter f;
-    int         json, by_domain, all, body, raw;
+    int         json, by_domain, all, body, raw, summary;
     char      **ops;                /* the operands, in order */
     int         nops;
 };
@@ -79,6 +79,12 @@ uint64_t queue_since(uint64_t now, uint64_t then);
 int queue_load(struct spool *sp, const struct queue_filter *f,
     struct queue_item **itemsp, size_t *np);
 void queue_items_free(struct queue_item *items, size_t n);
+/* queue_scan - queue_load() without keeping anything: fn sees each
+ * message that passes the filter, in id order, and the env is freed when
+ * fn returns.  Memory stays flat with a million messages, and the first
+ * line is out before the last file is read. */
+int queue_scan(struct spool *sp, const struct queue_filter *f,
+    void (*fn)(const struct queue_item *it, void *arg), void *arg);
 int queue_parse_opts(int argc, char **argv, const char *allowed,
     struct queue_opts *o);
 int queue_filtered(const struct queue_filter *f);

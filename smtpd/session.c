@@ -594,7 +594,9 @@ sess_free(struct sess *s, const char *why)
     sess_txn_free(s);               /* aborts an unfinished message */
     ev_timer_stop(d->loop, &s->timer);
     ev_timer_stop(d->loop, &s->life);
-    ev_unwatch(d->loop, s->tp.fd);
+    /* closed at once, and a worker's session socket is in no other
+     * process: close() leaves the epoll set by itself */
+    ev_forget(d->loop, s->tp.fd);
     net_close(&s->tp);
     s->in.off = s->in.len = 0;
     buf_pool_give(&s->in);

@@ -62,7 +62,8 @@ sess_txn_free(struct sess *s)
     if (t == NULL)
         return;
     sess_commit_del(s);
-    spool_abort(t->msg);
+    spool_abort(t->msg);            /* closes a kept fd not handed on */
+    spool_env_free(t->kenv);
     smtpd_dkim_free(t->dkim);
     free(t->env.sender);
     free(t->env.envid);
@@ -167,6 +168,13 @@ sess_msg_open(struct sess *s)
         return rc;
     }
     util_strlcpy(t->id, spool_msg_id(t->msg), sizeof(t->id));
+    /* Hand the file to delivery at the commit instead of having it
+     * reopened, relocked and re-read (issue 16); where the spool cannot,
+     * kenv stays NULL and delivery opens queue/<id> as before. */
+    spool_env_free(t->kenv);
+    t->kenv = NULL;
+    if (spool_keep(t->msg, &t->kenv, &t->kfd, &t->koff) != SPOOL_OK)
+        t->kenv = NULL;
     if ((s->flags & SF_SIGN) && s->d->dkim != NULL)
         t->dkim = smtpd_dkim_begin(s->d->dkim);
     rc = sess_received(s, t);
@@ -236,7 +244,13 @@ sess_queued(struct sess *s, uint64_t size)
         ", tls_required=no" : "");
     STATUS_ADD(d->st->msgs_in, 1);
     s->njunk = 0;                   /* a client that sends mail is no idler */
-    deliver_submit(d->deliver, t->id);
+    if (t->kenv != NULL) {
+        t->kenv->body_size = size;
+        deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
+        t->kenv = NULL;             /* delivery's now, and the fd too */
+    } else {
+        deliver_submit(d->deliver, t->id);
+    }
     sess_txn_free(s);
 }
 

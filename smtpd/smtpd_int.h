@@ -130,6 +130,11 @@ struct sess_txn {
     struct smtpd_dkim *dkim;        /* signing this message, or NULL */
     const char       *dkim_domain;  /* d= once signed (for the log) */
     int               tlsreq_done;  /* TLS-Required: looked at (RFC 8689) */
+    /* spool_keep(): the envelope parsed back and the locked fd, handed to
+     * delivery at the commit (kenv NULL: not kept, delivery reopens) */
+    struct spool_env *kenv;
+    int               kfd;
+    off_t             koff;
 };
 
 struct sess {

@@ -200,7 +200,10 @@ spool_read_head(struct spool *sp, int fd, const char *what, const char *id,
             break;
         }
         n += (size_t)r;
-        if (r == 0)
+        /* A regular file reads short only at its end: no extra pread()
+         * to be told 0 (a state file is replaced by rename, never
+         * written in place, so it does not grow under an open fd). */
+        if (r < SPOOL_READ_CHUNK)
             break;
         if (n > SPOOL_HDR_MAX) {
             free(b);
@@ -337,6 +340,8 @@ fail:
 
 /* ---- state, removal, listing ------------------------------------------ */
 
+static void spool_sched_mark(struct spool *sp, const struct spool_env *env);
+
 int
 spool_state_save(struct spool *sp, const struct spool_env *env)
 {
@@ -388,6 +393,55 @@ spool_state_save(struct spool *sp, const struct spool_env *env)
     }
     if (sp->fsync && fsync(sp->statefd) == -1)
         return spool_fail(sp, "fsync state/");
+    spool_sched_mark(sp, env);
+    return SPOOL_OK;
+}
+
+
+/* spool_sched_mark - after a state is saved: the queue file's mtime
+ * becomes env's next retry and its mode says held or not, then
+ * SPOOL_SCHED_OK says both are valid (see spool_sched_peek).  The
+ * mark-first chmod of spool_state_save() cleared SPOOL_SCHED_OK before
+ * the new state appeared, so a crash in between leaves it clear, never
+ * stale.  Best effort: when a call fails the bit stays clear and a
+ * reader opens the files instead. */
+static void
+spool_sched_mark(struct spool *sp, const struct spool_env *env)
+{
+    struct timespec ts[2];
+    mode_t          mode = S_IRUSR | S_IWUSR | SPOOL_HAS_STATE |
+        SPOOL_SCHED_OK | (env->held ? SPOOL_SCHED_HELD : 0);
+
+    ts[0].tv_sec = 0;
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1].tv_sec = (time_t)(env->next_retry_ms / 1000);
+    ts[1].tv_nsec = (long)(env->next_retry_ms % 1000) * 1000000L;
+    if (utimensat(sp->queuefd, env->id, ts, 0) == 0)
+        (void)fchmodat(sp->queuefd, env->id, mode, 0);
+}
+
+
+int
+spool_sched_peek(struct spool *sp, const char *id, uint64_t *next_retry_ms,
+    int *held)
+{
+    struct stat st;
+
+    *next_retry_ms = 0;
+    *held = 0;
+    if (fstatat(sp->queuefd, id, &st, AT_SYMLINK_NOFOLLOW) == -1)
+        return errno == ENOENT ? (spool_fail(sp, "stat queue/%s", id),
+            SPOOL_ENOENT) : spool_fail(sp, "stat queue/%s", id);
+    if (!(st.st_mode & SPOOL_HAS_STATE))
+        return SPOOL_OK;                /* never tried: due now */
+    if (!(st.st_mode & SPOOL_SCHED_OK)) {
+        snprintf(sp->err, sizeof(sp->err), "queue/%s: no schedule in the "
+            "inode", id);
+        return SPOOL_EFORMAT;
+    }
+    *next_retry_ms = (uint64_t)st.st_mtim.tv_sec * 1000 +
+        (uint64_t)st.st_mtim.tv_nsec / 1000000;
+    *held = (st.st_mode & SPOOL_SCHED_HELD) != 0;
     return SPOOL_OK;
 }
 

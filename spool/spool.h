@@ -157,6 +157,28 @@ int     spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
             int *rcs);                                   /* one syncfs */
 void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
 
+/* Hand-off to the reader (issue 16): the worker that accepts a message
+ * delivers it from the file it wrote, not by reopening, relocking and
+ * re-reading it (spool_msg_open(): open, flock, fstat, pread, close).
+ * spool_keep(), right after spool_create() and before any spool_write():
+ * takes flock(LOCK_EX) on tmp/<id> now (a lock belongs to the open file,
+ * so it travels with the rename: the message is owned from the moment it
+ * appears in queue/), and gives *envp, the envelope just rendered parsed
+ * back as spool_msg_open() would read it (body_size still 0: the caller
+ * sets it from spool_msg_size() at the commit; no state, has_state 0),
+ * with *body_off.  *envp is the caller's from then on (spool_env_free).
+ * The fd stays m's: a commit that returns SPOOL_OK for m (spool_commit,
+ * or rcs[i] of spool_commit_batch) leaves it open and locked and the
+ * caller then owns *fd (to close); any other end (a failed commit,
+ * spool_abort) closes it as before, and the caller must not touch it.
+ * SPOOL_EFORMAT when not possible here (the envelope no longer in the
+ * write buffer, or a file system whose close() may report a delayed write
+ * error, NFS-like, without spool.fsync: there the commit must close
+ * before the rename); the message is unchanged and the caller goes the
+ * usual way. */
+int     spool_keep(struct spool_msg *m, struct spool_env **envp, int *fd,
+            off_t *body_off);
+
 /* Reader.  Opens queue/<id>, optionally takes flock(LOCK_EX|LOCK_NB)
  * (SPOOL_ELOCKED if another process holds it), parses envelope + state.
  * *fd stays open (holding the lock) until spool_env_free's caller closes
@@ -178,6 +200,17 @@ void    spool_env_free(struct spool_env *env);           /* NULL ok */
  * cleared; spool_prepare() marks the queue files of state files written
  * before the mark existed.  SPOOL_ENOENT when queue/<id> is gone. */
 int     spool_state_save(struct spool *sp, const struct spool_env *env);
+/* What a schedule needs without opening anything (start-up recovery of a
+ * big queue, issue 16): one fstatat() of queue/<id>.  spool_state_save()
+ * also records the next retry as the queue file's mtime and the held flag
+ * in its mode (group and other execute bits; the spool is 0700), with a
+ * bit saying they are valid, cleared while a state is being replaced.
+ * SPOOL_OK: *next_retry_ms and *held are the saved state's (0 and 0 for
+ * a message never tried); SPOOL_ENOENT: gone; SPOOL_EFORMAT: not
+ * recorded there (a state written before this existed, or an interrupted
+ * save): read the state with spool_msg_open(). */
+int     spool_sched_peek(struct spool *sp, const char *id,
+            uint64_t *next_retry_ms, int *held);
 /* Remove a delivered/bounced/deleted message: queue file, then state. */
 int     spool_remove(struct spool *sp, const char *id);
 /* The same for a message opened with spool_msg_open() and locked since:

@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include "common/safefs.h"
 #include "common/util.h"
@@ -183,6 +184,31 @@ out:
 }
 
 
+/* spool_close_is_quiet - is fd's file system one whose close() writes
+ * nothing back, so that it cannot report a delayed write error?  Local
+ * file systems write back from the page cache later, whatever close()
+ * does; network ones (NFS, CIFS, FUSE) may flush and fail at close(),
+ * which is why the writer closes before the commit rename there.  Only
+ * the known local ones count: anything else is treated as network. */
+static int
+spool_close_is_quiet(int fd)
+{
+    struct statfs fs;
+
+    if (fstatfs(fd, &fs) != 0)
+        return 0;
+    switch ((unsigned long)fs.f_type) {
+    case 0x01021994UL:              /* tmpfs */
+    case 0x0000EF53UL:              /* ext2/3/4 */
+    case 0x58465342UL:              /* xfs */
+    case 0x9123683EUL:              /* btrfs */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+
 int
 spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
 {
@@ -209,6 +235,7 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
         return rc;
     }
     close(rootfd);
+    sp->close_quiet = spool_close_is_quiet(sp->tmpfd);
     sp->dir = xstrdup(dir);
     sp->fsync = fsync != 0;
     sp->shard = shard;

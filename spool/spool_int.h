@@ -58,6 +58,9 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_CTR_BITS    12
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
+#define SPOOL_SCHED_OK    S_IXGRP       /* ... and its mtime is the next
+                                         * retry (spool_sched_peek) */
+#define SPOOL_SCHED_HELD  S_IXOTH       /* ... and it is on hold */
 
 struct spool {
     char       *dir;
@@ -69,6 +72,8 @@ struct spool {
     uint64_t    reserve;            /* bytes new mail leaves free */
     uint64_t    room_budget;        /* bytes new mail may write unchecked */
     uint64_t    room_until_ms;      /* ... until then (monotonic) */
+    int         close_quiet;        /* close() never reports a delayed
+                                     * write error here (spool_keep) */
     char        err[512];
 };
 
@@ -90,6 +95,7 @@ struct spool_msg {
     int         requiretls;         /* the envelope says tlsreq REQUIRETLS */
     int         tls_optional;       /* spool_mark_tls_optional() added its
                                        line */
+    int         keep;               /* spool_keep(): a commit keeps fd */
 };
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global

@@ -133,7 +133,9 @@ spool_tmp_open(struct spool *sp, char *id)
 
     for (tries = 0; tries < SPOOL_ID_TRIES; tries++) {
         spool_new_id(sp, id);
-        fd = openat(sp->tmpfd, id, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC,
+        /* read-write: spool_keep() hands this fd to delivery, which
+         * sends the body from it */
+        fd = openat(sp->tmpfd, id, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
             0600);
         if (fd == -1) {
             if (errno == EEXIST)
@@ -202,6 +204,39 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
         }
     }
     *mp = m;
+    return SPOOL_OK;
+}
+
+
+int
+spool_keep(struct spool_msg *m, struct spool_env **envp, int *fdp,
+    off_t *body_off)
+{
+    struct spool_env *env = NULL;
+    size_t            used;
+
+    *envp = NULL;
+    if (m->err != SPOOL_OK || m->finished || m->keep || m->written != 0 ||
+        m->wlen < m->body_off || (!m->sp->close_quiet && !m->sp->fsync))
+        return SPOOL_EFORMAT;
+    if (spool_env_parse(m->wb, (size_t)m->body_off, &env, &used) !=
+        SPOOL_OK || used != m->body_off) {
+        spool_env_free(env);
+        snprintf(m->sp->err, sizeof(m->sp->err), "tmp/%s: the envelope "
+            "does not parse back", m->id);
+        return SPOOL_EFORMAT;
+    }
+    /* Nobody else can have tmp/<id> open: this never waits or fails but
+     * for a system error. */
+    if (flock(m->fd, LOCK_EX | LOCK_NB) == -1) {
+        spool_env_free(env);
+        return spool_fail(m->sp, "flock tmp/%s", m->id);
+    }
+    env->has_state = 0;
+    m->keep = 1;
+    *envp = env;
+    *fdp = m->fd;
+    *body_off = (off_t)m->body_off;
     return SPOOL_OK;
 }
 
@@ -456,7 +491,9 @@ spool_commit(struct spool_msg *m)
         return rc;
     if (sp->fsync && fsync(m->fd) == -1)
         return spool_fail(sp, "fsync tmp/%s", m->id);
-    if ((rc = spool_close_tmp(m)) != SPOOL_OK ||
+    /* a kept fd stays open: spool_keep() allowed it only where close()
+     * reports nothing that fsync() or the file system left to it */
+    if ((!m->keep && (rc = spool_close_tmp(m)) != SPOOL_OK) ||
         (rc = spool_rename(m)) != SPOOL_OK)
         return rc;
     if (sp->fsync && fsync(sp->queuefd) == -1) {
@@ -465,6 +502,8 @@ spool_commit(struct spool_msg *m)
         unlinkat(sp->queuefd, m->id, 0);
         return rc;
     }
+    if (m->keep)
+        m->fd = -1;                     /* the caller's now (spool_keep) */
     spool_msg_free(m);
     return SPOOL_OK;
 }
@@ -482,8 +521,8 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
     for (i = 0; i < n; i++) {
         if (rcs[i] != SPOOL_OK)
             continue;
-        if ((rcs[i] = spool_close_tmp(ms[i])) == SPOOL_OK &&
-            (rcs[i] = spool_rename(ms[i])) == SPOOL_OK)
+        if ((ms[i]->keep || (rcs[i] = spool_close_tmp(ms[i])) == SPOOL_OK)
+            && (rcs[i] = spool_rename(ms[i])) == SPOOL_OK)
             renamed++;
     }
     /*
@@ -505,6 +544,8 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
     }
     for (i = 0; i < n; i++) {
         if (rcs[i] == SPOOL_OK) {
+            if (ms[i]->keep)
+                ms[i]->fd = -1;         /* the caller's now (spool_keep) */
             spool_msg_free(ms[i]);
             ms[i] = NULL;
         } else if (rc == SPOOL_OK) {

@@ -251,6 +251,20 @@ worker_listener(const struct worker *w, int fd)
 }
 
 
+/* worker_listener_nodelay - does listener fd pass TCP_NODELAY on to the
+ * sockets it accepts?  Asked of the socket once, at start. */
+static int
+worker_listener_nodelay(const struct worker *w, int fd)
+{
+    size_t i;
+
+    for (i = 0; i < w->nlisten; i++)
+        if (w->lfds[i] == fd)
+            return w->lnodelay[i];
+    return 0;
+}
+
+
 /* worker_accept_one - accept and admit one connection: 1 when one was
  * taken (or lost to the client's reset), 0 when there is none or accepting
  * must pause. */
@@ -269,8 +283,11 @@ worker_accept_one(struct worker *w, int fd)
         /* No Nagle: a reply written behind a small unacknowledged segment
          * (a TLS session ticket, a 220) would wait for the client's
          * delayed ACK, 40 ms a session (issue 20).  Replies already leave
-         * in one write per loop turn, so this adds no segments. */
-        (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+         * in one write per loop turn, so this adds no segments.  Already
+         * so when the listener has it (listen.c): accepted sockets
+         * inherit it, and this system call per connection is saved. */
+        if (!worker_listener_nodelay(w, fd))
+            (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (l != NULL && l->proxy != 0)
             wproxy_accept(w, c, &ss, len, l);   /* header first */
         else
@@ -603,7 +620,8 @@ worker_init(const struct worker_args *a)
     struct smtpd_env     env;
     unsigned             nshards = a->nshards ? a->nshards : 1;
     size_t               i;
-    int                  rc, fl;
+    int                  rc, fl, nd;
+    socklen_t            ndlen;
 
     w->a = *a;
     w->cfg = cfg;
@@ -645,6 +663,7 @@ worker_init(const struct worker_args *a)
     }
     w->nlisten = a->nlisten;
     w->lfds = xcalloc(a->nlisten ? a->nlisten : 1, sizeof(int));
+    w->lnodelay = xcalloc(a->nlisten ? a->nlisten : 1, 1);
     for (i = 0; i < a->nlisten; i++) {
         w->lfds[i] = a->listen_fds[i];
         /* Shared listeners must not block: another worker may take the
@@ -652,6 +671,10 @@ worker_init(const struct worker_args *a)
         fl = fcntl(w->lfds[i], F_GETFL);
         if (fl >= 0)
             (void)fcntl(w->lfds[i], F_SETFL, fl | O_NONBLOCK);
+        nd = 0;
+        ndlen = sizeof(nd);
+        w->lnodelay[i] = getsockopt(w->lfds[i], IPPROTO_TCP, TCP_NODELAY,
+            &nd, &ndlen) == 0 && nd != 0;
     }
     ev_timer_init(&w->tick, worker_on_tick, w);
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
@@ -727,6 +750,7 @@ worker_run(struct worker *w)
     spool_close(w->spool);
     ev_free(w->loop);
     free(w->lfds);
+    free(w->lnodelay);
     rc = w->exit_code;
     free(w);
     return rc;

@@ -38,6 +38,8 @@ struct worker {
     size_t               nsess;     /* this worker's sessions */
 
     int                 *lfds;      /* listeners (-1 once closed) */
+    unsigned char       *lnodelay;  /* listener i has TCP_NODELAY, which
+                                     * its accepted sockets inherit */
     size_t               nlisten;
     int                  listening; /* listeners watched */
     int                  accept_pause; /* EMFILE: retry on the next tick */

@@ -454,6 +454,62 @@ Test(ev, closed_without_unwatch_then_reused_fd_can_be_watched)
 }
 
 
+/* ev_forget() + close(): the kernel leaves the set by itself; a fetched
+ * event for the fd is stale (as after ev_unwatch), and the number, reused,
+ * is added again (not modified: ev_forget said it is gone). */
+static void
+on_forget_other(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct pairkill *pk = arg;
+    int              me = fd == pk->fds[0] ? 0 : 1;
+    int              other = pk->fds[1 - me];
+
+    (void)events;
+    pk->calls[me]++;
+    ev_forget(loop, other);
+    close(other);
+    ev_forget(loop, fd);
+    close(fd);
+    ev_stop(loop);
+}
+
+
+Test(ev, forgotten_and_closed_fd_gets_no_event_and_is_reusable)
+{
+    struct ev_loop *loop = ev_new();
+    struct pairkill pk;
+    struct rd       r;
+    int             a[2], b[2], c[2];
+
+    memset(&pk, 0, sizeof(pk));
+    memset(&r, 0, sizeof(r));
+    mkpair(a);
+    mkpair(b);
+    pk.fds[0] = a[0];
+    pk.fds[1] = b[0];
+    cr_assert_eq(ev_watch(loop, a[0], EV_READ, on_forget_other, &pk), 0);
+    cr_assert_eq(ev_watch(loop, b[0], EV_READ, on_forget_other, &pk), 0);
+    cr_assert_eq(write(a[1], "1", 1), 1);
+    cr_assert_eq(write(b[1], "2", 1), 1);
+    ev_run(loop);
+    cr_assert_eq(pk.calls[0] + pk.calls[1], 1,
+        "stale event delivered: %d + %d", pk.calls[0], pk.calls[1]);
+    /* the number comes back for a new socket: watched from scratch */
+    mkpair(c);
+    if (c[0] != a[0]) {
+        cr_assert_eq(dup2(c[0], a[0]), a[0]);
+        close(c[0]);
+        c[0] = a[0];
+    }
+    cr_assert_eq(ev_watch(loop, c[0], EV_READ, on_read, &r), 0);
+    cr_assert_eq(write(c[1], "q", 1), 1);
+    ev_run(loop);
+    cr_assert_eq(r.calls, 1);
+    close(a[1]); close(b[1]); close(c[0]); close(c[1]);
+    ev_free(loop);
+}
+
+
 Test(ev, hangup_reports_error_with_read)
 {
     struct ev_loop *loop = ev_new();

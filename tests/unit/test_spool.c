@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -754,6 +755,200 @@ Test(spool_write, create_skips_an_id_already_queued)
         cr_assert_neq(stat(path, &st), 0, "id %s reused", spool_msg_id(m));
     }
     cr_assert_eq(spool_commit(m), SPOOL_OK);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* The schedule in the inode: what deliver_load() reads with one
+ * fstatat() instead of opening the queue and state files. */
+Test(spool_state, schedule_is_peeked_from_the_queue_file)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[512];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    uint64_t          when = 1;
+    int               held = 1;
+
+    t_commit(sp, "hi", 2, id);
+    snprintf(path, sizeof(path), "%s/queue/%s", dir, id);
+    /* never tried: due now, not held */
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 0);
+    cr_assert_eq(held, 0);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->attempts = 2;
+    env->next_retry_ms = 1790000000123ULL;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 1790000000123ULL, "got %llu", (unsigned long long)when);
+    cr_assert_eq(held, 0);
+    env->held = 1;
+    env->next_retry_ms = 0;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(when, 0);
+    cr_assert_eq(held, 1);
+    /* a state saved before the schedule was kept there (or a save cut
+     * short): not guessed, the caller reads the files */
+    cr_assert_eq(chmod(path, 0700), 0);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_EFORMAT);
+    env->has_state = 1;
+    cr_assert_eq(spool_remove_env(sp, env), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_ENOENT);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* ---- hand-off (spool_keep) ----------------------------------------------- */
+
+/* The kept fd after a commit: open, holding the flock (another open file
+ * cannot take it, so mtactl and other workers see the message as owned),
+ * the same file as queue/<id>, the body where body_off says; the env
+ * parsed back equals what spool_msg_open() reads. */
+static void
+t_keep_commit(int fsync, int batch)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, fsync, 0);
+    struct spool_env  e, *kept = NULL, *got = NULL;
+    struct spool_msg *m;
+    const char        body[] = "Subject: kept\r\n\r\nhello\r\n";
+    char              id[SPOOL_ID_SIZE], path[4096], back[64];
+    struct stat       a, b;
+    off_t             koff = 0, off = 0;
+    int               kfd = -1, fd2, rc;
+
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    rc = spool_keep(m, &kept, &kfd, &koff);
+    if (rc == SPOOL_EFORMAT && !fsync) {
+        /* a file system where close() may report errors: refused, and
+         * the message goes the usual way */
+        cr_assert_null(kept);
+        spool_abort(m);
+        spool_close(sp);
+        t_rm_rf(dir);
+        return;
+    }
+    cr_assert_eq(rc, SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_not_null(kept);
+    cr_assert_eq(spool_keep(m, &got, &fd2, &off), SPOOL_EFORMAT, "twice");
+    cr_assert_null(got);
+    cr_assert_eq(spool_write(m, body, sizeof(body) - 1), SPOOL_OK);
+    kept->body_size = spool_msg_size(m);
+    memcpy(id, spool_msg_id(m), SPOOL_ID_SIZE);
+    if (batch) {
+        int rcs[1];
+
+        cr_assert_eq(spool_commit_batch(sp, &m, 1, rcs), SPOOL_OK);
+        cr_assert_eq(rcs[0], SPOOL_OK);
+        cr_assert_null(m);
+    } else {
+        cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    }
+    /* the fd is still open, and it is queue/<id> */
+    cr_assert_eq(fstat(kfd, &a), 0, "kept fd closed: %s", strerror(errno));
+    T_PATH(path, "%s/queue/%s", dir, id);
+    cr_assert_eq(stat(path, &b), 0);
+    cr_assert(a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+    /* locked: a second open file cannot take the lock */
+    fd2 = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert_geq(fd2, 0);
+    cr_assert_eq(flock(fd2, LOCK_EX | LOCK_NB), -1, "lock not held");
+    cr_assert_eq(errno, EWOULDBLOCK);
+    close(fd2);
+    cr_assert_eq(spool_msg_open(sp, id, 1, &got, NULL, NULL), SPOOL_ELOCKED);
+    /* the body, read through the kept fd (delivery sends from it) */
+    cr_assert_eq(pread(kfd, back, sizeof(body) - 1, koff),
+        (ssize_t)sizeof(body) - 1);
+    cr_assert(memcmp(back, body, sizeof(body) - 1) == 0);
+    /* the env is what a reader of the file gets */
+    cr_assert_eq(spool_msg_open(sp, id, 0, &got, NULL, &off), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    cr_assert_eq(off, koff);
+    cr_assert_eq(got->body_size, kept->body_size);
+    cr_assert_eq(kept->has_state, 0);
+    e.arrival_ms = got->arrival_ms;
+    t_env_eq(kept, got);
+    spool_env_free(got);
+    /* the owner finishes: remove, close; then the lock is free */
+    cr_assert_eq(spool_remove_env(sp, kept), SPOOL_OK);
+    close(kfd);
+    spool_env_free(kept);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+Test(spool_keep, commit_hands_over_the_locked_fd)
+{
+    t_keep_commit(0, 0);
+}
+
+
+Test(spool_keep, commit_hands_over_the_locked_fd_fsync)
+{
+    t_keep_commit(1, 0);
+}
+
+
+Test(spool_keep, batch_commit_hands_over_the_locked_fd)
+{
+    t_keep_commit(1, 1);
+}
+
+
+/* Not committed: spool_abort() closes the kept fd (the caller must not),
+ * removes the tmp file, and the env stays the caller's to free. */
+Test(spool_keep, abort_closes_the_fd)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env  e, *kept = NULL;
+    struct spool_msg *m;
+    struct stat       st;
+    off_t             koff;
+    int               kfd = -1;
+
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_keep(m, &kept, &kfd, &koff), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    cr_assert_eq(spool_write(m, "x\r\n", 3), SPOOL_OK);
+    spool_abort(m);
+    cr_assert_eq(fstat(kfd, &st), -1, "fd %d left open", kfd);
+    cr_assert_eq(errno, EBADF);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    spool_env_free(kept);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* After a body write the envelope may have left the buffer: refused. */
+Test(spool_keep, refused_after_a_write)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env  e, *kept = NULL;
+    struct spool_msg *m;
+    static char       big[300 * 1024];
+    off_t             koff;
+    int               kfd = -1;
+
+    memset(big, 'a', sizeof(big));
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_write(m, big, sizeof(big)), SPOOL_OK);
+    cr_assert_eq(spool_keep(m, &kept, &kfd, &koff), SPOOL_EFORMAT);
+    cr_assert_null(kept);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(t_count(dir, "queue"), 1);
     spool_close(sp);
     t_rm_rf(dir);
 }
