@@ -467,7 +467,8 @@ tlsrpt_u64(const char **sp, const char *end, uint64_t *v, uint64_t max)
 {
     char  f[24], *e;
 
-    if (tlsrpt_field(sp, end, f, sizeof(f)) < 0 || !isdigit((unsigned char)f[0]))
+    if (tlsrpt_field(sp, end, f, sizeof(f)) < 0 ||
+        !isdigit((unsigned char)f[0]))
         return -1;
     *v = strtoull(f, &e, 10);
     return *e == '\0' && *v <= max ? 0 : -1;
