@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt zlib
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -18,23 +18,24 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp, dns, proxy, dkim <- router, spool <- config <- delivery
+#   common <- smtp, dns, sts, proxy, dkim <- router, spool <- config <- delivery
 #   <- smtpd <- worker <- master; mtactl uses common, smtp, dns, dkim,
 #   router, spool, config.  config uses dkim to check the DKIM keys at load.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp dkim proxy dns common
+MODS := master worker smtpd delivery config spool router smtp dkim proxy dns sts common
 deps_common   :=
 deps_dns      := common
+deps_sts      := common
 deps_proxy    := common
 deps_smtp     := common
 deps_router   := smtp common
 deps_spool    := smtp common
 deps_dkim     := common
 deps_config   := dkim router smtp proxy dns common
-deps_delivery := config dkim spool router smtp proxy dns common
-deps_smtpd    := delivery config dkim spool router smtp proxy dns common
-deps_worker   := smtpd delivery config dkim spool router smtp proxy dns common
-deps_master   := worker smtpd delivery config dkim spool router smtp proxy dns common
+deps_delivery := config dkim spool router smtp proxy dns sts common
+deps_smtpd    := delivery config dkim spool router smtp proxy dns sts common
+deps_worker   := smtpd delivery config dkim spool router smtp proxy dns sts common
+deps_master   := worker smtpd delivery config dkim spool router smtp proxy dns sts common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -69,6 +70,7 @@ umod_test_requiretls := spool
 umod_test_router := router
 umod_test_config := config
 umod_test_dns := dns
+umod_test_sts := sts
 umod_test_proxy := proxy
 umod_test_config_listen := config
 umod_test_deliver := delivery
@@ -76,10 +78,12 @@ umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
+umod_test_mta_sts := delivery
 umod_test_reqtls := delivery
 umod_test_tls_policy := delivery
 umod_test_tls_cache := delivery
 umod_test_tlsrpt := delivery
+umod_test_dane := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
@@ -171,7 +175,7 @@ FUZZ_TIME    ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim tlsrpt
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -183,6 +187,7 @@ fmod_dns := dns
 fmod_proxy := proxy
 fmod_dkim := dkim
 fmod_tlsrpt := delivery
+fmod_sts := sts
 fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 

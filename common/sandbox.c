@@ -41,7 +41,10 @@ static const int sandbox_worker_calls[] = {
     SCMP_SYS(sendmsg), SCMP_SYS(sendmmsg), SCMP_SYS(recvmmsg),
     SCMP_SYS(shutdown), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
     SCMP_SYS(sendfile),             /* spooled body -> next hop */
-    /* outbound: next hops, DNS (UDP), TLS options */
+    /* outbound: next hops, DNS (UDP), TLS options; the MTA-STS fetch
+     * (libcurl, delivery/sts.c) needs nothing more: its multi handle and
+     * wake-up socketpair are made before the filter, its resolver never
+     * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction */
     SCMP_SYS(socket), SCMP_SYS(connect), SCMP_SYS(getsockopt),
     SCMP_SYS(setsockopt),
     /* spool and Maildir files (Landlock limits where) */

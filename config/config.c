@@ -121,6 +121,14 @@ static const struct config_key config_timeouts[] = {
     END
 };
 
+/* delivery.mta_sts: MTA-STS (RFC 8461), delivery/sts.c */
+static const struct config_key config_mta_sts[] = {
+    KEY("enabled", CONFIG_BOOL, mta_sts.enabled),
+    DUR("fetch_timeout", mta_sts.fetch_timeout_ms, 1),
+    { "port", CONFIG_INT, OFF(mta_sts.port), 1, 65535, NULL },
+    END
+};
+
 static const struct config_key config_delivery[] = {
     { "retry", CONFIG_RETRY, OFF(retry_ms), 1, 0, NULL },  /* min 1 ms */
     DUR("max_queue_time", max_queue_time_ms, 1),
@@ -128,6 +136,7 @@ static const struct config_key config_delivery[] = {
     DUR("connect_timeout", connect_timeout_ms, 1),
     KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
     SECTION("timeouts", config_timeouts),
+    SECTION("mta_sts", config_mta_sts),
     END
 };
 
@@ -400,6 +409,9 @@ config_defaults(const char *path)
     cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
+    cfg->mta_sts.enabled = 1;
+    cfg->mta_sts.fetch_timeout_ms = 10 * 1000;
+    cfg->mta_sts.port = 443;
     cfg->delivery_tls = 1;              /* may */
     cfg->mta_timeouts.greeting_ms = 5 * 60 * 1000;
     cfg->mta_timeouts.helo_ms = 5 * 60 * 1000;

@@ -129,6 +129,11 @@ struct config {
         uint64_t data_done_ms;      /* 10m: the reply after the dot */
         uint64_t quit_ms;           /* 5m: the reply to QUIT */
     } mta_timeouts;
+    struct config_mta_sts {         /* delivery.mta_sts, RFC 8461 */
+        int      enabled;           /* true: look up and apply policies */
+        uint64_t fetch_timeout_ms;  /* 10s: the whole HTTPS fetch */
+        int      port;              /* 443; another port only for tests */
+    } mta_sts;
 
     /* log */
     char   *log_file;               /* "-" = stderr */

@@ -221,6 +221,24 @@ dl_tls_level(struct deliver *d, const char *rcpt,
 }
 
 
+/* dl_tls_attempt - every TLS attempt (mta_set_tls_report()): a debug
+ * record per MX host tried, the hook TLS-RPT counts from. */
+static void
+dl_tls_attempt(void *arg, const struct tls_req *req, const char *host,
+    const struct tls_outcome *o)
+{
+    char tf[160];
+
+    (void)arg;
+    if (!log_enabled(LOGL_DEBUG))
+        return;
+    (void)tls_outcome_format(o, tf, sizeof(tf));
+    log_debug("tls attempt: host=%s policy_domain=%s level=%s %s%s", host,
+        req->policy_domain[0] ? req->policy_domain : "-",
+        tls_level_name(req->level), tf, o->resumed ? " resumed" : "");
+}
+
+
 /* dl_local - settle recipient i on a non-SMTP route now. */
 static void
 dl_local(struct dl_attempt *a, size_t i, const struct route *rt)
@@ -518,6 +536,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
             return NULL;
         }
         mta_set_tls(d->relay, ctx);
+        mta_set_tls_report(d->relay, dl_tls_attempt, d);
     }
     d->resolve = resolve_new(loop, cfg);
     mta_set_timeouts(d->relay, &cfg->mta_timeouts);

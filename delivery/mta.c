@@ -369,8 +369,7 @@ static void
 mta_connect_next(struct mta_conn *c)
 {
     struct mta *r = c->r;
-
-    int plain = c->tls_again;
+    int         plain = c->tls_again;   /* retry this host in plaintext */
 
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {
@@ -699,6 +698,14 @@ mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
         SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(ctx, mta_tls_new_session);
+}
+
+
+void
+mta_set_tls_report(struct mta *r, mta_tls_report_fn *fn, void *arg)
+{
+    r->tls_report = fn;
+    r->tls_report_arg = arg;
 }
 
 

@@ -106,6 +106,15 @@ void    mta_set_timeouts(struct mta *r,
  * STARTTLS, a mandatory level defers).  The relay owns it from here. */
 struct ssl_ctx_st;
 void    mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx);
+/* Called once per TLS attempt on a connection, from the loop: after a
+ * handshake (o->used, o->failure set when the policy check failed), or
+ * when a required STARTTLS was missing or the handshake failed (o->used
+ * 0, o->failure set).  Plaintext by policy (none, may without STARTTLS)
+ * is not reported.  For TLS-RPT (RFC 8460: one result per policy domain
+ * and MX host); host is "name[ip]:port".  NULL: off. */
+typedef void mta_tls_report_fn(void *arg, const struct tls_req *req,
+            const char *host, const struct tls_outcome *o);
+void    mta_set_tls_report(struct mta *r, mta_tls_report_fn *fn, void *arg);
 void    mta_free(struct mta *r);            /* closes every connection */
 void    mta_submit(struct mta *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
@@ -220,6 +229,8 @@ struct mta {
     struct mta_txn  *posted;      /* finished, done() not yet called */
     struct ssl_ctx_st *tls_ctx;     /* client context, or NULL */
     struct tls_cache  *tls_cache;   /* sessions per destination and host */
+    mta_tls_report_fn *tls_report;  /* or NULL */
+    void              *tls_report_arg;
     struct ev_timer    post_timer;
 };
 /* mta.c: completion, destinations, connections, fail-over. */
@@ -248,6 +259,8 @@ void    mta_begin(struct mta_conn *c, struct mta_txn *t, int rset);
 int     mta_conn_next(struct mta_conn *c);
 void    mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
 void    mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+/* mta_session.c: report c's TLS attempt (c->tls, c->tlso). */
+void    mta_tls_report(struct mta_conn *c);
 /* OpenSSL's new-session callback of the client context: the session
  * into r->tls_cache under the connection's key. */
 struct ssl_session_st;

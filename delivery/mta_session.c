@@ -599,6 +599,14 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 
 /* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
 
+void
+mta_tls_report(struct mta_conn *c)
+{
+    if (c->r->tls_report != NULL)
+        c->r->tls_report(c->r->tls_report_arg, &c->tls, c->name, &c->tlso);
+}
+
+
 /* mta_tlsrpt - this connection attempt's TLS outcome for TLS-RPT (RFC
  * 8460): failure "" for success, else its result type.  Called once per
  * attempt that reached the TLS decision: never for level none, nor for
@@ -623,6 +631,7 @@ mta_tls_defer(struct mta_conn *c, const char *detail)
 {
     char why[SMTP_REPLY_MAX], reason[SMTP_REPLY_MAX];
 
+    mta_tls_report(c);
     mta_tlsrpt(c, c->tlso.failure[0] != '\0' ? c->tlso.failure :
         TLS_FAIL_VALIDATION, detail);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
@@ -682,9 +691,13 @@ static int
 mta_tls_refused(struct mta_conn *c, const char *why)
 {
     if (tls_req_mandatory(&c->tls)) {
+        char detail[SMTP_REPLY_MAX + 64];
+
         util_strlcpy(c->tlso.failure, TLS_FAIL_STARTTLS,
             sizeof(c->tlso.failure));
-        return mta_tls_defer(c, why);
+        snprintf(detail, sizeof(detail), "STARTTLS was refused (%.400s)",
+            why);
+        return mta_tls_defer(c, detail);
     }
     mta_tlsrpt(c, TLS_FAIL_STARTTLS, NULL);
     return mta_conn_next(c);
@@ -705,6 +718,7 @@ mta_tls_failed(struct mta_conn *c, const char *err)
         sizeof(c->tlso.failure));
     c->tlso.used = 0;
     if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
+        mta_tls_report(c);
         mta_tlsrpt(c, TLS_FAIL_VALIDATION, err);
         snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
             c->name, err);
@@ -736,8 +750,9 @@ mta_tls_step(struct mta_conn *c)
     (void)tls_client_verdict(c->net.ssl, &c->tls, &c->tlso);
     if (tls_decide_handshake(&c->tls, 1, &c->tlso) == TLS_DEFER) {
         tls_client_why(c->net.ssl, err, sizeof(err));
-        return mta_tls_defer(c, err);
+        return mta_tls_defer(c, err);      /* reports */
     }
+    mta_tls_report(c);
     mta_tlsrpt(c, c->tlso.failure, NULL);
     c->caps = 0;
     c->peer_size = 0;
@@ -780,6 +795,8 @@ mta_tls_begin(struct mta_conn *c)
     }
     snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
         c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
+    if (c->tls.tlsa != NULL)        /* DANE: never resumed (dane.h) */
+        c->tls_key[0] = '\0';
     SSL_set_app_data(c->net.ssl, c);
     if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,
         c->tls_key, util_now_ms())) != NULL) {

@@ -29,8 +29,10 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
+#include "delivery/dane.h"
 #include "delivery/reqtls.h"
 #include "delivery/resolve.h"
+#include "delivery/sts.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
 
@@ -55,13 +57,21 @@ struct rs_job {
     size_t           nparts, left;
     struct rs_part   part[ROUTE_MAX_HOSTS];
     struct mta_hop   hop[RESOLVE_MAX_HOPS];
+    unsigned char    hop_part[RESOLVE_MAX_HOPS]; /* part of each hop */
+    size_t           nhop;
+    struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
+    int              dane_wait;     /* its lookups are in flight */
     struct rs_job   *post_next;     /* on rs->posted */
+    /* MTA-STS of an mx route's domain (delivery/sts.c), in parallel */
+    struct stsd_req *sts_req;       /* while it runs */
+    struct sts_policy *sts;         /* the policy in force, or NULL */
 };
 
 struct resolve {
     struct ev_loop      *loop;
     struct dns          *dns;       /* NULL: could not be built */
     char                 dnswhy[256];
+    struct stsd         *sts;       /* NULL: MTA-STS off or unusable */
     struct resolve_self  self;
     char                *hostname;
     struct rs_job       *jobs;      /* every job not yet done */
@@ -70,6 +80,8 @@ struct resolve {
 };
 
 static void rs_part_done(struct dns_dest *dest, void *arg);
+static void rs_dane_done(void *arg);
+static int  rs_reqtls(struct rs_job *j, size_t *n);
 
 
 /* ---- pure parts ---- */
@@ -296,6 +308,9 @@ rs_job_free(struct rs_job *j)
             dns_cancel(j->part[i].req);
         dns_dest_free(j->part[i].dest);
     }
+    stsd_cancel(j->sts_req);
+    free(j->sts);
+    dane_lookup_free(j->dane);
     free(j);
 }
 
@@ -352,6 +367,125 @@ rs_verdict_all(struct rs_job *j, int status, const char *reply)
     j->rs->posted = j;
     if (!ev_timer_active(&j->rs->post_timer))
         ev_timer_start(j->rs->loop, &j->rs->post_timer, 0);
+}
+
+
+/* rs_dest_host - the host of dest named name, or NULL. */
+static const struct dns_host *
+rs_dest_host(const struct dns_dest *dest, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < dest->nhost; i++)
+        if (strcmp(dest->host[i].name, name) == 0)
+            return &dest->host[i];
+    return NULL;
+}
+
+
+static int
+rs_dane_level(const struct mta_hop *h)
+{
+    return h->tls.level == TLS_DANE || h->tls.level == TLS_DANE_ONLY;
+}
+
+
+/*
+ * rs_dane_begin - the TLSA lookups of the hops at a DANE level whose MX
+ * answer (RFC 7672 2.2.1; none for a host route) and host addresses
+ * (2.2.2) were DNSSEC-secure.  1 when they started (rs_dane_done follows),
+ * 0 when none is needed.
+ */
+static int
+rs_dane_begin(struct rs_job *j)
+{
+    size_t k;
+
+    for (k = 0; k < j->nhop; k++) {
+        const struct rs_part  *p = &j->part[j->hop_part[k]];
+        const struct dns_host *h;
+
+        if (!rs_dane_level(&j->hop[k]) || j->rs->dns == NULL ||
+            (p->mx && !p->dest->secure))
+            continue;
+        h = rs_dest_host(p->dest, j->hop[k].name);
+        if (h == NULL || !h->secure)
+            continue;
+        if (j->dane == NULL)
+            j->dane = dane_lookup_new(j->rs->dns, rs_dane_done, j);
+        dane_lookup_add(j->dane, h, j->hop[k].port);
+    }
+    return j->dane != NULL && dane_lookup_start(j->dane);
+}
+
+
+/*
+ * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
+ * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
+ * none -> may under dane; TLSA lookup failed -> the host is not tried;
+ * dane-only without usable TLSA -> not tried either), then MTA-STS
+ * (stsd_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
+ * leaves no hop, every recipient defers with the first reason.
+ */
+static void
+rs_submit(struct rs_job *j)
+{
+    struct mta_txn *t = j->t;
+    char            reply[SMTP_REPLY_MAX] = "", why_sts[SMTP_REPLY_MAX];
+    const char     *failure = "";
+    size_t          k, o = 0, i;
+
+    for (k = 0; k < j->nhop; k++) {
+        struct mta_hop *hp = &j->hop[k];
+        char            why[SMTP_REPLY_MAX];
+        const char     *fail;
+
+        if (dane_refine(&hp->tls, hp->name, dane_lookup_find(j->dane,
+            hp->name, hp->port), why, sizeof(why), &fail) != 0) {
+            if (reply[0] == '\0') {    /* the first reason */
+                util_strlcpy(reply, why, sizeof(reply));
+                failure = fail;
+            }
+            continue;
+        }
+        if (o != k)
+            j->hop[o] = *hp;
+        o++;
+    }
+    j->nhop = o;
+    /* MTA-STS (sts.c): enforce keeps the matching hosts and makes them
+     * need a CA-verified name; the hosts DANE took (usable TLSA) are left
+     * to DANE (RFC 8461 2).  A message with TLS-Required: No ignores the
+     * policy (RFC 8689 5) */
+    if (o > 0 && j->sts != NULL && reqtls_mode(t->env) != REQTLS_OPTIONAL &&
+        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
+        sizeof(why_sts)) < 0) {
+        rs_verdict_all(j, MTA_DEFER, why_sts);
+        return;
+    }
+    j->nhop = o;
+    if (o > 0) {
+        if (rs_reqtls(j, &o) < 0)   /* last: after every refinement */
+            return;
+        t->hops = j->hop;
+        t->nhops = o;
+        mta_submit(j->relay, t);
+        return;
+    }
+    rs_verdict_all(j, MTA_DEFER, reply);
+    for (i = 0; i < t->nrcpt; i++)
+        util_strlcpy(t->res[i].tls.failure, failure,
+            sizeof(t->res[i].tls.failure));
+}
+
+
+static void
+rs_dane_done(void *arg)
+{
+    struct rs_job *j = arg;
+
+    j->dane_wait = 0;
+    rs_submit(j);
 }
 
 
@@ -453,9 +587,13 @@ rs_finish(struct rs_job *j)
         struct dns_dest *dest = p->dest;
         int              rc = RESOLVE_NONE;
 
+        size_t           n0 = n;
+
         if (dest->status == DNS_OK)
             rc = resolve_flatten(dest, p->port, &j->rs->self, j->hop,
                 RESOLVE_MAX_HOPS, &n);
+        while (n0 < n)
+            j->hop_part[n0++] = (unsigned char)i;
         if (rc == RESOLVE_OK)
             continue;
         if (rc == RESOLVE_LOOP) {
@@ -483,11 +621,13 @@ rs_finish(struct rs_job *j)
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
-        if (rs_reqtls(j, &n) < 0)       /* last: after every refinement */
-            return;
-        t->hops = j->hop;
-        t->nhops = n;
-        mta_submit(j->relay, t);
+        /* then DANE refines it (dane.h), after the TLSA lookups if any,
+         * and REQUIRETLS last (rs_submit) */
+        j->nhop = n;
+        if (rs_dane_begin(j))
+            j->dane_wait = 1;       /* rs_dane_done follows */
+        else
+            rs_submit(j);
         return;
     }
     if (fst == -1) {
@@ -507,6 +647,23 @@ rs_part_done(struct dns_dest *dest, void *arg)
 
     p->req = NULL;
     p->dest = dest;
+    if (--j->left == 0)
+        rs_finish(j);
+}
+
+
+/* rs_sts_done - the MTA-STS policy of an mx route's domain is known. */
+static void
+rs_sts_done(const struct sts_policy *pol, const char *why, void *arg)
+{
+    struct rs_job *j = arg;
+
+    (void)why;                      /* sts.c logged fetches and failures */
+    j->sts_req = NULL;
+    if (pol != NULL && pol->mode != STS_MODE_NONE) {
+        j->sts = xmalloc(sizeof(*j->sts));
+        *j->sts = *pol;
+    }
     if (--j->left == 0)
         rs_finish(j);
 }
@@ -577,6 +734,10 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
         j->part[0].port = 25;
         j->part[0].rcpt_domain = 1;
         rs_part_start(j, &j->part[0], domain != NULL ? domain : "", 1);
+        /* the recipient domain's MTA-STS policy, alongside its MX */
+        if (rs->sts != NULL && domain != NULL &&
+            stsd_get(rs->sts, domain, rs_sts_done, j, &j->sts_req) == 0)
+            j->left++;
     } else {
         j->nparts = rt->nhosts;
         for (i = 0; i < rt->nhosts; i++) {
@@ -711,6 +872,18 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
         log_err("resolver: %s: MX and host name routes defer until it "
             "works", rs->dnswhy);
     }
+    if (rs->dns != NULL && cfg->mta_sts.enabled) {
+        struct stsd_options so;
+        char                why[300];
+
+        memset(&so, 0, sizeof(so));
+        so.ca_file = cfg->tls_ca_file;  /* NULL: the system's bundle */
+        so.port = (unsigned)cfg->mta_sts.port;
+        so.fetch_timeout_ms = cfg->mta_sts.fetch_timeout_ms;
+        if ((rs->sts = stsd_new(loop, rs->dns, &so, why, sizeof(why))) ==
+            NULL)
+            log_err("mta-sts: %s: delivering without MTA-STS", why);
+    }
     rs_self_build(rs, cfg);
     return rs;
 }
@@ -730,14 +903,21 @@ resolve_cut(struct resolve *rs)
     size_t         n = 0, i;
 
     for (j = rs->jobs; j != NULL; j = j->next) {
-        if (j->left == 0)
+        if (j->left == 0 && !j->dane_wait)
             continue;               /* with the relay, or its verdict due */
+        if (j->dane_wait) {         /* TLSA lookups: cancelled */
+            dane_lookup_free(j->dane);
+            j->dane = NULL;
+            j->dane_wait = 0;
+        }
         for (i = 0; i < j->nparts; i++) {
             if (j->part[i].req != NULL) {
                 dns_cancel(j->part[i].req);
                 j->part[i].req = NULL;
             }
         }
+        stsd_cancel(j->sts_req);    /* its fetch goes on for the cache */
+        j->sts_req = NULL;
         j->left = 0;
         j->t->cut = 1;
         j->post_next = rs->posted;
@@ -764,6 +944,7 @@ resolve_free(struct resolve *rs)
         rs_job_unlink(j);
         rs_job_free(j);
     }
+    stsd_free(rs->sts);             /* its lookups use rs->dns */
     dns_free(rs->dns);
     free(rs->self.addr);
     free(rs->self.lo_ports);

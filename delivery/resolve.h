@@ -30,6 +30,15 @@
  *           127.0.0.0/8, ::1).  As Postfix: the hosts at and after the
  *           best preference that is ours are dropped; when that leaves
  *           none, the mail loops back to myself.
+ *           DANE (dane.h, RFC 7672): hops whose tls.level is dane or
+ *           dane-only get the TLSA records of their host when the MX
+ *           answer (none needed for a host route) and the host's address
+ *           answers were DNSSEC-secure; then, per hop: usable records ->
+ *           tls.tlsa set (owned by the job, valid until done()); secure
+ *           but none usable -> encrypt (dane) or not tried (dane-only);
+ *           no secure TLSA -> may (dane) or not tried (dane-only); TLSA
+ *           lookup failed -> not tried.  No hop left -> defer 451 4.7.5
+ *           with tls.failure "dane-required" or "dnssec-invalid".
  * FAILURE   A resolver that cannot be created (bad resolv.conf) is logged
  *           once by resolve_new(); lookups then defer with 4.4.3, literal
  *           routes still work.

@@ -8,7 +8,10 @@
  *           fails on it (SSL_VERIFY_NONE): the result is read afterwards
  *           and the level decides (tls_decide_handshake()), so that may
  *           and encrypt still deliver to a self-signed peer and the log
- *           says verify=none, while verify defers.
+ *           says verify=none, while verify defers.  A hop with usable
+ *           TLSA records (dane, dane-only) is checked by OpenSSL's DANE
+ *           instead (dane.c: records, reference names, SNI = the TLSA
+ *           base domain; the verdict from SSL_get0_dane_authority()).
  * SANDBOX   The CA bundle is read whole into the context's X509_STORE
  *           here (a file, never a hashed directory looked up at verify
  *           time): a worker under Landlock reads no file after start.
@@ -26,6 +29,7 @@
 
 #include "common/net.h"
 #include "common/util.h"
+#include "delivery/dane.h"
 #include "delivery/tls_policy.h"
 
 
@@ -59,6 +63,8 @@ tls_client_ctx(const struct tls_client_opts *o, char *err, size_t errsz)
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
         SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    if (dane_ctx_enable(ctx, err, errsz) != 0)   /* RFC 7672 (dane.c) */
+        goto fail;
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
         SSL_CTX_set1_groups_list(ctx, NET_TLS_GROUPS) != 1) {
         tls_client_err("TLS versions and groups", err, errsz);
@@ -81,6 +87,15 @@ tls_client_ctx(const struct tls_client_opts *o, char *err, size_t errsz)
 fail:
     SSL_CTX_free(ctx);
     return NULL;
+}
+
+
+/* tls_client_dane - the peer is checked against TLSA records (dane.h). */
+static int
+tls_client_dane(const struct tls_req *r)
+{
+    return (r->level == TLS_DANE || r->level == TLS_DANE_ONLY) &&
+        r->tlsa != NULL;
 }
 
 
@@ -123,6 +138,9 @@ tls_client_prepare(struct ssl_st *ssl, const struct tls_req *r, char *err,
         tls_client_err("SNI", err, errsz);
         return -1;
     }
+    if (tls_client_dane(r))         /* names and records: RFC 7672 3.2 */
+        return dane_ssl_prepare(ssl, r->tlsa, host, r->policy_domain, err,
+            errsz);
     /* RFC 6125 6.4.3: a wildcard only as the whole left-most label */
     X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
     if (X509_VERIFY_PARAM_set1_host(vp, host, 0) != 1) {
@@ -172,12 +190,27 @@ tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
         sizeof(o->cipher));
     o->failure[0] = '\0';
     o->auth = TLS_AUTH_NONE;
+    if (tls_client_dane(r)) {
+        char detail[256];
+
+        if (dane_ssl_verdict(ssl, o->failure, sizeof(o->failure), detail,
+            sizeof(detail)) != 0)
+            return -1;
+        o->auth = TLS_AUTH_DANE;
+        return 0;
+    }
     if (peer != NULL && v == X509_V_OK) {
         o->auth = r->sts_enforce ? TLS_AUTH_STS : TLS_AUTH_CA;
         return 0;
     }
-    if (!tls_req_authenticated(r))
+    if (!tls_req_authenticated(r)) {
+        /* MTA-STS testing (RFC 8461 5): what enforce would have refused
+         * is recorded (log, TLS-RPT), the delivery goes on */
+        if (r->sts_testing)
+            util_strlcpy(o->failure, peer == NULL ? TLS_FAIL_VALIDATION :
+                tls_client_failure(v), sizeof(o->failure));
         return 0;                   /* not asked for: verify=none */
+    }
     util_strlcpy(o->failure, peer == NULL ? TLS_FAIL_VALIDATION :
         tls_client_failure(v), sizeof(o->failure));
     return -1;

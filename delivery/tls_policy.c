@@ -72,6 +72,7 @@ int
 tls_req_same(const struct tls_req *a, const struct tls_req *b)
 {
     return a->level == b->level && a->sts_enforce == b->sts_enforce &&
+        a->sts_testing == b->sts_testing &&
         (a->tlsa == NULL) == (b->tlsa == NULL) &&
         strcasecmp(a->verify_name, b->verify_name) == 0;
 }

@@ -72,6 +72,9 @@ struct tls_req {
     char  policy_domain[TLS_NAME_MAX];  /* recipient domain (TLS-RPT, logs) */
     char  verify_name[TLS_NAME_MAX];    /* name to check in the cert (MX) */
     int   sts_enforce;                  /* MTA-STS enforce: CA-verify name */
+    int   sts_testing;                  /* MTA-STS testing: check the name
+                                           as sts_enforce would, record a
+                                           failure, deliver anyway */
     /* DANE: usable TLSA records of this host (dane helper fills them);
      * NULL: none.  Owned by whoever built the hops. */
     const struct dns_rrset *tlsa;

@@ -7,8 +7,9 @@
  *           TLS-RPT's types.
  * CONTRACT  The policy is "tlsa" when the host had usable TLSA records
  *           (their presentation form, "3 1 1 <hex>", are the policy
- *           strings), "sts" under an MTA-STS policy, else
- *           "no-policy-found".  Formats only when a TLSA policy applied
+ *           strings), "sts" under an MTA-STS policy (enforce or testing;
+ *           its lines are not in struct tls_req, so no policy strings
+ *           yet), else "no-policy-found".  Formats only when a TLSA policy applied
  *           (once per connection, not per message); does nothing while
  *           tlsrpt.enabled is off.
  * FAILURE   None.
@@ -67,7 +68,7 @@ tlsrpt_outcome(const struct tls_req *r, const char *failure, const char *ip,
             ev.nstrings++;
         }
         ev.strings = sv;
-    } else if (r->sts_enforce) {
+    } else if (r->sts_enforce || r->sts_testing) {
         ev.type = TLSRPT_STS;
     } else {
         ev.type = TLSRPT_NOPOLICY;

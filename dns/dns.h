@@ -105,6 +105,10 @@ struct dns_host {
     int              secure;        /* every address answer had AD=1 */
     size_t           naddr;
     struct dns_addr *addr;          /* in the order to try */
+    char             target[DNS_NAME_MAX]; /* name after the CNAMEs of its
+                                       address answers ("" when unknown:
+                                       then name); the TLSA base domain
+                                       of RFC 7672 2.2.3 */
 };
 
 struct dns_dest {

@@ -62,6 +62,7 @@ struct dns_hostwork {
     int                 temp, nx, secure, answered;
     uint32_t            ttl;
     char                why[160];
+    char                target[DNS_NAME_MAX]; /* after CNAMEs */
 };
 
 struct dns_req {

@@ -145,6 +145,8 @@ dns_assemble(struct dns_req *r)
         dns_append(h, v6first ? w->v4 : w->v6, v6first ? w->n4 : w->n6, lim,
             &total);
         h->secure = w->secure;
+        snprintf(h->target, sizeof(h->target), "%s",
+            w->target[0] != '\0' ? w->target : h->name);
         h->ttl = w->ttl == UINT32_MAX ? 0 : w->ttl;
         h->status = w->n4 + w->n6 > 0 ? DNS_OK : w->temp ? DNS_TEMPFAIL :
             w->nx ? DNS_NXDOMAIN : DNS_NODATA;
@@ -202,6 +204,7 @@ dns_addr_done(struct dns_chase *c, enum dns_status st,
     if (st == DNS_OK) {
         if (c->ttl < w->ttl)
             w->ttl = c->ttl;
+        snprintf(w->target, sizeof(w->target), "%s", c->name);
         for (i = 0; i < e->msg.nan; i++) {
             rr = &e->msg.an[i];
             if (rr->type != c->type || strcmp(rr->owner, c->name) != 0)

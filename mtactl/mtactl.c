@@ -312,6 +312,10 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
     if (strcmp(cmd, "tls") == 0) {
         int rc;
 
+        if (c->cfg == NULL && argc > 2) {   /* "tls help" needs none */
+            mtactl_print_errors(c->cfg_err);
+            return MTACTL_FAIL;
+        }
         mtactl_audit_init(c->cfg);
         rc = mtactl_tls(argc, argv, c->cfg);
         mtactl_audit_flush();

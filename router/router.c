@@ -35,6 +35,7 @@
 #define ROUTER_MAXREADERS  1024     /* workers + mtactl, with room to spare */
 #define ROUTER_MODE        0660     /* readers write their slot in -lock */
 #define ROUTER_ADDR_MAX    512      /* longer addresses cannot match a key */
+#define ROUTER_MAXDBS      8        /* named databases: ROUTER_TLS_DB, room */
 
 struct router {
     MDB_env    *env;
@@ -167,7 +168,7 @@ router_open(struct router **rp, const char *path, const char *default_route,
             mdb_strerror(mrc));
     if ((mrc = mdb_env_set_mapsize(r->env, ROUTER_MAPSIZE)) != 0 ||
         (mrc = mdb_env_set_maxreaders(r->env, ROUTER_MAXREADERS)) != 0 ||
-        (mrc = mdb_env_set_maxdbs(r->env, 2)) != 0)
+        (mrc = mdb_env_set_maxdbs(r->env, ROUTER_MAXDBS)) != 0)
         goto fail;
     if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS |
         ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0), ROUTER_MODE)) != 0)

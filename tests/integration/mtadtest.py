@@ -12,6 +12,7 @@ Mtad.wait_ready(), Mtad.wait_log(), Sink.wait_for()): a test cannot pass
 after timing out.  Everything is bounded in time and count; nothing here
 kills a process that the test did not start.
 """
+import hashlib
 import os
 import pwd
 import random
@@ -706,6 +707,34 @@ def rcode(answer):
     return answer[3] & 0x0f
 
 
+def _skip_name(pkt, i):
+    """Offset past the (possibly compressed) name at i."""
+    while True:
+        n = pkt[i]
+        if n & 0xc0 == 0xc0:
+            return i + 2
+        if n == 0:
+            return i + 1
+        i += n + 1
+
+
+def answer_rdata(answer, qtype):
+    """The RDATA (bytes) of every answer-section record of qtype."""
+    qd, an = struct.unpack(">HH", answer[4:8])
+    i = 12
+    for _ in range(qd):
+        i = _skip_name(answer, i) + 4
+    out = []
+    for _ in range(an):
+        i = _skip_name(answer, i)
+        t, _c, _ttl, n = struct.unpack(">HHIH", answer[i:i + 10])
+        i += 10
+        if t == qtype:
+            out.append(answer[i:i + n])
+        i += n
+    return out
+
+
 class Nsd:
     """nsd authoritative for ZONE on 127.0.0.1:port, in its own dir."""
 
@@ -887,11 +916,14 @@ class Unbound:
     sends every query for ZONE to the given nsd (a stub zone) and holds
     the zone's DS as its trust anchor, so validated answers carry AD=1."""
 
-    def __init__(self, workdir, stub_addr, anchor_file, zone=ZONE):
+    def __init__(self, workdir, stub_addr, anchor_file, zone=ZONE,
+                 stubs=()):
         self.dir = workdir
         self.stub = stub_addr.replace(":", "@")
         self.anchor = anchor_file
         self.zone = zone
+        # more (zone, "ip:port") stubs, without a trust anchor: insecure
+        self.stubs = list(stubs)
         self.port = None
         self.proc = None
 
@@ -928,6 +960,9 @@ stub-zone:
     stub-addr: %(stub)s
 """ % {"port": self.port, "dir": self.dir, "anchor": self.anchor,
        "zone": self.zone, "stub": self.stub})
+            for name, addr in self.stubs:
+                f.write('stub-zone:\n    name: "%s"\n    stub-addr: %s\n'
+                        % (name, addr.replace(":", "@")))
         return conf
 
     def start(self, timeout=20.0):
@@ -1024,18 +1059,32 @@ def sign_zone(workdir, zone_text=ZONE_TEXT, zone=ZONE, bogus=()):
 class SignedDns:
     """The test zone signed, served by nsd, validated by unbound: point
     dns.servers at .resolver and answers for ZONE carry AD=1 (names in
-    bogus fail validation: SERVFAIL)."""
+    bogus fail validation: SERVFAIL).  extra: more records for ZONE (zone
+    file lines relative to it, e.g. TLSA records made at set-up).
+    unsigned: (zone, zone text) served unsigned by a second nsd that the
+    same unbound asks: its answers are insecure (AD=0), as for any zone
+    without a chain of trust."""
 
-    def __init__(self, workdir, bogus=("bogus",)):
-        zone_text = ZONE_TEXT + "bogus      IN MX  10 mx.one\n"
+    def __init__(self, workdir, bogus=("bogus",), extra="", unsigned=None):
+        zone_text = ZONE_TEXT + "bogus      IN MX  10 mx.one\n" + extra
         os.makedirs(os.path.join(workdir, "nsd"), exist_ok=True)
         os.makedirs(os.path.join(workdir, "unbound"), exist_ok=True)
         signed, anchor = sign_zone(workdir, zone_text, bogus=bogus)
         self.nsd_server = Nsd(os.path.join(workdir, "nsd"), signed).start()
+        self.plain_server = None
+        stubs = []
         try:
+            if unsigned is not None:
+                os.makedirs(os.path.join(workdir, "plain"), exist_ok=True)
+                self.plain_server = Nsd(os.path.join(workdir, "plain"),
+                                        unsigned[1], zone=unsigned[0]).start()
+                stubs.append((unsigned[0], self.plain_server.addr))
             self.unbound = Unbound(os.path.join(workdir, "unbound"),
-                                   self.nsd_server.addr, anchor).start()
+                                   self.nsd_server.addr, anchor,
+                                   stubs=stubs).start()
         except Exception:
+            if self.plain_server is not None:
+                self.plain_server.stop()
             self.nsd_server.stop()
             raise
         self.resolver = self.unbound.addr
@@ -1043,7 +1092,32 @@ class SignedDns:
 
     def stop(self):
         self.unbound.stop()
+        if self.plain_server is not None:
+            self.plain_server.stop()
         self.nsd_server.stop()
+
+
+def tlsa_record(cert, usage=3, selector=1, mtype=1):
+    """The TLSA RDATA "usage selector mtype hex" (RFC 6698 2) of the PEM
+    certificate file cert: selector 0 = the whole certificate, 1 = its
+    SubjectPublicKeyInfo; mtype 0 = the data itself, 1 = SHA2-256,
+    2 = SHA2-512.  Made with openssl(1), independently of mtad's code."""
+    der = subprocess.run(["openssl", "x509", "-in", cert, "-outform", "DER"],
+                         check=True, capture_output=True, timeout=60).stdout
+    if selector == 1:
+        pub = subprocess.run(["openssl", "x509", "-in", cert, "-noout",
+                              "-pubkey"], check=True, capture_output=True,
+                             timeout=60).stdout
+        der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "DER"],
+                             input=pub, check=True, capture_output=True,
+                             timeout=60).stdout
+    if mtype == 1:
+        data = hashlib.sha256(der).hexdigest()
+    elif mtype == 2:
+        data = hashlib.sha512(der).hexdigest()
+    else:
+        data = der.hex()
+    return "%d %d %d %s" % (usage, selector, mtype, data)
 
 
 # ---- scale-out: PROXY headers, HAProxy, nodes ----

@@ -33,12 +33,15 @@ Steering (attributes; change them any time, they are read per command):
   tls_context  an ssl.SSLContext (server side, see tls_server_context()):
                STARTTLS is offered (RFC 3207) and served with it
   starttls     False: not offered even with a context (default True)
-  tls_break    True: STARTTLS gets its 220, then the sink sends bytes that
-               are no TLS record and closes (a broken handshake);
+  tls_break    True: STARTTLS gets its 220; after the client's first
+               handshake bytes the sink sends bytes that are no TLS
+               record and closes (a broken handshake);
                "with-reply": those bytes go in the same write as the 220
                (what a plaintext injection after STARTTLS looks like)
   requiretls   True: REQUIRETLS (RFC 8689) in the EHLO reply of connections
                that did STARTTLS (never in plaintext, as the RFC says)
+  starttls_reply  if set, STARTTLS (offered) is answered with this line
+               and the session goes on in plaintext (e.g. "454 4.7.0 ...")
   tls          {conn_id: {"version", "cipher", "resumed", "sni"}} of the
                connections that did STARTTLS; Message.tls is the entry of
                the connection the message came on (None: plaintext)
@@ -127,6 +130,7 @@ class Sink:
         self.tls_context = None     # ssl.SSLContext: offer STARTTLS
         self.starttls = True        # with a context: offer it
         self.tls_break = False      # 220 to STARTTLS, then junk and close
+        self.starttls_reply = None  # e.g. "454 4.7.0 TLS not available"
         self.tls = {}               # conn_id -> what the handshake gave
         self.requiretls = False     # offer REQUIRETLS after STARTTLS
         self.commands = []          # every command verb, in order
@@ -338,6 +342,8 @@ class Sink:
                                              not self.starttls or
                                              conn_id in self.tls):
                     await reply("502 5.5.1 STARTTLS not offered")
+                elif verb == "STARTTLS" and self.starttls_reply:
+                    await reply(self.starttls_reply)
                 elif verb == "STARTTLS" and self.tls_break == "with-reply":
                     with self._lock:
                         self.events.append(("tls_broken", conn_id))
@@ -349,6 +355,11 @@ class Sink:
                     if self.tls_break:
                         with self._lock:
                             self.events.append(("tls_broken", conn_id))
+                        # the junk goes only after the client's first
+                        # handshake bytes: sent at once, it could reach the
+                        # client in the same read as the 220, which is the
+                        # "with-reply" case (an injection), not this one
+                        await reader.read(1)
                         writer.write(b"this is no TLS record\r\n" * 4)
                         await writer.drain()
                         return

@@ -11,13 +11,15 @@ exists.  Each delivery's log line says tls=... cipher=... verify=...
 Sinks listen on 127.0.0.x with random ports; name checks use the nsd test
 zone (mtadtest.ZONE): mx1.multi -> 127.0.0.11, mx2.multi -> 127.0.0.12.
 """
+import json
 import os
 import re
 
 import pytest
 
-from mtadtest import (ZONE, make_message, make_test_ca, send,
+from mtadtest import (ZONE, make_message, make_test_ca, send, strip_received,
                       tls_server_context, wait_for)
+from sink import DEFAULT_CAPS
 
 MX1 = "mx1.multi.%s" % ZONE         # 127.0.0.11
 MX2 = "mx2.multi.%s" % ZONE         # 127.0.0.12
@@ -132,6 +134,23 @@ def test_data_after_the_starttls_reply_is_a_failed_handshake(
     assert "4.7.5" in line and "data after its STARTTLS reply" in line, line
 
 
+def test_refused_starttls(mtad_factory, sink_factory, ca):
+    """454 to STARTTLS: may goes on in plaintext on the same connection;
+    encrypt defers."""
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    s.starttls_reply = "454 4.7.0 TLS not available due to temporary reason"
+    m = start(mtad_factory, ca, s.route)
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert s.wait_for(1)[0].tls is None and s.connections == 1
+    assert "tls=none" in line_of(m, qid, "x@dst.test", "sent")
+    m.ctl("tls", "policy", "set", "dst.test", "encrypt", check=True)
+    qid = send(m, "a@src.test", ["y@dst.test"], make_message(2))
+    line = line_of(m, qid, "y@dst.test", "deferred")
+    assert "STARTTLS was refused" in line and "454 4.7.0" in line, line
+    assert "tls_failure=starttls-not-supported" in line, line
+    assert len(s.received()) == 1
+
+
 def test_encrypt_defers_without_starttls_then_sends(mtad_factory,
                                                     sink_factory, ca):
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
@@ -238,6 +257,7 @@ def test_policy_table_changes_apply_live(mtad_factory, sink_factory, ca):
     assert "dst.test" in r.stdout and "encrypt" in r.stdout
     r = m.ctl("tls", "policy", "list", check=True)
     assert re.search(r"^dst\.test\s+encrypt$", r.stdout, re.M), r.stdout
+    m.wait_log("via=mtactl: tls_policy_set dst.test encrypt")
     qid = send(m, "a@src.test", ["y@dst.test"], make_message(2))
     assert "4.7.4" in line_of(m, qid, "y@dst.test", "deferred")
     # another domain is not affected
@@ -245,6 +265,7 @@ def test_policy_table_changes_apply_live(mtad_factory, sink_factory, ca):
     assert "tls=none" in line_of(m, qid2, "z@other.test", "sent")
     # deleted: back to may, the deferred one goes on its next retry
     m.ctl("tls", "policy", "del", "dst.test", check=True)
+    m.wait_log("via=mtactl: tls_policy_del dst.test")
     r = m.ctl("tls", "policy", "list", check=True)
     assert "dst.test" not in r.stdout
     assert "tls=none" in line_of(m, qid, "y@dst.test", "sent", timeout=30)
@@ -308,7 +329,8 @@ def test_session_resumed_on_the_next_connection(mtad_factory, sink_factory,
                                                 ca):
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
     s.close_after_data = True       # each message needs a new connection
-    m = start(mtad_factory, ca, s.route, server={"workers": 1})
+    m = start(mtad_factory, ca, s.route, server={"workers": 1},
+              log={"level": "debug"})
     send(m, "a@src.test", ["x@dst.test"], make_message(1))
     first = s.wait_for(1)[0]
     send(m, "a@src.test", ["y@dst.test"], make_message(2))
@@ -316,6 +338,11 @@ def test_session_resumed_on_the_next_connection(mtad_factory, sink_factory,
     assert second.conn_id != first.conn_id
     assert first.tls["resumed"] is False
     assert second.tls["resumed"] is True, s.tls
+    # the client's side says so too (SSL_session_reused)
+    text = m.wait_log(" verify=ca resumed\n")
+    assert len(re.findall(r"tls attempt: host=127\.0\.0\.1\[127\.0\.0\.1\]"
+                          r":%d .* verify=ca( resumed)?\n" % s.port,
+                          text)) == 2, text
 
 
 def test_session_not_resumed_across_levels(mtad_factory, sink_factory, ca):
@@ -380,7 +407,6 @@ def test_required_levels_never_send_in_plaintext(mtad_factory, sink_factory,
 
 
 def test_json_log_has_the_tls_fields(mtad_factory, sink_factory, ca):
-    import json
     s = tls_sink(sink_factory, ca, ["127.0.0.1"])
     m = start(mtad_factory, ca, s.route, log={"format": "json"})
     qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
@@ -416,3 +442,47 @@ def test_reload_reads_the_new_ca_file(mtad_factory, sink_factory, ca,
     m.ctl("kick", qid, check=True)
     assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent", timeout=30)
     assert s.wait_for(1)[0].tls is not None
+
+
+def test_each_tls_attempt_is_reported(mtad_factory, sink_factory, ca,
+                                      workdir):
+    """The per-attempt hook (TLS-RPT counts from it) sees failures that a
+    later host or a plaintext retry hides from the delivery line."""
+    d = os.path.join(workdir, "other")
+    os.makedirs(d)
+    other = make_test_ca(d, "Other CA")
+    bad = tls_sink(sink_factory, other, ["127.0.0.1"])
+    good = tls_sink(sink_factory, ca, ["127.0.0.1"])
+    route = "smtp:[127.0.0.1]:%d,smtp:[127.0.0.1]:%d" % (bad.port, good.port)
+    m = start(mtad_factory, ca, route, level="verify",
+              log={"level": "debug"})
+    qid = send(m, "a@src.test", ["x@dst.test"], make_message(1))
+    assert good.wait_for(1)[0].tls is not None and bad.received() == []
+    text = m.wait_log("tls attempt: host=127.0.0.1[127.0.0.1]:%d "
+                      "policy_domain=dst.test level=verify tls=TLSv1."
+                      % good.port)
+    assert re.search(r"tls attempt: host=127\.0\.0\.1\[127\.0\.0\.1\]:%d "
+                     r"policy_domain=dst\.test level=verify tls=TLSv1\.[23] "
+                     r"cipher=\S+ verify=none "
+                     r"tls_failure=certificate-not-trusted" % bad.port,
+                     text), text
+    assert "verify=ca" in line_of(m, qid, "x@dst.test", "sent")
+
+
+@pytest.mark.parametrize("chunking", [False, True])
+def test_large_body_over_tls_arrives_exactly(mtad_factory, sink_factory, ca,
+                                             chunking):
+    """DATA (stuffed) and BDAT (read and written through TLS instead of
+    sendfile) bodies of several chunks, byte for byte."""
+    caps = list(DEFAULT_CAPS) + (["CHUNKING"] if chunking else [])
+    s = tls_sink(sink_factory, ca, ["127.0.0.1"], caps=caps)
+    m = start(mtad_factory, ca, s.route)
+    body = b"".join(b"%06d .line with a leading dot and some text\r\n" % i
+                    for i in range(12000))       # ~550 KiB: several chunks
+    msg = make_message(1, extra=b".\r\n" + body)
+    qid = send(m, "a@src.test", ["x@dst.test"], msg)
+    got = s.wait_for(1, timeout=60)[0]
+    assert got.tls is not None
+    assert ("BDAT" in [v for _, v in s.commands]) == chunking
+    assert strip_received(got.data)[1] == msg
+    assert "tls=TLSv1." in line_of(m, qid, "x@dst.test", "sent")

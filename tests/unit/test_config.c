@@ -416,6 +416,29 @@ Test(config, delivery_timeouts_bad)
         "of: greeting, helo, mail, rcpt, data, data_xfer, data_done, quit)");
 }
 
+/* delivery.mta_sts (RFC 8461; delivery/sts.c) */
+Test(config, delivery_mta_sts)
+{
+    struct config *c = tc_load_ok("routes:\n  default: discard\n");
+
+    cr_assert_eq(c->mta_sts.enabled, 1);
+    cr_assert_eq(c->mta_sts.fetch_timeout_ms, 10000);
+    cr_assert_eq(c->mta_sts.port, 443);
+    config_free(c);
+    c = tc_load_ok("routes:\n  default: discard\ndelivery:\n  mta_sts:\n"
+        "    enabled: false\n    fetch_timeout: 3s\n    port: 8443\n");
+    cr_assert_eq(c->mta_sts.enabled, 0);
+    cr_assert_eq(c->mta_sts.fetch_timeout_ms, 3000);
+    cr_assert_eq(c->mta_sts.port, 8443);
+    config_free(c);
+    tc_load_bad("routes:\n  default: discard\ndelivery:\n  mta_sts:\n"
+        "    port: 70000\n    max_age: 1d\n",
+        "%P:5:11: delivery.mta_sts.port: expected an integer from 1 to "
+        "65535, got '70000'\n"
+        "%P:6:5: delivery.mta_sts.max_age: unknown key 'max_age' (expected "
+        "one of: enabled, fetch_timeout, port)");
+}
+
 Test(config, wrong_type)
 {
     tc_load_bad("server:\n  listen: 127.0.0.1:25\n"

@@ -1123,9 +1123,24 @@ Test(dns, raw_txt_and_host_lookups)
     env_wait(&e, 2);
     cr_expect_eq(e.dest[0]->status, DNS_OK);
     cr_expect_eq(e.dest[0]->host[0].naddr, 2);
+    cr_expect_str_eq(e.dest[0]->host[0].target, "mx3.t");
     cr_assert_eq(dns_host(e.d, "192.0.2.7", got_dest, &e, NULL), 0);
     env_wait(&e, 3);
     expect_host(&e.dest[1]->host[0], "192.0.2.7", 0, "192.0.2.7");
+    env_stop(&e);
+}
+
+Test(dns, host_target_is_the_name_after_cnames)
+{
+    struct env e;
+
+    env_start(&e, NULL);
+    /* the TLSA base domain of RFC 7672 2.2.3 */
+    cr_assert_eq(dns_host(e.d, "ooz.t", got_dest, &e, NULL), 0);
+    env_wait(&e, 1);
+    cr_assert_eq(e.dest[0]->status, DNS_OK, "%s", e.dest[0]->why);
+    cr_expect_str_eq(e.dest[0]->host[0].name, "ooz.t");
+    cr_expect_str_eq(e.dest[0]->host[0].target, "aonly.t");
     env_stop(&e);
 }
 

@@ -1,0 +1,101 @@
+/*
+ * sts_int.h - private to delivery/sts*.c: the MTA-STS cache entry, the
+ * fetch in flight and the per-worker state, and the calls between the
+ * cache (sts.c) and the HTTPS side (sts_fetch.c).  The pure decisions are
+ * sts_policy.c; the contract is sts.h.
+ */
+#ifndef MTAD_DELIVERY_STS_INT_H
+#define MTAD_DELIVERY_STS_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "common/ev.h"
+#include "dns/dns.h"
+#include "delivery/sts.h"
+
+#define STSD_BUCKETS   1024
+#define STSD_CA_MAX    (8 * 1024 * 1024)  /* a CA bundle larger is a mistake */
+#define STSD_TXT_MAX   8                  /* TXT records looked at */
+#define STSD_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
+#define STSD_RETRY_MS  (5 * 60 * 1000)    /* after a failed fetch, per id */
+
+enum { E_IDLE = 0, E_TXT, E_ADDR, E_FETCH, E_POST };
+
+struct stsd_entry;
+
+struct stsd_req {
+    struct stsd_entry *e;
+    struct stsd_req   *next, *prev;
+    stsd_fn           *fn;
+    void              *arg;
+};
+
+struct stsd_fetch {
+    struct stsd_entry *e;
+    CURL              *easy;
+    struct curl_slist *resolve;
+    char              *body;
+    size_t             len;
+    int                too_big;
+    char               err[CURL_ERROR_SIZE];
+};
+
+struct stsd_entry {
+    struct stsd       *s;
+    struct stsd_entry *hnext;               /* hash chain */
+    struct stsd_entry *older, *newer;       /* LRU list */
+    char               domain[DNS_NAME_MAX];
+    /* the cached policy */
+    int                have;
+    enum sts_mode      mode;
+    uint32_t           max_age;
+    size_t             nmx;
+    char              *mx;                  /* nmx NUL-ended patterns */
+    char               id[STS_ID_MAX];
+    uint64_t           expires_ms;          /* ev_now() scale */
+    /* the refresh in flight */
+    int                state;
+    struct dns_req    *dreq;
+    struct stsd_fetch *f;
+    char               txt_id[STS_ID_MAX];
+    char               fail_id[STS_ID_MAX]; /* the id whose fetch failed */
+    uint64_t           retry_ms;            /* not fetched again before */
+    struct stsd_req   *wait;                /* waiting callers */
+    int                use;                 /* the outcome: cached or not */
+    char               why[320];
+    struct ev_timer    post;                /* E_POST: complete from loop */
+};
+
+struct stsd {
+    struct ev_loop     *loop;
+    struct dns         *dns;
+    CURLM              *multi;
+    struct ev_timer     ctimer;             /* libcurl's timeout */
+    char               *ca;
+    size_t              calen;
+    unsigned            port;
+    uint64_t            timeout_ms;
+    struct stsd_entry  *bucket[STSD_BUCKETS];
+    struct stsd_entry  *newest, *oldest;
+    size_t              nentries;
+    struct sts_policy   scratch;            /* the policy handed out */
+};
+
+/* sts.c: the cache side */
+void    stsd_store(struct stsd_entry *e, const struct sts_policy *p,
+            uint64_t now);
+void    stsd_complete(struct stsd_entry *e);
+void    stsd_fallback(struct stsd_entry *e, const char *why);
+void    stsd_failed(struct stsd_entry *e, const char *why);
+
+/* sts_fetch.c: libcurl on the ev loop */
+int     stsd_curl_init(struct stsd *s, const char *ca_file, char *why,
+            size_t whysz);
+void    stsd_curl_free(struct stsd *s);
+int     stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h);
+void    stsd_fetch_free(struct stsd_fetch *f);
+
+#endif /* MTAD_DELIVERY_STS_INT_H */

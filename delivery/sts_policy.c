@@ -1,0 +1,111 @@
+/*
+ * sts_policy.c - the pure decisions of MTA-STS in delivery (RFC 8461):
+ * which TXT record counts, when a cached policy is used or fetched again,
+ * the Content-Type check, and what a policy does to the hops.  No I/O;
+ * unit-tested in tests/unit/test_mta_sts.c.  See sts.h.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "delivery/mta.h"
+#include "delivery/sts.h"
+#include "delivery/tls_policy.h"
+
+enum stsd_action
+stsd_decide(int have, const char *cached_id, uint64_t expires_ms,
+    uint64_t now_ms, enum stsd_txt txt, const char *txt_id)
+{
+    int fresh = have && now_ms < expires_ms;
+
+    if (txt == STSD_TXT_ID) {
+        if (fresh && strcmp(cached_id, txt_id) == 0)
+            return STSD_USE_CACHED;
+        return STSD_FETCH;          /* new id, expired, or never fetched */
+    }
+    /* RFC 8461 5.1: no live policy but an unexpired cached one: use it */
+    return fresh ? STSD_USE_CACHED : STSD_NO_POLICY;
+}
+
+
+enum stsd_txt
+stsd_txt_pick(const char *const *txt, const size_t *len, size_t n, char *id,
+    char *why, size_t whysz)
+{
+    char   one[STS_ID_MAX], w[256] = "";
+    size_t i, valid = 0, sts = 0;
+
+    for (i = 0; i < n; i++) {
+        int rc = sts_txt_parse(txt[i], len[i], one, w, sizeof(w));
+
+        if (rc == STS_ENOTSTS)
+            continue;
+        sts++;
+        if (rc == 0 && valid++ == 0)
+            memcpy(id, one, sizeof(one));
+        else if (rc != 0)
+            snprintf(why, whysz, "invalid TXT record: %s", w);
+    }
+    if (sts == 1 && valid == 1)
+        return STSD_TXT_ID;
+    if (sts == 0)
+        snprintf(why, whysz, "no v=STSv1 TXT record");
+    else if (sts > 1)
+        snprintf(why, whysz, "%zu v=STSv1 TXT records (RFC 8461 3.1: "
+            "exactly one)", sts);
+    return STSD_TXT_NONE;
+}
+
+
+int
+stsd_content_type_ok(const char *ct)
+{
+    if (ct == NULL || strncasecmp(ct, "text/plain", 10) != 0)
+        return 0;
+    return ct[10] == '\0' || ct[10] == ';' || ct[10] == ' ' ||
+        ct[10] == '\t';
+}
+
+
+int
+stsd_hops(const struct sts_policy *p, const char *domain,
+    struct mta_hop *hop, size_t *n, char *reply, size_t replysz)
+{
+    size_t i, kept = 0, miss = 0;
+    char   first[256] = "";
+
+    if (p == NULL || p->mode == STS_MODE_NONE)
+        return 0;
+    for (i = 0; i < *n; i++) {
+        struct tls_req *r = &hop[i].tls;
+        int             ok = sts_mx_match(p, hop[i].name);
+
+        if (r->tlsa != NULL)        /* DANE wins (RFC 8461 2) */
+            ok = 1;
+        else if (p->mode == STS_MODE_ENFORCE)
+            r->sts_enforce = 1;     /* STARTTLS, CA-verified MX name */
+        else
+            r->sts_testing = 1;     /* check and report, deliver anyway */
+        if (!ok && miss++ == 0)
+            util_strlcpy(first, hop[i].name, sizeof(first));
+        if (p->mode == STS_MODE_TESTING || ok) {
+            if (kept != i)
+                hop[kept] = hop[i];
+            kept++;
+        }
+    }
+    if (miss > 0)
+        log_info("mta-sts: %s: MX host %s%s does not match the policy "
+            "(mode %s)%s", domain, first, miss > 1 ? " and others" : "",
+            sts_mode_name(p->mode), p->mode == STS_MODE_ENFORCE ?
+            ": not used" : ": delivering anyway");
+    *n = kept;
+    if (kept == 0) {
+        snprintf(reply, replysz, "451 4.7.5 MTA-STS policy of %.200s "
+            "(enforce): no MX host matches (%.200s)", domain, first);
+        return -1;
+    }
+    return 0;
+}
