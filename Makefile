@@ -2,7 +2,7 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -82,6 +82,7 @@ umod_test_mta_sts := delivery
 umod_test_reqtls := delivery
 umod_test_tls_policy := delivery
 umod_test_tls_cache := delivery
+umod_test_tlsrpt := delivery
 umod_test_dane := delivery
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -174,7 +175,7 @@ FUZZ_TIME    ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -185,6 +186,7 @@ fmod_config := config
 fmod_dns := dns
 fmod_proxy := proxy
 fmod_dkim := dkim
+fmod_tlsrpt := delivery
 fmod_sts := sts
 fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))

@@ -153,6 +153,14 @@ static const struct config_key config_metrics[] = {
     END
 };
 
+static const struct config_key config_tlsrpt[] = {
+    KEY("enabled", CONFIG_BOOL, tlsrpt_enabled),
+    KEY("organization", CONFIG_STRING, tlsrpt_organization),
+    KEY("contact", CONFIG_STRING, tlsrpt_contact),
+    KEY("sender", CONFIG_STRING, tlsrpt_sender),
+    END
+};
+
 static const struct config_key config_tls[] = {
     KEY("cert_file", CONFIG_TLSFILE, tls_cert_files),
     KEY("key_file", CONFIG_TLSFILE, tls_key_files),
@@ -209,6 +217,7 @@ static const struct config_key config_top[] = {
     SECTION("dns", config_dns),
     SECTION("dkim", config_dkim),
     SECTION("metrics", config_metrics),
+    SECTION("tlsrpt", config_tlsrpt),
     SECTION("auth", config_auth),
     SECTION("submission", config_submission),
     END
@@ -445,6 +454,44 @@ config_default_hostname(struct config *cfg)
     cfg->hostname = xstrdup(host);
 }
 
+/*
+ * config_check_tlsrpt - tlsrpt.sender must be a plain address: it goes
+ * into From: and MAIL FROM unquoted.
+ */
+static void
+config_check_tlsrpt(struct config_parse *p)
+{
+    const char *s = p->cfg->tlsrpt_sender, *at;
+
+    if (s == NULL)
+        return;
+    at = strchr(s, '@');
+    for (const char *c = s; *c != '\0'; c++)
+        if (*c <= 0x20 || *c >= 0x7f || strchr("<>()[]\\,;:\"", *c) != NULL)
+            at = NULL;
+    if (at == NULL || at == s || at[1] == '\0' || strchr(at + 1, '@') ||
+        strlen(s) > 254)
+        config_addf(p, NULL, "tlsrpt.sender: not a plain address "
+            "(local@domain): %.64s", s);
+}
+
+
+/* config_tlsrpt_defaults - organization, contact and sender default to
+ * the host name and postmaster@ it. */
+static void
+config_tlsrpt_defaults(struct config *cfg)
+{
+    char pm[300];
+
+    snprintf(pm, sizeof(pm), "postmaster@%s", cfg->hostname);
+    if (cfg->tlsrpt_organization == NULL)
+        cfg->tlsrpt_organization = xstrdup(cfg->hostname);
+    if (cfg->tlsrpt_contact == NULL)
+        cfg->tlsrpt_contact = xstrdup(pm);
+    if (cfg->tlsrpt_sender == NULL)
+        cfg->tlsrpt_sender = xstrdup(pm);
+}
+
 static void
 config_yaml_error(struct config_parse *p, const yaml_parser_t *y)
 {
@@ -666,6 +713,7 @@ config_load(const char *path, char *err, size_t errsz)
     fclose(fp);
     config_check_tls(&p);
     config_check_auth(&p);
+    config_check_tlsrpt(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
@@ -679,6 +727,7 @@ config_load(const char *path, char *err, size_t errsz)
         return NULL;
     }
     config_default_hostname(p.cfg);
+    config_tlsrpt_defaults(p.cfg);
     return p.cfg;
 }
 
@@ -721,6 +770,9 @@ config_free(struct config *cfg)
     free(cfg->dns_servers);
     free(cfg->load_file);
     free(cfg->metrics_listen);
+    free(cfg->tlsrpt_organization);
+    free(cfg->tlsrpt_contact);
+    free(cfg->tlsrpt_sender);
     free(cfg->auth_password_file);
     free(cfg);
 }

@@ -141,6 +141,13 @@ struct config {
     uint64_t log_flush_interval_ms; /* 100ms */
     int     log_format;             /* log.format: LOG_FORMAT_TEXT|JSON */
 
+    /* tlsrpt: SMTP TLS Reporting, RFC 8460 (delivery/tlsrpt.h) */
+    int     tlsrpt_enabled;         /* count outcomes, mail daily reports */
+    char   *tlsrpt_organization;    /* organization-name; default hostname */
+    char   *tlsrpt_contact;         /* contact-info; postmaster@hostname */
+    char   *tlsrpt_sender;          /* From: and MAIL FROM of the reports;
+                                       default postmaster@hostname */
+
     /* metrics: Prometheus exposition over HTTP (master/metrics.c) */
     char   *metrics_listen;         /* NULL = off (the default) */
     struct sockaddr_storage metrics_addr;

@@ -27,6 +27,7 @@
 #include "delivery/mta.h"
 #include "delivery/tls_policy.h"
 #include "delivery/reqtls.h"
+#include "delivery/tlsrpt_int.h"
 
 #include <openssl/ssl.h>
 
@@ -606,6 +607,24 @@ mta_tls_report(struct mta_conn *c)
 }
 
 
+/* mta_tlsrpt - this connection attempt's TLS outcome for TLS-RPT (RFC
+ * 8460): failure "" for success, else its result type.  Called once per
+ * attempt that reached the TLS decision: never for level none, nor for
+ * the plaintext retry after a failed handshake (already counted). */
+static void
+mta_tlsrpt(struct mta_conn *c, const char *failure, const char *reason)
+{
+    char ip[64] = "";
+
+    if (!tlsrpt_enabled() || c->r->tls_ctx == NULL)
+        return;                     /* no client context: our own doing */
+    if (c->cur > 0 && c->cur <= c->naddr)     /* cur: the next to try */
+        (void)util_sockaddr_ip((const struct sockaddr *)
+            &c->addr[c->cur - 1].ss, ip, sizeof(ip));
+    tlsrpt_outcome(&c->tls, failure, ip, reason);
+}
+
+
 /* mta_tls_defer - the host fails c->tls: 4.7.x reason, next host. */
 static int
 mta_tls_defer(struct mta_conn *c, const char *detail)
@@ -613,6 +632,8 @@ mta_tls_defer(struct mta_conn *c, const char *detail)
     char why[SMTP_REPLY_MAX], reason[SMTP_REPLY_MAX];
 
     mta_tls_report(c);
+    mta_tlsrpt(c, c->tlso.failure[0] != '\0' ? c->tlso.failure :
+        TLS_FAIL_VALIDATION, detail);
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
     if (c->txn != NULL && c->txn->env->requiretls) {
         /* RFC 8689 4.2.1: a REQUIRETLS message is not retried later */
@@ -653,6 +674,12 @@ mta_tls_ehlo(struct mta_conn *c)
         return mta_tls_defer(c, (c->caps & SMTP_CAP_STARTTLS) ?
             "the client has no TLS context" : TLS_FAIL_STARTTLS);
     default:
+        /* plaintext: not offered by the host (our own "none", a missing
+         * client context and the retry after a failed handshake are not
+         * the host's doing) */
+        if (c->tls.level != TLS_NONE && !c->tls_plain &&
+            c->r->tls_ctx != NULL && !(c->caps & SMTP_CAP_STARTTLS))
+            mta_tlsrpt(c, TLS_FAIL_STARTTLS, NULL);
         return mta_conn_next(c);
     }
 }
@@ -672,6 +699,7 @@ mta_tls_refused(struct mta_conn *c, const char *why)
             why);
         return mta_tls_defer(c, detail);
     }
+    mta_tlsrpt(c, TLS_FAIL_STARTTLS, NULL);
     return mta_conn_next(c);
 }
 
@@ -691,6 +719,7 @@ mta_tls_failed(struct mta_conn *c, const char *err)
     c->tlso.used = 0;
     if (tls_decide_handshake(&c->tls, 0, &c->tlso) == TLS_RETRY_PLAIN) {
         mta_tls_report(c);
+        mta_tlsrpt(c, TLS_FAIL_VALIDATION, err);
         snprintf(why, sizeof(why), "TLS handshake with %s failed: %.200s",
             c->name, err);
         c->tls_again = 1;           /* same host, plaintext (Postfix) */
@@ -724,6 +753,7 @@ mta_tls_step(struct mta_conn *c)
         return mta_tls_defer(c, err);      /* reports */
     }
     mta_tls_report(c);
+    mta_tlsrpt(c, c->tlso.failure, NULL);
     c->caps = 0;
     c->peer_size = 0;
     mta_cmd(c, "EHLO %s", c->r->helo);
@@ -1016,6 +1046,8 @@ mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         mta_conn_close(c);
         return;
     }
+    if (c->state == C_TLS)
+        mta_tlsrpt(c, TLS_FAIL_VALIDATION, "the TLS handshake timed out");
     if (c->state == C_TLS && !tls_req_mandatory(&c->tls))
         c->tls_again = 1;           /* a stalled handshake: plaintext */
     if (c->state == C_CONNECT)

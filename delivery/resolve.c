@@ -889,6 +889,13 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
 }
 
 
+struct dns *
+resolve_dns(struct resolve *rs)
+{
+    return rs->dns;
+}
+
+
 size_t
 resolve_cut(struct resolve *rs)
 {

@@ -60,6 +60,9 @@ void    resolve_free(struct resolve *rs);   /* cancels lookups; NULL ok */
 /* domain: the recipients' domain for an mx route (else unused). */
 void    resolve_submit(struct resolve *rs, struct mta *relay,
             struct mta_txn *t, const char *domain);
+/* The worker's resolver, for other lookups (TLS-RPT's TXT); NULL when it
+ * could not be set up. */
+struct dns *resolve_dns(struct resolve *rs);
 
 /* The stop: every transaction still waiting for DNS (nothing sent yet)
  * comes back through its done() with t->cut set, from the loop; lookups

@@ -57,7 +57,8 @@ audit_request(int fd, const char *line)
     pid_t       pid;
 
     if (strcmp(line, "status") == 0 || strncmp(line, "status ", 7) == 0 ||
-        strcmp(line, "check") == 0) {
+        strcmp(line, "check") == 0 || strcmp(line, "tls report") == 0 ||
+        strncmp(line, "tls report ", 11) == 0) {
         log_debug("control: %s", line);     /* read-only, often polled */
         return;
     }

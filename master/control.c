@@ -438,6 +438,10 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_check(m, c);
     } else if (strncmp(line, "drain", 5) == 0) {
         ctl_drain(m, c, line + 5);
+    } else if (strncmp(line, "tls ", 4) == 0) {
+        tlsagg_ctl(m, line + 4, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
     } else if (strncmp(line, "kick ", 5) == 0) {
         ctl_kick(m, c, line + 5);
     } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {

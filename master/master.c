@@ -42,6 +42,7 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
+#include "delivery/tlsrpt.h"
 #include "master/master.h"
 #include "master/master_int.h"
 #include "master/ops.h"
@@ -96,7 +97,7 @@ master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
     struct master *m = arg;
     struct slot   *s = NULL;
     unsigned       idx = 0;
-    char           msg[256];
+    static char    msg[TLSRPT_WIRE_MAX + 256];   /* "tlsrpt-add" */
     ssize_t        r;
 
     (void)loop; (void)events;
@@ -121,6 +122,8 @@ master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
         msg[r] = '\0';
         if (strcmp(msg, "ready") == 0) {
             s->ready = 1;
+        } else if (strncmp(msg, "tlsrpt-add\n", 11) == 0) {
+            tlsagg_add(m, s->shard, msg + 11, (size_t)r - 11);
         } else if (strcmp(msg, "pong") == 0) {
             watchdog_pong(m, idx);
             /* alive past its deadline (a message in DATA, a state
@@ -227,6 +230,7 @@ master_tick(struct master *m, uint64_t now)
         m->dropped_reported = dropped;
     }
     ctl_expire(m, now);
+    tlsagg_tick(m, now);
     metrics_expire(m, now);
     watchdog_tick(m, now);
 }
@@ -341,6 +345,7 @@ master_run(const struct master_opts *o)
     if (rc != EX_OK)
         return rc;
     master_loop(m);
+    tlsagg_save(m);                 /* the workers are gone: their last */
     log_open("master", -1, m->cur->cfg->log_level);
     master_cleanup(m);
     return EX_OK;

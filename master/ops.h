@@ -15,6 +15,7 @@
 #ifndef MTAD_MASTER_OPS_H
 #define MTAD_MASTER_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -54,6 +55,17 @@ void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
             const char *args);
 /* A control request line: logged as an admin action unless read-only. */
 void    audit_request(int fd, const char *line);
+
+/* tlsrpt_agg.c: TLS-RPT day totals (delivery/tlsrpt.h).  load at start,
+ * add a worker's "tlsrpt-add" message (without that first line), tick
+ * once a second (saves, the daily reports), save at stop; ctl answers
+ * "tls report [DOMAIN]" and "tls report-send" (arg after "tls "). */
+void    tlsagg_load(struct master *m);
+void    tlsagg_add(struct master *m, unsigned shard, const char *msg,
+            size_t n);
+void    tlsagg_tick(struct master *m, uint64_t now_ms);
+void    tlsagg_save(struct master *m);
+void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);

@@ -264,6 +264,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
     log_notice("starting: generation %u, %d workers, %zu listeners%s",
         m->cur->id, cfg->workers, cfg->nlisten,
         m->cur->privs.drop ? "" : " (not root: no privilege drop)");
+    tlsagg_load(m);                 /* the day's TLS-RPT counts so far */
     (void)master_start_generation(m, m->cur);
     return EX_OK;
 }

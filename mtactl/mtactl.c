@@ -6,6 +6,7 @@
  *             reload   re-read the config; waits for the outcome
  *             stop     stop mtad gracefully; waits until it is gone
  *             check    check the config locally (like mtad -t)
+ *             tls report [DOMAIN|--send]  TLS-RPT counts (RFC 8460)
  *             help [COMMAND]
  *             dkim keygen ...  (dkim.c)
  *             route ...  (route.c)     queue/show/delete/hold/release/
@@ -62,6 +63,8 @@ mtactl_usage(FILE *f)
         "  tls policy ...   outbound TLS level per destination "
         "(mtactl help tls)\n"
         "  queue ...        the queue (mtactl help queue)\n"
+        "  tls report [DOMAIN|--send]  TLS-RPT counts of today; --send "
+        "mails the reports now\n"
         "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
         "(mtactl help dkim)\n"
         "  user add|del|list  SMTP AUTH users of auth.password_file "
@@ -241,6 +244,25 @@ mtactl_help(int argc, char **argv)
     return MTACTL_OK;
 }
 
+/* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
+static int
+mtactl_tls_report(struct mtactl *c, int argc, char **argv)
+{
+    char req[CTL_REQUEST_MAX];
+
+    if (argc == 2)
+        return mtactl_request(c, "tls report", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 3 && strcmp(argv[2], "--send") == 0)
+        return mtactl_request(c, "tls report-send", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 3 && argv[2][0] != '-' && strlen(argv[2]) < 256 &&
+        strcspn(argv[2], " \t\r\n") == strlen(argv[2])) {
+        snprintf(req, sizeof(req), "tls report %s", argv[2]);
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+    fprintf(stderr, "mtactl: usage: mtactl tls report [DOMAIN | --send]\n");
+    return MTACTL_USAGE;
+}
+
 static int
 mtactl_is_queue(const char *cmd)
 {
@@ -281,6 +303,8 @@ mtactl_dispatch(struct mtactl *c, int argc, char **argv)
         snprintf(req, sizeof(req), "kick %s", argv[1]);
         return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
     }
+    if (strcmp(cmd, "tls") == 0 && argc >= 2 && strcmp(argv[1], "report") == 0)
+        return mtactl_tls_report(c, argc, argv);
     if (strcmp(cmd, "dkim") == 0)
         return mtactl_dkim(argc, argv);     /* needs no configuration */
     if (strcmp(cmd, "user") == 0)

@@ -31,7 +31,14 @@ mtactl_tls_help(void)
 "  the next delivery attempt; no reload).  LEVEL: none | may | encrypt |\n"
 "  verify | dane | dane-only.  DOMAIN: a recipient domain, or a routes\n"
 "  key (domain, .domain, user@domain).  Lookup: the recipient's domain,\n"
-"  then the routes key that matched, then delivery.tls in relay.yaml.\n");
+"  then the routes key that matched, then delivery.tls in relay.yaml.\n"
+"usage: mtactl tls report [DOMAIN]\n"
+"       mtactl tls report --send\n"
+"  Today's TLS-RPT counts (RFC 8460, UTC day) per policy domain: the\n"
+"  successful and failed sessions, the policy strings and the failure\n"
+"  details, from every worker (up to a second late).  --send: send the\n"
+"  reports now (else after each UTC day): each domain's counts so far go\n"
+"  to its _smtp._tls rua= mailto: addresses and are then forgotten.\n");
 }
 
 

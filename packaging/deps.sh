@@ -2,7 +2,7 @@
 # deps.sh - install what mtad needs to build, test and benchmark on Debian 12.
 set -e
 PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
-libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim
+libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev
 python3-prometheus-client swaks procps iproute2 openssl libc-ares-dev nsd
 unbound ldnsutils dnsutils haproxy clang libclang-rt-14-dev libcrypt-dev
 libcurl4-openssl-dev"

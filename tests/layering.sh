@@ -41,6 +41,7 @@ BEGIN {
     # the headers each module offers the others ("*": all of them)
     pub["common"] = "*"
     pub["router"] = "router/router.h router/route.h"
+    pub["delivery"] = "delivery/delivery.h delivery/tlsrpt.h"
     bad = 0
 }
 function has(list, w) { return index(" " list " ", " " w " ") > 0 }

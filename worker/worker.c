@@ -67,6 +67,7 @@
 #include "router/router.h"
 #include "spool/spool.h"
 #include "delivery/delivery.h"
+#include "delivery/tlsrpt.h"
 #include "common/net.h"
 #include "common/sandbox.h"
 #include "worker/worker.h"
@@ -445,11 +446,24 @@ worker_drain(struct worker *w)
 }
 
 
+/* worker_tlsrpt_emit - one policy's TLS-RPT counts to the master (see
+ * delivery/tlsrpt.h); a full channel keeps them for the next tick. */
+static int
+worker_tlsrpt_emit(const char *msg, size_t n, void *arg)
+{
+    struct worker *w = arg;
+
+    return send(w->a.chan_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL) ==
+        (ssize_t)n ? 0 : -1;
+}
+
+
 static void
 worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct worker *w = arg;
-    char           msg[256];
+    /* "tlsrpt-send" carries a day of one domain's counters */
+    static char    msg[TLSRPT_WIRE_MAX + 256];
     ssize_t        n;
 
     (void)events;
@@ -475,6 +489,8 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
         deliver_kick(w->deliver, NULL);
     else if (strncmp(msg, "kick ", 5) == 0 && spool_id_valid(msg + 5))
         deliver_kick(w->deliver, msg + 5);
+    else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
+        tlsrpt_send(w->deliver, msg, (size_t)n);
     else if (strcmp(msg, "sandbox-test") == 0) {
         log_notice("sandbox test: making a forbidden system call");
         log_flush();
@@ -497,6 +513,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
         w->accept_pause = 0;
         worker_listen(w, 1);
     }
+    (void)tlsrpt_export(worker_tlsrpt_emit, w);
     deliver_gauges(w->deliver, &act, &due, &later);
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_due, due, __ATOMIC_RELAXED);
@@ -669,6 +686,7 @@ worker_init(const struct worker_args *a)
     if (cfg->auth_password_file != NULL &&
         (w->auth = smtpd_auth_load(cfg->auth_password_file)) == NULL)
         goto fail;
+    tlsrpt_enable(cfg->tlsrpt_enabled);
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -721,6 +739,7 @@ worker_run(struct worker *w)
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;
     }
+    (void)tlsrpt_export(worker_tlsrpt_emit, w);   /* the last counts */
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
     smtpd_auth_free(w->auth);

@@ -373,7 +373,7 @@ Test(config, unknown_key_top)
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
         "relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "auth, submission)");
+        "tlsrpt, auth, submission)");
 }
 
 Test(config, unknown_key_nested)
@@ -473,7 +473,7 @@ Test(config, control_characters_in_key)
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
         "relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "auth, submission)");
+        "tlsrpt, auth, submission)");
 }
 
 Test(config, bad_size)
@@ -660,7 +660,7 @@ Test(config, top_level_not_mapping)
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
         "relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "auth, submission), got a sequence");
+        "tlsrpt, auth, submission), got a sequence");
 }
 
 Test(config, second_document)
@@ -684,7 +684,7 @@ Test(config, all_errors_collected)
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
         "limits, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "auth, submission)\n"
+        "tlsrpt, auth, submission)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
@@ -1155,4 +1155,34 @@ Test(config, tls_list_errors_name_the_item)
             tdir);
         cr_assert_str_eq(terr, want);
     }
+}
+
+Test(config, tlsrpt_defaults_and_keys)
+{
+    struct config *c = tc_load_ok("server:\n  hostname: mx.example.org\n"
+        "routes:\n  default: discard\n");
+
+    cr_assert_eq(c->tlsrpt_enabled, 0);
+    cr_assert_str_eq(c->tlsrpt_organization, "mx.example.org");
+    cr_assert_str_eq(c->tlsrpt_contact, "postmaster@mx.example.org");
+    cr_assert_str_eq(c->tlsrpt_sender, "postmaster@mx.example.org");
+    config_free(c);
+    c = tc_load_ok("routes:\n  default: discard\ntlsrpt:\n  enabled: true\n"
+        "  organization: Example Inc.\n  contact: https://example.org/tls\n"
+        "  sender: tlsrpt@example.org\n");
+    cr_assert_eq(c->tlsrpt_enabled, 1);
+    cr_assert_str_eq(c->tlsrpt_organization, "Example Inc.");
+    cr_assert_str_eq(c->tlsrpt_contact, "https://example.org/tls");
+    cr_assert_str_eq(c->tlsrpt_sender, "tlsrpt@example.org");
+    config_free(c);
+}
+
+Test(config, tlsrpt_sender_must_be_a_plain_address)
+{
+    tc_load_bad("routes:\n  default: discard\ntlsrpt:\n"
+        "  sender: Reports <r@example.org>\n",
+        "%P: tlsrpt.sender: not a plain address (local@domain): "
+        "Reports <r@example.org>");
+    tc_load_bad("routes:\n  default: discard\ntlsrpt:\n  sender: nobody\n",
+        "%P: tlsrpt.sender: not a plain address (local@domain): nobody");
 }

@@ -1,0 +1,102 @@
+/*
+ * fuzz_tlsrpt.c - libFuzzer target over the TLS-RPT parsers of untrusted
+ * input (delivery/tlsrpt.c, tlsrpt_report.c): the wire form a worker
+ * sends the master, and the _smtp._tls TXT records.  `make fuzz` builds
+ * and runs it; seeds in tests/fuzz/corpus/tlsrpt/.
+ *
+ * The first byte picks the parser.  Wire: merge into a table; on success
+ * the table's dump must merge again into a second table whose dump is the
+ * same bytes (the format round-trips), and the listing and the JSON of
+ * every domain must be built without a crash.  TXT: the input split at
+ * NUL bytes into records; on success 1..TLSRPT_RUA_MAX addresses, each
+ * printable ASCII with one '@'; on failure a non-empty reason.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "delivery/tlsrpt.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void
+fuzz_wire(const char *p, size_t n)
+{
+    struct tlsrpt_tab *a = tlsrpt_tab_new(), *b = tlsrpt_tab_new();
+    struct tlsrpt_info in;
+    struct buf         d1, d2, t;
+    char               err[256];
+
+    buf_init(&d1);
+    buf_init(&d2);
+    buf_init(&t);
+    if (tlsrpt_tab_merge(a, p, n, err, sizeof(err)) < 0) {
+        if (err[0] == '\0' || tlsrpt_tab_count(a) != 0)
+            abort();
+        goto out;
+    }
+    tlsrpt_tab_dump(a, &d1);
+    buf_append(&d1, "", 1);             /* never an empty (NULL) buffer */
+    if (tlsrpt_tab_merge(b, d1.data, d1.len - 1, err, sizeof(err)) < 0)
+        abort();                        /* our own dump must parse */
+    tlsrpt_tab_dump(b, &d2);
+    buf_append(&d2, "", 1);
+    if (d1.len != d2.len || memcmp(d1.data, d2.data, d1.len) != 0)
+        abort();
+    tlsrpt_tab_text(a, NULL, &t);
+    memset(&in, 0, sizeof(in));
+    in.organization = in.contact = in.submitter = in.report_id = "x";
+    in.domain = "example.org";
+    tlsrpt_json(a, &in, &t);
+out:
+    buf_free(&d1);
+    buf_free(&d2);
+    buf_free(&t);
+    tlsrpt_tab_free(a);
+    tlsrpt_tab_free(b);
+}
+
+static void
+fuzz_txt(const char *p, size_t n)
+{
+    char       *copy = malloc(n + 1), rua[TLSRPT_RUA_MAX][256], err[256];
+    const char *txt[8];
+    size_t      ntxt = 0, nrua, nh, i = 0;
+
+    memcpy(copy, p, n);
+    copy[n] = '\0';
+    while (i <= n && ntxt < 8) {
+        txt[ntxt++] = copy + i;
+        i += strlen(copy + i) + 1;
+    }
+    err[0] = '\0';
+    if (tlsrpt_rua_parse(txt, ntxt, rua, &nrua, &nh, err, sizeof(err)) == 0) {
+        if (nrua == 0 || nrua > TLSRPT_RUA_MAX)
+            abort();
+        for (size_t k = 0; k < nrua; k++) {
+            const char *at = strchr(rua[k], '@');
+
+            if (at == NULL || strchr(at + 1, '@') != NULL)
+                abort();
+            for (const char *c = rua[k]; *c; c++)
+                if (*c <= 0x20 || *c >= 0x7f)
+                    abort();
+        }
+    } else if (err[0] == '\0') {
+        abort();
+    }
+    free(copy);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    if (data[0] & 1)
+        fuzz_txt((const char *)data + 1, size - 1);
+    else
+        fuzz_wire((const char *)data + 1, size - 1);
+    return 0;
+}
