@@ -30,6 +30,7 @@
 struct tlsrpt_tab {
     struct tlsrpt_pol *bucket[TLSRPT_BUCKETS];
     size_t             n;
+    size_t             bytes;       /* held by its policies (TLSRPT_TAB_BYTES) */
     uint64_t           dropped;     /* sessions not kept in detail */
 };
 
@@ -167,9 +168,12 @@ tlsrpt_pol_new(uint32_t day, const struct tlsrpt_event *ev, size_t dlen,
                   TLSRPT_MAX_STRINGS;
     if (p->nstrings > 0)
         p->strings = xcalloc(p->nstrings, sizeof(char *));
-    for (size_t i = 0; i < p->nstrings; i++)
+    p->bytes = sizeof(*p) + p->nstrings * sizeof(char *);
+    for (size_t i = 0; i < p->nstrings; i++) {
         p->strings[i] = xstrndup(tlsrpt_nz(ev->strings[i]),
             TLSRPT_MAX_STRING - 1);
+        p->bytes += strlen(p->strings[i]) + 1;
+    }
     return p;
 }
 
@@ -205,6 +209,7 @@ tlsrpt_tab_clear(struct tlsrpt_tab *t)
         t->bucket[b] = NULL;
     }
     t->n = 0;
+    t->bytes = 0;
 }
 
 
@@ -251,11 +256,14 @@ tlsrpt_detail(struct tlsrpt_tab *t, struct tlsrpt_pol *p,
             return;
         }
     }
-    if (p->ndet == TLSRPT_MAX_DETAILS) {
+    if (p->ndet == TLSRPT_MAX_DETAILS ||
+        t->bytes + sizeof(*d) > TLSRPT_TAB_BYTES) {
         t->dropped += n;
         return;
     }
     p->det = xrealloc(p->det, (p->ndet + 1) * sizeof(*p->det));
+    p->bytes += sizeof(*d);
+    t->bytes += sizeof(*d);
     d = &p->det[p->ndet++];
     memset(d, 0, sizeof(*d));
     util_strlcpy(d->result, res, sizeof(d->result));
@@ -281,9 +289,10 @@ tlsrpt_find(struct tlsrpt_tab *t, uint32_t day, const struct tlsrpt_event *ev)
     for (p = t->bucket[h % TLSRPT_BUCKETS]; p != NULL; p = p->next)
         if (p->hash == h && tlsrpt_same(p, day, ev, dlen))
             return p;
-    if (t->n >= TLSRPT_MAX_POLICIES)
+    if (t->n >= TLSRPT_MAX_POLICIES || t->bytes >= TLSRPT_TAB_BYTES)
         return NULL;
     p = tlsrpt_pol_new(day, ev, dlen, h);
+    t->bytes += p->bytes;
     p->next = t->bucket[h % TLSRPT_BUCKETS];
     t->bucket[h % TLSRPT_BUCKETS] = p;
     t->n++;
@@ -749,6 +758,7 @@ tlsrpt_unlink(struct tlsrpt_tab *t, struct tlsrpt_pol *p)
         pp = &(*pp)->next;
     *pp = p->next;
     t->n--;
+    t->bytes -= p->bytes;
     tlsrpt_pol_free(p);
 }
 

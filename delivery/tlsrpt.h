@@ -51,6 +51,9 @@ enum tlsrpt_type {
 #define TLSRPT_MAX_STRING    1024       /* bytes of one policy string */
 #define TLSRPT_MAX_DETAILS   32         /* failure details per policy */
 #define TLSRPT_MAX_POLICIES  8192       /* policies per table */
+/* Bytes a table may hold in all (policies, strings, details): the master
+ * merges what workers send, and a worker is not trusted to keep it small. */
+#define TLSRPT_TAB_BYTES     ((size_t)16 << 20)
 #define TLSRPT_WIRE_MAX      60000      /* bytes of one channel message */
 #define TLSRPT_DOMAIN_MAX    256
 

@@ -31,6 +31,7 @@ struct tlsrpt_pol {
     uint64_t              ok, fail;
     struct tlsrpt_detail *det;
     size_t                ndet;
+    size_t                bytes;    /* what it holds, for the table's cap */
 };
 
 /* One policy's block (tlsrpt.h WIRE) appended to out. */

@@ -199,6 +199,35 @@ Test(tlsrpt, details_beyond_the_limit_count_in_the_summary_only)
     tlsrpt_tab_free(m);
 }
 
+/* A worker is not trusted: whatever it sends, the master's table holds
+ * at most TLSRPT_TAB_BYTES; the rest is counted as dropped. */
+Test(tlsrpt, the_table_holds_a_bounded_number_of_bytes)
+{
+    static char         big[TLSRPT_MAX_STRING];
+    const char         *strs[TLSRPT_MAX_STRINGS];
+    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    char                dom[64];
+    size_t              per = TLSRPT_MAX_STRINGS * TLSRPT_MAX_STRING;
+    int                 i, tries = (int)(TLSRPT_TAB_BYTES / per) + 100;
+
+    memset(big, 'a', sizeof(big) - 1);
+    for (i = 0; i < TLSRPT_MAX_STRINGS; i++)
+        strs[i] = big;
+    for (i = 0; i < tries; i++) {
+        struct tlsrpt_event ev = ev_of(dom, TLSRPT_STS, NULL);
+
+        snprintf(dom, sizeof(dom), "d%d.example.org", i);
+        ev.strings = strs;
+        ev.nstrings = TLSRPT_MAX_STRINGS;
+        tlsrpt_tab_add(m, DAY, &ev, 1);
+    }
+    cr_assert_lt(tlsrpt_tab_count(m), (size_t)tries);
+    cr_assert_leq(tlsrpt_tab_count(m) * per, TLSRPT_TAB_BYTES + per);
+    cr_assert_eq(tlsrpt_tab_dropped(m), (uint64_t)tries -
+        tlsrpt_tab_count(m));
+    tlsrpt_tab_free(m);
+}
+
 Test(tlsrpt, network_text_is_escaped_on_the_wire_and_in_the_listing)
 {
     static const char *const odd[] = { "mx: a b%c\x1b[31m", "-" };
