@@ -543,9 +543,13 @@ def test_status_json(mtad_factory, sink):
     sink.wait_for(3)
 
     def counted():
+        # the listener answers before every worker is ready: one may still
+        # be "starting" after the first one delivered all three
         st = json.loads(m.ctl("status", "--json", check=True).stdout)
-        return st if st["totals"]["recipients_sent"] == 3 else None
-    st = wait(counted, "three deliveries in the status")
+        return st if st["totals"]["recipients_sent"] == 3 and all(
+            w["state"] == "running" for w in st["workers"]) else None
+    st = wait(counted, "three deliveries and both workers running in the "
+              "status")
     assert st["pid"] == m.pid and st["generation"] == 1
     assert st["workers_configured"] == 2 and len(st["workers"]) == 2
     assert {w["state"] for w in st["workers"]} == {"running"}
