@@ -166,7 +166,9 @@ void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL o
  * appears in queue/), and gives *envp, the envelope just rendered parsed
  * back as spool_msg_open() would read it (body_size still 0: the caller
  * sets it from spool_msg_size() at the commit; no state, has_state 0),
- * with *body_off.  *envp is the caller's from then on (spool_env_free).
+ * with *body_off.  *envp is the caller's from then on (spool_env_free);
+ * *envp and *body_off must stay where they are until the commit: a later
+ * spool_mark_tls_optional() changes the envelope, and updates both.
  * The fd stays m's: a commit that returns SPOOL_OK for m (spool_commit,
  * or rcs[i] of spool_commit_batch) leaves it open and locked and the
  * caller then owns *fd (to close); any other end (a failed commit,

@@ -96,6 +96,8 @@ struct spool_msg {
     int         tls_optional;       /* spool_mark_tls_optional() added its
                                        line */
     int         keep;               /* spool_keep(): a commit keeps fd */
+    struct spool_env **kenvp;       /* spool_keep()'s caller's envelope and */
+    off_t      *kbody;              /* body offset, which a later mark moves */
 };
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global

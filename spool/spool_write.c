@@ -234,6 +234,8 @@ spool_keep(struct spool_msg *m, struct spool_env **envp, int *fdp,
     }
     env->has_state = 0;
     m->keep = 1;
+    m->kenvp = envp;
+    m->kbody = body_off;
     *envp = env;
     *fdp = m->fd;
     *body_off = (off_t)m->body_off;
@@ -366,6 +368,10 @@ spool_mark_tls_optional(struct spool_msg *m)
     if (m->head_len > 0)
         m->head_off += n;               /* DKIM's room moved with the body */
     m->tls_optional = 1;
+    if (m->keep && *m->kenvp != NULL) { /* the envelope handed out too */
+        (*m->kenvp)->tls_optional = 1;
+        *m->kbody = (off_t)m->body_off;
+    }
     return SPOOL_OK;
 }
 
