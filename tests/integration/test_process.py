@@ -497,7 +497,7 @@ class Sender(threading.Thread):
     """One persistent SMTP connection sending one message after another
     (MAIL, RCPT, DATA, body, each reply awaited) until told to stop; every
     reply that is not the expected one is recorded.  Bounded in count and
-    time."""
+    time; paced so that the count lasts longer than a test."""
 
     def __init__(self, port, limit=20000):
         super().__init__(daemon=True)
@@ -549,6 +549,9 @@ class Sender(threading.Thread):
                             return
                         self.failed += 1    # the transaction failed, the
                                             # session goes on: see the test
+                    # paced (at most 500 messages a second): the count
+                    # bound must outlast the test on a fast machine too
+                    time.sleep(0.002)
                 self.expect(f, s, b"QUIT\r\n", 221)
                 self.quit_reply = 221
         except (OSError, EOFError) as e:
