@@ -26,7 +26,7 @@
  *               policy while unexpired, else no policy;
  *             - the fetch failed (any reason): the cached policy while
  *               unexpired (even with an older id), else no policy ("as
- *               though the domain has not implemented MTA-STS"); the same
+ *               though the domain has not deployed MTA-STS"); the same
  *               id is not fetched again for 5 minutes (else every message
  *               to a domain with a broken server would wait for it).
  * CONTRACT  One struct stsd per worker, on the worker's struct dns.

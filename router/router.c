@@ -458,46 +458,45 @@ router_check_kv(struct router *r, const char *key, const char *value,
 }
 
 
-int
-router_put(struct router *r, const char *key, const char *value)
+/* router_put_in / router_del_in - one write to table dbi (the routes or
+ * the TLS policies), in the open batch or a transaction of its own; k is
+ * checked and normalised.  A missing key is ROUTER_ENOTFOUND with what
+ * ("no such key", "no TLS policy for") and, outside a batch, changes
+ * nothing and does not fail the batch either. */
+static int
+router_put_in(struct router *r, MDB_dbi dbi, const char *k, const char *value)
 {
-    char    k[ROUTE_KEY_MAX + 1];
     MDB_txn *txn;
-    MDB_val mk, mv;
-    int     rc, mrc;
+    MDB_val  mk, mv;
+    int      rc, mrc;
 
-    if ((rc = router_check_kv(r, key, value, k, sizeof(k))) != ROUTER_OK)
-        return rc;
     if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
         return rc;
-    mk.mv_data = k;
+    mk.mv_data = (void *)k;
     mk.mv_size = strlen(k);
     mv.mv_data = (void *)value;
     mv.mv_size = strlen(value);
-    if ((mrc = mdb_put(txn, r->dbi, &mk, &mv, 0)) != 0)
+    if ((mrc = mdb_put(txn, dbi, &mk, &mv, 0)) != 0)
         rc = router_fail(r, router_mdb_rc(mrc), "put '%s': %s", k,
             mdb_strerror(mrc));
     return router_wend(r, txn, rc);
 }
 
 
-int
-router_del(struct router *r, const char *key)
+static int
+router_del_in(struct router *r, MDB_dbi dbi, const char *k, const char *what)
 {
-    char    k[ROUTE_KEY_MAX + 1];
     MDB_txn *txn;
-    MDB_val mk;
-    int     rc, mrc;
+    MDB_val  mk;
+    int      rc, mrc;
 
-    if ((rc = router_check_kv(r, key, NULL, k, sizeof(k))) != ROUTER_OK)
-        return rc;
     if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
         return rc;
-    mk.mv_data = k;
+    mk.mv_data = (void *)k;
     mk.mv_size = strlen(k);
-    mrc = mdb_del(txn, r->dbi, &mk, NULL);
+    mrc = mdb_del(txn, dbi, &mk, NULL);
     if (mrc == MDB_NOTFOUND)
-        rc = router_fail(r, ROUTER_ENOTFOUND, "no such key '%s'", k);
+        rc = router_fail(r, ROUTER_ENOTFOUND, "%s '%s'", what, k);
     else if (mrc != 0)
         rc = router_fail(r, router_mdb_rc(mrc), "del '%s': %s", k,
             mdb_strerror(mrc));
@@ -506,6 +505,30 @@ router_del(struct router *r, const char *key)
         return rc;                  /* the batch either */
     }
     return router_wend(r, txn, rc);
+}
+
+
+int
+router_put(struct router *r, const char *key, const char *value)
+{
+    char k[ROUTE_KEY_MAX + 1];
+    int  rc;
+
+    if ((rc = router_check_kv(r, key, value, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    return router_put_in(r, r->dbi, k, value);
+}
+
+
+int
+router_del(struct router *r, const char *key)
+{
+    char k[ROUTE_KEY_MAX + 1];
+    int  rc;
+
+    if ((rc = router_check_kv(r, key, NULL, k, sizeof(k))) != ROUTER_OK)
+        return rc;
+    return router_del_in(r, r->dbi, k, "no such key");
 }
 
 
@@ -758,54 +781,27 @@ router_tls_key(struct router *r, const char *key, char *kbuf, size_t kbufsz)
 int
 router_tls_put(struct router *r, const char *key, const char *level)
 {
-    char    k[ROUTE_KEY_MAX + 1];
-    MDB_txn *txn;
-    MDB_val mk, mv;
-    int     rc, mrc;
+    char k[ROUTE_KEY_MAX + 1];
+    int  rc;
 
     if ((rc = router_tls_key(r, key, k, sizeof(k))) != ROUTER_OK)
         return rc;
     if (router_tls_level(level) < 0)
         return router_fail(r, ROUTER_EINVAL, "bad TLS level '%.40s' (none, "
             "may, encrypt, verify, dane or dane-only)", level);
-    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
-        return rc;
-    mk.mv_data = k;
-    mk.mv_size = strlen(k);
-    mv.mv_data = (void *)level;
-    mv.mv_size = strlen(level);
-    if ((mrc = mdb_put(txn, r->tls_dbi, &mk, &mv, 0)) != 0)
-        rc = router_fail(r, router_mdb_rc(mrc), "put '%s': %s", k,
-            mdb_strerror(mrc));
-    return router_wend(r, txn, rc);
+    return router_put_in(r, r->tls_dbi, k, level);
 }
 
 
 int
 router_tls_del(struct router *r, const char *key)
 {
-    char    k[ROUTE_KEY_MAX + 1];
-    MDB_txn *txn;
-    MDB_val mk;
-    int     rc, mrc;
+    char k[ROUTE_KEY_MAX + 1];
+    int  rc;
 
     if ((rc = router_tls_key(r, key, k, sizeof(k))) != ROUTER_OK)
         return rc;
-    if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
-        return rc;
-    mk.mv_data = k;
-    mk.mv_size = strlen(k);
-    mrc = mdb_del(txn, r->tls_dbi, &mk, NULL);
-    if (mrc == MDB_NOTFOUND)
-        rc = router_fail(r, ROUTER_ENOTFOUND, "no TLS policy for '%s'", k);
-    else if (mrc != 0)
-        rc = router_fail(r, router_mdb_rc(mrc), "del '%s': %s", k,
-            mdb_strerror(mrc));
-    if (rc == ROUTER_ENOTFOUND && txn != r->wtxn) {
-        mdb_txn_abort(txn);
-        return rc;
-    }
-    return router_wend(r, txn, rc);
+    return router_del_in(r, r->tls_dbi, k, "no TLS policy for");
 }
 
 

@@ -579,6 +579,22 @@ def tail_logs(d, names):
     return " | ".join(out)
 
 
+def stop_daemon(d):
+    """Stop the daemon d started (d.proc, by its PID; d.log its open log
+    file): SIGTERM, then SIGKILL after 10 s."""
+    if d.proc is None:
+        return
+    if d.proc.poll() is None:
+        os.kill(d.proc.pid, signal.SIGTERM)
+        try:
+            d.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(timeout=10)
+    d.log.close()
+    d.proc = None
+
+
 # ---- DNS: nsd with the test zone, SERVFAIL and silent servers ----
 
 def sbin(name):
@@ -816,17 +832,7 @@ zone:
         return tail_logs(self.dir, ("nsd.stderr", "nsd.log"))
 
     def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self.log.close()
-        self.proc = None
+        stop_daemon(self)
 
     def __enter__(self):
         return self.start()
@@ -1007,17 +1013,7 @@ stub-zone:
         return tail_logs(self.dir, ("unbound.stderr", "unbound.log"))
 
     def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self.log.close()
-        self.proc = None
+        stop_daemon(self)
 
 
 def sign_zone(workdir, zone_text=ZONE_TEXT, zone=ZONE, bogus=()):
