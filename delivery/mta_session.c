@@ -377,6 +377,27 @@ mta_body_start(struct mta_conn *c)
 }
 
 
+/* mta_body_read - the next chunk of the body from the queue file into the
+ * shared chunk buffer: its length, or -1 with lasterr set. */
+static ssize_t
+mta_body_read(struct mta_conn *c)
+{
+    size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
+        (size_t)c->body_left;
+    ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+
+    if (n <= 0) {
+        snprintf(c->lasterr, sizeof(c->lasterr),
+            "cannot read the queue file: %s",
+            n < 0 ? strerror(errno) : "truncated");
+        return -1;
+    }
+    c->body_pos += n;
+    c->body_left -= (uint64_t)n;
+    return n;
+}
+
+
 /*
  * mta_body_write - move body bytes toward the socket.  DATA: pread a
  * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
@@ -413,18 +434,10 @@ mta_body_write(struct mta_conn *c)
         }
         if (c->bdat && c->net.ssl != NULL) {
             /* TLS: the bytes go through OpenSSL, not sendfile() */
-            size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
-                (size_t)c->body_left;
-            ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+            ssize_t n = mta_body_read(c);
 
-            if (n <= 0) {
-                snprintf(c->lasterr, sizeof(c->lasterr),
-                    "cannot read the queue file: %s",
-                    n < 0 ? strerror(errno) : "truncated");
+            if (n < 0)
                 return -1;
-            }
-            c->body_pos += n;
-            c->body_left -= (uint64_t)n;
             buf_compact(&c->out);
             buf_append(&c->out, c->r->chunk, (size_t)n);
         } else if (c->bdat) {
@@ -445,18 +458,10 @@ mta_body_write(struct mta_conn *c)
             }
             c->body_left -= (uint64_t)w;
         } else {
-            size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
-                (size_t)c->body_left;
-            ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+            ssize_t n = mta_body_read(c);
 
-            if (n <= 0) {
-                snprintf(c->lasterr, sizeof(c->lasterr),
-                    "cannot read the queue file: %s",
-                    n < 0 ? strerror(errno) : "truncated");
+            if (n < 0)
                 return -1;
-            }
-            c->body_pos += n;
-            c->body_left -= (uint64_t)n;
             buf_compact(&c->out);
             (void)buf_reserve(&c->out, SMTP_STUFF_ROOM((size_t)n) + 5);
             buf_produce(&c->out, smtp_stuff(&c->stuff, c->r->chunk,
