@@ -82,6 +82,8 @@ logd_flush(struct logd *d)
  * was the largest share of mtad's system calls (issue 16).  A batch that
  * comes back short means the socket was empty just then: stop without
  * the extra call that would only say EAGAIN; epoll wakes us for more. */
+static void logd_command(struct logd *d);
+
 static void
 logd_drain(struct logd *d)
 {
@@ -127,6 +129,9 @@ logd_drain(struct logd *d)
             logd_flush(d);
         if ((size_t)r < n)
             return;                 /* drained */
+        /* more waiting: a reopen that came meanwhile goes before the
+         * records sent after it (the master's "(re)opened" among them) */
+        logd_command(d);
     }
 }
 
