@@ -80,7 +80,8 @@ fuzz_state_free(struct spool_env *e)
     for (size_t i = 0; i < e->nrcpt; i++) {
         free(e->rcpt[i].last_reply);
         free(e->rcpt[i].relay);
-        e->rcpt[i].last_reply = e->rcpt[i].relay = NULL;
+        free(e->rcpt[i].tls);
+        e->rcpt[i].last_reply = e->rcpt[i].relay = e->rcpt[i].tls = NULL;
     }
 }
 
