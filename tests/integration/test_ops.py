@@ -255,8 +255,11 @@ def test_metrics_exposition(mtad_factory, sink):
     def ready():
         s = scrape(mport)[1]
         return s["mtad_recipient_deliveries_total{status=sent}"] == 1 and \
-            s["mtad_connections_total"] == 4 and s["mtad_sessions"] == 0
-    # 4: wait_ready()'s probe, the message, the two raw sessions
+            s["mtad_connections_total"] == 4 and s["mtad_sessions"] == 0 \
+            and s["mtad_workers_ready"] == 2
+    # 4: wait_ready()'s probe, the message, the two raw sessions; the
+    # listener answers before every worker is ready (one may still be
+    # loading its CA bundle, slow under ASan)
     wait(ready, "the counters")
     fams, s, text = scrape(mport)
     types = {f.name: f.type for f in fams}
