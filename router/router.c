@@ -532,8 +532,12 @@ router_del(struct router *r, const char *key)
 }
 
 
-int
-router_each(struct router *r,
+/* router_each_in - fn(key, value) for every entry of table dbi, in key
+ * order, until fn returns non-zero.  The routes table also holds the TLS
+ * policy table's own record (LMDB names a sub-database by a key of the
+ * main one): skipped.  vmax: the longest value the table allows. */
+static int
+router_each_in(struct router *r, MDB_dbi dbi, size_t vmax,
     int (*fn)(const char *key, const char *value, void *arg), void *arg)
 {
     char        k[ROUTE_KEY_MAX + 1], v[ROUTE_VALUE_MAX + 1];
@@ -543,7 +547,7 @@ router_each(struct router *r,
 
     if ((rc = router_rbegin(r)) != ROUTER_OK)
         return rc;
-    if ((mrc = mdb_cursor_open(r->rtxn, r->dbi, &cur)) != 0) {
+    if ((mrc = mdb_cursor_open(r->rtxn, dbi, &cur)) != 0) {
         mdb_txn_reset(r->rtxn);
         return router_fail(r, router_mdb_rc(mrc), "mdb_cursor_open: %s",
             mdb_strerror(mrc));
@@ -551,12 +555,13 @@ router_each(struct router *r,
     rc = ROUTER_OK;
     for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
         mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
-        if (mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
+        if (dbi == r->dbi && mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
             memcmp(mk.mv_data, ROUTER_TLS_DB, mk.mv_size) == 0)
             continue;               /* the TLS policy table's record */
-        if (mk.mv_size >= sizeof(k) || mv.mv_size >= sizeof(v)) {
-            rc = router_fail(r, ROUTER_EINVAL, "oversized entry in the db "
-                "(key %.40s...)", (const char *)mk.mv_data);
+        if (mk.mv_size >= sizeof(k) || mv.mv_size > vmax) {
+            rc = router_fail(r, ROUTER_EINVAL, "oversized %s entry (key "
+                "%.40s...)", dbi == r->dbi ? "route" : "TLS policy",
+                (const char *)mk.mv_data);
             break;
         }
         memcpy(k, mk.mv_data, mk.mv_size);
@@ -572,6 +577,14 @@ router_each(struct router *r,
     mdb_cursor_close(cur);
     mdb_txn_reset(r->rtxn);
     return rc;
+}
+
+
+int
+router_each(struct router *r,
+    int (*fn)(const char *key, const char *value, void *arg), void *arg)
+{
+    return router_each_in(r, r->dbi, ROUTE_VALUE_MAX, fn, arg);
 }
 
 
@@ -809,37 +822,7 @@ int
 router_tls_each(struct router *r,
     int (*fn)(const char *key, const char *value, void *arg), void *arg)
 {
-    char        k[ROUTE_KEY_MAX + 1], v[ROUTER_TLS_VALUE_MAX + 1];
-    MDB_cursor *cur;
-    MDB_val     mk, mv;
-    int         rc, mrc;
-
     if (!r->have_tls)
         return ROUTER_OK;
-    if ((rc = router_rbegin(r)) != ROUTER_OK)
-        return rc;
-    if ((mrc = mdb_cursor_open(r->rtxn, r->tls_dbi, &cur)) != 0) {
-        mdb_txn_reset(r->rtxn);
-        return router_fail(r, router_mdb_rc(mrc), "mdb_cursor_open: %s",
-            mdb_strerror(mrc));
-    }
-    for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
-        mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
-        if (mk.mv_size >= sizeof(k) || mv.mv_size >= sizeof(v)) {
-            rc = router_fail(r, ROUTER_EINVAL, "oversized TLS policy entry");
-            break;
-        }
-        memcpy(k, mk.mv_data, mk.mv_size);
-        k[mk.mv_size] = '\0';
-        memcpy(v, mv.mv_data, mv.mv_size);
-        v[mv.mv_size] = '\0';
-        if (fn(k, v, arg) != 0)
-            break;
-    }
-    if (rc == ROUTER_OK && mrc != 0 && mrc != MDB_NOTFOUND)
-        rc = router_fail(r, router_mdb_rc(mrc), "mdb_cursor_get: %s",
-            mdb_strerror(mrc));
-    mdb_cursor_close(cur);
-    mdb_txn_reset(r->rtxn);
-    return rc;
+    return router_each_in(r, r->tls_dbi, ROUTER_TLS_VALUE_MAX, fn, arg);
 }
