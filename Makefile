@@ -2,6 +2,9 @@
 # Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
 #          bench, fuzz, install, deb, clean.
 
+# Every core builds, unless the command line says -jN (which wins).
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+
 PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -107,7 +110,7 @@ deps:
 check-deps:
 	@pkg-config --exists $(PKGS) criterion 2>/dev/null || sh packaging/deps.sh
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -120,7 +123,7 @@ $(BUILD)/mtad: $(BUILD)/master/main.o $(call libs,master)
 
 # mtactl's objects cannot live in $(BUILD)/mtactl/: that is the binary.
 MTACTL_OBJ := $(patsubst mtactl/%.c,$(BUILD)/obj-mtactl/%.o,$(MTACTL_SRC))
-$(BUILD)/obj-mtactl/%.o: mtactl/%.c
+$(BUILD)/obj-mtactl/%.o: mtactl/%.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -130,7 +133,7 @@ $(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,config spool)
 
 # mtad-sendmail: a program using only common and config.
 SENDMAIL_OBJ := $(patsubst sendmail/%.c,$(BUILD)/obj-sendmail/%.o,$(wildcard sendmail/*.c))
-$(BUILD)/obj-sendmail/%.o: sendmail/%.c
+$(BUILD)/obj-sendmail/%.o: sendmail/%.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -192,7 +195,7 @@ fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 
 define FUZZ_RULE
-$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(call fsrc,$(1))
+$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(call fsrc,$(1)) | check-deps
 	@mkdir -p $(FUZZ_BUILD)
 	$$(FUZZ_CC) $$(FUZZ_FLAGS) $$(shell pkg-config --cflags $$(PKGS) 2>/dev/null) \
 	    -o $$@ $$^ $$(LDLIBS)
