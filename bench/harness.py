@@ -1166,7 +1166,8 @@ def targets(results, tools):
 # bench/scale.sh, bench/tls_bench.py, bench/dkim_bench.py, bench/bigqueue.py;
 # "## Issue 16" is written by hand (syscalls, 200 sessions)
 KEPT_SECTIONS = ("## Scale-out", "## TLS inbound", "## DKIM signing",
-                 "## A million queued messages", "## Issue 16")
+                 "## A million queued messages", "## Issue 16",
+                 "## Issue 20, both directions")
 TLS_SECTION = "## TLS: mtad against Postfix"          # bench/tlsvs.py
 
 

@@ -805,6 +805,7 @@ static SSL_CTX *tls_context(const char **certs, const char **keys, int n)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     (void)SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
     (void)SSL_CTX_set_num_tickets(ctx, 1);
+    SSL_CTX_set_read_ahead(ctx, 1);     /* a read per flight, not per record */
     /* No renegotiation: a read then never needs a write (conn_read's
      * EAGAIN waits for input only). */
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);

@@ -329,6 +329,7 @@ main(int argc, char **argv)
      * much CPU as the server's whole handshake, which on a small box
      * takes CPU from the server being measured. */
     SSL_CTX_set_cert_verify_callback(tb_ctx, tb_no_chain, NULL);
+    SSL_CTX_set_read_ahead(tb_ctx, 1);
     SSL_CTX_set_session_cache_mode(tb_ctx, SSL_SESS_CACHE_CLIENT |
         SSL_SESS_CACHE_NO_INTERNAL_STORE);
     if (tls13)

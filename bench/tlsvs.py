@@ -308,6 +308,9 @@ def measure(mta, sink, k, resume, msgs):
     res["busy"] = 100.0 * (1 - (b1[1] - b0[1]) / ticks)
     avail = t_e2e * H.NCPU
     res["client_share"] = 100.0 * res.get("client_cpu", 0) / avail
+    if res.get("conns"):
+        # what one connection (handshake and SMTP) costs the load client
+        res["client_ms_conn"] = 1000.0 * res["client_cpu"] / res["conns"]
     res["sink_share"] = 100.0 * (s1 - s0) / avail
     for key in ("conns", "tls", "tls_resumed", "tls_failed"):
         res["out_" + key] = c1.get(key, 0) - c0.get(key, 0)
@@ -495,8 +498,9 @@ def section(results):
            "MTA CPU s/1000 msgs mtad / Postfix | handshakes/s per core mtad / Postfix | "
            "inbound resumed mtad / Postfix | outbound TLS / connections at the sink "
            "(resumed) mtad ; Postfix | box busy % mtad / Postfix | CPU share % client / sink "
-           "/ MTA: mtad run ; Postfix run | tools alone msgs/s (× mtad) |",
-           "|" + "---|" * 11]
+           "/ MTA: mtad run ; Postfix run | client CPU ms per connection mtad run ; "
+           "Postfix run | tools alone msgs/s (× mtad) |",
+           "|" + "---|" * 12]
 
     for sc, kind, row in rows:
         rm = results.get((row, TOOL, "mtad"), [])
@@ -528,12 +532,13 @@ def section(results):
                 return "-"
             return "%.0f / %.0f / %.0f" % (_med(rs, "client_share"), _med(rs, "sink_share"),
                                            _med(rs, "mta_share"))
-        out.append("| %s%s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s ; %s | %s / %s | %s | %s |" % (
+        out.append("| %s%s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s ; %s | %s / %s | %s | %s ; %s | %s |" % (
             row, flag, col(rm, "e2e_rate"), col(rp, "e2e_rate"), ratio,
             col(rm, "cpu_per_1000", 2), col(rp, "cpu_per_1000", 2),
             col(rm, "hs_per_core_s"), col(rp, "hs_per_core_s"),
             resumed(rm), resumed(rp), outb(rm), outb(rp),
-            col(rm, "busy"), col(rp, "busy"), share(rm) + " ; " + share(rp), ceil))
+            col(rm, "busy"), col(rp, "busy"), share(rm) + " ; " + share(rp),
+            col(rm, "client_ms_conn", 2), col(rp, "client_ms_conn", 2), ceil))
     out.append("")
     out.append(READING)
     return "\n".join(out) + "\n"
@@ -557,6 +562,9 @@ READING = """- msgs/s e2e: messages counted at the sink / time from the start of
 - CPU share: CPU time of the load client (its getrusage), of the MTA's sink
   and of the MTA, in % of the box (2 cores × the run's time); the rest of
   "box busy" is other work on the machine.
+- client CPU per connection: the load client's CPU time (getrusage) per
+  TCP connection it made: a full (or resumed) TLS client handshake and the
+  SMTP exchange around it, the same work whichever MTA it talks to.
 - The tools are not the limit when "tools alone" (tlsblast straight into a
   TLS sink, same sessions and handshakes, same time window) is well above the
   MTA's rate, and the client's and sink's CPU shares leave the MTA room;

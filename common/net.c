@@ -46,6 +46,7 @@
 #include "common/tlskey.h"
 
 #define TRANSPORT_TLS_CHUNK  (INT_MAX / 2)  /* SSL_read/SSL_write take int */
+#define NET_TLS_FULL_RECORD  16384          /* TLS's largest plaintext record */
 
 
 void
@@ -125,6 +126,12 @@ net_tls_read(struct net_conn *t, void *p, size_t n)
         r = SSL_read(t->ssl, (char *)p + got, (int)want);
         if (r > 0) {
             got += (size_t)r;
+            /* A short record with nothing more buffered (read-ahead took
+             * all the socket had): the flight is in; another read would
+             * be an EAGAIN, and the level-triggered loop calls again if
+             * more comes.  Full records (bulk data) go on filling p. */
+            if (r < NET_TLS_FULL_RECORD && !SSL_has_pending(t->ssl))
+                break;
             continue;
         }
         rc = net_tls_again(t, r);
@@ -364,6 +371,17 @@ net_ctx_certs(SSL_CTX *ctx, const struct net_tls_opts *cfg, char *err,
 }
 
 
+void
+net_tls_ctx_io(struct ssl_ctx_st *ctx)
+{
+    /* Read-ahead: one read() takes what the socket holds (a record
+     * header and its body, a whole flight) instead of two per record;
+     * bytes it takes beyond a record wait in the SSL object, which
+     * net_pending() reports. */
+    SSL_CTX_set_read_ahead(ctx, 1);
+}
+
+
 struct ssl_ctx_st *
 net_tls_ctx(const struct net_tls_opts *cfg, char *err, size_t errsz)
 {
@@ -377,9 +395,15 @@ net_tls_ctx(const struct net_tls_opts *cfg, char *err, size_t errsz)
     /* No renegotiation: a write never has to wait for a read. */
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION
         | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
+    /* No automatic chain: the chain sent is the one in tls.cert_file.
+     * OpenSSL would otherwise try to build one for a lone certificate on
+     * every handshake, from a store that is empty here (nothing is ever
+     * loaded into it), so the attempt costs CPU and never adds a cert. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
-        SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+        SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS |
+        SSL_MODE_NO_AUTO_CHAIN);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    net_tls_ctx_io(ctx);
     (void)SSL_CTX_set_num_tickets(ctx, 1);
     if (cfg->tickets != NULL) {
         /* A ticket outlives neither of the two periods its key is kept. */
@@ -505,7 +529,8 @@ net_tls_handshake(struct net_conn *t, char *err, size_t errsz)
 int
 net_pending(const struct net_conn *t)
 {
-    return t->ssl != NULL && SSL_pending(t->ssl) > 0;
+    /* processed or not: with read-ahead a whole record can wait raw */
+    return t->ssl != NULL && SSL_has_pending(t->ssl) == 1;
 }
 
 

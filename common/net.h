@@ -70,6 +70,9 @@ struct net_tls_opts {
 struct ssl_ctx_st *net_tls_ctx(const struct net_tls_opts *cfg, char *err,
             size_t errsz);
 void    net_tls_ctx_free(struct ssl_ctx_st *ctx);     /* NULL ok */
+/* The I/O settings every context of ours gets, server or client (read-
+ * ahead: see net_pending()). */
+void    net_tls_ctx_io(struct ssl_ctx_st *ctx);
 int     net_tls_start(struct net_conn *t, struct ssl_ctx_st *ctx,
             char *err, size_t errsz);                     /* 0 or -1 */
 /* The client side (outbound STARTTLS): an SSL object from a client
@@ -79,7 +82,8 @@ int     net_tls_start_client(struct net_conn *t, struct ssl_ctx_st *ctx,
             char *err, size_t errsz);                     /* 0 or -1 */
 int     net_tls_handshake(struct net_conn *t, char *err,
             size_t errsz);                    /* 0 done, MTA_AGAIN, -1 */
-/* Decrypted bytes waiting inside the SSL object (0 when plain). */
+/* Bytes waiting inside the SSL object, decrypted or still a raw record
+ * read ahead from the socket (0 when plain). */
 int     net_pending(const struct net_conn *t);
 /* After the handshake: the protocol ("TLSv1.3"), the cipher name, and its
  * strength in bits (used and of the algorithm). */

@@ -398,6 +398,21 @@ mta_body_read(struct mta_conn *c)
 }
 
 
+#define MTA_TLS_TOP_UP 4096     /* less than this waits for the next chunk */
+
+/* mta_tls_top_up - over TLS, a BDAT line (or the tail of a write the
+ * socket refused) is not sent alone while body bytes remain: the next
+ * chunk joins it, so that the line and the chunk go out in one record and
+ * one send() instead of a record and a wake-up of the peer each.  Bytes
+ * appended behind a refused write keep it the same write (net.h). */
+static int
+mta_tls_top_up(const struct mta_conn *c)
+{
+    return c->bdat && c->net.ssl != NULL && c->body_left > 0 &&
+        buf_avail(&c->out) < MTA_TLS_TOP_UP;
+}
+
+
 /*
  * mta_body_write - move body bytes toward the socket.  DATA: pread a
  * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
@@ -412,7 +427,7 @@ mta_body_write(struct mta_conn *c)
     int turns;
 
     for (turns = 0; turns < MTA_WRITE_TURNS; turns++) {
-        if (buf_avail(&c->out) > 0) {
+        if (buf_avail(&c->out) > 0 && !mta_tls_top_up(c)) {
             if (mta_send(c) < 0)
                 return -1;
             if (buf_avail(&c->out) > 0) {   /* EAGAIN */

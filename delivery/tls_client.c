@@ -63,6 +63,7 @@ tls_client_ctx(const struct tls_client_opts *o, char *err, size_t errsz)
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
         SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    net_tls_ctx_io(ctx);
     if (dane_ctx_enable(ctx, err, errsz) != 0)   /* RFC 7672 (dane.c) */
         goto fail;
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||

@@ -214,5 +214,12 @@ sess_tls_begin(struct sess *s)
         return -1;
     }
     sess_enter(s, SS_HANDSHAKE);
+    if (!s->greet_tls) {
+        /* STARTTLS: the client sends its ClientHello only once it has
+         * the 220 just written; wait for it rather than try a read now
+         * that would find the socket empty. */
+        sess_watch(s, EV_READ);
+        return 0;
+    }
     return sess_tls_step(s);
 }

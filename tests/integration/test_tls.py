@@ -408,3 +408,51 @@ def test_pipelined_commands_beyond_one_buffer(mk):
             assert data, "closed after %d replies" % replies
             inb.write(data)
         assert got == b"250 2.0.0 Ok\r\n" * n
+
+
+def membio_handshake(c):
+    """STARTTLS on Client c, then a TLS 1.3 handshake through memory BIOs
+    up to the client's Finished, which is left unsent in the returned
+    outgoing BIO: (tls object, incoming BIO, outgoing BIO)."""
+    assert c.reply().code == 220
+    assert c.cmd("STARTTLS").code == 220
+    inb, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_ctx(minv=ssl.TLSVersion.TLSv1_3).wrap_bio(inb, outb)
+    for _ in range(20):
+        try:
+            tls.do_handshake()
+            return tls, inb, outb
+        except ssl.SSLWantReadError:
+            c.sock.sendall(outb.read())
+            data = c.sock.recv(65536)
+            assert data, "closed during the handshake"
+            inb.write(data)
+    raise AssertionError("no TLS 1.3 handshake in 20 rounds")
+
+
+def test_command_in_the_segment_of_the_finished_message(mk):
+    """The client's Finished message and its first command (a record of
+    their own) arrive in one TCP segment: the server reads ahead (one
+    read() per flight), so the handshake's last read takes the command's
+    record off the socket too, and nothing more will come until it is
+    answered.  The record waiting raw in the SSL object must be read
+    (net_pending() counts it) - a server that waits for the socket
+    instead leaves the client without its reply until the socket timeout
+    raises here."""
+    m = mk()
+    with Client(m.port, timeout=10) as c:
+        tls, inb, outb = membio_handshake(c)
+        tls.write(b"EHLO client.test\r\n")
+        c.sock.sendall(outb.read())                    # Finished + EHLO
+        got = bytearray()
+        while not re.search(rb"(^|\r\n)250 [^\r\n]*\r\n$", bytes(got)):
+            try:
+                got += tls.read(65536)
+                continue
+            except ssl.SSLWantReadError:
+                pass
+            data = c.sock.recv(65536)                  # raises on timeout
+            assert data, "closed before the EHLO reply: %r" % bytes(got)
+            inb.write(data)
+        assert got.startswith(b"250-"), bytes(got)
+        assert b"STARTTLS" not in got, bytes(got)      # RFC 3207 4.2
