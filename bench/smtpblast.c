@@ -11,7 +11,9 @@
  *           offers CHUNKING.  -R RATE paces the transactions to a fixed
  *           offered rate (msgs/s, summed over all sessions): message n
  *           starts (its MAIL is sent) no sooner than n/RATE s after the
- *           start, so a latency can be measured below saturation instead
+ *           start plus 200 ms (the sessions' first connections are made
+ *           meanwhile, not in the way of the first messages), so a
+ *           latency can be measured below saturation instead
  *           of only in a closed loop (Little's law).  With -i it instead opens and holds X idle
  *           connections (greeting read, nothing sent) until the time limit
  *           or SIGTERM, to load a server with idle sessions.
@@ -59,6 +61,7 @@
 #define BL_CMDBUF     4096
 #define BL_THREADS    16
 #define BL_HBUCKETS   1344
+#define BL_PACE_LEAD_NS 200000000ull /* -R: first slot after the connects */
 #define BL_MAXCONNECT 256           /* connects in flight per thread (idle mode) */
 
 enum phase {
@@ -302,7 +305,8 @@ static void start_tx(struct sess *s)
 {
     if (g.rate > 0 && !s->slotted) {
         uint64_t n = atomic_fetch_add_explicit(&g.slots, 1, memory_order_relaxed);
-        uint64_t at = g.start_ns + (uint64_t)((double)n * 1e9 / g.rate);
+        uint64_t at = g.start_ns + BL_PACE_LEAD_NS +
+            (uint64_t)((double)n * 1e9 / g.rate);
         if (now_ns() < at) {
             s->slotted = true;
             s->wake_ns = at;
