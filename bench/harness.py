@@ -9,7 +9,8 @@ PURPOSE   Starts sinks, mtad and Postfix on loopback (random free ports,
           bench/RESULTS.md).
 CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
             BENCH_QUICK=1       one repetition, shorter runs, no profile
-            BENCH_ONLY=a,b      only these scenarios (names as in the table)
+            BENCH_ONLY=a,b      only these scenarios (names as in the table;
+                                "paced": all the paced latency rows)
             BENCH_MTAS=mtad     only these peers (mtad, postfix)
             BENCH_TOOLS=ours    only these tool pairs (pf, ours)
             BENCH_REPS=N        repetitions (default 3)
@@ -515,12 +516,15 @@ class Postfix:
 
 # --------------------------------------------------------------- load
 
-def run_load(tool, port, sessions, msgs, per_conn, size, limit):
-    """Run one load; returns dict with accepted, wall, and (ours) latency."""
+def run_load(tool, port, sessions, msgs, per_conn, size, limit, rate=0):
+    """Run one load; returns dict with accepted, wall, and (ours) latency.
+    rate: smtpblast -R, a fixed offered rate (msgs/s) instead of a closed loop."""
     t0 = time.time()
     if tool == "ours":
         argv = [BLAST, "-s", "127.0.0.1:%d" % port, "-c", str(sessions), "-m", str(msgs),
                 "-k", str(per_conn), "-z", str(size), "-T", str(limit)]
+        if rate:
+            argv += ["-R", "%g" % rate]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=limit + 30)
         wall = time.time() - t0
         kv = dict(re.findall(r"(\w+)=([\d.]+)", r.stdout))
@@ -546,16 +550,16 @@ def run_load(tool, port, sessions, msgs, per_conn, size, limit):
     return dict(accepted=msgs, wall=wall, errors=0, failed=0)
 
 
-def command_text(tool, sessions, msgs, per_conn, size, limit):
+def command_text(tool, sessions, msgs, per_conn, size, limit, rate=0):
     """The load command as run_load() builds it, for RESULTS.md."""
     if tool == "ours":
-        return "build/bench/smtpblast -s 127.0.0.1:PORT -c %d -m %d -k %d -z %d -T %d" % (
-            sessions, msgs, per_conn, size, limit)
+        return "build/bench/smtpblast -s 127.0.0.1:PORT -c %d -m %d -k %d -z %d -T %d%s" % (
+            sessions, msgs, per_conn, size, limit, " -R %g" % rate if rate else "")
     return "smtp-source -s %d -m %d -l %d%s 127.0.0.1:PORT" % (
         sessions, msgs, size, " -d" if per_conn != 1 else "")
 
 
-def measure(mta, sink, tool, sessions, msgs, per_conn, size):
+def measure(mta, sink, tool, sessions, msgs, per_conn, size, rate=0):
     """One repetition: load through mta (or straight into the sink when mta
     is None), wait for the sink to count every accepted message."""
     port = mta.port if mta else sink.port
@@ -563,8 +567,8 @@ def measure(mta, sink, tool, sessions, msgs, per_conn, size):
     cpu0 = tree_cpu(mta.root()) if mta else 0.0
     t0 = time.time()
     limit = 120 if not QUICK else 60
-    res = run_load(tool, port, sessions, msgs, per_conn, size, limit)
-    res["cmd"] = command_text(tool, sessions, msgs, per_conn, size, limit)
+    res = run_load(tool, port, sessions, msgs, per_conn, size, limit, rate)
+    res["cmd"] = command_text(tool, sessions, msgs, per_conn, size, limit, rate)
     res["msgs"] = msgs
     deadline = time.time() + E2E_TIMEOUT
     got = sink.count() - before
@@ -603,6 +607,19 @@ RUN_SECS = float(os.environ.get("BENCH_SECS", "1.5" if QUICK else "2.5"))
 
 
 SOFTFAIL = "1k-s20-sink10%4xx"
+# Paced latency (issue 16): smtpblast -R offers a fixed rate, the same to
+# each MTA and to the sink direct ("ceiling-" rows), so p50/p99 end of
+# data -> reply is the MTA's latency, not the queueing of a closed loop at
+# saturation (Little's law: there latency = sessions / throughput).
+# 100/s is below both MTAs' saturation on the reference box (Postfix
+# took only 171 of 200/s offered); at 1000/s Postfix saturates (its row
+# then shows a queue, not a latency).  At least PACED_MIN messages a run,
+# so that a p99 rests on ten of them or more.
+# name, sessions, offered msgs/s
+PACED = [("1k-s20@100/s", 20, 100), ("1k-s200@100/s", 200, 100),
+         ("1k-s20@1000/s", 20, 1000), ("1k-s200@1000/s", 200, 1000)]
+PACED_SECS = 3.0 if QUICK else 5.0
+PACED_MIN = 1000
 BIGQUEUE = "bigqueue"                 # bench/bigqueue.py
 IDLE_BASE = "1k-s20-before-idle"
 
@@ -633,6 +650,32 @@ def run_scenario(peers, tool, name, sess, k, size, results, csink=None, like=Non
                  "" if r["e2e_complete"] else
                  " (INCOMPLETE: %d of %d) %s" % (r["delivered"], r["accepted"],
                                                  r.get("error", ""))))
+
+
+def paced_scenarios(peers, workdir, results, running, only):
+    """The PACED rows: per repetition, the sink direct, then each MTA,
+    each offered the same rate for PACED_SECS (ours tools, 1 KiB, one
+    message per connection)."""
+    raw = Sink("ours", free_port(), workdir)
+    raw.start()
+    running.append(raw)
+    for name, sess, rate in PACED:
+        if only and name not in only and "paced" not in only:
+            continue
+        msgs = max(PACED_MIN, int(rate * PACED_SECS))
+        for _ in range(REPS):
+            r = measure(None, raw, "ours", sess, msgs, 1, 1024, rate)
+            results.setdefault(("ceiling-" + name, "ours", "sink"), []).append(r)
+            log("ceiling-%s: p50 %.2f ms, p99 %.2f ms" % (name, r.get("p50", 0) / 1000,
+                                                          r.get("p99", 0) / 1000))
+            for mta, sink in peers:
+                r = measure(mta, sink, "ours", sess, msgs, 1, 1024, rate)
+                results.setdefault((name, "ours", mta.name), []).append(r)
+                log("%s %s: %.0f msgs/s accepted, p50 %.2f ms, p99 %.2f ms" % (
+                    name, mta.name, r["acc_rate"], r.get("p50", 0) / 1000,
+                    r.get("p99", 0) / 1000))
+    raw.stop()
+    running.remove(raw)
 
 
 def calibrate(mta, sink, tool, sess, k, size):
@@ -718,7 +761,9 @@ def main():
                 (not only or "1k-s20+idle" in only)
             want_soft = storage == "tmpfs" and "ours" in tools and \
                 (not only or SOFTFAIL in only)
-            if not scen and not want_idle and not want_soft:
+            want_paced = storage == "tmpfs" and "ours" in tools and \
+                (not only or "paced" in only or any(p[0] in only for p in PACED))
+            if not scen and not want_idle and not want_soft and not want_paced:
                 continue
             base = shm if storage == "tmpfs" else disk
             for tool in tools:
@@ -763,6 +808,8 @@ def main():
                     if PERF and tool == "ours" and storage == "tmpfs" and \
                             ("1k-s20", tool, mta.name) in results:
                         profile(mta, sink, tool, notes, profiles, shm)
+                if tool == "ours" and want_paced and peers:
+                    paced_scenarios(peers, shm, results, running, only)
                 if want_idle:
                     for mta, sink in peers:
                         if mta.name == "mtad":
@@ -1004,6 +1051,8 @@ def render(results, tools):
     lines = [head, "|" + "---|" * 12]
     names = [c[0] for c in CEILINGS] + [s[0] for s in SCENARIOS] + [IDLE_BASE, "1k-s20+idle", SOFTFAIL,
                                                                    mxbench.STATIC, mxbench.NAME]
+    for p in PACED:
+        names += ["ceiling-" + p[0], p[0]]
     for name in names:
         for tool in tools:
             if (name, tool, "sink") in results:
@@ -1247,6 +1296,11 @@ METHOD = """
   `build/bench/smtpsink`).  smtp-source sends one command at a time (no
   PIPELINING); smtpblast pipelines MAIL/RCPT/DATA.  The raw ceiling rows drive
   each load tool straight into its sink and show which tool is the bottleneck.
+- Paced rows (`NAME@R/s`, issue 16): smtpblast `-R R` offers a fixed rate
+  (message n starts n/R s after the start) to the sink direct
+  (`ceiling-` row), mtad and Postfix alike, so p50/p99 (end of data sent →
+  reply) is latency below saturation, not the queue a closed loop builds
+  at saturation.  A row whose MTA cannot take R msgs/s shows that queue.
 - Each figure is the median of the repetitions, with [min–max].  mtad and
   Postfix run side by side (each with its own sink) and are measured
   alternately within each repetition; the raw ceiling rows are measured in

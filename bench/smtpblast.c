@@ -8,12 +8,18 @@
  *           epoll loop per thread (-j), non-blocking sockets.  Uses
  *           PIPELINING when the server offers it (MAIL, RCPT and DATA - or
  *           BDAT with the body - in one write), BDAT with -B when the server
- *           offers CHUNKING.  With -i it instead opens and holds X idle
+ *           offers CHUNKING.  -R RATE paces the transactions to a fixed
+ *           offered rate (msgs/s, summed over all sessions): message n
+ *           starts (its MAIL is sent) no sooner than n/RATE s after the
+ *           start plus 200 ms (the sessions' first connections are made
+ *           meanwhile, not in the way of the first messages), so a
+ *           latency can be measured below saturation instead
+ *           of only in a closed loop (Little's law).  With -i it instead opens and holds X idle
  *           connections (greeting read, nothing sent) until the time limit
  *           or SIGTERM, to load a server with idle sessions.
  * CONTRACT  smtpblast -s ADDR:PORT [-b SRC] [-c SESSIONS] [-m MESSAGES]
  *                     [-k PER_CONN] [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS]
- *                     [-T SECS]
+ *                     [-R RATE] [-T SECS]
  *           smtpblast -s ADDR:PORT [-b SRC] -i IDLE [-T SECS] [-j THREADS]
  *           -k 0: every session keeps its connection for all its messages;
  *           -P: never pipeline; -B: BDAT instead of DATA (when offered);
@@ -55,13 +61,15 @@
 #define BL_CMDBUF     4096
 #define BL_THREADS    16
 #define BL_HBUCKETS   1344
+#define BL_PACE_LEAD_NS 200000000ull /* -R: first slot after the connects */
 #define BL_MAXCONNECT 256           /* connects in flight per thread (idle mode) */
 
 enum phase {
     P_CONNECT, P_GREET, P_EHLO,
     P_ENV,                          /* MAIL/RCPT/(DATA|BDAT) replies pending */
     P_BODY,                         /* DATA body sent, final reply pending */
-    P_QUIT, P_IDLE, P_DONE
+    P_QUIT, P_IDLE, P_DONE,
+    P_WAIT                          /* -R: the next MAIL waits for its slot */
 };
 
 struct sess {
@@ -75,6 +83,8 @@ struct sess {
     bool         tx_failed;
     int          fail_code;         /* first non-2xx reply of the transaction */
     uint64_t     t_eod;
+    uint64_t     wake_ns;           /* P_WAIT: when its slot comes */
+    bool         slotted;           /* the message holds its slot already */
     size_t       inlen;
     size_t       cmdlen, cmdoff;
     const char  *body;
@@ -106,6 +116,8 @@ static struct {
     int      sessions, threads, rcpts;
     uint64_t messages, per_conn, size;
     bool     use_bdat, no_pipelining;
+    double   rate;                  /* -R: msgs/s offered, 0 = closed loop */
+    _Atomic uint64_t slots;         /* -R: transactions given a start time */
     int      idle;
     uint64_t deadline_ns, start_ns;
     char    *data_body;             /* message + ".\r\n" */
@@ -287,9 +299,22 @@ static void queue_body(struct sess *s, const char *body, size_t len)
     s->eod_in_out = true;
 }
 
-/* Start the transaction for the message this session holds. */
+/* Start the transaction for the message this session holds; with -R,
+ * first wait for its slot (the loop starts it again at wake_ns). */
 static void start_tx(struct sess *s)
 {
+    if (g.rate > 0 && !s->slotted) {
+        uint64_t n = atomic_fetch_add_explicit(&g.slots, 1, memory_order_relaxed);
+        uint64_t at = g.start_ns + BL_PACE_LEAD_NS +
+            (uint64_t)((double)n * 1e9 / g.rate);
+        if (now_ns() < at) {
+            s->slotted = true;
+            s->wake_ns = at;
+            s->ph = P_WAIT;
+            return;
+        }
+    }
+    s->slotted = false;
     s->claimed = false;
     s->tx_failed = false;
     s->nreply = 0;
@@ -617,11 +642,33 @@ static void *worker_main(void *arg)
         }
     }
     while (w->live > 0 && !stop_flag) {
-        if (now_ns() >= g.deadline_ns)
+        uint64_t now = now_ns();
+        if (now >= g.deadline_ns)
             break;
-        int n = epoll_wait(w->ep, evs, 512, 100);
+        struct timespec ts = { 0, 100 * 1000000L };
+        if (g.rate > 0) {           /* the next slot of a waiting session */
+            uint64_t wake = now + 100 * 1000000ull;
+            for (int i = 0; i < w->ns; i++)
+                if (w->s[i].ph == P_WAIT && w->s[i].wake_ns < wake)
+                    wake = w->s[i].wake_ns;
+            wake = wake > now ? wake - now : 0;
+            ts.tv_sec = (time_t)(wake / 1000000000ull);
+            ts.tv_nsec = (long)(wake % 1000000000ull);
+        }
+        int n = epoll_pwait2(w->ep, evs, 512, &ts, NULL);
         for (int i = 0; i < n; i++)
             on_event(evs[i].data.ptr, evs[i].events);
+        if (g.rate > 0) {
+            now = now_ns();
+            for (int i = 0; i < w->ns; i++) {
+                struct sess *s = &w->s[i];
+                if (s->ph != P_WAIT || s->wake_ns > now)
+                    continue;
+                start_tx(s);        /* slotted: goes now */
+                if (sess_flush(s) < 0)
+                    sess_broken(s);
+            }
+        }
         if (g.idle) {
             idle_ramp(w);
             if (!w->ramp_done && w->connecting == 0 && w->next_idle == w->ns) {
@@ -687,7 +734,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: smtpblast -s ADDR:PORT [-b SRCADDR] [-c SESSIONS] [-m MESSAGES]\n"
             "                 [-k PER_CONN(0=all)] [-z SIZE] [-r RCPTS] [-B] [-P] [-j THREADS]\n"
-            "                 [-T SECS]\n"
+            "                 [-R MSGS_PER_S] [-T SECS]\n"
             "       smtpblast -s ADDR:PORT [-b SRCADDR] -i IDLE [-T SECS] [-j THREADS]\n");
     exit(1);
 }
@@ -708,7 +755,7 @@ int main(int argc, char **argv)
     const char *server = NULL;
     double limit_s = 60;
     int opt;
-    while ((opt = getopt(argc, argv, "s:b:c:m:k:z:r:BPj:T:i:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:b:c:m:k:z:r:R:BPj:T:i:")) != -1) {
         switch (opt) {
         case 's': server = optarg; break;
         case 'b':
@@ -721,6 +768,7 @@ int main(int argc, char **argv)
         case 'k': g.per_conn = strtoull(optarg, NULL, 10); break;
         case 'z': g.size = parse_size(optarg); break;
         case 'r': g.rcpts = atoi(optarg); break;
+        case 'R': g.rate = atof(optarg); break;
         case 'B': g.use_bdat = true; break;
         case 'P': g.no_pipelining = true; break;
         case 'j': g.threads = atoi(optarg); break;
@@ -730,7 +778,8 @@ int main(int argc, char **argv)
         }
     }
     if (!server || g.sessions < 1 || g.threads < 1 || g.threads > BL_THREADS ||
-        g.rcpts < 1 || g.rcpts > 100 || limit_s <= 0 || g.idle < 0)
+        g.rcpts < 1 || g.rcpts > 100 || limit_s <= 0 || g.idle < 0 ||
+        !(g.rate >= 0 && g.rate <= 1e7))
         usage();
     char host[256];
     snprintf(host, sizeof host, "%s", server);

@@ -303,8 +303,12 @@ mta_lost(struct mta_conn *c, const char *why)
         return;
     case C_TXN:
     case C_RSET:
-        /* only a dead reused connection (no RSET reply) restarts */
-        if (c->state == C_TXN && !c->rset_pending)
+    case C_BODY:
+    case C_DOT:
+        /* only a dead reused connection (no RSET reply) restarts; with
+         * the BDAT pipelined (mta_session.c) that may be while the body
+         * goes out or after: nothing of it was answered yet */
+        if (c->state != C_RSET && !c->rset_pending)
             break;
         if (t != NULL && t->restarts == 0) {
             t->restarts++;

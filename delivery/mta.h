@@ -151,6 +151,11 @@ size_t  mta_nconns(const struct mta *r);
 #define MTA_MAX_ADDRS    16
 #define MTA_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
 #define MTA_WRITE_TURNS  8                 /* body refills per callback */
+/* With PIPELINING and CHUNKING a body up to this size goes behind the
+ * RCPTs (BDAT n LAST) without waiting for their replies: one round trip
+ * a message.  A bigger one waits, so a refused transaction does not cost
+ * its whole transfer. */
+#define MTA_PIPE_BODY_MAX (256 * 1024)
 
 enum mta_state {
     C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
@@ -198,6 +203,8 @@ struct mta_conn {
     size_t             nsent;       /* commands of the txn sent */
     int                pipelining, bdat, mail_failed, empty_data;
     int                rset_pending; /* RSET pipelined ahead of MAIL */
+    int                piped;       /* BDAT LAST sent behind the RCPTs:
+                                       their replies come in C_BODY/C_DOT */
     uint64_t           body_left;
     off_t              body_pos;
     struct smtp_stuff stuff;

@@ -52,15 +52,26 @@ mta_watch(struct mta_conn *c, unsigned mask)
 }
 
 
-/* mta_send - write what is buffered, as far as the socket takes it,
- * without touching what the loop watches.  Returns 0, or -1 with lasterr
- * set when the socket failed. */
+/* mta_send_more - mta_send(); more: body bytes follow at once through
+ * sendfile() (plaintext only), so the commands wait for them in the
+ * kernel (MSG_MORE) and leave in the same segment: the peer then reads
+ * and answers them together. */
 static int
-mta_send(struct mta_conn *c)
+mta_send_more(struct mta_conn *c, int more)
 {
     while (buf_avail(&c->out) > 0) {
-        ssize_t w = net_write(&c->net, buf_head(&c->out),
-            buf_avail(&c->out));
+        ssize_t w;
+
+        if (more && c->net.ssl == NULL) {
+            do
+                w = send(c->fd, buf_head(&c->out), buf_avail(&c->out),
+                    MSG_NOSIGNAL | MSG_MORE);
+            while (w < 0 && errno == EINTR);
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                w = MTA_AGAIN;
+        } else {
+            w = net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
+        }
 
         if (w == MTA_AGAIN)
             break;
@@ -75,6 +86,16 @@ mta_send(struct mta_conn *c)
     if (buf_avail(&c->out) == 0)
         c->out.off = c->out.len = 0;
     return 0;
+}
+
+
+/* mta_send - write what is buffered, as far as the socket takes it,
+ * without touching what the loop watches.  Returns 0, or -1 with lasterr
+ * set when the socket failed. */
+static int
+mta_send(struct mta_conn *c)
+{
+    return mta_send_more(c, 0);
 }
 
 
@@ -114,6 +135,9 @@ mta_arm(struct mta_conn *c, uint64_t ms)
 }
 
 /* ---- the transaction ---- */
+
+static void mta_body_start(struct mta_conn *c);
+static int  mta_body_write(struct mta_conn *c);
 
 /* mta_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
 static int
@@ -250,6 +274,7 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
             reqtls_mail_param(env, c->caps));
     }
     c->nsent = 1;
+    c->piped = 0;
     if (c->pipelining) {
         for (k = 0; k < t->nrcpt; k++)
             mta_rcpt_cmd(c, k);
@@ -257,10 +282,20 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
         if (!c->bdat) {
             mta_cmd(c, "DATA");
             c->nsent++;
+        } else if (env->body_size <= MTA_PIPE_BODY_MAX) {
+            /* RFC 3030 4.2 (BDAT may be pipelined): the body follows at
+             * once; the replies come in order (mta_piped_reply), a
+             * refused RCPT or MAIL makes the peer refuse the BDAT and
+             * drop its bytes, and the BDAT reply counts only for the
+             * recipients it accepted */
+            c->piped = 1;
+            c->nsent++;
         }
     }
     c->state = C_TXN;
     mta_arm(c, rset ? c->r->t.helo_ms : c->r->t.mail_ms);
+    if (c->piped)
+        mta_body_start(c);
 }
 
 
@@ -341,7 +376,7 @@ mta_conn_next(struct mta_conn *c)
         } else {
             mta_begin(c, t, c->reused);
         }
-        if (mta_flush(c) < 0) {
+        if ((c->state == C_BODY ? mta_body_write(c) : mta_flush(c)) < 0) {
             mta_lost(c, c->lasterr);
             return 1;
         }
@@ -428,7 +463,7 @@ mta_body_write(struct mta_conn *c)
 
     for (turns = 0; turns < MTA_WRITE_TURNS; turns++) {
         if (buf_avail(&c->out) > 0 && !mta_tls_top_up(c)) {
-            if (mta_send(c) < 0)
+            if (mta_send_more(c, c->bdat && c->body_left > 0) < 0)
                 return -1;
             if (buf_avail(&c->out) > 0) {   /* EAGAIN */
                 (void)mta_watch(c, EV_READ | EV_WRITE);
@@ -530,13 +565,12 @@ mta_t_reply(const struct mta_conn *c, size_t k)
 }
 
 
-/* mta_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
- * was closed. */
-static int
-mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
+/* mta_env_reply - reply k of a transaction, to MAIL (k 0) or to RCPT
+ * k-1: note its verdict. */
+static void
+mta_env_reply(struct mta_conn *c, const struct smtp_reply *rp, size_t k)
 {
     struct mta_txn *t = c->txn;
-    size_t            k = c->nreply++;
     size_t            i;
 
     if (k == 0) {                           /* MAIL */
@@ -560,6 +594,54 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
                 c->rst[i] = R_FINAL;
             }
         }
+    }
+}
+
+
+/* mta_rset_reply - the reply to an RSET pipelined ahead of MAIL (a
+ * reused connection).  Returns 1 when c was closed: a refused RSET (or
+ * none, mta_lost) starts the transaction over on a fresh connection. */
+static int
+mta_rset_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    char why[1024];
+
+    c->rset_pending = 0;
+    if (rp->code / 100 == 2)
+        return 0;
+    snprintf(why, sizeof(why), "host %s said: %s (in reply to RSET)",
+        c->name, rp->text);
+    c->rset_pending = 1;                /* restart like a dead conn */
+    mta_lost(c, why);
+    return 1;
+}
+
+
+/* mta_piped_reply - a reply to RSET, MAIL or RCPT of a transaction whose
+ * BDAT went behind them (c->piped): it comes while the body is still
+ * being written (C_BODY) or after (C_DOT).  Only the verdict is noted;
+ * the timer and the writing go on.  The BDAT's own reply, last, is the
+ * end-of-data reply (C_DOT in mta_reply).  Returns 1 when c was closed. */
+static int
+mta_piped_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    if (c->rset_pending)
+        return mta_rset_reply(c, rp);
+    mta_env_reply(c, rp, c->nreply++);
+    return 0;
+}
+
+
+/* mta_txn_reply - one reply within MAIL/RCPT/DATA.  Returns 1 when c
+ * was closed. */
+static int
+mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    struct mta_txn *t = c->txn;
+    size_t            k = c->nreply++;
+
+    if (k <= t->nrcpt) {                    /* MAIL, RCPT */
+        mta_env_reply(c, rp, k);
     } else {                                /* DATA */
         if (rp->code == 354) {
             if (t->accepted > 0) {
@@ -846,6 +928,9 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     }
     if (c->expect > 0)
         c->expect--;
+    if (c->piped && (c->state == C_BODY || c->state == C_DOT) &&
+        (c->rset_pending || c->nreply <= c->txn->nrcpt))
+        return mta_piped_reply(c, rp);
     switch (c->state) {
     case C_GREETING:
         if (rp->code / 100 != 2) {
@@ -902,17 +987,8 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
         mta_begin(c, c->txn, 0);
         break;
     case C_TXN:
-        if (c->rset_pending) {
-            c->rset_pending = 0;
-            if (rp->code / 100 != 2) {
-                snprintf(why, sizeof(why), "host %s said: %s (in reply to "
-                    "RSET)", c->name, rp->text);
-                c->rset_pending = 1;        /* restart like a dead conn */
-                mta_lost(c, why);
-                return 1;
-            }
-            return 0;
-        }
+        if (c->rset_pending)
+            return mta_rset_reply(c, rp);
         return mta_txn_reply(c, rp);
     case C_QUIT:
         mta_conn_close(c);

@@ -11,7 +11,11 @@
  *           from the master (SOCK_SEQPACKET): "reopen" carrying a new file
  *           fd (SCM_RIGHTS; the master, still root, opened it),
  *           "interval <ms>" (a new flush interval), "stop" (drain, write,
- *           exit 0).  EOF on the channel or SIGTERM (the
+ *           exit 0).  After a "reopen" the master sends an empty record,
+ *           the mark: the records before it go to the old file, those
+ *           after it to the new one (the channel is read when the mark
+ *           comes, not on every wakeup; an empty record from anyone else
+ *           only costs that read).  EOF on the channel or SIGTERM (the
  *           master died) ends it the same way; SIGINT (a Ctrl-C to the
  *           process group) is ignored: the master stops it last.
  * FAILURE   A failed write drops that batch (and says so on stderr): the
@@ -46,6 +50,7 @@ struct logd {
     size_t   len;
     uint64_t first_ms;              /* arrival of the oldest unwritten record */
     uint64_t write_errors;
+    int      stop;                  /* a mark found "stop" or EOF */
     struct ev_timer flush;          /* first_ms + flush_ms */
 };
 
@@ -82,7 +87,7 @@ logd_flush(struct logd *d)
  * was the largest share of mtad's system calls (issue 16).  A batch that
  * comes back short means the socket was empty just then: stop without
  * the extra call that would only say EAGAIN; epoll wakes us for more. */
-static void logd_command(struct logd *d);
+static int logd_command(struct logd *d);
 
 static void
 logd_drain(struct logd *d)
@@ -116,8 +121,17 @@ logd_drain(struct logd *d)
         for (i = 0; i < (size_t)r; i++) {
             size_t len = msgs[i].msg_len;
 
-            if (len == 0)
-                continue;           /* empty datagram */
+            if (len == 0) {
+                /* the mark after a "reopen": what came before goes to
+                 * the old file (logd_command flushes it), the rest to
+                 * the new; the flush empties the buffer, and the slots
+                 * still to pack lie above it */
+                d->len = at;
+                if (logd_command(d))
+                    d->stop = 1;    /* after this batch (logd_recv_io) */
+                at = d->len;
+                continue;
+            }
             /* slot i starts at or after at: memmove packs it down */
             memmove(d->buf + at, iov[i].iov_base, len);
             at += len;
@@ -129,9 +143,6 @@ logd_drain(struct logd *d)
             logd_flush(d);
         if ((size_t)r < n)
             return;                 /* drained */
-        /* more waiting: a reopen that came meanwhile goes before the
-         * records sent after it (the master's "(re)opened" among them) */
-        logd_command(d);
     }
 }
 
@@ -143,8 +154,9 @@ logd_exit(struct logd *d)
     _exit(0);
 }
 
-/* One command from the master; a "reopen" carries the new file's fd. */
-static void
+/* One command from the master; a "reopen" carries the new file's fd.
+ * Returns 1 when logd is to stop (asked to, or the master is gone). */
+static int
 logd_command(struct logd *d)
 {
     char           cmd[64];
@@ -158,22 +170,25 @@ logd_command(struct logd *d)
 
     r = recvmsg(d->chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return 0;
     if (r <= 0)
-        logd_exit(d);               /* the master is gone */
+        return 1;                   /* the master is gone */
     cmd[r] = '\0';
     for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
             memcpy(&newfd, CMSG_DATA(c), sizeof(int));
-    if (strcmp(cmd, "stop") == 0)
-        logd_exit(d);
+    if (strcmp(cmd, "stop") == 0) {
+        if (newfd >= 0)
+            close(newfd);
+        return 1;
+    }
     if (strcmp(cmd, "ping") == 0) {             /* the master's watchdog */
         (void)send(d->chan, "pong", 4, MSG_DONTWAIT | MSG_NOSIGNAL);
-        return;
+        return 0;
     }
     if (strncmp(cmd, "interval ", 9) == 0) {
         d->flush_ms = strtoull(cmd + 9, NULL, 10);    /* after a reload */
-        return;
+        return 0;
     }
     if (strcmp(cmd, "reopen") == 0 && newfd >= 0) {
         /* What is gathered goes to the old file; what still waits in the
@@ -183,10 +198,11 @@ logd_command(struct logd *d)
             close(d->file_fd);
         d->file_fd = newfd;
         d->write_errors = 0;
-        return;
+        return 0;
     }
     if (newfd >= 0)
         close(newfd);
+    return 0;
 }
 
 /* The channel: a command from the master. */
@@ -194,17 +210,21 @@ static void
 logd_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     (void)loop; (void)fd; (void)events;
-    logd_command(arg);
+    if (logd_command(arg))
+        logd_exit(arg);
 }
 
-/* Records.  A command waiting on the channel goes first: a reopen must
- * precede the records sent after it, whatever order epoll reports. */
+/* Records.  A reopen is put in order by its mark (logd_drain), so the
+ * channel is not read here on every wakeup (issue 16). */
 static void
 logd_recv_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
+    struct logd *d = arg;
+
     (void)loop; (void)fd; (void)events;
-    logd_command(arg);
-    logd_drain(arg);
+    logd_drain(d);
+    if (d->stop)
+        logd_exit(d);
 }
 
 /* SIGTERM: the master died (PDEATHSIG); write what we hold. */

@@ -290,10 +290,15 @@ master_reopen_log(struct master *m, const char *newpath)
         free(path);
         return;
     }
-    if (m->logd.chan >= 0 && fd != STDERR_FILENO &&
-        logd_send_fd(m->logd.chan, "reopen", fd) < 0)
-        log_err("log reopen: cannot reach the log process: %s",
-            strerror(errno));
+    if (m->logd.chan >= 0 && fd != STDERR_FILENO) {
+        if (logd_send_fd(m->logd.chan, "reopen", fd) < 0)
+            log_err("log reopen: cannot reach the log process: %s",
+                strerror(errno));
+        else if (m->log_send >= 0)
+            /* the mark among the records: the log process takes the
+             * command before any record sent after this (logd.c) */
+            (void)send(m->log_send, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
     if (m->log_file != STDERR_FILENO) {
         child_unregister_master_fd(m->log_file);
         close(m->log_file);

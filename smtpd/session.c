@@ -421,6 +421,27 @@ sess_read(struct sess *s)
 }
 
 
+/* sess_push - one write of what is queued, at once: a 250 after the
+ * commit must not wait behind the rest of the turn (other sessions, the
+ * delivery it hands the message to, log batches: issue 16's tail).
+ * Nothing else: s stays pending, so the flush hook's sess_write() does
+ * the bookkeeping, retries what the socket did not take, and frees s on
+ * an error; s is never freed here (the caller is inside sess_process). */
+void
+sess_push(struct sess *s)
+{
+    ssize_t n;
+
+    if (buf_avail(&s->out) == 0 || (s->flags & SF_WBLOCK))
+        return;
+    n = net_write(&s->tp, buf_head(&s->out), buf_avail(&s->out));
+    if (n > 0) {
+        buf_consume(&s->out, (size_t)n);
+        s->active_ms = ev_now(s->d->loop);
+    }
+}
+
+
 /* sess_write - send what the out buffer holds in one write.  Returns -1
  * when the session was freed. */
 static int

@@ -244,6 +244,7 @@ sess_queued(struct sess *s, uint64_t size)
         ", tls_required=no" : "");
     STATUS_ADD(d->st->msgs_in, 1);
     s->njunk = 0;                   /* a client that sends mail is no idler */
+    sess_push(s);                   /* the 250 first, then the delivery */
     if (t->kenv != NULL) {
         t->kenv->body_size = size;
         deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);

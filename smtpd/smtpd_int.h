@@ -182,6 +182,9 @@ void    sess_pending_add(struct sess *s);   /* flush s this turn */
 void    sess_out_take(struct sess *s);      /* give s a reply buffer */
 /* Queue a reply line (no CRLF); a 4xx/5xx counts toward max_errors. */
 void    sess_reply(struct sess *s, const char *text);
+/* Write the queued replies now instead of at the end of the turn (the
+ * flush hook still runs for s; it finds them gone, or retries). */
+void    sess_push(struct sess *s);
 void    sess_replyf(struct sess *s, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
 /* A 4xx that is flow control: not counted as an error. */

@@ -9,8 +9,8 @@
  *           spare 256 KiB buffer per spool: a message takes it at
  *           spool_create() and gives it back at spool_finish(), so an idle
  *           worker holds one buffer at most.  The commit rename refuses to
- *           replace an existing queue file (RENAME_NOREPLACE where the file
- *           system supports it).
+ *           replace an existing queue file (RENAME_NOREPLACE, or a link()
+ *           where the file system lacks it).
  * FAILURE   Never logs.  System errors come back as SPOOL_ESYS (errno kept)
  *           or SPOOL_ENOSPC (ENOSPC, EDQUOT) with the failing call and the
  *           path relative to the spool in spool_errstr().  A failed writer
@@ -116,24 +116,64 @@ spool_safefail(const char *err)
 
 /* ---- queue ids -------------------------------------------------------- */
 
+/* spool_ctr_bits - bits of the running counter: all 12 of the last three
+ * digits, or what the writer number (spool_set_writer) leaves of them. */
+static unsigned
+spool_ctr_bits(const struct spool *sp)
+{
+    return sp->writer >= 0 ? SPOOL_CTR_BITS - SPOOL_WRITER_BITS :
+        SPOOL_CTR_BITS;
+}
+
+
+/* spool_seed - the counter's start: now, and a random count so that a
+ * process started in the same millisecond as its predecessor does not
+ * begin where that one began. */
+void
+spool_id_seed(struct spool *sp)
+{
+    unsigned bits = spool_ctr_bits(sp);
+    uint16_t r;
+
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint16_t)(getpid() ^ util_wall_ms());
+    sp->last = (util_wall_ms() & SPOOL_MS_MASK) << bits |
+        (r & ((1u << bits) - 1));
+}
+
+
+void
+spool_set_writer(struct spool *sp, unsigned writer)
+{
+    sp->writer = (int)(writer & (SPOOL_WRITERS - 1));
+    spool_id_seed(sp);
+}
+
+
 void
 spool_new_id(struct spool *sp, char *id)
 {
     static const char hex[] = "0123456789ABCDEF";
-    uint64_t now = util_wall_ms() & SPOOL_MS_MASK, v;
-    unsigned ctr = (unsigned)(sp->last + 1) & ((1u << SPOOL_CTR_BITS) - 1);
+    unsigned bits = spool_ctr_bits(sp);
+    uint64_t now = util_wall_ms() & SPOOL_MS_MASK, v, low;
+    unsigned ctr = (unsigned)(sp->last + 1) & ((1u << bits) - 1);
     int      i;
 
     /* The counter keeps running across milliseconds; when the clock stands
      * still or steps back, or the counter wraps within one millisecond,
      * the id is simply the last one plus one, so ids never repeat within
      * the process and still sort by arrival. */
-    v = now << SPOOL_CTR_BITS | ctr;
+    v = now << bits | ctr;
     if (v <= sp->last)
         v = sp->last + 1;
     sp->last = v;
-    for (i = 15; i >= 13; i--, v >>= 4)
-        id[i] = hex[v & 0xf];
+    /* the last three digits: the writer number above the counter */
+    low = v & ((UINT64_C(1) << bits) - 1);
+    if (sp->writer >= 0)
+        low |= (uint64_t)sp->writer << bits;
+    v >>= bits;
+    for (i = 15; i >= 13; i--, low >>= 4)
+        id[i] = hex[low & 0xf];
     id[11] = hex[(sp->shard >> 4) & 0xf];
     id[12] = hex[sp->shard & 0xf];
     for (i = 10; i >= 0; i--, v >>= 4)

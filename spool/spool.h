@@ -8,8 +8,18 @@
  *
  * Queue ids are 16 upper-case hex digits: 11 of wall-clock milliseconds,
  * 2 of the accepting worker's shard index, 3 of a per-process counter
- * (random start); spool_create() also refuses an id already in queue/.  They sort by arrival
- * and are unique across workers and restarts without a shared counter.
+ * (random start).  They sort by arrival and are unique across workers and
+ * restarts without a shared counter.  A worker gives its spool a writer
+ * number no other live process writing to the spool holds (the master's
+ * slot index; spool_set_writer): its top 7 bits of the last three digits,
+ * so two processes of one shard running at once (an old and a new
+ * generation during a reload) never make the same id, and spool_create()
+ * asks the file system nothing about it.  Without a writer number
+ * spool_create() skips an id already in queue/ (one fstatat).  Either way
+ * the commit's rename never replaces a queue file: an id that a dead
+ * process of the same writer number made and that is still queued (its
+ * clock ran ahead, or the wall clock stepped back) fails that message's
+ * commit (the client gets a 4xx and sends it again); nothing is replaced.
  *
  * CONTRACT  Writer: spool_create() opens tmp/<id> (O_EXCL) and writes the
  *           envelope; spool_write() appends body bytes through a 256 KiB
@@ -110,6 +120,11 @@ int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
 int     spool_open(struct spool **sp, const char *dir, int fsync,
             unsigned shard);                             /* shard 0..255 */
 void    spool_close(struct spool *sp);                   /* NULL ok */
+/* writer: 0..127, held by no other live process writing to this spool
+ * (the worker's master slot).  Ids then carry it (see above) and
+ * spool_create() does not look into queue/; their counter has 5 bits, 32
+ * ids a millisecond before an id borrows the next millisecond. */
+void    spool_set_writer(struct spool *sp, unsigned writer);
 /* spool.reserve: spool_create() and the writes of a message without
  * env->use_reserve fail SPOOL_ENOSPC (errstr says so) once they would
  * leave less than bytes free, so delivery state and bounces of messages

@@ -214,7 +214,6 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
 {
     struct spool *sp;
     int           rootfd;
-    uint16_t      r;
 
     *spp = NULL;
     if (shard > 0xff) {
@@ -239,12 +238,8 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
     sp->dir = xstrdup(dir);
     sp->fsync = fsync != 0;
     sp->shard = shard;
-    /* The counter starts at a random value so that a worker respawned in
-     * the same millisecond as its predecessor does not reuse its ids. */
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-        r = (uint16_t)(getpid() ^ util_wall_ms());
-    sp->last = (util_wall_ms() & SPOOL_MS_MASK) << SPOOL_CTR_BITS |
-        (r & ((1u << SPOOL_CTR_BITS) - 1));
+    sp->writer = -1;
+    spool_id_seed(sp);
     *spp = sp;
     return SPOOL_OK;
 }

@@ -56,6 +56,8 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_HDR_MAX     (64 * 1024 * 1024)  /* envelope or state file */
 #define SPOOL_ID_TRIES    64
 #define SPOOL_CTR_BITS    12
+#define SPOOL_WRITER_BITS 7             /* spool_set_writer(): of the 12 */
+#define SPOOL_WRITERS     (1u << SPOOL_WRITER_BITS)
 #define SPOOL_MS_MASK     ((UINT64_C(1) << 44) - 1)   /* 11 hex digits */
 #define SPOOL_HAS_STATE   S_IXUSR       /* on queue/<id>: a state was saved */
 #define SPOOL_SCHED_OK    S_IXGRP       /* ... and its mtime is the next
@@ -67,7 +69,8 @@ struct spool {
     int         tmpfd, queuefd, statefd;
     int         fsync;
     unsigned    shard;
-    uint64_t    last;               /* last id's ms << 12 | counter */
+    uint64_t    last;               /* last id's ms << bits | counter */
+    int         writer;             /* spool_set_writer(), or -1 */
     char       *spare;              /* one free write buffer, or NULL */
     uint64_t    reserve;            /* bytes new mail leaves free */
     uint64_t    room_budget;        /* bytes new mail may write unchecked */
@@ -108,5 +111,8 @@ int     spool_fail(struct spool *sp, const char *fmt, ...)
 int     spool_gfail(const char *fmt, ...)
             __attribute__((format(printf, 1, 2)));
 int     spool_safefail(const char *err);
+/* The id counter's start (spool_open, spool_set_writer): now, plus a
+ * random count. */
+void    spool_id_seed(struct spool *sp);
 
 #endif /* MTAD_SPOOL_INT_H */

@@ -122,9 +122,11 @@ spool_buf_give(struct spool *sp, char *wb)
 
 
 /* spool_tmp_open - a fresh id and its tmp file; skips ids whose tmp file
- * exists (O_EXCL) or that are already in queue/ (checked after the tmp
- * file exists, so a concurrent writer of the same id has renamed already
- * or fails its own O_EXCL). */
+ * exists (O_EXCL) or, without a writer number, that are already in queue/
+ * (checked after the tmp file exists, so a concurrent writer of the same
+ * id has renamed already or fails its own O_EXCL).  With a writer number
+ * no other live process makes this id (spool.h): the check would cost a
+ * system call per message for a case the commit's rename refuses anyway. */
 static int
 spool_tmp_open(struct spool *sp, char *id)
 {
@@ -142,6 +144,8 @@ spool_tmp_open(struct spool *sp, char *id)
                 continue;
             return spool_fail(sp, "open tmp/%s", id);
         }
+        if (sp->writer >= 0)
+            return fd;
         if (fstatat(sp->queuefd, id, &st, AT_SYMLINK_NOFOLLOW) == 0) {
             close(fd);
             unlinkat(sp->tmpfd, id, 0);
@@ -480,9 +484,13 @@ spool_rename(struct spool_msg *m)
     if (renameat2(sp->tmpfd, m->id, sp->queuefd, m->id,
         RENAME_NOREPLACE) == 0)
         return SPOOL_OK;
-    if (errno == EINVAL &&              /* no RENAME_NOREPLACE here */
-        renameat(sp->tmpfd, m->id, sp->queuefd, m->id) == 0)
+    /* No RENAME_NOREPLACE on this file system: a link fails on an
+     * existing name just the same (and the tmp name goes after it). */
+    if (errno == EINVAL &&
+        linkat(sp->tmpfd, m->id, sp->queuefd, m->id, 0) == 0) {
+        (void)unlinkat(sp->tmpfd, m->id, 0);
         return SPOOL_OK;
+    }
     return spool_fail(sp, "rename tmp/%s queue/%s", m->id, m->id);
 }
 

@@ -638,6 +638,11 @@ worker_init(const struct worker_args *a)
         goto fail;
     }
     spool_set_reserve(w->spool, cfg->spool_reserve);
+    /* The master's slot: no other live worker holds it, so ids need no
+     * look into queue/ (spool.h; an old and a new generation of a shard
+     * run at once during a reload) */
+    if (a->status != NULL && a->slot < STATUS_MAX_WORKERS)
+        spool_set_writer(w->spool, a->slot);
     rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
         ROUTER_OPEN_RDONLY);        /* workers never write routes */
     if (rc != ROUTER_OK) {

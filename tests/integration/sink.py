@@ -10,6 +10,8 @@ Steering (attributes; change them any time, they are read per command):
   fail_first   answer `fail_code` to the first K end-of-data replies
   fail_code    default "451 4.3.0 try again later"
   reject       set of recipient addresses answered "550 5.1.1 ..."
+  mail_reply   if set, MAIL is answered with this line and the sender is
+               not taken (RCPT then gets 503, DATA and BDAT 554)
   defer        set of recipient addresses answered "451 4.2.0 ..." at RCPT
   data_delay   seconds to wait before answering the end of data
   caps         EHLO keywords offered (default PIPELINING, 8BITMIME,
@@ -115,6 +117,7 @@ class Sink:
         self.fail_first = 0
         self.fail_code = "451 4.3.0 try again later"
         self.reject = set()
+        self.mail_reply = None      # e.g. "451 4.3.0 ...": MAIL refused
         self.defer = set()
         self.data_delay = 0.0
         self.greeting = "220 %s ESMTP test sink" % name
@@ -273,6 +276,9 @@ class Sink:
                     await reply("\r\n".join(out))
                 elif verb == "HELO":
                     await reply("250 %s" % self.name)
+                elif verb == "MAIL" and self.mail_reply:
+                    reset()
+                    await reply(self.mail_reply)
                 elif verb == "MAIL":
                     reset()
                     addr, params = _path(arg)

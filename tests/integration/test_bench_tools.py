@@ -109,6 +109,33 @@ def test_blast_and_sink_agree(sink_factory, mode):
         assert 18 <= res["conns"] <= 18 + 5    # ceil(120/7), plus one short tail per session
 
 
+@pytest.mark.parametrize("per_conn", ["1", "0"], ids=["connection-each", "one-connection"])
+def test_paced_rate_is_never_exceeded(sink_factory, per_conn):
+    """-R 100: message n starts no sooner than 0.2 s + n/100 s after the
+    start, so 60 messages take at least 0.79 s however fast the sink is (a
+    loaded machine can only make it slower), and every one arrives."""
+    sink = sink_factory()
+    r = subprocess.run([BLAST, "-s", "127.0.0.1:%d" % sink.port, "-T", "30", "-c", "5",
+                        "-m", "60", "-k", per_conn, "-R", "100"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = kv(r.stdout)
+    elapsed = float(re.search(r"elapsed_s=([\d.]+)", r.stdout).group(1))
+    got = sink.stop()
+    assert res["accepted"] == 60 and res["errors"] == 0
+    assert got["msgs"] == 60
+    assert elapsed >= 0.2 + 59 / 100.0, r.stdout
+
+
+def test_paced_rate_must_be_a_rate(sink_factory):
+    sink = sink_factory()
+    for bad in ("-1", "1e9"):
+        r = subprocess.run([BLAST, "-s", "127.0.0.1:%d" % sink.port, "-m", "1", "-R", bad],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and "usage" in r.stderr, (bad, r.stdout, r.stderr)
+    sink.stop()
+
+
 def test_recipients_and_big_message(sink_factory):
     sink = sink_factory()
     res = blast(sink.port, "-c", "3", "-m", "6", "-r", "4", "-z", "1M")

@@ -760,6 +760,138 @@ Test(spool_write, create_skips_an_id_already_queued)
 }
 
 
+/* ---- writer numbers: two generations of one shard (issue 16) ---------- */
+
+/* t_id_seq - an id without its writer number: milliseconds, shard and the
+ * 5-bit counter, as one number (what would collide without the writer). */
+static uint64_t
+t_id_seq(const char *id)
+{
+    char     low[4];
+    unsigned v;
+
+    memcpy(low, id + 13, 3);
+    low[3] = '\0';
+    v = (unsigned)strtoul(low, NULL, 16);
+    return (spool_id_ms(id) << 8 | spool_id_shard(id)) << 5 | (v & 0x1f);
+}
+
+
+static unsigned
+t_id_writer(const char *id)
+{
+    return (unsigned)strtoul(id + 13, NULL, 16) >> 5;
+}
+
+
+Test(spool_id, writer_number_rides_in_the_last_digits)
+{
+    char         *dir = t_mkdtemp();
+    struct spool *sp = t_spool(dir, 0, 0x2a);
+    char          prev[SPOOL_ID_SIZE] = "", id[SPOOL_ID_SIZE];
+    int           i;
+
+    spool_set_writer(sp, 77);
+    for (i = 0; i < 5000; i++) {
+        spool_new_id(sp, id);
+        cr_assert(spool_id_valid(id), "invalid id %s", id);
+        cr_assert_gt(strcmp(id, prev), 0, "id %s after %s", id, prev);
+        cr_assert_eq(spool_id_shard(id), 0x2a);
+        cr_assert_eq(t_id_writer(id), 77, "id %s", id);
+        memcpy(prev, id, sizeof(id));
+    }
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/*
+ * An old and a new generation of shard 3 at once (a reload): two spools
+ * with different writer numbers create and commit in turn, neither
+ * looking into queue/ first.  The old one skips an id now and then, so
+ * the distance between the two counters sweeps through every value and
+ * both make the same (ms, counter) pairs (the test checks they did).
+ * Every commit must succeed: only the writer number keeps the ids apart.
+ */
+Test(spool_id, two_generations_of_a_shard_never_share_an_id)
+{
+    enum { N = 1500 };
+    char         *dir = t_mkdtemp();
+    struct spool *old = t_spool(dir, 0, 3), *cur = t_spool(dir, 0, 3);
+    static char   ids[2][N][SPOOL_ID_SIZE];
+    size_t        i, j, same = 0;
+
+    spool_set_writer(old, 5);
+    spool_set_writer(cur, 6);
+    for (i = 0; i < N; i++) {
+        char skip[SPOOL_ID_SIZE];
+
+        if (i % 3 == 0)
+            spool_new_id(old, skip);
+        t_commit(old, "a\r\n", 3, ids[0][i]);
+        t_commit(cur, "b\r\n", 3, ids[1][i]);
+        cr_assert_eq(t_id_writer(ids[0][i]), 5);
+        cr_assert_eq(t_id_writer(ids[1][i]), 6);
+        cr_assert_str_neq(ids[0][i], ids[1][i]);
+    }
+    cr_assert_eq(t_count(dir, "queue"), 2 * N);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    /* Both ran ahead of the clock through the same (ms, counter) pairs:
+     * without the writer number these ids would have been equal. */
+    for (i = 0, j = 0; i < N && j < N; ) {
+        uint64_t a = t_id_seq(ids[0][i]), b = t_id_seq(ids[1][j]);
+
+        if (a == b) {
+            same++;
+            i++;
+            j++;
+        } else if (a < b) {
+            i++;
+        } else {
+            j++;
+        }
+    }
+    cr_assert_gt(same, 0, "the two writers never met: the test proved "
+        "nothing");
+    spool_close(old);
+    spool_close(cur);
+    t_rm_rf(dir);
+}
+
+
+/* With a writer number create does not look into queue/; the commit's
+ * rename still never replaces a queue file that holds the id. */
+Test(spool_write, writer_commit_never_replaces_a_queue_file)
+{
+    char             *dir = t_mkdtemp(), path[4096], text[64];
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env  e;
+    struct spool_msg *m;
+    FILE             *f;
+
+    spool_set_writer(sp, 9);
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_write(m, "b\r\n", 3), SPOOL_OK);
+    /* a dead process of the same writer number left this id queued */
+    t_touch(dir, "queue", spool_msg_id(m), "theirs");
+    cr_assert_eq(spool_commit(m), SPOOL_ESYS);
+    cr_assert_not_null(strstr(spool_errstr(sp), "rename tmp/"), "%s",
+        spool_errstr(sp));
+    T_PATH(path, "%s/queue/%s", dir, spool_msg_id(m));
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    cr_assert_str_eq(text, "theirs");
+    spool_abort(m);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "queue"), 1);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
 /* The schedule in the inode: what deliver_load() reads with one
  * fstatat() instead of opening the queue and state files. */
 Test(spool_state, schedule_is_peeked_from_the_queue_file)
