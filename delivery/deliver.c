@@ -369,8 +369,10 @@ dl_start(struct deliver *d, const char *id)
     if (dl_is_active(d, id))
         return;                         /* already running, or held */
     rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
-    if (rc == SPOOL_ENOENT)
+    if (rc == SPOOL_ENOENT) {
+        qx_drop(d, id);
         return;                         /* delivered or deleted meanwhile */
+    }
     if (rc == SPOOL_OK && env->state_damaged)
         log_warn("%s: state file damaged; ignored: delivering to every "
             "recipient again", id);
@@ -396,6 +398,7 @@ dl_start(struct deliver *d, const char *id)
     }
     if (env->held) {
         log_info("%s: on hold; not delivering", id);
+        qx_put(d, env, 0);
         close(fd);
         spool_env_free(env);
         return;
@@ -416,6 +419,7 @@ dl_begin(struct deliver *d, struct spool_env *env, int fd, off_t off)
     a->env = env;
     a->fd = fd;
     a->body_off = off;
+    qx_put(d, env, 1);
     a->next = d->active;
     if (d->active)
         d->active->prev = a;
@@ -543,6 +547,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
     ev_timer_init(&d->timer, deliver_fire, d);
     ev_timer_init(&d->save_timer, dl_save_fire, d);
     d->max_active = dl_max_active();
+    d->qx = qx_new(d);
     return d;
 }
 
@@ -554,6 +559,7 @@ deliver_free(struct deliver *d)
         return;
     ev_timer_stop(d->loop, &d->timer);
     ev_timer_stop(d->loop, &d->save_timer);
+    qx_free(d);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
     resolve_free(d->resolve);           /* after the relay: see there */
@@ -616,22 +622,28 @@ deliver_load(struct deliver *d, int now, const char *why)
         return -1;
     }
     act = dl_active_ids(d, &nact);
+    qx_sync_begin(d);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
         int               fd = -1, pk, pheld;
         off_t             off;
         uint64_t          when = 0;
 
-        if (deliver_shard_of(ids[i], d->nshards) != d->shard ||
-            (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
-            dl_id_cmp) != NULL))
+        if (deliver_shard_of(ids[i], d->nshards) != d->shard)
             continue;
+        if (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
+            dl_id_cmp) != NULL) {
+            qx_sync_add(d, ids[i], NULL, 0, 0, 0, 1);
+            continue;
+        }
         /* Usually one fstatat(): the schedule is in the queue file's
          * inode (spool_sched_peek), so a million deferred messages are
          * scheduled without opening a million files twice (issue 16). */
         pk = spool_sched_peek(d->sp, ids[i], &when, &pheld);
         if (pk == SPOOL_ENOENT)
             continue;
+        if (pk == SPOOL_OK)
+            qx_sync_add(d, ids[i], NULL, 1, when, pheld, 0);
         if (pk == SPOOL_OK) {
             if (pheld) {
                 held++;
@@ -648,6 +660,7 @@ deliver_load(struct deliver *d, int now, const char *why)
             if (env->held)
                 held++;
         }
+        qx_sync_add(d, ids[i], rc == SPOOL_OK ? env : NULL, 0, 0, 0, 0);
         if (fd >= 0)
             close(fd);
         if (rc == SPOOL_OK && env->held) {
@@ -668,6 +681,7 @@ found:
     }
     free(ids);
     free(act);
+    qx_sync_end(d);
     d->nheap = 0;                       /* the spool is the truth */
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
@@ -689,6 +703,7 @@ deliver_recover(struct deliver *d)
 void
 deliver_submit(struct deliver *d, const char *id)
 {
+    qx_add_id(d, id);
     dl_schedule(d, id, 0);
 }
 
@@ -700,6 +715,8 @@ void
 deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
     off_t body_off)
 {
+    if (deliver_shard_of(env->id, d->nshards) == d->shard)
+        qx_put(d, env, 0);
     if (d->draining || d->gaveback || dl_held(d) ||
         d->nactive + d->nunsaved >= d->max_active ||
         deliver_shard_of(env->id, d->nshards) != d->shard) {
@@ -717,6 +734,13 @@ deliver_kick(struct deliver *d, const char *id)
 {
     size_t i;
 
+    /* mtactl changed it (hold, delete, release, bounce): the listing
+     * must say so at once, even while draining */
+    if (id != NULL && spool_id_valid(id) &&
+        deliver_shard_of(id, d->nshards) == d->shard &&
+        qx_refresh(d, id) != 0)
+        return;         /* deleted or held: nothing to deliver (a held one
+                         * still in the heap is dropped when it comes up) */
     if (d->draining)
         return;
     if (id == NULL || strcmp(id, "*") == 0) {

@@ -255,7 +255,7 @@ queue_since(uint64_t now, uint64_t then)
 }
 
 
-static int
+int
 queue_match(const struct queue_item *it, const struct queue_filter *f,
     uint64_t now)
 {
@@ -406,6 +406,8 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         { "all", no_argument, NULL, 'a' },
         { "body", no_argument, NULL, 'b' },
         { "raw", no_argument, NULL, 'r' },
+        { "files", no_argument, NULL, 'F' },
+        { "daemon", no_argument, NULL, 'D' },
         { NULL, 0, NULL, 0 }
     };
     int ch;
@@ -436,6 +438,8 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         case 'a': o->all = 1; break;
         case 'b': o->body = 1; break;
         case 'r': o->raw = 1; break;
+        case 'F': o->source = QUEUE_SRC_FILES; break;
+        case 'D': o->source = QUEUE_SRC_DAEMON; break;
         case 's':
             if ((o->f.state = queue_parse_state(optarg)) < 0) {
                 fprintf(stderr, "mtactl: %s: --state: expected queued, "

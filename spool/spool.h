@@ -237,4 +237,25 @@ void    spool_new_id(struct spool *sp, char *id);        /* id[SPOOL_ID_SIZE] */
 uint64_t spool_id_ms(const char *id);
 unsigned spool_id_shard(const char *id);
 
+/* Listing records (spool_wire.c; issue 16): one message as `mtactl queue`
+ * shows it, for a worker to keep and stream.  All integers little-endian:
+ *   u32 len (of what follows; 0 ends a stream), id[16], u8 state (0
+ *   queued, 1 active, 2 deferred, 3 held) -- the head -- then the body:
+ *   u8 held, u32 attempts, u64 arrival_ms, u64 next_retry_ms,
+ *   u64 body_size, str sender, u32 nrcpt, nrcpt x (u8 status, str addr,
+ *   str relay, str tls, str last_reply);
+ *   str = u32 n, then n bytes ending in NUL (n = 0: NULL).
+ * spool_wire_body() appends env's body to b, spool_wire_head() a head for
+ * a body of body_len bytes.  spool_wire_decode() takes one record without
+ * its len (p, n: id .. end) and fills env (strings point into p, env->rcpt
+ * into *rcpts, grown to *caprcpt as needed; free only *rcpts) and *state:
+ * SPOOL_OK, or SPOOL_EFORMAT for anything but exactly one record. */
+#define SPOOL_WIRE_STR_MAX  (1u << 20)
+struct buf;
+void    spool_wire_body(struct buf *b, const struct spool_env *env);
+void    spool_wire_head(struct buf *b, const char *id, unsigned state,
+            size_t body_len);
+int     spool_wire_decode(const char *p, size_t n, struct spool_env *env,
+            unsigned *state, struct spool_rcpt **rcpts, size_t *caprcpt);
+
 #endif /* MTAD_SPOOL_H */
