@@ -80,6 +80,9 @@ struct qx {
     size_t            nsync, capsync;
     char              warm_after[SPOOL_ID_LEN];
     int               warm_started;
+    int               warm_log;         /* say when a rebuild's reads end */
+    uint64_t          warm_t0;          /* ... and how long they took */
+    size_t            warm_loads;
     struct ev_timer   warm;
     struct qx_stream *streams;          /* newest first */
     size_t            nstreams;
@@ -360,6 +363,9 @@ qx_sync_end(struct deliver *d)
     q->n = q->nsync;
     q->nsync = 0;
     q->ndead = 0;
+    q->warm_log = 1;
+    q->warm_t0 = util_now_ms();
+    q->warm_loads = 0;
     /* an open attempt not seen in the listing (cannot happen: it holds
      * the file) would be forgotten here; its end finds no entry */
     qx_warm_start(d);
@@ -441,8 +447,18 @@ qx_warm_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
         (void)qx_load(d, i);
         loads++;
     }
-    if (i < q->n)
+    q->warm_loads += loads;
+    if (i < q->n) {
         ev_timer_start(loop, t, 0);
+        return;
+    }
+    if (q->warm_log) {
+        /* once per rebuild: when `mtactl queue` is fast again */
+        q->warm_log = 0;
+        log_info("queue index: %zu messages, %zu records read from the "
+            "spool in %llu ms", q->n - q->ndead, q->warm_loads,
+            (unsigned long long)(util_now_ms() - q->warm_t0));
+    }
 }
 
 
