@@ -1143,3 +1143,111 @@ def test_deferred_queue_recovers_from_the_inode_and_flush_delivers_it(mtad_facto
     assert sorted(g.rcpt_tos[0] for g in got) == \
         sorted("user%d@d%d.bigqueue.test" % (i, i % 4) for i in range(40))
     assert wait_for(lambda: m.queue_ids() == [], 20, what="empty queue")
+
+
+# ---- the listing through the workers' index (issue 16) -------------------
+#
+# While mtad runs, `mtactl queue` gets its records from the workers
+# (delivery/qindex.c, streamed over sockets the master hands out); when it
+# does not, mtactl reads the files.  --daemon insists on the first (it
+# fails rather than read the files), --files on the second: the two must
+# print the same, for every option.
+
+LISTING_VARIANTS = [
+    (), ("--by-domain",), ("--summary",), ("--from", "alice"),
+    ("--to", "other.test"), ("--state", "held"), ("--state", "active"),
+    ("--state", "deferred"), ("--older-than", "1h"), ("--json",),
+    ("--summary", "--json"), ("--json", "--by-domain"),
+    ("--from", "CAROL", "--to", "third"),
+]
+
+AGE_RE = re.compile(r"^([0-9A-F]{16} +\d+ \S+) +\S+ ", re.M)
+NEXT_RE = re.compile(r"next retry in \S+,")
+
+
+def comparable(args, text):
+    """The listing without what moves with the clock between two runs
+    (ages, the time to the next retry)."""
+    if "--json" in args:
+        j = json.loads(text)
+        for e in j.get("messages", []):
+            e.pop("age_s")
+        return j
+    return NEXT_RE.sub("next retry in _,", AGE_RE.sub(r"\1 _ ", text))
+
+
+def assert_sources_agree(m, variants=LISTING_VARIANTS):
+    for args in variants:
+        d = m.ctl("queue", "--daemon", *args)
+        assert d.returncode == 0, (args, d.stderr)
+        f = m.ctl("queue", "--files", *args)
+        assert f.returncode == 0, (args, f.stderr)
+        assert d.stderr == "" and f.stderr == "", (args, d.stderr, f.stderr)
+        assert comparable(args, d.stdout) == comparable(args, f.stdout), \
+            "mtactl queue %s:\n-- workers:\n%s\n-- files:\n%s" % (
+                " ".join(args), d.stdout, f.stdout)
+
+
+def test_listing_through_workers_matches_files(kq):
+    m = kq.m
+    active = kq.make_active()
+    msgs, summary = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[active]["state"] == "active"
+    assert msgs[kq.h]["state"] == "held"
+    assert msgs[kq.d1]["state"] == "deferred"
+    assert summary[0] == 4, summary
+    assert_sources_agree(m)
+
+
+def test_listing_through_workers_follows_changes_at_once(kq):
+    """hold, release and delete tell the workers (a kick) before mtactl
+    returns: the next listing shows the change, no wait."""
+    m = kq.m
+    m.ctl("hold", kq.d1, check=True)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[kq.d1]["state"] == "held"
+    m.ctl("delete", kq.d2, check=True)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert kq.d2 not in msgs and set(msgs) == {kq.d1, kq.h}
+    assert_sources_agree(m, [(), ("--json",), ("--summary",)])
+
+
+def test_listing_through_workers_after_restart(kq):
+    """After a restart the index is rebuilt from the spool: at once (the
+    records not read yet are read by the listing itself) and after the
+    background read."""
+    m = kq.m
+    m.stop()
+    r = m.ctl("queue", "--daemon")
+    assert r.returncode == 1 and "--daemon: mtad did not answer" in r.stderr
+    stopped = m.ctl("queue", check=True).stdout     # the files
+    before = len(m.log_text())
+    m.start()
+    # the listener answers first; the workers report ready a little later
+    wait_for(lambda: m.ctl("queue", "--daemon").returncode == 0,
+             what="the workers answering")
+    assert_sources_agree(m)
+    assert comparable((), m.ctl("queue", "--daemon", check=True).stdout) == \
+        comparable((), stopped)
+    wait_for(lambda: len(re.findall(r"queue index: \d+ messages",
+                                    m.log_text()[before:])) >= 2,
+             what="both workers' queue index lines")
+    assert_sources_agree(m)
+
+
+def test_listing_through_workers_after_worker_crash(kq):
+    """kill -9 of a worker: its replacement recovers its shard, index
+    included; meanwhile `mtactl queue` reads the files."""
+    import signal
+    from mtadtest import workers
+    m = kq.m
+    old = sorted(workers(m.pid))
+    assert len(old) == 2, old
+    os.kill(old[0], signal.SIGKILL)
+    r = m.ctl("queue")                  # whichever source answers
+    assert r.returncode == 0, r.stderr
+    assert set(parse_queue(r.stdout)[0]) == {kq.d1, kq.d2, kq.h}
+    wait_for(lambda: len(set(workers(m.pid)) - set(old)) == 1 and
+             m.ctl("queue", "--daemon").returncode == 0,
+             what="the replacement worker answering")
+    assert_sources_agree(m)
