@@ -608,24 +608,70 @@ static char (*dl_active_ids(const struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
 /* deliver_load - rebuild the schedule from the spool: every id of our
  * shard, at once (now: a kick) or at its saved next retry.  Ids with an
  * attempt open are left to it; it reschedules itself. */
+/* dl_state_ids - the ids in state/ of this shard, sorted (a start-up
+ * recovery: see dl_orphans); NULL when none or unreadable (logged). */
+static char (*dl_state_ids(struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
+{
+    char  (*v)[SPOOL_ID_SIZE] = NULL;
+    size_t n = 0, i, j = 0;
+
+    *np = 0;
+    if (spool_state_list(d->sp, &v, &n) != SPOOL_OK) {
+        log_warn("recover: listing the states: %s", spool_errstr(d->sp));
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        if (deliver_shard_of(v[i], d->nshards) == d->shard)
+            memcpy(v[j++], v[i], SPOOL_ID_SIZE);
+    *np = j;
+    return v;
+}
+
+
+/* dl_orphans - the state files of this shard whose message is gone (a
+ * removal cut between its two unlinks) go; the master's start leaves this
+ * to the workers, shard by shard, in parallel (spool_prepare_tree). */
+static void
+dl_orphans(struct deliver *d, char (*st)[SPOOL_ID_SIZE], size_t nst,
+    char (*ids)[SPOOL_ID_SIZE], size_t n)
+{
+    size_t i, gone = 0;
+
+    for (i = 0; i < nst; i++)
+        if (bsearch(st[i], ids, n, SPOOL_ID_SIZE, dl_id_cmp) == NULL &&
+            spool_state_orphan(d->sp, st[i]) == SPOOL_ENOENT)
+            gone++;
+    if (gone > 0)
+        log_info("recover: %zu state files without their message removed",
+            gone);
+}
+
+
 static int
 deliver_load(struct deliver *d, int now, const char *why)
 {
     char  (*ids)[SPOOL_ID_SIZE] = NULL, (*act)[SPOOL_ID_SIZE];
+    char  (*st)[SPOOL_ID_SIZE] = NULL;
     struct dl_entry *found = NULL;
     size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0, nact;
-    int    rc;
+    size_t nst = 0;
+    int    rc, recover = strcmp(why, "recover") == 0;
 
+    /* before the queue listing: a state saved after it is then always
+     * for a message in it, never mistaken for an orphan */
+    if (recover)
+        st = dl_state_ids(d, &nst);
     rc = spool_list(d->sp, &ids, &n);
     if (rc != SPOOL_OK) {
         log_warn("%s: listing the queue: %s", why, spool_errstr(d->sp));
+        free(st);
         return -1;
     }
     act = dl_active_ids(d, &nact);
     qx_sync_begin(d);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
-        int               fd = -1, pk, pheld;
+        int               fd = -1, pk, pheld, marked;
         off_t             off;
         uint64_t          when = 0;
 
@@ -639,9 +685,16 @@ deliver_load(struct deliver *d, int now, const char *why)
         /* Usually one fstatat(): the schedule is in the queue file's
          * inode (spool_sched_peek), so a million deferred messages are
          * scheduled without opening a million files twice (issue 16). */
-        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld);
+        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld, &marked);
         if (pk == SPOOL_ENOENT)
             continue;
+        if (pk == SPOOL_OK && !marked && nst > 0 && bsearch(ids[i], st, nst,
+            SPOOL_ID_SIZE, dl_id_cmp) != NULL) {
+            /* a state saved before queue files carried the mark: mark it,
+             * then read it (spool_prepare did this in the master) */
+            (void)spool_state_adopt(d->sp, ids[i]);
+            pk = SPOOL_EFORMAT;
+        }
         if (pk == SPOOL_OK)
             qx_sync_add(d, ids[i], NULL, 1, when, pheld, 0);
         if (pk == SPOOL_OK) {
@@ -679,6 +732,9 @@ found:
         nfound++;
         taken++;
     }
+    if (st != NULL)
+        dl_orphans(d, st, nst, ids, n);
+    free(st);
     free(ids);
     free(act);
     qx_sync_end(d);

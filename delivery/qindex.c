@@ -289,7 +289,7 @@ qx_refresh(struct deliver *d, const char *id)
     uint64_t       when = 0;
     int            held = 0, rc;
 
-    rc = spool_sched_peek(d->sp, id, &when, &held);
+    rc = spool_sched_peek(d->sp, id, &when, &held, NULL);
     if (rc == SPOOL_ENOENT) {
         qx_drop(d, id);
         return QX_GONE;

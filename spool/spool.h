@@ -106,6 +106,11 @@ struct spool_msg;                   /* a message being written */
  * and remove everything left in tmp/ (never acknowledged) and every
  * state/ file whose queue/ file is gone.  Master only, before workers. */
 int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
+/* The same without the pass over state/ (one fstatat() per state file,
+ * serial, before any worker starts: seconds for a million deferred
+ * messages): the master's start; each worker does that pass for its own
+ * shard while it recovers (spool_state_adopt/orphan). */
+int     spool_prepare_tree(const char *dir, uid_t uid, gid_t gid);
 
 int     spool_open(struct spool **sp, const char *dir, int fsync,
             unsigned shard);                             /* shard 0..255 */
@@ -212,7 +217,21 @@ int     spool_state_save(struct spool *sp, const struct spool_env *env);
  * recorded there (a state written before this existed, or an interrupted
  * save): read the state with spool_msg_open(). */
 int     spool_sched_peek(struct spool *sp, const char *id,
-            uint64_t *next_retry_ms, int *held);
+            uint64_t *next_retry_ms, int *held, int *marked);
+                        /* *marked (may be NULL): the file has the mark */
+/* The orphan purge and the old-state marking of spool_prepare(), one id
+ * at a time, for a worker's start-up recovery (spool_prepare_tree() leaves
+ * them out of the master's serial start; issue 16):
+ * spool_state_list() - every id in state/, sorted;
+ * spool_state_adopt() - mark queue/<id> as having a state (a state saved
+ *   before the mark existed), through an fd opened without following
+ *   links; SPOOL_ENOENT when gone;
+ * spool_state_orphan() - remove state/<id> when queue/<id> is gone:
+ *   SPOOL_ENOENT removed, SPOOL_OK kept (its message is there). */
+int     spool_state_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE],
+            size_t *n);
+int     spool_state_adopt(struct spool *sp, const char *id);
+int     spool_state_orphan(struct spool *sp, const char *id);
 /* Remove a delivered/bounced/deleted message: queue file, then state. */
 int     spool_remove(struct spool *sp, const char *id);
 /* The same for a message opened with spool_msg_open() and locked since:

@@ -1251,3 +1251,28 @@ def test_listing_through_workers_after_worker_crash(kq):
              m.ctl("queue", "--daemon").returncode == 0,
              what="the replacement worker answering")
     assert_sources_agree(m)
+
+
+def test_workers_clean_states_at_recovery(kq):
+    """The master's start no longer passes over state/ (a second per
+    200,000 deferred messages before any worker runs): each worker removes
+    its shard's orphan state files and marks states saved before queue
+    files carried the mark, while it recovers."""
+    m = kq.m
+    m.stop()
+    orphan = os.path.join(m.spool, "state", "0000000000000001")
+    with open(orphan, "w") as f:
+        f.write("attempts 1\n")
+    qf = os.path.join(m.spool, "queue", kq.d1)
+    os.chmod(qf, 0o600)                 # unmarked: as an old mtad left it
+    assert m.ctl("queue", "--files", check=True).stdout.count(
+        "%s " % kq.d1) == 1
+    m.start()
+    wait_for(lambda: m.ctl("queue", "--daemon").returncode == 0,
+             what="the workers answering")
+    assert not os.path.exists(orphan)
+    assert os.stat(qf).st_mode & 0o100, oct(os.stat(qf).st_mode)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[kq.d1]["state"] == "deferred", msgs[kq.d1]
+    assert "1 attempt" in msgs[kq.d1]["detail"], msgs[kq.d1]
+    assert_sources_agree(m, [(), ("--json",)])
