@@ -771,11 +771,11 @@ void
 deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
     off_t body_off)
 {
-    if (deliver_shard_of(env->id, d->nshards) == d->shard)
-        qx_put(d, env, 0);
     if (d->draining || d->gaveback || dl_held(d) ||
         d->nactive + d->nunsaved >= d->max_active ||
         deliver_shard_of(env->id, d->nshards) != d->shard) {
+        if (deliver_shard_of(env->id, d->nshards) == d->shard)
+            qx_put(d, env, 0);          /* dl_begin() does it otherwise */
         dl_schedule(d, env->id, 0);
         close(fd);                      /* the lock goes with it */
         spool_env_free(env);
