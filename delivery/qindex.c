@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include "common/buf.h"
 #include "common/ev.h"
@@ -546,7 +547,8 @@ qx_stream_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
         qx_stream_fill(d, s);
     }
     if (buf_avail(&s->out) > 0) {
-        n = write(fd, buf_head(&s->out), buf_avail(&s->out));
+        n = send(fd, buf_head(&s->out), buf_avail(&s->out),
+            MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
         if (n <= 0) {
