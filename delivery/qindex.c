@@ -300,7 +300,8 @@ qx_refresh(struct deliver *d, const char *id)
     e->flags &= (uint8_t)~(QX_BAD | QX_HELD);
     if (rc == SPOOL_OK && held)
         e->flags |= QX_HELD;
-    qx_warm_start(d);
+    /* read again by the next listing (not by a warm-up pass: `hold --all`
+     * of many messages would rescan the whole index for each) */
     return rc == SPOOL_OK && held ? QX_ISHELD : 0;
 }
 
