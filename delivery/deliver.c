@@ -668,7 +668,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         return -1;
     }
     act = dl_active_ids(d, &nact);
-    qx_sync_begin(d);
+    qx_sync_begin(d, recover);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
         int               fd = -1, pk, pheld, marked;

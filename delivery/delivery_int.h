@@ -82,7 +82,7 @@ void qx_drop(struct deliver *d, const char *id);
 #define QX_GONE   1
 #define QX_ISHELD 2
 int  qx_refresh(struct deliver *d, const char *id);
-void qx_sync_begin(struct deliver *d);
+void qx_sync_begin(struct deliver *d, int recover);
 void qx_sync_add(struct deliver *d, const char *id,
         const struct spool_env *env, int peeked, uint64_t when, int held,
         int active);

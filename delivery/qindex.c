@@ -9,10 +9,13 @@
  *           (spool_wire_body(): what `mtactl queue` prints of it), in one
  *           array sorted by id.  The record is built from the envelope the
  *           worker has in memory anyway (accepted, after an attempt);
- *           after a start, the records are read from the files by a
- *           warm-up that loads QX_WARM_BATCH messages per loop iteration
- *           (recovery itself stays one fstatat() per message), and a
- *           listing loads any it meets still unread.
+ *           a clean stop saves the records (state/index-<shard>,
+ *           spool_index_save) and the next start takes each one whose
+ *           queue file's inode still says the same (next retry, held);
+ *           the others (all of them after a crash) are read from the files
+ *           by a warm-up that loads QX_WARM_BATCH messages per loop
+ *           iteration (recovery itself stays one fstatat() per message),
+ *           and a listing loads any it meets still unread.
  * STREAMS   The master hands the worker one end of a socketpair (mtactl
  *           holds the other: no bytes pass through the master) and
  *           deliver_qstream() writes every record, by id, then an empty
@@ -24,9 +27,10 @@
  *           rest).  At most QX_MAX_STREAMS at once; a new one ends the
  *           oldest.
  * TRUTH     The files stay the truth: a kick (mtactl hold, delete,
- *           release, bounce) drops the record of that id and looks at its
- *           inode again; a rebuild (recovery, "kick *") keeps a record only
- *           when the inode's next retry and held bit still match it.
+ *           release, bounce) reads that id's file again; a rebuild
+ *           (recovery, "kick *") keeps a record, or takes one from the
+ *           saved index, only when the inode's next retry and held bit
+ *           still match it.
  * FAILURE   A file that cannot be read is left out of listings (the file
  *           reader, mtactl --files, names it); a stream whose reader went
  *           away is closed.  Never logs per message.
@@ -74,6 +78,13 @@ struct qx_stream {
     struct buf        out;
 };
 
+/* A record of the snapshot file: its id and body, in place. */
+struct qx_snaprec {
+    const char *id;
+    const char *body;
+    uint32_t    len;
+};
+
 struct qx {
     struct qx_ent    *v;
     size_t            n, cap, ndead;
@@ -85,12 +96,19 @@ struct qx {
     uint64_t          warm_t0;          /* ... and how long they took */
     size_t            warm_loads;
     struct ev_timer   warm;
+    char             *snap;             /* the last stop's index file */
+    size_t            snaplen;
+    struct qx_snaprec *snapv;           /* its records, by id */
+    size_t            nsnap, snapi, snapused;
     struct qx_stream *streams;          /* newest first */
     size_t            nstreams;
     struct buf        tmp;
 };
 
 static void qx_warm_fire(struct ev_loop *loop, struct ev_timer *t, void *arg);
+static unsigned qx_state(const struct qx_ent *e);
+static void qx_snap_free(struct qx *q);
+static int qx_load(struct deliver *d, size_t i);
 
 struct qx *
 qx_new(struct deliver *d)
@@ -115,6 +133,7 @@ qx_free(struct deliver *d)
     while (q->streams != NULL)
         qx_stream_close(d, q->streams);
     ev_timer_stop(d->loop, &q->warm);
+    qx_snap_free(q);
     for (size_t i = 0; i < q->n; i++)
         free(q->v[i].blob);
     free(q->v);
@@ -300,18 +319,118 @@ qx_refresh(struct deliver *d, const char *id)
     e->flags &= (uint8_t)~(QX_BAD | QX_HELD);
     if (rc == SPOOL_OK && held)
         e->flags |= QX_HELD;
-    /* read again by the next listing (not by a warm-up pass: `hold --all`
-     * of many messages would rescan the whole index for each) */
+    /* read again now: one file per kick (a warm-up pass would rescan the
+     * whole index for each id of a `hold --all`) */
+    if (qx_load(d, (size_t)(e - d->qx->v)) < 0 && (e->flags & QX_DEAD))
+        return QX_GONE;
     return rc == SPOOL_OK && held ? QX_ISHELD : 0;
 }
 
 
 /* ---- rebuilding from the spool (deliver_load) ---------------------------- */
 
+static uint64_t
+qx_le(const char *p, size_t n)
+{
+    uint64_t v = 0;
+
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    return v;
+}
+
+
+/* qx_snap_load - the index the last clean stop saved, checked record by
+ * record (spool_wire_decode; ids rising); the first bad one ends it. */
+static void
+qx_snap_load(struct deliver *d)
+{
+    struct qx         *q = d->qx;
+    struct spool_rcpt *rc = NULL;
+    struct spool_env   env;
+    size_t             caprc = 0, off, cap = 0;
+    unsigned           st;
+    int                rcode;
+
+    rcode = spool_index_take(d->sp, d->shard, &q->snap, &q->snaplen);
+    if (rcode == SPOOL_ENOENT)
+        return;
+    if (rcode != SPOOL_OK) {
+        log_warn("recover: queue index of the last stop: %s (ignored)",
+            spool_errstr(d->sp));
+        return;
+    }
+    off = strlen(SPOOL_INDEX_MAGIC);
+    while (q->snaplen - off >= 4) {
+        size_t len = (size_t)qx_le(q->snap + off, 4);
+        const char *rec = q->snap + off + 4;
+
+        if (len == 0 || len > q->snaplen - off - 4 ||
+            spool_wire_decode(rec, len, &env, &st, &rc, &caprc) !=
+            SPOOL_OK || (q->nsnap > 0 &&
+            memcmp(q->snapv[q->nsnap - 1].id, rec, SPOOL_ID_LEN) >= 0))
+            break;
+        if (q->nsnap == cap) {
+            cap = cap ? cap * 2 : 1024;
+            q->snapv = xrealloc(q->snapv, cap * sizeof(*q->snapv));
+        }
+        q->snapv[q->nsnap].id = rec;
+        q->snapv[q->nsnap].body = rec + SPOOL_ID_LEN + 1;
+        q->snapv[q->nsnap].len = (uint32_t)(len - SPOOL_ID_LEN - 1);
+        q->nsnap++;
+        off += 4 + len;
+    }
+    free(rc);
+    q->snapi = q->snapused = 0;
+}
+
+
+/* qx_snap_use - e's record from the snapshot, when it has one that the
+ * inode confirms (same next retry, same held bit: any attempt or mtactl
+ * change since the save moved one of them).  Ids come in order. */
+static void
+qx_snap_use(struct qx *q, struct qx_ent *e, uint64_t when, int held)
+{
+    const struct qx_snaprec *r;
+
+    while (q->snapi < q->nsnap &&
+        memcmp(q->snapv[q->snapi].id, e->id, SPOOL_ID_LEN) < 0)
+        q->snapi++;
+    if (q->snapi == q->nsnap ||
+        memcmp(q->snapv[q->snapi].id, e->id, SPOOL_ID_LEN) != 0)
+        return;
+    r = &q->snapv[q->snapi];
+    /* body: u8 held, u32 attempts, u64 arrival, u64 next_retry, ... */
+    if ((unsigned char)r->body[0] != (held ? 1 : 0) ||
+        qx_le(r->body + 13, 8) != when)
+        return;
+    e->blob = xmalloc(r->len);
+    memcpy(e->blob, r->body, r->len);
+    e->len = r->len;
+    e->next_retry = when;
+    if (qx_le(r->body + 1, 4) > 0)
+        e->flags |= QX_TRIED;
+    q->snapused++;
+}
+
+
+static void
+qx_snap_free(struct qx *q)
+{
+    free(q->snap);
+    free(q->snapv);
+    q->snap = NULL;
+    q->snapv = NULL;
+    q->snaplen = q->nsnap = q->snapi = 0;
+}
+
+
 void
-qx_sync_begin(struct deliver *d)
+qx_sync_begin(struct deliver *d, int recover)
 {
     d->qx->nsync = 0;
+    if (recover)
+        qx_snap_load(d);
 }
 
 
@@ -344,6 +463,8 @@ qx_sync_add(struct deliver *d, const char *id, const struct spool_env *env,
         return;
     }
     e->flags = peeked && held ? QX_HELD : 0;
+    if (peeked)
+        qx_snap_use(q, e, when, held);
 }
 
 
@@ -365,6 +486,10 @@ qx_sync_end(struct deliver *d)
     q->n = q->nsync;
     q->nsync = 0;
     q->ndead = 0;
+    if (q->snap != NULL)
+        log_info("recover: %zu of %zu records from the queue index the last "
+            "stop saved", q->snapused, q->nsnap);
+    qx_snap_free(q);
     q->warm_log = 1;
     q->warm_t0 = util_now_ms();
     q->warm_loads = 0;
@@ -461,6 +586,65 @@ qx_warm_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
             "spool in %llu ms", q->n - q->ndead, q->warm_loads,
             (unsigned long long)(util_now_ms() - q->warm_t0));
     }
+}
+
+
+/* ---- the snapshot at a clean stop ------------------------------------------ */
+
+struct qx_saver {
+    struct qx *q;
+    size_t     i;
+    int        ended;
+    size_t     n;
+};
+
+
+/* qx_save_next - the next chunk of records for spool_index_save(). */
+static int
+qx_save_next(void *arg, const void **p, size_t *n)
+{
+    struct qx_saver *sv = arg;
+    struct qx       *q = sv->q;
+
+    if (sv->ended)
+        return 0;
+    q->tmp.off = q->tmp.len = 0;
+    for (; sv->i < q->n && buf_avail(&q->tmp) < QX_CHUNK; sv->i++) {
+        struct qx_ent *e = &q->v[sv->i];
+
+        if (e->flags & (QX_DEAD | QX_BAD) || e->blob == NULL)
+            continue;
+        spool_wire_head(&q->tmp, e->id, qx_state(e), e->len);
+        buf_append(&q->tmp, e->blob, e->len);
+        sv->n++;
+    }
+    if (sv->i == q->n) {
+        static const char end[4] = { 0, 0, 0, 0 };
+
+        buf_append(&q->tmp, end, sizeof(end));
+        sv->ended = 1;
+    }
+    *p = buf_head(&q->tmp);
+    *n = buf_avail(&q->tmp);
+    return 1;
+}
+
+
+void
+deliver_save_index(struct deliver *d)
+{
+    struct qx_saver sv = { d->qx, 0, 0, 0 };
+    uint64_t        t0 = util_now_ms();
+
+    if (d->qx == NULL || d->qx->n == d->qx->ndead)
+        return;
+    if (spool_index_save(d->sp, d->shard, qx_save_next, &sv) != SPOOL_OK) {
+        log_warn("queue index: not saved: %s (the next start reads the "
+            "files)", spool_errstr(d->sp));
+        return;
+    }
+    log_info("queue index: %zu records saved in %llu ms", sv.n,
+        (unsigned long long)(util_now_ms() - t0));
 }
 
 

@@ -277,4 +277,16 @@ void    spool_wire_head(struct buf *b, const char *id, unsigned state,
 int     spool_wire_decode(const char *p, size_t n, struct spool_env *env,
             unsigned *state, struct spool_rcpt **rcpts, size_t *caprcpt);
 
+/* A worker's index saved at a clean stop (spool_index.c): state/index-NN,
+ * SPOOL_INDEX_MAGIC then listing records and an empty one.  save: the
+ * bytes next() hands out (1 more, 0 done) after the magic, via a temporary
+ * file and a rename.  take: the whole file (magic included) in *data
+ * (malloc'd), then the file is removed; SPOOL_ENOENT when there is none,
+ * SPOOL_EFORMAT when it does not start with the magic. */
+#define SPOOL_INDEX_MAGIC "mtad-qindex 1\n"
+int     spool_index_save(struct spool *sp, unsigned shard,
+            int (*next)(void *arg, const void **p, size_t *n), void *arg);
+int     spool_index_take(struct spool *sp, unsigned shard, char **data,
+            size_t *len);
+
 #endif /* MTAD_SPOOL_H */

@@ -792,6 +792,8 @@ worker_run(struct worker *w)
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
+    if (w->exit_code == 0)
+        deliver_save_index(w->deliver);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);

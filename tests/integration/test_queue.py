@@ -131,9 +131,11 @@ def parse_show(text):
 
 
 def state_files(m):
+    """The messages' state files (and leftovers of their writes); not the
+    queue index a worker saves at a clean stop (state/index-NN)."""
     d = os.path.join(m.spool, "state")
     try:
-        return sorted(os.listdir(d))
+        return sorted(n for n in os.listdir(d) if not n.startswith("index-"))
     except FileNotFoundError:
         return []
 
@@ -1201,8 +1203,8 @@ def test_listing_through_workers_matches_files(kq):
 
 def test_listing_through_workers_follows_changes_at_once(kq):
     """hold, release and delete tell the workers (a kick) before mtactl
-    returns: the next listing shows the change, no wait (the kicked
-    record is dropped and read again by that listing itself)."""
+    returns: the next listing shows the change, no wait (the worker
+    reads the kicked message's file again)."""
     m = kq.m
     m.ctl("hold", kq.d1, check=True)
     msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
@@ -1215,9 +1217,14 @@ def test_listing_through_workers_follows_changes_at_once(kq):
 
 def test_listing_through_workers_after_restart(kq):
     """After a restart the index is rebuilt from the spool: right after
-    the start and after the background read."""
+    the start and after the background read.  A clean stop saved each
+    worker's records (state/index-NN): the start takes them from there,
+    each checked against its queue file's inode, and reads no file."""
     m = kq.m
     m.stop()
+    saved = [f for f in os.listdir(os.path.join(m.spool, "state"))
+             if f.startswith("index-")]
+    assert saved, os.listdir(os.path.join(m.spool, "state"))
     r = m.ctl("queue", "--daemon")
     assert r.returncode == 1 and "--daemon: mtad did not answer" in r.stderr
     stopped = m.ctl("queue", check=True).stdout     # the files
@@ -1233,6 +1240,15 @@ def test_listing_through_workers_after_restart(kq):
                                     m.log_text()[before:])) >= 2,
              what="both workers' queue index lines")
     assert_sources_agree(m)
+    log = m.log_text()[before:]
+    used = re.findall(r"recover: (\d+) of (\d+) records from the queue "
+                      r"index the last stop saved", log)
+    assert sum(int(u) for u, _ in used) == 3 and \
+        sum(int(n) for _, n in used) == 3, used
+    assert re.findall(r"queue index: \d+ messages, (\d+) records read",
+                      log) == ["0", "0"], log
+    assert not [f for f in os.listdir(os.path.join(m.spool, "state"))
+                if "index" in f], "the saved index is used once"
 
 
 def test_listing_through_workers_after_worker_crash(kq):

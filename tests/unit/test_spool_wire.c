@@ -4,10 +4,15 @@
  * must not trust it.  A record survives the round trip field by field;
  * every truncation, a string without its NUL, a count larger than the
  * bytes behind it, a bad id or state, and trailing bytes are refused.
+ * The index file a worker saves at a clean stop (spool_index.c) comes back
+ * whole, once, and only with its magic.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <criterion/criterion.h>
 
@@ -204,4 +209,74 @@ Test(spool_wire, bad_fields_refused)
     cr_assert_eq(t_decode(p, n), SPOOL_OK);     /* the copy itself is fine */
     free(p);
     buf_free(&rec);
+}
+
+
+/* ---- the saved index (spool_index.c) ------------------------------------ */
+
+struct t_chunks {
+    int n;
+};
+
+
+static int
+t_next(void *arg, const void **p, size_t *n)
+{
+    struct t_chunks *c = arg;
+    static const char *const parts[] = { "first ", "second" };
+
+    if (c->n == 2)
+        return 0;
+    *p = parts[c->n];
+    *n = strlen(parts[c->n]);
+    c->n++;
+    return 1;
+}
+
+
+Test(spool_index, saved_taken_once_and_checked)
+{
+    char            tmpl[] = "/tmp/mtad-index-test-XXXXXX", path[512];
+    char           *dir = mkdtemp(tmpl), *data = NULL;
+    struct spool   *sp = NULL;
+    struct t_chunks c = { 0 };
+    size_t          len = 0;
+    FILE           *f;
+
+    cr_assert_not_null(dir);
+    cr_assert_eq(spool_prepare(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK);
+    cr_assert_eq(spool_open(&sp, dir, 0, 3), SPOOL_OK);
+    cr_assert_eq(spool_index_take(sp, 3, &data, &len), SPOOL_ENOENT);
+    cr_assert_eq(spool_index_save(sp, 3, t_next, &c), SPOOL_OK);
+    snprintf(path, sizeof(path), "%s/state/index-03", dir);
+    cr_assert_eq(access(path, F_OK), 0);
+    cr_assert_eq(spool_index_take(sp, 3, &data, &len), SPOOL_OK);
+    cr_assert_eq(len, strlen(SPOOL_INDEX_MAGIC "first second"));
+    cr_assert_eq(memcmp(data, SPOOL_INDEX_MAGIC "first second", len), 0);
+    free(data);
+    cr_assert_neq(access(path, F_OK), 0, "taken: removed");
+    cr_assert_eq(spool_index_take(sp, 3, &data, &len), SPOOL_ENOENT);
+
+    /* anything else at that name: refused, and removed all the same */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not an index\n", f);
+    fclose(f);
+    cr_assert_eq(spool_index_take(sp, 3, &data, &len), SPOOL_EFORMAT);
+    cr_assert_null(data);
+    cr_assert_neq(access(path, F_OK), 0);
+    /* the master's start leaves a saved index alone (not a dot-name) */
+    c.n = 0;
+    cr_assert_eq(spool_index_save(sp, 3, t_next, &c), SPOOL_OK);
+    spool_close(sp);
+    cr_assert_eq(spool_prepare_tree(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK);
+    cr_assert_eq(access(path, F_OK), 0);
+    cr_assert_eq(unlink(path), 0);
+    for (int i = 0; i < 3; i++) {
+        static const char *const sub[] = { "tmp", "queue", "state" };
+
+        snprintf(path, sizeof(path), "%s/%s", dir, sub[i]);
+        cr_assert_eq(rmdir(path), 0, "%s", path);
+    }
+    cr_assert_eq(rmdir(dir), 0);
 }
