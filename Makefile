@@ -69,6 +69,7 @@ umod_test_dkim := dkim
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp
 umod_test_spool := spool
+umod_test_spool_wire := spool
 umod_test_requiretls := spool
 umod_test_router := router
 umod_test_config := config
@@ -178,12 +179,13 @@ FUZZ_TIME    ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS   := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
 fmod_relay := smtp
 fmod_env := spool
+fmod_wire := spool
 fmod_route := router
 fmod_config := config
 fmod_dns := dns

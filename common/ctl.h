@@ -10,6 +10,10 @@
  *           "error: <text>", the rest is the body (for "status" a report of
  *           "key: value" lines and one "worker key=value ..." line per
  *           worker; for a rejected "reload" the config errors, one per line).
+ *           "queue-stream" is answered with "ok\nqstream N\n" and, in the
+ *           same message, N descriptors (SCM_RIGHTS): one socket per
+ *           worker, on which it writes its listing records (spool.h)
+ *           (mtactl/queue_daemon.c reads them; master/qstream.c).
  *           "reload" is answered only when the outcome is known: "ok" after
  *           the new generation of workers reported ready, "error: ..." when
  *           the new config was rejected.

@@ -340,6 +340,7 @@ dl_attempt_free(struct dl_attempt *a)
 {
     struct dl_txn  *t, *tn;
 
+    qx_done(a->d, a->env);
     dl_unlink(a);
     for (t = a->txns; t; t = tn) {
         tn = t->next;
@@ -486,11 +487,13 @@ dl_finish(struct dl_attempt *a)
     /* the bounce for what failed now goes out now, whatever the others */
     notified = dl_notify(a) == 0;
     if (pending == 0 && notified) {
-        if (spool_remove_env(d->sp, env) != SPOOL_OK)
+        if (spool_remove_env(d->sp, env) != SPOOL_OK) {
             log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
-        else
+        } else {
+            qx_drop(d, env->id);
             log_ev(LOGL_INFO, "removed", LOG_KVS(LKV_S("queue_id", env->id)),
                 "%s: removed", env->id);
+        }
         dl_attempt_free(a);
         deliver_arm(d);
         return;

@@ -369,8 +369,10 @@ dl_start(struct deliver *d, const char *id)
     if (dl_is_active(d, id))
         return;                         /* already running, or held */
     rc = spool_msg_open(d->sp, id, 1, &env, &fd, &off);
-    if (rc == SPOOL_ENOENT)
+    if (rc == SPOOL_ENOENT) {
+        qx_drop(d, id);
         return;                         /* delivered or deleted meanwhile */
+    }
     if (rc == SPOOL_OK && env->state_damaged)
         log_warn("%s: state file damaged; ignored: delivering to every "
             "recipient again", id);
@@ -396,6 +398,7 @@ dl_start(struct deliver *d, const char *id)
     }
     if (env->held) {
         log_info("%s: on hold; not delivering", id);
+        qx_put(d, env, 0);
         close(fd);
         spool_env_free(env);
         return;
@@ -416,6 +419,7 @@ dl_begin(struct deliver *d, struct spool_env *env, int fd, off_t off)
     a->env = env;
     a->fd = fd;
     a->body_off = off;
+    qx_put(d, env, 1);
     a->next = d->active;
     if (d->active)
         d->active->prev = a;
@@ -543,6 +547,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
     ev_timer_init(&d->timer, deliver_fire, d);
     ev_timer_init(&d->save_timer, dl_save_fire, d);
     d->max_active = dl_max_active();
+    d->qx = qx_new(d);
     return d;
 }
 
@@ -554,6 +559,7 @@ deliver_free(struct deliver *d)
         return;
     ev_timer_stop(d->loop, &d->timer);
     ev_timer_stop(d->loop, &d->save_timer);
+    qx_free(d);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
     resolve_free(d->resolve);           /* after the relay: see there */
@@ -602,36 +608,95 @@ static char (*dl_active_ids(const struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
 /* deliver_load - rebuild the schedule from the spool: every id of our
  * shard, at once (now: a kick) or at its saved next retry.  Ids with an
  * attempt open are left to it; it reschedules itself. */
+/* dl_state_ids - the ids in state/ of this shard, sorted (a start-up
+ * recovery: see dl_orphans); NULL when none or unreadable (logged). */
+static char (*dl_state_ids(struct deliver *d, size_t *np))[SPOOL_ID_SIZE]
+{
+    char  (*v)[SPOOL_ID_SIZE] = NULL;
+    size_t n = 0, i, j = 0;
+
+    *np = 0;
+    if (spool_state_list(d->sp, &v, &n) != SPOOL_OK) {
+        log_warn("recover: listing the states: %s", spool_errstr(d->sp));
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        if (deliver_shard_of(v[i], d->nshards) == d->shard)
+            memcpy(v[j++], v[i], SPOOL_ID_SIZE);
+    *np = j;
+    return v;
+}
+
+
+/* dl_orphans - the state files of this shard whose message is gone (a
+ * removal cut between its two unlinks) go; the master's start leaves this
+ * to the workers, shard by shard, in parallel (spool_prepare_tree). */
+static void
+dl_orphans(struct deliver *d, char (*st)[SPOOL_ID_SIZE], size_t nst,
+    char (*ids)[SPOOL_ID_SIZE], size_t n)
+{
+    size_t i, gone = 0;
+
+    for (i = 0; i < nst; i++)
+        if (bsearch(st[i], ids, n, SPOOL_ID_SIZE, dl_id_cmp) == NULL &&
+            spool_state_orphan(d->sp, st[i]) == SPOOL_ENOENT)
+            gone++;
+    if (gone > 0)
+        log_info("recover: %zu state files without their message removed",
+            gone);
+}
+
+
 static int
 deliver_load(struct deliver *d, int now, const char *why)
 {
     char  (*ids)[SPOOL_ID_SIZE] = NULL, (*act)[SPOOL_ID_SIZE];
+    char  (*st)[SPOOL_ID_SIZE] = NULL;
     struct dl_entry *found = NULL;
     size_t n = 0, i, taken = 0, held = 0, nfound = 0, capfound = 0, nact;
-    int    rc;
+    size_t nst = 0;
+    int    rc, recover = strcmp(why, "recover") == 0;
 
+    /* before the queue listing: a state saved after it is then always
+     * for a message in it, never mistaken for an orphan */
+    if (recover)
+        st = dl_state_ids(d, &nst);
     rc = spool_list(d->sp, &ids, &n);
     if (rc != SPOOL_OK) {
         log_warn("%s: listing the queue: %s", why, spool_errstr(d->sp));
+        free(st);
         return -1;
     }
     act = dl_active_ids(d, &nact);
+    qx_sync_begin(d, recover);
     for (i = 0; i < n; i++) {
         struct spool_env *env = NULL;
-        int               fd = -1, pk, pheld;
+        int               fd = -1, pk, pheld, marked;
         off_t             off;
         uint64_t          when = 0;
 
-        if (deliver_shard_of(ids[i], d->nshards) != d->shard ||
-            (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
-            dl_id_cmp) != NULL))
+        if (deliver_shard_of(ids[i], d->nshards) != d->shard)
             continue;
+        if (nact > 0 && bsearch(ids[i], act, nact, SPOOL_ID_SIZE,
+            dl_id_cmp) != NULL) {
+            qx_sync_add(d, ids[i], NULL, 0, 0, 0, 1);
+            continue;
+        }
         /* Usually one fstatat(): the schedule is in the queue file's
          * inode (spool_sched_peek), so a million deferred messages are
          * scheduled without opening a million files twice (issue 16). */
-        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld);
+        pk = spool_sched_peek(d->sp, ids[i], &when, &pheld, &marked);
         if (pk == SPOOL_ENOENT)
             continue;
+        if (pk == SPOOL_OK && !marked && nst > 0 && bsearch(ids[i], st, nst,
+            SPOOL_ID_SIZE, dl_id_cmp) != NULL) {
+            /* a state saved before queue files carried the mark: mark it,
+             * then read it (spool_prepare did this in the master) */
+            (void)spool_state_adopt(d->sp, ids[i]);
+            pk = SPOOL_EFORMAT;
+        }
+        if (pk == SPOOL_OK)
+            qx_sync_add(d, ids[i], NULL, 1, when, pheld, 0);
         if (pk == SPOOL_OK) {
             if (pheld) {
                 held++;
@@ -648,6 +713,7 @@ deliver_load(struct deliver *d, int now, const char *why)
             if (env->held)
                 held++;
         }
+        qx_sync_add(d, ids[i], rc == SPOOL_OK ? env : NULL, 0, 0, 0, 0);
         if (fd >= 0)
             close(fd);
         if (rc == SPOOL_OK && env->held) {
@@ -666,8 +732,12 @@ found:
         nfound++;
         taken++;
     }
+    if (st != NULL)
+        dl_orphans(d, st, nst, ids, n);
+    free(st);
     free(ids);
     free(act);
+    qx_sync_end(d);
     d->nheap = 0;                       /* the spool is the truth */
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
@@ -689,6 +759,7 @@ deliver_recover(struct deliver *d)
 void
 deliver_submit(struct deliver *d, const char *id)
 {
+    qx_add_id(d, id);
     dl_schedule(d, id, 0);
 }
 
@@ -703,6 +774,8 @@ deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
     if (d->draining || d->gaveback || dl_held(d) ||
         d->nactive + d->nunsaved >= d->max_active ||
         deliver_shard_of(env->id, d->nshards) != d->shard) {
+        if (deliver_shard_of(env->id, d->nshards) == d->shard)
+            qx_put(d, env, 0);          /* dl_begin() does it otherwise */
         dl_schedule(d, env->id, 0);
         close(fd);                      /* the lock goes with it */
         spool_env_free(env);
@@ -717,6 +790,13 @@ deliver_kick(struct deliver *d, const char *id)
 {
     size_t i;
 
+    /* mtactl changed it (hold, delete, release, bounce): the listing
+     * must say so at once, even while draining */
+    if (id != NULL && spool_id_valid(id) &&
+        deliver_shard_of(id, d->nshards) == d->shard &&
+        qx_refresh(d, id) != 0)
+        return;         /* deleted or held: nothing to deliver (a held one
+                         * still in the heap is dropped when it comes up) */
     if (d->draining)
         return;
     if (id == NULL || strcmp(id, "*") == 0) {

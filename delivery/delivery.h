@@ -44,6 +44,13 @@ void    deliver_submit(struct deliver *d, const char *id); /* just queued */
 void    deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
             off_t body_off);
 void    deliver_kick(struct deliver *d, const char *id);  /* NULL/"*": all */
+/* `mtactl queue` through the worker (qindex.c): stream this worker's
+ * listing records (spool.h) to fd, one end of a socketpair the master
+ * handed over; fd is the stream's now.  0, or -1 (fd closed). */
+int     deliver_qstream(struct deliver *d, int fd);
+/* At a clean stop: the index as state/index-<shard>, for the next start
+ * (qindex.c; a failure is logged, the next start reads the files). */
+void    deliver_save_index(struct deliver *d);
 /* Graceful stop: start nothing new; returns deliveries still in flight
  * (after deliver_giveback(): states still unsaved, retried each second). */
 size_t  deliver_drain(struct deliver *d);

@@ -63,7 +63,31 @@ struct deliver {
     int                   save_failing; /* warned in this episode */
     int                   gaveback;     /* stop deadline passed */
     size_t                ngiven;       /* attempts given back then */
+    struct qx            *qx;           /* qindex.c: for mtactl queue */
 };
+
+/* qindex.c: the index of this worker's messages for `mtactl queue`
+ * (see its header).  qx_put: env is current (active: an attempt holds
+ * it); qx_done: an attempt ended, env saved (ignored once dropped);
+ * qx_add_id: queued, envelope not at hand; qx_drop: removed; qx_refresh:
+ * changed by someone else (a kick); qx_sync_*: a rebuild from the spool,
+ * ids in order (see deliver_load). */
+struct qx;
+struct qx *qx_new(struct deliver *d);
+void qx_free(struct deliver *d);
+void qx_put(struct deliver *d, const struct spool_env *env, int active);
+void qx_done(struct deliver *d, const struct spool_env *env);
+void qx_add_id(struct deliver *d, const char *id);
+void qx_drop(struct deliver *d, const char *id);
+#define QX_GONE   1
+#define QX_ISHELD 2
+int  qx_refresh(struct deliver *d, const char *id);
+void qx_sync_begin(struct deliver *d, int recover);
+void qx_sync_add(struct deliver *d, const char *id,
+        const struct spool_env *env, int peeked, uint64_t when, int held,
+        int active);
+void qx_sync_end(struct deliver *d);
+void qx_warm_start(struct deliver *d);
 
 /* schedule.c: the min-heap on when in d->heap (dl_heap_up after
  * lowering an entry's when; pop only when nheap > 0). */

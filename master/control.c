@@ -444,6 +444,12 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         free(report);
     } else if (strncmp(line, "kick ", 5) == 0) {
         ctl_kick(m, c, line + 5);
+    } else if (strcmp(line, "queue-stream") == 0) {
+        /* mtactl queue: descriptors of the workers' streams (qstream.c) */
+        master_unwatch(m, c->fd);
+        child_unregister_master_fd(c->fd);
+        master_qstream(m, c->fd);
+        c->fd = -1;
     } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {
         pid_t pid = master_sandbox_test(m);
 

@@ -183,6 +183,8 @@ struct master {
 void    master_request_reload(struct master *m);
 void    master_request_stop(struct master *m);
 int     master_kick(struct master *m, const char *arg);
+/* qstream.c: answer "queue-stream" on control connection cfd (closed). */
+void    master_qstream(struct master *m, int cfd);
 void    master_send(struct slot *s, const char *cmd);
 
 /* drain.c */

@@ -146,7 +146,8 @@ master_spool_prepare(const struct config *cfg, const struct privs *p)
     for (i = 0; i < ndone; i++)
         if (strcmp(done[i], cfg->spool_dir) == 0)
             return SPOOL_OK;
-    rc = spool_prepare(cfg->spool_dir, p->drop ? p->uid : (uid_t)-1,
+    /* state/ is the workers' to clean, shard by shard (deliver_load) */
+    rc = spool_prepare_tree(cfg->spool_dir, p->drop ? p->uid : (uid_t)-1,
         p->drop ? p->gid : (gid_t)-1);
     if (rc == SPOOL_OK) {
         done = xrealloc(done, (ndone + 1) * sizeof(*done));

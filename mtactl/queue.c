@@ -255,7 +255,7 @@ queue_since(uint64_t now, uint64_t then)
 }
 
 
-static int
+int
 queue_match(const struct queue_item *it, const struct queue_filter *f,
     uint64_t now)
 {
@@ -406,6 +406,8 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         { "all", no_argument, NULL, 'a' },
         { "body", no_argument, NULL, 'b' },
         { "raw", no_argument, NULL, 'r' },
+        { "files", no_argument, NULL, 'F' },
+        { "daemon", no_argument, NULL, 'D' },
         { NULL, 0, NULL, 0 }
     };
     int ch;
@@ -436,6 +438,8 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         case 'a': o->all = 1; break;
         case 'b': o->body = 1; break;
         case 'r': o->raw = 1; break;
+        case 'F': o->source = QUEUE_SRC_FILES; break;
+        case 'D': o->source = QUEUE_SRC_DAEMON; break;
         case 's':
             if ((o->f.state = queue_parse_state(optarg)) < 0) {
                 fprintf(stderr, "mtactl: %s: --state: expected queued, "
@@ -496,6 +500,7 @@ mtactl_queue_help(void)
 "happen between attempts, waiting for one in progress to end):\n"
 "  queue [--from S] [--to S] [--state queued|active|deferred|held]\n"
 "        [--older-than DUR] [--by-domain] [--summary] [--json]\n"
+"        [--daemon | --files]\n"
 "                     one line per message: id, size, arrival, age, state,\n"
 "                     sender -> pending recipients; then next retry,\n"
 "                     attempts and last error; a summary line.  --from/--to\n"
@@ -505,7 +510,10 @@ mtactl_queue_help(void)
 "                     state, and by destination domain (messages and\n"
 "                     pending recipients, per state), like Postfix's\n"
 "                     qshape; --json one JSON object.  Lines stream out\n"
-"                     as the files are read (by id, that is by arrival)\n"
+"                     by id, that is by arrival.  While mtad runs its\n"
+"                     workers answer from the records they keep; else the\n"
+"                     files are read (same output); --daemon / --files\n"
+"                     insist on one source\n"
 "  show ID [--body | --raw]\n"
 "                     envelope, each recipient's status, relay and last\n"
 "                     reply, the log lines about the message (history),\n"

@@ -95,8 +95,10 @@ static int
 queue_apply(struct spool *sp, enum queue_op op, struct spool_env *env,
     const char **what, int *kick)
 {
-    *kick = op == QO_RELEASE || op == QO_BOUNCE ||
-        (op == QO_FLUSH && !env->held);
+    /* hold and delete: the daemon only hears of it (its index lists the
+     * message as held, or no more: delivery/qindex.c) */
+    *kick = op == QO_RELEASE || op == QO_BOUNCE || op == QO_HOLD ||
+        op == QO_DELETE || (op == QO_FLUSH && !env->held);
     switch (op) {
     case QO_DELETE:
         *what = "deleted";
@@ -215,13 +217,29 @@ queue_kick(const struct config *cfg, const char *cmd, const char *id)
  * message was flushed. */
 static int
 queue_kick_all(const struct config *cfg, const char *cmd,
-    char (*ids)[SPOOL_ID_SIZE], size_t n, int everything)
+    char (*ids)[SPOOL_ID_SIZE], size_t n, int everything, int quiet)
 {
     size_t i;
     int    rc = 1;
+    char   req[64], *reply;
 
     if (n == 0)
         return 0;
+    if (quiet) {
+        /* hold, delete: nothing to act on, only the index to update;
+         * mtad not running (or not reachable) changes nothing */
+        for (i = 0; i < n; i++) {
+            snprintf(req, sizeof(req), "kick %s", ids[i]);
+            reply = NULL;
+            if (ctl_request(cfg->control_socket, req, QUEUE_KICK_MS,
+                &reply) != CTL_OK) {
+                free(reply);
+                break;
+            }
+            free(reply);
+        }
+        return 0;
+    }
     if (everything)
         rc = queue_kick(cfg, cmd, "*");
     else
@@ -360,7 +378,7 @@ fail:
     queue_become_self(&cr);
     /* the kicks go out as ourselves, who may reach the control socket */
     if (kick != NULL && queue_kick_all(cfg, argv[0], kick, nkick,
-        everything) != 0)
+        everything, op == QO_HOLD || op == QO_DELETE) != 0)
         rc = MTACTL_FAIL;
     for (i = 0; sel != NULL && i < n; i++)
         free(sel[i]);

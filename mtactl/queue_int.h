@@ -23,6 +23,7 @@
 #define QUEUE_HISTORY_MAX   200         /* log lines shown by show */
 
 enum queue_state { QS_QUEUED, QS_ACTIVE, QS_DEFERRED, QS_HELD, QS_NSTATES };
+enum { QUEUE_SRC_ANY, QUEUE_SRC_FILES, QUEUE_SRC_DAEMON };
 enum queue_op { QO_DELETE, QO_HOLD, QO_RELEASE, QO_FLUSH, QO_BOUNCE };
 
 struct queue_filter {
@@ -35,6 +36,7 @@ struct queue_filter {
 struct queue_opts {
     struct queue_filter f;
     int         json, by_domain, all, body, raw, summary;
+    int         source;             /* QUEUE_SRC_*: --files, --daemon */
     char      **ops;                /* the operands, in order */
     int         nops;
 };
@@ -85,6 +87,8 @@ void queue_items_free(struct queue_item *items, size_t n);
  * line is out before the last file is read. */
 int queue_scan(struct spool *sp, const struct queue_filter *f,
     void (*fn)(const struct queue_item *it, void *arg), void *arg);
+int queue_match(const struct queue_item *it, const struct queue_filter *f,
+    uint64_t now);
 int queue_parse_opts(int argc, char **argv, const char *allowed,
     struct queue_opts *o);
 int queue_filtered(const struct queue_filter *f);
@@ -98,6 +102,12 @@ void queue_json_str(const char *s);
 int queue_rcpt_status(const struct spool_rcpt *r);
 void queue_print_line(const struct queue_item *it, uint64_t now);
 void queue_print_json_item(const struct queue_item *it, uint64_t now);
+
+/* queue_daemon.c: queue_scan() from the running workers' index; 1 when
+ * mtad cannot answer (nothing printed: read the files), -1 failed after
+ * output began (said why), 0 done. */
+int queue_scan_daemon(const struct config *cfg, const struct queue_filter *f,
+    void (*fn)(const struct queue_item *it, void *arg), void *arg);
 
 /* queue_list.c */
 int queue_cmd_list(int argc, char **argv, const struct config *cfg);

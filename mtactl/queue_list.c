@@ -243,7 +243,7 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
     struct spool         *sp;
     int                   rc;
 
-    if (queue_parse_opts(argc, argv, "ftsodjS", &o) < 0 || o.nops > 0) {
+    if (queue_parse_opts(argc, argv, "ftsodjSFD", &o) < 0 || o.nops > 0) {
         if (o.nops > 0)
             fprintf(stderr, "mtactl: queue: unexpected '%s' (to see one "
                 "message: mtactl show ID)\n", o.ops[0]);
@@ -251,19 +251,34 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
         return MTACTL_USAGE;
     }
     free(o.ops);
-    if ((sp = queue_open_spool(cfg, "queue")) == NULL)
-        return MTACTL_FAIL;
     memset(&r, 0, sizeof(r));
     r.o = &o;
     r.now = util_wall_ms();
-    rc = queue_scan(sp, &o.f, queue_list_one, &r);
-    if (rc != 0) {
-        fprintf(stderr, "mtactl: queue: %s\n", spool_errstr(sp));
-        spool_close(sp);
+    /* mtad running: its workers' index (queue_daemon.c); else the files */
+    rc = o.source == QUEUE_SRC_FILES ? 1 :
+        queue_scan_daemon(cfg, &o.f, queue_list_one, &r);
+    if (rc < 0) {
         queue_tally_free(&r.tally);
         return MTACTL_FAIL;
     }
-    spool_close(sp);
+    if (rc > 0 && o.source == QUEUE_SRC_DAEMON) {
+        fprintf(stderr, "mtactl: queue: --daemon: mtad did not answer (not "
+            "running, or a reload or worker restart under way)\n");
+        return MTACTL_FAIL;
+    }
+    if (rc > 0) {
+        if ((sp = queue_open_spool(cfg, "queue")) == NULL)
+            return MTACTL_FAIL;
+        r.now = util_wall_ms();
+        rc = queue_scan(sp, &o.f, queue_list_one, &r);
+        if (rc != 0) {
+            fprintf(stderr, "mtactl: queue: %s\n", spool_errstr(sp));
+            spool_close(sp);
+            queue_tally_free(&r.tally);
+            return MTACTL_FAIL;
+        }
+        spool_close(sp);
+    }
     if (o.json) {
         /* the same object as before streaming: messages, then summary */
         fputs(o.summary ? "{\"summary\":{" : r.n ? "],\"summary\":{" :

@@ -463,15 +463,19 @@ spool_sched_mark(struct spool *sp, const struct spool_env *env)
 
 int
 spool_sched_peek(struct spool *sp, const char *id, uint64_t *next_retry_ms,
-    int *held)
+    int *held, int *marked)
 {
     struct stat st;
 
     *next_retry_ms = 0;
     *held = 0;
+    if (marked != NULL)
+        *marked = 0;
     if (fstatat(sp->queuefd, id, &st, AT_SYMLINK_NOFOLLOW) == -1)
         return errno == ENOENT ? (spool_fail(sp, "stat queue/%s", id),
             SPOOL_ENOENT) : spool_fail(sp, "stat queue/%s", id);
+    if (marked != NULL)
+        *marked = (st.st_mode & SPOOL_HAS_STATE) != 0;
     if (!(st.st_mode & SPOOL_HAS_STATE))
         return SPOOL_OK;                /* never tried: due now */
     if (!(st.st_mode & SPOOL_SCHED_OK)) {
@@ -529,8 +533,11 @@ spool_idcmp(const void *a, const void *b)
 }
 
 
-int
-spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
+/* spool_list_at - the valid ids in directory dirfd (what: its name in
+ * errors), sorted. */
+static int
+spool_list_at(struct spool *sp, int dirfd, const char *what,
+    char (**ids)[SPOOL_ID_SIZE], size_t *np)
 {
     char          (*v)[SPOOL_ID_SIZE] = NULL;
     size_t         n = 0, cap = 0;
@@ -540,11 +547,11 @@ spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
 
     *ids = NULL;
     *np = 0;
-    if ((fd = openat(sp->queuefd, ".", O_RDONLY | O_DIRECTORY |
+    if ((fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY |
         O_CLOEXEC)) == -1)
-        return spool_fail(sp, "open queue/");
+        return spool_fail(sp, "open %s/", what);
     if ((d = fdopendir(fd)) == NULL) {
-        int rc = spool_fail(sp, "opendir queue/");
+        int rc = spool_fail(sp, "opendir %s/", what);
 
         close(fd);
         return rc;
@@ -559,7 +566,7 @@ spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
         memcpy(v[n++], de->d_name, SPOOL_ID_SIZE);
     }
     if (errno != 0) {
-        int rc = spool_fail(sp, "readdir queue/");
+        int rc = spool_fail(sp, "readdir %s/", what);
 
         closedir(d);
         free(v);
@@ -571,4 +578,61 @@ spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
     *ids = v;
     *np = n;
     return SPOOL_OK;
+}
+
+
+int
+spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
+{
+    return spool_list_at(sp, sp->queuefd, "queue", ids, np);
+}
+
+
+int
+spool_state_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *np)
+{
+    return spool_list_at(sp, sp->statefd, "state", ids, np);
+}
+
+
+int
+spool_state_adopt(struct spool *sp, const char *id)
+{
+    struct stat st;
+    int         fd;
+
+    if (!spool_id_valid(id))
+        return SPOOL_EFORMAT;
+    /* through an fd opened without following links, like every change */
+    if ((fd = openat(sp->queuefd, id, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+        O_CLOEXEC)) == -1)
+        return errno == ENOENT ? (spool_fail(sp, "open queue/%s", id),
+            SPOOL_ENOENT) : spool_fail(sp, "open queue/%s", id);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        !(st.st_mode & SPOOL_HAS_STATE) &&
+        fchmod(fd, (st.st_mode & 07777) | SPOOL_HAS_STATE) == -1) {
+        int rc = spool_fail(sp, "chmod queue/%s", id);
+
+        close(fd);
+        return rc;
+    }
+    close(fd);
+    return SPOOL_OK;
+}
+
+
+int
+spool_state_orphan(struct spool *sp, const char *id)
+{
+    struct stat st;
+
+    if (!spool_id_valid(id))
+        return SPOOL_EFORMAT;
+    if (fstatat(sp->queuefd, id, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        return SPOOL_OK;                /* its message is there: kept */
+    if (errno != ENOENT)
+        return spool_fail(sp, "stat queue/%s", id);
+    if (unlinkat(sp->statefd, id, 0) == -1 && errno != ENOENT)
+        return spool_fail(sp, "unlink state/%s", id);
+    return SPOOL_ENOENT;
 }

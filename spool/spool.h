@@ -116,6 +116,11 @@ struct spool_msg;                   /* a message being written */
  * and remove everything left in tmp/ (never acknowledged) and every
  * state/ file whose queue/ file is gone.  Master only, before workers. */
 int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
+/* The same without the pass over state/ (one fstatat() per state file,
+ * serial, before any worker starts: seconds for a million deferred
+ * messages): the master's start; each worker does that pass for its own
+ * shard while it recovers (spool_state_adopt/orphan). */
+int     spool_prepare_tree(const char *dir, uid_t uid, gid_t gid);
 
 int     spool_open(struct spool **sp, const char *dir, int fsync,
             unsigned shard);                             /* shard 0..255 */
@@ -227,7 +232,21 @@ int     spool_state_save(struct spool *sp, const struct spool_env *env);
  * recorded there (a state written before this existed, or an interrupted
  * save): read the state with spool_msg_open(). */
 int     spool_sched_peek(struct spool *sp, const char *id,
-            uint64_t *next_retry_ms, int *held);
+            uint64_t *next_retry_ms, int *held, int *marked);
+                        /* *marked (may be NULL): the file has the mark */
+/* The orphan purge and the old-state marking of spool_prepare(), one id
+ * at a time, for a worker's start-up recovery (spool_prepare_tree() leaves
+ * them out of the master's serial start; issue 16):
+ * spool_state_list() - every id in state/, sorted;
+ * spool_state_adopt() - mark queue/<id> as having a state (a state saved
+ *   before the mark existed), through an fd opened without following
+ *   links; SPOOL_ENOENT when gone;
+ * spool_state_orphan() - remove state/<id> when queue/<id> is gone:
+ *   SPOOL_ENOENT removed, SPOOL_OK kept (its message is there). */
+int     spool_state_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE],
+            size_t *n);
+int     spool_state_adopt(struct spool *sp, const char *id);
+int     spool_state_orphan(struct spool *sp, const char *id);
 /* Remove a delivered/bounced/deleted message: queue file, then state. */
 int     spool_remove(struct spool *sp, const char *id);
 /* The same for a message opened with spool_msg_open() and locked since:
@@ -251,5 +270,38 @@ void    spool_new_id(struct spool *sp, char *id);        /* id[SPOOL_ID_SIZE] */
 /* Fields of a valid id: arrival milliseconds and accepting shard. */
 uint64_t spool_id_ms(const char *id);
 unsigned spool_id_shard(const char *id);
+
+/* Listing records (spool_wire.c; issue 16): one message as `mtactl queue`
+ * shows it, for a worker to keep and stream.  All integers little-endian:
+ *   u32 len (of what follows; 0 ends a stream), id[16], u8 state (0
+ *   queued, 1 active, 2 deferred, 3 held) -- the head -- then the body:
+ *   u8 held, u32 attempts, u64 arrival_ms, u64 next_retry_ms,
+ *   u64 body_size, str sender, u32 nrcpt, nrcpt x (u8 status, str addr,
+ *   str relay, str tls, str last_reply);
+ *   str = u32 n, then n bytes ending in NUL (n = 0: NULL).
+ * spool_wire_body() appends env's body to b, spool_wire_head() a head for
+ * a body of body_len bytes.  spool_wire_decode() takes one record without
+ * its len (p, n: id .. end) and fills env (strings point into p, env->rcpt
+ * into *rcpts, grown to *caprcpt as needed; free only *rcpts) and *state:
+ * SPOOL_OK, or SPOOL_EFORMAT for anything but exactly one record. */
+#define SPOOL_WIRE_STR_MAX  (1u << 20)
+struct buf;
+void    spool_wire_body(struct buf *b, const struct spool_env *env);
+void    spool_wire_head(struct buf *b, const char *id, unsigned state,
+            size_t body_len);
+int     spool_wire_decode(const char *p, size_t n, struct spool_env *env,
+            unsigned *state, struct spool_rcpt **rcpts, size_t *caprcpt);
+
+/* A worker's index saved at a clean stop (spool_index.c): state/index-NN,
+ * SPOOL_INDEX_MAGIC then listing records and an empty one.  save: the
+ * bytes next() hands out (1 more, 0 done) after the magic, via a temporary
+ * file and a rename.  take: the whole file (magic included) in *data
+ * (malloc'd), then the file is removed; SPOOL_ENOENT when there is none,
+ * SPOOL_EFORMAT when it does not start with the magic. */
+#define SPOOL_INDEX_MAGIC "mtad-qindex 1\n"
+int     spool_index_save(struct spool *sp, unsigned shard,
+            int (*next)(void *arg, const void **p, size_t *n), void *arg);
+int     spool_index_take(struct spool *sp, unsigned shard, char **data,
+            size_t *len);
 
 #endif /* MTAD_SPOOL_H */

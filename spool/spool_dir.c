@@ -117,6 +117,16 @@ spool_purge(const char *dir, const char *sub, int fd,
 }
 
 
+/* spool_state_keep_named - spool_prepare_tree(): only the leftovers of an
+ * interrupted state save (".<id>.tmp") go; no stat() per file. */
+static int
+spool_state_keep_named(int queuefd, const char *name)
+{
+    (void)queuefd;
+    return name[0] != '.';
+}
+
+
 /* spool_state_keep - a state file stays only while its queue file exists;
  * unknown names (not ours) are left alone, tmp leftovers go. */
 static int
@@ -146,8 +156,25 @@ spool_state_keep(int queuefd, const char *name)
 }
 
 
+static int spool_prepare_any(const char *dir, uid_t uid, gid_t gid,
+            int states);
+
 int
 spool_prepare(const char *dir, uid_t uid, gid_t gid)
+{
+    return spool_prepare_any(dir, uid, gid, 1);
+}
+
+
+int
+spool_prepare_tree(const char *dir, uid_t uid, gid_t gid)
+{
+    return spool_prepare_any(dir, uid, gid, 0);
+}
+
+
+static int
+spool_prepare_any(const char *dir, uid_t uid, gid_t gid, int states)
 {
     static const char *const subs[] = { "tmp", "queue", "state" };
     char        err[512], shown[PATH_MAX + 16];
@@ -174,7 +201,8 @@ spool_prepare(const char *dir, uid_t uid, gid_t gid)
     /* Nothing in tmp/ was ever acknowledged; a state file without its
      * queue file belongs to a message whose removal was interrupted. */
     if ((rc = spool_purge(dir, "tmp", fds[0], NULL, -1)) == SPOOL_OK)
-        rc = spool_purge(dir, "state", fds[2], spool_state_keep, fds[1]);
+        rc = spool_purge(dir, "state", fds[2], states ? spool_state_keep :
+            spool_state_keep_named, fds[1]);
 out:
     for (i = 0; i < ARRAY_LEN(fds); i++)
         if (fds[i] >= 0)

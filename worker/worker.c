@@ -458,6 +458,44 @@ worker_tlsrpt_emit(const char *msg, size_t n, void *arg)
 }
 
 
+/* worker_chan_recv - one message from the master, and the descriptor it
+ * carries, if any (*passed, else -1; more than one: all closed). */
+static ssize_t
+worker_chan_recv(int fd, char *msg, size_t cap, int *passed)
+{
+    union {
+        struct cmsghdr h;
+        char           b[CMSG_SPACE(sizeof(int))];
+    }               cm;
+    struct iovec    iov = { msg, cap };
+    struct msghdr   mh;
+    struct cmsghdr *c;
+    ssize_t         n;
+
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cm.b;
+    mh.msg_controllen = sizeof(cm.b);
+    *passed = -1;
+    n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return n;
+    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int)) && *passed < 0)
+            memcpy(passed, CMSG_DATA(c), sizeof(int));
+    }
+    if (mh.msg_flags & MSG_CTRUNC) {
+        /* more descriptors than one: the kernel closed the extra */
+        if (*passed >= 0)
+            close(*passed);
+        *passed = -1;
+    }
+    return n;
+}
+
+
 static void
 worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
@@ -465,11 +503,16 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
     /* "tlsrpt-send" carries a day of one domain's counters */
     static char    msg[TLSRPT_WIRE_MAX + 256];
     ssize_t        n;
+    int            passed = -1;
 
     (void)events;
-    n = recv(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+    n = worker_chan_recv(fd, msg, sizeof(msg) - 1, &passed);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
+    if (passed >= 0 && (n != 7 || memcmp(msg, "qstream", 7) != 0)) {
+        close(passed);              /* only "qstream" carries a socket */
+        passed = -1;
+    }
     if (n <= 0) {
         /* The master is gone: end at once, the next one recovers. */
         log_notice("master channel closed; exiting");
@@ -489,7 +532,11 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
         deliver_kick(w->deliver, NULL);
     else if (strncmp(msg, "kick ", 5) == 0 && spool_id_valid(msg + 5))
         deliver_kick(w->deliver, msg + 5);
-    else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
+    else if (strcmp(msg, "qstream") == 0) {
+        /* mtactl queue: the master passed one end of a socketpair */
+        if (passed >= 0)
+            (void)deliver_qstream(w->deliver, passed);
+    } else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
         tlsrpt_send(w->deliver, msg, (size_t)n);
     else if (strcmp(msg, "sandbox-test") == 0) {
         log_notice("sandbox test: making a forbidden system call");
@@ -750,6 +797,8 @@ worker_run(struct worker *w)
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
+    if (w->exit_code == 0)
+        deliver_save_index(w->deliver);
     deliver_free(w->deliver);
     router_close(w->router);
     spool_close(w->spool);

@@ -131,9 +131,11 @@ def parse_show(text):
 
 
 def state_files(m):
+    """The messages' state files (and leftovers of their writes); not the
+    queue index a worker saves at a clean stop (state/index-NN)."""
     d = os.path.join(m.spool, "state")
     try:
-        return sorted(os.listdir(d))
+        return sorted(n for n in os.listdir(d) if not n.startswith("index-"))
     except FileNotFoundError:
         return []
 
@@ -1143,3 +1145,183 @@ def test_deferred_queue_recovers_from_the_inode_and_flush_delivers_it(mtad_facto
     assert sorted(g.rcpt_tos[0] for g in got) == \
         sorted("user%d@d%d.bigqueue.test" % (i, i % 4) for i in range(40))
     assert wait_for(lambda: m.queue_ids() == [], 20, what="empty queue")
+
+
+# ---- the listing through the workers' index (issue 16) -------------------
+#
+# While mtad runs, `mtactl queue` gets its records from the workers
+# (delivery/qindex.c, streamed over sockets the master hands out); when it
+# does not, mtactl reads the files.  --daemon insists on the first (it
+# fails rather than read the files), --files on the second: the two must
+# print the same, for every option.
+
+LISTING_VARIANTS = [
+    (), ("--by-domain",), ("--summary",), ("--from", "alice"),
+    ("--to", "other.test"), ("--state", "held"), ("--state", "active"),
+    ("--state", "deferred"), ("--older-than", "1h"), ("--json",),
+    ("--summary", "--json"), ("--json", "--by-domain"),
+    ("--from", "CAROL", "--to", "third"),
+]
+
+AGE_RE = re.compile(r"^([0-9A-F]{16} +\d+ \S+) +\S+ ", re.M)
+NEXT_RE = re.compile(r"next retry in \S+,")
+
+
+def comparable(args, text):
+    """The listing without what moves with the clock between two runs
+    (ages, the time to the next retry)."""
+    if "--json" in args:
+        j = json.loads(text)
+        for e in j.get("messages", []):
+            e.pop("age_s")
+        return j
+    return NEXT_RE.sub("next retry in _,", AGE_RE.sub(r"\1 _ ", text))
+
+
+def assert_sources_agree(m, variants=LISTING_VARIANTS):
+    for args in variants:
+        d = m.ctl("queue", "--daemon", *args)
+        assert d.returncode == 0, (args, d.stderr)
+        f = m.ctl("queue", "--files", *args)
+        assert f.returncode == 0, (args, f.stderr)
+        assert d.stderr == "" and f.stderr == "", (args, d.stderr, f.stderr)
+        assert comparable(args, d.stdout) == comparable(args, f.stdout), \
+            "mtactl queue %s:\n-- workers:\n%s\n-- files:\n%s" % (
+                " ".join(args), d.stdout, f.stdout)
+
+
+def test_listing_through_workers_matches_files(kq):
+    m = kq.m
+    active = kq.make_active()
+    msgs, summary = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[active]["state"] == "active"
+    assert msgs[kq.h]["state"] == "held"
+    assert msgs[kq.d1]["state"] == "deferred"
+    assert summary[0] == 4, summary
+    assert_sources_agree(m)
+
+
+def test_listing_through_workers_follows_changes_at_once(kq):
+    """hold, release and delete tell the workers (a kick) before mtactl
+    returns: the next listing shows the change, no wait (the worker
+    reads the kicked message's file again)."""
+    m = kq.m
+    m.ctl("hold", kq.d1, check=True)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[kq.d1]["state"] == "held"
+    m.ctl("delete", kq.d2, check=True)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert kq.d2 not in msgs and set(msgs) == {kq.d1, kq.h}
+    assert_sources_agree(m, [(), ("--json",), ("--summary",)])
+
+
+def test_listing_through_workers_after_restart(kq):
+    """After a restart the index is rebuilt from the spool: right after
+    the start and after the background read.  A clean stop saved each
+    worker's records (state/index-NN): the start takes them from there,
+    each checked against its queue file's inode, and reads no file."""
+    m = kq.m
+    m.stop()
+    saved = [f for f in os.listdir(os.path.join(m.spool, "state"))
+             if f.startswith("index-")]
+    assert saved, os.listdir(os.path.join(m.spool, "state"))
+    r = m.ctl("queue", "--daemon")
+    assert r.returncode == 1 and "--daemon: mtad did not answer" in r.stderr
+    stopped = m.ctl("queue", check=True).stdout     # the files
+    before = len(m.log_text())
+    m.start()
+    # the listener answers first; the workers report ready a little later
+    wait_for(lambda: m.ctl("queue", "--daemon").returncode == 0,
+             what="the workers answering")
+    assert_sources_agree(m)
+    assert comparable((), m.ctl("queue", "--daemon", check=True).stdout) == \
+        comparable((), stopped)
+    wait_for(lambda: len(re.findall(r"queue index: \d+ messages",
+                                    m.log_text()[before:])) >= 2,
+             what="both workers' queue index lines")
+    assert_sources_agree(m)
+    log = m.log_text()[before:]
+    used = re.findall(r"recover: (\d+) of (\d+) records from the queue "
+                      r"index the last stop saved", log)
+    assert sum(int(u) for u, _ in used) == 3 and \
+        sum(int(n) for _, n in used) == 3, used
+    assert re.findall(r"queue index: \d+ messages, (\d+) records read",
+                      log) == ["0", "0"], log
+    assert not [f for f in os.listdir(os.path.join(m.spool, "state"))
+                if "index" in f], "the saved index is used once"
+
+
+def test_listing_through_workers_after_worker_crash(kq):
+    """kill -9 of a worker: its replacement recovers its shard, index
+    included; meanwhile `mtactl queue` reads the files."""
+    import signal
+    from mtadtest import workers
+    m = kq.m
+    old = sorted(workers(m.pid))
+    assert len(old) == 2, old
+    os.kill(old[0], signal.SIGKILL)
+    r = m.ctl("queue")                  # whichever source answers
+    assert r.returncode == 0, r.stderr
+    assert set(parse_queue(r.stdout)[0]) == {kq.d1, kq.d2, kq.h}
+    wait_for(lambda: len(set(workers(m.pid)) - set(old)) == 1 and
+             m.ctl("queue", "--daemon").returncode == 0,
+             what="the replacement worker answering")
+    assert_sources_agree(m)
+
+
+def test_workers_clean_states_at_recovery(kq):
+    """The master's start no longer passes over state/ (a second per
+    200,000 deferred messages before any worker runs): each worker removes
+    its shard's orphan state files and marks states saved before queue
+    files carried the mark, while it recovers."""
+    m = kq.m
+    m.stop()
+    orphan = os.path.join(m.spool, "state", "0000000000000001")
+    with open(orphan, "w") as f:
+        f.write("attempts 1\n")
+    qf = os.path.join(m.spool, "queue", kq.d1)
+    os.chmod(qf, 0o600)                 # unmarked: as an old mtad left it
+    assert m.ctl("queue", "--files", check=True).stdout.count(
+        "%s " % kq.d1) == 1
+    m.start()
+    wait_for(lambda: m.ctl("queue", "--daemon").returncode == 0,
+             what="the workers answering")
+    assert not os.path.exists(orphan)
+    assert os.stat(qf).st_mode & 0o100, oct(os.stat(qf).st_mode)
+    msgs, _ = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert msgs[kq.d1]["state"] == "deferred", msgs[kq.d1]
+    assert "1 attempt" in msgs[kq.d1]["detail"], msgs[kq.d1]
+    assert_sources_agree(m, [(), ("--json",)])
+
+
+@pytest.mark.skipif(not os.access(FILL, os.X_OK), reason="bench/bigqueue_fill not built")
+def test_listing_through_workers_of_a_bigger_queue_at_start(mtad_factory, sink):
+    """5,000 deferred messages written by the spool API, mtad started and
+    asked at once (each record read by the background pass or, when the
+    listing comes first, by the listing): in id order across both
+    workers, the same output as the files, and again once the background
+    read is done."""
+    m = mtad_factory({"routes": {"default": sink.route}})
+    m.start()
+    m.stop()
+    st = os.stat(os.path.join(m.spool, "queue"))
+
+    def as_owner():
+        os.setgid(st.st_gid)
+        os.setuid(st.st_uid)
+    subprocess.run([FILL, m.spool, "5000", "2", "50"], check=True, timeout=120,
+                   preexec_fn=as_owner if IS_ROOT else None,
+                   stdout=subprocess.DEVNULL)
+    before = len(m.log_text())
+    m.start()
+    wait_for(lambda: m.ctl("queue", "--daemon", "--summary").returncode == 0,
+             what="the workers answering")
+    assert_sources_agree(m, [(), ("--summary",), ("--to", "d7.bigqueue"),
+                             ("--json",)])
+    wait_for(lambda: len(re.findall(r"queue index: \d+ messages",
+                                    m.log_text()[before:])) >= 2, 60,
+             what="both workers' queue index lines")
+    msgs, summary = parse_queue(m.ctl("queue", "--daemon", check=True).stdout)
+    assert len(msgs) == 5000 and summary[0] == 5000, summary
+    assert list(msgs) == sorted(msgs)
+    assert_sources_agree(m, [(), ("--summary", "--json")])

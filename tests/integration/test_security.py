@@ -279,6 +279,42 @@ def test_next_hop_reply_is_escaped_in_log_and_dsn(mk, sink_factory):
     assert b"Diagnostic-Code: smtp; 550 5.1.1 \\x1b]0;pwned\\x07" in dsn.data
 
 
+def test_queue_listing_through_workers_escapes_replies(mk, sink_factory):
+    """A next hop's reply reaches the operator's terminal through the
+    workers' listing records (delivery/qindex.c) escaped exactly as when
+    mtactl reads the files: the worker is less trusted than mtactl."""
+    import json
+    import subprocess
+    remote = sink_factory()
+    remote.rcpt_replies = {"later@remote.test": b"451 4.7.1 " + HOSTILE}
+    m = mk({"routes": {"default": remote.route},
+            "delivery": {"retry": ["1h"]}})
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<alice@home.test>").code == 250
+        assert c.cmd("RCPT TO:<later@remote.test>").code == 250
+        assert c.cmd("DATA").code == 354
+        c.send(dot_stuff(b"Subject: x\r\n\r\nbody\r\n"))
+        qid = queued_id(c.reply())
+    m.wait_log("%s: to=<later@remote.test>" % qid)
+    out = {}
+    for src in ("--daemon", "--files"):
+        for args in ((), ("--json",)):
+            r = subprocess.run([MTACTL, "-c", m.cfg_path, "queue", src, *args],
+                               capture_output=True, timeout=30)
+            assert r.returncode == 0, r
+            no_controls(r.stdout, "queue %s %s" % (src, " ".join(args)))
+            out[src, args] = r.stdout
+    assert b"last error: 451 4.7.1 \\x1b]0;pwned\\x07\\x1b[2J x\\x0dFAKE " \
+        b"\\xc2\\x9b31m \\x7f end" in out["--daemon", ()], out["--daemon", ()]
+    j = json.loads(out["--daemon", ("--json",)])
+    err = j["messages"][0]["last_error"]
+    assert err.startswith("451 4.7.1 ") and "pwned" in err, err
+    assert not [ch for ch in err if ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0], err
+    assert j["messages"][0]["last_error"] == json.loads(
+        out["--files", ("--json",)])["messages"][0]["last_error"]
+
+
 def test_mtactl_show_escapes_client_headers(mk):
     m = mk({"limits": {"bare_newline": "accept"}})
     hdr = b"Subject: hi " + HOSTILE + b"\r\nX-Evil: \x1b[1A\x1b[2K\r\n\r\n"

@@ -900,34 +900,36 @@ Test(spool_state, schedule_is_peeked_from_the_queue_file)
     struct spool     *sp = t_spool(dir, 0, 0);
     struct spool_env *env;
     uint64_t          when = 1;
-    int               held = 1;
+    int               held = 1, marked = 1;
 
     t_commit(sp, "hi", 2, id);
     snprintf(path, sizeof(path), "%s/queue/%s", dir, id);
     /* never tried: due now, not held */
-    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, &marked), SPOOL_OK);
     cr_assert_eq(when, 0);
     cr_assert_eq(held, 0);
+    cr_assert_eq(marked, 0);
     cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
     env->attempts = 2;
     env->next_retry_ms = 1790000000123ULL;
     cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
-    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, &marked), SPOOL_OK);
+    cr_assert_eq(marked, 1);
     cr_assert_eq(when, 1790000000123ULL, "got %llu", (unsigned long long)when);
     cr_assert_eq(held, 0);
     env->held = 1;
     env->next_retry_ms = 0;
     cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
-    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, NULL), SPOOL_OK);
     cr_assert_eq(when, 0);
     cr_assert_eq(held, 1);
     /* a state saved before the schedule was kept there (or a save cut
      * short): not guessed, the caller reads the files */
     cr_assert_eq(chmod(path, 0700), 0);
-    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_EFORMAT);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, NULL), SPOOL_EFORMAT);
     env->has_state = 1;
     cr_assert_eq(spool_remove_env(sp, env), SPOOL_OK);
-    cr_assert_eq(spool_sched_peek(sp, id, &when, &held), SPOOL_ENOENT);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, NULL), SPOOL_ENOENT);
     spool_env_free(env);
     spool_close(sp);
     t_rm_rf(dir);
@@ -1116,6 +1118,64 @@ Test(spool_prepare, purges_tmp_and_orphan_state)
     T_PATH(path, "%s/queue", dir);
     cr_assert_eq(stat(path, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0700);
+    t_rm_rf(dir);
+}
+
+
+/* The master's start (spool_prepare_tree) leaves state/ to the workers
+ * but for half-written leftovers; a worker then removes the orphans and
+ * marks old states one id at a time (issue 16: no serial pass over a
+ * million state files before the workers start). */
+Test(spool_prepare, tree_leaves_states_to_the_workers)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[4096];
+    char            (*ids)[SPOOL_ID_SIZE] = NULL;
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_env *env;
+    size_t            n = 0;
+    uint64_t          when;
+    int               fd, held, marked;
+
+    t_commit(sp, "x", 1, id);
+    cr_assert_eq(spool_msg_open(sp, id, 1, &env, &fd, NULL), SPOOL_OK);
+    env->attempts = 2;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK);
+    close(fd);
+    spool_env_free(env);
+    t_touch(dir, "tmp", "0123456789ABCDEF", "never acknowledged");
+    t_touch(dir, "state", "00000000000AA000", "orphan");
+    t_touch(dir, "state", ".00000000000AA001.tmp", "half written");
+    spool_close(sp);
+
+    cr_assert_eq(spool_prepare_tree(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    cr_assert_eq(t_count(dir, "state"), 2, "the orphan stays, for now");
+    cr_assert(t_exists(dir, "state", "00000000000AA000"));
+
+    cr_assert_eq(spool_open(&sp, dir, 0, 0), SPOOL_OK);     /* no prepare */
+    cr_assert_eq(spool_state_list(sp, &ids, &n), SPOOL_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(ids[0], "00000000000AA000");       /* sorted */
+    cr_assert_str_eq(ids[1], id);
+    free(ids);
+    cr_assert_eq(spool_state_orphan(sp, id), SPOOL_OK, "its message is there");
+    cr_assert_eq(spool_state_orphan(sp, "00000000000AA000"), SPOOL_ENOENT);
+    cr_assert_eq(t_count(dir, "state"), 1);
+    cr_assert(t_exists(dir, "state", id));
+
+    /* a state from before the mark: adopted, then read */
+    T_PATH(path, "%s/queue/%s", dir, id);
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, &marked), SPOOL_OK);
+    cr_assert_eq(marked, 0);
+    cr_assert_eq(spool_state_adopt(sp, id), SPOOL_OK);
+    cr_assert_eq(spool_sched_peek(sp, id, &when, &held, &marked),
+        SPOOL_EFORMAT, "marked, no schedule in the inode: read the files");
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(env->attempts, 2);
+    spool_env_free(env);
+    cr_assert_eq(spool_state_adopt(sp, "00000000000AA000"), SPOOL_ENOENT);
+    spool_close(sp);
     t_rm_rf(dir);
 }
 
