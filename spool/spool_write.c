@@ -516,39 +516,40 @@ spool_commit(struct spool_msg *m)
 
 
 int
-spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
+spool_commit_rename(struct spool *sp, struct spool_msg **ms, size_t n,
     int *rcs)
 {
-    size_t i, renamed = 0;
-    int    rc = SPOOL_OK, e;
+    size_t i;
+    int    rc = SPOOL_OK;
 
+    (void)sp;
     for (i = 0; i < n; i++)
         rcs[i] = spool_finish(ms[i]);
     for (i = 0; i < n; i++) {
-        if (rcs[i] != SPOOL_OK)
-            continue;
-        if ((ms[i]->keep || (rcs[i] = spool_close_tmp(ms[i])) == SPOOL_OK)
-            && (rcs[i] = spool_rename(ms[i])) == SPOOL_OK)
-            renamed++;
+        if (rcs[i] == SPOOL_OK && !ms[i]->keep)
+            rcs[i] = spool_close_tmp(ms[i]);
+        if (rcs[i] == SPOOL_OK)
+            rcs[i] = spool_rename(ms[i]);
+        if (rcs[i] != SPOOL_OK && rc == SPOOL_OK)
+            rc = rcs[i];
     }
-    /*
-     * One syncfs() after the renames makes the bodies and the renames
-     * durable together: one journal commit per batch instead of two (a
-     * sync of the data, then one of queue/).  Nothing is acknowledged
-     * before it returns.  A crash before that may leave a queue file whose
-     * data did not reach the disk; the reader refuses it (its recorded size
-     * does not match), and its client, which got no 250, sends it again.
-     */
-    if (sp->fsync && renamed > 0 && syncfs(sp->queuefd) == -1) {
-        e = spool_fail(sp, "syncfs %s", sp->dir);
-        for (i = 0; i < n; i++) {
-            if (rcs[i] != SPOOL_OK)
-                continue;
-            unlinkat(sp->queuefd, ms[i]->id, 0);
-            rcs[i] = e;
-        }
-    }
+    return rc;
+}
+
+
+int
+spool_commit_settle(struct spool *sp, struct spool_msg **ms, size_t n,
+    int *rcs, int sync_rc)
+{
+    size_t i;
+    int    rc = SPOOL_OK;
+
     for (i = 0; i < n; i++) {
+        if (rcs[i] == SPOOL_OK && sync_rc != SPOOL_OK) {
+            /* Not durable: take it back, the client will get a 4xx. */
+            unlinkat(sp->queuefd, ms[i]->id, 0);
+            rcs[i] = sync_rc;
+        }
         if (rcs[i] == SPOOL_OK) {
             if (ms[i]->keep)
                 ms[i]->fd = -1;         /* the caller's now (spool_keep) */
@@ -559,6 +560,31 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
         }
     }
     return rc;
+}
+
+
+int
+spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
+    int *rcs)
+{
+    size_t i, renamed = 0;
+    int    sync_rc = SPOOL_OK;
+
+    (void)spool_commit_rename(sp, ms, n, rcs);
+    for (i = 0; i < n; i++)
+        if (rcs[i] == SPOOL_OK)
+            renamed++;
+    /*
+     * One syncfs() after the renames makes the bodies and the renames
+     * durable together: one journal commit per batch instead of two (a
+     * sync of the data, then one of queue/).  Nothing is acknowledged
+     * before it returns.  A crash before that may leave a queue file whose
+     * data did not reach the disk; the reader refuses it (its recorded size
+     * does not match), and its client, which got no 250, sends it again.
+     */
+    if (sp->fsync && renamed > 0 && syncfs(sp->queuefd) == -1)
+        sync_rc = spool_fail(sp, "syncfs %s", sp->dir);
+    return spool_commit_settle(sp, ms, n, rcs, sync_rc);
 }
 
 
