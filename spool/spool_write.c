@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 
 #include "common/safefs.h"
 #include "common/util.h"
@@ -23,6 +24,7 @@
 #include "spool/spool_int.h"
 
 #define SPOOL_ROOM_MS     10            /* spool_room() looks again after */
+#define SPOOL_DIRECT_MIN  (32 * 1024)   /* spool_write_direct() from here */
 
 /* ---- writer ----------------------------------------------------------- */
 
@@ -90,6 +92,47 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
         p += w;
         n -= (size_t)w;
         m->written += (uint64_t)w;
+    }
+    return SPOOL_OK;
+}
+
+
+/* spool_write_direct - what wb holds, then n bytes from p, in one
+ * writev(): no copy through the buffer.  Only once the buffer has been
+ * written out before (m->written > 0): the envelope and the start of the
+ * body, which spool_mark_tls_optional() and spool_head_reserve() change in
+ * place, are on disk by then, and everything that looks there already
+ * goes by m->written (issue 16: a 1 MiB message copied 1 MiB for
+ * nothing). */
+static int
+spool_write_direct(struct spool_msg *m, const char *p, size_t n)
+{
+    struct iovec iov[2], *v = iov;
+    int          cnt = 0;
+    ssize_t      w;
+
+    if (!m->use_reserve && spool_room(m->sp, m->wlen + n) != SPOOL_OK)
+        return m->err = SPOOL_ENOSPC;
+    if (m->wlen > 0)
+        iov[cnt++] = (struct iovec){ m->wb, m->wlen };
+    iov[cnt++] = (struct iovec){ (void *)p, n };
+    m->wlen = 0;
+    while (cnt > 0) {
+        if ((w = writev(m->fd, v, cnt)) == -1) {
+            if (errno == EINTR)
+                continue;
+            return m->err = spool_fail(m->sp, "write tmp/%s", m->id);
+        }
+        m->written += (uint64_t)w;
+        while (cnt > 0 && (size_t)w >= v->iov_len) {
+            w -= (ssize_t)v->iov_len;
+            v++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            v->iov_base = (char *)v->iov_base + w;
+            v->iov_len -= (size_t)w;
+        }
     }
     return SPOOL_OK;
 }
@@ -271,6 +314,8 @@ spool_write(struct spool_msg *m, const void *p, size_t n)
         return spool_fail(m->sp, "write tmp/%s", m->id);
     }
     m->body += n;
+    if (m->written > 0 && n >= SPOOL_DIRECT_MIN)
+        return spool_write_direct(m, s, n);
     while (n > 0) {
         if (m->wlen == 0 && n >= SPOOL_WBUF)    /* no point copying */
             return spool_write_all(m, s, n);

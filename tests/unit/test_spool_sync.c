@@ -220,3 +220,59 @@ Test(spool_sync, one_sync_at_a_time_and_close_joins_a_running_one)
     cr_assert_eq(spool_sync_start(sp), SPOOL_OK);
     spool_close(sp);                    /* joins the thread mid-sync */
 }
+
+
+/* Large spans after the first 256 KiB go to the file without the write
+ * buffer (spool_write_direct): the file must hold every byte in order,
+ * whatever the mix of small and large spans, and the DKIM room reserved
+ * early is still filled in place. */
+Test(spool_sync, large_spans_past_the_first_buffer_keep_their_order)
+{
+    struct spool     *sp = t_spool(0);
+    struct spool_msg *m;
+    struct spool_env  e, *got;
+    char              id[SPOOL_ID_SIZE], *want, *back;
+    size_t            total = 3 * 1024 * 1024 + 12345, off = 0, n, k = 0;
+    int               rcs[1], fd;
+    off_t             boff;
+
+    memset(&e, 0, sizeof(e));
+    e.sender = "s@example.com";
+    e.client_ip = "127.0.0.1";
+    e.helo = "client.example";
+    e.rcpt = &t_rcpt;
+    e.nrcpt = 1;
+    want = xmalloc(total + 16);
+    memcpy(want, "ROOM", 4);            /* the head room's filling */
+    for (size_t i = 4; i < total + 4; i++)
+        want[i] = (char)('a' + (i * 7 + i / 4096) % 26);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK);
+    memcpy(id, spool_msg_id(m), SPOOL_ID_SIZE);
+    cr_assert_eq(spool_head_reserve(m, 4), SPOOL_OK);
+    while (off < total) {
+        /* spans of 100 B, 40 KiB, 200 KiB, 300 KiB, 1 KiB, ... */
+        static const size_t sizes[] = { 100, 40 * 1024, 200 * 1024,
+            300 * 1024, 1024, 33 * 1024 };
+        n = sizes[k++ % ARRAY_LEN(sizes)];
+        if (n > total - off)
+            n = total - off;
+        cr_assert_eq(spool_write(m, want + 4 + off, n), SPOOL_OK, "%s",
+            spool_errstr(sp));
+        off += n;
+    }
+    cr_assert_eq(spool_head_fill(m, "ROOM", 4), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    cr_assert_eq(spool_commit_batch(sp, &m, 1, rcs), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    cr_assert_eq(spool_msg_open(sp, id, 0, &got, &fd, &boff), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    cr_assert_eq(got->body_size, total + 4);
+    back = xmalloc(total + 4);
+    cr_assert_eq(pread(fd, back, total + 4, boff), (ssize_t)(total + 4));
+    cr_assert(memcmp(back, want, total + 4) == 0, "body differs");
+    free(back);
+    free(want);
+    close(fd);
+    spool_env_free(got);
+    spool_close(sp);
+}
