@@ -485,6 +485,9 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)sess_tls_step(s);
         else if (s->state == SS_AUTH_HOLD && (events & EV_ERROR))
             sess_free(s, "connection lost during the AUTH delay");
+        else if (s->flags & SF_SYNCQ)
+            sess_watch(s, 0);       /* input while its sync runs: the loop
+                                     * is level-triggered, it would spin */
         return;                     /* others are resumed by the hooks */
     }
     if (events & (EV_READ | EV_WRITE | EV_ERROR))

@@ -897,11 +897,9 @@ sess_commit_async(struct smtpd *d)
                 sess_cq_push(&d->cq_wait, &d->nwait, &d->waitcap,
                     (struct sess_cq){ s, s->txn, spool_msg_size(ms[i]),
                     SPOOL_OK });
+                /* parses nothing until its 250; input that arrives
+                 * meanwhile is unwatched then (sess_on_io) */
                 s->flags |= SF_SYNCQ;
-                /* parses nothing until its 250: input waits unwatched
-                 * (a blocked write keeps its EV_WRITE watch) */
-                if (!(s->flags & SF_WBLOCK))
-                    sess_watch(s, 0);
                 ss[i] = NULL;
                 continue;
             }
