@@ -68,6 +68,7 @@ umod_test_smtp_reply := smtp
 umod_test_spool := spool
 umod_test_requiretls := spool
 umod_test_spool_sync := spool
+umod_test_sandbox_threads := common
 umod_test_router := router
 umod_test_config := config
 umod_test_dns := dns
