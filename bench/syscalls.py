@@ -8,7 +8,7 @@ PURPOSE   Counts what mtad's processes (master, logd, workers) ask of the
           smtpblast run.  Unlike a wall-clock rate this figure holds still
           on a loaded machine, so it is what issue 16 measures changes by.
 CONTRACT  Run as root after `make`.  Arguments: [-c SESSIONS] [-m MSGS]
-          [-k PER_CONN] [-z SIZE] [--mtad BIN].  Prints one line per system
+          [-k PER_CONN] [-z SIZE] [--disk] [--mtad BIN].  Prints one line per system
           call (calls per delivered message, sorted) and the total.
           Exit 0 when every accepted message reached the sink, 1 otherwise.
 FAILURE   Every process it starts is stopped by pid in a finally block
@@ -55,11 +55,14 @@ def main():
     ap.add_argument("-z", type=int, default=1024)
     ap.add_argument("--mtad", default=harness.MTAD)
     ap.add_argument("--extra", default="", help="extra relay.yaml text")
+    ap.add_argument("--disk", action="store_true", help="durable: spool on /var/tmp, "
+                    "spool.fsync: true (as make bench's durable row)")
     ap.add_argument("--trace", help="also write the full strace (no -c) to this file")
     ap.add_argument("--perf", help="instead of strace: perf record -g of the workers "
                     "into this file (perf report -i FILE)")
     a = ap.parse_args()
     shm = tempfile.mkdtemp(prefix="mtad-sys.", dir="/dev/shm")
+    disk = None
     os.chmod(shm, 0o755)
     harness.MTAD = shutil.copy2(a.mtad, shm)
     sink = mta = st = None
@@ -67,7 +70,12 @@ def main():
     try:
         sink = harness.Sink("ours", harness.free_port(), shm)
         sink.start()
-        mta = harness.Mtad(shm, os.path.join(shm, "queue"), False, sink.port, extra=a.extra)
+        spool = os.path.join(shm, "queue")
+        if a.disk:
+            disk = tempfile.mkdtemp(prefix="mtad-sys.", dir="/var/tmp")
+            os.chmod(disk, 0o755)
+            spool = os.path.join(disk, "queue")
+        mta = harness.Mtad(shm, spool, a.disk, sink.port, extra=a.extra)
         mta.start()
         harness.measure(mta, sink, "ours", 20, 400, 1, a.z)       # warm-up
         pids = [p for p in harness.tree(mta.root()) if harness.alive(p)]
@@ -79,9 +87,10 @@ def main():
                     "-p", ",".join(str(p) for p in wpids)]
         elif a.trace:
             # -C: the summary and the full trace (-o then holds both)
-            argv = ["strace", "-f", "-C", "-s", "80", "-o", out]
-        for p in pids:
-            argv += ["-p", str(p)]
+            argv = ["strace", "-f", "-C", "-T", "-s", "80", "-o", out]
+        if not a.perf:                   # perf takes one -p with a list
+            for p in pids:
+                argv += ["-p", str(p)]
         st = harness.spawn(argv, os.path.join(shm, "strace.log"))
         time.sleep(1.0)                  # attach
         r = harness.measure(mta, sink, "ours", a.c, a.m, a.k, a.z)
@@ -115,6 +124,8 @@ def main():
             if p.poll() is None:
                 harness.kill_tree(p.pid, 2)
         shutil.rmtree(shm, ignore_errors=True)
+        if disk is not None:
+            shutil.rmtree(disk, ignore_errors=True)
     return 0 if ok else 1
 
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <linux/landlock.h>
 #include <sys/ioctl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -183,6 +184,39 @@ sandbox_allow_sigpipe_action(scmp_filter_ctx ctx)
         pipe);
 }
 
+/* A worker's one helper thread (spool/spool_sync.c: the group commit's
+ * syncfs off the loop), made inside the sandbox: clone() only for a thread
+ * (CLONE_THREAD; a new process stays forbidden), clone3() answers ENOSYS
+ * so that glibc falls back to clone(), whose flags can be checked; and
+ * what a starting thread registers (robust futex list, rseq). */
+static int
+sandbox_allow_threads(scmp_filter_ctx ctx)
+{
+    struct scmp_arg_cmp thread = { .arg = 0, .op = SCMP_CMP_MASKED_EQ,
+        .datum_a = CLONE_THREAD, .datum_b = CLONE_THREAD };
+    /* glibc's first pthread_create() installs its SIGSETXID handler
+     * (__SIGRTMIN + 1, kept from applications: SIGRTMIN is above it) */
+    struct scmp_arg_cmp setxid = { .arg = 0, .op = SCMP_CMP_EQ,
+        .datum_a = 33, .datum_b = 0 };
+
+#ifndef SANDBOX_ASAN                /* there clone is allowed as a whole */
+    if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+        thread) < 0)
+        return -1;
+#else
+    (void)thread;
+#endif
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3),
+        0) < 0 ||
+        seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(set_robust_list),
+        0) < 0 ||
+        seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(rseq), 0) < 0 ||
+        seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(rt_sigaction), 1,
+        setxid) < 0)
+        return -1;
+    return 0;
+}
+
 int
 sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
 {
@@ -213,6 +247,7 @@ sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
             ARRAY_LEN(sandbox_worker_calls)) < 0 ||
             sandbox_allow_self_signal(ctx) < 0 ||
             sandbox_allow_ioctl(ctx) < 0 ||
+            sandbox_allow_threads(ctx) < 0 ||
             sandbox_allow_sigpipe_action(ctx) < 0)
             goto out;
         break;

@@ -18,6 +18,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <ifaddrs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -710,8 +711,16 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
     const char *domain)
 {
     const struct route *rt = t->route;
-    struct rs_job      *j = xcalloc(1, sizeof(*j));
+    struct rs_job      *j = xmalloc(sizeof(*j));
     size_t              i;
+
+    /* Zeroed but for hop[] and hop_part[] (15 KB): a hop is cleared by
+     * rs_hop_set() when it is filled and none is read past nhop.  Zeroing
+     * them for every message cost a tenth of a worker's CPU at 200
+     * sessions, where many jobs are alive and their memory is cold
+     * (issue 16). */
+    memset(j, 0, offsetof(struct rs_job, hop));
+    memset(&j->nhop, 0, sizeof(*j) - offsetof(struct rs_job, nhop));
 
     j->rs = rs;
     j->relay = relay;

@@ -475,7 +475,10 @@ sess_write(struct sess *s)
     }
     if (s->state == SS_TLS)
         return sess_tls_begin(s);   /* the 220 is out: handshake */
-    sess_watch(s, s->state == SS_AUTH_HOLD ? 0 : EV_READ);
+    /* held or waiting for the sync off the loop: nothing is read, and
+     * the level-triggered loop must not report the input meanwhile */
+    sess_watch(s, s->state == SS_AUTH_HOLD || (s->flags & SF_SYNCQ) ? 0 :
+        EV_READ);
     if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
         sess_process(s);            /* commands paused at SESS_OUT_HIGH */
     else if (s->tp.ssl != NULL)
@@ -503,6 +506,9 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)sess_tls_step(s);
         else if (s->state == SS_AUTH_HOLD && (events & EV_ERROR))
             sess_free(s, "connection lost during the AUTH delay");
+        else if (s->flags & SF_SYNCQ)
+            sess_watch(s, 0);       /* input while its sync runs: the loop
+                                     * is level-triggered, it would spin */
         return;                     /* others are resumed by the hooks */
     }
     if (events & (EV_READ | EV_WRITE | EV_ERROR))
@@ -531,8 +537,13 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
         sess_free(s, "timeout during TLS handshake");
         return;
     }
-    if (s->state == SS_COMMIT)
-        return;                     /* the commit hook answers this turn */
+    if (s->state == SS_COMMIT) {
+        /* the commit hook answers this turn; a sync off the loop may take
+         * longer: the command timeout starts again for after its 250 */
+        if (s->flags & SF_SYNCQ)
+            ev_timer_start(loop, &s->timer, s->d->cfg->command_timeout_ms);
+        return;
+    }
     if (s->d->stopping && sess_stop_idle(s)) {
         sess_stop_check(s);         /* closes, or re-arms for the rest */
         return;
@@ -562,7 +573,8 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
     if (s->state == SS_CLOSING)
         return;                     /* its own timer bounds the close */
     if (s->state == SS_COMMIT) {
-        ev_timer_start(loop, &s->life, 0);  /* the hook answers this turn */
+        /* the hook answers this turn; a sync off the loop, soon */
+        ev_timer_start(loop, &s->life, (s->flags & SF_SYNCQ) ? 10 : 0);
         return;
     }
     log_info("session lifetime exceeded from [%s]:%u", s->ip,
@@ -813,6 +825,7 @@ smtpd_new(const struct smtpd_env *env)
     /* Order matters: the group commit queues its 250s before the flush. */
     ev_before_sleep(d->loop, sess_commit_hook, d);
     ev_before_sleep(d->loop, sess_flush_hook, d);
+    sess_sync_setup(d);
     return d;
 }
 
@@ -826,6 +839,7 @@ smtpd_free(struct smtpd *d)
         return;
     while (d->sessions != NULL)
         sess_free(d->sessions, "worker exit");
+    sess_sync_free(d);
     ev_timer_stop(d->loop, &d->tls_timer);
     free(d->tls_ready);
     for (i = 0; i < d->nout_spare; i++)

@@ -53,15 +53,34 @@
 static void sess_commit_del(struct sess *s);
 
 
+static void sess_txn_release(struct sess_txn *t);
+static int  sess_sync_detach(struct sess *s);
+static void sess_sync_settle(struct smtpd *d, int sync_rc);
+static void sess_commit_async(struct smtpd *d);
+
+
 void
 sess_txn_free(struct sess *s)
 {
     struct sess_txn *t = s->txn;
-    size_t           i;
 
     if (t == NULL)
         return;
     sess_commit_del(s);
+    if (sess_sync_detach(s))
+        return;                     /* the group commit ends it */
+    sess_txn_release(t);
+    s->txn = NULL;
+}
+
+
+/* sess_txn_release - free a transaction and abort its message (a renamed
+ * one stays in queue/: spool_abort removes only tmp/<id>). */
+static void
+sess_txn_release(struct sess_txn *t)
+{
+    size_t i;
+
     spool_abort(t->msg);            /* closes a kept fd not handed on */
     spool_env_free(t->kenv);
     smtpd_dkim_free(t->dkim);
@@ -73,7 +92,6 @@ sess_txn_free(struct sess *s)
     }
     free(t->env.rcpt);
     free(t);
-    s->txn = NULL;
 }
 
 
@@ -697,6 +715,248 @@ sess_commit_del(struct sess *s)
 }
 
 
+/* --- the group commit off the loop (spool_sync_start) ----------------- */
+
+static void
+sess_cq_push(struct sess_cq **q, size_t *n, size_t *cap, struct sess_cq e)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *q = xrealloc(*q, *cap * sizeof(**q));
+    }
+    (*q)[(*n)++] = e;
+}
+
+
+/* sess_sync_detach - s is leaving while its message waits for the sync:
+ * the entry keeps the transaction (the file is in queue/ already) and
+ * ends it when the sync is done.  1 if s was waiting, else 0. */
+static int
+sess_sync_detach(struct sess *s)
+{
+    struct smtpd *d = s->d;
+    size_t         i;
+
+    if (!(s->flags & SF_SYNCQ))
+        return 0;
+    s->flags &= ~SF_SYNCQ;
+    for (i = 0; i < d->nwait; i++)
+        if (d->cq_wait[i].s == s)
+            d->cq_wait[i].s = NULL;
+    for (i = 0; i < d->nsync; i++)
+        if (d->cq_sync[i].s == s)
+            d->cq_sync[i].s = NULL;
+    s->txn = NULL;
+    return 1;
+}
+
+
+/* sess_sync_next - start a sync for the messages renamed so far, unless
+ * one runs (they wait for the next). */
+static void
+sess_sync_next(struct smtpd *d)
+{
+    struct sess_cq *q;
+    size_t          cap;
+    int             rc;
+
+    if (d->nwait == 0 || d->nsync > 0 || spool_sync_busy(d->spool))
+        return;
+    q = d->cq_sync;                 /* swap: cq_sync is empty */
+    cap = d->synccap;
+    d->cq_sync = d->cq_wait;
+    d->synccap = d->waitcap;
+    d->nsync = d->nwait;
+    d->cq_wait = q;
+    d->waitcap = cap;
+    d->nwait = 0;
+    if ((rc = spool_sync_start(d->spool)) != SPOOL_OK) {
+        /* none of them is durable: each gets its 4xx from the settle */
+        log_warn("group commit: %s", spool_errstr(d->spool));
+        for (size_t i = 0; i < d->nsync; i++)
+            d->cq_sync[i].rc = rc;
+        sess_sync_settle(d, rc);
+    }
+}
+
+
+/* sess_gone_queued - the message of a client that left before its 250 is
+ * durable in queue/: deliver it (the client may send it again: a
+ * duplicate, never a loss). */
+static void
+sess_gone_queued(struct smtpd *d, struct sess_txn *t, uint64_t size)
+{
+    t->msg = NULL;
+    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu: queued after its "
+        "client left (no 250 was seen)", t->id, t->env.sender,
+        (unsigned long long)size, t->env.nrcpt);
+    STATUS_ADD(d->st->msgs_in, 1);
+    if (t->kenv != NULL) {
+        t->kenv->body_size = size;
+        deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
+        t->kenv = NULL;
+    } else {
+        deliver_submit(d->deliver, t->id);
+    }
+}
+
+
+/* sess_sync_settle - the running sync ended with sync_rc: answer (or
+ * end) every message it covered, resume their sessions, start the next. */
+static void
+sess_sync_settle(struct smtpd *d, int sync_rc)
+{
+    struct sess_cq    *q = d->cq_sync;
+    size_t             i, n = d->nsync;
+    struct spool_msg **ms = xmalloc((n ? n : 1) * sizeof(*ms));
+    int               *rcs = xmalloc((n ? n : 1) * sizeof(*rcs));
+    struct sess      **ss = xmalloc((n ? n : 1) * sizeof(*ss));
+
+    for (i = 0; i < n; i++) {
+        ms[i] = q[i].t->msg;
+        rcs[i] = q[i].rc;
+    }
+    (void)spool_commit_settle(d->spool, ms, n, rcs, sync_rc);
+    d->nsync = 0;                   /* q stays valid until the next swap */
+    for (i = 0; i < n; i++) {
+        struct sess     *s = q[i].s;
+        struct sess_txn *t = q[i].t;
+
+        ss[i] = s;
+        if (s == NULL) {
+            if (rcs[i] == SPOOL_OK)
+                sess_gone_queued(d, t, q[i].size);
+            sess_txn_release(t);    /* aborts a message not committed */
+            continue;
+        }
+        s->flags &= ~SF_SYNCQ;
+        sess_enter(s, SS_CMD);
+        if (rcs[i] == SPOOL_OK) {
+            sess_queued(s, q[i].size);
+        } else {
+            sess_spool_fail(s, "spool_commit", rcs[i]);
+            sess_storage_fail(s);
+        }
+    }
+    /* Resume after every reply is queued (as sess_commit_hook does). */
+    for (i = 0; i < n; i++)
+        if (ss[i] != NULL && ss[i]->state == SS_CMD)
+            sess_process(ss[i]);
+    free(ms);
+    free(rcs);
+    free(ss);
+    sess_sync_next(d);
+}
+
+
+/* sess_on_sync - the spool's eventfd: the sync thread is done. */
+static void
+sess_on_sync(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct smtpd *d = arg;
+    int           rc;
+
+    (void)loop;
+    (void)fd;
+    (void)events;
+    if ((rc = spool_sync_reap(d->spool)) == MTA_AGAIN)
+        return;
+    if (rc != SPOOL_OK)
+        log_warn("group commit: %s", spool_errstr(d->spool));
+    sess_sync_settle(d, rc);
+}
+
+
+/* sess_commit_async - the hook's work with the sync off the loop: rename
+ * what finished this turn into queue/ now (a rename failure is answered
+ * at once), and start a sync unless one runs.  The sessions stay in
+ * SS_COMMIT, parsing nothing, until sess_sync_settle answers them. */
+static void
+sess_commit_async(struct smtpd *d)
+{
+    struct sess      **ss;
+    struct spool_msg **ms;
+    int               *rcs;
+    size_t             i, n;
+
+    while (d->ncommit > 0) {
+        n = d->ncommit;
+        ss = xmalloc(n * sizeof(*ss));
+        ms = xmalloc(n * sizeof(*ms));
+        rcs = xcalloc(n, sizeof(*rcs));
+        for (i = 0; i < n; i++) {
+            ss[i] = d->commit[i];
+            ss[i]->flags &= ~SF_COMMITQ;
+            ms[i] = ss[i]->txn->msg;
+        }
+        d->ncommit = 0;
+        (void)spool_commit_rename(d->spool, ms, n, rcs);
+        for (i = 0; i < n; i++) {
+            struct sess *s = ss[i];
+
+            if (rcs[i] == SPOOL_OK) {
+                sess_cq_push(&d->cq_wait, &d->nwait, &d->waitcap,
+                    (struct sess_cq){ s, s->txn, spool_msg_size(ms[i]),
+                    SPOOL_OK });
+                /* parses nothing until its 250; input that arrives
+                 * meanwhile is unwatched then (sess_on_io) */
+                s->flags |= SF_SYNCQ;
+                ss[i] = NULL;
+                continue;
+            }
+            sess_enter(s, SS_CMD);
+            sess_spool_fail(s, "spool_commit", rcs[i]);
+            sess_storage_fail(s);
+        }
+        for (i = 0; i < n; i++)
+            if (ss[i] != NULL && ss[i]->state == SS_CMD)
+                sess_process(ss[i]);
+        free(ss);
+        free(ms);
+        free(rcs);
+    }
+    sess_sync_next(d);
+}
+
+
+void
+sess_sync_setup(struct smtpd *d)
+{
+    d->sync_fd = -1;
+    if (!d->cfg->spool_fsync || spool_sync_fd(d->spool) < 0)
+        return;
+    if (ev_watch(d->loop, spool_sync_fd(d->spool), EV_READ, sess_on_sync,
+        d) != 0) {
+        log_warn("group commit: watching the sync eventfd: %s; syncing "
+            "inline", strerror(errno));
+        return;
+    }
+    d->sync_fd = spool_sync_fd(d->spool);
+}
+
+
+/* sess_sync_free - the worker's exit (sessions already freed): messages
+ * still waiting stay in queue/ for the next start, unanswered. */
+void
+sess_sync_free(struct smtpd *d)
+{
+    size_t i;
+
+    spool_sync_wait(d->spool);
+    for (i = 0; i < d->nwait; i++)
+        sess_txn_release(d->cq_wait[i].t);
+    for (i = 0; i < d->nsync; i++)
+        sess_txn_release(d->cq_sync[i].t);
+    d->nwait = d->nsync = 0;
+    if (d->sync_fd >= 0)
+        ev_unwatch(d->loop, d->sync_fd);
+    d->sync_fd = -1;
+    free(d->cq_wait);
+    free(d->cq_sync);
+    d->cq_wait = d->cq_sync = NULL;
+}
+
+
 /* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
  * message finished this turn, then their 250s, then the input they had
  * pipelined behind the dot.  Runs before sess_flush_hook. */
@@ -711,6 +971,10 @@ sess_commit_hook(struct ev_loop *loop, void *arg)
     size_t             i, n;
 
     (void)loop;
+    if (d->sync_fd >= 0) {
+        sess_commit_async(d);
+        return;
+    }
     while (d->ncommit > 0) {
         n = d->ncommit;
         ss = xmalloc(n * sizeof(*ss));

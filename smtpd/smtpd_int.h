@@ -47,6 +47,13 @@ struct smtpd {
     struct sess          *pending;  /* replies to flush this turn */
     struct sess         **commit;   /* waiting for the group commit */
     size_t                ncommit, commitcap;
+    /* The group commit off the loop (spool.fsync, spool_sync_start):
+     * renamed messages wait in cq_wait for the next sync; cq_sync holds
+     * those the running one covers.  sync_fd: the spool's eventfd, -1
+     * when the commit is inline (spool_commit_batch). */
+    struct sess_cq       *cq_wait, *cq_sync;
+    size_t                nwait, waitcap, nsync, synccap;
+    int                   sync_fd;
 
     char                **out_spare; /* recycled reply buffers */
     size_t                nout_spare;
@@ -109,6 +116,17 @@ enum sess_state {
  * set at connect for a client in dkim.sign_networks; AUTH sets it for an
  * authenticated user. */
 #define SF_SIGN      0x80u
+#define SF_SYNCQ     0x100u         /* renamed, waiting for the async
+                                       group commit (d->cq_wait/cq_sync) */
+
+/* A message in the asynchronous group commit: its transaction stays
+ * alive even if its client leaves (s = NULL): the file is in queue/. */
+struct sess_cq {
+    struct sess      *s;
+    struct sess_txn  *t;
+    uint64_t          size;
+    int               rc;
+};
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -222,6 +240,10 @@ int     sess_bdat_step(struct sess *s);     /* 0: needs more input */
 void    sess_txn_free(struct sess *s);      /* NULL txn ok; aborts */
 /* The group commit, an ev_before_sleep hook (arg: struct smtpd). */
 void    sess_commit_hook(struct ev_loop *loop, void *arg);
+/* Set up the asynchronous group commit (smtpd_new, with spool.fsync and
+ * spool_sync_init() done); drop it at smtpd_free. */
+void    sess_sync_setup(struct smtpd *d);
+void    sess_sync_free(struct smtpd *d);
 
 /* session_tls.c: STARTTLS */
 void    sess_starttls(struct sess *s, struct str arg);

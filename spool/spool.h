@@ -175,6 +175,35 @@ int     spool_commit(struct spool_msg *m);               /* fsync?, rename; free
  * failure.  spool_finish() is called for any message not yet finished. */
 int     spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
             int *rcs);                                   /* one syncfs */
+/* The same in steps, for a loop that must not block on the sync (the
+ * group commit of spool.fsync, issue 16):
+ *   spool_commit_rename(): finish, close (unless kept) and rename each
+ *     message into queue/; rcs[i] per message, returns the first failure.
+ *     A renamed message is NOT committed yet: no 250 for it.
+ *   spool_sync_init() once (before the sandbox: it makes an eventfd), then
+ *   spool_sync_start(): one syncfs() of the spool's file system on a helper
+ *     thread (made at the first call; inline where it cannot be); one at a
+ *     time (spool_sync_busy()).  Only messages renamed before the start are
+ *     covered by it.
+ *   spool_sync_fd() turns readable when it is done; spool_sync_reap() then
+ *     returns its result (MTA_AGAIN while it runs) and ends it.
+ *   spool_commit_settle(): with that result: on SPOOL_OK each renamed
+ *     message is committed, freed and ms[i] set to NULL (250 may go out);
+ *     otherwise its queue file is removed again and rcs[i] set to the
+ *     error (spool_abort() it).  Returns the first failure.
+ *   spool_sync_wait() blocks until a running sync is done (the worker's
+ *     exit); spool_close() joins the thread. */
+int     spool_commit_rename(struct spool *sp, struct spool_msg **ms, size_t n,
+            int *rcs);
+int     spool_commit_settle(struct spool *sp, struct spool_msg **ms, size_t n,
+            int *rcs, int sync_rc);
+int     spool_sync_init(struct spool *sp);
+int     spool_sync_start(struct spool *sp);
+int     spool_sync_fd(const struct spool *sp);              /* -1: no init */
+int     spool_sync_reap(struct spool *sp);
+int     spool_sync_busy(const struct spool *sp);
+void    spool_sync_wait(struct spool *sp);
+void    spool_sync_free(struct spool *sp);                  /* spool_close */
 void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
 
 /* Hand-off to the reader (issue 16): the worker that accepts a message

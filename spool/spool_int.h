@@ -77,6 +77,7 @@ struct spool {
     uint64_t    room_until_ms;      /* ... until then (monotonic) */
     int         close_quiet;        /* close() never reports a delayed
                                      * write error here (spool_keep) */
+    struct spool_syncer *syncer;    /* spool_sync.c, or NULL */
     char        err[512];
 };
 

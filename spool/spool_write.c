@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 
 #include "common/safefs.h"
 #include "common/util.h"
@@ -23,6 +24,7 @@
 #include "spool/spool_int.h"
 
 #define SPOOL_ROOM_MS     10            /* spool_room() looks again after */
+#define SPOOL_DIRECT_MIN  (32 * 1024)   /* spool_write_direct() from here */
 
 /* ---- writer ----------------------------------------------------------- */
 
@@ -90,6 +92,47 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
         p += w;
         n -= (size_t)w;
         m->written += (uint64_t)w;
+    }
+    return SPOOL_OK;
+}
+
+
+/* spool_write_direct - what wb holds, then n bytes from p, in one
+ * writev(): no copy through the buffer.  Only once the buffer has been
+ * written out before (m->written > 0): the envelope and the start of the
+ * body, which spool_mark_tls_optional() and spool_head_reserve() change in
+ * place, are on disk by then, and everything that looks there already
+ * goes by m->written (issue 16: a 1 MiB message copied 1 MiB for
+ * nothing). */
+static int
+spool_write_direct(struct spool_msg *m, const char *p, size_t n)
+{
+    struct iovec iov[2], *v = iov;
+    int          cnt = 0;
+    ssize_t      w;
+
+    if (!m->use_reserve && spool_room(m->sp, m->wlen + n) != SPOOL_OK)
+        return m->err = SPOOL_ENOSPC;
+    if (m->wlen > 0)
+        iov[cnt++] = (struct iovec){ m->wb, m->wlen };
+    iov[cnt++] = (struct iovec){ (void *)p, n };
+    m->wlen = 0;
+    while (cnt > 0) {
+        if ((w = writev(m->fd, v, cnt)) == -1) {
+            if (errno == EINTR)
+                continue;
+            return m->err = spool_fail(m->sp, "write tmp/%s", m->id);
+        }
+        m->written += (uint64_t)w;
+        while (cnt > 0 && (size_t)w >= v->iov_len) {
+            w -= (ssize_t)v->iov_len;
+            v++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            v->iov_base = (char *)v->iov_base + w;
+            v->iov_len -= (size_t)w;
+        }
     }
     return SPOOL_OK;
 }
@@ -275,6 +318,8 @@ spool_write(struct spool_msg *m, const void *p, size_t n)
         return spool_fail(m->sp, "write tmp/%s", m->id);
     }
     m->body += n;
+    if (m->written > 0 && n >= SPOOL_DIRECT_MIN)
+        return spool_write_direct(m, s, n);
     while (n > 0) {
         if (m->wlen == 0 && n >= SPOOL_WBUF)    /* no point copying */
             return spool_write_all(m, s, n);
@@ -524,39 +569,40 @@ spool_commit(struct spool_msg *m)
 
 
 int
-spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
+spool_commit_rename(struct spool *sp, struct spool_msg **ms, size_t n,
     int *rcs)
 {
-    size_t i, renamed = 0;
-    int    rc = SPOOL_OK, e;
+    size_t i;
+    int    rc = SPOOL_OK;
 
+    (void)sp;
     for (i = 0; i < n; i++)
         rcs[i] = spool_finish(ms[i]);
     for (i = 0; i < n; i++) {
-        if (rcs[i] != SPOOL_OK)
-            continue;
-        if ((ms[i]->keep || (rcs[i] = spool_close_tmp(ms[i])) == SPOOL_OK)
-            && (rcs[i] = spool_rename(ms[i])) == SPOOL_OK)
-            renamed++;
+        if (rcs[i] == SPOOL_OK && !ms[i]->keep)
+            rcs[i] = spool_close_tmp(ms[i]);
+        if (rcs[i] == SPOOL_OK)
+            rcs[i] = spool_rename(ms[i]);
+        if (rcs[i] != SPOOL_OK && rc == SPOOL_OK)
+            rc = rcs[i];
     }
-    /*
-     * One syncfs() after the renames makes the bodies and the renames
-     * durable together: one journal commit per batch instead of two (a
-     * sync of the data, then one of queue/).  Nothing is acknowledged
-     * before it returns.  A crash before that may leave a queue file whose
-     * data did not reach the disk; the reader refuses it (its recorded size
-     * does not match), and its client, which got no 250, sends it again.
-     */
-    if (sp->fsync && renamed > 0 && syncfs(sp->queuefd) == -1) {
-        e = spool_fail(sp, "syncfs %s", sp->dir);
-        for (i = 0; i < n; i++) {
-            if (rcs[i] != SPOOL_OK)
-                continue;
-            unlinkat(sp->queuefd, ms[i]->id, 0);
-            rcs[i] = e;
-        }
-    }
+    return rc;
+}
+
+
+int
+spool_commit_settle(struct spool *sp, struct spool_msg **ms, size_t n,
+    int *rcs, int sync_rc)
+{
+    size_t i;
+    int    rc = SPOOL_OK;
+
     for (i = 0; i < n; i++) {
+        if (rcs[i] == SPOOL_OK && sync_rc != SPOOL_OK) {
+            /* Not durable: take it back, the client will get a 4xx. */
+            unlinkat(sp->queuefd, ms[i]->id, 0);
+            rcs[i] = sync_rc;
+        }
         if (rcs[i] == SPOOL_OK) {
             if (ms[i]->keep)
                 ms[i]->fd = -1;         /* the caller's now (spool_keep) */
@@ -567,6 +613,31 @@ spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
         }
     }
     return rc;
+}
+
+
+int
+spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
+    int *rcs)
+{
+    size_t i, renamed = 0;
+    int    sync_rc = SPOOL_OK;
+
+    (void)spool_commit_rename(sp, ms, n, rcs);
+    for (i = 0; i < n; i++)
+        if (rcs[i] == SPOOL_OK)
+            renamed++;
+    /*
+     * One syncfs() after the renames makes the bodies and the renames
+     * durable together: one journal commit per batch instead of two (a
+     * sync of the data, then one of queue/).  Nothing is acknowledged
+     * before it returns.  A crash before that may leave a queue file whose
+     * data did not reach the disk; the reader refuses it (its recorded size
+     * does not match), and its client, which got no 250, sends it again.
+     */
+    if (sp->fsync && renamed > 0 && syncfs(sp->queuefd) == -1)
+        sync_rc = spool_fail(sp, "syncfs %s", sp->dir);
+    return spool_commit_settle(sp, ms, n, rcs, sync_rc);
 }
 
 

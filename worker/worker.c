@@ -690,6 +690,11 @@ worker_init(const struct worker_args *a)
      * run at once during a reload) */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS)
         spool_set_writer(w->spool, a->slot);
+    /* the group commit syncs off the loop (its eventfd is made now,
+     * before the sandbox; its thread at the first sync, inside it) */
+    if (cfg->spool_fsync && spool_sync_init(w->spool) != SPOOL_OK)
+        log_warn("spool %s: %s; the group commit syncs inline",
+            cfg->spool_dir, spool_errstr(w->spool));
     rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
         ROUTER_OPEN_RDONLY);        /* workers never write routes */
     if (rc != ROUTER_OK) {
