@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from mtadtest import DnsServers, Mtad, SignedDns, Sink, ensure_user
+from mtadtest import Blackhole, DnsServers, Mtad, SignedDns, Sink, ensure_user
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,3 +98,11 @@ def signed_dns():
     finally:
         servers.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def hole():
+    """A next hop that accepts connections and never answers."""
+    b = Blackhole()
+    yield b
+    b.close()

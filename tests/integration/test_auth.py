@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from mtadtest import (MTACTL, Blackhole, Client, free_port, make_keyed_cert,
+from mtadtest import (MTACTL, Client, free_port, make_keyed_cert,
                       make_message, read_queue_file, wait_for)
 
 QUEUED = re.compile(r"queued as ([0-9A-F]{16})")
@@ -49,12 +49,6 @@ def write_pwfile(path, users):
                 p, crypt.mksalt(crypt.METHOD_SHA512))))
     os.chmod(path, 0o600)
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 class Sub:

@@ -6,20 +6,19 @@ sequence (DATA after the envelope replies, or one command per reply).
 `Hop` below is a scripted next hop that answers nothing of a group until
 it holds all of it: a client that waited for a reply inside the group
 would stall it, and the read deadline (a raised error, never a silent
-pass) fails the test.  Refusals (a RCPT, every RCPT, MAIL) and a dead
-reused connection must come out right; so must TLS.  Loopback only;
+pass) fails the test.  Refusals (a RCPT, every RCPT, MAIL) must come out
+right; so must TLS (a dead reused connection: test_delivery.py,
+parametrized over the peer's capabilities).  Loopback only;
 every wait is bounded.
 """
 import os
 import socket
-import ssl
 import threading
 
 import pytest
 
 from mtadtest import (make_message, make_test_ca, send, strip_received,
                       tls_server_context, wait_for)
-from sink import DEFAULT_CAPS
 
 READ_TIMEOUT = 20.0                 # a stalled group fails after this
 
@@ -366,21 +365,3 @@ def test_pipelined_bdat_over_tls(mtad_factory, hop_factory, sink_factory,
     assert rest == msg
     assert b"X-Serial: 8" in hop.bodies[1]
     assert hop.errors == []
-
-
-def test_dead_reused_connection_restarts_with_a_pipelined_bdat(
-        mtad_factory, sink_factory):
-    """The RSET ahead of a pipelined BDAT is refused (the peer closed the
-    idle line): the transaction starts over on a fresh connection, it is
-    not deferred."""
-    s = sink_factory(caps=DEFAULT_CAPS + ("CHUNKING",))
-    m = start(mtad_factory, s.route)
-    send(m, "a@example.org", ["b@example.net"], make_message(1))
-    s.wait_for(1, timeout=20)
-    s.rset_reply = "421 4.4.2 idle too long, closing"
-    qid = send(m, "a@example.org", ["c@example.net"], make_message(2))
-    got = s.wait_for(2, timeout=20)
-    assert b"X-Serial: 2" in got[1].data
-    assert s.connections == 2
-    text = m.wait_log("%s: to=<c@example.net>" % qid)
-    assert "status=deferred" not in text

@@ -324,8 +324,9 @@ def test_connection_reused_with_rset(mtad_factory, sink_factory, caps):
             assert verbs[k + 1] == "MAIL"
 
 
-@pytest.mark.parametrize("caps", [("PIPELINING",), ()],
-                         ids=["pipelining", "plain"])
+@pytest.mark.parametrize("caps", [("PIPELINING",), ("PIPELINING", "CHUNKING"),
+                                  ()],
+                         ids=["pipelining", "bdat-pipelined", "plain"])
 def test_dead_reused_connection_restarts_on_a_fresh_one(mtad_factory,
                                                         sink_factory, caps):
     s = sink_factory(caps=caps)

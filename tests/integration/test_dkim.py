@@ -16,7 +16,7 @@ import subprocess
 import dkim
 import pytest
 
-from mtadtest import (MTACTL, MTAD, Blackhole, Client, Sink, dot_stuff,
+from mtadtest import (MTACTL, MTAD, Client, Sink, dot_stuff,
                       read_queue_file, wait_for)
 
 QUEUED = re.compile(rb"^2\.0\.0 Ok: queued as ([0-9A-F]{16})$")
@@ -60,12 +60,6 @@ class Keys:
 def keys(workdir):
     return Keys(workdir)
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 def start(mtad_factory, hole, sign, dkim_extra=None, route=None):

@@ -11,15 +11,9 @@ import threading
 
 import pytest
 
-from mtadtest import (Blackhole, Client, dot_stuff, read_queue_file,
+from mtadtest import (Client, dot_stuff, read_queue_file,
                       strip_received, wait_for, workers)
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 @pytest.fixture

@@ -14,16 +14,10 @@ import re
 
 import pytest
 
-from mtadtest import (Blackhole, Client, free_port, make_keyed_cert,
+from mtadtest import (Client, free_port, make_keyed_cert,
                       read_queue_file, wait_for)
 from test_tls import caps, client_ctx, queued_id, starttls
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import time
 
 from concurrent.futures import ThreadPoolExecutor
 
-from mtadtest import (MTACTL, MTAD, Blackhole, dot_stuff, make_message,
+from mtadtest import (MTACTL, MTAD, dot_stuff, make_message,
                       read_queue_file, spool_files, strip_received,
                       wait_for)
 from test_tls import make_cert
@@ -582,12 +582,6 @@ def worker_deaths(log_text):
 # keeps every run identical.
 SEED = int(os.environ.get("ROBUST_SEED", "0"))
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 def run_fuzz(m, seed, n, tls_ctx=None):

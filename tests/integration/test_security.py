@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mtadtest import (Blackhole, Client, MTACTL, assert_enhanced, dot_stuff, read_queue_file, strip_received, wait_for)
+from mtadtest import (Client, MTACTL, assert_enhanced, dot_stuff, read_queue_file, strip_received, wait_for)
 
 
 QUEUED = re.compile(rb"^2\.0\.0 Ok: queued as ([0-9A-F]{16})$")
@@ -30,12 +30,6 @@ def body_of(m, qid):
     received, rest = strip_received(body)
     return env, received, rest
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 @pytest.fixture

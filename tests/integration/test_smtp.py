@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mtadtest import (Blackhole, Client, IS_ROOT, Reply, assert_enhanced,
+from mtadtest import (Client, IS_ROOT, Reply, assert_enhanced,
                       dot_stuff, free_port, read_queue_file, spool_files,
                       strip_received, wait_for, xtext_decode)
 
@@ -62,12 +62,6 @@ def send_message(c, sender, rcpts, body, mail_params=""):
     c.send(dot_stuff(body))
     return c.reply()
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 
-from mtadtest import (Blackhole, Client, dot_stuff, read_queue_file,
+from mtadtest import (Client, dot_stuff, read_queue_file,
                       strip_received, wait_for)
 
 
@@ -63,12 +63,6 @@ def queued_id(reply):
     assert m, reply
     return m.group(1).decode()
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 @pytest.fixture

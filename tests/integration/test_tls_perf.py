@@ -16,16 +16,10 @@ import subprocess
 
 import pytest
 
-from mtadtest import (BUILD, MTAD, TCP_QUICKACK, BioClient, Blackhole, Client,
+from mtadtest import (BUILD, MTAD, TCP_QUICKACK, BioClient, Client,
                       cert_der, make_keyed_cert, parse_status, segs_out,
                       wait_for, workers)
 
-
-@pytest.fixture
-def hole():
-    b = Blackhole()
-    yield b
-    b.close()
 
 
 def tls_cfg(hole, workdir, kinds=("rsa",), workers_n=1, extra=None):
