@@ -8,7 +8,6 @@
  * being written (spool_mark_tls_optional), before and after DKIM's room.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "common/util.h"
 #include "smtp/smtp.h"
 #include "spool/spool.h"
+#include "tests/unit/t_fs.h"
 
 /* ---- the MAIL parameter ---- */
 
@@ -305,20 +305,12 @@ Test(requiretls_env, bad_or_repeated_line_is_a_format_error)
 
 static char t_dir[] = "/tmp/mtad-reqtls-test-XXXXXX";
 
-static int
-t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(path);
-}
 
 static void
 t_cleanup(void)
 {
     if (strchr(t_dir, 'X') == NULL)
-        nftw(t_dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        t_rm_tree(t_dir);
 }
 
 static struct spool *

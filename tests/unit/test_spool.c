@@ -9,7 +9,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 
 #include "common/util.h"
 #include "spool/spool.h"
+#include "tests/unit/t_fs.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -50,23 +50,13 @@ t_mkdtemp(void)
 }
 
 
-static int
-t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(path);
-}
-
-
 static void
 t_rm_rf(char *dir)
 {
     size_t i;
 
     umount2(dir, MNT_DETACH);           /* only the ENOSPC test mounts */
-    nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    t_rm_tree(dir);
     for (i = 0; i < ARRAY_LEN(t_dirs); i++)
         if (t_dirs[i] == dir)
             t_dirs[i] = NULL;

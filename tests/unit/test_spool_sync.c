@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,26 +18,17 @@
 
 #include "common/util.h"
 #include "spool/spool.h"
+#include "tests/unit/t_fs.h"
 
 static char t_dir[] = "/tmp/mtad-spool-sync-XXXXXX";
 static int  t_made;
-
-
-static int
-t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(path);
-}
 
 
 static void
 t_cleanup(void)
 {
     if (t_made)
-        nftw(t_dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        t_rm_tree(t_dir);
     t_made = 0;
 }
 
