@@ -601,8 +601,9 @@ SCENARIOS = [
 ]
 # The raw ceiling of a tool pair (load straight into the sink) is measured
 # alongside these scenarios, with the same sessions and sizes.
-CEILING_FOR = {"1k-s20": "ceiling-1k-s20", "1M-s20": "ceiling-1M-s20"}
-CEILINGS = [("ceiling-1k-s20",), ("ceiling-1M-s20",)]
+CEILING_FOR = {"1k-s20": "ceiling-1k-s20", "1k-s200": "ceiling-1k-s200",
+               "1M-s20": "ceiling-1M-s20"}
+CEILINGS = [("ceiling-1k-s20",), ("ceiling-1k-s200",), ("ceiling-1M-s20",)]
 RUN_SECS = float(os.environ.get("BENCH_SECS", "1.5" if QUICK else "2.5"))
 
 

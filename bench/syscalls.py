@@ -8,7 +8,7 @@ PURPOSE   Counts what mtad's processes (master, logd, workers) ask of the
           smtpblast run.  Unlike a wall-clock rate this figure holds still
           on a loaded machine, so it is what issue 16 measures changes by.
 CONTRACT  Run as root after `make`.  Arguments: [-c SESSIONS] [-m MSGS]
-          [-k PER_CONN] [-z SIZE] [--disk] [--mtad BIN].  Prints one line per system
+          [-k PER_CONN] [-z SIZE] [--disk] [--mtad BIN] [--tool ours|pf].  Prints one line per system
           call (calls per delivered message, sorted) and the total.
           Exit 0 when every accepted message reached the sink, 1 otherwise.
 FAILURE   Every process it starts is stopped by pid in a finally block
@@ -54,6 +54,9 @@ def main():
     ap.add_argument("-k", type=int, default=1)
     ap.add_argument("-z", type=int, default=1024)
     ap.add_argument("--mtad", default=harness.MTAD)
+    ap.add_argument("--tool", default="ours", choices=("ours", "pf"),
+                    help="load pair: ours (smtpblast/smtpsink) or pf "
+                    "(Postfix's smtp-source/smtp-sink)")
     ap.add_argument("--extra", default="", help="extra relay.yaml text")
     ap.add_argument("--disk", action="store_true", help="durable: spool on /var/tmp, "
                     "spool.fsync: true (as make bench's durable row)")
@@ -68,7 +71,7 @@ def main():
     sink = mta = st = None
     ok = False
     try:
-        sink = harness.Sink("ours", harness.free_port(), shm)
+        sink = harness.Sink(a.tool, harness.free_port(), shm)
         sink.start()
         spool = os.path.join(shm, "queue")
         if a.disk:
@@ -77,7 +80,7 @@ def main():
             spool = os.path.join(disk, "queue")
         mta = harness.Mtad(shm, spool, a.disk, sink.port, extra=a.extra)
         mta.start()
-        harness.measure(mta, sink, "ours", 20, 400, 1, a.z)       # warm-up
+        harness.measure(mta, sink, a.tool, 20, 400, 1, a.z)       # warm-up
         pids = [p for p in harness.tree(mta.root()) if harness.alive(p)]
         out = os.path.join(shm, "strace.out")
         argv = ["strace", "-f", "-c", "-o", out]
@@ -93,7 +96,7 @@ def main():
                 argv += ["-p", str(p)]
         st = harness.spawn(argv, os.path.join(shm, "strace.log"))
         time.sleep(1.0)                  # attach
-        r = harness.measure(mta, sink, "ours", a.c, a.m, a.k, a.z)
+        r = harness.measure(mta, sink, a.tool, a.c, a.m, a.k, a.z)
         time.sleep(0.3)
         os.kill(st.pid, signal.SIGINT)
         st.wait(timeout=30)
