@@ -33,7 +33,11 @@ PURPOSE   build/bench/tlsblast (20 sessions, 1 KiB, STARTTLS on every
           process tree, and how busy the box was (/proc/stat), so that a
           row shows whether the tools, not the MTA, were the limit.  The
           sinks count TLS sessions and resumed ones: the row says how the
-          MTA's deliveries arrived.
+          MTA's deliveries arrived.  At set-up bench/tls_hs_cost times
+          OpenSSL's server side of one full handshake alone; with the tools'
+          CPU per message it gives, for the rows with a handshake per
+          message, the highest ratio against Postfix this box allows any MTA
+          (section(): "What this box allows").
 CONTRACT  run(h, mtas, results, notes, shm) is called by harness.main() with
           the harness module; results go under (scenario/cert, "tls", who)
           with who in mtad, postfix, sink (the ceiling).  section(results)
@@ -70,6 +74,7 @@ SCENARIOS = [
 ]
 KINDS = {"rsa": "RSA-2048", "ec": "ECDSA P-256"}
 NAMES = [s[0] for s in SCENARIOS]
+FLOORS = {}        # kind: OpenSSL's server side of a full handshake, ms (hs_floor)
 
 POSTFIX_TLS = """
 # tlsvs: STARTTLS both ways (bench/tlsvs.py)
@@ -312,6 +317,9 @@ def measure(mta, sink, k, resume, msgs):
         # what one connection (handshake and SMTP) costs the load client
         res["client_ms_conn"] = 1000.0 * res["client_cpu"] / res["conns"]
     res["sink_share"] = 100.0 * (s1 - s0) / avail
+    if got:
+        # what the load tools (client and sink) cost per message in this run
+        res["tools_ms"] = 1000.0 * (res.get("client_cpu", 0) + s1 - s0) / got
     for key in ("conns", "tls", "tls_resumed", "tls_failed"):
         res["out_" + key] = c1.get(key, 0) - c0.get(key, 0)
     if mta:
@@ -367,6 +375,8 @@ def run(h, mtas, results, notes, shm):
     if "mtad" in mtas and not have_out:
         notes.append("TLS: this mtad build has no outbound STARTTLS (`mtad -t` on "
                      "delivery.tls: may: %s): its tls-both rows are not run" % why)
+    for kind in sorted({k for sc, k in todo}):
+        hs_floor(notes, pki, kind)
     h.log("TLS rows: %s" % ", ".join("%s/%s" % (sc[0], k) for sc, k in todo))
     for n, (sc, kind) in enumerate(todo):
         name, k, resume, outbound, reuse = sc
@@ -440,6 +450,28 @@ def run(h, mtas, results, notes, shm):
                     obj.stop()
                 except Exception as e:
                     h.log("stop: %s" % e)
+
+
+def hs_floor(notes, pki, kind):
+    """OpenSSL's server side of one full handshake with the MTAs'
+    certificate, measured alone (bench/tls_hs_cost: memory BIOs, no kernel,
+    no SMTP): the least CPU a server spends on a message that comes with a
+    full handshake, in ms, into FLOORS[kind]."""
+    prog = os.path.join(H.BUILD, "bench", "tls_hs_cost")
+    try:
+        r = subprocess.run([prog, pki[kind]["mta_cert"], pki[kind]["mta_key"], "500"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        notes.append("TLS %s: handshake floor not measured: %s" % (kind, e))
+        return
+    kv = dict(re.findall(r"(\w+)=([\d.]+)", r.stdout))
+    if r.returncode != 0 or "server_cpu_ms" not in kv:
+        notes.append("TLS %s: handshake floor not measured: %s" %
+                     (kind, (r.stdout + r.stderr).strip()[-200:]))
+        return
+    FLOORS[kind] = float(kv["server_cpu_ms"])
+    H.log("TLS %s: OpenSSL's server side of a full handshake, alone: %s ms of CPU" %
+          (kind, kv["server_cpu_ms"]))
 
 
 def tls_log_lines(path):
@@ -541,7 +573,45 @@ def section(results):
             col(rm, "client_ms_conn", 2), col(rp, "client_ms_conn", 2), ceil))
     out.append("")
     out.append(READING)
+    out += allows(results)
     return "\n".join(out) + "\n"
+
+
+def allows(results):
+    """The highest ratio this box allows in the rows with a full handshake
+    per message, whatever the MTA's own code does: the load client and the
+    sinks share the 2 cores with the MTA, and the MTA spends at least
+    OpenSSL's server side of each handshake (measured alone)."""
+    lines = []
+    for sc, kind, row in _rows(results):
+        name, k, resume = sc[0], sc[1], sc[2]
+        floor = FLOORS.get(kind)
+        rm = results.get((row, TOOL, "mtad"), [])
+        rp = results.get((row, TOOL, "postfix"), [])
+        if k != 1 or resume or not floor or not rm or not rp:
+            continue
+        tools, pf = _med(rm, "tools_ms"), _med(rp, "e2e_rate")
+        if not tools or not pf:
+            continue
+        hs = floor
+        most = H.NCPU * 1000.0 / (tools + hs)
+        em = _med(rm, "e2e_rate")
+        lines.append("| %s | %.2f | %.2f | %.0f | %.0f | %.1f× | %.1f× |" % (
+            row, tools, hs, most, pf, most / pf, em / pf if em else 0))
+    if not lines:
+        return []
+    return ["", "### What this box allows with a full handshake per message", "",
+            "The load client, the sinks and the MTA share %d cores.  An MTA that does "
+            "a full TLS handshake for each inbound message spends at least OpenSSL's "
+            "server side of it (bench/tls_hs_cost: both ends in one process over "
+            "memory BIOs, TLS 1.3, X25519, no tickets, only the server's calls "
+            "timed), and the tools spend what they spent in mtad's own run.  So no "
+            "MTA can relay faster than %d cores / (tools + handshake) here, and "
+            "no ratio against Postfix's measured rate can pass the last but one "
+            "column, even for an MTA whose own code cost nothing." % (H.NCPU, H.NCPU), "",
+            "| scenario/cert | tools' CPU ms per message (client + sink, mtad run) | "
+            "OpenSSL server handshake ms | most msgs/s any MTA | Postfix msgs/s | "
+            "highest ratio possible | mtad's ratio |", "|---|---|---|---|---|---|---|"] + lines
 
 
 READING = """- msgs/s e2e: messages counted at the sink / time from the start of the
