@@ -80,3 +80,22 @@ def test_show_does_not_follow_a_link_in_state(m, workdir):
     r = show(m, qid)
     # the message is still shown or refused, but mtactl came back
     assert r.returncode in (0, 1), r
+
+
+def test_status_does_not_follow_a_link_for_the_queue_dir(m, workdir):
+    """The master counts spool/queue for status, metrics and drain: a link
+    put there must not make root list another directory."""
+    victim = os.path.join(workdir, "rootdir")
+    os.mkdir(victim, 0o700)
+    for i in range(7):
+        open(os.path.join(victim, "f%d" % i), "w").close()
+    q = os.path.join(m.spool, "queue")
+
+    def plant():
+        os.rename(q, q + ".real")
+        os.symlink(victim, q)
+    as_worker_user(plant)
+    st = m.ctl("status", check=True).stdout
+    assert "queue: unknown (" in st, st
+    js = m.ctl("status", "--json", check=True).stdout
+    assert '"queue":null' in js.replace(" ", ""), js
