@@ -2,6 +2,7 @@
  * safefs.c - see safefs.h.  Used by the master (root) for the spool, the
  * routes db, the pid file and the control socket (issue 10, finding 1).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -162,4 +163,33 @@ safefs_open_file(int dfd, const char *name, int flags, mode_t mode,
     }
     close(fd);
     return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
+}
+
+
+long
+safefs_count_entries(const char *dir, const char *sub)
+{
+    struct dirent *e;
+    DIR           *d;
+    long           n = 0;
+    int            dfd, fd, saved;
+
+    if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -1;
+    fd = openat(dfd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    saved = errno;
+    close(dfd);
+    if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+        if (fd >= 0) {
+            saved = errno;
+            close(fd);
+        }
+        errno = saved;
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
 }

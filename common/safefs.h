@@ -47,4 +47,10 @@ int     safefs_check_owner(int fd, uid_t alt_uid, mode_t forbidden,
 int     safefs_open_file(int dfd, const char *name, int flags, mode_t mode,
             const char *shown, char *err, size_t errsz);
 
+/* The entries of dir/sub whose names do not start with '.', read through
+ * sub opened with O_NOFOLLOW: root counting a directory that another user
+ * owns (the spool's queue/) lists nothing a link planted there names.
+ * -1 with errno (ENOTDIR for a link) when it cannot be read. */
+long    safefs_count_entries(const char *dir, const char *sub);
+
 #endif /* MTAD_SAFEFS_H */

@@ -664,6 +664,18 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
             }
             return 0;
         }
+        if (rp->code / 100 == 2 || rp->code / 100 == 3) {
+            /* a success that is not 354: no content went out, so it
+             * cannot be a delivery; the replies are out of step with the
+             * commands (a surplus reply earlier) or the hop is broken:
+             * defer, and drop the connection */
+            char why[1024];
+
+            snprintf(why, sizeof(why), "protocol error: host %s said: %s "
+                "(in reply to DATA)", c->name, rp->text);
+            mta_lost(c, why);
+            return 1;
+        }
         mta_final(c, rp);
     }
     if (c->expect > 0) {

@@ -10,7 +10,6 @@
  *           is checked with SO_PEERCRED/SO_PEERGROUPS before it is read.
  * FAILURE   A client that misbehaves is closed; the master carries on.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -242,20 +241,8 @@ ctl_expire(struct master *m, uint64_t now)
 static long
 ctl_queue_size(const char *spool_dir)
 {
-    char           path[4096];
-    DIR           *d;
-    struct dirent *e;
-    long           n = 0;
-
-    snprintf(path, sizeof(path), "%s/queue", spool_dir);
-    d = opendir(path);
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
+    /* the workers' directory: a link planted there is not followed */
+    return safefs_count_entries(spool_dir, "queue");
 }
 
 static const char *

@@ -20,13 +20,13 @@
  * FAILURE   Logs its decisions; a queue it cannot count is treated as
  *           not empty (so only the deadline ends such a drain).
  */
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -36,19 +36,8 @@
 long
 master_drain_queued(const char *spool_dir)
 {
-    char           path[4096];
-    DIR           *d;
-    struct dirent *e;
-    long           n = 0;
-
-    snprintf(path, sizeof(path), "%s/queue", spool_dir);
-    if ((d = opendir(path)) == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
+    /* the workers' directory: a link planted there is not followed */
+    return safefs_count_entries(spool_dir, "queue");
 }
 
 

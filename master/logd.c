@@ -35,6 +35,7 @@
 #include "common/ev.h"
 #include "common/util.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "master/master_int.h"
 
 #define LOGD_BUF        (256 * 1024)
@@ -290,17 +291,27 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
     fatal("logd: event loop");      /* fatal: ev_run ends only on error */
 }
 
+/* logd_open_file - log.file, opened by the master (root) at start and at
+ * every reopen: like server.pid_file, in a directory only root (or we)
+ * can change, and never through a link, which would make root create or
+ * append to any file a worker named. */
 int
 logd_open_file(const char *path, char *err, size_t errsz)
 {
-    int fd;
+    char        what[512];
+    const char *name;
+    int         dfd, fd = -1;
 
     if (strcmp(path, "-") == 0)
         return STDERR_FILENO;
-    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) >= 0) {
+        if (safefs_dir_trusted(dfd, path, what, sizeof(what)) == 0)
+            fd = safefs_open_file(dfd, name, O_WRONLY | O_APPEND | O_CREAT,
+                0640, path, what, sizeof(what));
+        close(dfd);
+    }
     if (fd < 0) {
-        snprintf(err, errsz, "log.file: cannot open %s: %s", path,
-            strerror(errno));
+        snprintf(err, errsz, "log.file: %s", what);
         return -1;
     }
     return fd;

@@ -19,7 +19,6 @@
  * FAILURE   A client that misbehaves is closed; a bind failure is
  *           reported by metrics_apply().
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -31,6 +30,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -142,21 +142,14 @@ mt_one(struct buf *t, const char *name, const char *type,
 long
 metrics_queue_size(const char *spool_dir)
 {
-    char           path[4096];
-    DIR           *d;
-    struct dirent *e;
-    long           n = 0;
-    uint64_t       now = util_now_ms();
+    long     n;
+    uint64_t now = util_now_ms();
 
     if (metrics_qsize >= 0 && now - metrics_qsize_ms < METRICS_QUEUE_CACHE_MS)
         return metrics_qsize;
-    snprintf(path, sizeof(path), "%s/queue", spool_dir);
-    if ((d = opendir(path)) == NULL)
+    /* the workers' directory: a link planted there is not followed */
+    if ((n = safefs_count_entries(spool_dir, "queue")) < 0)
         return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
     metrics_qsize = n;
     metrics_qsize_ms = now;
     return n;

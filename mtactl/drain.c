@@ -11,7 +11,6 @@
  *           start), 1 when mtad refused or did not go in time.
  * FAILURE   Messages to stderr as "mtactl: drain: <why>".
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/safefs.h"
 #include "common/ctl.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -31,21 +31,10 @@
 static long
 drain_queued(const struct config *cfg)
 {
-    char           path[4096];
-    DIR           *d;
-    struct dirent *e;
-    long           n = 0;
-
     if (cfg == NULL)
         return -1;
-    snprintf(path, sizeof(path), "%s/queue", cfg->spool_dir);
-    if ((d = opendir(path)) == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
+    /* the workers' directory: a link planted there is not followed */
+    return safefs_count_entries(cfg->spool_dir, "queue");
 }
 
 

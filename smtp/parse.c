@@ -557,6 +557,16 @@ smtp_has_8bit(const char *s)
     return 0;
 }
 
+/* ENVID and ORCPT decode to printable US-ASCII (RFC 3461 4.2, 4.4; RFC
+ * 6533 spells non-ASCII as \x{...}): the xtext decoder refuses controls,
+ * this the 8-bit bytes it lets through, which a DSN or a terminal would
+ * get raw (U+009B is a CSI). */
+static int
+smtp_xtext_ascii(int rc, const char *s)
+{
+    return rc < 0 || smtp_has_8bit(s) ? -1 : 0;
+}
+
 enum {
     SMTP_SEEN_SIZE = 1, SMTP_SEEN_BODY = 2, SMTP_SEEN_UTF8 = 4,
     SMTP_SEEN_RET = 8, SMTP_SEEN_ENVID = 16, SMTP_SEEN_NOTIFY = 32,
@@ -640,8 +650,9 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         }
         return 0;
     default:
-        if (!pm->has_val || pm->val.n == 0 || smtp_xtext_decode(pm->val.p,
-            pm->val.n, out->envid, sizeof(out->envid)) < 0) {
+        if (!pm->has_val || pm->val.n == 0 ||
+            smtp_xtext_ascii(smtp_xtext_decode(pm->val.p, pm->val.n,
+            out->envid, sizeof(out->envid)), out->envid) < 0) {
             out->envid[0] = '\0';
             *reply = smtp_r_envid;
             return -1;
@@ -745,8 +756,8 @@ smtp_parse_orcpt(struct str v, char *out, size_t outsz)
     if (t + 2 > outsz || semi + 1 == v.p + v.n)
         return -1;
     memcpy(out, v.p, t + 1);
-    return smtp_xtext_decode(semi + 1, v.n - t - 1, out + t + 1,
-        outsz - t - 1);
+    return smtp_xtext_ascii(smtp_xtext_decode(semi + 1, v.n - t - 1,
+        out + t + 1, outsz - t - 1), out + t + 1);
 }
 
 static int

@@ -682,6 +682,29 @@ sess_peer(struct sess *s, const struct sockaddr *sa, socklen_t salen)
 }
 
 
+/* sess_net_flags - what the client's address alone allows: relay
+ * (relay.allow_networks) and DKIM signing (dkim.sign_networks). */
+unsigned
+sess_net_flags(const struct sess *s)
+{
+    const struct config *cfg = s->d->cfg;
+    unsigned             f = 0;
+    size_t               i;
+
+    for (i = 0; i < cfg->nallow_networks; i++)
+        if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
+            f |= SF_RELAY;
+            break;
+        }
+    for (i = 0; i < cfg->ndkim_sign_networks; i++)
+        if (util_cidr_match(&cfg->dkim_sign_networks[i], &s->peer.sa)) {
+            f |= SF_SIGN;
+            break;
+        }
+    return f;
+}
+
+
 void
 smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     socklen_t salen, const struct config_listen *l)
@@ -689,22 +712,12 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     const struct config *cfg = d->cfg;
     struct sess         *s = xcalloc(1, sizeof(*s));
     union sess_peer      peer;
-    size_t               i;
 
     s->d = d;
     net_init(&s->tp, fd);
     sess_peer(s, sa, salen);
     s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
-    for (i = 0; i < cfg->nallow_networks; i++)
-        if (util_cidr_match(&cfg->allow_networks[i], &s->peer.sa)) {
-            s->flags |= SF_RELAY;
-            break;
-        }
-    for (i = 0; i < cfg->ndkim_sign_networks; i++)
-        if (util_cidr_match(&cfg->dkim_sign_networks[i], &s->peer.sa)) {
-            s->flags |= SF_SIGN;
-            break;
-        }
+    s->flags |= sess_net_flags(s);
     if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
         log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
         net_close(&s->tp);

@@ -154,7 +154,13 @@ sess_tls_reset(struct sess *s)
     sess_txn_free(s);
     free(s->helo);
     s->helo = NULL;
-    s->flags &= ~(SF_ESMTP | SF_DISCARD);
+    /* an AUTH in clear too (auth.allow_plaintext_loopback): it may have
+     * been injected ahead of the client's STARTTLS; what it allowed falls
+     * back to what the address allows */
+    smtpd_auth_sess_free(s->auth);
+    s->auth = NULL;
+    s->flags &= ~(SF_ESMTP | SF_DISCARD | SF_RELAY | SF_SIGN);
+    s->flags |= sess_net_flags(s);
     sess_enter(s, SS_CMD);
     s->active_ms = ev_now(d->loop);
     sess_watch(s, EV_READ);

@@ -195,6 +195,7 @@ void    sess_enter(struct sess *s, enum sess_state st);
 void    sess_process(struct sess *s);       /* run the buffered input */
 void    sess_read(struct sess *s);
 void    sess_free(struct sess *s, const char *why);
+unsigned sess_net_flags(const struct sess *s);  /* SF_RELAY, SF_SIGN */
 void    sess_watch(struct sess *s, unsigned events);
 void    sess_pending_add(struct sess *s);   /* flush s this turn */
 void    sess_out_take(struct sess *s);      /* give s a reply buffer */

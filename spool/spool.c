@@ -294,7 +294,10 @@ spool_load_state(struct spool *sp, struct spool_env *env)
     size_t  n;
     int     fd, rc;
 
-    if ((fd = openat(sp->statefd, env->id, O_RDONLY | O_CLOEXEC)) == -1)
+    /* no link followed, no FIFO waited on: mtactl reads this as root in
+     * a directory the workers' user owns */
+    if ((fd = openat(sp->statefd, env->id, O_RDONLY | O_NOFOLLOW |
+        O_NONBLOCK | O_CLOEXEC)) == -1)
         return errno == ENOENT ? SPOOL_OK :
             spool_fail(sp, "open state/%s", env->id);
     rc = spool_read_head(sp, fd, "state", env->id, 1, &b, &n);
@@ -325,7 +328,9 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
         snprintf(sp->err, sizeof(sp->err), "bad queue id");
         return SPOOL_EFORMAT;
     }
-    if ((fd = openat(sp->queuefd, id, O_RDONLY | O_CLOEXEC)) == -1)
+    /* as spool_load_state(): mtactl opens this as root */
+    if ((fd = openat(sp->queuefd, id, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+        O_CLOEXEC)) == -1)
         return errno == ENOENT ? (spool_fail(sp, "open queue/%s", id),
             SPOOL_ENOENT) : spool_fail(sp, "open queue/%s", id);
     if (lock && flock(fd, LOCK_EX | LOCK_NB) == -1) {
@@ -335,6 +340,10 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
     }
     if (fstat(fd, &st) == -1) {
         rc = spool_fail(sp, "stat queue/%s", id);
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = spool_efmt(sp, "queue", id);
         goto fail;
     }
     /* Locked, but removed by the previous lock holder (mtactl delete, a

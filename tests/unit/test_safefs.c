@@ -145,3 +145,30 @@ Test(safefs, open_parent_names_the_last_component)
     close(fd);
     cr_assert_eq(safefs_open_parent("/etc/", &name, err, sizeof(err)), -1);
 }
+
+Test(safefs, count_entries_skips_dot_names_and_refuses_a_symlink)
+{
+    char sub[128], f[160], link[128];
+    int  i, fd;
+
+    snprintf(sub, sizeof(sub), "%s/queue", dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    for (i = 0; i < 3; i++) {
+        snprintf(f, sizeof(f), "%s/%c", sub, 'a' + i);
+        fd = open(f, O_WRONLY | O_CREAT, 0600);
+        cr_assert_geq(fd, 0);
+        close(fd);
+    }
+    snprintf(f, sizeof(f), "%s/.hidden", sub);
+    fd = open(f, O_WRONLY | O_CREAT, 0600);
+    close(fd);
+    cr_assert_eq(safefs_count_entries(dir, "queue"), 3);
+    cr_assert_eq(safefs_count_entries(dir, "missing"), -1);
+    cr_assert_eq(errno, ENOENT);
+    /* a link where the directory was: not followed to what it names */
+    snprintf(link, sizeof(link), "%s/linked", dir);
+    cr_assert_eq(symlink(sub, link), 0);
+    cr_assert_eq(safefs_count_entries(dir, "linked"), -1);
+    /* O_DIRECTORY | O_NOFOLLOW on a link: Linux says ENOTDIR */
+    cr_assert(errno == ENOTDIR || errno == ELOOP, "errno %d", errno);
+}

@@ -181,6 +181,12 @@ static const struct mail_case mail_cases[] = {
         0, 0, 0, 0, NULL },
     { "FROM:<a@b> ENVID=\xc3\xa9", NULL,
         "501 5.5.4 Bad ENVID parameter syntax", 0, 0, 0, 0, NULL },
+    /* decoded, still printable US-ASCII only (RFC 3461 4.4): a C1 CSI
+     * (U+009B) or any 8-bit byte would reach DSNs and terminals */
+    { "FROM:<a@b> ENVID=+C2+9B31m", NULL,
+        "501 5.5.4 Bad ENVID parameter syntax", 0, 0, 0, 0, NULL },
+    { "FROM:<a@b> SMTPUTF8 ENVID=+C3+A9", NULL,
+        "501 5.5.4 Bad ENVID parameter syntax", 0, 0, 0, 0, NULL },
     { "FROM:<a@b> SIZE=1 SIZE=2", NULL, "501 5.5.4 Duplicate parameter",
         0, 0, 0, 0, NULL },
     { "FROM:<a@b> BODY=7BIT body=8BITMIME", NULL,
@@ -351,6 +357,12 @@ static const struct rcpt_case rcpt_cases[] = {
     { "TO:<b@c> ORCPT=rfc822;", 0, NULL,
         "501 5.5.4 Bad ORCPT parameter syntax", 0, NULL },
     { "TO:<b@c> ORCPT=rfc822;a+ZZ", 0, NULL,
+        "501 5.5.4 Bad ORCPT parameter syntax", 0, NULL },
+    /* xtext decodes to US-ASCII only (RFC 3461 4.2; RFC 6533 writes
+     * non-ASCII as \x{...}, never as +XX) */
+    { "TO:<b@c> ORCPT=rfc822;+C2+9B@c", 0, NULL,
+        "501 5.5.4 Bad ORCPT parameter syntax", 0, NULL },
+    { "TO:<b@c> ORCPT=rfc822;+C3+A9@c", 1, NULL,
         "501 5.5.4 Bad ORCPT parameter syntax", 0, NULL },
     { "TO:<b@c> ORCPT=rfc(822;a", 0, NULL,
         "501 5.5.4 Bad ORCPT parameter syntax", 0, NULL },
