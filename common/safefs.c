@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -192,4 +193,44 @@ safefs_count_entries(const char *dir, const char *sub)
             n++;
     closedir(d);
     return n;
+}
+
+
+/* safefs_trusted_parent - path's directory passes safefs_dir_trusted. */
+static int
+safefs_trusted_parent(const char *path, const char *shown, char *err,
+    size_t errsz)
+{
+    const char *name;
+    char        what[PATH_MAX + 64];
+    int         dfd = safefs_open_parent(path, &name, err, errsz), rc;
+
+    if (dfd < 0)
+        return -1;
+    snprintf(what, sizeof(what), "%s '%s'", shown, path);
+    rc = safefs_dir_trusted(dfd, what, err, errsz);
+    close(dfd);
+    return rc;
+}
+
+int
+safefs_check_read(const char *path, const char *shown, char *err,
+    size_t errsz)
+{
+    char        real[PATH_MAX], what[PATH_MAX + 64];
+    struct stat st;
+
+    if (realpath(path, real) == NULL)
+        return 0;                   /* the reader's own open says why */
+    if (safefs_trusted_parent(path, shown, err, errsz) != 0 ||
+        (strcmp(real, path) != 0 &&
+         safefs_trusted_parent(real, shown, err, errsz) != 0))
+        return -1;
+    snprintf(what, sizeof(what), "%s '%s'", shown, path);
+    if (stat(real, &st) != 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", what, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return safefs_fail(err, errsz, EINVAL, "%s: %s", what,
+            "not a regular file");
+    return 0;
 }

@@ -53,4 +53,14 @@ int     safefs_open_file(int dfd, const char *name, int flags, mode_t mode,
  * -1 with errno (ENOTDIR for a link) when it cannot be read. */
 long    safefs_count_entries(const char *dir, const char *sub);
 
+/* Before root reads a file by path (a key, a certificate, a password
+ * file): the directory named in path and, when links lead elsewhere, the
+ * directory of the file they reach must be trusted (safefs_dir_trusted),
+ * and that file must be a regular file (not a FIFO that would block the
+ * reader, not a device).  Links are followed (certbot's live/ holds links
+ * into archive/): a link is harmless where only root can change it.
+ * A path that does not resolve passes: the reader's own open says why.
+ * shown names the setting in the message ("tls.key_file"). */
+int     safefs_check_read(const char *path, const char *shown, char *err,
+            size_t errsz);
 #endif /* MTAD_SAFEFS_H */

@@ -20,6 +20,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include <openssl/ssl.h>
 
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "proxy/proxy.h"
@@ -620,9 +622,15 @@ config_check_pwfile(struct config_parse *p, const char *path)
     char     line[4096];
     unsigned lineno = 0;
     FILE    *fp;
-    int      fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    char     err[PATH_MAX + 160];
+    int      fd;
     struct stat st;
 
+    if (safefs_check_read(path, "auth.password_file", err, sizeof(err)) != 0) {
+        config_addf(p, NULL, "%s", err);
+        return;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         config_addf(p, NULL, "auth.password_file: %s: %s", path,
             fd < 0 ? strerror(errno) : "not a regular file");

@@ -19,6 +19,7 @@
 #include <openssl/ssl.h>
 
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "proxy/proxy.h"
@@ -118,6 +119,10 @@ config_dkim_entry(struct config_parse *p, yaml_node_t *n, const char *path,
             "missing", path);
     if (p->nerr != before)
         return -1;
+    if (safefs_check_read(k->key_file, "key_file", why, sizeof(why)) != 0) {
+        config_addf(p, &key_node->start_mark, "%s.%s", path, why);
+        return -1;
+    }
     if (dkim_key_check(k->key_file, k->algorithm, why, sizeof(why)) != 0) {
         config_addf(p, &key_node->start_mark, "%s.key_file: %s", path, why);
         return -1;

@@ -19,7 +19,9 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <limits.h>
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "proxy/proxy.h"
@@ -122,14 +124,21 @@ config_ssl_err(char *buf, size_t bufsz)
 }
 
 /* config_tls_readable - open the file as mtad will (the master is still
- * root at load); a message and -1 when it cannot be read. */
+ * root at load), after safefs_check_read(): root reads keys and
+ * certificates only from directories no other user can change; a message
+ * and -1 when it cannot be read. */
 static int
 config_tls_readable(struct config_parse *p, const yaml_mark_t *mark,
     const char *key, const char *file)
 {
-    FILE *fp = fopen(file, "r");
+    char  err[PATH_MAX + 160];
+    FILE *fp;
 
-    if (fp == NULL) {
+    if (safefs_check_read(file, key, err, sizeof(err)) != 0) {
+        config_addf(p, mark, "%s", err);
+        return -1;
+    }
+    if ((fp = fopen(file, "r")) == NULL) {
         config_addf(p, mark, "%s: cannot read '%s': %s", key, file,
             strerror(errno));
         return -1;

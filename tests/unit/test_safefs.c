@@ -172,3 +172,36 @@ Test(safefs, count_entries_skips_dot_names_and_refuses_a_symlink)
     /* O_DIRECTORY | O_NOFOLLOW on a link: Linux says ENOTDIR */
     cr_assert(errno == ENOTDIR || errno == ELOOP, "errno %d", errno);
 }
+
+Test(safefs, check_read_wants_a_regular_file_in_a_trusted_dir)
+{
+    char f[160], fifo[160], open_dir[160], link[160], target[200];
+    int  fd;
+
+    snprintf(f, sizeof(f), "%s/key.pem", dir);
+    fd = open(f, O_WRONLY | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(safefs_check_read(f, "tls.key_file", err, sizeof(err)), 0, "%s", err);
+    /* missing: passes, the reader's own open names the error */
+    snprintf(f, sizeof(f), "%s/missing.pem", dir);
+    cr_assert_eq(safefs_check_read(f, "tls.key_file", err, sizeof(err)), 0);
+    /* a FIFO would block root's reader */
+    snprintf(fifo, sizeof(fifo), "%s/fifo.pem", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(safefs_check_read(fifo, "tls.key_file", err, sizeof(err)), -1);
+    cr_assert(strstr(err, "tls.key_file") && strstr(err, "not a regular file"), "%s", err);
+    /* a link from a trusted directory into one anyone can change */
+    snprintf(open_dir, sizeof(open_dir), "%s/open", dir);
+    cr_assert_eq(mkdir(open_dir, 0777), 0);
+    cr_assert_eq(chmod(open_dir, 0777), 0);
+    snprintf(target, sizeof(target), "%s/key.pem", open_dir);
+    fd = open(target, O_WRONLY | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(link, sizeof(link), "%s/link.pem", dir);
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_eq(safefs_check_read(link, "tls.key_file", err, sizeof(err)), -1);
+    cr_assert(strstr(err, "writable by anyone"), "%s", err);
+    cr_assert_eq(safefs_check_read(target, "tls.key_file", err, sizeof(err)), -1);
+}
