@@ -17,8 +17,9 @@
  * Checks: dsn_build() is dsn_build_head() + the original + the tail; the
  * part dsn_build_head() writes (fields and text made from the envelope)
  * is CRLF lines without any other control byte except the TAB of the one
- * folded field, so nothing in a spool file or a peer's reply can start a
- * header or a MIME part of its own (issue 10); dsn_headers_len() agrees
+ * folded field, and as many lines as the same DSN made with harmless
+ * values (each string "x"), so nothing in a spool file or a peer's reply
+ * can start a header or a MIME part of its own (issue 10); dsn_headers_len() agrees
  * with a naive reference; maildir_unix_lines() gives the same bytes
  * whole and split, and the same as a reference (CRLF -> LF, any other CR
  * kept).  Build and run: make fuzz (see tests/fuzz/run.sh).
@@ -104,12 +105,61 @@ fuzz_head_clean(const char *p, size_t n)
 }
 
 
+static size_t
+fuzz_lines(const char *p, size_t n)
+{
+    size_t i, k = 0;
+
+    for (i = 0; i < n; i++)
+        k += p[i] == '\n';
+    return k;
+}
+
+
+/* fuzz_shape_str - a value without line ends that has the same effect on
+ * the DSN's layout: NULL and "" stay, anything else becomes "x". */
+static char *
+fuzz_shape_str(const char *s)
+{
+    return s == NULL ? NULL : (char *)(s[0] == '\0' ? "" : "x");
+}
+
+
+/* fuzz_shape - e with every string replaced by one of the same layout:
+ * a relay keeps whether dsn.c finds a "host[" in it. */
+static void
+fuzz_shape(const struct spool_env *e, struct spool_env *s,
+    struct spool_rcpt *r)
+{
+    size_t i;
+
+    *s = *e;
+    s->sender = fuzz_shape_str(e->sender);
+    s->envid = fuzz_shape_str(e->envid);
+    s->rcpt = r;
+    for (i = 0; i < e->nrcpt; i++) {
+        const char *rl = e->rcpt[i].relay, *b;
+
+        r[i] = e->rcpt[i];
+        r[i].addr = fuzz_shape_str(e->rcpt[i].addr);
+        r[i].orcpt = fuzz_shape_str(e->rcpt[i].orcpt);
+        r[i].last_reply = fuzz_shape_str(e->rcpt[i].last_reply);
+        r[i].tls = NULL;
+        b = rl != NULL ? strchr(rl, '[') : NULL;
+        r[i].relay = rl == NULL ? NULL : b != NULL && b > rl && b - rl < 300 ?
+            (char *)"h[x]" : (char *)"x";
+    }
+}
+
+
 static void
 fuzz_dsn(struct spool_env *e, const char *orig, size_t olen, int full)
 {
-    struct dsn_info in;
-    struct buf      one, two;
-    size_t          head;
+    struct dsn_info    in;
+    struct spool_env   shape;
+    struct spool_rcpt *shape_r;
+    struct buf         one, two, ref;
+    size_t             head;
     int             ended;
 
     memset(&in, 0, sizeof(in));
@@ -130,6 +180,18 @@ fuzz_dsn(struct spool_env *e, const char *orig, size_t olen, int full)
     if (one.len != two.len || memcmp(one.data, two.data, one.len) != 0)
         abort();
     fuzz_head_clean(two.data, head);
+    /* no value adds a line: the same count as with harmless values */
+    shape_r = malloc((e->nrcpt ? e->nrcpt : 1) * sizeof(*shape_r));
+    if (shape_r == NULL)
+        abort();
+    fuzz_shape(e, &shape, shape_r);
+    in.env = &shape;
+    buf_init(&ref);
+    dsn_build_head(&in, &ref);
+    if (fuzz_lines(two.data, head) != fuzz_lines(ref.data, ref.len))
+        abort();
+    buf_free(&ref);
+    free(shape_r);
     if (dsn_count(e) > e->nrcpt)
         abort();
     buf_free(&one);
