@@ -40,9 +40,12 @@ ref_content_type(const char *ct)
     static const char tp[] = "text/plain";
     size_t            i;
 
-    for (i = 0; i < sizeof(tp) - 1; i++)
-        if (ct[i] == '\0' || (ct[i] | 0x20) != tp[i])
+    for (i = 0; i < sizeof(tp) - 1; i++) {
+        char c = ct[i] >= 'A' && ct[i] <= 'Z' ? (char)(ct[i] + 32) : ct[i];
+
+        if (c != tp[i])
             return 0;
+    }
     return ct[i] == '\0' || ct[i] == ';' || ct[i] == ' ' || ct[i] == '\t';
 }
 
