@@ -182,7 +182,8 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire
+FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
+                auth dsn stsd
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -196,6 +197,9 @@ fmod_proxy := proxy
 fmod_dkim := dkim
 fmod_tlsrpt := delivery
 fmod_sts := sts
+fmod_auth := smtpd
+fmod_dsn := delivery
+fmod_stsd := delivery
 fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 # Each source is compiled once (with the fuzzer's coverage, not its main)
 # into build-fuzz/obj/ and linked into every target that uses it.

@@ -122,6 +122,22 @@ dsn_why(const struct spool_rcpt *rc, char *out, size_t outsz)
 }
 
 
+/* dsn_esc - a value from the envelope or state file (an address, ORCPT,
+ * ENVID, relay), escaped like the reply: the SMTP parsers let no control
+ * byte into one, but the spool keeps any byte a file holds, and a CR LF
+ * in a value would add a header or a MIME part of its own to a message
+ * that goes to a human (issue 10).  A value past DSN_VAL_MAX (none that
+ * mtad writes) is cut.  Returns out. */
+#define DSN_VAL_MAX  UTIL_ESC_ROOM(SMTP_ORCPT_MAX)
+
+static const char *
+dsn_esc(const char *s, char *out, size_t outsz)
+{
+    (void)util_escape(out, outsz, s, strlen(s), 0, NULL);
+    return out;
+}
+
+
 /* dsn_peer_reply - did the text come from a peer ("ddd ...")? */
 static int
 dsn_peer_reply(const char *r)
@@ -152,15 +168,17 @@ dsn_human(const struct dsn_info *in, struct buf *out)
     for (i = 0; i < env->nrcpt; i++) {
         const struct spool_rcpt *rc = &env->rcpt[i];
         char                     why[DSN_WHY_MAX], host[300];
+        char                     addr[DSN_VAL_MAX], relay[DSN_VAL_MAX];
 
         if (!dsn_wanted(rc))
             continue;
         dsn_why(rc, why, sizeof(why));
+        dsn_esc(rc->addr, addr, sizeof(addr));
         if (dsn_peer_reply(why) && dsn_remote(rc->relay, host, sizeof(host)))
-            buf_printf(out, "<%s>: host %s said: %s\r\n\r\n", rc->addr,
-                rc->relay, why);
+            buf_printf(out, "<%s>: host %s said: %s\r\n\r\n", addr,
+                dsn_esc(rc->relay, relay, sizeof(relay)), why);
         else
-            buf_printf(out, "<%s>: %s\r\n\r\n", rc->addr, why);
+            buf_printf(out, "<%s>: %s\r\n\r\n", addr, why);
     }
 }
 
@@ -170,15 +188,17 @@ static void
 dsn_status(const struct dsn_info *in, struct buf *out)
 {
     const struct spool_env *env = in->env;
-    char                    date[48];
+    char                    date[48], val[DSN_VAL_MAX];
     size_t                  i;
 
     buf_printf(out, "Reporting-MTA: dns; %s\r\n", in->hostname);
     buf_printf(out, "X-Mtad-Queue-ID: %s\r\n", env->id);
     if (env->envid != NULL && env->envid[0] != '\0')
-        buf_printf(out, "Original-Envelope-Id: %s\r\n", env->envid);
+        buf_printf(out, "Original-Envelope-Id: %s\r\n",
+            dsn_esc(env->envid, val, sizeof(val)));
     if (env->sender[0] != '\0')
-        buf_printf(out, "X-Mtad-Sender: rfc822; %s\r\n", env->sender);
+        buf_printf(out, "X-Mtad-Sender: rfc822; %s\r\n",
+            dsn_esc(env->sender, val, sizeof(val)));
     buf_printf(out, "Arrival-Date: %s\r\n",
         dsn_date(env->arrival_ms, date, sizeof(date)));
     for (i = 0; i < env->nrcpt; i++) {
@@ -189,14 +209,17 @@ dsn_status(const struct dsn_info *in, struct buf *out)
             continue;
         dsn_why(rc, why, sizeof(why));
         buf_append(out, "\r\n", 2);
-        buf_printf(out, "Final-Recipient: rfc822; %s\r\n", rc->addr);
+        buf_printf(out, "Final-Recipient: rfc822; %s\r\n",
+            dsn_esc(rc->addr, val, sizeof(val)));
         if (rc->orcpt != NULL && rc->orcpt[0] != '\0')
-            buf_printf(out, "Original-Recipient: %s\r\n", rc->orcpt);
+            buf_printf(out, "Original-Recipient: %s\r\n",
+                dsn_esc(rc->orcpt, val, sizeof(val)));
         buf_printf(out, "Action: failed\r\n");
         buf_printf(out, "Status: %s\r\n", smtp_enhanced(why, "5.0.0", st,
             sizeof(st)));
         if (dsn_remote(rc->relay, host, sizeof(host)))
-            buf_printf(out, "Remote-MTA: dns; %s\r\n", host);
+            buf_printf(out, "Remote-MTA: dns; %s\r\n",
+                dsn_esc(host, val, sizeof(val)));
         buf_printf(out, "Diagnostic-Code: %s; %s\r\n",
             dsn_peer_reply(why) ? "smtp" : "X-mtad", why);
     }
@@ -223,13 +246,13 @@ void
 dsn_build_head(const struct dsn_info *in, struct buf *out)
 {
     const struct spool_env *env = in->env;
-    char                    date[48], boundary[160];
+    char                    date[48], boundary[160], to[DSN_VAL_MAX];
     const char             *cte = dsn_cte(env);
 
     dsn_boundary(in, boundary, sizeof(boundary));
     buf_printf(out, "From: MAILER-DAEMON@%s (Mail Delivery System)\r\n",
         in->hostname);
-    buf_printf(out, "To: <%s>\r\n", env->sender);
+    buf_printf(out, "To: <%s>\r\n", dsn_esc(env->sender, to, sizeof(to)));
     buf_printf(out, "Subject: Undelivered Mail Returned to Sender\r\n");
     buf_printf(out, "Date: %s\r\n", dsn_date(in->now_ms, date,
         sizeof(date)));

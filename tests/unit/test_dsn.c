@@ -190,6 +190,42 @@ Test(dsn, basic_code_only_gives_class_status)
     free(s);
 }
 
+/* fuzz_dsn found it: the spool keeps any byte of a value, so a damaged
+ * or edited envelope could put CR LF in an address, ORCPT, ENVID or
+ * relay; the DSN escapes them like the reply, never a header of its own. */
+Test(dsn, values_from_the_spool_add_no_line)
+{
+    char  *s, *p;
+    size_t lines = 0;
+
+    env.sender = "a@example.org\r\nBcc: victim@example.org";
+    env.envid = "id\r\nX-Injected: 1";
+    rcpts[0].addr = "bad@example.net\r\n\r\n--boundary";
+    rcpts[0].orcpt = "rfc822;x\r\nX-Injected: 2";
+    rcpts[0].relay = "mx\r\nX-Injected: 3[127.0.0.1]:25";
+    s = build(0);
+    cr_assert_null(strstr(s, "\nBcc:"), "%s", s);
+    cr_assert_null(strstr(s, "\nX-Injected"), "%s", s);
+    cr_assert_null(strstr(s, "\n--boundary"), "%s", s);
+    cr_assert(strstr(s, "To: <a@example.org\\x0d\\x0aBcc: "
+        "victim@example.org>\r\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "Original-Envelope-Id: id\\x0d\\x0aX-Injected: 1"
+        "\r\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "Remote-MTA: dns; mx\\x0d\\x0aX-Injected: 3\r\n")
+        != NULL, "%s", s);
+    for (p = s; *p != '\0'; p++)
+        lines += *p == '\n';
+    free(s);
+    /* the same count as with the plain values of setup() */
+    setup();
+    env.envid = "id";
+    s = build(0);
+    for (p = s; *p != '\0'; p++)
+        lines -= *p == '\n';
+    cr_assert_eq(lines, 0);
+    free(s);
+}
+
 Test(dsn, date_format)
 {
     char d[48];
