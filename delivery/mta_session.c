@@ -192,6 +192,35 @@ mta_rcpt_cmd(struct mta_conn *c, size_t k)
 }
 
 
+/* mta_has_ctl - a control byte in s?  The SMTP parser never lets one into
+ * an address, but the spool keeps any byte, and a damaged or edited queue
+ * file must not turn an address into a second command line. */
+static int
+mta_has_ctl(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+
+/* mta_envelope_clean - no control byte in the sender or t's recipients,
+ * which MAIL FROM:<> and RCPT TO:<> carry as they are. */
+static int
+mta_envelope_clean(const struct mta_txn *t)
+{
+    size_t i;
+
+    if (mta_has_ctl(t->env->sender))
+        return 0;
+    for (i = 0; i < t->nrcpt; i++)
+        if (mta_has_ctl(t->env->rcpt[t->rcpt[i]].addr))
+            return 0;
+    return 1;
+}
+
+
 /* mta_precheck - can t go to this peer at all?  Returns 0, or -1 when t
  * was finished (bounced) without a command; c stays usable. */
 static int
@@ -200,6 +229,11 @@ mta_precheck(struct mta_conn *c, struct mta_txn *t)
     const struct spool_env *env = t->env;
     char                    why[SMTP_REPLY_MAX];
 
+    if (!mta_envelope_clean(t)) {
+        mta_reject_all(c, t, "554 5.1.3 a control character in the "
+            "envelope's addresses (a damaged queue file); not sent");
+        return -1;
+    }
     if (mta_need_utf8(t) && !(c->caps & SMTP_CAP_SMTPUTF8)) {
         snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
             "was not offered by host %s", c->name);

@@ -466,3 +466,42 @@ def test_envelope_memory_is_capped(mk):
         qid = queued_id(c.reply())
     env, _, _ = body_of(m, qid)
     assert [r.split(b" ")[1].decode() for r in env["rcpt"]] == took
+
+
+# ---- a damaged queue file cannot inject commands ----------------------------
+
+def _xtext(raw):
+    return "".join(chr(c) if 0x21 <= c <= 0x7e and c not in (0x2b, 0x3d)
+                   else "+%02X" % c for c in raw)
+
+
+def test_damaged_queue_file_injects_no_command_to_the_next_hop(mtad_factory, sink):
+    """The spool keeps any byte of an address; delivery writes addresses raw
+    into MAIL FROM:<> and RCPT TO:<>.  A queue file edited or damaged so
+    that an address holds CR LF is bounced (5.1.3), not sent as two
+    commands (found by reading, after the DSN fix of the same kind)."""
+    from mtadtest import send
+    sink.defer = {"v@example.net"}
+    m = mtad_factory({"server": {"workers": 1},
+                      "routes": {"default": sink.route}}).start()
+    qid = send(m, "s@example.org", ["v@example.net"],
+               "Subject: x\r\n\r\nbody\r\n")
+    m.wait_log("status=deferred", timeout=20)
+    m.stop()
+    path = os.path.join(m.spool, "queue", qid)
+    with open(path, "rb") as f:
+        data = f.read()
+    evil = b"v@example.net>\r\nRCPT TO:<evil@example.net"
+    assert b" v@example.net " in data
+    data = data.replace(b" v@example.net ", b" " + _xtext(evil).encode() + b" ", 1)
+    with open(path, "wb") as f:
+        f.write(data)
+    sink.defer = set()
+    m.start()
+    m.wait_log("5.1.3", timeout=30)
+    wait_for(lambda: [x for x in sink.received() if x.mail_from == ""], timeout=30,
+             what="the bounce to the sender")
+    assert sink.messages_to("evil@example.net") == []
+    assert not [x for x in sink.received() if x.mail_from == "s@example.org"]
+    assert "5.1.3" in [x for x in sink.received() if x.mail_from == ""][0].data.decode(
+        "utf-8", "replace")
