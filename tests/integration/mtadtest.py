@@ -412,6 +412,91 @@ class Blackhole:
         self.sock.close()
 
 
+class ScriptedPeer:
+    """The listening half of the tests' scripted SMTP next hops: a socket on
+    127.0.0.1 (a free port), an accept thread that hands each connection to
+    session(conn), one at a time or (threaded) each on a thread of its own.
+    An exception from session() is kept in errors (the test asserts it is
+    empty) unless the peer is stopping; with eof_ok a client that closes
+    (EOFError) is no error.  connections counts the accepted ones.  A
+    subclass sets its own attributes before calling __init__, which starts
+    serving; session() calls swap(old, new) when it wraps a connection in
+    TLS, so that stop() can wake a read blocked on the new one."""
+
+    def __init__(self, threaded=False, eof_ok=False, join_timeout=25.0):
+        self.threaded, self.eof_ok = threaded, eof_ok
+        self.join_timeout = join_timeout
+        self.errors = []
+        self.connections = 0
+        self.lock = threading.Lock()
+        self.open = {}                  # accepted socket -> the one in use
+        self.stopping = False
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def route(self):
+        return "smtp:[127.0.0.1]:%d" % self.port
+
+    def session(self, conn):
+        raise NotImplementedError
+
+    def swap(self, old, new):
+        with self.lock:
+            for k, v in self.open.items():
+                if v is old:
+                    self.open[k] = new
+
+    def stop(self):
+        self.stopping = True
+        with self.lock:
+            for c in self.open.values():
+                try:
+                    c.shutdown(socket.SHUT_RDWR)    # wake a blocked read
+                except OSError:
+                    pass
+        self.thread.join(timeout=self.join_timeout)
+        self.sock.close()
+
+    def _serve(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            with self.lock:
+                self.connections += 1
+                self.open[conn] = conn
+            if self.threaded:
+                threading.Thread(target=self._run, args=(conn,),
+                                 daemon=True).start()
+            else:
+                self._run(conn)
+
+    def _run(self, conn):
+        try:
+            self.session(conn)
+        except EOFError:
+            if not self.eof_ok and not self.stopping:
+                with self.lock:
+                    self.errors.append("EOFError: the client closed")
+        except Exception as e:          # kept; the test checks errors
+            if not self.stopping:
+                with self.lock:
+                    self.errors.append(repr(e))
+        finally:
+            with self.lock:
+                cur = self.open.pop(conn, conn)
+            cur.close()
+            conn.close()
+
+
 # ---- messages, sending, waiting ----
 
 ID_RE = re.compile(rb"queued as ([0-9A-F]{16})")

@@ -12,18 +12,16 @@ parametrized over the peer's capabilities).  Loopback only;
 every wait is bounded.
 """
 import os
-import socket
-import threading
 
 import pytest
 
-from mtadtest import (make_message, make_test_ca, send, strip_received,
-                      tls_server_context, wait_for)
+from mtadtest import (ScriptedPeer, make_message, make_test_ca, send,
+                      strip_received, tls_server_context, wait_for)
 
 READ_TIMEOUT = 20.0                 # a stalled group fails after this
 
 
-class Hop:
+class Hop(ScriptedPeer):
     """One-connection-at-a-time SMTP next hop on 127.0.0.1.
 
     groups: per group of commands the client sent without waiting, their
@@ -39,55 +37,9 @@ class Hop:
         self.tls_context = tls_context
         self.groups = []
         self.bodies = []
-        self.connections = 0
-        self.errors = []
-        self.lock = threading.Lock()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.stopping = False
-        self.conn = None
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__(join_timeout=READ_TIMEOUT + 5)
 
-    @property
-    def route(self):
-        return "smtp:[127.0.0.1]:%d" % self.port
-
-    def stop(self):
-        self.stopping = True
-        conn = self.conn
-        if conn is not None:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)     # wake a blocked read
-            except OSError:
-                pass
-        self.thread.join(timeout=READ_TIMEOUT + 5)
-        self.sock.close()
-
-    def _serve(self):
-        while not self.stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            with self.lock:
-                self.connections += 1
-            self.conn = conn
-            try:
-                self._session(conn)
-            except Exception as e:      # recorded; the test checks errors
-                if not self.stopping:
-                    with self.lock:
-                        self.errors.append(repr(e))
-            finally:
-                self.conn.close()
-                self.conn = None
-
-    def _session(self, conn):
+    def session(self, conn):
         conn.settimeout(READ_TIMEOUT)
         buf = bytearray()
         pipelining = "PIPELINING" in self.caps
@@ -137,9 +89,10 @@ class Hop:
                     for i, l in enumerate(lines)))
             elif verb == "STARTTLS":
                 conn.sendall(b"220 2.0.0 go ahead\r\n")
-                conn = self.tls_context.wrap_socket(conn, server_side=True)
+                plain, conn = conn, self.tls_context.wrap_socket(
+                    conn, server_side=True)
                 conn.settimeout(READ_TIMEOUT)
-                self.conn = conn
+                self.swap(plain, conn)
                 tls = True
                 group = []
                 continue

@@ -5,17 +5,15 @@ never got.  Each test failed before its fix.
 The next hop here is scripted: it answers each command line with what the
 test says, reads a message's content after a 354, and records what it got.
 """
-import socket
-import threading
 
 import pytest
 
-from mtadtest import make_message, send, wait_for
+from mtadtest import ScriptedPeer, make_message, send, wait_for
 
 READ_TIMEOUT = 20.0
 
 
-class ScriptedHop:
+class ScriptedHop(ScriptedPeer):
     """An SMTP next hop on 127.0.0.1 whose replies come from a dict:
     verb -> reply bytes (CRLF included; may hold several replies or
     none).  A connection is served until the client closes it or QUIT;
@@ -37,58 +35,10 @@ class ScriptedHop:
         self.replies = dict(self.DEFAULT)
         self.replies.update(replies)
         self.bodies = []
-        self.errors = []
-        self.lock = threading.Lock()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.stopping = False
-        self.conns = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__(threaded=True, eof_ok=True,
+                         join_timeout=READ_TIMEOUT + 5)
 
-    @property
-    def route(self):
-        return "smtp:[127.0.0.1]:%d" % self.port
-
-    def stop(self):
-        self.stopping = True
-        with self.lock:
-            for c in self.conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        self.thread.join(timeout=READ_TIMEOUT + 5)
-        self.sock.close()
-
-    def _serve(self):
-        while not self.stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            with self.lock:
-                self.conns.append(conn)
-            threading.Thread(target=self._run, args=(conn,),
-                             daemon=True).start()
-
-    def _run(self, conn):
-        try:
-            self._session(conn)
-        except EOFError:
-            pass
-        except Exception as e:          # the test checks errors
-            if not self.stopping:
-                with self.lock:
-                    self.errors.append(repr(e))
-        finally:
-            conn.close()
-
-    def _session(self, conn):
+    def session(self, conn):
         conn.settimeout(READ_TIMEOUT)
         buf = bytearray()
 
