@@ -72,6 +72,7 @@ umod_test_spool := spool
 umod_test_spool_wire := spool
 umod_test_requiretls := spool
 umod_test_spool_sync := spool
+umod_test_spool_reap := spool
 umod_test_sandbox_threads := common
 umod_test_router := router
 umod_test_config := config

@@ -491,6 +491,8 @@ dl_finish(struct dl_attempt *a)
             log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
         } else {
             qx_drop(d, env->id);
+            spool_close_removed(d->sp, a->fd);  /* off the loop on disk */
+            a->fd = -1;
             log_ev(LOGL_INFO, "removed", LOG_KVS(LKV_S("queue_id", env->id)),
                 "%s: removed", env->id);
         }

@@ -204,6 +204,21 @@ int     spool_sync_reap(struct spool *sp);
 int     spool_sync_busy(const struct spool *sp);
 void    spool_sync_wait(struct spool *sp);
 void    spool_sync_free(struct spool *sp);                  /* spool_close */
+
+/* The last close of a removed queue file, off the loop (spool_reap.c,
+ * issue 16): on a disk file system that close frees the file's blocks in
+ * the caller (ext4 with "discard": a wait for the device, ~60 us).
+ *   spool_reap_init() once, before the sandbox (it makes a pipe): on
+ *     tmpfs or ramfs it does nothing, and every close stays inline.
+ *   spool_close_removed(): fd, open on a file no longer in queue/ (after
+ *     spool_remove*), is the callee's: a helper thread (made at the first
+ *     call) closes it soon, its lock with it; inline where there is no
+ *     thread or its pipe is full.  Never blocks.
+ *   spool_reap_free(): the thread closes what it was given and ends
+ *     (spool_close calls it). */
+int     spool_reap_init(struct spool *sp);
+void    spool_close_removed(struct spool *sp, int fd);
+void    spool_reap_free(struct spool *sp);
 void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
 
 /* Hand-off to the reader (issue 16): the worker that accepts a message

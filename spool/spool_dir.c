@@ -279,6 +279,7 @@ spool_close(struct spool *sp)
     if (sp == NULL)
         return;
     spool_sync_free(sp);            /* joins its thread first */
+    spool_reap_free(sp);            /* ... and this one */
     if (sp->tmpfd >= 0)
         close(sp->tmpfd);
     if (sp->queuefd >= 0)

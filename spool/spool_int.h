@@ -78,6 +78,7 @@ struct spool {
     int         close_quiet;        /* close() never reports a delayed
                                      * write error here (spool_keep) */
     struct spool_syncer *syncer;    /* spool_sync.c, or NULL */
+    struct spool_reaper *reaper;    /* spool_reap.c, or NULL */
     char        err[512];
 };
 

@@ -695,6 +695,10 @@ worker_init(const struct worker_args *a)
     if (cfg->spool_fsync && spool_sync_init(w->spool) != SPOOL_OK)
         log_warn("spool %s: %s; the group commit syncs inline",
             cfg->spool_dir, spool_errstr(w->spool));
+    /* delivered messages' files are closed off the loop on a disk */
+    if (spool_reap_init(w->spool) != SPOOL_OK)
+        log_warn("spool %s: %s; removed files are closed inline",
+            cfg->spool_dir, spool_errstr(w->spool));
     rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
         ROUTER_OPEN_RDONLY);        /* workers never write routes */
     if (rc != ROUTER_OK) {
