@@ -11,6 +11,7 @@
 #ifndef MTAD_SPOOL_INT_H
 #define MTAD_SPOOL_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,6 +105,10 @@ struct spool_msg {
     struct spool_env **kenvp;       /* spool_keep()'s caller's envelope and */
     off_t      *kbody;              /* body offset, which a later mark moves */
 };
+
+/* spool_sync.c: start a helper thread (the group commit's, the reaper's)
+ * with every signal blocked, for they are the loop's: 0 or -1. */
+int     spool_thread_start(pthread_t *tid, void *(*fn)(void *), void *arg);
 
 /* spool.c: record an error in sp->err (spool_fail) or in the global
  * error of the calls that have no spool (spool_gfail, spool_safefail);

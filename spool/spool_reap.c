@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/statfs.h>
@@ -104,19 +103,11 @@ spool_reap_init(struct spool *sp)
 }
 
 
-/* spool_reap_thread - start the thread with every signal blocked (they
- * are the loop's); 0, or -1 and the caller closes inline. */
+/* spool_reap_thread - 0, or -1 and the caller closes inline. */
 static int
 spool_reap_thread(struct spool_reaper *r)
 {
-    sigset_t all, old;
-    int      rc;
-
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&r->tid, NULL, spool_reap_main, r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (spool_thread_start(&r->tid, spool_reap_main, r) != 0) {
         r->failed = 1;
         return -1;
     }

@@ -113,19 +113,25 @@ spool_sync_fd(const struct spool *sp)
 }
 
 
-/* spool_sync_thread - start the helper thread with every signal blocked
- * (they are the loop's); 0, or -1 and the caller syncs inline. */
-static int
-spool_sync_thread(struct spool_syncer *y)
+int
+spool_thread_start(pthread_t *tid, void *(*fn)(void *), void *arg)
 {
     sigset_t all, old;
     int      rc;
 
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&y->tid, NULL, spool_sync_main, y);
+    rc = pthread_create(tid, NULL, fn, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
+    return rc == 0 ? 0 : -1;
+}
+
+
+/* spool_sync_thread - 0, or -1 and the caller syncs inline. */
+static int
+spool_sync_thread(struct spool_syncer *y)
+{
+    if (spool_thread_start(&y->tid, spool_sync_main, y) != 0)
         return -1;
     y->started = 1;
     return 0;
