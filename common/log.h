@@ -1,5 +1,5 @@
 /*
- * log.h - log records, sent to the log process one datagram per record.
+ * log.h - log records, sent to the log process (a worker's in batches).
  *
  * CONTRACT  log_msg() formats "<ISO time>Z mtad[<pid>]: <ident>: <text>\n"
  *           and sends it with MSG_DONTWAIT on the fd given to log_open();
@@ -20,6 +20,9 @@ enum log_level {
 };
 
 #define LOG_RECORD_MAX  4096
+/* A worker's staged records go to the log process as one datagram of at
+ * most this many bytes (whole lines); the log process reads that much. */
+#define LOG_PACK_MAX    (16 * 1024)
 
 /* log.format: text (the default) or JSON lines (common/logfmt.h). */
 #define LOG_FORMAT_TEXT 0
@@ -52,9 +55,10 @@ uint64_t    log_dropped(void);
 /* Also count drops into *counter (atomically), e.g. the worker's status
  * slot's log_dropped; NULL stops it.  log_open() resets it. */
 void        log_set_dropped_counter(uint64_t *counter);
-/* Workers: stage records and send them with one sendmmsg() from
- * log_flush() (the worker calls it from its loop: log_staged() says how
- * many wait); still one datagram per record.
+/* Workers: stage records and send them as one datagram (whole lines,
+ * LOG_PACK_MAX at most) from log_flush() (the worker calls it from its
+ * loop: log_staged() says how many wait); a datagram the socket cannot
+ * take drops and counts all its records.
  * Turning it off flushes.  Staged records are flushed at exit too. */
 void        log_set_batching(int on);
 void        log_flush(void);

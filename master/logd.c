@@ -38,11 +38,13 @@
 #include "common/safefs.h"
 #include "master/master_int.h"
 
-#define LOGD_BUF        (256 * 1024)
+#define LOGD_BUF        (512 * 1024)
 #define LOGD_HIGH_WATER (64 * 1024)
-#define LOGD_BATCH      32          /* records per recvmmsg() */
-/* A record (at most LOG_RECORD_MAX) and the newline logd_drain() may add */
-#define LOGD_SLOT       ((size_t)LOG_RECORD_MAX + 1)
+#define LOGD_BATCH      16          /* datagrams per recvmmsg() */
+/* A datagram: one record (at most LOG_RECORD_MAX) or a worker's batch of
+ * whole lines (at most LOG_PACK_MAX), and the newline logd_drain() may
+ * add */
+#define LOGD_SLOT       ((size_t)LOG_PACK_MAX + 1)
 
 struct logd {
     int      recv_fd, chan, file_fd, sig_fd;
@@ -106,7 +108,7 @@ logd_drain(struct logd *d)
         memset(msgs, 0, sizeof(msgs[0]) * n);
         for (i = 0; i < n; i++) {
             iov[i].iov_base = d->buf + d->len + i * LOGD_SLOT;
-            iov[i].iov_len = LOG_RECORD_MAX;
+            iov[i].iov_len = LOGD_SLOT - 1;
             msgs[i].msg_hdr.msg_iov = &iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }

@@ -36,7 +36,7 @@
  *           state write that fails keeps it a little longer, answering
  *           the master's "ping" with "pong" so it is not killed.
  * LOGGING   Records are staged (log_set_batching) and handed to the log
- *           process in one sendmmsg(): by the last before-sleep hook once
+ *           process in one datagram: by the last before-sleep hook once
  *           WORKER_LOG_BATCH are staged, else by a timer at most
  *           WORKER_LOG_DELAY_MS after the turn that staged them.  Each
  *           hand-over wakes the log process (a context switch on both

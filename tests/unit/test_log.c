@@ -128,10 +128,22 @@ Test(log, parse_level)
     cr_assert_eq(log_parse_level(NULL), -1);
 }
 
-Test(log, batching_stages_until_flush_then_one_datagram_per_record)
+/* count_lines - whole lines in s; -1 when s does not end a line. */
+static int
+count_lines(const char *s)
 {
-    char rec[LOG_RECORD_MAX + 16];
-    int  i;
+    int n = 0;
+
+    for (; *s != '\0'; s++)
+        if (*s == '\n')
+            n++;
+    return s[-1] == '\n' ? n : -1;
+}
+
+Test(log, batching_stages_until_flush_then_one_datagram_of_lines)
+{
+    char rec[LOG_PACK_MAX + 16];
+    const char *a, *b, *c;
 
     log_set_batching(1);
     log_info("first %d", 1);
@@ -139,33 +151,60 @@ Test(log, batching_stages_until_flush_then_one_datagram_per_record)
     log_warn("third %d", 3);
     cr_assert_eq(next_record(rec, sizeof(rec)), -1, "nothing before flush");
     log_flush();
-    for (i = 1; i <= 3; i++) {
-        cr_assert_gt(next_record(rec, sizeof(rec)), 0, "record %d", i);
-        cr_assert_not_null(strstr(rec, i == 1 ? "first 1\n" :
-            i == 2 ? "second 2\n" : "warning: third 3\n"), "got %s", rec);
-        cr_assert_eq(strchr(rec, '\n'), rec + strlen(rec) - 1,
-            "one record per datagram: %s", rec);
-    }
-    cr_assert_eq(next_record(rec, sizeof(rec)), -1);
+    cr_assert_gt(next_record(rec, sizeof(rec)), 0);
+    cr_assert_eq(count_lines(rec), 3, "three whole lines in one datagram: %s",
+        rec);
+    a = strstr(rec, "first 1\n");
+    b = strstr(rec, "second 2\n");
+    c = strstr(rec, "warning: third 3\n");
+    cr_assert(a != NULL && b != NULL && c != NULL && a < b && b < c,
+        "in order: %s", rec);
+    cr_assert_eq(next_record(rec, sizeof(rec)), -1, "one datagram");
     log_set_batching(0);
 }
 
 Test(log, batching_flushes_early_when_the_stage_is_full)
 {
-    char rec[LOG_RECORD_MAX + 16];
-    int  i, got = 0;
+    char rec[LOG_PACK_MAX + 16];
+    int  n, got = 0, datagrams = 0;
 
     log_set_batching(1);
-    for (i = 0; i < 200; i++)
-        log_info("record %d", i);
-    while (next_record(rec, sizeof(rec)) > 0)
-        got++;
+    for (n = 0; n < 200; n++)
+        log_info("record %d", n);
+    while (next_record(rec, sizeof(rec)) > 0) {
+        cr_assert_gt(count_lines(rec), 0, "whole lines: %s", rec);
+        got += count_lines(rec);
+        datagrams++;
+    }
     cr_assert_geq(got, 64, "full stages were sent without a flush");
     cr_assert_lt(got, 200, "the last partial stage waits for the flush");
     log_flush();
-    while (next_record(rec, sizeof(rec)) > 0)
-        got++;
+    while (next_record(rec, sizeof(rec)) > 0) {
+        got += count_lines(rec);
+        datagrams++;
+    }
     cr_assert_eq(got, 200);
+    cr_assert_leq(datagrams, 4, "64 records a datagram: %d", datagrams);
     cr_assert_eq(log_dropped(), 0);
+    log_set_batching(0);
+}
+
+Test(log, batching_never_passes_the_pack_size)
+{
+    char rec[LOG_PACK_MAX + 16], big[LOG_RECORD_MAX];
+    int  n, got = 0;
+    ssize_t r;
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    log_set_batching(1);
+    for (n = 0; n < 20; n++)
+        log_info("%d %s", n, big);  /* each record at LOG_RECORD_MAX */
+    log_flush();
+    while ((r = next_record(rec, sizeof(rec))) > 0) {
+        cr_assert_leq((size_t)r, (size_t)LOG_PACK_MAX);
+        got += count_lines(rec);
+    }
+    cr_assert_eq(got, 20);
     log_set_batching(0);
 }
