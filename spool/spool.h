@@ -213,7 +213,7 @@ void    spool_sync_free(struct spool *sp);                  /* spool_close */
  *   spool_close_removed(): fd, open on a file no longer in queue/ (after
  *     spool_remove*), is the callee's: a helper thread (made at the first
  *     call) closes it soon, its lock with it; inline where there is no
- *     thread or its pipe is full.  Never blocks.
+ *     thread or 256 wait for it already.  Never blocks on the pipe.
  *   spool_reap_free(): the thread closes what it was given and ends
  *     (spool_close calls it). */
 int     spool_reap_init(struct spool *sp);

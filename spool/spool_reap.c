@@ -14,8 +14,8 @@
  * that its lock is held a little longer changes nothing for anyone.
  *
  * On tmpfs that close costs about a microsecond, less than the pipe: no
- * thread there.  Where the pipe is full or the thread cannot be made, the
- * close is made inline, as before.  The pipe is made at init, before the
+ * thread there.  Where the thread cannot be made, or SPOOL_REAP_MAX files
+ * wait for it, the close is made inline, as before.  The pipe is made at init, before the
  * sandbox (pipe2 is not among a worker's calls); the thread at the first
  * close, inside it, so it inherits the seccomp filter and Landlock domain
  * and makes only read() and close().
@@ -32,12 +32,18 @@
 #include "spool/spool_int.h"
 
 #define SPOOL_REAP_BATCH 64             /* descriptors per read() */
+/* Descriptors handed over and not closed yet, at most: past it the loop
+ * closes inline again.  A device slower than the message rate would
+ * otherwise pile open files up to the descriptor limit (and then refuse
+ * connections) instead of slowing the loop down as before. */
+#define SPOOL_REAP_MAX   256
 
 struct spool_reaper {
     pthread_t   tid;
     int         started;                /* the thread runs */
     int         failed;                 /* it could not be made: inline */
     int         rfd, wfd;               /* pipe: the thread reads rfd */
+    unsigned    inflight;               /* atomic: handed over, open */
 };
 
 
@@ -72,6 +78,8 @@ spool_reap_main(void *arg)
         /* a pipe write of 4 bytes is atomic: n is a whole count */
         for (i = 0; i < (size_t)n / sizeof(int); i++)
             close(fds[i]);
+        __atomic_sub_fetch(&r->inflight, (unsigned)(n / sizeof(int)),
+            __ATOMIC_RELAXED);
     }
     return NULL;
 }
@@ -123,9 +131,17 @@ spool_close_removed(struct spool *sp, int fd)
 
     if (fd < 0)
         return;
-    if (r == NULL || r->failed || (!r->started && spool_reap_thread(r) != 0)
-        || write(r->wfd, &fd, sizeof(fd)) != (ssize_t)sizeof(fd))
-        close(fd);                      /* tmpfs, no thread, pipe full */
+    if (r == NULL || r->failed ||
+        __atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= SPOOL_REAP_MAX ||
+        (!r->started && spool_reap_thread(r) != 0)) {
+        close(fd);                      /* tmpfs, no thread, too many */
+        return;
+    }
+    __atomic_add_fetch(&r->inflight, 1, __ATOMIC_RELAXED);
+    if (write(r->wfd, &fd, sizeof(fd)) != (ssize_t)sizeof(fd)) {
+        __atomic_sub_fetch(&r->inflight, 1, __ATOMIC_RELAXED);
+        close(fd);                      /* the pipe is full */
+    }
 }
 
 
