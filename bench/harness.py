@@ -625,10 +625,14 @@ BIGQUEUE = "bigqueue"                 # bench/bigqueue.py
 IDLE_BASE = "1k-s20-before-idle"
 
 
-def run_scenario(peers, tool, name, sess, k, size, results, csink=None, like=None):
+def run_scenario(peers, tool, name, sess, k, size, results, csink=None, like=None,
+                 settle=False):
     """REPS repetitions; the MTAs (and, with csink, the raw ceiling) take
     turns within each repetition so that a busy moment hits all alike.
-    like: take each MTA's message count from that scenario's runs."""
+    like: take each MTA's message count from that scenario's runs.
+    settle (queues on disk): sync() before each run, so that no MTA's
+    syncs write back what the other one left unwritten (mtad's syncfs()
+    covers the whole file system, Postfix's fsync() its own files)."""
     counts = {}
     for mta, sink in peers:
         prev = results.get((like, tool, mta.name)) if like else None
@@ -644,6 +648,8 @@ def run_scenario(peers, tool, name, sess, k, size, results, csink=None, like=Non
         for mta, sink in peers:
             msgs = counts[mta.name]
             kk = k if k else msgs  # "many": all on one connection
+            if settle:
+                os.sync()
             r = measure(mta, sink, tool, min(sess, msgs), msgs, kk, size)
             results.setdefault((name, tool, mta.name), []).append(r)
             log("%s %s %s: %d msgs, %.0f msgs/s accepted, %.0f delivered%s" %
@@ -804,7 +810,8 @@ def main():
                     running.append(csink)
                 for name, sess, k, size, _ in scen:
                     run_scenario(peers, tool, name, sess, k, size, results,
-                                 csink if name in CEILING_FOR else None)
+                                 csink if name in CEILING_FOR else None,
+                                 settle=storage == "disk")
                 for mta, sink in peers:
                     if PERF and tool == "ours" and storage == "tmpfs" and \
                             ("1k-s20", tool, mta.name) in results:
@@ -1320,7 +1327,8 @@ METHOD = """
 - Scenarios: 1k = 1 KiB messages, sN = N concurrent sessions, one message
   per connection unless "-many" (every session keeps its connection);
   durable = mtad with `spool.fsync: true` and Postfix, both queued on /var/tmp
-  (disk); +idle = 10,000 idle connections held open (after the greeting) while
+  (disk; each run starts after a sync(): neither writes back what the other
+  left); +idle = 10,000 idle connections held open (after the greeting) while
   the 20-session load runs, on a fresh mtad, right after the same load
   without them (row before-idle; Postfix is not run: one smtpd process per
   connection); sink10%4xx = our sink answers 10% of messages
