@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      send)
+                      recv_until_eof, send)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -325,12 +325,7 @@ def http_raw(port, request):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
         c.sendall(request)
         c.shutdown(socket.SHUT_WR)
-        got = b""
-        while not got.endswith(b"\r\n\r\n") and b"\r\n\r\n" not in got:
-            chunk = c.recv(4096)
-            if not chunk:
-                break
-            got += chunk
+        got = recv_until_eof(c)    # one answer, then mtad closes
     m = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
     assert m, got[:200]
     return int(m.group(1))

@@ -24,8 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from mtadtest import (MTACTL, MTAD, dot_stuff, make_message,
-                      read_queue_file, spool_files, strip_received,
-                      wait_for)
+                      read_queue_file, recv_until_eof, spool_files,
+                      strip_received, wait_for)
 from test_tls import make_cert
 
 
@@ -1173,12 +1173,7 @@ def test_control_answers_quote_no_control_byte_and_drain_wants_digits(
         try:
             s.connect(m.sock)
             s.sendall(req)
-            got = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return got
-                got += chunk
+            return recv_until_eof(s)
         finally:
             s.close()
     got = ask(b"\x1b]0;owned\x07\x9b2J\r\n")
