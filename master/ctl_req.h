@@ -8,11 +8,12 @@
  * CONTRACT  ctl_req_parse() cuts line at its first CR or LF (in place)
  *           and fills r: the kind, r->arg for CTL_REQ_TLS (after "tls ")
  *           and CTL_REQ_KICK (a queue id, spool_id_valid(), or "*"),
- *           r->drain_ms for CTL_REQ_DRAIN ("drain" or "drain <ms>": digits
- *           only, at most CTL_REQ_DRAIN_MAX_MS; 0 when none given).  CTL_REQ_BAD comes with r->error, the whole
- *           answer: one "error: ..." line ending in LF, and a byte of the
- *           request quoted in it is escaped (util_escape): no control
- *           byte reaches mtactl's terminal.  "sandbox-test" is a request
+ *           r->drain_ms for CTL_REQ_DRAIN ("drain" or "drain <ms>":
+ *           digits only, at most CTL_REQ_DRAIN_MAX_MS; 0 when none
+ *           given).  CTL_REQ_BAD comes with r->error, the whole answer:
+ *           one "error: ..." line ending in LF, and a byte of the request
+ *           quoted in it is escaped (util_escape): no control byte
+ *           reaches mtactl's terminal.  "sandbox-test" is a request
  *           only with sandbox_test set.
  */
 #ifndef MTAD_MASTER_CTL_REQ_H

@@ -10,8 +10,9 @@
  * CONTRACT  HTTP/1.0 and 1.1, one request per connection (Connection:
  *           close).  GET or HEAD of /metrics: 200; another path: 404;
  *           another method: 405; a bad request line: 400 (the parser:
- *           metrics_req.c, fuzzed by tests/fuzz/fuzz_metrics.c).  At most METRICS_MAX_CLIENTS at once; a
- *           client has METRICS_TIMEOUT_MS for its request and the answer.
+ *           metrics_req.c, fuzzed by tests/fuzz/fuzz_metrics.c).  At
+ *           most METRICS_MAX_CLIENTS at once; a client has
+ *           METRICS_TIMEOUT_MS for its request and the answer.
  *           Everything is non-blocking on the master's loop (common/ev).
  *           Counters of workers that exited are kept (master->retired),
  *           so every _total only grows while the master lives.

@@ -20,8 +20,8 @@
  *           when a recipient is refused, EX_UNAVAILABLE (69) on other 5xx,
  *           EX_USAGE (64), EX_CONFIG (78), EX_DATAERR (65) for a message
  *           over limits.max_message_size or, with -t, an address in its
- *           header that could not be sent as it is (scan.h).  Every error is one line on
- *           stderr; the server's text is escaped.
+ *           header that could not be sent as it is (scan.h).  Every
+ *           error is one line on stderr; the server's text is escaped.
  *           Relaying to other domains needs the loopback address in
  *           relay.allow_networks (the default includes 127.0.0.0/8).
  */
