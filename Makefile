@@ -188,7 +188,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
-                auth dsn stsd
+                auth dsn stsd metrics sendmail routeline control
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -205,7 +205,15 @@ fmod_sts := sts
 fmod_auth := smtpd
 fmod_dsn := delivery
 fmod_stsd := delivery
-fsrc = $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
+# A parser inside a program or a big module: its own file (fsrc_T) and the
+# modules it uses.
+fsrc_metrics := master/metrics_req.c
+fsrc_sendmail := sendmail/scan.c
+fmod_sendmail := common
+fmod_routeline := router
+fsrc_control := master/ctl_req.c
+fmod_control := spool
+fsrc = $(fsrc_$(1)) $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 # Each source is compiled once (with the fuzzer's coverage, not its main)
 # into build-fuzz/obj/ and linked into every target that uses it.
 fobj = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(call fsrc,$(1)))

@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "spool/spool.h"
+#include "master/ctl_req.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -350,10 +351,6 @@ ctl_kick(struct master *m, struct ctl_client *c, const char *arg)
     char text[128];
     int  n;
 
-    if (strcmp(arg, "*") != 0 && !spool_id_valid(arg)) {
-        ctl_client_reply(m, c, "error: kick: expected a queue id or *\n");
-        return;
-    }
     n = master_kick(m, arg);
     snprintf(text, sizeof(text), "ok\nkick %s: sent to %d workers\n", arg, n);
     ctl_client_reply(m, c, text);
@@ -361,21 +358,10 @@ ctl_kick(struct master *m, struct ctl_client *c, const char *arg)
 
 /* "drain" or "drain <timeout ms>": see drain.c. */
 static void
-ctl_drain(struct master *m, struct ctl_client *c, const char *arg)
+ctl_drain(struct master *m, struct ctl_client *c, uint64_t ms)
 {
-    char      err[200], text[300], *end;
-    uint64_t  ms = 0;
+    char err[200], text[300];
 
-    if (*arg == ' ') {
-        ms = strtoull(arg + 1, &end, 10);
-        if (end == arg + 1 || *end != '\0') {
-            ctl_client_reply(m, c, "error: drain: expected a timeout in ms\n");
-            return;
-        }
-    } else if (*arg != '\0') {
-        ctl_client_reply(m, c, "error: unknown request\n");
-        return;
-    }
     if (master_request_drain(m, ms, err, sizeof(err)) < 0) {
         snprintf(text, sizeof(text), "error: drain: %s\n", err);
         ctl_client_reply(m, c, text);
@@ -386,13 +372,16 @@ ctl_drain(struct master *m, struct ctl_client *c, const char *arg)
     ctl_client_reply(m, c, text);
 }
 
+/* ctl_handle - one request line (ctl_req.c says which). */
 static void
 ctl_handle(struct master *m, struct ctl_client *c, char *line)
 {
-    char *report;
-    char  text[CTL_REQUEST_MAX + 64];
+    struct ctl_req r;
+    char          *report;
+    char           text[128];
+    pid_t          pid;
 
-    line[strcspn(line, "\r\n")] = '\0';
+    ctl_req_parse(line, m->sandbox_test, &r);  /* cuts line at CR/LF */
     if (c->refused) {
         log_warn("control: refused %s: not root%s; request '%.64s'", c->who,
             m->cur->privs.has_admin ? " nor in server.admin_group" : "",
@@ -401,55 +390,65 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         return;
     }
     audit_request(c->fd, line);     /* who asked: SO_PEERCRED (audit.c) */
-    if (strcmp(line, "status json") == 0) {
+    switch (r.kind) {
+    case CTL_REQ_STATUS_JSON:
         status_json_report(m, &report);
         ctl_client_reply(m, c, report);
         free(report);
-    } else if (strncmp(line, "audit ", 6) == 0) {
+        break;
+    case CTL_REQ_AUDIT:
         ctl_client_reply(m, c, "ok\nlogged\n");  /* audit_request did */
-    } else if (strcmp(line, "status") == 0) {
+        break;
+    case CTL_REQ_STATUS:
         ctl_status_report(m, &report);
         ctl_client_reply(m, c, report);
         free(report);
-    } else if (strcmp(line, "reload") == 0) {
+        break;
+    case CTL_REQ_RELOAD:
         if (m->stopping) {
             ctl_client_reply(m, c, "error: mtad is stopping\n");
-            return;
+            break;
         }
         c->waiting_reload = m->next != NULL ? 2 : 1;
         master_request_reload(m);   /* may answer c at once */
-    } else if (strcmp(line, "stop") == 0) {
+        break;
+    case CTL_REQ_STOP:
         ctl_client_reply(m, c, "ok\nstopping\n");
         master_request_stop(m);
-    } else if (strcmp(line, "check") == 0) {
+        break;
+    case CTL_REQ_CHECK:
         ctl_check(m, c);
-    } else if (strncmp(line, "drain", 5) == 0) {
-        ctl_drain(m, c, line + 5);
-    } else if (strncmp(line, "tls ", 4) == 0) {
-        tlsagg_ctl(m, line + 4, &report);
+        break;
+    case CTL_REQ_DRAIN:
+        ctl_drain(m, c, r.drain_ms);
+        break;
+    case CTL_REQ_TLS:
+        tlsagg_ctl(m, r.arg, &report);
         ctl_client_reply(m, c, report);
         free(report);
-    } else if (strncmp(line, "kick ", 5) == 0) {
-        ctl_kick(m, c, line + 5);
-    } else if (strcmp(line, "queue-stream") == 0) {
+        break;
+    case CTL_REQ_KICK:
+        ctl_kick(m, c, r.arg);
+        break;
+    case CTL_REQ_QUEUE_STREAM:
         /* mtactl queue: descriptors of the workers' streams (qstream.c) */
         master_unwatch(m, c->fd);
         child_unregister_master_fd(c->fd);
         master_qstream(m, c->fd);
         c->fd = -1;
-    } else if (strcmp(line, "sandbox-test") == 0 && m->sandbox_test) {
-        pid_t pid = master_sandbox_test(m);
-
+        break;
+    case CTL_REQ_SANDBOX_TEST:
+        pid = master_sandbox_test(m);
         if (pid > 0)
             snprintf(text, sizeof(text), "ok\nsandbox-test sent to worker "
                 "pid %d\n", (int)pid);
         else
             snprintf(text, sizeof(text), "error: no running worker\n");
         ctl_client_reply(m, c, text);
-    } else {
-        snprintf(text, sizeof(text), "error: unknown request '%.64s'\n",
-            line);
-        ctl_client_reply(m, c, text);
+        break;
+    default:
+        ctl_client_reply(m, c, r.error);
+        break;
     }
 }
 

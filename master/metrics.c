@@ -9,8 +9,10 @@
  *           bucket per delivered recipient).
  * CONTRACT  HTTP/1.0 and 1.1, one request per connection (Connection:
  *           close).  GET or HEAD of /metrics: 200; another path: 404;
- *           another method: 405.  At most METRICS_MAX_CLIENTS at once; a
- *           client has METRICS_TIMEOUT_MS for its request and the answer.
+ *           another method: 405; a bad request line: 400 (the parser:
+ *           metrics_req.c, fuzzed by tests/fuzz/fuzz_metrics.c).  At
+ *           most METRICS_MAX_CLIENTS at once; a client has
+ *           METRICS_TIMEOUT_MS for its request and the answer.
  *           Everything is non-blocking on the master's loop (common/ev).
  *           Counters of workers that exited are kept (master->retired),
  *           so every _total only grows while the master lives.
@@ -35,6 +37,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "master/master_int.h"
+#include "master/metrics_req.h"
 #include "master/ops.h"
 
 #define METRICS_MAX_CLIENTS 16
@@ -361,40 +364,45 @@ metrics_respond(struct master *m, struct metrics_client *c, int code,
         metrics_client_close(m, c);
 }
 
+/* metrics_handle - answer a request metrics_req_parse() decided. */
 static void
-metrics_handle(struct master *m, struct metrics_client *c)
+metrics_handle(struct master *m, struct metrics_client *c, int code,
+    int head)
 {
-    char  method[16], path[256];
     char *body;
-    int   head;
 
-    if (sscanf(c->req, "%15s %255s", method, path) != 2) {
-        metrics_respond(m, c, 400, "Bad Request", "text/plain", "bad "
-            "request\n", 0, "");
-        return;
-    }
-    head = strcmp(method, "HEAD") == 0;
-    if (strcmp(method, "GET") != 0 && !head) {
-        metrics_respond(m, c, 405, "Method Not Allowed", "text/plain",
-            "only GET\n", 0, "Allow: GET, HEAD\r\n");
-        return;
-    }
-    if (strcmp(path, "/metrics") != 0 &&
-        strncmp(path, "/metrics?", 9) != 0) {
+    switch (code) {
+    case 200:
+        body = metrics_render(m);
+        metrics_respond(m, c, 200, "OK", "text/plain; version=0.0.4; "
+            "charset=utf-8", body, head, "");
+        free(body);
+        break;
+    case 404:
         metrics_respond(m, c, 404, "Not Found", "text/plain",
             "mtad serves /metrics only\n", head, "");
-        return;
+        break;
+    case 405:
+        metrics_respond(m, c, 405, "Method Not Allowed", "text/plain",
+            "only GET\n", 0, "Allow: GET, HEAD\r\n");
+        break;
+    case 431:
+        metrics_respond(m, c, 431, "Request Header Fields Too Large",
+            "text/plain", "request too large\n", 0, "");
+        break;
+    default:
+        metrics_respond(m, c, 400, "Bad Request", "text/plain", "bad "
+            "request\n", 0, "");
+        break;
     }
-    body = metrics_render(m);
-    metrics_respond(m, c, 200, "OK", "text/plain; version=0.0.4; "
-        "charset=utf-8", body, head, "");
-    free(body);
 }
+
 
 static void
 metrics_client_event(struct master *m, struct metrics_client *c)
 {
     ssize_t r;
+    int     code, head;
 
     if (c->out != NULL) {
         while (c->outoff < c->outlen) {
@@ -420,12 +428,9 @@ metrics_client_event(struct master *m, struct metrics_client *c)
         return;
     }
     c->len += (size_t)r;
-    c->req[c->len] = '\0';
-    if (strstr(c->req, "\r\n\r\n") != NULL || strstr(c->req, "\n\n") != NULL)
-        metrics_handle(m, c);
-    else if (c->len == sizeof(c->req) - 1)
-        metrics_respond(m, c, 431, "Request Header Fields Too Large",
-            "text/plain", "request too large\n", 0, "");
+    code = metrics_req_parse(c->req, c->len, sizeof(c->req) - 1, &head);
+    if (code != 0)
+        metrics_handle(m, c, code, head);
 }
 
 /* The listener is readable. */

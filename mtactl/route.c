@@ -350,50 +350,6 @@ mtactl_route_list(struct router *r, const char *cmd, const char *sep)
 }
 
 
-/*
- * mtactl_route_parse_line - split "KEY ROUTE" (blanks or tabs between;
- * leading and trailing blanks ignored).  1 for an entry, 0 for a blank or
- * comment line, -1 with why.
- */
-static int
-mtactl_route_parse_line(char *line, struct route_line *out, char *why,
-    size_t whysz)
-{
-    struct route rt;
-    char   *p = line, *e, *k;
-    char    rwhy[256];
-
-    p[strcspn(p, "\r\n")] = '\0';
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p == '\0' || *p == '#')
-        return 0;
-    e = p + strlen(p);
-    while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-        *--e = '\0';
-    k = p;
-    p += strcspn(p, " \t");
-    if (*p == '\0') {
-        snprintf(why, whysz, "missing route after key '%s'", k);
-        return -1;
-    }
-    *p++ = '\0';
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (route_key_check(k, rwhy, sizeof(rwhy)) == -1) {
-        snprintf(why, whysz, "bad key: %s", rwhy);
-        return -1;
-    }
-    if (route_parse(p, &rt, rwhy, sizeof(rwhy)) == -1) {
-        snprintf(why, whysz, "bad route for '%s': %s", k, rwhy);
-        return -1;
-    }
-    out->key = k;
-    out->value = p;
-    return 1;
-}
-
-
 /* mtactl_route_read - every entry of FILE into *linesp (owned strings);
  * the number of errors printed, or -1 when FILE cannot be read. */
 static int
@@ -401,6 +357,7 @@ mtactl_route_read(const char *file, struct route_line **linesp, size_t *np)
 {
     struct route_line *lines = NULL, ent;
     size_t  n = 0, cap = 0, lineno = 0, bufsz = 0;
+    ssize_t got;
     char   *buf = NULL, why[512];
     FILE   *fp;
     int     errs = 0, rc;
@@ -411,9 +368,10 @@ mtactl_route_read(const char *file, struct route_line **linesp, size_t *np)
             strerror(errno));
         return -1;
     }
-    while (getline(&buf, &bufsz, fp) != -1) {
+    while ((got = getline(&buf, &bufsz, fp)) != -1) {
         lineno++;
-        rc = mtactl_route_parse_line(buf, &ent, why, sizeof(why));
+        rc = route_line_parse(buf, (size_t)got, &ent.key, &ent.value, why,
+            sizeof(why));
         if (rc == -1) {
             fprintf(stderr, "mtactl: route import: %s:%zu: %s\n", file,
                 lineno, why);

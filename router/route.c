@@ -500,3 +500,45 @@ route_key_normalize(char *key)
         if (*key >= 'A' && *key <= 'Z')
             *key = (char)(*key - 'A' + 'a');
 }
+
+
+/*
+ * route_line_parse - "KEY ROUTE" (see route.h).  The key is checked
+ * before it is named in a reason, so a reason never carries a control
+ * byte of the line; a NUL before len would hide the rest of the line
+ * from the check (an entry other than the one written): refused.
+ */
+int
+route_line_parse(char *line, size_t len, char **key, char **value,
+    char *why, size_t whysz)
+{
+    char   *p = line, *e, *k;
+    char    rwhy[256];
+    struct route rt;
+
+    if (memchr(line, '\0', len) != NULL)
+        return route_why(why, whysz, "NUL byte in line");
+    p[strcspn(p, "\r\n")] = '\0';
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\0' || *p == '#')
+        return 0;
+    e = p + strlen(p);
+    while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+        *--e = '\0';
+    k = p;
+    p += strcspn(p, " \t");
+    if (*p != '\0')
+        *p++ = '\0';
+    if (route_key_check(k, rwhy, sizeof(rwhy)) == -1)
+        return route_why(why, whysz, "bad key: %s", rwhy);
+    if (*p == '\0')
+        return route_why(why, whysz, "missing route after key '%s'", k);
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (route_parse(p, &rt, rwhy, sizeof(rwhy)) == -1)
+        return route_why(why, whysz, "bad route for '%s': %s", k, rwhy);
+    *key = k;
+    *value = p;
+    return 1;
+}

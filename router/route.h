@@ -57,6 +57,15 @@ int     route_parse(const char *value, struct route *out, char *why,
             size_t whysz);
 int     route_key_check(const char *key, char *why, size_t whysz);
 void    route_key_normalize(char *key);  /* lower-case in place */
+/* route_line_parse - one line of a routes file, as mtactl route import
+ * reads and route export prints it: "KEY ROUTE", blanks or tabs between,
+ * leading and trailing blanks and the line end ignored.  line is len
+ * bytes with a NUL after them (getline's), changed in place; a NUL
+ * inside is refused.  1 for an entry (*key and *value point into line,
+ * checked by route_key_check() and route_parse()), 0 for a blank or
+ * comment ("#") line, -1 with a one-line reason without a control byte. */
+int     route_line_parse(char *line, size_t len, char **key, char **value,
+            char *why, size_t whysz);
 /* 1 when delivery to h looks up the MX of h->name (smtp:host without
  * brackets, not an IPv4 address), 0 when h->name is the host itself. */
 int     route_host_mx(const struct route_host *h);

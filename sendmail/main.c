@@ -19,8 +19,9 @@
  *           message and retries (cron mails the output).  EX_NOUSER (67)
  *           when a recipient is refused, EX_UNAVAILABLE (69) on other 5xx,
  *           EX_USAGE (64), EX_CONFIG (78), EX_DATAERR (65) for a message
- *           over limits.max_message_size.  Every error is one line on
- *           stderr; the server's text is escaped.
+ *           over limits.max_message_size or, with -t, an address in its
+ *           header that could not be sent as it is (scan.h).  Every
+ *           error is one line on stderr; the server's text is escaped.
  *           Relaying to other domains needs the loopback address in
  *           relay.allow_networks (the default includes 127.0.0.0/8).
  */
@@ -39,6 +40,7 @@
 
 #include "common/util.h"
 #include "config/config.h"
+#include "sendmail/scan.h"
 
 #define SM_DEFAULT_CONFIG  "/etc/mtad/relay.yaml"
 #define SM_TIMEOUT_S       300      /* per reply, like RFC 5321 4.5.3.2 */
@@ -47,8 +49,7 @@ struct sm {
     int     fd;
     FILE   *in;                     /* the socket, buffered */
     char    reply[4096];            /* last reply, lines joined */
-    char  **rcpt;
-    size_t  nrcpt;
+    struct sm_rcpts rcpt;
 };
 
 static void
@@ -56,112 +57,6 @@ sm_usage(void)
 {
     fprintf(stderr, "usage: mtad-sendmail [-t] [-i] [-oi] [-f SENDER] "
         "[-F NAME] [-C FILE] [-S HOST:PORT] [--] [RECIPIENT...]\n");
-}
-
-
-static void
-sm_add_rcpt(struct sm *s, const char *a, size_t n)
-{
-    while (n > 0 && (*a == ' ' || *a == '\t')) {
-        a++;
-        n--;
-    }
-    while (n > 0 && (a[n - 1] == ' ' || a[n - 1] == '\t'))
-        n--;
-    if (n == 0)
-        return;
-    s->rcpt = xrealloc(s->rcpt, (s->nrcpt + 1) * sizeof(*s->rcpt));
-    s->rcpt[s->nrcpt] = xmalloc(n + 1);
-    memcpy(s->rcpt[s->nrcpt], a, n);
-    s->rcpt[s->nrcpt][n] = '\0';
-    s->nrcpt++;
-}
-
-
-/* sm_header_addrs - the addresses of one unfolded To:/Cc:/Bcc: value:
- * "a@x, Name <b@y>, c@z (comment)".  Quoted strings and comments may
- * hold commas; an address in <> wins over the words around it. */
-static void
-sm_header_addrs(struct sm *s, const char *v)
-{
-    const char *p = v, *start = v, *lt = NULL, *gt = NULL;
-    int         quote = 0, depth = 0;
-    char        word[1024];
-    size_t      wn = 0;
-
-    for (;; p++) {
-        if (*p == '\0' || (*p == ',' && !quote && depth == 0)) {
-            if (lt != NULL && gt != NULL && gt > lt)
-                sm_add_rcpt(s, lt + 1, (size_t)(gt - lt - 1));
-            else
-                sm_add_rcpt(s, word, wn);
-            if (*p == '\0')
-                return;
-            start = p + 1;
-            lt = gt = NULL;
-            wn = 0;
-            continue;
-        }
-        if (*p == '"' && depth == 0)
-            quote = !quote;
-        else if (*p == '(' && !quote)
-            depth++;
-        else if (*p == ')' && !quote && depth > 0)
-            depth--;
-        else if (*p == '<' && !quote && depth == 0)
-            lt = p;
-        else if (*p == '>' && !quote && depth == 0)
-            gt = p;
-        else if (!quote && depth == 0 && wn < sizeof(word) - 1)
-            word[wn++] = *p;
-    }
-    (void)start;
-}
-
-
-/* sm_scan_headers - -t: collect recipients; drop Bcc: (with its folded
- * lines) from msg in place.  Returns the new length. */
-static size_t
-sm_scan_headers(struct sm *s, char *msg, size_t len, int want_rcpt)
-{
-    size_t i = 0, o = 0;
-
-    while (i < len) {
-        size_t start = i, end;
-        int    bcc, rc;
-
-        if (msg[i] == '\n' || (msg[i] == '\r' && i + 1 < len &&
-            msg[i + 1] == '\n'))
-            break;                  /* the empty line: the body follows */
-        end = i;
-        do {
-            while (end < len && msg[end] != '\n')
-                end++;
-            if (end < len)
-                end++;
-        } while (end < len && (msg[end] == ' ' || msg[end] == '\t'));
-        bcc = strncasecmp(msg + start, "bcc:", 4) == 0;
-        rc = bcc || strncasecmp(msg + start, "to:", 3) == 0 ||
-            strncasecmp(msg + start, "cc:", 3) == 0;
-        if (rc && want_rcpt) {
-            char  *v = xmalloc(end - start + 1);
-            size_t k, vn = 0;
-
-            for (k = start + (bcc ? 4 : 3); k < end; k++)
-                if (msg[k] != '\r' && msg[k] != '\n')
-                    v[vn++] = msg[k];
-            v[vn] = '\0';
-            sm_header_addrs(s, v);
-            free(v);
-        }
-        if (!bcc) {
-            memmove(msg + o, msg + start, end - start);
-            o += end - start;
-        }
-        i = end;
-    }
-    memmove(msg + o, msg + i, len - i);
-    return o + len - i;
 }
 
 
@@ -374,13 +269,13 @@ main(int argc, char **argv)
         }
     }
     for (i = (size_t)optind; i < (size_t)argc; i++)
-        sm_add_rcpt(&s, argv[i], strlen(argv[i]));
+        sm_rcpt_add(&s.rcpt, argv[i], strlen(argv[i]));
     if (!sm_clean(from) || !sm_clean(fullname)) {
         fprintf(stderr, "mtad-sendmail: -f or -F with a control character\n");
         return EX_USAGE;
     }
-    for (i = 0; i < s.nrcpt; i++)
-        if (!sm_clean(s.rcpt[i]) || strpbrk(s.rcpt[i], " <>") != NULL) {
+    for (i = 0; i < s.rcpt.n; i++)
+        if (!sm_rcpt_ok(s.rcpt.v[i])) {
             fprintf(stderr, "mtad-sendmail: bad recipient address\n");
             return EX_USAGE;
         }
@@ -427,8 +322,13 @@ main(int argc, char **argv)
             (unsigned long long)max);
         return EX_DATAERR;
     }
-    len = sm_scan_headers(&s, msg, len, opt_t);
-    if (s.nrcpt == 0) {
+    if (sm_scan_headers(&s.rcpt, msg, &len, opt_t) > 0) {
+        fprintf(stderr, "mtad-sendmail: -t: an address in To:, Cc: or Bcc: "
+            "with a blank, a control character, '<' or '>', or over %d "
+            "bytes; message not sent\n", SM_ADDR_MAX);
+        return EX_DATAERR;
+    }
+    if (s.rcpt.n == 0) {
         fprintf(stderr, "mtad-sendmail: no recipients (give them as "
             "arguments, or -t)\n");
         return EX_USAGE;
@@ -453,8 +353,8 @@ main(int argc, char **argv)
         return sm_fail(&s, "EHLO", rc);
     if ((rc = sm_cmd(&s, "MAIL FROM:<%s>\r\n", from)) != 250)
         return sm_fail(&s, "MAIL", rc);
-    for (i = 0; i < s.nrcpt; i++)
-        if ((rc = sm_cmd(&s, "RCPT TO:<%s>\r\n", s.rcpt[i])) != 250 &&
+    for (i = 0; i < s.rcpt.n; i++)
+        if ((rc = sm_cmd(&s, "RCPT TO:<%s>\r\n", s.rcpt.v[i])) != 250 &&
             rc != 251)
             return sm_fail(&s, "RCPT", rc);
     if ((rc = sm_cmd(&s, "%sDATA\r\n", "")) != 354)

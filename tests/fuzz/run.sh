@@ -32,7 +32,7 @@ one_target() {
             >"$build/fuzz_$t.result"
         return 1
     fi
-    printf 'fuzz_%-7s %9s runs %7s exec/s  cov: %-5s ft: %s\n' \
+    printf 'fuzz_%-9s %9s runs %7s exec/s  cov: %-5s ft: %s\n' \
         "$t" "${runs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" \
         >"$build/fuzz_$t.result"
 }

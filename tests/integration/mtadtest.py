@@ -1314,6 +1314,16 @@ def v2_header(src, sport, dst="127.0.0.1", dport=25, tlv=b""):
     return sig + bytes([0x21, 0x11]) + struct.pack("!H", len(block)) + block
 
 
+def recv_until_eof(sock):
+    """Everything until the peer closes (the socket timeout raises)."""
+    data = b""
+    while True:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def read_reply(s, timeout=5.0):
     """One SMTP reply (all its lines) from a raw socket."""
     s.settimeout(timeout)

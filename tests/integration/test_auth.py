@@ -641,6 +641,24 @@ def test_sendmail_mtad_down(mtad_factory, workdir):
     assert r.returncode == 64 and "no recipients" in r.stderr
 
 
+def test_sendmail_t_refuses_an_address_that_would_change_rcpt(mtad_factory):
+    """-t: an address from the header with a control byte, a blank, '<' or
+    '>' (which would add parameters to RCPT TO:<...>), a NUL, or one too
+    long for the command is refused before mtad is reached (65), never
+    sent, cut or passed on (mtad is not even started: the old scan got
+    as far as connecting, 75)."""
+    m = mtad_factory()          # configured, never started
+    for to in (b"<a@remote.test> NOTIFY=NEVER ORCPT=rfc822;x@y>",
+               b"a@remote.test\x0b@x", b"a\tb@remote.test",
+               b"a@remote.test\x00@evil.test", b"\x1b[2Ja@remote.test",
+               b"a" * 1100 + b"@remote.test"):
+        r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-t"],
+                           input=b"To: ok@remote.test, " + to + b"\n\nhi\n",
+                           capture_output=True, timeout=60)
+        assert r.returncode == 65, (to, r.returncode, r.stderr)
+        assert b"-t: an address in To:, Cc: or Bcc:" in r.stderr, r.stderr
+
+
 def test_sendmail_refused_recipient(mtad_factory, hole):
     m = mtad_factory({"routes": {"default": hole.route()},
                       "relay": {"allow_networks": ["10.9.9.0/24"]}})

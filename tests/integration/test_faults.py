@@ -24,7 +24,8 @@ import time
 
 import pytest
 
-from mtadtest import MTAD, alive, make_message, wait_for, workers
+from mtadtest import (MTAD, alive, make_message, recv_until_eof, wait_for,
+                      workers)
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="mounting a tmpfs needs root")
@@ -121,16 +122,6 @@ def recv_reply(sock):
         lines = data.split(b"\r\n")
         if any(len(x) >= 4 and x[3:4] == b" " for x in lines):
             return data
-
-
-def recv_until_eof(sock):
-    """Everything until the peer closes (the socket timeout raises)."""
-    data = b""
-    while True:
-        chunk = sock.recv(4096)
-        if not chunk:
-            return data
-        data += chunk
 
 
 def count_in(text, needle):

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      send)
+                      recv_until_eof, send)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -318,6 +318,31 @@ def test_metrics_http_answers(mtad_factory):
         assert m.ctl("status", check=True).returncode == 0
     finally:
         idle.close()
+
+
+def http_raw(port, request):
+    """Send request bytes as they are; the status code of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(request)
+        c.shutdown(socket.SHUT_WR)
+        got = recv_until_eof(c)    # one answer, then mtad closes
+    m = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
+    assert m, got[:200]
+    return int(m.group(1))
+
+
+def test_metrics_request_line_only(mtad_factory):
+    """Only the request line is read (master/metrics_req.c): a method
+    without a path is a bad request, whatever follows the empty line in
+    the same read; a control byte in the line (a NUL, which once hid the
+    end of the request) is answered 400 at once."""
+    mport = free_port()
+    mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport}}).start()
+    assert http_raw(mport, b"GET\r\n\r\n/metrics HTTP/1.1\r\n\r\n") == 400
+    assert http_raw(mport, b"GET\r\n/metrics\r\n\r\n") == 400
+    assert http_raw(mport, b"GET /metrics\x00 HTTP/1.1\r\n\r\n") == 400
+    assert http_raw(mport, b"GET\t/metrics HTTP/1.0\n\n") == 200
+    assert http_raw(mport, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n") == 200
 
 
 def test_metrics_off_by_default_and_bind_errors(mtad_factory, workdir):

@@ -24,8 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from mtadtest import (MTACTL, MTAD, dot_stuff, make_message,
-                      read_queue_file, spool_files, strip_received,
-                      wait_for)
+                      read_queue_file, recv_until_eof, spool_files,
+                      strip_received, wait_for)
 from test_tls import make_cert
 
 
@@ -1156,3 +1156,30 @@ def test_control_socket_garbage_never_kills_the_master(mtad_factory, hole):
     if os.environ.get("ROBUST_DEBUG"):
         print("\n".join(l for l in text.splitlines() if "master" in l)[-3000:])
     assert "exited on signal" not in text, worker_deaths(text)
+
+
+def test_control_answers_quote_no_control_byte_and_drain_wants_digits(
+        mtad_factory):
+    """The control socket's error answers escape what they quote of the
+    request (mtactl prints them to a terminal), and "drain" takes a plain
+    number of ms: "drain -1" once wrapped to 2^64-1 ms, a deadline in the
+    past (master/ctl_req.c)."""
+    import socket as so
+    m = mtad_factory().start()
+
+    def ask(req):
+        s = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect(m.sock)
+            s.sendall(req)
+            return recv_until_eof(s)
+        finally:
+            s.close()
+    got = ask(b"\x1b]0;owned\x07\x9b2J\r\n")
+    assert got == b"error: unknown request '\\x1b]0;owned\\x07\\x9b2J'\n", got
+    for req in (b"drain -1\n", b"drain +5\n", b"drain  5\n",
+                b"drain 99999999999999999999\n"):
+        got = ask(req)
+        assert got == b"error: drain: expected a timeout in ms\n", (req, got)
+    assert m.ctl("status").returncode == 0

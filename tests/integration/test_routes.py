@@ -99,6 +99,28 @@ def test_list_is_sorted_lowercase_and_tab_separated(mtad_factory):
         "zeta.example\tdiscard\n")
 
 
+def test_import_reasons_carry_no_control_byte_and_nul_is_refused(
+        mtad_factory, workdir):
+    """route import names a bad line without its control bytes (a key is
+    checked before it is quoted: an escape sequence in a routes file does
+    not reach the terminal), and a NUL inside a line is refused, not taken
+    as the end of the line (which imported a shorter route than written)."""
+    m = mtad_factory()
+    ok(m, "add", "keep.example", "discard")
+    bad = os.path.join(workdir, "ctl.routes")
+    with open(bad, "wb") as f:
+        f.write(b"\x1b]0;owned\x07.example\n"
+                b"nul.example smtp:[10.0.0.1]:25\x00, smtp:[10.6.6.6]:25\n")
+    r = subprocess.run([MTACTL, "-c", m.cfg_path, "route", "import", bad],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1, r
+    assert b"\x1b" not in r.stderr and b"\x07" not in r.stderr, r.stderr
+    assert b"ctl.routes:1: bad key: space or control character in key" \
+        in r.stderr, r.stderr
+    assert b"ctl.routes:2: NUL byte in line" in r.stderr, r.stderr
+    assert ok(m, "list") == "keep.example\tdiscard\n"
+
+
 def test_import_is_all_or_nothing_and_names_lines(mtad_factory, workdir):
     m = mtad_factory()
     ok(m, "add", "keep.example", "discard")

@@ -308,6 +308,40 @@ Test(route_key, refuses_overlong_parts)
     cr_expect_str_eq(why, "key too long (400 bytes, max 319)");
 }
 
+/* route_line_parse - one line of mtactl route import (what export prints);
+ * LP(text): the text and its length (a NUL inside counts). */
+#define LP(t) line_parse(t, sizeof(t) - 1, &k, &v, why, sizeof(why))
+static int
+line_parse(const char *text, size_t n, char **k, char **v, char *why,
+    size_t whysz)
+{
+    static char line[256];
+
+    memcpy(line, text, n);
+    line[n] = '\0';
+    return route_line_parse(line, n, k, v, why, whysz);
+}
+
+Test(route_line, entries_blanks_comments_and_reasons)
+{
+    char *k = NULL, *v = NULL, why[256];
+
+    cr_expect_eq(LP("  one.example\tsmtp:[10.0.0.1]:25, smtp:b  \r\n"), 1);
+    cr_expect_str_eq(k, "one.example");
+    cr_expect_str_eq(v, "smtp:[10.0.0.1]:25, smtp:b");
+    cr_expect_eq(LP(" \t\n"), 0);
+    cr_expect_eq(LP("  # a comment\n"), 0);
+    cr_expect_eq(LP("three.example\n"), -1);
+    cr_expect_str_eq(why, "missing route after key 'three.example'");
+    /* a key is checked before a reason names it */
+    cr_expect_eq(LP("\x1b[2J.example\n"), -1);
+    cr_expect_str_eq(why, "bad key: space or control character in key");
+    /* a NUL does not end the line: the rest would go unchecked */
+    cr_expect_eq(LP("a.example discard\0 smtp:x\n"), -1);
+    cr_expect_str_eq(why, "NUL byte in line");
+}
+#undef LP
+
 Test(route_key, normalize_lower_cases_ascii_only)
 {
     char k[] = "User@Example.ORG\xc3\x9c";
