@@ -8,7 +8,8 @@
  *           is an *at() call on that fd with O_NOFOLLOW / AT_SYMLINK_NOFOLLOW
  *           on the last component.  Symlinks in the *leading* components
  *           are followed (/var/run -> /run is normal); the directory they
- *           lead to is what safefs_dir_trusted() judges.
+ *           lead to is what safefs_dir_trusted() judges.  Except in
+ *           safefs_open_dir_nolinks(), which follows none.
  * FAILURE   -1 with errno kept and a sentence in err naming the path and
  *           what is wrong ("owned by uid 65534", "is a symbolic link").
  *           Nothing is logged.
@@ -29,6 +30,15 @@ int     safefs_open_parent(const char *path, const char **name,
  * group 0, write for others only with the sticky bit.  shown names it. */
 int     safefs_dir_trusted(int dfd, const char *shown, char *err,
             size_t errsz);
+
+/* Open the directory path with O_PATH, one component at a time with
+ * O_NOFOLLOW from "/" (or "."): a symbolic link anywhere in it is an
+ * error (ELOOP), and so is a directory on the way (or path itself) that
+ * safefs_dir_trusted() would refuse with uid and (group) gid trusted
+ * besides root (EPERM).  For root making rules from a path that a less
+ * trusted user may have a hand in.  Returns the fd. */
+int     safefs_open_dir_nolinks(const char *path, uid_t uid, gid_t gid,
+            const char *shown, char *err, size_t errsz);
 
 /* mkdirat(dfd, name, mode) when missing, then open it with
  * O_DIRECTORY|O_NOFOLLOW: a symlink or non-directory there is an error.
