@@ -326,3 +326,33 @@ safefs_check_read(const char *path, const char *shown, char *err,
             "not a regular file");
     return 0;
 }
+
+int
+safefs_secret_exposed(const struct stat *st, gid_t gid, gid_t admin_gid,
+    char *why, size_t whysz)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+
+    if (st->st_mode & (S_IROTH | S_IWOTH))
+        snprintf(why, whysz, "readable or writable by others (mode %04o; "
+            "chmod 0600 or 0640)", mode);
+    else if ((st->st_mode & (S_IRGRP | S_IWGRP)) && st->st_gid != 0 &&
+        st->st_gid != gid && st->st_gid != admin_gid)
+        snprintf(why, whysz, "readable or writable by group %u (mode %04o; "
+            "chmod 0600, or give it group root, the workers' or "
+            "server.admin_group)", (unsigned)st->st_gid, mode);
+    else
+        return 0;
+    return 1;
+}
+
+int
+safefs_secret_path_exposed(const char *path, gid_t gid, gid_t admin_gid,
+    char *why, size_t whysz)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0)
+        return 0;
+    return safefs_secret_exposed(&st, gid, admin_gid, why, whysz);
+}

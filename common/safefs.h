@@ -18,6 +18,7 @@
 #define MTAD_SAFEFS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* Open the directory holding path's last component (O_DIRECTORY).  *name
@@ -73,4 +74,17 @@ long    safefs_count_entries(const char *dir, const char *sub);
  * shown names the setting in the message ("tls.key_file"). */
 int     safefs_check_read(const char *path, const char *shown, char *err,
             size_t errsz);
+
+/* Who besides root may read a secret file (a private key, the password
+ * file) that st describes: 1 with why ("readable or writable by others
+ * (mode 0644; ...)") when others may read or write it, or a group other
+ * than 0, gid (the workers') and admin_gid (server.admin_group; gid
+ * again when none) may; 0 when nobody else may. */
+int     safefs_secret_exposed(const struct stat *st, gid_t gid,
+            gid_t admin_gid, char *why, size_t whysz);
+
+/* The same for the file at path (links followed: the file read); 0 when
+ * it cannot be stat'ed (its reader says why). */
+int     safefs_secret_path_exposed(const char *path, gid_t gid,
+            gid_t admin_gid, char *why, size_t whysz);
 #endif /* MTAD_SAFEFS_H */

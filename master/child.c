@@ -304,6 +304,8 @@ child_spawn_worker(struct slot *s, struct generation *g,
     a.nlisten = g->nlisten;
     a.status = st;
     a.tickets = child_tickets;
+    a.gid = g->privs.drop ? g->privs.gid : getegid();
+    a.admin_gid = g->privs.has_admin ? g->privs.admin_gid : a.gid;
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */
