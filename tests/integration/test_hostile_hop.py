@@ -127,6 +127,18 @@ def status_lines(m, qid, rcpt):
     return [ln for ln in m.log_text().splitlines() if needle in ln]
 
 
+def first_status(mtad_factory, hop, retry):
+    """mtad relaying to hop, one message sent: (mtad, its id, the status
+    lines of its first attempt)."""
+    m = mtad_factory({"server": {"workers": 1},
+                      "routes": {"default": hop.route},
+                      "delivery": {"retry": [retry]}}).start()
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    lines = wait_for(lambda: status_lines(m, qid, "b@example.net"), 20,
+                     what="a delivery status for %s" % qid)
+    return m, qid, lines
+
+
 @pytest.mark.parametrize("replies", [
     # DATA answered 250 at once: no 354, so no content was sent
     {"DATA": b"250 2.0.0 ok\r\n"},
@@ -136,12 +148,7 @@ def status_lines(m, qid, rcpt):
 ], ids=["data-250", "rcpt-surplus"])
 def test_a_2xx_to_data_is_no_delivery(mtad_factory, scripted_hop, replies):
     hop = scripted_hop(**replies)
-    m = mtad_factory({"server": {"workers": 1},
-                      "routes": {"default": hop.route},
-                      "delivery": {"retry": ["1h"]}}).start()
-    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
-    lines = wait_for(lambda: status_lines(m, qid, "b@example.net"), 20,
-                     what="a delivery status for %s" % qid)
+    m, qid, lines = first_status(mtad_factory, hop, "1h")
     assert "status=deferred" in lines[0], lines
     # the surplus taken as DATA's reply, or seen with the 354 behind it
     assert ("in reply to DATA" in lines[0] or
@@ -169,12 +176,7 @@ def test_a_surplus_after_ehlo_is_no_bdat_verdict(mtad_factory, scripted_hop):
     hop = scripted_hop(EHLO=CHUNKING_EHLO,
                        first={"EHLO": CHUNKING_EHLO + SURPLUS,
                               "BDAT": b"451 4.3.0 not taken\r\n"})
-    m = mtad_factory({"server": {"workers": 1},
-                      "routes": {"default": hop.route},
-                      "delivery": {"retry": ["1s"]}}).start()
-    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
-    lines = wait_for(lambda: status_lines(m, qid, "b@example.net"), 20,
-                     what="a delivery status for %s" % qid)
+    m, qid, lines = first_status(mtad_factory, hop, "1s")
     assert "status=deferred" in lines[0], lines
     assert "out of step" in lines[0], lines
     wait_for(lambda: sent_lines(m, qid, "b@example.net"), 20,
