@@ -375,24 +375,26 @@ mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
 
 /*
  * mta_stray - c is about to carry a transaction: has the peer sent
- * anything that no command of ours asked for (bytes read or waiting on a
- * used connection, or its close)?  Every reply is in by now, so such
- * bytes are a surplus reply: taken in order, they would answer the new
+ * anything that no command of ours asked for (bytes read or waiting on
+ * the connection, or its close)?  Every reply is in by now, so such bytes
+ * are a surplus reply: taken in order, they would answer the new
  * commands, and a late reply to RCPT would pass for the verdict on the
- * content.  Returns 0 when quiet, else -1 with why set.
+ * content.  One read that finds nothing (EAGAIN) a transaction.  Returns
+ * 0 when quiet, else -1 with why set.
  */
 static int
 mta_stray(struct mta_conn *c, char *why, size_t len)
 {
     ssize_t n = 0;
 
-    if (buf_avail(&c->in) == 0 && c->reused) {
+    if (buf_avail(&c->in) == 0) {
         (void)buf_reserve(&c->in, 512);
         n = net_read(&c->net, buf_tail(&c->in), buf_room(&c->in));
         if (n == MTA_AGAIN)
             return 0;
         if (n <= 0) {
-            snprintf(why, len, "lost connection with %s while idle", c->name);
+            snprintf(why, len, "lost connection with %s before a "
+                "transaction", c->name);
             return -1;
         }
         buf_produce(&c->in, (size_t)n);
