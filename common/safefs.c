@@ -56,6 +56,27 @@ safefs_open_parent(const char *path, const char **name, char *err,
     return fd;
 }
 
+/* safefs_dir_why - 0 when only root, euid, uid or (group) gid can add,
+ * remove or rename entries of the directory st describes; else why. */
+static int
+safefs_dir_why(const struct stat *st, uid_t uid, gid_t gid, char *why,
+    size_t whysz)
+{
+    if (st->st_uid != 0 && st->st_uid != geteuid() && st->st_uid != uid)
+        snprintf(why, whysz, "directory owned by uid %u, not by root "
+            "or uid %u", (unsigned)st->st_uid, (unsigned)uid);
+    else if ((st->st_mode & S_IWGRP) && st->st_gid != 0 && st->st_gid != gid)
+        snprintf(why, whysz, "directory writable by group %u "
+            "(mode %04o)", (unsigned)st->st_gid,
+            (unsigned)st->st_mode & 07777);
+    else if ((st->st_mode & S_IWOTH) && !(st->st_mode & S_ISVTX))
+        snprintf(why, whysz, "directory writable by anyone "
+            "(mode %04o)", (unsigned)st->st_mode & 07777);
+    else
+        return 0;
+    return -1;
+}
+
 int
 safefs_dir_trusted(int dfd, const char *shown, char *err, size_t errsz)
 {
@@ -65,17 +86,88 @@ safefs_dir_trusted(int dfd, const char *shown, char *err, size_t errsz)
     if (fstat(dfd, &st) < 0)
         return safefs_fail(err, errsz, errno, "%s: %s", shown,
             strerror(errno));
-    if (st.st_uid != 0 && st.st_uid != geteuid())
-        snprintf(why, sizeof(why), "directory owned by uid %u, not by root "
-            "or uid %u", (unsigned)st.st_uid, (unsigned)geteuid());
-    else if ((st.st_mode & S_IWGRP) && st.st_gid != 0)
-        snprintf(why, sizeof(why), "directory writable by group %u "
-            "(mode %04o)", (unsigned)st.st_gid, (unsigned)st.st_mode & 07777);
-    else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
-        snprintf(why, sizeof(why), "directory writable by anyone "
-            "(mode %04o)", (unsigned)st.st_mode & 07777);
-    else
+    if (safefs_dir_why(&st, geteuid(), 0, why, sizeof(why)) == 0)
         return 0;
+    return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
+}
+
+/* safefs_step - from the trusted directory dfd, open its entry name (a
+ * directory, never through a link) with O_PATH.  path and at (the end of
+ * name in path) only name things in err. */
+static int
+safefs_step(int dfd, const char *name, uid_t uid, gid_t gid,
+    const char *path, size_t at, const char *shown, char *err, size_t errsz)
+{
+    struct stat st;
+    char        why[96];
+    int         fd, e;
+    int         known = fstat(dfd, &st) == 0;
+
+    if (!known)
+        util_strlcpy(why, strerror(errno), sizeof(why));
+    if (!known || safefs_dir_why(&st, uid, gid, why, sizeof(why)) != 0) {
+        snprintf(err, errsz, "%s: the directory holding '%.*s': %s; "
+            "refusing it", shown, (int)at, path, why);
+        errno = EPERM;
+        return -1;
+    }
+    fd = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    e = errno;
+    if ((e == ENOTDIR || e == ELOOP) && fstatat(dfd, name, &st,
+        AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        snprintf(err, errsz, "%s: '%.*s' is a symbolic link; refusing to "
+            "follow it", shown, (int)at, path);
+        e = ELOOP;
+    } else {
+        snprintf(err, errsz, "%s: '%.*s': %s", shown, (int)at, path,
+            strerror(e));
+    }
+    errno = e;
+    return -1;
+}
+
+int
+safefs_open_dir_nolinks(const char *path, uid_t uid, gid_t gid,
+    const char *shown, char *err, size_t errsz)
+{
+    char        name[NAME_MAX + 1];
+    const char *p = path, *end;
+    struct stat st;
+    char        why[96];
+    int         dfd, fd;
+
+    dfd = open(*path == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return safefs_fail(err, errsz, errno, "%s: %s", shown,
+            strerror(errno));
+    for (;;) {
+        while (*p == '/')
+            p++;
+        if (*p == '\0')
+            break;
+        end = strchrnul(p, '/');
+        if ((size_t)(end - p) > NAME_MAX) {
+            close(dfd);
+            return safefs_fail(err, errsz, ENAMETOOLONG, "%s: %s", shown,
+                "path too long");
+        }
+        memcpy(name, p, (size_t)(end - p));
+        name[end - p] = '\0';
+        fd = safefs_step(dfd, name, uid, gid, path, (size_t)(end - path),
+            shown, err, errsz);
+        close(dfd);
+        if (fd < 0)
+            return -1;
+        dfd = fd;
+        p = end;
+    }
+    if (fstat(dfd, &st) < 0)
+        util_strlcpy(why, strerror(errno), sizeof(why));
+    else if (safefs_dir_why(&st, uid, gid, why, sizeof(why)) == 0)
+        return dfd;
+    close(dfd);
     return safefs_fail(err, errsz, EPERM, "%s: %s", shown, why);
 }
 
@@ -233,4 +325,34 @@ safefs_check_read(const char *path, const char *shown, char *err,
         return safefs_fail(err, errsz, EINVAL, "%s: %s", what,
             "not a regular file");
     return 0;
+}
+
+int
+safefs_secret_exposed(const struct stat *st, gid_t gid, gid_t admin_gid,
+    char *why, size_t whysz)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+
+    if (st->st_mode & (S_IROTH | S_IWOTH))
+        snprintf(why, whysz, "readable or writable by others (mode %04o; "
+            "chmod 0600 or 0640)", mode);
+    else if ((st->st_mode & (S_IRGRP | S_IWGRP)) && st->st_gid != 0 &&
+        st->st_gid != gid && st->st_gid != admin_gid)
+        snprintf(why, whysz, "readable or writable by group %u (mode %04o; "
+            "chmod 0600, or give it group root, the workers' or "
+            "server.admin_group)", (unsigned)st->st_gid, mode);
+    else
+        return 0;
+    return 1;
+}
+
+int
+safefs_secret_path_exposed(const char *path, gid_t gid, gid_t admin_gid,
+    char *why, size_t whysz)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0)
+        return 0;
+    return safefs_secret_exposed(&st, gid, admin_gid, why, whysz);
 }

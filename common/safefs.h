@@ -8,7 +8,8 @@
  *           is an *at() call on that fd with O_NOFOLLOW / AT_SYMLINK_NOFOLLOW
  *           on the last component.  Symlinks in the *leading* components
  *           are followed (/var/run -> /run is normal); the directory they
- *           lead to is what safefs_dir_trusted() judges.
+ *           lead to is what safefs_dir_trusted() judges.  Except in
+ *           safefs_open_dir_nolinks(), which follows none.
  * FAILURE   -1 with errno kept and a sentence in err naming the path and
  *           what is wrong ("owned by uid 65534", "is a symbolic link").
  *           Nothing is logged.
@@ -17,6 +18,7 @@
 #define MTAD_SAFEFS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* Open the directory holding path's last component (O_DIRECTORY).  *name
@@ -29,6 +31,15 @@ int     safefs_open_parent(const char *path, const char **name,
  * group 0, write for others only with the sticky bit.  shown names it. */
 int     safefs_dir_trusted(int dfd, const char *shown, char *err,
             size_t errsz);
+
+/* Open the directory path with O_PATH, one component at a time with
+ * O_NOFOLLOW from "/" (or "."): a symbolic link anywhere in it is an
+ * error (ELOOP), and so is a directory on the way (or path itself) that
+ * safefs_dir_trusted() would refuse with uid and (group) gid trusted
+ * besides root (EPERM).  For root making rules from a path that a less
+ * trusted user may have a hand in.  Returns the fd. */
+int     safefs_open_dir_nolinks(const char *path, uid_t uid, gid_t gid,
+            const char *shown, char *err, size_t errsz);
 
 /* mkdirat(dfd, name, mode) when missing, then open it with
  * O_DIRECTORY|O_NOFOLLOW: a symlink or non-directory there is an error.
@@ -63,4 +74,17 @@ long    safefs_count_entries(const char *dir, const char *sub);
  * shown names the setting in the message ("tls.key_file"). */
 int     safefs_check_read(const char *path, const char *shown, char *err,
             size_t errsz);
+
+/* Who besides root may read a secret file (a private key, the password
+ * file) that st describes: 1 with why ("readable or writable by others
+ * (mode 0644; ...)") when others may read or write it, or a group other
+ * than 0, gid (the workers') and admin_gid (server.admin_group; gid
+ * again when none) may; 0 when nobody else may. */
+int     safefs_secret_exposed(const struct stat *st, gid_t gid,
+            gid_t admin_gid, char *why, size_t whysz);
+
+/* The same for the file at path (links followed: the file read); 0 when
+ * it cannot be stat'ed (its reader says why). */
+int     safefs_secret_path_exposed(const char *path, gid_t gid,
+            gid_t admin_gid, char *why, size_t whysz);
 #endif /* MTAD_SAFEFS_H */

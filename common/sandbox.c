@@ -312,36 +312,43 @@ sandbox_landlock_abi(void)
     return v < 0 ? 0 : (int)v;
 }
 
+/* sandbox_ll_add_fd - a rule for what fd is open at; shown names it. */
 static int
-sandbox_ll_add(int rfd, const char *path, uint64_t access, int dir_only,
-    char *err, size_t errsz)
+sandbox_ll_add_fd(int rfd, int fd, uint64_t access, int dir_only,
+    const char *shown, char *err, size_t errsz)
 {
     struct landlock_path_beneath_attr pb;
     struct stat st;
-    int         fd, rc;
 
-    fd = open(path, O_PATH | O_CLOEXEC);
-    if (fd < 0)
-        return 0;                   /* not there: nothing to allow */
-    if (fstat(fd, &st) < 0 || (dir_only && !S_ISDIR(st.st_mode))) {
-        close(fd);
+    if (fstat(fd, &st) < 0 || (dir_only && !S_ISDIR(st.st_mode)))
         return 0;
-    }
     if (!S_ISDIR(st.st_mode))       /* file rules take file rights only */
         access &= LANDLOCK_ACCESS_FS_READ_FILE |
             LANDLOCK_ACCESS_FS_WRITE_FILE | SANDBOX_LL_TRUNCATE;
     memset(&pb, 0, sizeof(pb));
     pb.allowed_access = access;
     pb.parent_fd = fd;
-    rc = (int)syscall(__NR_landlock_add_rule, rfd, LANDLOCK_RULE_PATH_BENEATH,
-        &pb, 0);
-    close(fd);
-    if (rc < 0) {
-        snprintf(err, errsz, "landlock_add_rule %s: %s", path,
+    if (syscall(__NR_landlock_add_rule, rfd, LANDLOCK_RULE_PATH_BENEATH,
+        &pb, 0) < 0) {
+        snprintf(err, errsz, "landlock_add_rule %s: %s", shown,
             strerror(errno));
         return -1;
     }
     return 0;
+}
+
+static int
+sandbox_ll_add(int rfd, const char *path, uint64_t access, int dir_only,
+    char *err, size_t errsz)
+{
+    int fd, rc;
+
+    fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0)
+        return 0;                   /* not there: nothing to allow */
+    rc = sandbox_ll_add_fd(rfd, fd, access, dir_only, path, err, errsz);
+    close(fd);
+    return rc;
 }
 
 int
@@ -386,6 +393,10 @@ sandbox_landlock(const struct sandbox_fs *fs, char *err, size_t errsz)
         (abi >= 3 ? SANDBOX_LL_TRUNCATE : 0);
     for (size_t i = 0; fs != NULL && i < fs->nrw; i++)
         if (sandbox_ll_add(rfd, fs->rw[i], rw, 1, err, errsz) < 0)
+            goto fail;
+    for (size_t i = 0; fs != NULL && i < fs->nrwfd; i++)
+        if (sandbox_ll_add_fd(rfd, fs->rwfd[i], rw, 1, "(a maildir)", err,
+            errsz) < 0)
             goto fail;
     for (size_t i = 0; fs != NULL && i < fs->nro; i++)
         if (sandbox_ll_add(rfd, fs->ro[i], ro, 0, err, errsz) < 0)

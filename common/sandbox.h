@@ -21,13 +21,17 @@
 
 enum sandbox_role { SANDBOX_MASTER, SANDBOX_WORKER, SANDBOX_LOGD };
 
-/* The file system a worker keeps: rw beneath each of rw[], read-only
- * (files) ro[].  Paths that do not exist are skipped. */
+/* The file system a worker keeps: rw beneath each of rw[] and of the
+ * directories open at rwfd[] (O_PATH: opened by the caller without
+ * following links), read-only (files) ro[].  Paths that do not exist are
+ * skipped; the caller keeps and closes its fds. */
 struct sandbox_fs {
     const char **rw;
     size_t       nrw;
     const char **ro;
     size_t       nro;
+    const int   *rwfd;
+    size_t       nrwfd;
 };
 
 int     sandbox_landlock(const struct sandbox_fs *fs, char *err,

@@ -647,6 +647,21 @@ dl_orphans(struct deliver *d, char (*st)[SPOOL_ID_SIZE], size_t nst,
 }
 
 
+/* dl_prune_indexes - shard 0 removes the indexes saved by shards that
+ * the worker count no longer has: at the start, and at a kick (the one
+ * after a reload's old workers are gone, which saved theirs on the way
+ * out). */
+static void
+dl_prune_indexes(struct deliver *d, const char *why)
+{
+    unsigned n = spool_index_prune(d->sp, d->nshards);
+
+    if (n > 0)
+        log_info("%s: %u queue index files of shards %u and up removed "
+            "(%u workers now)", why, n, d->nshards, d->nshards);
+}
+
+
 static int
 deliver_load(struct deliver *d, int now, const char *why)
 {
@@ -734,6 +749,8 @@ found:
     }
     if (st != NULL)
         dl_orphans(d, st, nst, ids, n);
+    if (d->shard == 0)
+        dl_prune_indexes(d, why);
     free(st);
     free(ids);
     free(act);

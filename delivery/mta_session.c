@@ -374,6 +374,40 @@ mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
 
 
 /*
+ * mta_stray - c is about to carry a transaction: has the peer sent
+ * anything that no command of ours asked for (bytes read or waiting on
+ * the connection, or its close)?  Every reply is in by now, so such bytes
+ * are a surplus reply: taken in order, they would answer the new
+ * commands, and a late reply to RCPT would pass for the verdict on the
+ * content.  One read that finds nothing (EAGAIN) a transaction.  Returns
+ * 0 when quiet, else -1 with why set.
+ */
+static int
+mta_stray(struct mta_conn *c, char *why, size_t len)
+{
+    ssize_t n = 0;
+
+    if (buf_avail(&c->in) == 0) {
+        (void)buf_reserve(&c->in, 512);
+        n = net_read(&c->net, buf_tail(&c->in), buf_room(&c->in));
+        if (n == MTA_AGAIN)
+            return 0;
+        if (n <= 0) {
+            snprintf(why, len, "lost connection with %s before a "
+                "transaction", c->name);
+            return -1;
+        }
+        buf_produce(&c->in, (size_t)n);
+    }
+    if (buf_avail(&c->in) == 0)
+        return 0;
+    snprintf(why, len, "protocol error: host %s sent a reply to no command "
+        "(out of step) while %s", c->name, mta_phase[c->state]);
+    return -1;
+}
+
+
+/*
  * mta_conn_next - c is ready for a transaction: the one it was opened
  * for, else the next waiting one (after an RSET on a used connection).
  * With none, park c idle, or close it when draining.  Returns 1 when c was
@@ -384,7 +418,14 @@ mta_conn_next(struct mta_conn *c)
 {
     struct mta_txn *t = c->txn;
     int             opened_for = t != NULL && !c->reused;
+    char            why[SMTP_REPLY_MAX + 128];
 
+    if (mta_stray(c, why, sizeof(why)) < 0) {
+        /* a used connection holds no txn here; one it was opened for is
+         * deferred (mta_lost), and tried again on a fresh connection */
+        mta_lost(c, why);
+        return 1;
+    }
     c->txn = NULL;
     for (;;) {
         if (t == NULL)
@@ -974,6 +1015,17 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
     }
     if (c->expect > 0)
         c->expect--;
+    if (c->expect == 0 && buf_avail(&c->in) > 0 && c->state != C_STARTTLS &&
+        c->state != C_QUIT) {
+        /* this reply answers the last command sent, yet more follows: the
+         * peer is out of step (a surplus reply here or earlier), and no
+         * reply of this group can be trusted as the answer it seems */
+        snprintf(why, sizeof(why), "protocol error: host %s sent a reply "
+            "to no command (out of step) while %s", c->name,
+            mta_phase[c->state]);
+        mta_lost(c, why);
+        return 1;
+    }
     if (c->piped && (c->state == C_BODY || c->state == C_DOT) &&
         (c->rset_pending || c->nreply <= c->txn->nrcpt))
         return mta_piped_reply(c, rp);

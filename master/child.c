@@ -28,6 +28,7 @@
 
 #include "common/util.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/sandbox.h"
 #include "router/router.h"
 #include "common/status.h"
@@ -151,10 +152,17 @@ child_fork(struct slot *s, int sv[2])
  * route known at its start (routes.default and the db, routes.static
  * included), or its parent when the Maildir does not exist yet, so the
  * worker can create it.  A maildir route added later outside these is
- * deferred (EACCES) until a reload forks workers that know it. */
+ * deferred (EACCES) until a reload forks workers that know it.  Root opens
+ * them without following a link, through directories only root or the
+ * workers' user can change (safefs_open_dir_nolinks): a route whose path
+ * fails that gets no rule (its deliveries defer), with a warning. */
 struct child_fs {
     const char **rw;
     size_t       n, cap;
+    int         *fd;
+    size_t       nfd, capfd;
+    uid_t        uid;               /* the workers' user and group */
+    gid_t        gid;
 };
 
 static void
@@ -168,28 +176,47 @@ child_fs_add(struct child_fs *f, const char *path)
 }
 
 static void
-child_fs_maildir(struct child_fs *f, const char *value)
+child_fs_add_fd(struct child_fs *f, int fd)
 {
-    char  dir[4096];
+    if (f->nfd == f->capfd) {
+        f->capfd = f->capfd ? f->capfd * 2 : 16;
+        f->fd = xrealloc(f->fd, f->capfd * sizeof(*f->fd));
+    }
+    f->fd[f->nfd++] = fd;
+}
+
+static void
+child_fs_maildir(struct child_fs *f, const char *key, const char *value)
+{
+    char  dir[4096], shown[4200], err[4600];
     char *slash;
+    int   fd;
 
     if (value == NULL || strncmp(value, "maildir:", 8) != 0)
         return;
     util_strlcpy(dir, value + 8, sizeof(dir));
-    if (access(dir, F_OK) != 0 && (slash = strrchr(dir, '/')) != NULL) {
+    snprintf(shown, sizeof(shown), "maildir route %s '%s'", key, dir);
+    fd = safefs_open_dir_nolinks(dir, f->uid, f->gid, shown, err,
+        sizeof(err));
+    if (fd < 0 && errno == ENOENT && (slash = strrchr(dir, '/')) != NULL) {
         if (slash == dir)
             slash[1] = '\0';
         else
             *slash = '\0';
+        fd = safefs_open_dir_nolinks(dir, f->uid, f->gid, shown, err,
+            sizeof(err));
     }
-    child_fs_add(f, dir);
+    if (fd >= 0)
+        child_fs_add_fd(f, fd);
+    else if (errno != ENOENT)       /* not there: nothing to allow */
+        log_warn("sandbox: %s; no Landlock rule for it (its deliveries "
+            "defer)", err);
 }
 
 static int
 child_fs_route(const char *key, const char *value, void *arg)
 {
-    (void)key;
-    child_fs_maildir(arg, value);
+    child_fs_maildir(arg, key, value);
     return 0;
 }
 
@@ -197,7 +224,8 @@ child_fs_route(const char *key, const char *value, void *arg)
  * user may not be able to traverse (/run/mtad 0750 root).  Returns 0 on,
  * 1 off (logged).  The seccomp filter follows the privilege drop. */
 static int
-child_sandbox_worker(const struct config *cfg, struct worker *w)
+child_sandbox_worker(const struct config *cfg, const struct privs *p,
+    struct worker *w)
 {
     /* read-only: the routes db (already open), what name resolution
      * (getaddrinfo, NSS modules) and certificate checks read lazily,
@@ -211,31 +239,36 @@ child_sandbox_worker(const struct config *cfg, struct worker *w)
 #endif
     };
     const char       *ro[ARRAY_LEN(ro_fixed) + 2];
-    struct child_fs   f = { NULL, 0, 0 };
+    struct child_fs   f = { .uid = p->drop ? p->uid : geteuid(),
+                            .gid = p->drop ? p->gid : getegid() };
     struct sandbox_fs fs;
     char              err[512], lock[4200];
     size_t            nro = 0;
     int               rc;
 
     child_fs_add(&f, cfg->spool_dir);
-    child_fs_maildir(&f, cfg->routes_default);
+    child_fs_maildir(&f, "routes.default", cfg->routes_default);
     (void)router_each(worker_router(w), child_fs_route, &f);
     snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
     ro[nro++] = cfg->routes_db;
     ro[nro++] = lock;
     for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
         ro[nro++] = ro_fixed[i];
-    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro };
+    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro, f.fd, f.nfd };
     rc = sandbox_landlock(&fs, err, sizeof(err));
     if (rc < 0)
         fatalx("sandbox: %s", err);
     if (rc > 0)
         log_warn("sandbox: %s", err);
     else
-        log_debug("sandbox: Landlock on, %zu writable directories", f.n);
+        log_debug("sandbox: Landlock on, %zu writable directories",
+            f.n + f.nfd);
     for (size_t i = 0; i < f.n; i++)
         free((void *)f.rw[i]);
     free(f.rw);
+    for (size_t i = 0; i < f.nfd; i++)
+        (void)close(f.fd[i]);
+    free(f.fd);
     return rc;
 }
 
@@ -271,11 +304,13 @@ child_spawn_worker(struct slot *s, struct generation *g,
     a.nlisten = g->nlisten;
     a.status = st;
     a.tickets = child_tickets;
+    a.gid = g->privs.drop ? g->privs.gid : getegid();
+    a.admin_gid = g->privs.has_admin ? g->privs.admin_gid : a.gid;
     w = worker_init(&a);            /* still privileged: LMDB, spool */
     if (w == NULL)
         _exit(1);                   /* worker_init logged why */
     if (g->cfg->sandbox)
-        ll = child_sandbox_worker(g->cfg, w);
+        ll = child_sandbox_worker(g->cfg, &g->privs, w);
     privs_drop(&g->privs);
     if (g->cfg->sandbox) {
         if (sandbox_seccomp(SANDBOX_WORKER, err, sizeof(err)) < 0)
@@ -293,7 +328,8 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
 {
     /* logd writes only to the fd it is given; it reads the time zone */
     static const char *ro[] = { "/etc/localtime", "/usr/share/zoneinfo" };
-    static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro) };
+    static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro),
+        NULL, 0 };
     int   keep[2] = { log_recv_fd, log_file_fd };
     char  err[256];
     pid_t pid;

@@ -47,6 +47,7 @@
 #include <openssl/crypto.h>
 
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "smtpd/smtpd_int.h"
@@ -146,12 +147,13 @@ smtpd_auth_parse(struct smtpd_auth *a, char *line, const char **why)
 
 
 struct smtpd_auth *
-smtpd_auth_load(const char *path)
+smtpd_auth_load(const char *path, gid_t gid, gid_t admin_gid)
 {
     struct smtpd_auth *a;
     struct stat        st;
     char              *text, *line, *next;
     const char        *why;
+    char               why_mode[160];
     ssize_t            got;
     size_t             len = 0;
     unsigned           lineno = 0;
@@ -166,9 +168,8 @@ smtpd_auth_load(const char *path)
             close(fd);
         return NULL;
     }
-    if (st.st_mode & (S_IROTH | S_IWOTH))
-        log_warn("auth.password_file %s: readable or writable by others "
-            "(chmod 0640)", path);
+    if (safefs_secret_exposed(&st, gid, admin_gid, why_mode, sizeof(why_mode)))
+        log_warn("auth.password_file %s: %s", path, why_mode);
     text = xmalloc((size_t)st.st_size + 1);
     while (len < (size_t)st.st_size &&
         (got = read(fd, text + len, (size_t)st.st_size - len)) != 0) {

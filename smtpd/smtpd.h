@@ -66,8 +66,10 @@ void    smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
             socklen_t salen, const struct config_listen *l);
 
 /* The auth.password_file table (user:crypt-hash lines), read by the
- * worker before it drops privileges.  NULL: logged (file, line). */
-struct smtpd_auth *smtpd_auth_load(const char *path);
+ * worker before it drops privileges; a warning when users besides root
+ * and the groups gid and admin_gid may read it.  NULL: logged (file, line). */
+struct smtpd_auth *smtpd_auth_load(const char *path, gid_t gid,
+            gid_t admin_gid);
 void    smtpd_auth_free(struct smtpd_auth *a);            /* NULL ok */
 void    smtpd_stop_begin(struct smtpd *d);
 void    smtpd_stop_all(struct smtpd *d, uint64_t linger_ms);

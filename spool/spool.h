@@ -347,5 +347,9 @@ int     spool_index_save(struct spool *sp, unsigned shard,
             int (*next)(void *arg, const void **p, size_t *n), void *arg);
 int     spool_index_take(struct spool *sp, unsigned shard, char **data,
             size_t *len);
+/* Remove the saved indexes of shards from and up (shards a smaller worker
+ * count no longer has: a later growth must not take an old one).  The
+ * number removed. */
+unsigned spool_index_prune(struct spool *sp, unsigned from);
 
 #endif /* MTAD_SPOOL_H */

@@ -68,6 +68,20 @@ spool_index_save(struct spool *sp, unsigned shard,
 }
 
 
+unsigned
+spool_index_prune(struct spool *sp, unsigned from)
+{
+    char     name[32], tmp[32];
+    unsigned shard, n = 0;
+
+    for (shard = from; shard <= 0xffu; shard++) {
+        spool_index_names(shard, name, tmp, sizeof(name));
+        n += unlinkat(sp->statefd, name, 0) == 0;
+    }
+    return n;
+}
+
+
 int
 spool_index_take(struct spool *sp, unsigned shard, char **data, size_t *len)
 {

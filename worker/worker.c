@@ -60,6 +60,7 @@
 
 #include "common/ev.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/status.h"
 #include "common/tlskey.h"
 #include "common/util.h"
@@ -614,6 +615,10 @@ worker_tls_init(struct worker *w)
 
     if (w->cfg->ntls_certs == 0)
         return 0;
+    for (size_t i = 0; i < w->cfg->ntls_certs; i++)
+        if (safefs_secret_path_exposed(w->cfg->tls_key_files[i], w->a.gid,
+            w->a.admin_gid, err, sizeof(err)))
+            log_warn("tls.key_file %s: %s", w->cfg->tls_key_files[i], err);
     o.cert_files = (const char *const *)w->cfg->tls_cert_files;
     o.key_files = (const char *const *)w->cfg->tls_key_files;
     o.ncerts = w->cfg->ntls_certs;
@@ -648,6 +653,11 @@ worker_dkim_init(struct worker *w)
         log_err("dkim: cannot set up SHA-256");
         return -1;
     }
+    for (i = 0; i < cfg->ndkim_sign; i++)
+        if (safefs_secret_path_exposed(cfg->dkim_sign[i].key_file,
+            w->a.gid, w->a.admin_gid, err, sizeof(err)))
+            log_warn("dkim.sign[%zu].key_file %s: %s", i,
+                cfg->dkim_sign[i].key_file, err);
     for (i = 0; i < cfg->ndkim_sign; i++)
         if (dkim_keys_add(w->dkim, cfg->dkim_sign[i].domain,
             cfg->dkim_sign[i].selector, cfg->dkim_sign[i].key_file,
@@ -745,7 +755,8 @@ worker_init(const struct worker_args *a)
      * before the privilege drop (a reload forks new workers, which read
      * it again). */
     if (cfg->auth_password_file != NULL &&
-        (w->auth = smtpd_auth_load(cfg->auth_password_file)) == NULL)
+        (w->auth = smtpd_auth_load(cfg->auth_password_file,
+        w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
     tlsrpt_enable(cfg->tlsrpt_enabled);
     env.loop = w->loop;

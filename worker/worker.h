@@ -25,6 +25,7 @@
 #define MTAD_WORKER_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct config;
 struct status_page;
@@ -43,6 +44,8 @@ struct worker_args {
     /* TLS session-ticket keys shared by every worker (made by the master
      * before the first fork); NULL: each TLS context makes its own. */
     struct tlskey_ring *tickets;
+    gid_t               gid;        /* the workers' group (after the drop) */
+    gid_t               admin_gid;  /* server.admin_group, else gid */
 };
 
 struct worker;

@@ -225,7 +225,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&d, 0, sizeof(d));
     d.loop = fuzz_loop;
     d.cfg = &cfg;
-    if ((d.auth = smtpd_auth_load(fuzz_path)) == NULL)
+    if ((d.auth = smtpd_auth_load(fuzz_path, 0, 0)) == NULL)
         abort();
     memset(&c, 0, sizeof(c));
     c.ip = "192.0.2.1";

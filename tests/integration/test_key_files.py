@@ -104,3 +104,50 @@ def test_password_file_in_a_worker_writable_dir_is_refused(mtad_factory, workdir
     os.chmod(pw, 0o600)
     start_fails(mtad_factory({"auth": {"password_file": pw}}),
                 "auth.password_file", "owned by uid %d" % uid)
+
+
+def workers_ready(m, generation=1):
+    m.wait_log("master: ready: generation %d" % generation)
+    return m.log_text()
+
+
+def test_tls_key_readable_by_others_is_warned_at_reload(mtad_factory,
+                                                         workdir):
+    """A private key nobody else may read: no warning.  Made readable by
+    others, the reload (new workers read it again) warns, naming it, like
+    auth.password_file; so does a group other than root's or the
+    workers'."""
+    cert, key = make_cert(workdir)
+    os.chmod(key, 0o600)
+    m = mtad_factory(tls_cfg(cert, key)).start()
+    assert "tls.key_file" not in workers_ready(m)
+    os.chmod(key, 0o644)
+    assert m.ctl("reload").returncode == 0
+    m.wait_log("tls.key_file %s: readable or writable by others "
+               "(mode 0644" % key)
+    os.chmod(key, 0o640)
+    os.chown(key, 0, 65534)
+    assert m.ctl("reload").returncode == 0
+    m.wait_log("tls.key_file %s: readable or writable by group 65534" % key)
+
+
+def test_key_of_root_or_the_workers_group_is_not_warned(mtad_factory,
+                                                        workdir):
+    cert, key = make_cert(workdir)
+    os.chmod(key, 0o640)
+    os.chown(key, 0, pwd.getpwnam(USER).pw_gid)
+    m = mtad_factory(tls_cfg(cert, key)).start()
+    assert "tls.key_file" not in workers_ready(m)
+
+
+def test_dkim_key_readable_by_others_is_warned(mtad_factory, workdir):
+    from test_dkim import keygen
+    path, _ = keygen(workdir, "example.org", "s1", "ed25519-sha256")
+    os.chmod(path, 0o604)
+    m = mtad_factory({"server": {"workers": 1},
+                      "dkim": {"sign": [{"domain": "example.org",
+                                         "selector": "s1",
+                                         "key_file": path,
+                                         "algorithm": "ed25519-sha256"}]}}).start()
+    m.wait_log("dkim.sign[0].key_file %s: readable or writable by others "
+               "(mode 0604" % path)

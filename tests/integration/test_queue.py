@@ -1325,3 +1325,44 @@ def test_listing_through_workers_of_a_bigger_queue_at_start(mtad_factory, sink):
     assert len(msgs) == 5000 and summary[0] == 5000, summary
     assert list(msgs) == sorted(msgs)
     assert_sources_agree(m, [(), ("--summary", "--json")])
+
+
+def test_indexes_of_shards_gone_are_removed(mtad_factory):
+    """state/index-NN of a shard the worker count no longer has (saved
+    when there were more workers) is removed at the start and after a
+    reload's old workers are gone (they save theirs on the way out), so a
+    later growth of the count never takes an old one."""
+    import pwd
+    from mtadtest import IS_ROOT, USER
+    m = mtad_factory({"server": {"workers": 2}})
+    state = os.path.join(m.spool, "state")
+
+    def plant(*shards):
+        os.makedirs(state, exist_ok=True)
+        for s in shards:
+            p = os.path.join(state, "index-%02x" % s)
+            with open(p, "w") as f:
+                f.write("mtad-qindex 1\n")
+            if IS_ROOT:
+                pw = pwd.getpwnam(USER)
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+
+    def indexes():
+        return sorted(f for f in os.listdir(state) if f.startswith("index-"))
+
+    m.start()
+    m.stop()
+    plant(2, 3, 0x1f)
+    before = len(m.log_text())
+    m.start()
+    wait_for(lambda: "queued messages of shard 0 scheduled" in
+             m.log_text()[before:], what="shard 0's recovery")
+    assert indexes() == []
+    assert "recover: 3 queue index files of shards 2 and up removed" in \
+        m.log_text()[before:]
+    plant(3)
+    assert m.ctl("reload").returncode == 0
+    # by the new workers' start, or the kick when the old ones are gone
+    m.wait_log(": 1 queue index files of shards 2 and up removed",
+               timeout=30)
+    assert indexes() == []

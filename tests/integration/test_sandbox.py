@@ -12,6 +12,8 @@ import os
 import socket
 import subprocess
 
+import pytest
+
 from mtadtest import (MTAD, alive, children_by_comm, proc_status, wait_for,
                       workers)
 
@@ -113,3 +115,46 @@ def test_landlock_confines_maildirs_to_those_known_at_start(mtad_factory,
     assert m.ctl("reload").returncode == 0
     files = wait_for(lambda: maildir_files(md), 30)
     assert files and len(files) == 1, files
+
+
+@pytest.mark.parametrize("how", ["link", "parent"])
+def test_no_rule_for_a_maildir_a_less_trusted_user_can_redirect(
+        mtad_factory, workdir, how):
+    """Root makes the workers' Landlock rules from the maildir routes'
+    paths.  A path through a symbolic link (link), or through a directory
+    a less trusted user owns (parent: nobody could plant a link there), must
+    not lead root to open what it points at: no rule, a warning naming
+    the route and the path, and the delivery defers (EACCES) instead of
+    landing in the link's target.  Before the fix root followed the link
+    and the message was delivered into the target."""
+    from mtadtest import IS_ROOT, make_message, maildir_files, send, worker_dir
+    if not IS_ROOT:
+        pytest.skip("needs root (a directory of another user)")
+    target = worker_dir(os.path.join(workdir, "target"))
+    if how == "link":
+        base = os.path.join(workdir, "link")
+        os.symlink(target, base)
+        os.lchown(base, 65534, 65534)
+        md = os.path.join(base, "Maildir")
+        refused = "'%s' is a symbolic link" % base
+    else:
+        evil = os.path.join(workdir, "evil")
+        os.makedirs(evil)
+        os.chown(evil, 65534, 65534)
+        os.rename(target, os.path.join(evil, "target"))
+        target = os.path.join(evil, "target")
+        md = os.path.join(target, "Maildir")
+        refused = "directory owned by uid 65534"
+    m = mtad_factory({"server": {"workers": 1},
+                      "delivery": {"retry": ["1h"]},
+                      "routes": {"static": {"evil.test": "maildir:" + md}}})
+    m.start()
+    qid = send(m, "a@example.org", ["b@evil.test"], make_message(1))
+    m.wait_log("%s: to=<b@evil.test>" % qid)
+    line = [ln for ln in m.log_text().splitlines()
+            if "%s: to=<b@evil.test>" % qid in ln][0]
+    assert "status=deferred" in line, line
+    assert maildir_files(os.path.join(target, "Maildir")) == []
+    warned = [ln for ln in m.log_text().splitlines()
+              if "maildir route evil.test '%s'" % md in ln]
+    assert warned and refused in warned[0], m.log_text()

@@ -205,3 +205,62 @@ Test(safefs, check_read_wants_a_regular_file_in_a_trusted_dir)
     cr_assert(strstr(err, "writable by anyone"), "%s", err);
     cr_assert_eq(safefs_check_read(target, "tls.key_file", err, sizeof(err)), -1);
 }
+
+Test(safefs, open_dir_nolinks_refuses_a_link_anywhere_and_open_dirs)
+{
+    char path[256], link[128], sub[128];
+    int  fd;
+
+    snprintf(sub, sizeof(sub), "%s/real", dir);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    snprintf(path, sizeof(path), "%s//real/", dir);
+    fd = safefs_open_dir_nolinks(path, (uid_t)-1, (gid_t)-1, "route", err,
+        sizeof(err));
+    cr_assert_geq(fd, 0, "%s", err);
+    close(fd);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    cr_assert_eq(symlink("real", link), 0);
+    snprintf(path, sizeof(path), "%s/link/x", dir);
+    cr_assert_eq(safefs_open_dir_nolinks(path, (uid_t)-1, (gid_t)-1, "route",
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, ELOOP);
+    cr_assert(strstr(err, "link' is a symbolic link") != NULL, "%s", err);
+    cr_assert_eq(safefs_open_dir_nolinks(link, (uid_t)-1, (gid_t)-1, "route",
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, ELOOP);
+    snprintf(path, sizeof(path), "%s/missing", dir);
+    cr_assert_eq(safefs_open_dir_nolinks(path, (uid_t)-1, (gid_t)-1, "route",
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, ENOENT);
+    /* a directory anyone may change, on the way or at the end */
+    cr_assert_eq(chmod(dir, 0777), 0);
+    cr_assert_eq(safefs_open_dir_nolinks(sub, (uid_t)-1, (gid_t)-1, "route",
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, EPERM);
+    cr_assert(strstr(err, "writable by anyone") != NULL, "%s", err);
+    cr_assert_eq(chmod(dir, 0755), 0);
+    cr_assert_eq(chmod(sub, 0777), 0);
+    cr_assert_eq(safefs_open_dir_nolinks(sub, (uid_t)-1, (gid_t)-1, "route",
+        err, sizeof(err)), -1);
+    cr_assert_eq(errno, EPERM);
+}
+
+Test(safefs, secret_exposed_to_others_or_a_foreign_group)
+{
+    struct stat st;
+
+    memset(&st, 0, sizeof(st));
+    st.st_mode = S_IFREG | 0600;
+    st.st_gid = 50;
+    cr_assert_eq(safefs_secret_exposed(&st, 100, 100, err, sizeof(err)), 0);
+    st.st_mode = S_IFREG | 0644;
+    cr_assert_eq(safefs_secret_exposed(&st, 100, 100, err, sizeof(err)), 1);
+    cr_assert(strstr(err, "by others (mode 0644") != NULL, "%s", err);
+    st.st_mode = S_IFREG | 0640;
+    cr_assert_eq(safefs_secret_exposed(&st, 100, 100, err, sizeof(err)), 1);
+    cr_assert(strstr(err, "by group 50 (mode 0640") != NULL, "%s", err);
+    cr_assert_eq(safefs_secret_exposed(&st, 50, 100, err, sizeof(err)), 0);
+    cr_assert_eq(safefs_secret_exposed(&st, 100, 50, err, sizeof(err)), 0);
+    st.st_gid = 0;
+    cr_assert_eq(safefs_secret_exposed(&st, 100, 100, err, sizeof(err)), 0);
+}

@@ -265,6 +265,16 @@ Test(spool_index, saved_taken_once_and_checked)
     cr_assert_eq(spool_index_take(sp, 3, &data, &len), SPOOL_EFORMAT);
     cr_assert_null(data);
     cr_assert_neq(access(path, F_OK), 0);
+    /* a shard from `from` up: pruned; one below it stays */
+    c.n = 0;
+    cr_assert_eq(spool_index_save(sp, 3, t_next, &c), SPOOL_OK);
+    c.n = 0;
+    cr_assert_eq(spool_index_save(sp, 0xff, t_next, &c), SPOOL_OK);
+    cr_assert_eq(spool_index_prune(sp, 4), 1);
+    cr_assert_eq(access(path, F_OK), 0);
+    cr_assert_eq(spool_index_prune(sp, 3), 1);
+    cr_assert_neq(access(path, F_OK), 0);
+    cr_assert_eq(spool_index_prune(sp, 0), 0);
     /* the master's start leaves a saved index alone (not a dot-name) */
     c.n = 0;
     cr_assert_eq(spool_index_save(sp, 3, t_next, &c), SPOOL_OK);
