@@ -715,7 +715,7 @@ def fmt(s, digits=0, unit=""):
 
 
 def main():
-    global MTAD, BLAST, SINK
+    global MTAD, BLAST, SINK, DISK_DESC
     for b in (MTAD, BLAST, SINK):
         if not os.access(b, os.X_OK):
             log("missing %s: run make first" % b)
@@ -743,6 +743,12 @@ def main():
     results = {}      # (scenario, tool, mta) -> list of result dicts
     profiles = []     # (title, perf report text)
     notes = []
+    disk_img = None
+    if any(s[4] == "disk" and (not only or s[0] in only) for s in SCENARIOS):
+        disk_img = durable_fs(disk, notes)
+    DISK_DESC = ("a fresh ext4 with a journal (mkfs.ext4 defaults), %s in a "
+                 "loop-mounted file on /var/tmp (%s)" % (DURABLE_FS_SIZE, fs_of("/var/tmp"))
+                 if disk_img else "/var/tmp (%s)" % fs_of("/var/tmp"))
     running = []      # objects with stop()
 
     def stop_all():
@@ -856,6 +862,10 @@ def main():
             if p.poll() is None:
                 kill_tree(p.pid, 2)
         shutil.rmtree(shm, ignore_errors=True)
+        if disk_img:
+            for e in os.listdir(disk):      # the queues; then the mount goes
+                shutil.rmtree(os.path.join(disk, e), ignore_errors=True)
+        durable_fs_drop(disk, disk_img)
         shutil.rmtree(disk, ignore_errors=True)
 
     if "postfix" in mtas:
@@ -1110,6 +1120,44 @@ def render(results, tools):
     return "\n".join(lines)
 
 
+DURABLE_FS_SIZE = "4G"
+DISK_DESC = "?"       # where the durable rows' queues were, for RESULTS.md
+
+
+def durable_fs(base, notes):
+    """The durable rows' file system: a fresh ext4 (mkfs defaults: a
+    journal, ordered data) in a sparse file on /var/tmp, loop-mounted at
+    base.  A durable spool needs a journal (without one a crash leaves the
+    metadata to fsck), and the machine's own /var/tmp may have none (the
+    bench VM's root ext4 has no journal and is mounted with discard: there
+    every create searched past recently deleted inodes, and the durable
+    rates drifted down run after run).  Returns the image's path, or None
+    when it cannot be made: then base stays a directory on /var/tmp."""
+    fd, img = tempfile.mkstemp(prefix="mtad-bench-fs.", suffix=".img", dir="/var/tmp")
+    os.close(fd)
+    steps = (["truncate", "-s", DURABLE_FS_SIZE, img], ["mkfs.ext4", "-q", "-F", img],
+             ["mount", "-o", "loop", img, base])
+    for argv in steps:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            notes.append("durable rows on /var/tmp itself: %s failed: %s" %
+                         (argv[0], (r.stderr or r.stdout).strip()[:200]))
+            os.unlink(img)
+            return None
+    os.chmod(base, 0o755)
+    return img
+
+
+def durable_fs_drop(base, img):
+    if img is None:
+        return
+    r = subprocess.run(["umount", base], capture_output=True, text=True, timeout=120)
+    if r.returncode == 0:
+        os.unlink(img)
+    else:
+        log("umount %s: %s (left mounted, image %s)" % (base, r.stderr.strip(), img))
+
+
 def fs_of(path):
     r = subprocess.run(["df", "-T", path], capture_output=True, text=True)
     rows = r.stdout.splitlines()
@@ -1261,8 +1309,8 @@ def write_results(table, checks, notes, secs, load0, profiles, cmds, configs, tl
                 "described at the end.\n\n")
         f.write("- date: %s\n" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         f.write("- machine: %s\n" % machine())
-        f.write("- storage: spools and queues on /dev/shm (%s); durable runs on /var/tmp (%s)\n"
-                % (fs_of("/dev/shm"), fs_of("/var/tmp")))
+        f.write("- storage: spools and queues on /dev/shm (%s); durable runs on %s\n"
+                % (fs_of("/dev/shm"), DISK_DESC))
         f.write("- peer: Postfix %s (Debian package), queue on the same storage as mtad's spool\n" % pfver)
         f.write("- command: `%smake bench` (%d repetitions per figure, %.0f s in all)\n\n" %
                 (env + " " if env else "", REPS, secs))
@@ -1326,9 +1374,10 @@ METHOD = """
   Postfix, the sum of PSS (proportional set size) of its whole process tree.
 - Scenarios: 1k = 1 KiB messages, sN = N concurrent sessions, one message
   per connection unless "-many" (every session keeps its connection);
-  durable = mtad with `spool.fsync: true` and Postfix, both queued on /var/tmp
-  (disk; each run starts after a sync(): neither writes back what the other
-  left); +idle = 10,000 idle connections held open (after the greeting) while
+  durable = mtad with `spool.fsync: true` and Postfix, both queued on a fresh
+  ext4 with a journal, loop-mounted from a file on /var/tmp (bench/harness.py
+  durable_fs: the machine's own /var/tmp may have no journal); each run starts
+  after a sync(), so neither writes back what the other left; +idle = 10,000 idle connections held open (after the greeting) while
   the 20-session load runs, on a fresh mtad, right after the same load
   without them (row before-idle; Postfix is not run: one smtpd process per
   connection); sink10%4xx = our sink answers 10% of messages
