@@ -6,7 +6,9 @@
  *           through the route's hosts in order), greeting, EHLO (HELO on a
  *           5xx), MAIL/RCPT/DATA pipelined when offered, the body streamed
  *           from the queue file (dot-stuffed in one pass for DATA, sent
- *           as is with sendfile for BDAT), then the per-recipient results.
+ *           as is for BDAT: read into memory and sent in blocks of up to
+ *           1 MiB, or with sendfile when the worker's blocks are all in
+ *           use), then the per-recipient results.
  * CONTRACT  A destination is txn->dest (a route text, or "mx:<domain>":
  *           concurrency is per destination domain, as Postfix's
  *           destination concurrency).  Its connections (connecting,
@@ -23,7 +25,7 @@
  *           the bytes as they are, as Postfix does); a message that needs
  *           SMTPUTF8 fails 5.6.7 at a peer without it, BINARYMIME 5.6.3
  *           without BINARYMIME+CHUNKING; NOTIFY/ORCPT/RET/ENVID are passed
- *           on when the peer offers DSN; BDAT (sendfile, no stuffing) when
+ *           on when the peer offers DSN; BDAT (no stuffing) when
  *           it offers CHUNKING.  Sockets use TCP_NODELAY: every write is a
  *           whole batch of commands or body, so Nagle only adds delay.
  *           done() is called exactly once per transaction, from a loop
@@ -226,6 +228,7 @@ mta_conn_close(struct mta_conn *c)
     d->nconns--;
     r->nconns--;
     buf_free(&c->in);
+    mta_block_give(c);
     buf_free(&c->out);
     free(c->rst);
     free(c);
@@ -387,6 +390,7 @@ mta_connect_next(struct mta_conn *c)
     }
     c->in.off = c->in.len = 0;
     c->out.off = c->out.len = 0;
+    mta_block_give(c);
     c->expect = 0;
     c->tls_again = 0;
     if (plain && c->cur > 0)
@@ -636,6 +640,49 @@ mta_hop_literal(const char *name, unsigned port, struct mta_hop *out)
 }
 
 
+int
+mta_block_take(struct mta_conn *c)
+{
+    struct mta *r = c->r;
+    size_t      n = buf_avail(&c->out);
+    char       *b;
+
+    if (c->out_block)
+        return 1;
+    if (r->nblocks >= MTA_BLOCKS || n > MTA_BLOCK / 2)
+        return 0;
+    b = r->nblock_spare > 0 ? r->block_spare[--r->nblock_spare]
+                            : xmalloc(MTA_BLOCK);
+    memcpy(b, buf_head(&c->out), n);
+    buf_free(&c->out);
+    c->out.data = b;
+    c->out.off = 0;
+    c->out.len = n;
+    c->out.cap = MTA_BLOCK;
+    c->out_block = 1;
+    r->nblocks++;
+    return 1;
+}
+
+
+void
+mta_block_give(struct mta_conn *c)
+{
+    struct mta *r = c->r;
+
+    if (!c->out_block)
+        return;
+    /* a block that buf_reserve() grew is freed, not pooled */
+    if (c->out.cap == MTA_BLOCK && r->nblock_spare < MTA_BLOCK_SPARE)
+        r->block_spare[r->nblock_spare++] = c->out.data;
+    else
+        free(c->out.data);
+    buf_init(&c->out);
+    c->out_block = 0;
+    r->nblocks--;
+}
+
+
 struct mta *
 mta_new(struct ev_loop *loop, const char *helo_name,
     uint64_t connect_timeout_ms, unsigned conns_per_dest)
@@ -681,6 +728,8 @@ mta_free(struct mta *r)
     }
     net_tls_ctx_free(r->tls_ctx);
     tls_cache_free(r->tls_cache);
+    while (r->nblock_spare > 0)
+        free(r->block_spare[--r->nblock_spare]);
     free(r->chunk);
     free(r->helo);
     free(r);

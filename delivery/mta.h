@@ -151,6 +151,18 @@ size_t  mta_nconns(const struct mta *r);
 #define MTA_MAX_ADDRS    16
 #define MTA_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
 #define MTA_WRITE_TURNS  8                 /* body refills per callback */
+/* A plaintext BDAT body goes out of memory: pread() into the connection's
+ * out buffer, then one send() of up to MTA_BLOCK bytes.  Measured on the
+ * bench VM (1 MiB messages): 1.2-1.4 ms of CPU per message against
+ * 1.6-1.9 with sendfile() (splice pages into the socket cost more than
+ * one copy) and 1.7-1.9 with 128 KiB reads.  A body bigger than
+ * MTA_BLOCK_SMALL takes a pooled MTA_BLOCK block while it is sent; at most
+ * MTA_BLOCKS are out at once per worker, beyond that sendfile() goes on
+ * without memory. */
+#define MTA_BLOCK        (1024 * 1024)
+#define MTA_BLOCK_SMALL  (64 * 1024)
+#define MTA_BLOCKS       32
+#define MTA_BLOCK_SPARE  8                 /* kept for the next body */
 /* With PIPELINING and CHUNKING a body up to this size goes behind the
  * RCPTs (BDAT n LAST) without waiting for their replies: one round trip
  * a message.  A bigger one waits, so a refused transaction does not cost
@@ -207,6 +219,7 @@ struct mta_conn {
                                        their replies come in C_BODY/C_DOT */
     uint64_t           body_left;
     off_t              body_pos;
+    int                out_block;   /* out.data is a pooled MTA_BLOCK */
     struct smtp_stuff stuff;
 };
 
@@ -233,6 +246,9 @@ struct mta {
     struct mta_dest *dests;
     size_t             nconns;
     char              *chunk;       /* MTA_CHUNK read buffer, shared */
+    char              *block_spare[MTA_BLOCK_SPARE];
+    unsigned           nblock_spare;
+    unsigned           nblocks;     /* blocks held by connections */
     struct mta_txn  *posted;      /* finished, done() not yet called */
     struct ssl_ctx_st *tls_ctx;     /* client context, or NULL */
     struct tls_cache  *tls_cache;   /* sessions per destination and host */
@@ -240,6 +256,11 @@ struct mta {
     void              *tls_report_arg;
     struct ev_timer    post_timer;
 };
+/* mta.c: the body blocks (MTA_BLOCK).  mta_block_take() moves c's
+ * buffered bytes into a block and returns 1, or 0 when all are out;
+ * mta_block_give() hands it back and leaves out empty and small. */
+int     mta_block_take(struct mta_conn *c);
+void    mta_block_give(struct mta_conn *c);
 /* mta.c: completion, destinations, connections, fail-over. */
 void    mta_post(struct mta *r, struct mta_txn *t);
 void    mta_set(struct mta_txn *t, size_t i, int status, const char *reply,

@@ -52,10 +52,10 @@ mta_watch(struct mta_conn *c, unsigned mask)
 }
 
 
-/* mta_send_more - mta_send(); more: body bytes follow at once through
- * sendfile() (plaintext only), so the commands wait for them in the
- * kernel (MSG_MORE) and leave in the same segment: the peer then reads
- * and answers them together. */
+/* mta_send_more - mta_send(); more: body bytes follow at once (plaintext
+ * only), so what is sent waits for them in the kernel (MSG_MORE) and
+ * leaves in the same segment: the peer then reads and answers it all
+ * together. */
 static int
 mta_send_more(struct mta_conn *c, int more)
 {
@@ -83,8 +83,10 @@ mta_send_more(struct mta_conn *c, int more)
         }
         buf_consume(&c->out, (size_t)w);
     }
-    if (buf_avail(&c->out) == 0)
+    if (buf_avail(&c->out) == 0) {
         c->out.off = c->out.len = 0;
+        mta_block_give(c);          /* sent: the next chunk takes one again */
+    }
     return 0;
 }
 
@@ -513,25 +515,72 @@ mta_body_read(struct mta_conn *c)
 }
 
 
-#define MTA_TLS_TOP_UP 4096     /* less than this waits for the next chunk */
-
-/* mta_tls_top_up - over TLS, a BDAT line (or the tail of a write the
- * socket refused) is not sent alone while body bytes remain: the next
- * chunk joins it, so that the line and the chunk go out in one record and
- * one send() instead of a record and a wake-up of the peer each.  Bytes
- * appended behind a refused write keep it the same write (net.h). */
+/* mta_body_in_memory - a plaintext BDAT body goes from the queue file
+ * into the out buffer and leaves with send() (see MTA_BLOCK): a small
+ * one in the buffer as it grows, a big one in a pooled block.  0 when
+ * every block is out: then sendfile() sends it without memory. */
 static int
-mta_tls_top_up(const struct mta_conn *c)
+mta_body_in_memory(struct mta_conn *c)
 {
-    return c->bdat && c->net.ssl != NULL && c->body_left > 0 &&
-        buf_avail(&c->out) < MTA_TLS_TOP_UP;
+    if (c->out_block ||
+        buf_avail(&c->out) + c->body_left <= MTA_BLOCK_SMALL)
+        return 1;
+    return mta_block_take(c);
+}
+
+
+/* mta_body_fill - the next body bytes from the queue file behind what
+ * the out buffer holds, as many as fit (a small body: all of it).
+ * 0, or -1 with lasterr set. */
+static int
+mta_body_fill(struct mta_conn *c)
+{
+    size_t  want;
+    ssize_t n;
+
+    buf_compact(&c->out);
+    if (!c->out_block)
+        (void)buf_reserve(&c->out, (size_t)c->body_left);
+    want = buf_room(&c->out);
+    if (want > c->body_left)
+        want = (size_t)c->body_left;
+    n = pread(c->txn->fd, buf_tail(&c->out), want, c->body_pos);
+    if (n <= 0) {
+        snprintf(c->lasterr, sizeof(c->lasterr),
+            "cannot read the queue file: %s",
+            n < 0 ? strerror(errno) : "truncated");
+        return -1;
+    }
+    buf_produce(&c->out, (size_t)n);
+    c->body_pos += n;
+    c->body_left -= (uint64_t)n;
+    return 0;
+}
+
+
+#define MTA_TOP_UP 4096         /* less than this waits for the next chunk */
+
+/* mta_top_up - a BDAT line (or the tail of a write the socket refused) is
+ * not sent alone while body bytes that go through the out buffer remain:
+ * the next chunk joins it, so that the line and the chunk go out in one
+ * send() (over TLS one record) instead of a segment and a wake-up of the
+ * peer each.  Bytes appended behind a refused write keep it the same
+ * write (net.h). */
+static int
+mta_top_up(struct mta_conn *c)
+{
+    return c->bdat && c->body_left > 0 &&
+        buf_avail(&c->out) < MTA_TOP_UP &&
+        (c->net.ssl != NULL || mta_body_in_memory(c));
 }
 
 
 /*
  * mta_body_write - move body bytes toward the socket.  DATA: pread a
- * 128 KiB chunk, stuff it into the out buffer, send; BDAT: send the
- * command line, then sendfile() straight from the queue file.  Stops at
+ * 128 KiB chunk, stuff it into the out buffer, send; BDAT: pread behind
+ * the command line into the out buffer (a pooled block for a big body)
+ * and send both at once, or, when no block is free, send the line and
+ * sendfile() straight from the queue file.  Stops at
  * EAGAIN or after MTA_WRITE_TURNS chunks so one big message does not
  * hold the loop.  Writability is watched only when it has to wait: a
  * body that goes out in one call costs no epoll_ctl() on and off.
@@ -542,7 +591,7 @@ mta_body_write(struct mta_conn *c)
     int turns;
 
     for (turns = 0; turns < MTA_WRITE_TURNS; turns++) {
-        if (buf_avail(&c->out) > 0 && !mta_tls_top_up(c)) {
+        if (buf_avail(&c->out) > 0 && !mta_top_up(c)) {
             if (mta_send_more(c, c->bdat && c->body_left > 0) < 0)
                 return -1;
             if (buf_avail(&c->out) > 0) {   /* EAGAIN */
@@ -570,6 +619,9 @@ mta_body_write(struct mta_conn *c)
                 return -1;
             buf_compact(&c->out);
             buf_append(&c->out, c->r->chunk, (size_t)n);
+        } else if (c->bdat && mta_body_in_memory(c)) {
+            if (mta_body_fill(c) < 0)
+                return -1;
         } else if (c->bdat) {
             ssize_t w = sendfile(c->fd, c->txn->fd, &c->body_pos,
                 c->body_left > MTA_CHUNK * 4 ? MTA_CHUNK * 4 :

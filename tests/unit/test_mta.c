@@ -33,6 +33,9 @@ struct fake {
     char        body[8192];         /* raw DATA bytes up to the dot */
     size_t      nbody;
     int         conns;
+    int         chunking;           /* offers CHUNKING; BDAT bytes in big */
+    char       *big;
+    size_t      nbig;
     pthread_t   th;
 };
 
@@ -61,6 +64,24 @@ fake_say(int fd, const char *s)
     (void)!write(fd, s, strlen(s));
 }
 
+/* fake_bdat - a BDAT chunk's n bytes, appended to f->big. */
+static int
+fake_bdat(struct fake *f, int fd, size_t n)
+{
+    f->big = realloc(f->big, f->nbig + n + 1);
+    if (f->big == NULL)
+        return -1;
+    while (n > 0) {
+        ssize_t r = read(fd, f->big + f->nbig, n);
+
+        if (r <= 0)
+            return -1;
+        f->nbig += (size_t)r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
 static void *
 fake_run(void *arg)
 {
@@ -82,6 +103,9 @@ fake_run(void *arg)
             if (strncmp(line, "EHLO", 4) == 0) {
                 if (!f->ehlo_ok)
                     fake_say(fd, "502 5.5.2 no\r\n");
+                else if (f->chunking)
+                    fake_say(fd, "250-fake\r\n250-PIPELINING\r\n"
+                        "250-CHUNKING\r\n250 DSN\r\n");
                 else if (f->pipelining)
                     fake_say(fd, "250-fake\r\n250-PIPELINING\r\n250 DSN\r\n");
                 else
@@ -95,6 +119,11 @@ fake_run(void *arg)
                     fake_say(fd, "550 5.1.1 no such user\r\n");
                 else
                     fake_say(fd, "250 2.1.5 ok\r\n");
+            } else if (strncmp(line, "BDAT ", 5) == 0) {
+                if (fake_bdat(f, fd, strtoull(line + 5, NULL, 10)) < 0)
+                    break;
+                fake_say(fd, strstr(line, "LAST") ?
+                    "250 2.0.0 queued as B1\r\n" : "250 2.0.0 chunk\r\n");
             } else if (strncmp(line, "DATA", 4) == 0) {
                 fake_say(fd, "354 go\r\n");
                 f->nbody = 0;
@@ -474,4 +503,80 @@ Test(mta_client, abort_cuts_and_hands_back)
     close(c1.fd);
     close(c2.fd);
     close(sfd);
+}
+
+/* ---- BDAT bodies: out of memory (MTA_BLOCK), or sendfile() ---- */
+
+/* big_body - size bytes of lines, some of them starting with a dot (BDAT
+ * sends them as they are), written behind a 3-byte "envelope" of c's
+ * queue file. */
+static char *
+big_body(struct client *c, size_t size)
+{
+    char  *b = malloc(size);
+    size_t i;
+
+    cr_assert(b != NULL);
+    for (i = 0; i < size; i++)
+        b[i] = (char)('a' + (i * 7 + i / 977) % 26);
+    for (i = 0; i + 80 < size; i += 80) {
+        b[i] = (i / 80) % 5 == 0 ? '.' : b[i];
+        b[i + 78] = '\r';
+        b[i + 79] = '\n';
+    }
+    cr_assert(ftruncate(c->fd, 3) == 0);
+    cr_assert(pwrite(c->fd, b, size, 3) == (ssize_t)size);
+    c->env.body_size = size;
+    return b;
+}
+
+static void
+bdat_deliver(size_t size, int blocks_all_out, unsigned want_spare)
+{
+    struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1,
+                          .chunking = 1 };
+    struct ev_loop *loop = ev_new();
+    struct mta     *r = mta_new(loop, "me.test", 2000, 1);
+    struct client   c;
+    char            route[64];
+    char           *body;
+
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
+    client_init(&c, route, 1);
+    body = big_body(&c, size);
+    if (blocks_all_out)
+        r->nblocks = MTA_BLOCKS;    /* every block held elsewhere */
+    mta_submit(r, &c.t);
+    run(loop, 1);
+    cr_assert_eq(c.res[0].status, MTA_SENT, "%s", c.res[0].reply);
+    cr_assert_str_eq(c.res[0].reply, "250 2.0.0 queued as B1");
+    cr_assert_eq(f.nbig, size, "%zu bytes arrived of %zu", f.nbig, size);
+    cr_assert(memcmp(f.big, body, size) == 0, "the body arrived changed");
+    cr_assert_eq(r->nblocks, blocks_all_out ? MTA_BLOCKS : 0u,
+        "a block still held after the body went");
+    cr_assert_eq(r->nblock_spare, want_spare);
+    r->nblocks = 0;
+    mta_free(r);
+    pthread_join(f.th, NULL);
+    ev_free(loop);
+    free(body);
+    free(f.big);
+    close(c.fd);
+    close(f.lfd);
+}
+
+Test(mta_client, bdat_small_body_goes_from_the_out_buffer)
+{
+    bdat_deliver(5000, 0, 0);       /* no block taken for it */
+}
+
+Test(mta_client, bdat_big_body_goes_in_blocks_and_gives_them_back)
+{
+    bdat_deliver(2 * MTA_BLOCK + 12345, 0, 1);
+}
+
+Test(mta_client, bdat_big_body_with_every_block_out_goes_by_sendfile)
+{
+    bdat_deliver(2 * MTA_BLOCK + 12345, 1, 0);
 }
