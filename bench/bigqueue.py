@@ -24,8 +24,8 @@ PURPOSE   Fills a spool on /dev/shm with N deferred messages straight
                       the command returns (delivery of a million messages
                       is not waited for: the route points at a sink that
                       counts them)
-          and appends one section to bench/RESULTS.md (replacing its own
-          earlier one).
+          and appends one section to bench/RESULTS.md, or to the file
+          BENCH_RESULTS names (replacing its own earlier one).
 CONTRACT  Run as root after `make` (`make bench BENCH_ONLY=bigqueue` runs
           it).  Environment: BENCH_BIGQUEUE_N (default 1000000).  Exit 0
           when every step ran, 1 otherwise.
@@ -272,9 +272,14 @@ def write(res, secs, load0):
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        old = f.read()
+    # a partial run (BENCH_RESULTS) leaves bench/RESULTS.md alone, as the
+    # harness does
+    path = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = ""
     if SECTION in old:
         head, rest = old.split(SECTION, 1)
         nxt = rest.find("\n## ")
