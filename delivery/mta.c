@@ -653,7 +653,8 @@ mta_block_take(struct mta_conn *c)
         return 0;
     b = r->nblock_spare > 0 ? r->block_spare[--r->nblock_spare]
                             : xmalloc(MTA_BLOCK);
-    memcpy(b, buf_head(&c->out), n);
+    if (n > 0)                      /* an empty buffer may have no data */
+        memcpy(b, buf_head(&c->out), n);
     buf_free(&c->out);
     c->out.data = b;
     c->out.off = 0;
