@@ -30,19 +30,23 @@ if [ "$n" -le 1 ] || ! command -v ip >/dev/null 2>&1 ||
     one tests/integration $skip "$@"
 fi
 
-# Files largest first, each to the shard with the fewest bytes so far:
-# file size is a fair stand-in for the time a file takes.  MTAD_TEST_SKIP
-# names files to leave out (make asan: the bench tools' own tests).
+# Files longest first, each to the shard with the least time so far: the
+# time a file took (tests/integration/durations.txt), or for a file not
+# listed there its size at 1,700 bytes a second.  MTAD_TEST_SKIP names
+# files to leave out (make asan: the bench tools' own tests).
 out=$(mktemp -d /tmp/mtad-shards.XXXXXX) || exit 1
 trap 'rm -rf "$out"' EXIT
-ls -S tests/integration/test_*.py | while read -r f; do
-    case " ${MTAD_TEST_SKIP:-} " in *" $(basename "$f") "*) ;; *) echo "$f" ;; esac
-done | awk -v n="$n" -v out="$out" '
-    { cmd = "wc -c < " $0; cmd | getline sz; close(cmd)
-      best = 0
+for f in tests/integration/test_*.py; do
+    case " ${MTAD_TEST_SKIP:-} " in *" $(basename "$f") "*) continue ;; esac
+    w=$(awk -v f="$(basename "$f")" '$2 == f { print $1 }' \
+        tests/integration/durations.txt 2>/dev/null)
+    [ -n "$w" ] || w=$(( $(wc -c < "$f") / 1700 + 1 ))
+    echo "$w $f"
+done | LC_ALL=C sort -rn | awk -v n="$n" -v out="$out" '
+    { best = 0
       for (i = 1; i < n; i++) if (load[i] < load[best]) best = i
-      load[best] += sz
-      printf "%s\n", $0 >> (out "/files." best) }'
+      load[best] += $1
+      printf "%s\n", $2 >> (out "/files." best) }'
 
 i=0
 while [ "$i" -lt "$n" ]; do
