@@ -390,6 +390,7 @@ mta_connect_next(struct mta_conn *c)
     }
     c->in.off = c->in.len = 0;
     c->out.off = c->out.len = 0;
+    c->drained = 0;
     mta_block_give(c);
     c->expect = 0;
     c->tls_again = 0;

@@ -220,6 +220,9 @@ struct mta_conn {
     uint64_t           body_left;
     off_t              body_pos;
     int                out_block;   /* out.data is a pooled MTA_BLOCK */
+    int                drained;     /* the read whose replies are being
+                                       handled left the socket empty
+                                       (plaintext): see mta_stray() */
     struct smtp_stuff stuff;
 };
 

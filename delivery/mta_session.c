@@ -383,18 +383,23 @@ mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
  * commands, and a late reply to RCPT would pass for the verdict on the
  * content.  One read that finds nothing (EAGAIN) a transaction, right
  * after the reply that ended the last one (a surplus sent just behind it
- * is in by then).  A connection parked idle is not read again when it is
- * taken up: it was watched for reading all the while, and whatever came
- * went through mta_read(), which closes an idle connection on any byte or
- * on EOF (a read per message there cost 0.9 system calls per message,
- * issue 16).  Returns 0 when quiet, else -1 with why set.
+ * is in by then).  On plaintext the read that brought that reply already
+ * says so when it came back short: TCP returns less than asked only with
+ * its receive queue empty, a few microseconds before the read here would
+ * look (c->drained; issue 16: one system call per message less).  Over
+ * TLS a short read says nothing of the socket.  A connection parked idle
+ * is not read again when it is taken up: it was watched for reading all
+ * the while, and whatever came went through mta_read(), which closes an
+ * idle connection on any byte or on EOF (a read per message there cost
+ * 0.9 system calls per message, issue 16).  Returns 0 when quiet, else -1
+ * with why set.
  */
 static int
 mta_stray(struct mta_conn *c, char *why, size_t len)
 {
     ssize_t n = 0;
 
-    if (buf_avail(&c->in) == 0 && c->state != C_IDLE) {
+    if (buf_avail(&c->in) == 0 && c->state != C_IDLE && !c->drained) {
         (void)buf_reserve(&c->in, 512);
         n = net_read(&c->net, buf_tail(&c->in), buf_room(&c->in));
         if (n == MTA_AGAIN)
@@ -494,6 +499,25 @@ mta_body_start(struct mta_conn *c)
 }
 
 
+/* mta_body_pread - up to want body bytes at c->body_pos into p: from the
+ * copy spool_keep() left in memory (a small message on its first
+ * attempt: no system call), else from the queue file. */
+static ssize_t
+mta_body_pread(struct mta_conn *c, void *p, size_t want)
+{
+    const struct mta_txn *t = c->txn;
+    uint64_t              at = (uint64_t)(c->body_pos - t->body_off);
+
+    if (t->env->body_copy != NULL && at <= t->env->body_size) {
+        if (want > t->env->body_size - at)
+            want = (size_t)(t->env->body_size - at);
+        memcpy(p, t->env->body_copy + at, want);
+        return (ssize_t)want;
+    }
+    return pread(t->fd, p, want, c->body_pos);
+}
+
+
 /* mta_body_read - the next chunk of the body from the queue file into the
  * shared chunk buffer: its length, or -1 with lasterr set. */
 static ssize_t
@@ -501,7 +525,7 @@ mta_body_read(struct mta_conn *c)
 {
     size_t  want = c->body_left > MTA_CHUNK ? MTA_CHUNK :
         (size_t)c->body_left;
-    ssize_t n = pread(c->txn->fd, c->r->chunk, want, c->body_pos);
+    ssize_t n = mta_body_pread(c, c->r->chunk, want);
 
     if (n <= 0) {
         snprintf(c->lasterr, sizeof(c->lasterr),
@@ -544,7 +568,7 @@ mta_body_fill(struct mta_conn *c)
     want = buf_room(&c->out);
     if (want > c->body_left)
         want = (size_t)c->body_left;
-    n = pread(c->txn->fd, buf_tail(&c->out), want, c->body_pos);
+    n = mta_body_pread(c, buf_tail(&c->out), want);
     if (n <= 0) {
         snprintf(c->lasterr, sizeof(c->lasterr),
             "cannot read the queue file: %s",
@@ -1200,10 +1224,12 @@ static int
 mta_read1(struct mta_conn *c)
 {
     char    why[SMTP_REPLY_MAX + 64];
+    size_t  room;
     ssize_t n;
 
     (void)buf_reserve(&c->in, 8192);
-    n = net_read(&c->net, buf_tail(&c->in), buf_room(&c->in));
+    room = buf_room(&c->in);
+    n = net_read(&c->net, buf_tail(&c->in), room);
     if (n == MTA_AGAIN) {
         if (c->net.ssl != NULL && c->net.want == NET_WANT_WRITE)
             (void)mta_watch(c, EV_READ | EV_WRITE);
@@ -1217,6 +1243,7 @@ mta_read1(struct mta_conn *c)
         return 1;
     }
     buf_produce(&c->in, (size_t)n);
+    c->drained = c->net.ssl == NULL && (size_t)n < room;
     for (;;) {
         struct smtp_reply rp;
         const char        *raw = buf_head(&c->in);
@@ -1237,6 +1264,7 @@ mta_read1(struct mta_conn *c)
         if (mta_reply(c, &rp, raw))
             return 1;
     }
+    c->drained = 0;                 /* stale once this read is handled */
     if (buf_avail(&c->in) == 0)
         c->in.off = c->in.len = 0;
     return 0;

@@ -97,6 +97,9 @@ struct spool_env {
     struct spool_rcpt *rcpt;
     size_t      nrcpt;
     uint64_t    body_size;          /* bytes after the envelope */
+    /* spool_keep() only: the body in memory (body_size bytes), or NULL;
+     * what the file holds from the body offset on */
+    char       *body_copy;
     /* delivery state */
     uint64_t    next_retry_ms;      /* wall clock; 0 = now */
     unsigned    attempts;
@@ -237,6 +240,9 @@ void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL o
  * or rcs[i] of spool_commit_batch) leaves it open and locked and the
  * caller then owns *fd (to close); any other end (a failed commit,
  * spool_abort) closes it as before, and the caller must not touch it.
+ * spool_finish() also sets (*envp)->body_copy when the whole message
+ * went to the file in its one write and the body is at most 16 KiB: the
+ * reader sends it from memory, without a pread() (issue 16).
  * SPOOL_EFORMAT when not possible here (the envelope no longer in the
  * write buffer, or a file system whose close() may report a delayed write
  * error, NFS-like, without spool.fsync: there the commit must close

@@ -643,5 +643,6 @@ spool_env_free(struct spool_env *env)
     free(env->envid);
     free(env->client_ip);
     free(env->helo);
+    free(env->body_copy);
     free(env);
 }

@@ -53,6 +53,11 @@ void    spool_size_digits(char *dst, uint64_t v);
 /* ---- the files (spool.c, spool_dir.c, spool_write.c) ---- */
 
 #define SPOOL_WBUF        (256 * 1024)
+/* spool_finish() leaves a kept message's body in memory for its first
+ * delivery up to this size (spool.h, spool_keep): the pread() it saves
+ * costs more than the copy below it, and a worker's attempts in flight
+ * (at most 2,048) then hold at most 32 MiB of such copies. */
+#define SPOOL_KEEP_COPY   (16 * 1024)
 #define SPOOL_READ_CHUNK  (64 * 1024)
 #define SPOOL_HDR_MAX     (64 * 1024 * 1024)  /* envelope or state file */
 #define SPOOL_ID_TRIES    64

@@ -453,6 +453,22 @@ spool_head_fill(struct spool_msg *m, const void *p, size_t n)
 }
 
 
+/* spool_keep_copy - a kept message written whole from the buffer: its
+ * body, if small, for the reader in memory (spool.h, spool_keep). */
+static void
+spool_keep_copy(struct spool_msg *m)
+{
+    struct spool_env *env = m->keep ? *m->kenvp : NULL;
+    size_t            n = m->wlen - (size_t)m->body_off;
+
+    if (env == NULL || env->body_copy != NULL || m->wlen < m->body_off ||
+        n != m->body || n > SPOOL_KEEP_COPY)
+        return;
+    env->body_copy = xmalloc(n + 1);    /* never 0 bytes */
+    memcpy(env->body_copy, m->wb + m->body_off, n);
+}
+
+
 int
 spool_finish(struct spool_msg *m)
 {
@@ -474,6 +490,7 @@ spool_finish(struct spool_msg *m)
      * memory: one write() for the whole file, no pwrite(). */
     if (m->written == 0) {
         memcpy(m->wb + SPOOL_SIZE_OFF, digits, sizeof(digits));
+        spool_keep_copy(m);             /* before the flush empties wb */
         if ((rc = spool_flush(m)) != SPOOL_OK)
             return rc;
         goto done;

@@ -530,8 +530,27 @@ big_body(struct client *c, size_t size)
     return b;
 }
 
+/* client_end - close the relay (its connection with it), wait for the
+ * fake server, free what a BDAT or in-memory test allocated. */
 static void
-bdat_deliver(size_t size, int blocks_all_out, unsigned want_spare)
+client_end(struct mta *r, struct ev_loop *loop, struct client *c,
+    struct fake *f)
+{
+    mta_free(r);
+    pthread_join(f->th, NULL);
+    ev_free(loop);
+    free(c->env.body_copy);
+    free(f->big);
+    close(c->fd);
+    close(f->lfd);
+}
+
+/* in_memory: the body as spool_keep() leaves it (env->body_copy), the
+ * queue file cut off behind its "envelope": a read of the file would
+ * find nothing, so the body can only come from memory. */
+static void
+bdat_deliver(size_t size, int blocks_all_out, unsigned want_spare,
+    int in_memory)
 {
     struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1,
                           .chunking = 1 };
@@ -545,6 +564,12 @@ bdat_deliver(size_t size, int blocks_all_out, unsigned want_spare)
     snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
     client_init(&c, route, 1);
     body = big_body(&c, size);
+    if (in_memory) {
+        c.env.body_copy = malloc(size);
+        cr_assert(c.env.body_copy != NULL);
+        memcpy(c.env.body_copy, body, size);
+        cr_assert(ftruncate(c.fd, 3) == 0);
+    }
     if (blocks_all_out)
         r->nblocks = MTA_BLOCKS;    /* every block held elsewhere */
     mta_submit(r, &c.t);
@@ -557,26 +582,51 @@ bdat_deliver(size_t size, int blocks_all_out, unsigned want_spare)
         "a block still held after the body went");
     cr_assert_eq(r->nblock_spare, want_spare);
     r->nblocks = 0;
-    mta_free(r);
-    pthread_join(f.th, NULL);
-    ev_free(loop);
+    client_end(r, loop, &c, &f);
     free(body);
-    free(f.big);
-    close(c.fd);
-    close(f.lfd);
 }
 
 Test(mta_client, bdat_small_body_goes_from_the_out_buffer)
 {
-    bdat_deliver(5000, 0, 0);       /* no block taken for it */
+    bdat_deliver(5000, 0, 0, 0);    /* no block taken for it */
 }
 
 Test(mta_client, bdat_big_body_goes_in_blocks_and_gives_them_back)
 {
-    bdat_deliver(2 * MTA_BLOCK + 12345, 0, 1);
+    bdat_deliver(2 * MTA_BLOCK + 12345, 0, 1, 0);
 }
 
 Test(mta_client, bdat_big_body_with_every_block_out_goes_by_sendfile)
 {
-    bdat_deliver(2 * MTA_BLOCK + 12345, 1, 0);
+    bdat_deliver(2 * MTA_BLOCK + 12345, 1, 0, 0);
+}
+
+/* A body spool_keep() left in memory goes from there, not the file. */
+Test(mta_client, bdat_body_in_memory_goes_without_the_file)
+{
+    bdat_deliver(5000, 0, 0, 1);
+}
+
+Test(mta_client, data_body_in_memory_goes_stuffed_without_the_file)
+{
+    struct fake     f = { .pipelining = 1, .ehlo_ok = 1, .conns_to_serve = 1 };
+    struct ev_loop *loop = ev_new();
+    struct mta     *r = mta_new(loop, "me.test", 2000, 1);
+    struct client   c;
+    char            route[64];
+    const char      want[] = "Subject: t\r\n\r\n..leading dot\r\nmid\r\n"
+        "..\r\nend\r\n";
+
+    fake_start(&f);
+    snprintf(route, sizeof(route), "smtp:[127.0.0.1]:%u", f.port);
+    client_init(&c, route, 1);
+    c.env.body_copy = strdup(BODY);
+    cr_assert(c.env.body_copy != NULL);
+    cr_assert(ftruncate(c.fd, 3) == 0);     /* nothing to read there */
+    mta_submit(r, &c.t);
+    run(loop, 1);
+    cr_assert_eq(c.res[0].status, MTA_SENT, "%s", c.res[0].reply);
+    cr_assert_eq(f.nbody, sizeof(want) - 1, "%zu bytes", f.nbody);
+    cr_assert(memcmp(f.body, want, f.nbody) == 0, "the body arrived changed");
+    client_end(r, loop, &c, &f);
 }

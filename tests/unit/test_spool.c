@@ -989,6 +989,9 @@ t_keep_commit(int fsync, int batch)
     cr_assert_eq(pread(kfd, back, sizeof(body) - 1, koff),
         (ssize_t)sizeof(body) - 1);
     cr_assert(memcmp(back, body, sizeof(body) - 1) == 0);
+    /* and the same bytes in memory: the whole message went in one write */
+    cr_assert_not_null(kept->body_copy);
+    cr_assert(memcmp(kept->body_copy, body, sizeof(body) - 1) == 0);
     /* the env is what a reader of the file gets */
     cr_assert_eq(spool_msg_open(sp, id, 0, &got, NULL, &off), SPOOL_OK,
         "%s", spool_errstr(sp));
@@ -1023,6 +1026,46 @@ Test(spool_keep, commit_hands_over_the_locked_fd_fsync)
 Test(spool_keep, batch_commit_hands_over_the_locked_fd)
 {
     t_keep_commit(1, 1);
+}
+
+
+/* The body stays in memory only up to 16 KiB (SPOOL_KEEP_COPY): one
+ * byte more, and delivery reads the file. */
+Test(spool_keep, body_copy_only_when_small)
+{
+    static char       body[16 * 1024 + 1];
+    size_t            sizes[] = { 16 * 1024, 16 * 1024 + 1 };
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 1, 0);
+    size_t            i;
+
+    memset(body, 'b', sizeof(body));
+    for (i = 0; i < ARRAY_LEN(sizes); i++) {
+        struct spool_env  e, *kept = NULL;
+        struct spool_msg *m;
+        off_t             koff;
+        int               kfd = -1;
+
+        t_env(&e);
+        cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s",
+            spool_errstr(sp));
+        cr_assert_eq(spool_keep(m, &kept, &kfd, &koff), SPOOL_OK, "%s",
+            spool_errstr(sp));
+        cr_assert_eq(spool_write(m, body, sizes[i]), SPOOL_OK);
+        cr_assert_eq(spool_finish(m), SPOOL_OK, "%s", spool_errstr(sp));
+        cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+        if (i == 0) {
+            cr_assert_not_null(kept->body_copy, "%zu bytes", sizes[i]);
+            cr_assert(memcmp(kept->body_copy, body, sizes[i]) == 0);
+        } else {
+            cr_assert_null(kept->body_copy, "%zu bytes", sizes[i]);
+        }
+        cr_assert_eq(spool_remove_env(sp, kept), SPOOL_OK);
+        close(kfd);
+        spool_env_free(kept);
+    }
+    spool_close(sp);
+    t_rm_rf(dir);
 }
 
 
