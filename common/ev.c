@@ -47,6 +47,7 @@ struct ev_loop {
     int              epfd;
     int              stop;
     uint64_t         now;
+    uint64_t         turn;          /* epoll_wait() returns so far */
     struct ev_fd    *fds;
     size_t           nfds;
     struct ev_timer **heap;
@@ -99,6 +100,13 @@ uint64_t
 ev_now(const struct ev_loop *loop)
 {
     return loop->now;
+}
+
+
+uint64_t
+ev_turn(const struct ev_loop *loop)
+{
+    return loop->turn;
 }
 
 
@@ -425,6 +433,7 @@ ev_run(struct ev_loop *loop)
             break;
         n = epoll_wait(loop->epfd, loop->events, EV_BATCH, ev_timeout(loop));
         loop->now = ev_clock();
+        loop->turn++;
         if (n < 0) {
             if (errno == EINTR)
                 continue;

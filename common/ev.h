@@ -52,6 +52,9 @@ void        ev_timer_stop(struct ev_loop *loop, struct ev_timer *t);
 static inline int ev_timer_active(const struct ev_timer *t) { return t->slot != 0; }
 int         ev_before_sleep(struct ev_loop *loop, ev_hook_fn *fn, void *arg);
 uint64_t    ev_now(const struct ev_loop *loop);
+/* The loop's turn: a count of its waits so far.  A callback called in
+ * turn n + 1 after one in turn n saw its fd stay ready across one wait. */
+uint64_t    ev_turn(const struct ev_loop *loop);
 int         ev_fd(const struct ev_loop *loop);     /* the epoll fd: for a
                                                       parent that forks, to
                                                       close it in children */

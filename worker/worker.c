@@ -312,17 +312,35 @@ worker_accept_one(struct worker *w, int fd)
 }
 
 
+/*
+ * worker_on_accept - a listener is readable: accept a batch.  A batch
+ * that ends on an empty queue costs an accept4() that fails (EAGAIN);
+ * one connection at a time costs a loop turn each in a burst.  So the
+ * batch starts at one (as nginx's default, multi_accept off) and doubles,
+ * up to WORKER_ACCEPT_BUDGET, while the listener is readable again in the
+ * very next turn after a batch that found no end: a backlog.  Else it
+ * falls back to one.  With a connection per message arriving one at a
+ * time, that is one accept4() a connection, not two (issue 16).
+ */
 static void
 worker_on_accept(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct worker *w = arg;
-    int            i;
+    uint64_t       turn = ev_turn(loop);
+    unsigned       i;
 
-    (void)loop;
     (void)events;
-    for (i = 0; i < WORKER_ACCEPT_BUDGET && !w->stopping; i++)
+    if (w->accept_full && turn == w->accept_turn + 1)
+        w->accept_batch = w->accept_batch >= WORKER_ACCEPT_BUDGET / 2 ?
+            WORKER_ACCEPT_BUDGET : w->accept_batch * 2;
+    else
+        w->accept_batch = 1;
+    w->accept_full = 0;
+    for (i = 0; i < w->accept_batch && !w->stopping; i++)
         if (!worker_accept_one(w, fd))
             return;
+    w->accept_full = 1;
+    w->accept_turn = turn;
 }
 
 

@@ -43,6 +43,9 @@ struct worker {
     size_t               nlisten;
     int                  listening; /* listeners watched */
     int                  accept_pause; /* EMFILE: retry on the next tick */
+    unsigned             accept_batch; /* accepts this wakeup (on_accept) */
+    int                  accept_full; /* the last batch found no end */
+    uint64_t             accept_turn; /* ... in this loop turn */
     int                  stopping;  /* "stop" received */
     struct ev_timer      stop_timer; /* the stop deadline */
     int                  exit_code;

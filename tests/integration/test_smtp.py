@@ -588,6 +588,38 @@ def test_max_connections(mk):
         b.close()
 
 
+def test_a_burst_of_connections_is_all_greeted(mk):
+    """400 connections made at once, with one worker: the accept batch
+    grows while the backlog lasts (worker_on_accept), so every one is
+    greeted, and the worker still answers a session that was there
+    before."""
+    m = mk({"server": {"workers": 1},
+            "limits": {"max_connections_per_ip": 1000,
+                       "max_connections": 1000}})
+    settle(m)
+    first = Client(m.port)
+    socks = []
+    try:
+        first.greet()
+        for _ in range(400):
+            socks.append(socket.create_connection(("127.0.0.1", m.port),
+                                                  timeout=10))
+        assert first.cmd("NOOP").code == 250
+        deadline = time.monotonic() + 30
+        for s in socks:
+            got = b""
+            while not got.endswith(b"\r\n"):
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                chunk = s.recv(512)
+                assert chunk, "closed before the greeting"
+                got += chunk
+            assert got.startswith(b"220 "), got
+    finally:
+        first.close()
+        for s in socks:
+            s.close()
+
+
 def test_connection_limits_are_daemon_wide_and_survive_a_killed_worker(mk):
     """Two workers share the per-IP and total limits (counted in the shared
     status page), however the kernel spreads the connections; a worker
