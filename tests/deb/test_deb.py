@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +45,12 @@ def wait(pred, what, timeout=20.0):
             return v
         time.sleep(0.05)
     raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+
+
+def log_of(f):
+    """What mtad wrote to the unnamed stderr file f."""
+    f.seek(0)
+    return f.read().decode(errors="replace")
 
 
 def greets(port):
@@ -106,13 +113,14 @@ def main(deb):
         with open(CONF, "w") as f:
             f.write(text)
         run("/usr/sbin/mtad", "-t", "-c", CONF)
-        # log.file "-": the log goes to stderr, a file (a pipe could fill)
-        err = open("/tmp/mtad-deb-test.stderr", "w+b")
+        # log.file "-": the log goes to stderr, a file (a pipe could fill);
+        # an unnamed one: a fixed name in /tmp is a link any user may plant
+        err = tempfile.TemporaryFile()
         proc = subprocess.Popen(["/usr/sbin/mtad", "-f", "-c", CONF],
                                 stdout=subprocess.DEVNULL, stderr=err)
         pid = proc.pid
         wait(lambda: proc.poll() is not None or greets(port), "the greeting")
-        assert proc.poll() is None, open(err.name).read()
+        assert proc.poll() is None, log_of(err)
         with smtplib.SMTP("127.0.0.1", port, timeout=10) as c:
             c.sendmail("pkg@example.org", ["someone@example.net"],
                        b"Subject: from the package\r\n\r\nhello\r\n")
@@ -121,7 +129,7 @@ def main(deb):
         st = run("/usr/sbin/mtactl", "-c", CONF, "status").stdout
         assert "msgs_out=1" in st, st
         os.kill(pid, signal.SIGTERM)
-        assert proc.wait(30) == 0, open(err.name).read()
+        assert proc.wait(30) == 0, log_of(err)
         pid = None
     finally:
         if pid is not None:
