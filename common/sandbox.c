@@ -54,7 +54,7 @@ static const int sandbox_worker_calls[] = {
     SCMP_SYS(openat), SCMP_SYS(open), SCMP_SYS(fstat), SCMP_SYS(newfstatat),
     SCMP_SYS(stat), SCMP_SYS(lstat), SCMP_SYS(statx), SCMP_SYS(fstatfs),
     SCMP_SYS(lseek), SCMP_SYS(pread64), SCMP_SYS(pwrite64),
-    SCMP_SYS(getdents64), SCMP_SYS(rename), SCMP_SYS(renameat),
+    SCMP_SYS(pwritev), SCMP_SYS(getdents64), SCMP_SYS(rename), SCMP_SYS(renameat),
     SCMP_SYS(renameat2), SCMP_SYS(unlink), SCMP_SYS(unlinkat),
     SCMP_SYS(mkdir), SCMP_SYS(mkdirat), SCMP_SYS(link), SCMP_SYS(linkat),
     SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(syncfs), SCMP_SYS(flock),

@@ -487,11 +487,11 @@ dl_finish(struct dl_attempt *a)
     /* the bounce for what failed now goes out now, whatever the others */
     notified = dl_notify(a) == 0;
     if (pending == 0 && notified) {
-        if (spool_remove_env(d->sp, env) != SPOOL_OK) {
+        /* the file goes, or carries the next message (spool.h) */
+        if (spool_remove_fd(d->sp, env, a->fd) != SPOOL_OK) {
             log_warn("%s: remove: %s", env->id, spool_errstr(d->sp));
         } else {
             qx_drop(d, env->id);
-            spool_close_removed(d->sp, a->fd);  /* off the loop on disk */
             a->fd = -1;
             log_ev(LOGL_INFO, "removed", LOG_KVS(LKV_S("queue_id", env->id)),
                 "%s: removed", env->id);

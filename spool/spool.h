@@ -110,6 +110,11 @@ struct spool_env {
     /* writer only, not stored: this message may use the space kept by
      * spool_set_reserve() (bounces of accepted mail); new mail may not */
     int         use_reserve;
+    /* spool_keep() only, not stored: the fd handed out with it is the
+     * writer's own (read-write, this spool's), and file_size is the
+     * file's length, set at the commit (spool_remove_fd) */
+    int         kept;
+    uint64_t    file_size;
 };
 
 struct spool;
@@ -303,6 +308,20 @@ int     spool_remove(struct spool *sp, const char *id);
  * state/<id> is unlinked only when env->has_state says one may exist
  * (set it after a spool_state_save() of the same env). */
 int     spool_remove_env(struct spool *sp, const struct spool_env *env);
+/* The same for a message whose attempt holds fd (its lock): on SPOOL_OK
+ * fd is the spool's, else still the caller's.  A file handed out by
+ * spool_keep() (env->kept) on a spool in memory (tmpfs or ramfs) without
+ * fsync, never given a state, moves to tmp/ instead of being unlinked,
+ * fd and lock kept: the next spool_create() writes over it (issue 16: a
+ * 1 MiB write into pages tmpfs already has costs a third of one into new
+ * pages, and a small message saves the open, the flock, the unlink and
+ * the close).  Otherwise spool_remove_env(), then spool_close_removed().
+ * The pool's bounds are in spool_int.h (SPOOL_POOL_*).
+ * spool_pool_trim() unlinks what has lain unused too long: call it every
+ * second or so.  spool_close() unlinks the rest. */
+int     spool_remove_fd(struct spool *sp, const struct spool_env *env,
+            int fd);
+void    spool_pool_trim(struct spool *sp);
 /* Every id in queue/, sorted.  *ids is one malloc'd array of ids. */
 int     spool_list(struct spool *sp, char (**ids)[SPOOL_ID_SIZE], size_t *n);
 

@@ -212,6 +212,18 @@ out:
 }
 
 
+int
+spool_fs_is_ram(int fd)
+{
+    struct statfs fs;
+
+    if (fstatfs(fd, &fs) != 0)
+        return 0;
+    return (unsigned long)fs.f_type == 0x01021994UL ||   /* tmpfs */
+        (unsigned long)fs.f_type == 0x858458F6UL;        /* ramfs */
+}
+
+
 /* spool_close_is_quiet - is fd's file system one whose close() writes
  * nothing back, so that it cannot report a delayed write error?  Local
  * file systems write back from the page cache later, whatever close()
@@ -265,6 +277,7 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
     sp->close_quiet = spool_close_is_quiet(sp->tmpfd);
     sp->dir = xstrdup(dir);
     sp->fsync = fsync != 0;
+    sp->recycle = !sp->fsync && spool_fs_is_ram(sp->tmpfd);
     sp->shard = shard;
     sp->writer = -1;
     spool_id_seed(sp);
@@ -280,6 +293,8 @@ spool_close(struct spool *sp)
         return;
     spool_sync_free(sp);            /* joins its thread first */
     spool_reap_free(sp);            /* ... and this one */
+    if (sp->tmpfd >= 0)
+        spool_pool_drain(sp);
     if (sp->tmpfd >= 0)
         close(sp->tmpfd);
     if (sp->queuefd >= 0)

@@ -59,6 +59,15 @@ void    spool_size_digits(char *dst, uint64_t v);
  * (at most 2,048) then hold at most 32 MiB of such copies. */
 #define SPOOL_KEEP_COPY   (16 * 1024)
 #define SPOOL_READ_CHUNK  (64 * 1024)
+/* The recycling of delivered files (spool_pool.c, spool.h:
+ * spool_remove_fd): per worker at most this many files, of this many
+ * bytes in all, none bigger than SPOOL_POOL_FILE, none kept unused for
+ * longer than SPOOL_POOL_IDLE_MS (a delivered message's bytes stay in
+ * its file, 0600 in tmp/, until overwritten or unlinked). */
+#define SPOOL_POOL_MAX     32
+#define SPOOL_POOL_BYTES   (UINT64_C(32) << 20)
+#define SPOOL_POOL_FILE    (UINT64_C(4) << 20)
+#define SPOOL_POOL_IDLE_MS 2000
 #define SPOOL_HDR_MAX     (64 * 1024 * 1024)  /* envelope or state file */
 #define SPOOL_ID_TRIES    64
 #define SPOOL_CTR_BITS    12
@@ -69,6 +78,15 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_SCHED_OK    S_IXGRP       /* ... and its mtime is the next
                                          * retry (spool_sched_peek) */
 #define SPOOL_SCHED_HELD  S_IXOTH       /* ... and it is on hold */
+
+/* a delivered message's file, moved to tmp/<id> under its own id, still
+ * open read-write and locked: the next message is written over it */
+struct spool_pooled {
+    int         fd;
+    char        id[SPOOL_ID_SIZE];
+    uint64_t    size;               /* its length now */
+    uint64_t    at_ms;              /* pooled then (monotonic) */
+};
 
 struct spool {
     char       *dir;
@@ -85,6 +103,10 @@ struct spool {
                                      * write error here (spool_keep) */
     struct spool_syncer *syncer;    /* spool_sync.c, or NULL */
     struct spool_reaper *reaper;    /* spool_reap.c, or NULL */
+    int         recycle;            /* tmpfs or ramfs, no fsync: pool */
+    struct spool_pooled pool[SPOOL_POOL_MAX];   /* oldest first */
+    size_t      npool;
+    uint64_t    pool_bytes;
     char        err[512];
 };
 
@@ -95,9 +117,14 @@ struct spool_msg {
     int         err;                /* sticky: a failed write poisons m */
     int         use_reserve;        /* may eat into sp->reserve (bounces) */
     char        id[SPOOL_ID_SIZE];
+    char        tmpid[SPOOL_ID_SIZE];   /* its name in tmp/: id, or a
+                                         * reused file's old id */
     char       *wb;                 /* write buffer, NULL after finish */
     size_t      wlen;
-    uint64_t    written;            /* bytes handed to write() so far */
+    uint64_t    written;            /* bytes written so far: the offset
+                                     * of the next pwrite() */
+    uint64_t    reused;             /* a pooled file's length before (it
+                                     * holds the lock already); 0: new */
     uint64_t    body;               /* body bytes accepted */
     uint64_t    body_off;           /* where the body starts in the file */
     uint64_t    head_off;           /* spool_head_reserve()'s room */
@@ -110,6 +137,17 @@ struct spool_msg {
     struct spool_env **kenvp;       /* spool_keep()'s caller's envelope and */
     off_t      *kbody;              /* body offset, which a later mark moves */
 };
+
+/* spool_dir.c: is fd on tmpfs or ramfs (pages in memory, nothing to
+ * lose in a crash that a reboot would not lose anyway)? */
+int     spool_fs_is_ram(int fd);
+
+/* spool_pool.c: the newest pooled file (the pool is not empty), taken
+ * out: its fd, with name[SPOOL_ID_SIZE] its name in tmp/ and *size its
+ * length. */
+int     spool_pool_take(struct spool *sp, char *name, uint64_t *size);
+/* every pooled file unlinked and closed (spool_room, spool_close) */
+void    spool_pool_drain(struct spool *sp);
 
 /* spool_sync.c: start a helper thread (the group commit's, the reaper's)
  * with every signal blocked, for they are the loop's: 0 or -1. */

@@ -25,7 +25,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <sys/statfs.h>
 
 #include "common/util.h"
 #include "spool/spool.h"
@@ -45,20 +44,6 @@ struct spool_reaper {
     int         rfd, wfd;               /* pipe: the thread reads rfd */
     unsigned    inflight;               /* atomic: handed over, open */
 };
-
-
-/* spool_close_is_cheap - tmpfs or ramfs: freeing a file's pages costs
- * less than handing it to another thread. */
-static int
-spool_close_is_cheap(int fd)
-{
-    struct statfs fs;
-
-    if (fstatfs(fd, &fs) != 0)
-        return 1;                       /* unknown: keep the old way */
-    return (unsigned long)fs.f_type == 0x01021994UL ||   /* tmpfs */
-        (unsigned long)fs.f_type == 0x858458F6UL;        /* ramfs */
-}
 
 
 static void *
@@ -91,7 +76,7 @@ spool_reap_init(struct spool *sp)
     struct spool_reaper *r;
     int                  p[2];
 
-    if (sp->reaper != NULL || spool_close_is_cheap(sp->queuefd))
+    if (sp->reaper != NULL || spool_fs_is_ram(sp->queuefd))
         return SPOOL_OK;
     if (pipe2(p, O_CLOEXEC) == -1)
         return spool_fail(sp, "pipe");

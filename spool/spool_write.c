@@ -59,6 +59,10 @@ spool_room(struct spool *sp, uint64_t n)
         sp->room_until_ms = now + SPOOL_ROOM_MS;
         return SPOOL_OK;
     }
+    if (sp->npool > 0) {                /* delivered files come first */
+        spool_pool_drain(sp);
+        return spool_room(sp, n);
+    }
     snprintf(sp->err, sizeof(sp->err), "spool %s: %llu bytes free, %llu "
         "kept for delivery state and bounces (spool.reserve)", sp->dir,
         (unsigned long long)avail, (unsigned long long)keep);
@@ -74,8 +78,9 @@ spool_set_reserve(struct spool *sp, uint64_t bytes)
 }
 
 
-/* spool_write_all - write n bytes to m's tmp file, retrying short writes;
- * new mail first checks it leaves the reserve (spool_room). */
+/* spool_write_all - write n bytes to m's tmp file at m->written (a
+ * reused file's descriptor is not at 0), retrying short writes; new mail
+ * first checks it leaves the reserve (spool_room). */
 static int
 spool_write_all(struct spool_msg *m, const char *p, size_t n)
 {
@@ -84,10 +89,10 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
     if (!m->use_reserve && spool_room(m->sp, n) != SPOOL_OK)
         return m->err = SPOOL_ENOSPC;
     while (n > 0) {
-        if ((w = write(m->fd, p, n)) == -1) {
+        if ((w = pwrite(m->fd, p, n, (off_t)m->written)) == -1) {
             if (errno == EINTR)
                 continue;
-            return m->err = spool_fail(m->sp, "write tmp/%s", m->id);
+            return m->err = spool_fail(m->sp, "write tmp/%s", m->tmpid);
         }
         p += w;
         n -= (size_t)w;
@@ -98,7 +103,7 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
 
 
 /* spool_write_direct - what wb holds, then n bytes from p, in one
- * writev(): no copy through the buffer.  Only once the buffer has been
+ * pwritev(): no copy through the buffer.  Only once the buffer has been
  * written out before (m->written > 0): the envelope and the start of the
  * body, which spool_mark_tls_optional() and spool_head_reserve() change in
  * place, are on disk by then, and everything that looks there already
@@ -118,10 +123,10 @@ spool_write_direct(struct spool_msg *m, const char *p, size_t n)
     iov[cnt++] = (struct iovec){ (void *)p, n };
     m->wlen = 0;
     while (cnt > 0) {
-        if ((w = writev(m->fd, v, cnt)) == -1) {
+        if ((w = pwritev(m->fd, v, cnt, (off_t)m->written)) == -1) {
             if (errno == EINTR)
                 continue;
-            return m->err = spool_fail(m->sp, "write tmp/%s", m->id);
+            return m->err = spool_fail(m->sp, "write tmp/%s", m->tmpid);
         }
         m->written += (uint64_t)w;
         while (cnt > 0 && (size_t)w >= v->iov_len) {
@@ -164,18 +169,27 @@ spool_buf_give(struct spool *sp, char *wb)
 }
 
 
-/* spool_tmp_open - a fresh id and its tmp file; skips ids whose tmp file
+/* spool_tmp_open - a fresh id and its tmp file, tmp/<tmpid>: a pooled
+ * one under its old name (*reused its length), or tmp/<id> made new
+ * (*reused 0); skips ids whose tmp file
  * exists (O_EXCL) or, without a writer number, that are already in queue/
  * (checked after the tmp file exists, so a concurrent writer of the same
  * id has renamed already or fails its own O_EXCL).  With a writer number
  * no other live process makes this id (spool.h): the check would cost a
  * system call per message for a case the commit's rename refuses anyway. */
 static int
-spool_tmp_open(struct spool *sp, char *id)
+spool_tmp_open(struct spool *sp, char *id, char *tmpid,
+    uint64_t *reused)
 {
     struct stat st;
     int         fd, tries;
 
+    *reused = 0;
+    if (sp->npool > 0) {                /* spool_pool.c */
+        fd = spool_pool_take(sp, tmpid, reused);
+        spool_new_id(sp, id);           /* unique: sp->writer >= 0 */
+        return fd;
+    }
     for (tries = 0; tries < SPOOL_ID_TRIES; tries++) {
         spool_new_id(sp, id);
         /* read-write: spool_keep() hands this fd to delivery, which
@@ -187,6 +201,7 @@ spool_tmp_open(struct spool *sp, char *id)
                 continue;
             return spool_fail(sp, "open tmp/%s", id);
         }
+        memcpy(tmpid, id, SPOOL_ID_SIZE);
         if (sp->writer >= 0)
             return fd;
         if (fstatat(sp->queuefd, id, &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -214,19 +229,22 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     struct spool_msg *m;
     struct spool_env  e;
     size_t            len;
-    char             *big;
+    uint64_t          reused;
+    char              tmpid[SPOOL_ID_SIZE], *big;
     int               fd, rc;
 
     *mp = NULL;
     if (!env->use_reserve && (rc = spool_room(sp, 0)) != SPOOL_OK)
         return rc;
-    if ((fd = spool_tmp_open(sp, env->id)) < 0)
+    if ((fd = spool_tmp_open(sp, env->id, tmpid, &reused)) < 0)
         return fd;
     if (env->arrival_ms == 0)
         env->arrival_ms = util_wall_ms();
     m = xcalloc(1, sizeof(*m));
     m->sp = sp;
     m->fd = fd;
+    m->reused = reused;
+    memcpy(m->tmpid, tmpid, SPOOL_ID_SIZE);
     m->use_reserve = env->use_reserve;
     m->requiretls = env->requiretls != 0;
     m->tls_optional = !m->requiretls && env->tls_optional;
@@ -270,16 +288,17 @@ spool_keep(struct spool_msg *m, struct spool_env **envp, int *fdp,
         SPOOL_OK || used != m->body_off) {
         spool_env_free(env);
         snprintf(m->sp->err, sizeof(m->sp->err), "tmp/%s: the envelope "
-            "does not parse back", m->id);
+            "does not parse back", m->tmpid);
         return SPOOL_EFORMAT;
     }
     /* Nobody else can have tmp/<id> open: this never waits or fails but
-     * for a system error. */
-    if (flock(m->fd, LOCK_EX | LOCK_NB) == -1) {
+     * for a system error.  A reused file holds the lock already. */
+    if (!m->reused && flock(m->fd, LOCK_EX | LOCK_NB) == -1) {
         spool_env_free(env);
-        return spool_fail(m->sp, "flock tmp/%s", m->id);
+        return spool_fail(m->sp, "flock tmp/%s", m->tmpid);
     }
     env->has_state = 0;
+    env->kept = 1;
     m->keep = 1;
     m->kenvp = envp;
     m->kbody = body_off;
@@ -315,7 +334,7 @@ spool_write(struct spool_msg *m, const void *p, size_t n)
         return m->err;
     if (m->finished) {
         errno = EINVAL;
-        return spool_fail(m->sp, "write tmp/%s", m->id);
+        return spool_fail(m->sp, "write tmp/%s", m->tmpid);
     }
     m->body += n;
     if (m->written > 0 && n >= SPOOL_DIRECT_MIN)
@@ -363,7 +382,7 @@ spool_head_reserve(struct spool_msg *m, size_t n)
         return m->err;
     if (m->finished || m->head_len > 0 || n == 0) {
         errno = EINVAL;
-        return spool_fail(m->sp, "reserve tmp/%s", m->id);
+        return spool_fail(m->sp, "reserve tmp/%s", m->tmpid);
     }
     if (m->written > m->body_off)
         return SPOOL_ELATE;             /* the body's start is on disk */
@@ -400,7 +419,7 @@ spool_mark_tls_optional(struct spool_msg *m)
         return m->err;
     if (m->finished) {
         errno = EINVAL;
-        return spool_fail(m->sp, "mark tmp/%s", m->id);
+        return spool_fail(m->sp, "mark tmp/%s", m->tmpid);
     }
     if (m->requiretls || m->tls_optional)
         return SPOOL_OK;                /* REQUIRETLS wins (RFC 8689 3) */
@@ -434,7 +453,7 @@ spool_head_fill(struct spool_msg *m, const void *p, size_t n)
         return m->err;
     if (m->finished || m->head_len != n || m->head_filled) {
         errno = EINVAL;
-        return spool_fail(m->sp, "fill tmp/%s", m->id);
+        return spool_fail(m->sp, "fill tmp/%s", m->tmpid);
     }
     if (m->head_off >= m->written) {    /* still in the write buffer */
         memcpy(m->wb + (m->head_off - m->written), p, n);
@@ -445,7 +464,7 @@ spool_head_fill(struct spool_msg *m, const void *p, size_t n)
         if (w != (ssize_t)n) {
             if (w >= 0)
                 errno = EIO;
-            return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->id);
+            return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->tmpid);
         }
     }
     m->head_filled = 1;
@@ -483,7 +502,7 @@ spool_finish(struct spool_msg *m)
     if (m->head_len > 0 && !m->head_filled) {   /* never a placeholder */
         errno = EINVAL;
         return m->err = spool_fail(m->sp, "finish tmp/%s: header room "
-            "not filled", m->id);
+            "not filled", m->tmpid);
     }
     spool_size_digits(digits, m->body);
     /* A message that never left the buffer gets its size patched in
@@ -503,9 +522,15 @@ spool_finish(struct spool_msg *m)
     if (w != (ssize_t)sizeof(digits)) {
         if (w >= 0)
             errno = EIO;
-        return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->id);
+        return m->err = spool_fail(m->sp, "pwrite tmp/%s", m->tmpid);
     }
 done:
+    /* a reused file longer than this message loses the old tail */
+    if (m->reused > m->written &&
+        ftruncate(m->fd, (off_t)m->written) == -1)
+        return m->err = spool_fail(m->sp, "truncate tmp/%s", m->tmpid);
+    if (m->keep && *m->kenvp != NULL)
+        (*m->kenvp)->file_size = m->written;
     spool_buf_give(m->sp, m->wb);
     m->wb = NULL;
     m->finished = 1;
@@ -532,28 +557,29 @@ spool_close_tmp(struct spool_msg *m)
 
     m->fd = -1;
     if (close(fd) == -1 && errno != EINTR)
-        return spool_fail(m->sp, "close tmp/%s", m->id);
+        return spool_fail(m->sp, "close tmp/%s", m->tmpid);
     return SPOOL_OK;
 }
 
 
-/* spool_rename - tmp/<id> -> queue/<id>, never replacing a queue file. */
+/* spool_rename - tmp/<tmpid> -> queue/<id>, never replacing a queue
+ * file. */
 static int
 spool_rename(struct spool_msg *m)
 {
     struct spool *sp = m->sp;
 
-    if (renameat2(sp->tmpfd, m->id, sp->queuefd, m->id,
+    if (renameat2(sp->tmpfd, m->tmpid, sp->queuefd, m->id,
         RENAME_NOREPLACE) == 0)
         return SPOOL_OK;
     /* No RENAME_NOREPLACE on this file system: a link fails on an
      * existing name just the same (and the tmp name goes after it). */
     if (errno == EINVAL &&
-        linkat(sp->tmpfd, m->id, sp->queuefd, m->id, 0) == 0) {
-        (void)unlinkat(sp->tmpfd, m->id, 0);
+        linkat(sp->tmpfd, m->tmpid, sp->queuefd, m->id, 0) == 0) {
+        (void)unlinkat(sp->tmpfd, m->tmpid, 0);
         return SPOOL_OK;
     }
-    return spool_fail(sp, "rename tmp/%s queue/%s", m->id, m->id);
+    return spool_fail(sp, "rename tmp/%s queue/%s", m->tmpid, m->id);
 }
 
 
@@ -566,7 +592,7 @@ spool_commit(struct spool_msg *m)
     if ((rc = spool_finish(m)) != SPOOL_OK)
         return rc;
     if (sp->fsync && fsync(m->fd) == -1)
-        return spool_fail(sp, "fsync tmp/%s", m->id);
+        return spool_fail(sp, "fsync tmp/%s", m->tmpid);
     /* a kept fd stays open: spool_keep() allowed it only where close()
      * reports nothing that fsync() or the file system left to it */
     if ((!m->keep && (rc = spool_close_tmp(m)) != SPOOL_OK) ||
@@ -667,6 +693,6 @@ spool_abort(struct spool_msg *m)
         close(m->fd);
         m->fd = -1;
     }
-    unlinkat(m->sp->tmpfd, m->id, 0);   /* gone already after a rename */
+    unlinkat(m->sp->tmpfd, m->tmpid, 0);    /* gone already after a rename */
     spool_msg_free(m);
 }

@@ -584,6 +584,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_due, due, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_deferred, later, __ATOMIC_RELAXED);
+    spool_pool_trim(w->spool);      /* delivered files lain unused */
     worker_check_done(w);
     ev_timer_start(loop, t, WORKER_TICK_MS);
 }

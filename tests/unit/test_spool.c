@@ -1,8 +1,9 @@
 /*
  * test_spool.c - unit tests for spool/: queue ids, the envelope and state
  * formats (hostile values, truncation, garbling), the writer (chunked
- * writes, commit, abort, batch), start-up purge, flock ownership and the
- * ENOSPC mapping (on a tiny tmpfs when root may mount one).
+ * writes, commit, abort, batch), start-up purge, flock ownership, the
+ * recycling of delivered files (on /dev/shm) and the ENOSPC mapping (on a
+ * tiny tmpfs when root may mount one).
  *
  * Every test works in its own mkdtemp() directory and removes it.
  */
@@ -17,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 
 #include <criterion/criterion.h>
@@ -36,17 +38,25 @@ static char *t_dirs[4];
 
 
 static char *
-t_mkdtemp(void)
+t_mkdtemp_in(const char *base)
 {
-    char   tmpl[] = "/tmp/mtad-spool-test-XXXXXX";
+    char   tmpl[4096];
     size_t i;
 
+    T_PATH(tmpl, "%s/mtad-spool-test-XXXXXX", base);
     cr_assert_not_null(mkdtemp(tmpl), "mkdtemp: %s", strerror(errno));
     for (i = 0; i < ARRAY_LEN(t_dirs) && t_dirs[i] != NULL; i++)
         ;
     cr_assert_lt(i, ARRAY_LEN(t_dirs));
     t_dirs[i] = xstrdup(tmpl);
     return t_dirs[i];
+}
+
+
+static char *
+t_mkdtemp(void)
+{
+    return t_mkdtemp_in("/tmp");
 }
 
 
@@ -80,6 +90,7 @@ TestSuite(spool_write, .fini = t_cleanup);
 TestSuite(spool_prepare, .fini = t_cleanup);
 TestSuite(spool_state, .fini = t_cleanup);
 TestSuite(spool_reader, .fini = t_cleanup);
+TestSuite(spool_pool, .fini = t_cleanup);
 
 
 static struct spool *
@@ -1416,6 +1427,28 @@ Test(spool_reader, lock_excludes_other_processes_until_closed)
 
 /* ---- ENOSPC ------------------------------------------------------------------ */
 
+/* t_tiny_tmpfs - a new directory with a tmpfs of these options mounted
+ * on it, in a private mount namespace: the mount dies with this test
+ * process.  Skips the test where root or namespaces are missing. */
+static char *
+t_tiny_tmpfs(const char *opts)
+{
+    char *dir;
+
+    if (geteuid() != 0)
+        cr_skip_test("needs root to mount a tmpfs");
+    if (unshare(CLONE_NEWNS) == -1 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == -1)
+        cr_skip_test("no mount namespace: %s", strerror(errno));
+    dir = t_mkdtemp();
+    if (mount("tmpfs", dir, "tmpfs", 0, opts) == -1) {
+        t_rm_rf(dir);
+        cr_skip_test("mount tmpfs: %s", strerror(errno));
+    }
+    return dir;
+}
+
+
 Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
 {
     char             *dir, want[64], big[1 << 16];
@@ -1424,17 +1457,7 @@ Test(spool_write, enospc_on_a_full_tmpfs_maps_and_recovers)
     struct spool_msg *m;
     int               rc = SPOOL_OK, i;
 
-    if (geteuid() != 0)
-        cr_skip_test("needs root to mount a tmpfs");
-    /* A private mount namespace: the mount dies with this test process. */
-    if (unshare(CLONE_NEWNS) == -1 ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == -1)
-        cr_skip_test("no mount namespace: %s", strerror(errno));
-    dir = t_mkdtemp();
-    if (mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") == -1) {
-        t_rm_rf(dir);
-        cr_skip_test("mount tmpfs: %s", strerror(errno));
-    }
+    dir = t_tiny_tmpfs("size=64k,mode=0700");
     sp = t_spool(dir, 0, 0);
     memset(big, 'y', sizeof(big));
     t_env(&e);
@@ -1741,4 +1764,212 @@ Test(spool_write, head_room_too_late_and_unfilled)
     cr_assert_eq(t_count(dir, "tmp"), 0);
     free(big);
     spool_close(sp);
+}
+
+
+/* ---- recycling delivered files (spool_remove_fd) ----------------------- */
+
+/* t_shm_spool - a spool on tmpfs (/dev/shm), with a writer number: where
+ * delivered files are recycled. */
+static struct spool *
+t_shm_spool(char **dirp, int fsync)
+{
+    struct statfs fs;
+    struct spool *sp;
+
+    if (statfs("/dev/shm", &fs) != 0 ||
+        (unsigned long)fs.f_type != 0x01021994UL)
+        cr_skip_test("/dev/shm is not a tmpfs here");
+    *dirp = t_mkdtemp_in("/dev/shm");
+    sp = t_spool(*dirp, fsync, 0);
+    spool_set_writer(sp, 3);
+    return sp;
+}
+
+
+/* t_kept - a message with body n bytes of c, kept and committed: its
+ * envelope, fd and id.  The body is read back through a reader's open
+ * (spool_msg_open checks the file's size against the envelope). */
+struct t_kept {
+    struct spool_env *env;
+    int               fd;
+    off_t             off;
+    char              id[SPOOL_ID_SIZE];
+    ino_t             ino;
+};
+
+static struct t_kept
+t_kept_msg(struct spool *sp, size_t n, char c)
+{
+    struct t_kept     k = { .fd = -1 };
+    struct spool_env  e;
+    struct spool_msg *m;
+    struct stat       st;
+    char             *body = xmalloc(n), *back;
+    struct spool_env *got = NULL;
+    off_t             off;
+    int               rfd;
+
+    memset(body, c, n);
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(spool_keep(m, &k.env, &k.fd, &k.off), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    cr_assert_eq(spool_write(m, body, n), SPOOL_OK, "%s", spool_errstr(sp));
+    k.env->body_size = spool_msg_size(m);
+    memcpy(k.id, spool_msg_id(m), SPOOL_ID_SIZE);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(fstat(k.fd, &st), 0);
+    k.ino = st.st_ino;
+    cr_assert_eq(k.env->file_size, (uint64_t)st.st_size);
+    cr_assert_eq(spool_msg_open(sp, k.id, 0, &got, &rfd, &off), SPOOL_OK,
+        "%s", spool_errstr(sp));
+    cr_assert_eq(got->body_size, n);
+    back = t_body(rfd, off, n);
+    cr_assert(memcmp(back, body, n) == 0, "body of %zu bytes differs", n);
+    free(back);
+    close(rfd);
+    spool_env_free(got);
+    free(body);
+    return k;
+}
+
+
+static void
+t_kept_remove(struct spool *sp, struct t_kept *k)
+{
+    cr_assert_eq(spool_remove_fd(sp, k->env, k->fd), SPOOL_OK, "%s",
+        spool_errstr(sp));
+    spool_env_free(k->env);
+    k->env = NULL;
+    k->fd = -1;
+}
+
+
+/* A delivered file moves to tmp/ and carries the next message, longer or
+ * shorter, byte for byte; the lock stays on it all along. */
+Test(spool_pool, delivered_file_carries_the_next_messages)
+{
+    size_t        sizes[] = { 300 * 1024, 100, 1024 * 1024 + 7, 5 };
+    char         *dir, path[4096];
+    struct spool *sp = t_shm_spool(&dir, 0);
+    struct t_kept k;
+    ino_t         ino = 0;
+    size_t        i;
+    int           fd2;
+
+    for (i = 0; i < ARRAY_LEN(sizes); i++) {
+        k = t_kept_msg(sp, sizes[i], (char)('a' + i));
+        if (i > 0)
+            cr_assert_eq(k.ino, ino, "message %zu got a new file", i);
+        ino = k.ino;
+        t_kept_remove(sp, &k);
+        cr_assert_eq(t_count(dir, "queue"), 0);
+        cr_assert_eq(t_count(dir, "tmp"), 1, "pooled under its old id");
+        T_PATH(path, "%s/tmp/%s", dir, k.id);
+        fd2 = open(path, O_RDONLY | O_CLOEXEC);
+        cr_assert_geq(fd2, 0, "%s: %s", path, strerror(errno));
+        cr_assert_eq(flock(fd2, LOCK_EX | LOCK_NB), -1, "pooled unlocked");
+        close(fd2);
+    }
+    spool_close(sp);
+    cr_assert_eq(t_count(dir, "tmp"), 0, "spool_close() unlinks the pool");
+    t_rm_rf(dir);
+}
+
+
+/* Unlinked as before: with fsync, after a state was saved, when the fd
+ * is a reader's, and when the file is over SPOOL_POOL_FILE (4 MiB). */
+Test(spool_pool, unlinked_where_it_may_not_be_reused)
+{
+    char             *dir, *dir2;
+    struct spool     *sp = t_shm_spool(&dir, 0), *dsp;
+    struct spool_env *got;
+    struct t_kept     k;
+    struct stat       st;
+    off_t             off;
+    int               fd;
+
+    k = t_kept_msg(sp, 4 * 1024 * 1024, 'x');
+    t_kept_remove(sp, &k);
+    cr_assert_eq(t_count(dir, "tmp") + t_count(dir, "queue"), 0, "big");
+
+    k = t_kept_msg(sp, 10, 'y');
+    k.env->has_state = 1;
+    fd = k.fd;
+    t_kept_remove(sp, &k);
+    cr_assert_eq(t_count(dir, "tmp") + t_count(dir, "queue"), 0, "state");
+    cr_assert_eq(fstat(fd, &st), -1, "fd left open");
+
+    k = t_kept_msg(sp, 10, 'z');
+    close(k.fd);
+    spool_env_free(k.env);
+    cr_assert_eq(spool_msg_open(sp, k.id, 1, &got, &fd, &off), SPOOL_OK);
+    cr_assert_eq(spool_remove_fd(sp, got, fd), SPOOL_OK);
+    spool_env_free(got);
+    cr_assert_eq(t_count(dir, "tmp") + t_count(dir, "queue"), 0, "reader");
+    spool_close(sp);
+
+    dsp = t_shm_spool(&dir2, 1);
+    k = t_kept_msg(dsp, 10, 'f');
+    t_kept_remove(dsp, &k);
+    cr_assert_eq(t_count(dir2, "tmp") + t_count(dir2, "queue"), 0, "fsync");
+    spool_close(dsp);
+    t_rm_rf(dir2);
+    t_rm_rf(dir);
+}
+
+
+/* At most SPOOL_POOL_MAX (32) files; past SPOOL_POOL_IDLE_MS (2 s)
+ * unused, spool_pool_trim() unlinks them. */
+Test(spool_pool, bounded_in_files_and_time)
+{
+    char         *dir;
+    struct spool *sp = t_shm_spool(&dir, 0);
+    struct t_kept k[33];
+    size_t        i;
+
+    for (i = 0; i < ARRAY_LEN(k); i++)
+        k[i] = t_kept_msg(sp, 100, 'p');
+    for (i = 0; i < ARRAY_LEN(k); i++)
+        t_kept_remove(sp, &k[i]);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    cr_assert_eq(t_count(dir, "tmp"), 32);
+    spool_pool_trim(sp);
+    cr_assert_eq(t_count(dir, "tmp"), 32, "trimmed while fresh");
+    usleep(2100 * 1000);
+    spool_pool_trim(sp);
+    cr_assert_eq(t_count(dir, "tmp"), 0, "not trimmed after 2 s");
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* Short of room, the pool goes first: on a 256 KiB tmpfs a pooled file of
+ * 200 KiB leaves less than the reserve (a quarter of it) free, and the
+ * next message is taken all the same, in a new file. */
+Test(spool_pool, drained_when_room_runs_short)
+{
+    char             *dir, path[4096];
+    struct spool     *sp;
+    struct spool_env  e;
+    struct spool_msg *m;
+    struct t_kept     k;
+
+    dir = t_tiny_tmpfs("size=256k,mode=0700");
+    sp = t_spool(dir, 0, 0);
+    spool_set_writer(sp, 3);
+    k = t_kept_msg(sp, 200 * 1024, 'r');
+    t_kept_remove(sp, &k);
+    spool_set_reserve(sp, UINT64_MAX / 2);  /* a quarter: 64 KiB */
+    T_PATH(path, "%s/tmp/%s", dir, k.id);
+    cr_assert(access(path, F_OK) == 0, "not pooled");
+    t_env(&e);
+    cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert(access(path, F_OK) == -1, "the pool was kept");
+    cr_assert_eq(spool_write(m, "x\r\n", 3), SPOOL_OK);
+    cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
+    cr_assert_eq(t_count(dir, "queue"), 1);
+    spool_close(sp);
+    t_rm_rf(dir);
 }

@@ -1,0 +1,127 @@
+/*
+ * spool_pool.c - delivered files kept to carry the next messages.  See
+ * the CONTRACT in spool.h (spool_remove_fd, spool_pool_trim).
+ *
+ * Why (issue 16, bench/relay_floor on the bench VM): writing 1 MiB into a
+ * new tmpfs file cost 0.27-0.36 ms of CPU, allocating and charging 256
+ * pages, and its unlink another 0.06 to free them; written over an old
+ * file of that size, 0.11-0.14 and nothing.  A small message saves three
+ * system calls: the open, the flock, the unlink and the close give way to
+ * one rename (queue/<id> -> tmp/<id>); the next message is written under
+ * that old name and renamed to queue/<its id> at its commit as usual.
+ *
+ * Safety:
+ *   - only in memory (tmpfs, ramfs) and without spool.fsync: a crash of
+ *     the machine takes the whole spool with it, so no old name can come
+ *     back holding new bytes, as it could from a journal on disk;
+ *   - only a file this worker wrote and delivered from its own descriptor
+ *     (spool_keep), read-write and locked all along: the lock stays with
+ *     the file in the pool and through its next message, so no other
+ *     process's flock() ever wins it in between, and a reader that opened
+ *     the old name just before the move finds another id in the envelope
+ *     (spool_msg_open refuses it);
+ *   - never a file with a state (its mode and times carry the schedule);
+ *   - its length is cut to the new message's at the commit (spool_finish);
+ *   - bounded in files, bytes and time (SPOOL_POOL_*), and drained when
+ *     the spool runs short of room (spool_room).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "spool/spool.h"
+#include "spool/spool_int.h"
+
+
+/* spool_pool_drop - unlink and close one pooled file. */
+static void
+spool_pool_drop(struct spool *sp, const struct spool_pooled *e)
+{
+    (void)unlinkat(sp->tmpfd, e->id, 0);
+    close(e->fd);
+}
+
+
+/* spool_pool_put - move the delivered queue/<id> to tmp/<id> and keep
+ * fd: 0, or -1 (nothing done) when it may not or cannot be pooled. */
+static int
+spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
+{
+    struct spool_pooled *e;
+
+    if (!sp->recycle || sp->writer < 0 || !env->kept || env->has_state ||
+        env->file_size == 0 || env->file_size > SPOOL_POOL_FILE ||
+        fd < 0 || !spool_id_valid(env->id))
+        return -1;
+    spool_pool_trim(sp);
+    if (sp->npool == SPOOL_POOL_MAX ||
+        sp->pool_bytes + env->file_size > SPOOL_POOL_BYTES)
+        return -1;
+    if (renameat2(sp->queuefd, env->id, sp->tmpfd, env->id,
+        RENAME_NOREPLACE) != 0)
+        return -1;              /* the usual unlink says what is wrong */
+    e = &sp->pool[sp->npool++];
+    e->fd = fd;
+    memcpy(e->id, env->id, SPOOL_ID_SIZE);
+    e->size = env->file_size;
+    e->at_ms = util_now_ms();
+    sp->pool_bytes += e->size;
+    return 0;
+}
+
+
+int
+spool_remove_fd(struct spool *sp, const struct spool_env *env, int fd)
+{
+    int rc;
+
+    if (spool_pool_put(sp, env, fd) == 0)
+        return SPOOL_OK;
+    if ((rc = spool_remove_env(sp, env)) != SPOOL_OK)
+        return rc;
+    spool_close_removed(sp, fd);
+    return SPOOL_OK;
+}
+
+
+int
+spool_pool_take(struct spool *sp, char *name, uint64_t *size)
+{
+    struct spool_pooled *e = &sp->pool[--sp->npool];  /* warm pages */
+
+    sp->pool_bytes -= e->size;
+    memcpy(name, e->id, SPOOL_ID_SIZE);
+    *size = e->size;
+    return e->fd;
+}
+
+
+void
+spool_pool_trim(struct spool *sp)
+{
+    uint64_t now;
+    size_t   n = 0;
+
+    if (sp == NULL || sp->npool == 0)
+        return;
+    now = util_now_ms();
+    while (n < sp->npool && now - sp->pool[n].at_ms >= SPOOL_POOL_IDLE_MS) {
+        sp->pool_bytes -= sp->pool[n].size;
+        spool_pool_drop(sp, &sp->pool[n++]);
+    }
+    if (n > 0) {
+        sp->npool -= n;
+        memmove(sp->pool, sp->pool + n, sp->npool * sizeof(sp->pool[0]));
+    }
+}
+
+
+void
+spool_pool_drain(struct spool *sp)
+{
+    while (sp->npool > 0)
+        spool_pool_drop(sp, &sp->pool[--sp->npool]);
+    sp->pool_bytes = 0;
+}

@@ -1,0 +1,90 @@
+"""Delivered files recycled (spool/spool_pool.c): on a tmpfs spool without
+fsync, a file whose message was delivered on its first attempt moves to
+tmp/ and the next message is written over it.  Checked end to end, with
+one worker so that every message reuses the file before it: bodies of
+very different sizes, one after the other, arrive byte for byte (a
+shorter one over a longer one must not keep the old tail); deferred mail
+is untouched; what lies in the pool is unlinked after two idle seconds,
+and at a stop."""
+
+import os
+
+from mtadtest import make_message, spool_files, strip_received, wait_for
+
+
+def body_of(n, size):
+    """A message of about `size` bytes whose every line names it."""
+    line = b"message %d line %%08d abcdefghijklmnopqrstuvwxyz\r\n" % n
+    lines = []
+    total = 0
+    k = 0
+    while total < size:
+        s = line % k
+        lines.append(s)
+        total += len(s)
+        k += 1
+    return make_message(n, b"".join(lines))
+
+
+def tmp_names(m):
+    return sorted(os.listdir(os.path.join(m.spool, "tmp")))
+
+
+def test_bodies_of_every_size_arrive_exact_over_recycled_files(
+        mtad_factory, sink):
+    m = mtad_factory({"server": {"workers": 1},
+                      "routes": {"default": sink.route}}).start()
+    sizes = [300 * 1024, 100, 1024 * 1024, 10, 70 * 1024, 0, 2 * 1024 * 1024,
+             5000]
+    sent = []
+    s = m.smtp(timeout=30)
+    s.ehlo("client.test")
+    for n, size in enumerate(sizes):
+        msg = body_of(n, size)
+        s.sendmail("a@example.org", ["b%d@example.net" % n], msg)
+        sent.append(msg)
+        # delivered before the next is written: each one reuses the
+        # file of the one before
+        sink.wait_for(n + 1, timeout=30)
+        wait_for(lambda: not spool_files(m.spool, "queue"),
+                 what="message %d removed from queue/" % n)
+        assert len(tmp_names(m)) == 1, tmp_names(m)
+    s.quit()
+    got = {}
+    for r in sink.received():
+        _, rest = strip_received(r.data)
+        got[r.rcpt_tos[0]] = rest
+    assert len(got) == len(sizes)
+    for n, msg in enumerate(sent):
+        rest = got["b%d@example.net" % n]
+        assert len(rest) == len(msg), (n, len(rest), len(msg))
+        assert rest == msg, n
+    # two idle seconds, and the worker's tick unlinks the pooled file
+    wait_for(lambda: not tmp_names(m), timeout=10, what="pool trimmed")
+
+
+def test_deferred_mail_stays_and_the_pool_goes_at_stop(mtad_factory, sink):
+    m = mtad_factory({"server": {"workers": 1},
+                      "routes": {"default": sink.route}}).start()
+    s = m.smtp(timeout=30)
+    s.ehlo("client.test")
+    s.sendmail("a@example.org", ["b@example.net"], body_of(1, 100 * 1024))
+    sink.wait_for(1, timeout=30)
+    wait_for(lambda: len(tmp_names(m)) == 1, what="a pooled file")
+    sink.fail_first = 1
+    small = make_message(2)
+    s.sendmail("a@example.org", ["c@example.net"], small)
+    s.quit()
+    # deferred: in queue/, and the pooled file it was written over is
+    # its own now (no file left in tmp/); the retry reopens it, and the
+    # reader takes only a file exactly as long as its envelope says
+    wait_for(lambda: len(spool_files(m.spool, "queue")) == 1 and
+             not tmp_names(m), what="the deferred message queued")
+    sink.wait_for(2, timeout=30)        # its retry, a second later
+    wait_for(lambda: not spool_files(m.spool, "queue"),
+             what="the retried message removed")
+    got = sink.received()
+    assert [r.rcpt_tos for r in got] == [["b@example.net"], ["c@example.net"]]
+    assert strip_received(got[1].data)[1] == small
+    m.stop()
+    assert tmp_names(m) == []
