@@ -144,8 +144,9 @@ def children_cpu():
 
 def relay_floor(size, msgs):
     """bench/relay_floor: CPU ms per message of a relay that only copies
-    the bytes through a tmpfs file (recv, write, pread, send, unlink), or
-    None when it is not built or fails."""
+    the bytes through a tmpfs file it keeps (recv, pwrite over the last
+    message's pages, pread, send), or None when it is not built or
+    fails."""
     if not os.access(FLOOR, os.X_OK):
         return None
     try:
@@ -1272,8 +1273,8 @@ def floor_note(results):
     if None in (f, t, k, m, c, e) or not c:
         return []
     bound = NCPU * 1000.0 / (f + t + k)
-    return ["%s floor (bench/relay_floor: recv, write to tmpfs, pread, send, "
-            "unlink; nothing else): %.2f ms of CPU per message against mtad's "
+    return ["%s floor (bench/relay_floor: recv, pwrite over a kept tmpfs "
+            "file, pread, send; nothing else): %.2f ms of CPU per message against mtad's "
             "%.2f; with the tool's %.2f and the sink's %.2f ms per message of "
             "mtad's row, such a relay could reach at most %.0f msgs/s, %.0f%% "
             "of the raw ceiling (%.0f), with all %d cores busy; mtad reached "
@@ -1440,8 +1441,8 @@ METHOD = """
   calibrated from a short unrecorded trial so that a run lasts a few seconds.
 - 1M-s20 floor (a note, issue 16): in each repetition of 1M-s20 with our
   tools, `bench/relay_floor` relays 1,000 messages of 1 MiB over loopback
-  doing only recv, write to a tmpfs file, pread, send and unlink, and reads
-  its own CPU clock.  With the load tool's CPU (its reaped-child rusage) and
+  doing only recv, pwrite into a tmpfs file kept from the message before
+  (as mtad's spool does), pread and send, and reads its own CPU clock.  With the load tool's CPU (its reaped-child rusage) and
   the sink's per message in mtad's runs, that gives the most any relay that
   commits the body to tmpfs before its 250 could reach with every core busy.
 - accepted: messages answered 250 by the MTA / wall time of the load tool.

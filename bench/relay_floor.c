@@ -7,16 +7,19 @@
  *           the bytes off a socket, write them into a file, read them back
  *           and hand them to another socket.  This process does only that,
  *           over loopback TCP: a tool thread sends SIZE-byte messages, the
- *           main thread relays each (recv in 128 KiB pieces, write() each
- *           to a new file in DIR, one pread() of the whole file, send(),
- *           unlink, close), a sink thread reads and drops them.  No SMTP,
- *           no parsing, no acknowledgement.  Each thread's CPU is read
- *           from its own CPU clock.
- * CONTRACT  relay_floor [SIZE [N [DIR]]]  (1048576, 1000, /dev/shm)  ->
- *           one line on stdout: msgs, then milliseconds of CPU per message
- *           for the relay (and its recv, write, pread, send and
- *           unlink+close parts), the tool thread and the sink thread.
- *           Exit 0, or 1 with a message on stderr.
+ *           main thread relays each (recv in 128 KiB pieces, pwrite() each
+ *           into a file in DIR, one pread() of the whole file, send()), a
+ *           sink thread reads and drops them.  No SMTP, no parsing, no
+ *           acknowledgement.  The file is the one the message before
+ *           used, written over, as mtad's spool does on tmpfs
+ *           (spool/spool_pool.c); with "new" each message gets a new file,
+ *           unlinked and closed after its send (mtad before that).  Each
+ *           thread's CPU is read from its own CPU clock.
+ * CONTRACT  relay_floor [SIZE [N [DIR [reuse|new]]]]  (1048576, 1000,
+ *           /dev/shm, reuse)  ->  one line on stdout: msgs, then
+ *           milliseconds of CPU per message for the relay (and its recv,
+ *           write, pread, send and unlink+close parts), the tool thread
+ *           and the sink thread.  Exit 0, or 1 with a message on stderr.
  * FAILURE   Every call is checked; a short or failed one ends the run
  *           with exit 1.  The loop is bounded by N.
  */
@@ -140,15 +143,18 @@ main(int argc, char **argv)
     const char        *dir = argc > 3 ? argv[3] : "/dev/shm";
     char               path[4096], *piece, *whole;
     double             part[5] = { 0 }, t, t0;
-    int                lin, lout, in, out, sfd;
+    int                lin, lout, in, out, sfd, reuse, kept = -1;
     long               i;
 
     if (argc > 1)
         size = strtoul(argv[1], NULL, 10);
     if (argc > 2)
         nmsg = strtol(argv[2], NULL, 10);
-    if (size == 0 || nmsg <= 0)
-        return fprintf(stderr, "usage: relay_floor [SIZE [N [DIR]]]\n"), 1;
+    reuse = argc <= 4 || strcmp(argv[4], "new") != 0;
+    if (size == 0 || nmsg <= 0 || (argc > 4 && reuse &&
+        strcmp(argv[4], "reuse") != 0))
+        return fprintf(stderr, "usage: relay_floor [SIZE [N [DIR "
+            "[reuse|new]]]]\n"), 1;
     piece = malloc(PIECE);
     whole = malloc(size);
     if (piece == NULL || whole == NULL)
@@ -170,7 +176,10 @@ main(int argc, char **argv)
         int    fd;
 
         t = cpu_ms();
-        if ((fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+        if (kept >= 0)
+            fd = kept;
+        else if ((fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+            0600)) < 0)
             die(path);
         while (got < size) {
             size_t  want = size - got < PIECE ? size - got : PIECE;
@@ -181,7 +190,7 @@ main(int argc, char **argv)
                 die("relay recv");
             w = cpu_ms();
             part[0] += w - t;
-            if (write(fd, piece, (size_t)r) != r)
+            if (pwrite(fd, piece, (size_t)r, (off_t)got) != r)
                 die("write");
             t = cpu_ms();
             part[1] += t - w;
@@ -193,11 +202,17 @@ main(int argc, char **argv)
         t = cpu_ms();
         send_all(out, whole, size);
         part[3] += cpu_ms() - t;
+        if (reuse) {
+            kept = fd;                  /* the same size: nothing to cut */
+            continue;
+        }
         t = cpu_ms();
         if (unlink(path) != 0 || close(fd) != 0)
             die("unlink");
         part[4] += cpu_ms() - t;
     }
+    if (kept >= 0 && (unlink(path) != 0 || close(kept) != 0))
+        die("unlink");
     t = cpu_ms() - t0;
     shutdown(out, SHUT_WR);
     pthread_join(tt, NULL);
