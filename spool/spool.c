@@ -311,6 +311,24 @@ spool_load_state(struct spool *sp, struct spool_env *env)
 }
 
 
+/* spool_moved - a queue file opened as queue/<id> turned out not to be
+ * what its name says: malformed, unless the name has gone to another
+ * file (or none) since the open.  Then the file was delivered and moved
+ * to tmp/ to carry a new message (spool_remove_fd), and what the reader
+ * wanted is gone: SPOOL_ENOENT, as for a removal. */
+static int
+spool_moved(struct spool *sp, const char *id, const struct stat *opened)
+{
+    struct stat now;
+
+    if (fstatat(sp->queuefd, id, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        now.st_ino == opened->st_ino && now.st_dev == opened->st_dev)
+        return spool_efmt(sp, "queue", id);
+    snprintf(sp->err, sizeof(sp->err), "queue/%s: removed", id);
+    return SPOOL_ENOENT;
+}
+
+
 int
 spool_msg_open(struct spool *sp, const char *id, int lock,
     struct spool_env **envp, int *fdp, off_t *body_off)
@@ -357,12 +375,12 @@ spool_msg_open(struct spool *sp, const char *id, int lock,
         goto fail;
     if (spool_env_parse(b, n, &env, &used) != SPOOL_OK ||
         strcmp(env->id, id) != 0) {
-        rc = spool_efmt(sp, "queue", id);
+        rc = spool_moved(sp, id, &st);
         goto fail;
     }
     /* A short file was cut off; a longer one was not written by us. */
     if ((uint64_t)st.st_size != used + env->body_size) {
-        rc = spool_efmt(sp, "queue", id);
+        rc = spool_moved(sp, id, &st);
         goto fail;
     }
     /* only a marked file can have a state (spool_state_save()): no open()

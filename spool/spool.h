@@ -261,8 +261,10 @@ int     spool_keep(struct spool_msg *m, struct spool_env **envp, int *fd,
  * *fd stays open (holding the lock) until spool_env_free's caller closes
  * it; *body_off is where the body starts in that file.  SPOOL_ENOENT when
  * the message is gone (also when the previous lock holder removed it
- * between our open and our flock); SPOOL_EFORMAT for a bad id, a damaged
- * envelope or state, or a file whose size disagrees with its envelope.
+ * between our open and our flock, or moved it to tmp/ and wrote another
+ * message over it: a file that no longer holds its name); SPOOL_EFORMAT
+ * for a bad id, a damaged envelope or state, or a file whose size
+ * disagrees with its envelope.
  * fd and body_off may be NULL (then the file is closed, lock and all). */
 int     spool_msg_open(struct spool *sp, const char *id, int lock,
             struct spool_env **envp, int *fd, off_t *body_off);
