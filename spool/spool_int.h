@@ -106,7 +106,6 @@ struct spool {
     int         recycle;            /* tmpfs or ramfs, no fsync: pool */
     struct spool_pooled pool[SPOOL_POOL_MAX];   /* oldest first */
     size_t      npool;
-    uint64_t    pool_bytes;
     char        err[512];
 };
 

@@ -44,20 +44,40 @@ spool_pool_drop(struct spool *sp, const struct spool_pooled *e)
 }
 
 
+/* spool_pool_expire - unlink the files unused since before now minus
+ * SPOOL_POOL_IDLE_MS (the oldest are first). */
+static void
+spool_pool_expire(struct spool *sp, uint64_t now)
+{
+    size_t n = 0;
+
+    while (n < sp->npool && now - sp->pool[n].at_ms >= SPOOL_POOL_IDLE_MS)
+        spool_pool_drop(sp, &sp->pool[n++]);
+    if (n > 0) {
+        sp->npool -= n;
+        memmove(sp->pool, sp->pool + n, sp->npool * sizeof(sp->pool[0]));
+    }
+}
+
+
 /* spool_pool_put - move the delivered queue/<id> to tmp/<id> and keep
  * fd: 0, or -1 (nothing done) when it may not or cannot be pooled. */
 static int
 spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
 {
     struct spool_pooled *e;
+    uint64_t             bytes = env->file_size, now;
+    size_t               i;
 
     if (!sp->recycle || sp->writer < 0 || !env->kept || env->has_state ||
         env->file_size == 0 || env->file_size > SPOOL_POOL_FILE ||
         fd < 0 || !spool_id_valid(env->id))
         return -1;
-    spool_pool_trim(sp);
-    if (sp->npool == SPOOL_POOL_MAX ||
-        sp->pool_bytes + env->file_size > SPOOL_POOL_BYTES)
+    now = util_now_ms();
+    spool_pool_expire(sp, now);
+    for (i = 0; i < sp->npool; i++)
+        bytes += sp->pool[i].size;
+    if (sp->npool == SPOOL_POOL_MAX || bytes > SPOOL_POOL_BYTES)
         return -1;
     if (renameat2(sp->queuefd, env->id, sp->tmpfd, env->id,
         RENAME_NOREPLACE) != 0)
@@ -66,8 +86,7 @@ spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
     e->fd = fd;
     memcpy(e->id, env->id, SPOOL_ID_SIZE);
     e->size = env->file_size;
-    e->at_ms = util_now_ms();
-    sp->pool_bytes += e->size;
+    e->at_ms = now;
     return 0;
 }
 
@@ -91,7 +110,6 @@ spool_pool_take(struct spool *sp, char *name, uint64_t *size)
 {
     struct spool_pooled *e = &sp->pool[--sp->npool];  /* warm pages */
 
-    sp->pool_bytes -= e->size;
     memcpy(name, e->id, SPOOL_ID_SIZE);
     *size = e->size;
     return e->fd;
@@ -101,20 +119,8 @@ spool_pool_take(struct spool *sp, char *name, uint64_t *size)
 void
 spool_pool_trim(struct spool *sp)
 {
-    uint64_t now;
-    size_t   n = 0;
-
-    if (sp == NULL || sp->npool == 0)
-        return;
-    now = util_now_ms();
-    while (n < sp->npool && now - sp->pool[n].at_ms >= SPOOL_POOL_IDLE_MS) {
-        sp->pool_bytes -= sp->pool[n].size;
-        spool_pool_drop(sp, &sp->pool[n++]);
-    }
-    if (n > 0) {
-        sp->npool -= n;
-        memmove(sp->pool, sp->pool + n, sp->npool * sizeof(sp->pool[0]));
-    }
+    if (sp != NULL && sp->npool > 0)
+        spool_pool_expire(sp, util_now_ms());
 }
 
 
@@ -123,5 +129,4 @@ spool_pool_drain(struct spool *sp)
 {
     while (sp->npool > 0)
         spool_pool_drop(sp, &sp->pool[--sp->npool]);
-    sp->pool_bytes = 0;
 }

@@ -1945,6 +1945,27 @@ Test(spool_pool, bounded_in_files_and_time)
 }
 
 
+/* At most SPOOL_POOL_BYTES (32 MiB) in all: eight files of 3.9 MiB fit,
+ * the ninth is unlinked. */
+Test(spool_pool, bounded_in_bytes)
+{
+    char         *dir;
+    struct spool *sp = t_shm_spool(&dir, 0);
+    struct t_kept k[9];
+    size_t        i;
+
+    for (i = 0; i < ARRAY_LEN(k); i++)
+        k[i] = t_kept_msg(sp, 3900 * 1024, 'q');
+    for (i = 0; i < ARRAY_LEN(k); i++)
+        t_kept_remove(sp, &k[i]);
+    cr_assert_eq(t_count(dir, "queue"), 0);
+    cr_assert_eq(t_count(dir, "tmp"), 8);
+    spool_close(sp);
+    cr_assert_eq(t_count(dir, "tmp"), 0);
+    t_rm_rf(dir);
+}
+
+
 /* Short of room, the pool goes first: on a 256 KiB tmpfs a pooled file of
  * 200 KiB leaves less than the reserve (a quarter of it) free, and the
  * next message is taken all the same, in a new file. */
