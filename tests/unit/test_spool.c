@@ -1920,19 +1920,30 @@ Test(spool_pool, unlinked_where_it_may_not_be_reused)
 }
 
 
+/* t_pool_fill - n messages of size bytes, all kept (so none reuses
+ * another's file), then all delivered: what the pool keeps of them. */
+static void
+t_pool_fill(struct spool *sp, size_t n, size_t size)
+{
+    struct t_kept *k = xcalloc(n, sizeof(*k));
+    size_t         i;
+
+    for (i = 0; i < n; i++)
+        k[i] = t_kept_msg(sp, size, 'p');
+    for (i = 0; i < n; i++)
+        t_kept_remove(sp, &k[i]);
+    free(k);
+}
+
+
 /* At most SPOOL_POOL_MAX (32) files; past SPOOL_POOL_IDLE_MS (2 s)
  * unused, spool_pool_trim() unlinks them. */
 Test(spool_pool, bounded_in_files_and_time)
 {
     char         *dir;
     struct spool *sp = t_shm_spool(&dir, 0);
-    struct t_kept k[33];
-    size_t        i;
 
-    for (i = 0; i < ARRAY_LEN(k); i++)
-        k[i] = t_kept_msg(sp, 100, 'p');
-    for (i = 0; i < ARRAY_LEN(k); i++)
-        t_kept_remove(sp, &k[i]);
+    t_pool_fill(sp, 33, 100);
     cr_assert_eq(t_count(dir, "queue"), 0);
     cr_assert_eq(t_count(dir, "tmp"), 32);
     spool_pool_trim(sp);
@@ -1951,13 +1962,8 @@ Test(spool_pool, bounded_in_bytes)
 {
     char         *dir;
     struct spool *sp = t_shm_spool(&dir, 0);
-    struct t_kept k[9];
-    size_t        i;
 
-    for (i = 0; i < ARRAY_LEN(k); i++)
-        k[i] = t_kept_msg(sp, 3900 * 1024, 'q');
-    for (i = 0; i < ARRAY_LEN(k); i++)
-        t_kept_remove(sp, &k[i]);
+    t_pool_fill(sp, 9, 3900 * 1024);
     cr_assert_eq(t_count(dir, "queue"), 0);
     cr_assert_eq(t_count(dir, "tmp"), 8);
     spool_close(sp);
