@@ -293,10 +293,10 @@ spool_close(struct spool *sp)
         return;
     spool_sync_free(sp);            /* joins its thread first */
     spool_reap_free(sp);            /* ... and this one */
-    if (sp->tmpfd >= 0)
-        spool_pool_drain(sp);
-    if (sp->tmpfd >= 0)
+    if (sp->tmpfd >= 0) {
+        spool_pool_drain(sp);       /* unlinks in tmp/ */
         close(sp->tmpfd);
+    }
     if (sp->queuefd >= 0)
         close(sp->queuefd);
     if (sp->statefd >= 0)
