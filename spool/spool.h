@@ -2,6 +2,8 @@
  * spool.h - the message spool: one directory tree, usually on tmpfs.
  *
  *   <dir>/tmp/<id>      being received; only the accepting worker touches it
+ *   <dir>/tmp/.<id>     delivered, kept by its worker to carry a new message
+ *                       (tmpfs without fsync: spool_remove_fd below)
  *   <dir>/queue/<id>    committed message: envelope + body, never rewritten
  *   <dir>/state/<id>    delivery state (per-recipient results, next retry,
  *                       held flag), replaced atomically (write + rename)

@@ -68,6 +68,9 @@ void    spool_size_digits(char *dst, uint64_t v);
 #define SPOOL_POOL_BYTES   (UINT64_C(32) << 20)
 #define SPOOL_POOL_FILE    (UINT64_C(4) << 20)
 #define SPOOL_POOL_IDLE_MS 2000
+/* a pooled file's name in tmp/: "." and the id of the message it carried,
+ * apart from the files being received (tmp/<id>) */
+#define SPOOL_POOL_NAME_SIZE (SPOOL_ID_SIZE + 1)
 #define SPOOL_HDR_MAX     (64 * 1024 * 1024)  /* envelope or state file */
 #define SPOOL_ID_TRIES    64
 #define SPOOL_CTR_BITS    12
@@ -83,7 +86,7 @@ void    spool_size_digits(char *dst, uint64_t v);
  * open read-write and locked: the next message is written over it */
 struct spool_pooled {
     int         fd;
-    char        id[SPOOL_ID_SIZE];
+    char        name[SPOOL_POOL_NAME_SIZE];     /* in tmp/: ".<id>" */
     uint64_t    size;               /* its length now */
     uint64_t    at_ms;              /* pooled then (monotonic) */
 };
@@ -116,8 +119,8 @@ struct spool_msg {
     int         err;                /* sticky: a failed write poisons m */
     int         use_reserve;        /* may eat into sp->reserve (bounces) */
     char        id[SPOOL_ID_SIZE];
-    char        tmpid[SPOOL_ID_SIZE];   /* its name in tmp/: id, or a
-                                         * reused file's old id */
+    char        tmpid[SPOOL_POOL_NAME_SIZE];    /* its name in tmp/: id,
+                                         * or a reused file's ".<old id>" */
     char       *wb;                 /* write buffer, NULL after finish */
     size_t      wlen;
     uint64_t    written;            /* bytes written so far: the offset
@@ -142,7 +145,7 @@ struct spool_msg {
 int     spool_fs_is_ram(int fd);
 
 /* spool_pool.c: the newest pooled file (the pool is not empty), taken
- * out: its fd, with name[SPOOL_ID_SIZE] its name in tmp/ and *size its
+ * out: its fd, with name[SPOOL_POOL_NAME_SIZE] its name in tmp/ and *size its
  * length. */
 int     spool_pool_take(struct spool *sp, char *name, uint64_t *size);
 /* every pooled file unlinked and closed (spool_room, spool_close) */

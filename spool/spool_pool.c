@@ -7,8 +7,9 @@
  * pages, and its unlink another 0.06 to free them; written over an old
  * file of that size, 0.11-0.14 and nothing.  A small message saves three
  * system calls: the open, the flock, the unlink and the close give way to
- * one rename (queue/<id> -> tmp/<id>); the next message is written under
- * that old name and renamed to queue/<its id> at its commit as usual.
+ * one rename (queue/<id> -> tmp/.<id>: the dot sets it apart from the files
+ * being received); the next message is written under that name and
+ * renamed to queue/<its id> at its commit as usual.
  *
  * Safety:
  *   - only in memory (tmpfs, ramfs) and without spool.fsync: a crash of
@@ -39,7 +40,7 @@
 static void
 spool_pool_drop(struct spool *sp, const struct spool_pooled *e)
 {
-    (void)unlinkat(sp->tmpfd, e->id, 0);
+    (void)unlinkat(sp->tmpfd, e->name, 0);
     close(e->fd);
 }
 
@@ -60,7 +61,7 @@ spool_pool_expire(struct spool *sp, uint64_t now)
 }
 
 
-/* spool_pool_put - move the delivered queue/<id> to tmp/<id> and keep
+/* spool_pool_put - move the delivered queue/<id> to tmp/.<id> and keep
  * fd: 0, or -1 (nothing done) when it may not or cannot be pooled. */
 static int
 spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
@@ -79,12 +80,14 @@ spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
         bytes += sp->pool[i].size;
     if (sp->npool == SPOOL_POOL_MAX || bytes > SPOOL_POOL_BYTES)
         return -1;
-    if (renameat2(sp->queuefd, env->id, sp->tmpfd, env->id,
+    e = &sp->pool[sp->npool];
+    e->name[0] = '.';
+    memcpy(e->name + 1, env->id, SPOOL_ID_SIZE);
+    if (renameat2(sp->queuefd, env->id, sp->tmpfd, e->name,
         RENAME_NOREPLACE) != 0)
         return -1;              /* the usual unlink says what is wrong */
-    e = &sp->pool[sp->npool++];
+    sp->npool++;
     e->fd = fd;
-    memcpy(e->id, env->id, SPOOL_ID_SIZE);
     e->size = env->file_size;
     e->at_ms = now;
     return 0;
@@ -110,7 +113,7 @@ spool_pool_take(struct spool *sp, char *name, uint64_t *size)
 {
     struct spool_pooled *e = &sp->pool[--sp->npool];  /* warm pages */
 
-    memcpy(name, e->id, SPOOL_ID_SIZE);
+    memcpy(name, e->name, SPOOL_POOL_NAME_SIZE);
     *size = e->size;
     return e->fd;
 }

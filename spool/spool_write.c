@@ -170,7 +170,7 @@ spool_buf_give(struct spool *sp, char *wb)
 
 
 /* spool_tmp_open - a fresh id and its tmp file, tmp/<tmpid>: a pooled
- * one under its old name (*reused its length), or tmp/<id> made new
+ * one under its name ".<old id>" (*reused its length), or tmp/<id> made new
  * (*reused 0); skips ids whose tmp file
  * exists (O_EXCL) or, without a writer number, that are already in queue/
  * (checked after the tmp file exists, so a concurrent writer of the same
@@ -230,7 +230,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     struct spool_env  e;
     size_t            len;
     uint64_t          reused;
-    char              tmpid[SPOOL_ID_SIZE], *big;
+    char              tmpid[SPOOL_POOL_NAME_SIZE], *big;
     int               fd, rc;
 
     *mp = NULL;
@@ -244,7 +244,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     m->sp = sp;
     m->fd = fd;
     m->reused = reused;
-    memcpy(m->tmpid, tmpid, SPOOL_ID_SIZE);
+    memcpy(m->tmpid, tmpid, SPOOL_POOL_NAME_SIZE);
     m->use_reserve = env->use_reserve;
     m->requiretls = env->requiretls != 0;
     m->tls_optional = !m->requiretls && env->tls_optional;

@@ -48,7 +48,10 @@ def test_bodies_of_every_size_arrive_exact_over_recycled_files(
         sink.wait_for(n + 1, timeout=30)
         wait_for(lambda: not spool_files(m.spool, "queue"),
                  what="message %d removed from queue/" % n)
-        assert len(tmp_names(m)) == 1, tmp_names(m)
+        # pooled as tmp/.<id>, apart from files being received
+        names = tmp_names(m)
+        assert len(names) == 1 and names[0].startswith(".") and \
+            len(names[0]) == 17, names
     s.quit()
     got = {}
     for r in sink.received():

@@ -1865,8 +1865,8 @@ Test(spool_pool, delivered_file_carries_the_next_messages)
         ino = k.ino;
         t_kept_remove(sp, &k);
         cr_assert_eq(t_count(dir, "queue"), 0);
-        cr_assert_eq(t_count(dir, "tmp"), 1, "pooled under its old id");
-        T_PATH(path, "%s/tmp/%s", dir, k.id);
+        cr_assert_eq(t_count(dir, "tmp"), 1, "pooled as .<its id>");
+        T_PATH(path, "%s/tmp/.%s", dir, k.id);
         fd2 = open(path, O_RDONLY | O_CLOEXEC);
         cr_assert_geq(fd2, 0, "%s: %s", path, strerror(errno));
         cr_assert_eq(flock(fd2, LOCK_EX | LOCK_NB), -1, "pooled unlocked");
@@ -1989,7 +1989,7 @@ Test(spool_pool, drained_when_room_runs_short)
     k = t_kept_msg(sp, 200 * 1024, 'r');
     t_kept_remove(sp, &k);
     spool_set_reserve(sp, UINT64_MAX / 2);  /* a quarter: 64 KiB */
-    T_PATH(path, "%s/tmp/%s", dir, k.id);
+    T_PATH(path, "%s/tmp/.%s", dir, k.id);
     cr_assert(access(path, F_OK) == 0, "not pooled");
     t_env(&e);
     cr_assert_eq(spool_create(sp, &e, &m), SPOOL_OK, "%s", spool_errstr(sp));
