@@ -17,9 +17,11 @@
  *           escaping printers of queue_format.c; a stream silent for
  *           QUEUE_STREAM_IDLE_MS is given up.
  * FAILURE   queue_scan_daemon(): 1 when mtad cannot answer (not running,
- *           a reload or restart under way): nothing was printed, the
- *           caller reads the files; -1 when a stream failed after output
- *           began (said why: a worker restarted, a bad record); 0 done.
+ *           a reload or restart under way, or a worker's stream ended
+ *           before any record was taken: it was killed just before):
+ *           nothing was printed, the caller reads the files; -1 when a
+ *           stream failed after records were taken (said why: a worker
+ *           restarted, a bad record); 0 done.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +52,7 @@ struct qd_stream {
     size_t   rec;                   /* current record's length, 0 none */
     char     last[SPOOL_ID_LEN];    /* previous id */
     int      any;
+    int      err;                   /* errno of a failed read, 0: EOF */
 };
 
 /* qd_ask - connect, send "queue-stream", take the reply and the fds.
@@ -144,7 +147,8 @@ qd_u32(const char *p)
 
 
 /* qd_fill - make s's next record whole in its buffer (s->rec set) or see
- * its end.  0, or -1 (said why). */
+ * its end.  0, -1 (said why), or -2 when the stream ended without its
+ * end record (s->err; the caller says why, or reads the files). */
 static int
 qd_fill(struct qd_stream *s)
 {
@@ -199,10 +203,8 @@ qd_fill(struct qd_stream *s)
             continue;
         }
         if (n <= 0) {
-            fprintf(stderr, "mtactl: queue: a worker's listing ended early "
-                "(%s); run again\n", n < 0 ? strerror(errno) :
-                "it exited or restarted");
-            return -1;
+            s->err = n < 0 ? errno : 0;
+            return -2;
         }
         s->len += (size_t)n;
     }
@@ -218,7 +220,7 @@ queue_scan_daemon(const struct config *cfg, const struct queue_filter *f,
     struct spool_rcpt *rcpts = NULL;
     size_t             caprcpt = 0;
     uint64_t           now = util_wall_ms();
-    int                n, i, rc = 0;
+    int                n, i, rc = 0, taken = 0;
 
     if ((n = qd_ask(cfg->control_socket, fds)) < 0)
         return 1;
@@ -236,7 +238,15 @@ queue_scan_daemon(const struct config *cfg, const struct queue_filter *f,
         const char       *rec;
 
         for (i = 0; i < n; i++) {
-            if (!s[i].ended && s[i].rec == 0 && qd_fill(&s[i]) < 0) {
+            if (!s[i].ended && s[i].rec == 0 && (rc = qd_fill(&s[i])) < 0) {
+                if (rc == -2 && !taken) {
+                    rc = 1;             /* nothing printed: the files */
+                    goto done;
+                }
+                if (rc == -2)
+                    fprintf(stderr, "mtactl: queue: a worker's listing "
+                        "ended early (%s); run again\n", s[i].err ?
+                        strerror(s[i].err) : "it exited or restarted");
                 rc = -1;
                 goto done;
             }
@@ -259,6 +269,7 @@ queue_scan_daemon(const struct config *cfg, const struct queue_filter *f,
         }
         memcpy(s[best].last, rec, SPOOL_ID_LEN);
         s[best].any = 1;
+        taken = 1;
         it.env = &env;
         it.state = (enum queue_state)state;
         if (queue_match(&it, f, now))

@@ -230,7 +230,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     struct spool_env  e;
     size_t            len;
     uint64_t          reused;
-    char              tmpid[SPOOL_POOL_NAME_SIZE], *big;
+    char              tmpid[SPOOL_POOL_NAME_SIZE] = "", *big;
     int               fd, rc;
 
     *mp = NULL;
