@@ -212,7 +212,10 @@ out:
 }
 
 
-int
+/* spool_fs_is_ram - tmpfs or ramfs: pages in memory, nothing a crash of
+ * the machine would not take anyway (spool_pool.c), and freeing a file's
+ * pages costs less than handing it to another thread (spool_reap.c). */
+static int
 spool_fs_is_ram(int fd)
 {
     struct statfs fs;
@@ -277,7 +280,7 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
     sp->close_quiet = spool_close_is_quiet(sp->tmpfd);
     sp->dir = xstrdup(dir);
     sp->fsync = fsync != 0;
-    sp->recycle = !sp->fsync && spool_fs_is_ram(sp->tmpfd);
+    sp->in_ram = spool_fs_is_ram(sp->tmpfd);
     sp->shard = shard;
     sp->writer = -1;
     spool_id_seed(sp);

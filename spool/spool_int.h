@@ -106,7 +106,7 @@ struct spool {
                                      * write error here (spool_keep) */
     struct spool_syncer *syncer;    /* spool_sync.c, or NULL */
     struct spool_reaper *reaper;    /* spool_reap.c, or NULL */
-    int         recycle;            /* tmpfs or ramfs, no fsync: pool */
+    int         in_ram;             /* on tmpfs or ramfs (spool_open) */
     struct spool_pooled pool[SPOOL_POOL_MAX];   /* oldest first */
     size_t      npool;
     char        err[512];
@@ -139,10 +139,6 @@ struct spool_msg {
     struct spool_env **kenvp;       /* spool_keep()'s caller's envelope and */
     off_t      *kbody;              /* body offset, which a later mark moves */
 };
-
-/* spool_dir.c: is fd on tmpfs or ramfs (pages in memory, nothing to
- * lose in a crash that a reboot would not lose anyway)? */
-int     spool_fs_is_ram(int fd);
 
 /* spool_pool.c: the newest pooled file (the pool is not empty), taken
  * out: its fd, with name[SPOOL_POOL_NAME_SIZE] its name in tmp/ and *size its

@@ -70,9 +70,10 @@ spool_pool_put(struct spool *sp, const struct spool_env *env, int fd)
     uint64_t             bytes = env->file_size, now;
     size_t               i;
 
-    if (!sp->recycle || sp->writer < 0 || !env->kept || env->has_state ||
-        env->file_size == 0 || env->file_size > SPOOL_POOL_FILE ||
-        fd < 0 || !spool_id_valid(env->id))
+    if (!sp->in_ram || sp->fsync || sp->writer < 0 || !env->kept ||
+        env->has_state || env->file_size == 0 ||
+        env->file_size > SPOOL_POOL_FILE || fd < 0 ||
+        !spool_id_valid(env->id))
         return -1;
     now = util_now_ms();
     spool_pool_expire(sp, now);

@@ -76,7 +76,7 @@ spool_reap_init(struct spool *sp)
     struct spool_reaper *r;
     int                  p[2];
 
-    if (sp->reaper != NULL || spool_fs_is_ram(sp->queuefd))
+    if (sp->reaper != NULL || sp->in_ram)
         return SPOOL_OK;
     if (pipe2(p, O_CLOEXEC) == -1)
         return spool_fail(sp, "pipe");
