@@ -140,6 +140,15 @@ void    spool_close(struct spool *sp);                   /* NULL ok */
  * spool_create() does not look into queue/; their counter has 5 bits, 32
  * ids a millisecond before an id borrows the next millisecond. */
 void    spool_set_writer(struct spool *sp, unsigned writer);
+/* After spool_set_writer() and before the first spool_create(): unlink
+ * what a dead process of the same writer number left in tmp/, files half
+ * received (tmp/<id>) and delivered files it kept (tmp/.<id>), ids whose
+ * writer digits are this spool's.  A worker killed by a signal leaves
+ * them; its slot, and so its writer number, is held by no live process
+ * until its replacement takes it, so nothing of a live process matches.
+ * The count unlinked, or a negative SPOOL_E* (errstr says why; some may
+ * have gone).  Without a writer number: 0, nothing done. */
+int     spool_tmp_sweep(struct spool *sp);
 /* spool.reserve: spool_create() and the writes of a message without
  * env->use_reserve fail SPOOL_ENOSPC (errstr says so) once they would
  * leave less than bytes free, so delivery state and bounces of messages

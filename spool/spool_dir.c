@@ -289,6 +289,58 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
 }
 
 
+/* spool_id_writer - the writer number an id carries in the top bits of
+ * its last three digits (spool_new_id), or -1 for what is no id. */
+static int
+spool_id_writer(const char *name)
+{
+    unsigned low = 0;
+    int      i;
+
+    if (!spool_id_valid(name))
+        return -1;
+    for (i = SPOOL_ID_LEN - 3; i < SPOOL_ID_LEN; i++)
+        low = low << 4 | (unsigned)(name[i] <= '9' ? name[i] - '0' :
+            name[i] - 'A' + 10);
+    return (int)(low >> (SPOOL_CTR_BITS - SPOOL_WRITER_BITS));
+}
+
+
+int
+spool_tmp_sweep(struct spool *sp)
+{
+    DIR           *d;
+    struct dirent *de;
+    int            fd, n = 0, rc = 0;
+
+    if (sp->writer < 0)
+        return 0;
+    if ((fd = dup(sp->tmpfd)) == -1 || (d = fdopendir(fd)) == NULL) {
+        rc = spool_fail(sp, "opendir %s/tmp", sp->dir);
+        if (fd != -1)
+            close(fd);
+        return rc;
+    }
+    while ((errno = 0, de = readdir(d)) != NULL) {
+        /* tmp/<id> half received, tmp/.<id> kept (spool_pool.c) */
+        const char *id = de->d_name + (de->d_name[0] == '.');
+
+        if (spool_id_writer(id) != sp->writer)
+            continue;
+        if (unlinkat(sp->tmpfd, de->d_name, 0) == 0)
+            n++;
+        else if (errno != ENOENT) {
+            rc = spool_fail(sp, "unlink %s/tmp/%s", sp->dir, de->d_name);
+            break;
+        }
+    }
+    if (rc == 0 && de == NULL && errno != 0)
+        rc = spool_fail(sp, "readdir %s/tmp", sp->dir);
+    closedir(d);
+    return rc < 0 ? rc : n;
+}
+
+
 void
 spool_close(struct spool *sp)
 {

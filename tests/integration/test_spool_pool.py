@@ -91,3 +91,52 @@ def test_deferred_mail_stays_and_the_pool_goes_at_stop(mtad_factory, sink):
     assert strip_received(got[1].data)[1] == small
     m.stop()
     assert tmp_names(m) == []
+
+
+def test_a_killed_workers_tmp_files_go_with_its_replacement(
+        mtad_factory, sink):
+    """kill -9 leaves what the worker was receiving (tmp/<id>) and the
+    delivered files it kept (tmp/.<id>); the worker that takes its slot
+    unlinks them before it takes mail, where before they stayed until
+    the next full start."""
+    import signal
+    import socket
+    from mtadtest import workers
+    m = mtad_factory({"server": {"workers": 1},
+                      "routes": {"default": sink.route}}).start()
+    half = socket.create_connection(("127.0.0.1", m.port), timeout=10)
+    f = half.makefile("rb")
+    assert f.readline().startswith(b"220")
+    for cmd, code in ((b"EHLO client.test", b"250 "),
+                      (b"MAIL FROM:<a@example.org>", b"250"),
+                      (b"RCPT TO:<b@example.net>", b"250"),
+                      (b"DATA", b"354")):
+        half.sendall(cmd + b"\r\n")
+        line = f.readline()
+        while line[3:4] == b"-":
+            line = f.readline()
+        assert line.startswith(code), (cmd, line)
+    half.sendall(b"Subject: half\r\n\r\nnever finished\r\n")
+    receiving = wait_for(lambda: [n for n in tmp_names(m)
+                                  if not n.startswith(".")],
+                         what="the file being received in tmp/")
+    s = m.smtp(timeout=30)
+    s.sendmail("a@example.org", ["c@example.net"], body_of(1, 50 * 1024))
+    s.quit()
+    sink.wait_for(1, timeout=30)
+    kept = wait_for(lambda: [n for n in tmp_names(m) if n.startswith(".")],
+                    what="a delivered file kept in tmp/")
+    old = workers(m.pid)
+    assert len(old) == 1, old
+    os.kill(old[0], signal.SIGKILL)     # well within the pool's 2 idle s
+    half.close()
+    wait_for(lambda: [w for w in workers(m.pid) if w not in old],
+             what="the replacement worker")
+    # it sweeps while it starts, before it takes mail
+    wait_for(lambda: tmp_names(m) == [], timeout=10,
+             what="tmp/ emptied of %r and %r" % (receiving, kept))
+    m.wait_log("2 files left in tmp/ by an earlier worker of slot 0")
+    s = m.smtp(timeout=30)
+    s.sendmail("a@example.org", ["d@example.net"], make_message(3))
+    s.quit()
+    sink.wait_for(2, timeout=30)

@@ -91,6 +91,7 @@ TestSuite(spool_prepare, .fini = t_cleanup);
 TestSuite(spool_state, .fini = t_cleanup);
 TestSuite(spool_reader, .fini = t_cleanup);
 TestSuite(spool_pool, .fini = t_cleanup);
+TestSuite(spool_tmp, .fini = t_cleanup);
 
 
 static struct spool *
@@ -1998,5 +1999,54 @@ Test(spool_pool, drained_when_room_runs_short)
     cr_assert_eq(spool_commit(m), SPOOL_OK, "%s", spool_errstr(sp));
     cr_assert_eq(t_count(dir, "queue"), 1);
     spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* A worker killed by a signal leaves what it was receiving in tmp/<id>
+ * and the files it kept in tmp/.<id>; its replacement, with the same
+ * writer number, sweeps exactly those: never another writer's id, nor a
+ * name that is no id. */
+Test(spool_tmp, sweep_takes_only_this_writers_leftovers)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *dead = t_spool(dir, 0, 0), *next, *plain;
+    struct spool_env  e;
+    struct spool_msg *m;
+    char              id[SPOOL_ID_SIZE];
+
+    spool_set_writer(dead, 3);
+    t_env(&e);
+    cr_assert_eq(spool_create(dead, &e, &m), SPOOL_OK, "%s",
+        spool_errstr(dead));
+    memcpy(id, spool_msg_id(m), SPOOL_ID_SIZE);
+    /* writer 3 is 0x06x/0x07x in the last three digits, 4 is 0x08x */
+    t_touch(dir, "tmp", "0000000000000061", "half received");
+    t_touch(dir, "tmp", ".000000000000007F", "kept");
+    t_touch(dir, "tmp", "0000000000000081", "writer 4's");
+    t_touch(dir, "tmp", ".0000000000000090", "writer 4's, kept");
+    t_touch(dir, "tmp", "notanid", "not ours");
+    t_touch(dir, "tmp", ".0000000000000061.x", "not ours");
+    cr_assert_eq(t_count(dir, "tmp"), 7);
+
+    /* spool_open only: a worker's spool, where spool_prepare (the
+     * master's start) would purge all of tmp/ */
+    cr_assert_eq(spool_open(&plain, dir, 0, 0), SPOOL_OK);
+    /* no writer number: hands off */
+    cr_assert_eq(spool_tmp_sweep(plain), 0);
+    cr_assert_eq(t_count(dir, "tmp"), 7);
+    spool_close(plain);
+
+    cr_assert_eq(spool_open(&next, dir, 0, 0), SPOOL_OK);
+    spool_set_writer(next, 3);
+    cr_assert_eq(spool_tmp_sweep(next), 3, "%s", spool_errstr(next));
+    cr_assert_eq(t_count(dir, "tmp"), 4);
+    cr_assert(!t_exists(dir, "tmp", id),
+        "the message being received by the dead writer stayed");
+    cr_assert(t_exists(dir, "tmp", "0000000000000081"));
+    cr_assert(t_exists(dir, "tmp", ".0000000000000090"));
+    spool_close(next);
+    spool_abort(m);                     /* its file is gone already */
+    spool_close(dead);
     t_rm_rf(dir);
 }
