@@ -252,6 +252,8 @@ spool_close_is_quiet(int fd)
 }
 
 
+#define SPOOL_SUBDIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+
 int
 spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
 {
@@ -266,9 +268,11 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
     if ((rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
         return spool_gfail("open %s", dir);
     sp = xcalloc(1, sizeof(*sp));
-    sp->tmpfd = openat(rootfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    sp->queuefd = openat(rootfd, "queue", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    sp->statefd = openat(rootfd, "state", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* never through a link: a worker opens these while still root, and
+     * the workers' user owns the directory they are in */
+    sp->tmpfd = openat(rootfd, "tmp", SPOOL_SUBDIR_FLAGS);
+    sp->queuefd = openat(rootfd, "queue", SPOOL_SUBDIR_FLAGS);
+    sp->statefd = openat(rootfd, "state", SPOOL_SUBDIR_FLAGS);
     if (sp->tmpfd == -1 || sp->queuefd == -1 || sp->statefd == -1) {
         int rc = spool_gfail("open %s/{tmp,queue,state}", dir);
 

@@ -719,12 +719,6 @@ worker_init(const struct worker_args *a)
      * run at once during a reload) */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS)
         spool_set_writer(w->spool, a->slot);
-    /* a killed predecessor in this slot may have left files in tmp/ */
-    if ((rc = spool_tmp_sweep(w->spool)) > 0)
-        log_notice("spool %s: %d files left in tmp/ by an earlier worker "
-            "of slot %u removed", cfg->spool_dir, rc, a->slot);
-    else if (rc < 0)
-        log_warn("spool %s: %s", cfg->spool_dir, spool_errstr(w->spool));
     /* the group commit syncs off the loop (its eventfd is made now,
      * before the sandbox; its thread at the first sync, inside it) */
     if (cfg->spool_fsync && spool_sync_init(w->spool) != SPOOL_OK)
@@ -815,6 +809,14 @@ worker_run(struct worker *w)
 {
     int rc;
 
+    /* A killed predecessor in this slot may have left files in tmp/.
+     * Here, not in worker_init(): as the workers' user, not as root in a
+     * directory that user can write. */
+    if ((rc = spool_tmp_sweep(w->spool)) > 0)
+        log_notice("spool %s: %d files left in tmp/ by an earlier worker "
+            "of slot %u removed", w->cfg->spool_dir, rc, w->a.slot);
+    else if (rc < 0)
+        log_warn("spool %s: %s", w->cfg->spool_dir, spool_errstr(w->spool));
     /* The log records of the turn go last, after smtpd's hooks. */
     ev_before_sleep(w->loop, worker_log_hook, w);
     log_set_batching(1);

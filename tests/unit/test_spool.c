@@ -2050,3 +2050,26 @@ Test(spool_tmp, sweep_takes_only_this_writers_leftovers)
     spool_close(dead);
     t_rm_rf(dir);
 }
+
+
+/* A worker opens the spool's directories while still root, in a directory
+ * the workers' user owns: a link put in place of one is refused. */
+Test(spool_tmp, open_refuses_a_link_for_a_subdirectory)
+{
+    char         *dir = t_mkdtemp(), from[4096], to[4096];
+    struct spool *sp = t_spool(dir, 0, 0);
+
+    spool_close(sp);
+    T_PATH(from, "%s/tmp", dir);
+    T_PATH(to, "%s/elsewhere", dir);
+    cr_assert_eq(rename(from, to), 0);
+    cr_assert_eq(symlink("elsewhere", from), 0);
+    cr_assert_neq(spool_open(&sp, dir, 0, 0), SPOOL_OK);
+    cr_assert_not_null(strstr(spool_errstr(NULL), "{tmp,queue,state}"),
+        "%s", spool_errstr(NULL));
+    cr_assert_eq(unlink(from), 0);
+    cr_assert_eq(rename(to, from), 0);
+    cr_assert_eq(spool_open(&sp, dir, 0, 0), SPOOL_OK);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
