@@ -142,15 +142,16 @@ def children_cpu():
     return ru.ru_utime + ru.ru_stime
 
 
-def relay_floor(size, msgs):
+def relay_floor(size, msgs, sessions):
     """bench/relay_floor: CPU ms per message of a relay that only copies
-    the bytes through a tmpfs file it keeps (recv, pwrite over the last
-    message's pages, pread, send), or None when it is not built or
-    fails."""
+    the bytes through tmpfs files it keeps (recv, pwrite over the last
+    message's pages, pread, send), serving that many sessions in turn, or
+    None when it is not built or fails."""
     if not os.access(FLOOR, os.X_OK):
         return None
     try:
-        r = subprocess.run([FLOOR, str(size), str(msgs), "/dev/shm"],
+        r = subprocess.run([FLOOR, str(size), str(msgs), "/dev/shm", "reuse",
+                            str(sessions)],
                            capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return None
@@ -641,7 +642,9 @@ SOFTFAIL = "1k-s20-sink10%4xx"
 # bench/relay_floor runs once per repetition of this row (ours tools):
 # what the least a relay must spend allows of the raw ceiling (floor_note)
 FLOOR_ROW = "1M-s20"
+FLOOR_SESSIONS = 20                     # the row's
 FLOORS = []                             # its CPU ms per message, each run
+FLOORS1 = []                            # the same with one session
 # Paced latency (issue 16): smtpblast -R offers a fixed rate, the same to
 # each MTA and to the sink direct ("ceiling-" rows), so p50/p99 end of
 # data -> reply is the MTA's latency, not the queueing of a closed loop at
@@ -675,11 +678,14 @@ def run_scenario(peers, tool, name, sess, k, size, results, csink=None, like=Non
     cmsgs = calibrate(None, csink, tool, sess, k, size) if csink else 0
     for _ in range(REPS):
         if name == FLOOR_ROW and tool == "ours":
-            f = relay_floor(size, 1000)
-            if f is not None:
+            f = relay_floor(size, 1000, FLOOR_SESSIONS)
+            f1 = relay_floor(size, 1000, 1)
+            if f is not None and f1 is not None:
                 FLOORS.append(f)
+                FLOORS1.append(f1)
                 log("floor-%s: a relay that only copies spends %.3f ms of CPU "
-                    "per message" % (name, f))
+                    "per message with %d sessions, %.3f with one" %
+                    (name, f, FLOOR_SESSIONS, f1))
         if csink:
             r = measure(None, csink, tool, sess, cmsgs, k, size)
             results.setdefault((CEILING_FOR[name], tool, "sink"), []).append(r)
@@ -1258,28 +1264,34 @@ def bottlenecks(results, tools):
 
 
 def floor_note(results):
-    """The 1 MiB row against the least a relay that commits the body to a
-    tmpfs file must spend (issue 16): with every core busy, the rate that
-    bench/relay_floor's CPU per message plus the load tool's and the
-    sink's (measured in mtad's row) would allow, as a share of the raw
-    ceiling, beside mtad's own."""
+    """The 1 MiB row against what a relay that commits the body to a tmpfs
+    file and does nothing else spends (issue 16): with every core busy,
+    the rate that bench/relay_floor's CPU per message, serving the row's
+    20 sessions in turn, plus the load tool's and the sink's (measured in
+    mtad's row) would allow, as a share of the raw ceiling, beside
+    mtad's own; and the same relay's CPU with one session at a time,
+    which misses what concurrency costs (every message's pages written
+    and read back while others' go through the caches)."""
     f = statistics.median(FLOORS) if FLOORS else None
+    f1 = statistics.median(FLOORS1) if FLOORS1 else None
     key = (FLOOR_ROW, "ours", "mtad")
     t = med(results, key, "tool_cpu_per_1000")
     k = med(results, key, "sink_cpu_per_1000")
     m = med(results, key, "cpu_per_1000")
     c = med(results, ("ceiling-" + FLOOR_ROW, "ours", "sink"), "e2e_rate")
     e = med(results, key, "e2e_rate")
-    if None in (f, t, k, m, c, e) or not c:
+    if None in (f, f1, t, k, m, c, e) or not c:
         return []
     bound = NCPU * 1000.0 / (f + t + k)
     return ["%s floor (bench/relay_floor: recv, pwrite over a kept tmpfs "
-            "file, pread, send; nothing else): %.2f ms of CPU per message against mtad's "
-            "%.2f; with the tool's %.2f and the sink's %.2f ms per message of "
-            "mtad's row, such a relay could reach at most %.0f msgs/s, %.0f%% "
-            "of the raw ceiling (%.0f), with all %d cores busy; mtad reached "
-            "%.0f (%.0f%%)" % (FLOOR_ROW, f, m, t, k, bound, 100.0 * bound / c,
-                               c, NCPU, e, 100.0 * e / c)]
+            "file, pread, send; nothing else; %d sessions served in turn): "
+            "%.2f ms of CPU per message (%.2f with one session at a time) "
+            "against mtad's %.2f; with the tool's %.2f and the sink's %.2f ms "
+            "per message of mtad's row, such a relay could reach at most "
+            "%.0f msgs/s, %.0f%% of the raw ceiling (%.0f), with all %d cores "
+            "busy; mtad reached %.0f (%.0f%%)" %
+            (FLOOR_ROW, FLOOR_SESSIONS, f, f1, m, t, k, bound,
+             100.0 * bound / c, c, NCPU, e, 100.0 * e / c)]
 
 
 def med(results, key, field):
@@ -1441,10 +1453,14 @@ METHOD = """
   calibrated from a short unrecorded trial so that a run lasts a few seconds.
 - 1M-s20 floor (a note, issue 16): in each repetition of 1M-s20 with our
   tools, `bench/relay_floor` relays 1,000 messages of 1 MiB over loopback
-  doing only recv, pwrite into a tmpfs file kept from the message before
-  (as mtad's spool does), pread and send, and reads its own CPU clock.  With the load tool's CPU (its reaped-child rusage) and
-  the sink's per message in mtad's runs, that gives the most any relay that
-  commits the body to tmpfs before its 250 could reach with every core busy.
+  on 20 sessions at once (one tool thread, as smtpblast; the relay visits
+  the sessions in turn, one recv of at most 128 KiB each, as an event
+  loop does), doing only recv, pwrite into each session's tmpfs file kept
+  from its message before (as mtad's spool does), pread and send, and
+  reads its own CPU clock; then the same with one session.  With the load
+  tool's CPU (its reaped-child rusage) and the sink's per message in
+  mtad's runs, the 20-session figure gives the rate such a relay could
+  reach with every core busy.
 - accepted: messages answered 250 by the MTA / wall time of the load tool.
   end-to-end: messages counted at the sink / time from load start until the
   sink has counted every accepted message (bounded at 60 s; rows marked (!)
