@@ -135,7 +135,9 @@ def test_a_killed_workers_tmp_files_go_with_its_replacement(
     # it sweeps while it starts, before it takes mail
     wait_for(lambda: tmp_names(m) == [], timeout=10,
              what="tmp/ emptied of %r and %r" % (receiving, kept))
-    m.wait_log("2 files left in tmp/ by an earlier worker of slot 0")
+    # 2 files, or 1 if a very slow machine let the pool's idle trim take
+    # the kept one before the kill: the count is not the point
+    m.wait_log("files left in tmp/ by an earlier worker of slot 0 removed")
     s = m.smtp(timeout=30)
     s.sendmail("a@example.org", ["d@example.net"], make_message(3))
     s.quit()
