@@ -5,10 +5,12 @@
  *
  * CONTRACT  See spool.h.  All paths are resolved against directory fds
  *           opened once by spool_open() (openat/renameat), so the hot path
- *           never builds or walks a path.  The writer keeps at most one
- *           spare 256 KiB buffer per spool: a message takes it at
- *           spool_create() and gives it back at spool_finish(), so an idle
- *           worker holds one buffer at most.  The commit rename refuses to
+ *           never builds or walks a path.  A message takes a 256 KiB
+ *           write buffer at spool_create() and gives it back at
+ *           spool_finish(); the spool keeps up to SPOOL_WBUF_SPARES of
+ *           them free for the next messages, and spool_pool_trim() frees
+ *           all but one once a call finds no message begun since the
+ *           one before, so an idle worker holds one buffer.  The commit rename refuses to
  *           replace an existing queue file (RENAME_NOREPLACE, or a link()
  *           where the file system lacks it).
  * FAILURE   Never logs.  System errors come back as SPOOL_ESYS (errno kept)

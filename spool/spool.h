@@ -330,8 +330,9 @@ int     spool_remove_env(struct spool *sp, const struct spool_env *env);
  * pages, and a small message saves the open, the flock, the unlink and
  * the close).  Otherwise spool_remove_env(), then spool_close_removed().
  * The pool's bounds are in spool_int.h (SPOOL_POOL_*).
- * spool_pool_trim() unlinks what has lain unused too long: call it every
- * second or so.  spool_close() unlinks the rest. */
+ * spool_pool_trim() unlinks what has lain unused too long, and frees the
+ * spare write buffers but one after a call without a new message (spool.c):
+ * call it every second or so.  spool_close() unlinks the rest. */
 int     spool_remove_fd(struct spool *sp, const struct spool_env *env,
             int fd);
 void    spool_pool_trim(struct spool *sp);

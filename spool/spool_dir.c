@@ -360,7 +360,8 @@ spool_close(struct spool *sp)
         close(sp->queuefd);
     if (sp->statefd >= 0)
         close(sp->statefd);
-    free(sp->spare);
+    while (sp->nspare > 0)
+        free(sp->spare[--sp->nspare]);
     free(sp->dir);
     free(sp);
 }

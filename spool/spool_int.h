@@ -53,6 +53,13 @@ void    spool_size_digits(char *dst, uint64_t v);
 /* ---- the files (spool.c, spool_dir.c, spool_write.c) ---- */
 
 #define SPOOL_WBUF        (256 * 1024)
+/* Free write buffers a spool keeps (spool.c's CONTRACT): with 100
+ * sessions a worker, one spare had every message past the first malloc
+ * 256 KiB from the top of the heap and free it back, and glibc moved the
+ * break each time (0.19 brk per message at 200 sessions, and new pages
+ * faulted in).  spool_pool_trim() frees all but one after a tick without
+ * a new message. */
+#define SPOOL_WBUF_SPARES 32
 /* spool_finish() leaves a kept message's body in memory for its first
  * delivery up to this size (spool.h, spool_keep): the pread() it saves
  * costs more than the copy below it, and a worker's attempts in flight
@@ -64,7 +71,8 @@ void    spool_size_digits(char *dst, uint64_t v);
  * bytes in all, none bigger than SPOOL_POOL_FILE, none kept unused for
  * longer than SPOOL_POOL_IDLE_MS (a delivered message's bytes stay in
  * its file, 0600 in tmp/, until overwritten or unlinked). */
-#define SPOOL_POOL_MAX     32
+#define SPOOL_POOL_MAX     128     /* 32: a third of new messages missed
+                                     * it at 200 sessions (bursts) */
 #define SPOOL_POOL_BYTES   (UINT64_C(32) << 20)
 #define SPOOL_POOL_FILE    (UINT64_C(4) << 20)
 #define SPOOL_POOL_IDLE_MS 2000
@@ -98,7 +106,10 @@ struct spool {
     unsigned    shard;
     uint64_t    last;               /* last id's ms << bits | counter */
     int         writer;             /* spool_set_writer(), or -1 */
-    char       *spare;              /* one free write buffer, or NULL */
+    char       *spare[SPOOL_WBUF_SPARES];   /* free write buffers */
+    size_t      nspare;
+    uint64_t    wb_takes;           /* write buffers taken, ever */
+    uint64_t    wb_takes_seen;      /* ... at the last spool_pool_trim */
     uint64_t    reserve;            /* bytes new mail leaves free */
     uint64_t    room_budget;        /* bytes new mail may write unchecked */
     uint64_t    room_until_ms;      /* ... until then (monotonic) */

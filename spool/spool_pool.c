@@ -28,6 +28,7 @@
  */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -123,8 +124,15 @@ spool_pool_take(struct spool *sp, char *name, uint64_t *size)
 void
 spool_pool_trim(struct spool *sp)
 {
-    if (sp != NULL && sp->npool > 0)
+    if (sp == NULL)
+        return;
+    if (sp->npool > 0)
         spool_pool_expire(sp, util_now_ms());
+    /* no message began since the last call: keep one write buffer */
+    if (sp->wb_takes == sp->wb_takes_seen)
+        while (sp->nspare > 1)
+            free(sp->spare[--sp->nspare]);
+    sp->wb_takes_seen = sp->wb_takes;
 }
 
 

@@ -1,7 +1,7 @@
 /*
  * spool_write.c - the message writer: a buffered tmp/<id> file, the
  * reserved header room, then commit (rename to queue/) or abort.  See the
- * CONTRACT in spool.c (one spare write buffer per spool).
+ * CONTRACT in spool.c (the spare write buffers).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -156,16 +156,27 @@ spool_flush(struct spool_msg *m)
 }
 
 
-/* spool_buf_give - return a write buffer: keep one spare, free the rest. */
+/* spool_buf_give - return a write buffer: kept while there is room for
+ * it among the spares, else freed. */
 static void
 spool_buf_give(struct spool *sp, char *wb)
 {
     if (wb == NULL)
         return;
-    if (sp->spare == NULL)
-        sp->spare = wb;
+    if (sp->nspare < SPOOL_WBUF_SPARES)
+        sp->spare[sp->nspare++] = wb;
     else
         free(wb);
+}
+
+
+/* spool_buf_take - a write buffer: the last spare given back (its pages
+ * the warmest), or a new one. */
+static char *
+spool_buf_take(struct spool *sp)
+{
+    sp->wb_takes++;
+    return sp->nspare > 0 ? sp->spare[--sp->nspare] : xmalloc(SPOOL_WBUF);
 }
 
 
@@ -249,8 +260,7 @@ spool_create(struct spool *sp, struct spool_env *env, struct spool_msg **mp)
     m->requiretls = env->requiretls != 0;
     m->tls_optional = !m->requiretls && env->tls_optional;
     memcpy(m->id, env->id, SPOOL_ID_SIZE);
-    m->wb = sp->spare != NULL ? sp->spare : xmalloc(SPOOL_WBUF);
-    sp->spare = NULL;
+    m->wb = spool_buf_take(sp);
     e = *env;
     e.body_size = 0;                    /* spool_finish() writes the size */
     len = spool_env_render(&e, NULL);

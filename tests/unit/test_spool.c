@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
@@ -1937,18 +1938,18 @@ t_pool_fill(struct spool *sp, size_t n, size_t size)
 }
 
 
-/* At most SPOOL_POOL_MAX (32) files; past SPOOL_POOL_IDLE_MS (2 s)
+/* At most SPOOL_POOL_MAX (128) files; past SPOOL_POOL_IDLE_MS (2 s)
  * unused, spool_pool_trim() unlinks them. */
 Test(spool_pool, bounded_in_files_and_time)
 {
     char         *dir;
     struct spool *sp = t_shm_spool(&dir, 0);
 
-    t_pool_fill(sp, 33, 100);
+    t_pool_fill(sp, 129, 100);
     cr_assert_eq(t_count(dir, "queue"), 0);
-    cr_assert_eq(t_count(dir, "tmp"), 32);
+    cr_assert_eq(t_count(dir, "tmp"), 128);
     spool_pool_trim(sp);
-    cr_assert_eq(t_count(dir, "tmp"), 32, "trimmed while fresh");
+    cr_assert_eq(t_count(dir, "tmp"), 128, "trimmed while fresh");
     usleep(2100 * 1000);
     spool_pool_trim(sp);
     cr_assert_eq(t_count(dir, "tmp"), 0, "not trimmed after 2 s");
@@ -2070,6 +2071,53 @@ Test(spool_tmp, open_refuses_a_link_for_a_subdirectory)
     cr_assert_eq(unlink(from), 0);
     cr_assert_eq(rename(to, from), 0);
     cr_assert_eq(spool_open(&sp, dir, 0, 0), SPOOL_OK);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
+
+/* t_malloc_in_use - malloc's bytes in use, heap and mmap'd chunks. */
+static size_t
+t_malloc_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+
+    return mi.uordblks + mi.hblkhd;
+}
+
+
+/* Write buffers (256 KiB) of messages written at once go back to the
+ * spool's spares instead of to malloc, up to SPOOL_WBUF_SPARES (32); a
+ * spool_pool_trim() that finds no message begun since the one before
+ * frees all but one. */
+Test(spool_pool, spare_write_buffers_kept_then_freed_when_idle)
+{
+    char             *dir = t_mkdtemp();
+    struct spool     *sp = t_spool(dir, 0, 0);
+    struct spool_msg *m[10];
+    struct spool_env  e;
+    size_t            before, kept, idle, i;
+
+    spool_set_writer(sp, 3);
+    for (i = 0; i < ARRAY_LEN(m); i++) {
+        t_env(&e);
+        cr_assert_eq(spool_create(sp, &e, &m[i]), SPOOL_OK);
+    }
+    before = t_malloc_in_use();
+    for (i = 0; i < ARRAY_LEN(m); i++) {
+        cr_assert_eq(spool_write(m[i], "x\r\n", 3), SPOOL_OK);
+        cr_assert_eq(spool_commit(m[i]), SPOOL_OK, "%s", spool_errstr(sp));
+    }
+    kept = t_malloc_in_use();
+    cr_assert_geq(kept + 64 * 1024, before,
+        "write buffers freed at once: %zu -> %zu", before, kept);
+    spool_pool_trim(sp);                /* messages began since the last */
+    cr_assert_geq(t_malloc_in_use() + 64 * 1024, kept,
+        "freed while busy");
+    spool_pool_trim(sp);                /* none since: one is kept */
+    idle = t_malloc_in_use();
+    cr_assert_leq(idle + 9 * 256 * 1024, kept,
+        "spares not freed when idle: %zu -> %zu", kept, idle);
     spool_close(sp);
     t_rm_rf(dir);
 }
