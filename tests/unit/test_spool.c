@@ -13,7 +13,6 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <malloc.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
@@ -26,6 +25,7 @@
 
 #include "common/util.h"
 #include "spool/spool.h"
+#include "spool/spool_int.h"       /* the spares: white box */
 #include "tests/unit/t_fs.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -2076,48 +2076,37 @@ Test(spool_tmp, open_refuses_a_link_for_a_subdirectory)
 }
 
 
-/* t_malloc_in_use - malloc's bytes in use, heap and mmap'd chunks. */
-static size_t
-t_malloc_in_use(void)
-{
-    struct mallinfo2 mi = mallinfo2();
-
-    return mi.uordblks + mi.hblkhd;
-}
-
-
-/* Write buffers (256 KiB) of messages written at once go back to the
- * spool's spares instead of to malloc, up to SPOOL_WBUF_SPARES (32); a
- * spool_pool_trim() that finds no message begun since the one before
- * frees all but one. */
 Test(spool_pool, spare_write_buffers_kept_then_freed_when_idle)
 {
     char             *dir = t_mkdtemp();
     struct spool     *sp = t_spool(dir, 0, 0);
-    struct spool_msg *m[10];
+    struct spool_msg *m[SPOOL_WBUF_SPARES + 2];
     struct spool_env  e;
-    size_t            before, kept, idle, i;
+    char             *first;
+    size_t            i;
 
     spool_set_writer(sp, 3);
     for (i = 0; i < ARRAY_LEN(m); i++) {
         t_env(&e);
         cr_assert_eq(spool_create(sp, &e, &m[i]), SPOOL_OK);
     }
-    before = t_malloc_in_use();
+    cr_assert_eq(sp->nspare, 0);
     for (i = 0; i < ARRAY_LEN(m); i++) {
         cr_assert_eq(spool_write(m[i], "x\r\n", 3), SPOOL_OK);
         cr_assert_eq(spool_commit(m[i]), SPOOL_OK, "%s", spool_errstr(sp));
     }
-    kept = t_malloc_in_use();
-    cr_assert_geq(kept + 64 * 1024, before,
-        "write buffers freed at once: %zu -> %zu", before, kept);
-    spool_pool_trim(sp);                /* messages began since the last */
-    cr_assert_geq(t_malloc_in_use() + 64 * 1024, kept,
-        "freed while busy");
+    cr_assert_eq(sp->nspare, SPOOL_WBUF_SPARES, "kept %zu", sp->nspare);
+    first = sp->spare[sp->nspare - 1];
+    t_env(&e);                          /* the last one given back */
+    cr_assert_eq(spool_create(sp, &e, &m[0]), SPOOL_OK);
+    cr_assert_eq(sp->nspare, SPOOL_WBUF_SPARES - 1);
+    spool_abort(m[0]);
+    cr_assert_eq(sp->spare[sp->nspare - 1], first, "not taken from the top");
+    spool_pool_trim(sp);                /* a message began since the last */
+    cr_assert_eq(sp->nspare, SPOOL_WBUF_SPARES, "freed while busy");
     spool_pool_trim(sp);                /* none since: one is kept */
-    idle = t_malloc_in_use();
-    cr_assert_leq(idle + 9 * 256 * 1024, kept,
-        "spares not freed when idle: %zu -> %zu", kept, idle);
+    cr_assert_eq(sp->nspare, 1, "spares not freed when idle: %zu",
+        sp->nspare);
     spool_close(sp);
     t_rm_rf(dir);
 }
