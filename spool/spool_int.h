@@ -54,11 +54,11 @@ void    spool_size_digits(char *dst, uint64_t v);
 
 #define SPOOL_WBUF        (256 * 1024)
 /* Free write buffers a spool keeps (spool.c's CONTRACT): with 100
- * sessions a worker, one spare had every message past the first malloc
- * 256 KiB from the top of the heap and free it back, and glibc moved the
- * break each time (0.19 brk per message at 200 sessions, and new pages
- * faulted in).  spool_pool_trim() frees all but one after a tick without
- * a new message. */
+ * sessions a worker, one spare had most messages malloc 256 KiB from the
+ * top of the heap and free it back, and glibc moved the break to and fro
+ * (0.19 brk per message at 200 sessions with strace attached, 0.05 with
+ * the spares; bench/RESULTS.md, round 8).  spool_pool_trim() frees all
+ * but one after a tick without a new message. */
 #define SPOOL_WBUF_SPARES 32
 /* spool_finish() leaves a kept message's body in memory for its first
  * delivery up to this size (spool.h, spool_keep): the pread() it saves
@@ -71,8 +71,8 @@ void    spool_size_digits(char *dst, uint64_t v);
  * bytes in all, none bigger than SPOOL_POOL_FILE, none kept unused for
  * longer than SPOOL_POOL_IDLE_MS (a delivered message's bytes stay in
  * its file, 0600 in tmp/, until overwritten or unlinked). */
-#define SPOOL_POOL_MAX     128     /* 32: a third of new messages missed
-                                     * it at 200 sessions (bursts) */
+#define SPOOL_POOL_MAX     128     /* 32 overflowed in bursts at 200
+                                     * sessions (RESULTS, round 8) */
 #define SPOOL_POOL_BYTES   (UINT64_C(32) << 20)
 #define SPOOL_POOL_FILE    (UINT64_C(4) << 20)
 #define SPOOL_POOL_IDLE_MS 2000
