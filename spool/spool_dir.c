@@ -83,10 +83,11 @@ spool_mkparents(const char *dir)
 
 
 /* spool_purge - remove the entries of directory fd (named sub in dir in
- * errors) for which keep() is false.  unlinkat() never follows a link. */
+ * errors) for which keep(ctx, name) is false, counting them in *n when n
+ * is not NULL.  unlinkat() never follows a link. */
 static int
 spool_purge(const char *dir, const char *sub, int fd,
-    int (*keep)(int queuefd, const char *name), int queuefd)
+    int (*keep)(int ctx, const char *name), int ctx, int *n)
 {
     DIR           *d;
     struct dirent *de;
@@ -101,7 +102,7 @@ spool_purge(const char *dir, const char *sub, int fd,
     while ((errno = 0, de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (keep != NULL && keep(queuefd, de->d_name))
+        if (keep != NULL && keep(ctx, de->d_name))
             continue;
         if (unlinkat(fd, de->d_name, 0) == -1 && errno != ENOENT &&
             (errno != EISDIR ||
@@ -109,6 +110,8 @@ spool_purge(const char *dir, const char *sub, int fd,
             rc = spool_gfail("unlink %s/%s/%s", dir, sub, de->d_name);
             break;
         }
+        if (n != NULL)
+            (*n)++;
     }
     if (de == NULL && errno != 0)
         rc = spool_gfail("readdir %s/%s", dir, sub);
@@ -200,9 +203,9 @@ spool_prepare_any(const char *dir, uid_t uid, gid_t gid, int states)
     }
     /* Nothing in tmp/ was ever acknowledged; a state file without its
      * queue file belongs to a message whose removal was interrupted. */
-    if ((rc = spool_purge(dir, "tmp", fds[0], NULL, -1)) == SPOOL_OK)
+    if ((rc = spool_purge(dir, "tmp", fds[0], NULL, -1, NULL)) == SPOOL_OK)
         rc = spool_purge(dir, "state", fds[2], states ? spool_state_keep :
-            spool_state_keep_named, fds[1]);
+            spool_state_keep_named, fds[1], NULL);
 out:
     for (i = 0; i < ARRAY_LEN(fds); i++)
         if (fds[i] >= 0)
@@ -310,38 +313,29 @@ spool_id_writer(const char *name)
 }
 
 
+/* spool_tmp_keep - spool_tmp_sweep(): all but tmp/<id> and tmp/.<id>
+ * whose id carries this writer number. */
+static int
+spool_tmp_keep(int writer, const char *name)
+{
+    return spool_id_writer(name + (name[0] == '.')) != writer;
+}
+
+
 int
 spool_tmp_sweep(struct spool *sp)
 {
-    DIR           *d;
-    struct dirent *de;
-    int            fd, n = 0, rc = 0;
+    int n = 0, rc;
 
     if (sp->writer < 0)
         return 0;
-    if ((fd = dup(sp->tmpfd)) == -1 || (d = fdopendir(fd)) == NULL) {
-        rc = spool_fail(sp, "opendir %s/tmp", sp->dir);
-        if (fd != -1)
-            close(fd);
+    rc = spool_purge(sp->dir, "tmp", sp->tmpfd, spool_tmp_keep, sp->writer,
+        &n);
+    if (rc != SPOOL_OK) {
+        snprintf(sp->err, sizeof(sp->err), "%s", spool_errstr(NULL));
         return rc;
     }
-    while ((errno = 0, de = readdir(d)) != NULL) {
-        /* tmp/<id> half received, tmp/.<id> kept (spool_pool.c) */
-        const char *id = de->d_name + (de->d_name[0] == '.');
-
-        if (spool_id_writer(id) != sp->writer)
-            continue;
-        if (unlinkat(sp->tmpfd, de->d_name, 0) == 0)
-            n++;
-        else if (errno != ENOENT) {
-            rc = spool_fail(sp, "unlink %s/tmp/%s", sp->dir, de->d_name);
-            break;
-        }
-    }
-    if (rc == 0 && de == NULL && errno != 0)
-        rc = spool_fail(sp, "readdir %s/tmp", sp->dir);
-    closedir(d);
-    return rc < 0 ? rc : n;
+    return n;
 }
 
 
