@@ -947,7 +947,8 @@ def main():
                     run_scenario(peers, tool, name, sess, k, size, results,
                                  csink if name in CEILING_FOR else None,
                                  settle=storage == "disk")
-                scaling_pairs(peers, tool, results)
+                if storage == "tmpfs":
+                    scaling_pairs(peers, tool, results)
                 for mta, sink in peers:
                     if PERF and tool == "ours" and storage == "tmpfs" and \
                             ("1k-s20", tool, mta.name) in results:
