@@ -1588,7 +1588,8 @@ METHOD = """
   Postfix run side by side (each with its own sink) and are measured
   alternately within each repetition; the raw ceiling rows are measured in
   the same turns as 1k-s20 and 1M-s20.  The message count of each run is
-  calibrated from a short unrecorded trial so that a run lasts a few seconds.
+  calibrated from up to three short unrecorded trials so that a run lasts
+  about 2.5 s.
 - 1M-s20 floor (a note, issue 16): in each repetition of 1M-s20 with our
   tools, `bench/relay_floor` relays 1,000 messages of 1 MiB over loopback
   on 20 sessions at once (one tool thread, as smtpblast; the relay visits
