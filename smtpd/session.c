@@ -506,6 +506,12 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)sess_tls_step(s);
         else if (s->state == SS_AUTH_HOLD && (events & EV_ERROR))
             sess_free(s, "connection lost during the AUTH delay");
+        else if ((s->flags & SF_SYNCQ) && (events & EV_ERROR))
+            /* reset while its sync runs: epoll reports ERR/HUP even with
+             * no events watched, every turn until the fd goes, so keep it
+             * and the loop spins.  The commit goes on without it (the
+             * message is in queue/; the log says its client left). */
+            sess_free(s, "connection lost during the commit");
         else if (s->flags & SF_SYNCQ)
             sess_watch(s, 0);       /* input while its sync runs: the loop
                                      * is level-triggered, it would spin */
