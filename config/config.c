@@ -345,6 +345,14 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->tls_ciphers_mark = vn->start_mark;
         if (k->off == OFF(tls_ca_file) && keys == config_tls)
             p->tls_ca_mark = vn->start_mark;
+        if (k->off == OFF(auth_password_file) && keys == config_auth) {
+            p->pwfile_mark = vn->start_mark;
+            p->have_pwfile_mark = 1;
+        }
+        if (k->off == OFF(log_file) && keys == config_log) {
+            p->logfile_mark = vn->start_mark;
+            p->have_logfile_mark = 1;
+        }
         if (keys == config_dns && (k->off == OFF(dns_min_ttl_ms) ||
             (k->off == OFF(dns_max_ttl_ms) && !p->have_dns_ttl_mark))) {
             p->dns_ttl_mark = vn->start_mark;
@@ -619,6 +627,7 @@ config_parse_file(struct config_parse *p, FILE *fp)
 static void
 config_check_pwfile(struct config_parse *p, const char *path)
 {
+    const yaml_mark_t *at = p->have_pwfile_mark ? &p->pwfile_mark : NULL;
     char     line[4096];
     unsigned lineno = 0;
     FILE    *fp;
@@ -627,12 +636,12 @@ config_check_pwfile(struct config_parse *p, const char *path)
     struct stat st;
 
     if (safefs_check_read(path, "auth.password_file", err, sizeof(err)) != 0) {
-        config_addf(p, NULL, "%s", err);
+        config_addf(p, at, "%s", err);
         return;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+        config_addf(p, at, "auth.password_file: %s: %s", path,
             fd < 0 ? strerror(errno) : "not a regular file");
         if (fd >= 0)
             close(fd);
@@ -640,7 +649,7 @@ config_check_pwfile(struct config_parse *p, const char *path)
     }
     if ((fp = fdopen(fd, "r")) == NULL) {
         close(fd);
-        config_addf(p, NULL, "auth.password_file: %s: %s", path,
+        config_addf(p, at, "auth.password_file: %s: %s", path,
             strerror(errno));
         return;
     }
@@ -653,7 +662,7 @@ config_check_pwfile(struct config_parse *p, const char *path)
             continue;
         colon = strchr(line, ':');
         if (colon == NULL || colon == line || colon[1] != '$') {
-            config_addf(p, NULL, "auth.password_file: %s:%u: expected "
+            config_addf(p, at, "auth.password_file: %s:%u: expected "
                 "user:hash (a crypt(3) hash like $y$... or $6$...)", path,
                 lineno);
             break;
@@ -662,6 +671,34 @@ config_check_pwfile(struct config_parse *p, const char *path)
     explicit_bzero(line, sizeof(line));
     fclose(fp);
 }
+
+/* config_check_logfile - log.file's directory exists: else mtad -t and
+ * mtactl check said "ok" and the start then failed without a place. */
+static void
+config_check_logfile(struct config_parse *p)
+{
+    const char *f = p->cfg->log_file;
+    const char *slash, *why = NULL;
+    char        dir[PATH_MAX];
+    struct stat st;
+    size_t      n;
+
+    if (f == NULL || strcmp(f, "-") == 0 || (slash = strrchr(f, '/')) == NULL)
+        return;
+    n = slash == f ? 1 : (size_t)(slash - f);
+    if (n >= sizeof(dir))
+        return;                     /* the open says what is wrong */
+    memcpy(dir, f, n);
+    dir[n] = '\0';
+    if (stat(dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    if (why != NULL)
+        config_addf(p, p->have_logfile_mark ? &p->logfile_mark : NULL,
+            "log.file: %s: %s", dir, why);
+}
+
 
 /* config_check_auth - listeners that need TLS or AUTH have them. */
 static void
@@ -682,12 +719,16 @@ config_check_auth(struct config_parse *p)
     for (i = 0; i < cfg->nlisten; i++) {
         const struct config_listen *l = &cfg->listen[i];
 
+        const yaml_mark_t *at = i < CONFIG_LISTEN_MARKS &&
+            p->listen_marks[i].line + p->listen_marks[i].column > 0 ?
+            &p->listen_marks[i] : NULL;
+
         if (l->tls_implicit && cfg->ntls_certs == 0)
-            config_addf(p, NULL, "server.listen %s: tls: implicit needs "
+            config_addf(p, at, "server.listen %s: tls: implicit needs "
                 "tls.cert_file and tls.key_file", l->spec);
         if (l->role == CONFIG_ROLE_SUBMISSION &&
             cfg->auth_password_file == NULL)
-            config_addf(p, NULL, "server.listen %s: role: submission needs "
+            config_addf(p, at, "server.listen %s: role: submission needs "
                 "auth.password_file", l->spec);
     }
 }
@@ -721,6 +762,7 @@ config_load(const char *path, char *err, size_t errsz)
     fclose(fp);
     config_check_tls(&p);
     config_check_auth(&p);
+    config_check_logfile(&p);
     config_check_tlsrpt(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)

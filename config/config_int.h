@@ -59,6 +59,8 @@ struct config_key {
 
 #define OFF(field)      offsetof(struct config, field)
 
+#define CONFIG_LISTEN_MARKS 64       /* entries of server.listen placed */
+
 struct config_parse {
     const char      *file;          /* as given to config_load() */
     yaml_document_t *doc;
@@ -78,6 +80,10 @@ struct config_parse {
     size_t           ntls_keys;     /* tls.key_file entries */
     int              tls_bad;       /* a tls key already failed */
     int              dkim_nets_set; /* dkim.sign_networks was given */
+    /* where keys checked after the walk were (have_*: given in the file) */
+    yaml_mark_t      pwfile_mark, logfile_mark;
+    int              have_pwfile_mark, have_logfile_mark;
+    yaml_mark_t      listen_marks[CONFIG_LISTEN_MARKS]; /* each entry */
 };
 
 /* config_util.c */

@@ -261,6 +261,8 @@ config_set_listen(struct config_parse *p, const yaml_node_t *n,
             bad = 1;
             continue;
         }
+        if (nl < CONFIG_LISTEN_MARKS)
+            p->listen_marks[nl] = it->start_mark;
         nl++;
     }
     if (bad) {

@@ -572,6 +572,7 @@ deliver_free(struct deliver *d)
         dl_attempt_free(d->unsaved);
     }
     free(d->heap);
+    free(d->stale);
     free(d);
 }
 
@@ -802,6 +803,27 @@ deliver_submit_kept(struct deliver *d, struct spool_env *env, int fd,
 }
 
 
+static void
+dl_stale_add(struct deliver *d, const char *id)
+{
+    if (d->nstale == d->capstale) {
+        d->capstale = d->capstale ? d->capstale * 2 : 16;
+        d->stale = xrealloc(d->stale, d->capstale * sizeof(*d->stale));
+    }
+    util_strlcpy(d->stale[d->nstale++], id, SPOOL_ID_SIZE);
+}
+
+
+void
+deliver_tidy(struct deliver *d)
+{
+    if (d->nstale == 0)
+        return;
+    dl_heap_tidy(d);
+    deliver_arm(d);
+}
+
+
 void
 deliver_kick(struct deliver *d, const char *id)
 {
@@ -811,9 +833,13 @@ deliver_kick(struct deliver *d, const char *id)
      * must say so at once, even while draining */
     if (id != NULL && spool_id_valid(id) &&
         deliver_shard_of(id, d->nshards) == d->shard &&
-        qx_refresh(d, id) != 0)
-        return;         /* deleted or held: nothing to deliver (a held one
-                         * still in the heap is dropped when it comes up) */
+        qx_refresh(d, id) != 0) {
+        /* deleted or held: nothing to deliver.  Its heap entry, if any,
+         * goes at the next tick (deliver_tidy), so that the gauges stop
+         * counting it; one still there when it comes up is dropped then */
+        dl_stale_add(d, id);
+        return;
+    }
     if (d->draining)
         return;
     if (id == NULL || strcmp(id, "*") == 0) {

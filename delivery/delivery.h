@@ -62,6 +62,9 @@ void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
  * message. */
 void    deliver_gauges(const struct deliver *d, uint64_t *active,
             uint64_t *due, uint64_t *deferred);
+/* Once a second, before deliver_gauges: take the messages that mtactl
+ * deleted or held since the last call out of the schedule. */
+void    deliver_tidy(struct deliver *d);
 /* The stop deadline: close every outbound session at once without
  * marking its recipients (results already in are saved), release every
  * message, start nothing more: the next generation delivers them. */

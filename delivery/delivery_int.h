@@ -64,6 +64,11 @@ struct deliver {
     int                   gaveback;     /* stop deadline passed */
     size_t                ngiven;       /* attempts given back then */
     struct qx            *qx;           /* qindex.c: for mtactl queue */
+    /* ids a kick found deleted or held while they may still sit in the
+     * heap: taken out at the next tick (dl_heap_tidy), not per kick (a
+     * heap scan each would make `hold --all` quadratic) */
+    char                (*stale)[SPOOL_ID_SIZE];
+    size_t                nstale, capstale;
 };
 
 /* qindex.c: the index of this worker's messages for `mtactl queue`
@@ -82,6 +87,8 @@ void qx_drop(struct deliver *d, const char *id);
 #define QX_GONE   1
 #define QX_ISHELD 2
 int  qx_refresh(struct deliver *d, const char *id);
+/* 1 when the index has no live record of id, or has it held. */
+int  qx_is_out(const struct deliver *d, const char *id);
 void qx_sync_begin(struct deliver *d, int recover);
 void qx_sync_add(struct deliver *d, const char *id,
         const struct spool_env *env, int peeked, uint64_t when, int held,
@@ -94,6 +101,9 @@ void qx_warm_start(struct deliver *d);
 void dl_heap_up(struct deliver *d, size_t i);
 void dl_heap_push(struct deliver *d, uint64_t when, const char *id);
 void dl_heap_pop(struct deliver *d, struct dl_entry *out);
+/* Remove the entries of d->stale that the index still says are deleted
+ * or held (one pass, then a rebuild of the heap); empties d->stale. */
+void dl_heap_tidy(struct deliver *d);
 
 /* ---- attempts: shared by deliver.c and attempt.c ---- */
 

@@ -327,6 +327,15 @@ qx_refresh(struct deliver *d, const char *id)
 }
 
 
+int
+qx_is_out(const struct deliver *d, const char *id)
+{
+    const struct qx_ent *e = qx_find(d->qx, id);
+
+    return e == NULL || (e->flags & QX_HELD) != 0;
+}
+
+
 /* ---- rebuilding from the spool (deliver_load) ---------------------------- */
 
 static uint64_t

@@ -5,6 +5,8 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/util.h"
 #include "spool/spool.h"
@@ -76,6 +78,37 @@ dl_heap_pop(struct deliver *d, struct dl_entry *out)
     if (d->nheap > 0)
         dl_heap_down(d, 0);
 }
+
+static int
+dl_id_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+
+void
+dl_heap_tidy(struct deliver *d)
+{
+    size_t i, j;
+
+    if (d->nstale == 0)
+        return;
+    qsort(d->stale, d->nstale, sizeof(*d->stale), dl_id_cmp);
+    for (i = j = 0; i < d->nheap; i++) {
+        /* a candidate released (or flushed) since its kick is kept */
+        if (bsearch(d->heap[i].id, d->stale, d->nstale, sizeof(*d->stale),
+                dl_id_cmp) != NULL && qx_is_out(d, d->heap[i].id))
+            continue;
+        d->heap[j++] = d->heap[i];
+    }
+    d->nheap = j;
+    for (i = d->nheap / 2; i-- > 0;)
+        dl_heap_down(d, i);
+    free(d->stale);
+    d->stale = NULL;
+    d->nstale = d->capstale = 0;
+}
+
 
 /* ---- pure helpers (deliver_int.h) ---- */
 

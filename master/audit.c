@@ -7,7 +7,9 @@
  *           one "admin" record: event=admin, uid, pid, via, action, args.
  * CONTRACT  The uid comes from the kernel (SO_PEERCRED on the control
  *           socket; ssi_uid of a signal), never from what a client says.
- *           Read-only requests (status, check) are logged at debug only.
+ *           Read-only requests (status, check, queue-stream) and the
+ *           "index" that follows a reported queue change are logged at
+ *           debug only.
  * FAILURE   A peer whose credentials cannot be read is logged with
  *           uid -1.
  */
@@ -58,8 +60,11 @@ audit_request(int fd, const char *line)
 
     if (strcmp(line, "status") == 0 || strncmp(line, "status ", 7) == 0 ||
         strcmp(line, "check") == 0 || strcmp(line, "tls report") == 0 ||
-        strncmp(line, "tls report ", 11) == 0) {
-        log_debug("control: %s", line);     /* read-only, often polled */
+        strncmp(line, "tls report ", 11) == 0 ||
+        strcmp(line, "queue-stream") == 0 || strncmp(line, "index ", 6) == 0) {
+        /* read-only, often polled; or ("index") the daemon's half of a
+         * queue change whose "audit" record mtactl sent already */
+        log_debug("control: %s", line);
         return;
     }
     (void)audit_peer(fd, &uid, &pid);

@@ -84,11 +84,15 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
     } else if (strncmp(line, "tls ", 4) == 0) {
         r->kind = CTL_REQ_TLS;
         r->arg = line + 4;
-    } else if (strncmp(line, "kick ", 5) == 0) {
+    } else if (strncmp(line, "kick ", 5) == 0 ||
+        strncmp(line, "index ", 6) == 0) {
+        /* "index": the same, sent by mtactl after a queue change it has
+         * reported already ("audit"), so not recorded again */
         r->kind = CTL_REQ_KICK;
-        r->arg = line + 5;
+        r->arg = line + (line[0] == 'k' ? 5 : 6);
         if (strcmp(r->arg, "*") != 0 && !spool_id_valid(r->arg))
-            ctl_req_bad(r, "kick: expected a queue id or *");
+            ctl_req_bad(r, line[0] == 'k' ? "kick: expected a queue id or *"
+                : "index: expected a queue id or *");
     } else if (strcmp(line, "sandbox-test") == 0 && sandbox_test) {
         r->kind = CTL_REQ_SANDBOX_TEST;
     } else {

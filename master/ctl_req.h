@@ -7,7 +7,8 @@
  *
  * CONTRACT  ctl_req_parse() cuts line at its first CR or LF (in place)
  *           and fills r: the kind, r->arg for CTL_REQ_TLS (after "tls ")
- *           and CTL_REQ_KICK (a queue id, spool_id_valid(), or "*"),
+ *           and CTL_REQ_KICK ("kick " or "index ": a queue id,
+ *           spool_id_valid(), or "*"),
  *           r->drain_ms for CTL_REQ_DRAIN ("drain" or "drain <ms>":
  *           digits only, at most CTL_REQ_DRAIN_MAX_MS; 0 when none
  *           given).  CTL_REQ_BAD comes with r->error, the whole answer:

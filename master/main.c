@@ -82,6 +82,10 @@ main(int argc, char **argv)
     int                c, test = 0;
 
     proctitle_init(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+        usage(stdout);          /* as GNU tools take it */
+        return EX_OK;
+    }
     while ((c = getopt(argc, argv, "c:fth")) != -1) {
         switch (c) {
         case 'c': o.config_path = optarg; break;

@@ -236,7 +236,14 @@ mtactl_help(int argc, char **argv)
             "deadline (they stay in the spool)\n");
     else if (strcmp(argv[1], "check") == 0)
         printf("mtactl check: load the configuration and print \"FILE: ok\" "
-            "or its errors (exit 1)\n");
+            "or its errors (exit 1); reads the file itself, so mtad need "
+            "not run\n");
+    else if (strcmp(argv[1], "kick") == 0)
+        printf("mtactl kick ID|*: ask the worker that owns the message to "
+            "try it now instead of at its next retry (* every queued "
+            "message); a held message stays held\n");
+    else if (strcmp(argv[1], "help") == 0)
+        mtactl_usage(stdout);
     else {
         fprintf(stderr, "mtactl: help: unknown command '%s'\n", argv[1]);
         return MTACTL_USAGE;
@@ -352,6 +359,11 @@ main(int argc, char **argv)
 
     memset(&c, 0, sizeof(c));
     c.config_path = MTACTL_DEFAULT_CONFIG;
+    /* --help as GNU tools take it (getopt would call it an invalid -) */
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+        mtactl_usage(stdout);
+        return MTACTL_OK;
+    }
     while ((ch = getopt(argc, argv, "+c:s:h")) != -1) {
         switch (ch) {
         case 'c': c.config_path = optarg; break;

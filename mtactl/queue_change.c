@@ -193,7 +193,7 @@ queue_kick(const struct config *cfg, const char *cmd, const char *id)
     const char *why;
     int         rc, e;
 
-    snprintf(req, sizeof(req), "kick %s", id);
+    snprintf(req, sizeof(req), "index %s", id);   /* kick, unrecorded */
     rc = ctl_request(cfg->control_socket, req, QUEUE_KICK_MS, &reply);
     e = errno;
     if (rc == CTL_OK || (rc == CTL_ESYS && (e == ENOENT ||
@@ -229,7 +229,7 @@ queue_kick_all(const struct config *cfg, const char *cmd,
         /* hold, delete: nothing to act on, only the index to update;
          * mtad not running (or not reachable) changes nothing */
         for (i = 0; i < n; i++) {
-            snprintf(req, sizeof(req), "kick %s", ids[i]);
+            snprintf(req, sizeof(req), "index %s", ids[i]);
             reply = NULL;
             if (ctl_request(cfg->control_socket, req, QUEUE_KICK_MS,
                 &reply) != CTL_OK) {

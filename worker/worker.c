@@ -580,6 +580,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
         worker_listen(w, 1);
     }
     (void)tlsrpt_export(worker_tlsrpt_emit, w);
+    deliver_tidy(w->deliver);
     deliver_gauges(w->deliver, &act, &due, &later);
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_due, due, __ATOMIC_RELAXED);

@@ -11,8 +11,8 @@
  * strcmp()s gives; the line is cut at its first CR or LF; a bad request
  * has an error answer "error: ..." of one LF-ended line without any other
  * control byte (a quoted request is escaped), bounded by its buffer; a
- * kick's argument is "*" or a valid queue id; a tls argument is the rest
- * of the line; a drain timeout is the decimal number written (digits
+ * kick's (and index's) argument is "*" or a valid queue id; a tls
+ * argument is the rest of the line; a drain timeout is the decimal number written (digits
  * only) and never over CTL_REQ_DRAIN_MAX_MS; sandbox-test only when the
  * master allows it.  Build and run: make fuzz (see tests/fuzz/run.sh).
  */
@@ -53,7 +53,7 @@ ref_kind(const char *l, int sandbox)
     if (!strncmp(l, "audit ", 6)) return CTL_REQ_AUDIT;
     if (!strcmp(l, "drain") || !strncmp(l, "drain ", 6)) return CTL_REQ_DRAIN;
     if (!strncmp(l, "tls ", 4)) return CTL_REQ_TLS;
-    if (!strncmp(l, "kick ", 5)) return CTL_REQ_KICK;
+    if (!strncmp(l, "kick ", 5) || !strncmp(l, "index ", 6)) return CTL_REQ_KICK;
     if (!strcmp(l, "sandbox-test") && sandbox) return CTL_REQ_SANDBOX_TEST;
     return CTL_REQ_BAD;
 }
@@ -86,6 +86,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t            n;
     uint64_t          ms;
     int               sandbox;
+    size_t            kick_at;
 
     if (size < 1)
         return 0;
@@ -105,6 +106,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (strcmp(line, ref) != 0)
         abort();                        /* cut at the first CR or LF */
     want = ref_kind(ref, sandbox);
+    kick_at = ref[0] == 'k' ? 5 : 6;    /* "kick " or "index " */
     if (r.kind != want && !(r.kind == CTL_REQ_BAD &&
         (want == CTL_REQ_KICK || want == CTL_REQ_DRAIN)))
         abort();
@@ -113,12 +115,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_error(r.error, sizeof(r.error));
         if (want == CTL_REQ_DRAIN && ref_ms(ref + 6, &ms))
             abort();                    /* a fine timeout refused */
-        if (want == CTL_REQ_KICK && (strcmp(ref + 5, "*") == 0 ||
-            spool_id_valid(ref + 5)))
+        if (want == CTL_REQ_KICK && (strcmp(ref + kick_at, "*") == 0 ||
+            spool_id_valid(ref + kick_at)))
             abort();
         break;
     case CTL_REQ_KICK:
-        if (r.arg != line + 5 || (strcmp(r.arg, "*") != 0 &&
+        if (r.arg != line + kick_at || (strcmp(r.arg, "*") != 0 &&
             !spool_id_valid(r.arg)))
             abort();
         break;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 
 #include <criterion/criterion.h>
 
@@ -141,9 +142,10 @@ static const struct {
       "relay.yaml:4:12: server.listen[0].tls: expected implicit or "
       "starttls, got 'yes'" },
     { "    - address: \"127.0.0.1:1\"\n      tls: implicit\n",
-      "relay.yaml: server.listen 127.0.0.1:1: tls: implicit needs tls.cert_file" },
+      "relay.yaml:3:7: server.listen 127.0.0.1:1: tls: implicit needs "
+      "tls.cert_file" },
     { "    - address: \"127.0.0.1:1\"\n      role: submission\n",
-      "relay.yaml: server.listen 127.0.0.1:1: role: submission needs "
+      "relay.yaml:3:7: server.listen 127.0.0.1:1: role: submission needs "
       "auth.password_file" },
     { "    - address: \"127.0.0.1:1\"\n      proxy_protocol: V2\n"
       "      proxy_from: [10.0.0.0/8]\n",
@@ -222,4 +224,41 @@ Test(config_listen, auth_failure_delay)
         cr_assert(strstr(terr, cases[i].want) != NULL,
             "case %zu:\n got: %s\nwant: %s", i, terr, cases[i].want);
     }
+}
+
+
+/* Keys checked after the walk (a file they name, a directory) still say
+ * where they are: auth.password_file missing or with a bad line,
+ * log.file in a directory that does not exist. */
+Test(config_listen, late_checks_name_line_col)
+{
+    struct config *cfg;
+    FILE          *fp;
+    char           pw[160];
+
+    snprintf(pw, sizeof(pw), "%s/passwd", tdir);
+    cfg = tl_load("    - \"127.0.0.1:1\"\nauth:\n"
+        "  password_file: /nonexistent/passwd\n");
+    cr_assert_null(cfg);
+    cr_assert(strstr(terr, "relay.yaml:5:18: auth.password_file: "
+        "/nonexistent/passwd: No such file or directory") != NULL, "%s", terr);
+
+    fp = fopen(pw, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "alice:$6$salt$hash\nbob\n");
+    cr_assert_eq(fclose(fp), 0);
+    cr_assert_eq(chmod(pw, 0600), 0);
+    fp = fopen(tpath, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "server:\n  listen: [\"127.0.0.1:1\"]\nauth:\n"
+        "  password_file: %s\nlog:\n  file: /nonexistent/dir/mtad.log\n"
+        "routes:\n  default: discard\n", pw);
+    cr_assert_eq(fclose(fp), 0);
+    cfg = config_load(tpath, terr, sizeof(terr));
+    unlink(pw);
+    cr_assert_null(cfg);
+    cr_assert(strstr(terr, "relay.yaml:4:18: auth.password_file: ") != NULL &&
+        strstr(terr, "/passwd:2: expected user:hash") != NULL, "%s", terr);
+    cr_assert(strstr(terr, "relay.yaml:6:9: log.file: /nonexistent/dir: "
+        "No such file or directory") != NULL, "%s", terr);
 }
