@@ -663,7 +663,12 @@ dkim_from_domain(const char *v, size_t n, char *dom, size_t domsz)
             clen = 0;
             break;
         default:
-            if (at && (angle || !angled) && clen < sizeof(cur) - 1)
+            /* a control byte is in no domain name (a NUL would end the
+             * copy early: d= of a prefix of what the From: says) */
+            if (at && (angle || !angled) &&
+                ((unsigned char)ch < 0x20 || ch == 0x7f))
+                bad = 1;
+            else if (at && (angle || !angled) && clen < sizeof(cur) - 1)
                 cur[clen++] = ch;
             break;
         }

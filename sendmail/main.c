@@ -143,6 +143,26 @@ sm_clean(const char *v)
 }
 
 
+/* sm_sender - -f as MAIL FROM takes it: "" or "<>" is the null sender,
+ * "<a@b>" loses its brackets; else it must pass sm_rcpt_ok.  NULL when
+ * it does not. */
+static const char *
+sm_sender(const char *f, char *out, size_t outsz)
+{
+    size_t n = strlen(f);
+
+    if (n >= 2 && f[0] == '<' && f[n - 1] == '>') {
+        f++;
+        n -= 2;
+    }
+    if (n >= outsz)
+        return NULL;
+    memcpy(out, f, n);
+    out[n] = '\0';
+    return n == 0 || sm_rcpt_ok(out) ? out : NULL;
+}
+
+
 /* sm_pick - the listener to use. */
 static const struct config_listen *
 sm_pick(const struct config *cfg)
@@ -180,8 +200,10 @@ sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
     while ((got = getline(&line, &lcap, stdin)) > 0) {
         size_t l = (size_t)got;
 
-        if (dot_ends && (strcmp(line, ".\n") == 0 ||
-            strcmp(line, ".\r\n") == 0 || strcmp(line, ".") == 0))
+        /* by length: a "." line followed by a NUL is not the end */
+        if (dot_ends && line[0] == '.' && (l == 1 ||
+            (l == 2 && line[1] == '\n') ||
+            (l == 3 && line[1] == '\r' && line[2] == '\n')))
             break;
         if (n + l + 2 > max) {
             *too_big = 1;
@@ -274,6 +296,13 @@ main(int argc, char **argv)
         fprintf(stderr, "mtad-sendmail: -f or -F with a control character\n");
         return EX_USAGE;
     }
+    if (from != NULL && (from = sm_sender(from, sender, sizeof(sender))) ==
+        NULL) {
+        /* it goes into MAIL FROM:<...>: a blank or a '>' would add
+         * parameters of the caller's choosing (SMTPUTF8, RET, ENVID) */
+        fprintf(stderr, "mtad-sendmail: -f: bad sender address\n");
+        return EX_USAGE;
+    }
     for (i = 0; i < s.rcpt.n; i++)
         if (!sm_rcpt_ok(s.rcpt.v[i])) {
             fprintf(stderr, "mtad-sendmail: bad recipient address\n");
@@ -360,14 +389,19 @@ main(int argc, char **argv)
     if ((rc = sm_cmd(&s, "%sDATA\r\n", "")) != 354)
         return sm_fail(&s, "DATA", rc);
     if (!sm_has_header(msg, len, "from:")) {
-        /* like sendmail: a From: for a message that has none */
-        size_t hn = strlen(from) + (fullname ? strlen(fullname) : 0) + 16;
+        /* like sendmail: a From: for a message that has none (the null
+         * sender's is MAILER-DAEMON, as Postfix's cleanup writes it) */
+        const char *fa = from[0] != '\0' ? from : "MAILER-DAEMON";
+        size_t hn = strlen(fa) + strlen(hostname) +
+            (fullname ? strlen(fullname) : 0) + 24;
 
         hdr = xmalloc(hn);
         if (fullname != NULL)
-            snprintf(hdr, hn, "From: %s <%s>\r\n", fullname, from);
+            snprintf(hdr, hn, "From: %s <%s%s%s>\r\n", fullname, fa,
+                from[0] ? "" : "@", from[0] ? "" : hostname);
         else
-            snprintf(hdr, hn, "From: %s\r\n", from);
+            snprintf(hdr, hn, "From: %s%s%s\r\n", fa,
+                from[0] ? "" : "@", from[0] ? "" : hostname);
         if (util_write_all(s.fd, hdr, strlen(hdr)) != 0) {
             free(hdr);
             return sm_fail(&s, "DATA", -1);

@@ -113,17 +113,21 @@ sm_header_addrs(struct sm_rcpts *r, const char *v, size_t vn)
             wn = 0;
             continue;
         }
-        if (*p == '"' && depth == 0)
+        if (*p == '"' && depth == 0) {
             quote = !quote;
-        else if (*p == '(' && !quote)
+            word[wn++] = *p;        /* "a b"@x: kept whole, then refused
+                                     * for its blank, never cut to @x */
+        } else if (quote)
+            word[wn++] = *p;
+        else if (*p == '(')
             depth++;
-        else if (*p == ')' && !quote && depth > 0)
+        else if (*p == ')' && depth > 0)
             depth--;
-        else if (*p == '<' && !quote && depth == 0)
+        else if (*p == '<' && depth == 0)
             lt = p;
-        else if (*p == '>' && !quote && depth == 0)
+        else if (*p == '>' && depth == 0)
             gt = p;
-        else if (!quote && depth == 0)
+        else if (depth == 0)
             word[wn++] = *p;
     }
     free(word);
@@ -131,14 +135,19 @@ sm_header_addrs(struct sm_rcpts *r, const char *v, size_t vn)
 }
 
 
-/* sm_field_is - the line at msg[start..len) starts with name (a prefix
- * compare that never reads past len). */
-static int
+/* sm_field_is - the line at msg[start..len) is field name: the name, any
+ * case, then blanks (RFC 5322's obsolete "Bcc :"), then the colon.  The
+ * offset just past the colon, or 0 (never reads past len). */
+static size_t
 sm_field_is(const char *msg, size_t start, size_t len, const char *name)
 {
-    size_t n = strlen(name);
+    size_t n = strlen(name), i;
 
-    return len - start >= n && strncasecmp(msg + start, name, n) == 0;
+    if (len - start < n || strncasecmp(msg + start, name, n) != 0)
+        return 0;
+    for (i = start + n; i < len && (msg[i] == ' ' || msg[i] == '\t'); i++)
+        ;
+    return i < len && msg[i] == ':' ? i + 1 : 0;
 }
 
 
@@ -149,8 +158,8 @@ sm_scan_headers(struct sm_rcpts *r, char *msg, size_t *lenp, int want_rcpt)
     int    bad = 0;
 
     while (i < len) {
-        size_t start = i, end;
-        int    bcc, rc;
+        size_t start = i, end, val;
+        int    bcc;
 
         if (msg[i] == '\n' || (msg[i] == '\r' && i + 1 < len &&
             msg[i + 1] == '\n'))
@@ -162,15 +171,17 @@ sm_scan_headers(struct sm_rcpts *r, char *msg, size_t *lenp, int want_rcpt)
             if (end < len)
                 end++;
         } while (end < len && (msg[end] == ' ' || msg[end] == '\t'));
-        bcc = sm_field_is(msg, start, len, "bcc:");
-        rc = bcc || sm_field_is(msg, start, len, "to:") ||
-            sm_field_is(msg, start, len, "cc:");
-        if (rc && want_rcpt) {
+        bcc = sm_field_is(msg, start, end, "bcc") != 0;
+        val = bcc ? sm_field_is(msg, start, end, "bcc") :
+            sm_field_is(msg, start, end, "to");
+        if (val == 0)
+            val = sm_field_is(msg, start, end, "cc");
+        if (val != 0 && want_rcpt) {
             char  *v = xmalloc(end - start + 1);
             size_t k, vn = 0;
 
             /* unfolded: the line ends go, the blanks after them stay */
-            for (k = start + (bcc ? 4 : 3); k < end; k++)
+            for (k = val; k < end; k++)
                 if (msg[k] != '\r' && msg[k] != '\n')
                     v[vn++] = msg[k];
             bad += sm_header_addrs(r, v, vn);

@@ -659,6 +659,67 @@ def test_sendmail_t_refuses_an_address_that_would_change_rcpt(mtad_factory):
         assert b"-t: an address in To:, Cc: or Bcc:" in r.stderr, r.stderr
 
 
+def test_sendmail_t_quoted_local_part_with_a_blank_is_refused(mtad_factory):
+    """A quoted local part is kept whole and refused for its blank (65),
+    never cut to the bare @domain."""
+    m = mtad_factory()          # configured, never started
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-t"],
+                       input=b'To: a@remote.test, "b c"@remote.test\n\nhi\n',
+                       capture_output=True, timeout=60)
+    assert r.returncode == 65, (r.returncode, r.stderr)
+
+
+def test_sendmail_f_cannot_add_mail_parameters(mtad_factory, hole):
+    """-f goes into MAIL FROM:<...>: a blank or '>' in it is refused (64);
+    "<>" and "" are the null sender, "<a@b>" loses its brackets."""
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    for bad in ("a@example.test> SMTPUTF8 ENVID=y",
+                "a@example.test> RET=HDRS ENVID=x", "a b@example.test",
+                "<a@example.test>>"):
+        r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-f", bad,
+                            "x@remote.test"], input=b"Subject: s\n\nhi\n",
+                           capture_output=True, timeout=60)
+        assert r.returncode == 64, (bad, r.returncode, r.stderr)
+        assert b"-f: bad sender address" in r.stderr, r.stderr
+    assert m.queue_ids() == []
+    for given, sender in (("<app@example.org>", b"app@example.org"),
+                          ("<>", b""), ("", b"")):
+        r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-f", given,
+                            "x@remote.test"], input=b"Subject: s\n\nhi\n",
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, (given, r.stderr)
+    wait_for(lambda: len(m.queue_ids()) == 3, what="three queued messages")
+    got = []
+    for q in m.queue_ids():
+        env, body = read_queue_file(os.path.join(m.spool, "queue", q))
+        got.append(env["sender"])
+        assert env.get("smtputf8") in (None, b"0", 0), env
+        if env["sender"] == b"":
+            assert b"\r\nFrom: MAILER-DAEMON@" in body, body
+    assert sorted(got) == [b"", b"", b"app@example.org"], got
+
+
+def test_sendmail_t_obsolete_blank_before_colon(mtad_factory, hole):
+    """'Bcc :' (RFC 5322's obsolete syntax) is a Bcc: field like any: its
+    address gets the message, the field does not; a "." line followed by
+    a NUL does not end the message."""
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-t"],
+                       input=b"To : a@remote.test\nBcc : secret@remote.test\n"
+                             b"Subject: s\n\nline\n.\x00 more\nafter\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: len(m.queue_ids()) == 1, what="one queued message")
+    env, body = read_queue_file(os.path.join(m.spool, "queue",
+                                             m.queue_ids()[0]))
+    rcpts = sorted(x.split(b" ")[1] for x in env["rcpt"])
+    assert rcpts == [b"a@remote.test", b"secret@remote.test"], env["rcpt"]
+    assert b"secret" not in body and b"Bcc" not in body, body
+    assert body.endswith(b"after\r\n"), body
+
+
 def test_sendmail_refused_recipient(mtad_factory, hole):
     m = mtad_factory({"routes": {"default": hole.route()},
                       "relay": {"allow_networks": ["10.9.9.0/24"]}})

@@ -475,7 +475,28 @@ static const struct {
     { "From: a@other.test\r\n", DKIM_ENOKEY, "" },
     { "From: a@example.org.evil.test\r\n", DKIM_ENOKEY, "" },
     { "From: a@org\r\n", DKIM_ENOKEY, "" },
+    { "From: <a@example.org\x01.evil.test>\r\n", DKIM_ENOFROM, "" },
 };
+
+
+/* A NUL in the From: domain is refused, not a cut: d=example.org for
+ * "example.org<NUL>.evil.test" would sign what the From: does not say. */
+Test(dkim_sign, from_domain_with_nul_is_none)
+{
+    static const char *const doms[] = { "example.org" };
+    static const char msg[] = "From: <a@example.org\0.evil.test>\r\n\r\n"
+        "body\r\n";
+    struct dkim_keys *ks = keys_with(doms, 1, DKIM_ED25519_SHA256);
+    struct dkim_sign *c = dkim_sign_begin(ks, 1);
+    size_t            len;
+
+    dkim_sign_feed(c, msg, sizeof(msg) - 1);
+    cr_assert(dkim_sign_header_done(c));
+    cr_assert_eq(dkim_sign_prepare(c, &len), DKIM_ENOFROM);
+    cr_assert_str_eq(dkim_sign_domain(c), "");
+    dkim_sign_free(c);
+    dkim_keys_free(ks);
+}
 
 Test(dkim_sign, from_domain_exact_parent_or_none)
 {
