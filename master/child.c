@@ -17,6 +17,7 @@
  *           record; the master's back-off handles a crash loop.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -85,6 +86,20 @@ child_kept(int fd, const int *keep, size_t nkeep)
     return 0;
 }
 
+/* child_null_stdio - stdin and stdout on /dev/null. */
+static void
+child_null_stdio(void)
+{
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+    if (null < 0)
+        return;
+    (void)dup2(null, STDIN_FILENO);
+    (void)dup2(null, STDOUT_FILENO);
+    close(null);
+}
+
+
 /* First steps of every child: die with the master, plain signals, only
  * the fds it needs. */
 static void
@@ -117,6 +132,10 @@ child_common(const int *keep, size_t nkeep)
         if (!child_kept(child_master_fds[i], keep, nkeep))
             (void)close(child_master_fds[i]);
     child_nmaster_fds = 0;
+    /* No child reads stdin or writes stdout; under -f they are root's
+     * terminal, which a compromised worker could read or write.  stderr
+     * stays (log.file "-", a sanitizer's report). */
+    child_null_stdio();
 }
 
 /*

@@ -185,6 +185,10 @@ master_start(struct master *m, struct config *cfg, int foreground)
     char err[MASTER_ERR_MAX] = "";
     int  ok_fd = -1, code;
 
+    /* whatever the caller left open (a file of root's, a terminal's fd)
+     * would pass to every child, the workers included: nothing above 2
+     * is ours yet */
+    (void)close_range(3, ~0U, 0);
     if (!foreground)
         ok_fd = master_daemonize();
     m->started_ms = util_now_ms();

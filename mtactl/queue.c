@@ -39,16 +39,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include "common/ctl.h"
+#include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "spool/spool.h"
@@ -65,13 +68,45 @@ const char *const queue_rcpt_status_names[] = {
 
 /* ---- the spool and its owner ------------------------------------------ */
 
-/* queue_open_spool - the spool named by the config. */
+/* queue_spool_owner - as root: the spool directory's own stat (not of
+ * what a link leads to) in *st, and 0 when root may act on it: a spool of
+ * another user's must sit in a directory that user cannot change
+ * (spool_parent_trusted), else it could swap spool.dir for a link
+ * between our look and our open.  1 when there is nothing to look at
+ * (spool_open says what is missing); -1 after saying why. */
+static int
+queue_spool_owner(const struct config *cfg, const char *cmd,
+    struct stat *st)
+{
+    char        err[PATH_MAX + 160];
+    const char *name;
+    int         pfd, rc;
+
+    pfd = safefs_open_parent(cfg->spool_dir, &name, err, sizeof(err));
+    if (pfd < 0)
+        return 1;
+    rc = fstatat(pfd, name, st, AT_SYMLINK_NOFOLLOW) == -1 ? 1 : 0;
+    if (rc == 0 && st->st_uid != 0 &&
+        spool_parent_trusted(pfd, cfg->spool_dir, err, sizeof(err)) != 0) {
+        fprintf(stderr, "mtactl: %s: %s\n", cmd, err);
+        rc = -1;
+    }
+    close(pfd);
+    return rc;
+}
+
+
+/* queue_open_spool - the spool named by the config (as root: see
+ * queue_spool_owner). */
 struct spool *
 queue_open_spool(const struct config *cfg, const char *cmd)
 {
     struct spool *sp = NULL;
+    struct stat   st;
     int           e;
 
+    if (geteuid() == 0 && queue_spool_owner(cfg, cmd, &st) < 0)
+        return NULL;
     if (spool_open(&sp, cfg->spool_dir, cfg->spool_fsync, 0) != SPOOL_OK) {
         e = errno;
         fprintf(stderr, "mtactl: %s: spool %s: %s%s\n", cmd, cfg->spool_dir,
@@ -94,16 +129,41 @@ int
 queue_become_owner(const struct config *cfg, struct queue_creds *c)
 {
     struct stat st;
+    int         rc;
 
     c->dropped = 0;
     c->uid = geteuid();
     c->gid = getegid();
-    if (c->uid != 0 || stat(cfg->spool_dir, &st) == -1 || st.st_uid == 0)
+    c->groups = NULL;
+    c->ngroups = 0;
+    if (c->uid != 0)
         return 0;
-    if (setegid(st.st_gid) == -1 || seteuid(st.st_uid) == -1) {
+    /* the owner of the directory itself, not of what a link leads to */
+    if ((rc = queue_spool_owner(cfg, "spool", &st)) != 0)
+        return rc < 0 ? -1 : 0;
+    if (st.st_uid == 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "mtactl: spool %s: not a directory\n",
+            cfg->spool_dir);
+        return -1;
+    }
+    /* root's supplementary groups go too: with them a file writable by
+     * group root would still be ours to write */
+    c->ngroups = getgroups(0, NULL);
+    if (c->ngroups > 0) {
+        c->groups = xcalloc((size_t)c->ngroups, sizeof(gid_t));
+        c->ngroups = getgroups(c->ngroups, c->groups);
+    }
+    if (c->ngroups < 0 || setgroups(1, &st.st_gid) == -1 ||
+        setegid(st.st_gid) == -1 || seteuid(st.st_uid) == -1) {
         fprintf(stderr, "mtactl: cannot act as the spool's owner (uid %lu): "
             "%s\n", (unsigned long)st.st_uid, strerror(errno));
         (void)setegid(c->gid);
+        if (c->ngroups >= 0)
+            (void)setgroups((size_t)c->ngroups, c->groups);
+        free(c->groups);
+        c->groups = NULL;
         return -1;
     }
     c->dropped = 1;
@@ -116,12 +176,15 @@ queue_become_self(struct queue_creds *c)
 {
     if (!c->dropped)
         return;
-    /* uid first: only root may set the group back */
-    if (seteuid(c->uid) == -1 || setegid(c->gid) == -1) {
+    /* uid first: only root may set the groups back */
+    if (seteuid(c->uid) == -1 || setegid(c->gid) == -1 ||
+        setgroups((size_t)c->ngroups, c->groups) == -1) {
         fprintf(stderr, "mtactl: cannot restore the effective ids: %s\n",
             strerror(errno));
         exit(MTACTL_FAIL);              /* fatal: would run with wrong ids */
     }
+    free(c->groups);
+    c->groups = NULL;
     c->dropped = 0;
 }
 

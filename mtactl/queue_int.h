@@ -60,9 +60,11 @@ struct queue_locks {
 
 /* The effective ids mtactl had before queue_become_owner(). */
 struct queue_creds {
-    int   dropped;
-    uid_t uid;
-    gid_t gid;
+    int    dropped;
+    uid_t  uid;
+    gid_t  gid;
+    gid_t *groups;              /* root's supplementary groups, restored */
+    int    ngroups;
 };
 
 extern const char *const queue_state_names[QS_NSTATES];

@@ -101,8 +101,10 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
         queue_age(queue_since(now, env->arrival_ms), age, sizeof(age)),
         (unsigned long)env->body_size);
     queue_put_text(env->sender);
-    printf(">\nclient:      [%s]:%u helo=", env->client_ip ? env->client_ip :
-        "", env->client_port);
+    /* the spool file is the workers' to write: every field is escaped */
+    printf(">\nclient:      [");
+    queue_put_text(env->client_ip ? env->client_ip : "");
+    printf("]:%u helo=", env->client_port);
     queue_put_text(env->helo ? env->helo : "-");
     printf("\nbody:        %s%s\nret:         %s\nenvid:       ",
         env->body == SMTP_BODY_BINARYMIME ? "BINARYMIME" :

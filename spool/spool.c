@@ -411,6 +411,32 @@ fail:
 
 static void spool_sched_mark(struct spool *sp, const struct spool_env *env);
 
+
+/* spool_chmod_id - chmod queue/<id> through a descriptor, never a link:
+ * mtactl does this as root with the workers' user's effective ids, and
+ * that user can put anything at the name (errno kept for the caller). */
+static int
+spool_chmod_id(struct spool *sp, const char *id, mode_t mode)
+{
+    struct stat st;
+    int         fd, rc = -1, e;
+
+    fd = openat(sp->queuefd, id, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+        O_CLOEXEC);
+    if (fd == -1)
+        return -1;
+    if (fstat(fd, &st) == 0) {
+        if (S_ISREG(st.st_mode))
+            rc = fchmod(fd, mode);
+        else
+            errno = EINVAL;
+    }
+    e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 int
 spool_state_save(struct spool *sp, const struct spool_env *env)
 {
@@ -429,16 +455,21 @@ spool_state_save(struct spool *sp, const struct spool_env *env)
             env->rcpt[i].status != SPOOL_RCPT_BOUNCED))
             return spool_efmt(sp, "state", env->id);
     /* the mark first: a reader that sees no mark finds no state either */
-    if (fchmodat(sp->queuefd, env->id, S_IRUSR | S_IWUSR | SPOOL_HAS_STATE,
-        0) == -1)
+    if (spool_chmod_id(sp, env->id, S_IRUSR | S_IWUSR | SPOOL_HAS_STATE) ==
+        -1)
         return errno == ENOENT ? (spool_fail(sp, "chmod queue/%s", env->id),
             SPOOL_ENOENT) : spool_fail(sp, "chmod queue/%s", env->id);
     snprintf(tmp, sizeof(tmp), ".%s.tmp", env->id);
     n = spool_state_render(env, NULL);
     b = xmalloc(n);
     spool_state_render(env, b);
-    fd = openat(sp->statefd, tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC,
-        0600);
+    /* a new file, never one (or a link) someone left at the name */
+    if (unlinkat(sp->statefd, tmp, 0) == -1 && errno != ENOENT) {
+        free(b);
+        return spool_fail(sp, "unlink state/%s", tmp);
+    }
+    fd = openat(sp->statefd, tmp, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY |
+        O_CLOEXEC, 0600);
     if (fd == -1) {
         free(b);
         return spool_fail(sp, "open state/%s", tmp);
@@ -485,8 +516,8 @@ spool_sched_mark(struct spool *sp, const struct spool_env *env)
     ts[0].tv_nsec = UTIME_OMIT;
     ts[1].tv_sec = (time_t)(env->next_retry_ms / 1000);
     ts[1].tv_nsec = (long)(env->next_retry_ms % 1000) * 1000000L;
-    if (utimensat(sp->queuefd, env->id, ts, 0) == 0)
-        (void)fchmodat(sp->queuefd, env->id, mode, 0);
+    if (utimensat(sp->queuefd, env->id, ts, AT_SYMLINK_NOFOLLOW) == 0)
+        (void)spool_chmod_id(sp, env->id, mode);
 }
 
 

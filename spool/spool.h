@@ -131,6 +131,14 @@ int     spool_prepare(const char *dir, uid_t uid, gid_t gid);
  * messages): the master's start; each worker does that pass for its own
  * shard while it recovers (spool_state_adopt/orphan). */
 int     spool_prepare_tree(const char *dir, uid_t uid, gid_t gid);
+/* 0 when pfd, the directory holding spool dir, lets no one but root (or
+ * our euid) add, remove or rename its entries, sticky or not: the spool
+ * directory is the workers' user's, who could otherwise swap it for a
+ * link under root.  Else -1 with why in err.  spool_prepare*() check it
+ * when they give the tree to another uid, mtactl when root acts on a
+ * spool that is not root's. */
+int     spool_parent_trusted(int pfd, const char *dir, char *err,
+            size_t errsz);
 
 int     spool_open(struct spool **sp, const char *dir, int fsync,
             unsigned shard);                             /* shard 0..255 */

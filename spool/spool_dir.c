@@ -176,6 +176,26 @@ spool_prepare_tree(const char *dir, uid_t uid, gid_t gid)
 }
 
 
+int
+spool_parent_trusted(int pfd, const char *dir, char *err, size_t errsz)
+{
+    struct stat st;
+
+    if (safefs_dir_trusted(pfd, dir, err, errsz) != 0)
+        return -1;
+    /* sticky is not enough here: the spool directory is the workers'
+     * user's, and in a sticky directory an owner may rename its own */
+    if (fstat(pfd, &st) == 0 && (st.st_mode & S_IWOTH)) {
+        snprintf(err, errsz, "%s: the directory holding it is writable by "
+            "anyone (mode %04o); give the spool a directory of its own "
+            "that only root may change, e.g. /dev/shm/mtad/spool", dir,
+            (unsigned)st.st_mode & 07777);
+        return -1;
+    }
+    return 0;
+}
+
+
 static int
 spool_prepare_any(const char *dir, uid_t uid, gid_t gid, int states)
 {
@@ -190,6 +210,13 @@ spool_prepare_any(const char *dir, uid_t uid, gid_t gid, int states)
         return rc;
     if ((pfd = safefs_open_parent(dir, &name, err, sizeof(err))) < 0)
         return spool_safefail(err);
+    /* the tree goes to another (less trusted) user: it must not be able
+     * to swap the spool directory for a link under root */
+    if (uid != (uid_t)-1 && uid != geteuid() &&
+        spool_parent_trusted(pfd, dir, err, sizeof(err)) != 0) {
+        close(pfd);
+        return spool_safefail(err);
+    }
     rootfd = spool_mkdirat(pfd, name, dir, uid, gid);
     close(pfd);
     if (rootfd < 0)
@@ -268,7 +295,8 @@ spool_open(struct spool **spp, const char *dir, int fsync, unsigned shard)
         errno = EINVAL;
         return spool_gfail("spool shard %u", shard);
     }
-    if ((rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
+    if ((rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+        O_CLOEXEC)) == -1)
         return spool_gfail("open %s", dir);
     sp = xcalloc(1, sizeof(*sp));
     /* never through a link: a worker opens these while still root, and

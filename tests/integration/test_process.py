@@ -100,6 +100,33 @@ def test_missing_user_is_a_clear_error(mtad_factory):
     assert "no such user 'mtad-no-such-user'" in m.stderr_text()
 
 
+@pytest.mark.skipif(not IS_ROOT, reason="the spool goes to the workers' user only as root")
+@pytest.mark.parametrize("parent", ["workers_user", "sticky"])
+def test_spool_in_a_directory_the_workers_user_can_change_is_refused(
+        mtad_factory, workdir, parent):
+    """The spool directory is the workers' user's: in a directory that user
+    may change (its own, or one writable by anyone, sticky or not) it could
+    swap the spool for a link under root.  The master refuses to start
+    (73, EX_CANTCREAT) and says why."""
+    d = os.path.join(workdir, "holder")
+    os.mkdir(d)
+    pw = pwd.getpwnam(USER)
+    if parent == "workers_user":
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+        os.chmod(d, 0o755)
+    else:
+        os.chmod(d, 0o1777)
+    m = mtad_factory({"spool": {"dir": os.path.join(d, "spool")}})
+    m.start(wait=False)
+    rc = m.proc.wait(15)
+    assert rc == 73, (rc, m.stderr_text())
+    err = m.stderr_text()
+    assert "spool.dir: " in err, err
+    assert ("owned by uid %d" % pw.pw_uid in err if parent == "workers_user"
+            else "writable by anyone (mode 1777)" in err), err
+    assert not os.path.exists(os.path.join(d, "spool"))
+
+
 def test_killed_worker_is_replaced(mtad):
     before = worker_set(mtad, 2)
     victim = before[0]

@@ -1366,3 +1366,46 @@ def test_indexes_of_shards_gone_are_removed(mtad_factory):
     m.wait_log(": 1 queue index files of shards 2 and up removed",
                timeout=30)
     assert indexes() == []
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mtactl drops to the spool's owner only as root")
+def test_root_mtactl_never_writes_through_a_link_the_workers_user_planted(
+        mtad_factory, workdir):
+    """The workers' user owns state/: a link it puts where mtactl (root,
+    acting with that user's ids) writes a message's new state must not
+    lead root's write elsewhere, not even to a file writable by group
+    root (mtactl drops root's supplementary groups too)."""
+    m = mtad_factory({"routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                 closed_port()},
+                      "delivery": {"retry": ["1h"], "connect_timeout": "2s"}})
+    m.start()
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    m.wait_log(qid + ": to=<b@example.net>")
+    victim = os.path.join(workdir, "victim")
+    with open(victim, "w") as f:
+        f.write("root's own\n")
+    os.chmod(victim, 0o664)                     # root:root, group-writable
+    pw = pwd.getpwnam(USER)
+    link = os.path.join(m.spool, "state", ".%s.tmp" % qid)
+    pid = os.fork()
+    if pid == 0:                                # as the workers' user
+        try:
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            os.symlink(victim, link)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.path.islink(link)
+    r = subprocess.run([MTACTL, "-c", m.cfg_path, "hold", qid],
+                       capture_output=True, text=True, timeout=30,
+                       preexec_fn=lambda: os.setgroups([0]))
+    assert r.returncode == 0, r.stderr
+    with open(victim) as f:
+        assert f.read() == "root's own\n"
+    st = os.lstat(os.path.join(m.spool, "state", qid))
+    assert not os.path.islink(os.path.join(m.spool, "state", qid))
+    assert st.st_uid == pw.pw_uid
+    with open(os.path.join(m.spool, "state", qid)) as f:
+        assert "held 1" in f.read()
