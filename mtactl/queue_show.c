@@ -23,6 +23,8 @@
 
 /* ---- show ------------------------------------------------------------- */
 
+#define QUEUE_SHOW_HEADER_MAX  (1024 * 1024)  /* bytes of header shown */
+
 /* queue_copy_body - size bytes of fd from off to stdout; headers_only
  * stops before the empty line that ends the header.  Unless raw, the text
  * is escaped for the terminal (line ends and tabs kept), a chunk ending at
@@ -286,7 +288,11 @@ queue_cmd_show(int argc, char **argv, const struct config *cfg)
     fflush(stdout);
     /* the message is immutable once queued: reading it unlocked is safe
      * even while a worker delivers it */
-    rc = queue_copy_body(fd, off, env->body_size, !o.body && !o.raw, o.raw);
+    /* the header part is cut at QUEUE_SHOW_HEADER_MAX: a file the workers'
+     * user wrote without an empty line would otherwise run whole */
+    rc = queue_copy_body(fd, off, !o.body && !o.raw &&
+        env->body_size > QUEUE_SHOW_HEADER_MAX ? QUEUE_SHOW_HEADER_MAX :
+        env->body_size, !o.body && !o.raw, o.raw);
     if (fflush(stdout) != 0)
         rc = -1;
     close(fd);
