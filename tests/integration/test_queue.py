@@ -1409,3 +1409,29 @@ def test_root_mtactl_never_writes_through_a_link_the_workers_user_planted(
     assert st.st_uid == pw.pw_uid
     with open(os.path.join(m.spool, "state", qid)) as f:
         assert "held 1" in f.read()
+
+
+def test_show_escapes_the_client_address_the_spool_holds(kq):
+    """The queue file is the workers' user's to write: an address field
+    with escape sequences in it (xtext in the file) reaches root's
+    terminal escaped, like every other field."""
+    m = kq.m
+    path = os.path.join(m.spool, "queue", kq.d1)
+    with open(path, "rb") as f:
+        data = f.read()
+    head, sep, rest = data.partition(b"\nend\n")
+    lines = head.split(b"\n")
+    i = next(k for k, l in enumerate(lines) if l.startswith(b"client "))
+    port = lines[i].split(b" ")[-1]
+    lines[i] = b"client +1B]2;OWNED+07+1B[2J " + port
+    st = os.stat(path)
+    with open(path, "r+b") as f:                # same inode, same length
+        new = b"\n".join(lines) + sep + rest
+        f.write(new)
+        f.truncate(len(new))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = m.ctl("show", kq.d1)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("client:"))
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout, repr(line)
+    assert "\\x1b]2;OWNED\\x07\\x1b[2J" in line, repr(line)
