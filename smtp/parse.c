@@ -62,6 +62,7 @@ static const char smtp_r_body[] = "501 5.5.4 Bad BODY keyword value";
 static const char smtp_r_smtputf8[] = "501 5.5.4 Bad SMTPUTF8 parameter syntax";
 static const char smtp_r_ret[] = "501 5.5.4 Bad RET parameter syntax";
 static const char smtp_r_envid[] = "501 5.5.4 Bad ENVID parameter syntax";
+static const char smtp_r_auth[] = "501 5.5.4 Bad AUTH parameter syntax";
 static const char smtp_r_requiretls[] =
     "501 5.5.4 Bad REQUIRETLS parameter syntax";
 static const char smtp_r_notify[] = "501 5.5.4 Bad NOTIFY parameter syntax";
@@ -570,7 +571,7 @@ smtp_xtext_ascii(int rc, const char *s)
 enum {
     SMTP_SEEN_SIZE = 1, SMTP_SEEN_BODY = 2, SMTP_SEEN_UTF8 = 4,
     SMTP_SEEN_RET = 8, SMTP_SEEN_ENVID = 16, SMTP_SEEN_NOTIFY = 32,
-    SMTP_SEEN_ORCPT = 64, SMTP_SEEN_REQUIRETLS = 128
+    SMTP_SEEN_ORCPT = 64, SMTP_SEEN_REQUIRETLS = 128, SMTP_SEEN_AUTH = 256
 };
 
 /* Marks bit in *seen; -1 when it was already there. */
@@ -602,6 +603,8 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         bit = SMTP_SEEN_ENVID;
     else if (smtp_key_is(pm, "REQUIRETLS"))
         bit = SMTP_SEEN_REQUIRETLS;
+    else if (smtp_key_is(pm, "AUTH"))
+        bit = SMTP_SEEN_AUTH;
     else {
         *reply = smtp_unsupported(pm);
         return -1;
@@ -639,6 +642,20 @@ smtp_mail_param(const struct smtp_param *pm, unsigned *seen,
         }
         out->requiretls = 1;
         return 0;
+    case SMTP_SEEN_AUTH: {
+        /* RFC 4954 5: part of the AUTH extension, so accepted; its
+         * mailbox (an xtext, or <>) is the client's word and is not
+         * passed on: the message leaves as from <> there */
+        char box[SMTP_ENVID_MAX];
+
+        if (!pm->has_val || pm->val.n == 0 || (!smtp_val_is(pm->val, "<>") &&
+            smtp_xtext_ascii(smtp_xtext_decode(pm->val.p, pm->val.n, box,
+            sizeof(box)), box) < 0)) {
+            *reply = smtp_r_auth;
+            return -1;
+        }
+        return 0;
+    }
     case SMTP_SEEN_RET:
         if (pm->has_val && smtp_val_is(pm->val, "FULL"))
             out->ret = SMTP_RET_FULL;

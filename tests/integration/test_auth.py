@@ -298,6 +298,28 @@ def test_failure_limit_421(mtad_factory, workdir, hole):
     s.quit()
 
 
+def test_failure_limit_holds_for_exchanges_opened_before_it(
+        mtad_factory, workdir, hole):
+    """Exchanges parked at the password prompt before the limit was
+    reached get no check once it is: 421, even for the right password
+    (else an address had a guess per open connection, not max_failures)."""
+    t = start(mtad_factory, workdir, hole, auth={"max_failures": 2})
+    parked = []
+    for _ in range(4):
+        c = starttls_client(t.sub, "127.0.0.4")
+        assert c.cmd("AUTH LOGIN").code == 334
+        assert c.cmd(b64("alice")).code == 334
+        parked.append(c)
+    codes = [parked[i].cmd(b64("wrong %d" % i)).code for i in range(3)]
+    assert codes == [535, 421, 421], codes
+    assert parked[3].cmd(b64("s3cret pass")).code == 421
+    for c in parked:
+        c.close()
+    text = t.m.log_text()
+    assert "failure 2 of 2" in text and "failure 3 of 2" not in text, text
+    assert "authenticated as alice" not in text, text
+
+
 def starttls_client(port, source):
     """A raw Client after STARTTLS and EHLO (for pipelining by hand)."""
     c = Client(port, source=source, timeout=30)
