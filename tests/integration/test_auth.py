@@ -315,7 +315,11 @@ def test_failure_limit_holds_for_exchanges_opened_before_it(
     assert parked[3].cmd(b64("s3cret pass")).code == 421
     for c in parked:
         c.close()
-    text = t.m.log_text()
+    # the log process writes in batches: wait for the four disconnects,
+    # which one worker logs after anything those sessions did
+    text = wait_for(lambda: (lambda t: t if t.count(
+        "disconnect from [127.0.0.4]") >= 4 else None)(t.m.log_text()),
+        what="the four sessions' disconnects in the log")
     assert "failure 2 of 2" in text and "failure 3 of 2" not in text, text
     assert "authenticated as alice" not in text, text
 
