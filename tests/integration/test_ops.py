@@ -372,6 +372,85 @@ def test_metrics_request_line_only(mtad_factory):
     assert http_raw(mport, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n") == 200
 
 
+def slow_client(port, source):
+    """A client from source that sends half a request line and waits."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                 source_address=(source, 0))
+    c.sendall(b"GET /met")
+    return c
+
+
+def refused(c):
+    """True when mtad closed c without a byte of answer."""
+    c.settimeout(10)
+    try:
+        return c.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_metrics_slow_clients_of_one_address_leave_room(mtad_factory):
+    """20 slow clients from 127.0.0.2 (more than the 16 the master
+    serves at once) take only metrics.max_connections_per_ip slots: a
+    scrape from 127.0.0.1 gets its answer while they hang; before the
+    limit no scrape did."""
+    mport = free_port()
+    m = mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport,
+                                  "max_connections_per_ip": 3,
+                                  "header_timeout": "20s"}}).start()
+    slow = [slow_client(mport, "127.0.0.2") for _ in range(20)]
+    try:
+        # the 4th and later are closed at accept, the first 3 are held
+        assert all(refused(c) for c in slow[3:])
+        assert http_get(mport)[0] == 200
+        for c in slow[:3]:
+            c.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                c.recv(100)         # still open: a limit, not a timeout
+    finally:
+        for c in slow:
+            c.close()
+    assert m.ctl("status", check=True).returncode == 0
+
+
+def test_metrics_allow_networks_and_header_timeout(mtad_factory):
+    """A client outside metrics.allow_networks is closed unanswered; a
+    trickler that does not finish its request within
+    metrics.header_timeout is closed; listening beyond loopback is
+    warned about at start."""
+    mport = free_port()
+    m = mtad_factory({"metrics": {"listen": "0.0.0.0:%d" % mport,
+                                  "allow_networks": ["127.0.0.1/32"],
+                                  "header_timeout": "1s"}}).start()
+    # at start the master still writes to stderr (the journal)
+    assert "warning: metrics.listen 0.0.0.0:%d is reachable beyond " \
+        "loopback" % mport in m.stderr_text()
+    outsider = socket.create_connection(("127.0.0.1", mport), timeout=10,
+                                        source_address=("127.0.0.3", 0))
+    outsider.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    assert refused(outsider)
+    outsider.close()
+    assert http_get(mport)[0] == 200
+    t0 = time.monotonic()
+    trickler = slow_client(mport, "127.0.0.1")
+    try:
+        trickler.settimeout(0.3)
+        closed = False
+        while not closed and time.monotonic() - t0 < 8:
+            try:
+                trickler.sendall(b"r")      # a byte now and then
+                closed = trickler.recv(100) == b""
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        assert closed, "the trickler was not closed"
+        # 1 s deadline, checked on the master's 1 s tick
+        assert time.monotonic() - t0 < 3.5
+    finally:
+        trickler.close()
+
+
 def test_metrics_off_by_default_and_bind_errors(mtad_factory, workdir):
     m = mtad_factory().start()
     assert "metrics on http" not in m.log_text() + m.stderr_text()
