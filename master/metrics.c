@@ -213,6 +213,7 @@ metrics_render(struct master *m)
     struct status_ops    g;
     struct status_page  *st = m->status;
     uint64_t             up = 0, ready = 0, q_act, q_due, q_def;
+    uint64_t             oldest = 0, now = util_wall_ms(), age;
     uint32_t             load = __atomic_load_n(&st->load_x100,
                              __ATOMIC_RELAXED);
     uint32_t             thr = __atomic_load_n(&st->throttle,
@@ -234,8 +235,13 @@ metrics_render(struct master *m)
         g.q_active += LD(q_active);
         g.q_due += LD(q_due);
         g.q_deferred += LD(q_deferred);
+        g.q_bytes += LD(q_bytes);
+        g.q_held += LD(q_held);
+        if (LD(q_oldest_ms) != 0 && (oldest == 0 || LD(q_oldest_ms) < oldest))
+            oldest = LD(q_oldest_ms);
 #undef LD
     }
+    age = oldest != 0 && now > oldest ? now - oldest : 0;
     q_act = g.q_active;
     q_due = g.q_due;
     q_def = g.q_deferred;
@@ -296,6 +302,20 @@ metrics_render(struct master *m)
     mt_one(&t, "mtad_queue_files", "gauge",
         "Files in spool/queue (every queued message, any state).",
         qn >= 0 ? (uint64_t)qn : 0);
+    mt_one(&t, "mtad_queue_bytes", "gauge",
+        "Body bytes of the queued messages (as the workers' queue index "
+        "knows them: every message once a start has read the spool).",
+        g.q_bytes);
+    mt_one(&t, "mtad_queue_held_messages", "gauge",
+        "Queued messages held by mtactl hold.", g.q_held);
+    mt_head(&t, "mtad_queue_oldest_age_seconds", "gauge",
+        "Age of the oldest queued message (any state, held included); "
+        "0 when the queue is empty.");
+    buf_printf(&t, "mtad_queue_oldest_age_seconds %" PRIu64 ".%03" PRIu64
+        "\n", age / 1000, age % 1000);
+    mt_head(&t, "mtad_build_info", "gauge",
+        "Always 1; the label says which mtad this is.");
+    buf_printf(&t, "mtad_build_info{version=\"%s\"} 1\n", MTAD_VERSION);
     mt_one(&t, "mtad_workers_running", "gauge",
         "Worker processes alive (every generation).", up);
     mt_one(&t, "mtad_workers_ready", "gauge",

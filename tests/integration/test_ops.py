@@ -108,12 +108,15 @@ def test_queue_survives_restart(mtad_factory, how):
     start (what systemctl restart does, the directory being preserved)
     and after kill -9 of the master (workers follow it; Restart= starts a
     new master on the same spool)."""
-    port = closed_port()
+    port, mport = closed_port(), free_port()
     m = mtad_factory({"routes": {"default": "smtp:[127.0.0.1]:%d" % port},
-                      "delivery": {"retry": ["1s"]}})
+                      "delivery": {"retry": ["1s"]},
+                      "metrics": {"listen": "127.0.0.1:%d" % mport}})
     m.start()
     qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
     m.wait_log("%s: to=<b@example.net>" % qid)     # deferred, connection refused
+    r = m.ctl("queue", "--json", check=True)
+    size = json.loads(r.stdout)["messages"][0]["size"]
     kids = m.children()
     if how == "stop":
         m.stop()
@@ -123,12 +126,20 @@ def test_queue_survives_restart(mtad_factory, how):
         wait(lambda: not any(os.path.exists("/proc/%d" % k) for k in kids),
              "the workers to follow the master", 15)
     assert qid in m.queue_ids()
+    m.start()
+    # the index a clean stop saved, or (after a crash) the files read
+    # again, give the queue gauges the same message
+    wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == size and
+         scrape(mport)[1]["mtad_queue_oldest_age_seconds"] > 0,
+         "the queue gauges after the restart")
     s = Sink(port=port).start()
     try:
-        m.start()
         msgs = s.wait_for(1, timeout=30)
         assert b"serial 1" in msgs[0].data
         wait(lambda: qid not in m.queue_ids(), "the queue file to go")
+        wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == 0 and
+             scrape(mport)[1]["mtad_queue_oldest_age_seconds"] == 0,
+             "the queue gauges to empty")
     finally:
         s.stop()
 
@@ -284,13 +295,17 @@ def test_metrics_exposition(mtad_factory, sink):
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)
     assert 0 <= s["mtad_delivery_latency_seconds_sum"] < 60
     assert abs(s["mtad_start_time_seconds"] - time.time()) < 3600
-    # every family has HELP text and is documented in README.md
+    # every family has HELP text and is documented in README.md or in
+    # relay.yaml(5)'s METRICS section
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
+    with open(os.path.join(ROOT, "docs", "relay.yaml.5")) as f:
+        man = f.read().replace("\\-", "-").replace("\\_", "_")
     for f in fams:
         assert f.documentation, f.name
         name = f.name + ("_total" if f.type == "counter" else "")
-        assert "`%s`" % name in readme, name + " is not documented in README.md"
+        assert "`%s`" % name in readme or "\n.B %s\n" % name in man, \
+            name + " is not documented in README.md or relay.yaml(5)"
     # counters of a worker that dies are kept
     workers = [p for p in m.children()
                if "worker" in open("/proc/%d/cmdline" % p).read()]
@@ -318,6 +333,20 @@ def test_queue_gauge_follows_mtactl_hold_and_delete(mtad_factory):
     def gauge(state):
         return scrape(mport)[1].get("mtad_queue_messages{state=%s}" % state)
     wait(lambda: gauge("deferred") == 2, "both messages to be deferred")
+    # the queue's bytes, held count and oldest age, as mtactl sees them;
+    # the version from VERSION, the one source the Makefile reads
+    r = m.ctl("queue", "--json", check=True)
+    q = {e["id"]: e for e in json.loads(r.stdout)["messages"]}
+    sizes = {i: e["size"] for i, e in q.items()}
+    assert set(sizes) == {q1, q2} and min(sizes.values()) > 100
+    s = scrape(mport)[1]
+    assert s["mtad_queue_bytes"] == sizes[q1] + sizes[q2], s
+    assert s["mtad_queue_held_messages"] == 0
+    age = time.time() - q[q1]["arrival_ms"] / 1000
+    assert abs(s["mtad_queue_oldest_age_seconds"] - age) < 2, (s, age)
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        version = f.read().strip()
+    assert s["mtad_build_info{version=%s}" % version] == 1
     m.ctl("hold", q1, check=True)
     wait(lambda: gauge("deferred") == 1 and gauge("other") == 1,
          "the held message to count as other")
@@ -325,10 +354,14 @@ def test_queue_gauge_follows_mtactl_hold_and_delete(mtad_factory):
     wait(lambda: gauge("deferred") == 0 and gauge("other") == 1,
          "the deleted message to leave the gauge")
     assert m.queue_ids() == [q1]
+    wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == sizes[q1] and
+         scrape(mport)[1]["mtad_queue_held_messages"] == 1,
+         "the queue's bytes and held count to follow")
     # released, it is scheduled again (now) and tried: deferred once more
     m.ctl("release", q1, check=True)
     wait(lambda: gauge("deferred") == 1 and gauge("other") == 0,
          "the released message to be deferred again")
+    assert scrape(mport)[1]["mtad_queue_held_messages"] == 0
 
 
 def test_metrics_http_answers(mtad_factory):
