@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      recv_until_eof, send)
+                      recv_until_eof, send, workers)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -592,6 +592,96 @@ def test_json_log_every_line_parses(mtad_factory, sink, workdir):
     assert ("route_add", "other.test discard", uid, "mtactl") in admin
     bnc = [r for r in by["bounce"] if r["queue_id"] == held]
     assert bnc and bnc[0]["bounce_id"]
+
+
+def worker_log_socket(pid):
+    """A copy (pidfd_getfd) of worker pid's end of the log socketpair:
+    what code running inside a compromised worker would send on."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    found = []
+    try:
+        for name in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
+                    continue
+            except OSError:
+                continue
+            fd = libc.syscall(438, pidfd, int(name), 0)    # pidfd_getfd
+            assert fd >= 0, os.strerror(ctypes.get_errno())
+            s = socket.socket(fileno=fd)
+            if s.family == socket.AF_UNIX and s.type == socket.SOCK_DGRAM:
+                found.append(s)
+            else:
+                s.close()
+    finally:
+        os.close(pidfd)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def send_as_user(sock, uid, gid, make):
+    """Send make(its pid) on sock from a child process running as uid:gid
+    (a worker's ids, without its privileges); the child's pid."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            sock.send(make(os.getpid()))
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.WEXITSTATUS(status) == 0
+    return child
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="pidfd_getfd on a worker "
+                    "that dropped to the mtad user needs root")
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
+    """Code running with a worker's uid, on a worker's log socket, writes
+    an "admin:" record as the master, a record with the worker's own pid,
+    and (JSON) one that names the master in a second "proc" key: none of
+    them is written; the log says which pid and uid sent them (the
+    kernel's SCM_CREDENTIALS).  A record under its own pid still is
+    (that is what a worker can write).  Before, all were written."""
+    m = mtad_factory({"log": {"format": fmt}}).start()
+    w = workers(m.pid)[0]
+    st = os.stat("/proc/%d" % w)
+    assert st.st_uid != 0, "the worker did not drop its privileges"
+    sock = worker_log_socket(w)
+    ts = "2026-01-01T00:00:00.000Z"
+    if fmt == "text":
+        forged = ["%s mtad[%d]: master: admin: uid=0 pid=1 via=mtactl: "
+                  "stop FORGED-1" % (ts, m.pid),
+                  "%s mtad[%d]: worker 0: FORGED-2" % (ts, w),
+                  "%s mtad[%%d]: master: FORGED-3" % ts]
+        own = "%s mtad[%%d]: worker 0: OWN-LINE" % ts
+    else:
+        rec = ('{"ts":"%s","level":"notice","proc":"%s","pid":%s,'
+               '"event":"admin","uid":0,"action":"stop","msg":"%s"%s}')
+        forged = [rec % (ts, "master", m.pid, "FORGED-1", ""),
+                  rec % (ts, "worker 0", w, "FORGED-2", ""),
+                  rec % (ts, "worker 0", "%d", "FORGED-3",
+                         ',"proc":"master"')]
+        own = rec % (ts, "worker 0", "%d", "OWN-LINE", "")
+    # "%d": the sender's own pid, known in the child
+    child = send_as_user(sock, st.st_uid, st.st_gid, lambda pid: (
+        "\n".join(x.replace("%d", str(pid)) for x in forged + [own]) +
+        "\n").encode())
+    sock.close()
+    note = "refused 3 log records that pid %d (uid %d) sent as another " \
+        "process's" % (child, st.st_uid)
+    m.wait_log(note)
+    m.wait_log("OWN-LINE")
+    text = m.log_text()
+    assert "FORGED" not in text, text
+    if fmt == "json":
+        json_lines(m)               # the log is still one object per line
 
 
 def test_admin_actions_in_text_log(mtad_factory):
