@@ -21,13 +21,13 @@
  * SENDERS   The receiving end has SO_PASSCRED: every datagram comes with
  *           the sender's pid and uid as the kernel saw them (a process
  *           can claim only its own; no system call more for the sender).
- *           The master's records (its pid, given) are written as
- *           they are.  From any other sender a line is written only when
- *           logfmt_worker_line() finds it a record of a worker with that
- *           very pid; the others are dropped, and one warning per
- *           datagram names the pid and uid that sent them.  So the pid a
- *           record shows is the kernel's, and nobody but the master
- *           writes as the master (its "admin:" audit records included).
+ *           The master's records (its pid, given) and root's are written
+ *           as they are.  From any other sender a line is written only
+ *           when logfmt_worker_line() finds it a record of a worker with
+ *           that very pid; the others are dropped, and one warning per
+ *           datagram names the pid and uid that sent them.  So a
+ *           worker's record shows the kernel's pid, and no worker writes
+ *           as the master (its "admin:" audit records included).
  * FAILURE   A failed write drops that batch (and says so on stderr): the
  *           log must not stall the relay.
  */
@@ -158,7 +158,9 @@ logd_pack(struct logd *d, const struct ucred *cr, const char *src,
     int         json = 0;
     size_t      n;
 
-    if (cr->pid == d->master && d->master > 0) {
+    /* root (a helper the master forks, when it is root) could write the
+     * log file itself: only the workers' datagrams are checked */
+    if ((cr->pid == d->master && d->master > 0) || cr->uid == 0) {
         memmove(d->buf + at, src, len);
         at += len;
         if (d->buf[at - 1] != '\n')

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      recv_until_eof, send, workers)
+                      proc_status, recv_until_eof, send, workers)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -651,8 +651,12 @@ def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
     (that is what a worker can write).  Before, all were written."""
     m = mtad_factory({"log": {"format": fmt}}).start()
     w = workers(m.pid)[0]
-    st = os.stat("/proc/%d" % w)
-    assert st.st_uid != 0, "the worker did not drop its privileges"
+
+    def ids():                      # real uid and gid, once dropped
+        st = proc_status(w)
+        uid, gid = int(st["Uid"].split()[0]), int(st["Gid"].split()[0])
+        return (uid, gid) if uid != 0 else None
+    uid, gid = wait(ids, "the worker to drop its privileges")
     sock = worker_log_socket(w)
     ts = "2026-01-01T00:00:00.000Z"
     if fmt == "text":
@@ -670,12 +674,12 @@ def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
                          ',"proc":"master"')]
         own = rec % (ts, "worker 0", "%d", "OWN-LINE", "")
     # "%d": the sender's own pid, known in the child
-    child = send_as_user(sock, st.st_uid, st.st_gid, lambda pid: (
+    child = send_as_user(sock, uid, gid, lambda pid: (
         "\n".join(x.replace("%d", str(pid)) for x in forged + [own]) +
         "\n").encode())
     sock.close()
     note = "refused 3 log records that pid %d (uid %d) sent as another " \
-        "process's" % (child, st.st_uid)
+        "process's" % (child, uid)
     m.wait_log(note)
     m.wait_log("OWN-LINE")
     text = m.log_text()
