@@ -14,6 +14,10 @@ OPT      ?= -O2 -g
 SAN      ?=
 CFLAGS_W := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
+# The version, in one place (VERSION): MTAD_VERSION in the binaries, the
+# .deb's version (packaging/deb/build.sh); a file that uses it depends on it.
+MTAD_VERSION := $(shell cat VERSION)
+CPPFLAGS += -DMTAD_VERSION='"$(MTAD_VERSION)"'
 CFLAGS   += -std=c11 $(OPT) $(SAN) $(CFLAGS_W) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDFLAGS  += $(SAN)
@@ -117,6 +121,8 @@ check-deps:
 $(BUILD)/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/master/metrics.o: VERSION
 
 $(BUILD)/lib/lib%.a:
 	@mkdir -p $(dir $@)

@@ -222,7 +222,7 @@ log_get_format(void)
 }
 
 
-static void log_vtext(int level, const char *fmt, va_list ap);
+static size_t log_vtext(char *rec, int level, const char *fmt, va_list ap);
 
 /* log_send - hand one formatted record over (or write it, without fd). */
 static void
@@ -238,23 +238,50 @@ log_send(const char *rec, size_t n)
 }
 
 
-/* log_vjson - the record as one JSON line (log.format: json). */
-static void
-log_vjson(int level, const char *event, const struct log_kv *kv, size_t nkv,
-    const char *fmt, va_list ap)
+/* log_vjson - the record as one JSON line (log.format: json) into rec
+ * (LOG_RECORD_MAX); its length. */
+static size_t
+log_vjson(char *rec, int level, const char *event, const struct log_kv *kv,
+    size_t nkv, const char *fmt, va_list ap)
 {
     /* LOG_RECORD_MAX like a text record: the log process reads each
      * datagram into room for one record of that size (logd.c) */
-    char    msg[LOG_RECORD_MAX], ts[32], rec[LOG_RECORD_MAX];
+    char    msg[LOG_RECORD_MAX], ts[32];
     int     r;
     size_t  n;
 
     r = vsnprintf(msg, sizeof(msg), fmt, ap);
     n = r < 0 ? 0 : (size_t)r < sizeof(msg) ? (size_t)r : sizeof(msg) - 1;
     ts[log_timestamp(ts)] = '\0';
-    n = logfmt_json(rec, sizeof(rec), ts, level, log_ident, log_pidstr,
+    return logfmt_json(rec, LOG_RECORD_MAX, ts, level, log_ident, log_pidstr,
         event, kv, nkv, msg, n);
-    log_send(rec, n);
+}
+
+
+/* log_vrender - one record in format into rec (LOG_RECORD_MAX). */
+static size_t
+log_vrender(int format, char *rec, int level, const char *event,
+    const struct log_kv *kv, size_t nkv, const char *fmt, va_list ap)
+{
+    if (format == LOG_FORMAT_JSON)
+        return log_vjson(rec, level, event, kv, nkv, fmt, ap);
+    return log_vtext(rec, level, fmt, ap);
+}
+
+
+size_t
+log_render(int format, char *rec, int level, const char *event,
+    const struct log_kv *kv, size_t nkv, const char *fmt, ...)
+{
+    va_list ap;
+    size_t  n;
+    int     saved = errno;
+
+    va_start(ap, fmt);
+    n = log_vrender(format, rec, level, event, kv, nkv, fmt, ap);
+    va_end(ap);
+    errno = saved;
+    return n;
 }
 
 
@@ -262,21 +289,14 @@ void
 log_event(int level, const char *event, const struct log_kv *kv, size_t n,
     const char *fmt, ...)
 {
+    char    rec[LOG_RECORD_MAX];
     va_list ap;
     int     saved = errno;
 
     if (level > log_level)
         return;
     va_start(ap, fmt);
-    if (log_format == LOG_FORMAT_JSON) {
-        log_vjson(level, event, kv, n, fmt, ap);
-        va_end(ap);
-        errno = saved;
-        return;
-    }
-    va_end(ap);
-    va_start(ap, fmt);
-    log_vtext(level, fmt, ap);
+    log_send(rec, log_vrender(log_format, rec, level, event, kv, n, fmt, ap));
     va_end(ap);
     errno = saved;
 }
@@ -285,42 +305,42 @@ log_event(int level, const char *event, const struct log_kv *kv, size_t n,
 void
 log_msg(int level, const char *fmt, ...)
 {
+    char    rec[LOG_RECORD_MAX];
     va_list ap;
     int     saved = errno;
 
     if (level > log_level)
         return;
     va_start(ap, fmt);
-    if (log_format == LOG_FORMAT_JSON)
-        log_vjson(level, "log", NULL, 0, fmt, ap);
-    else
-        log_vtext(level, fmt, ap);
+    log_send(rec, log_vrender(log_format, rec, level, "log", NULL, 0, fmt,
+        ap));
     va_end(ap);
     errno = saved;
 }
 
 
-/* log_vtext - "<time> mtad[pid]: <proc>: <text>" (log.format: text). */
-static void
-log_vtext(int level, const char *fmt, va_list ap)
+/* log_vtext - "<time> mtad[pid]: <proc>: <text>" (log.format: text) into
+ * rec (LOG_RECORD_MAX); its length. */
+static size_t
+log_vtext(char *rec, int level, const char *fmt, va_list ap)
 {
-    char    rec[LOG_RECORD_MAX], raw[LOG_RECORD_MAX];
+    char    raw[LOG_RECORD_MAX];
     size_t  n;
     int     r, saved = errno;
 
     n = log_timestamp(rec);
-    r = snprintf(rec + n, sizeof(rec) - n, " mtad[%s]: %s: %s", log_pidstr,
+    r = snprintf(rec + n, LOG_RECORD_MAX - n, " mtad[%s]: %s: %s", log_pidstr,
         log_ident, level == LOGL_ERR ? "error: " :
         level == LOGL_WARN ? "warning: " : "");
-    n += (size_t)r < sizeof(rec) - n ? (size_t)r : sizeof(rec) - n - 1;
+    n += (size_t)r < LOG_RECORD_MAX - n ? (size_t)r : LOG_RECORD_MAX - n - 1;
     errno = saved;                  /* so %m still means the caller's errno */
     r = vsnprintf(raw, sizeof(raw), fmt, ap);
     /* One record, one line, and no control byte from the network (an
      * address, a HELO name, a next hop's reply) reaches the file or an
      * operator's terminal: everything is escaped here, once. */
     if (r > 0)
-        n += util_escape(rec + n, sizeof(rec) - n - 1, raw,
+        n += util_escape(rec + n, LOG_RECORD_MAX - n - 1, raw,
             (size_t)r < sizeof(raw) ? (size_t)r : sizeof(raw) - 1, 0, NULL);
     rec[n++] = '\n';
-    log_send(rec, n);
+    return n;
 }

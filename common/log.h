@@ -76,6 +76,14 @@ void        log_event(int level, const char *event, const struct log_kv *kv,
                 size_t n, const char *fmt, ...)
                 __attribute__((format(printf, 5, 6)));
 
+/* The record log_event() would send, in format (LOG_FORMAT_*), written
+ * into rec (LOG_RECORD_MAX bytes) instead, whatever the level: for the
+ * log process, which writes its own records into its batch.  Its length
+ * (ending with its newline, in either format). */
+size_t      log_render(int format, char *rec, int level, const char *event,
+                const struct log_kv *kv, size_t nkv, const char *fmt, ...)
+                __attribute__((format(printf, 7, 8)));
+
 #define log_enabled(l)  ((l) <= log_level)
 #define log_err(...)    log_msg(LOGL_ERR, __VA_ARGS__)
 #define log_warn(...)   log_msg(LOGL_WARN, __VA_ARGS__)

@@ -312,3 +312,87 @@ logfmt_dsn(const char *reply, char *out, size_t outsz)
     }
     return out;
 }
+
+
+/* ---- who wrote a line (the log process) ---------------------------------- */
+
+/* logfmt_lit - skip lit at *p (1), or leave *p (0). */
+static int
+logfmt_lit_at(const char **p, const char *end, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0)
+        return 0;
+    *p += n;
+    return 1;
+}
+
+
+/* logfmt_num_at - a run of 1 to 9 digits at *p into *v (1), else 0. */
+static int
+logfmt_num_at(const char **p, const char *end, long *v)
+{
+    const char *s = *p;
+
+    *v = 0;
+    while (s < end && s - *p < 9 && *s >= '0' && *s <= '9')
+        *v = *v * 10 + (*s++ - '0');
+    if (s == *p)
+        return 0;
+    *p = s;
+    return 1;
+}
+
+
+/* logfmt_count - occurrences of key in [p, end) (at most 2 counted). */
+static int
+logfmt_count(const char *p, const char *end, const char *key)
+{
+    size_t      kn = strlen(key);
+    const char *q;
+    int         c = 0;
+
+    while (c < 2 && (q = memmem(p, (size_t)(end - p), key, kn)) != NULL) {
+        c++;
+        p = q + kn;
+    }
+    return c;
+}
+
+
+int
+logfmt_worker_line(const char *line, size_t n, long pid)
+{
+    const char *p = line, *end = line + n, *sp;
+    long        v, shard;
+
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+            return 0;
+    if (logfmt_lit_at(&p, end, "{\"ts\":\"")) {
+        /* in JSON a quote inside a string is escaped, so an unescaped
+         * "proc": or "pid": is a key: a second one could override */
+        if (logfmt_count(line, end, "\"proc\":") != 1 ||
+            logfmt_count(line, end, "\"pid\":") != 1)
+            return 0;
+        if ((sp = memmem(p, (size_t)(end - p), "\",\"level\":\"", 11)) ==
+            NULL)
+            return 0;
+        p = sp + 11;
+        if ((sp = memchr(p, '"', (size_t)(end - p))) == NULL)
+            return 0;
+        p = sp;
+        return logfmt_lit_at(&p, end, "\",\"proc\":\"worker ") &&
+            logfmt_num_at(&p, end, &shard) &&
+            logfmt_lit_at(&p, end, "\",\"pid\":") &&
+            logfmt_num_at(&p, end, &v) && v == pid &&
+            logfmt_lit_at(&p, end, ",\"event\":");
+    }
+    if ((sp = memchr(p, ' ', n < 40 ? n : 40)) == NULL)
+        return 0;                   /* the time stamp, then one blank */
+    p = sp;
+    return logfmt_lit_at(&p, end, " mtad[") && logfmt_num_at(&p, end, &v) &&
+        v == pid && logfmt_lit_at(&p, end, "]: worker ") &&
+        logfmt_num_at(&p, end, &shard) && logfmt_lit_at(&p, end, ": ");
+}

@@ -13,7 +13,8 @@
  *           a string field is cut at 512 bytes of output, and fields that
  *           no longer fit at all are left out.
  *           logfmt_dsn() finds the enhanced status code ("4.4.1") at the
- *           start of an SMTP reply text.
+ *           start of an SMTP reply text.  logfmt_worker_line() tells the
+ *           log process whether a line is one a worker may have written.
  * FAILURE   Never fails; returns the length written (< cap).
  */
 #ifndef MTAD_LOGFMT_H
@@ -33,5 +34,11 @@ size_t  logfmt_json_str(char *out, size_t cap, const char *p, size_t n);
 /* "250 2.0.0 Ok" -> "2.0.0"; "" when there is none.  out >= 16 bytes. */
 const char *logfmt_dsn(const char *reply, char *out, size_t outsz);
 const char *logfmt_level_name(int level);
+/* 1 when line[0..n) (without its newline) is a record of the worker with
+ * pid: "<ts> mtad[<pid>]: worker <N>: ..." (text) or {"ts":"..",
+ * "level":"..","proc":"worker <N>","pid":<pid>,"event":... (JSON, with
+ * no second "proc" or "pid" key), and no control byte (a record is
+ * escaped where it is made); else 0.  What log.c makes passes. */
+int     logfmt_worker_line(const char *line, size_t n, long pid);
 
 #endif /* MTAD_LOGFMT_H */

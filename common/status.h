@@ -50,6 +50,9 @@ struct status_ops {
     uint64_t q_due;                 /* scheduled, due now (waiting for a
                                        slot, or held by limits.load) */
     uint64_t q_deferred;            /* scheduled for a later retry */
+    uint64_t q_bytes;               /* body bytes of its shard's queue */
+    uint64_t q_held;                /* held by mtactl */
+    uint64_t q_oldest_ms;           /* arrival of its oldest; 0: none */
     uint64_t pong;                  /* watchdog: last ping answered */
 };
 

@@ -152,6 +152,10 @@ static const struct config_key config_log[] = {
 
 static const struct config_key config_metrics[] = {
     KEY("listen", CONFIG_HOSTPORT, metrics_listen),
+    KEY("allow_networks", CONFIG_METRICS_NETS, metrics_allow),
+    { "max_connections_per_ip", CONFIG_INT, OFF(metrics_max_per_ip), 1,
+        1024, NULL },
+    DUR("header_timeout", metrics_header_timeout_ms, 1),
     END
 };
 
@@ -247,6 +251,10 @@ config_value(struct config_parse *p, const struct config_key *k,
         (void)config_parse_cidrs(p, n, path, &p->cfg->dkim_sign_networks,
             &p->cfg->ndkim_sign_networks);
         p->dkim_nets_set = 1;
+        break;
+    case CONFIG_METRICS_NETS:
+        (void)config_parse_cidrs(p, n, path, &p->cfg->metrics_allow,
+            &p->cfg->nmetrics_allow);
         break;
     case CONFIG_DKIM_SIGN:
         config_set_dkim(p, n, path);
@@ -407,6 +415,12 @@ config_defaults(const char *path)
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
     for (i = 0; i < ARRAY_LEN(nets); i++)
         (void)util_parse_cidr(nets[i], &cfg->allow_networks[i]);
+    cfg->nmetrics_allow = ARRAY_LEN(nets);      /* loopback, as relay's */
+    cfg->metrics_allow = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
+    memcpy(cfg->metrics_allow, cfg->allow_networks,
+        ARRAY_LEN(nets) * sizeof(struct cidr));
+    cfg->metrics_max_per_ip = 4;
+    cfg->metrics_header_timeout_ms = 2000;
 
     cfg->spool_dir = xstrdup("/run/mtad/spool");
     cfg->spool_fsync = false;
@@ -820,6 +834,7 @@ config_free(struct config *cfg)
     free(cfg->dns_servers);
     free(cfg->load_file);
     free(cfg->metrics_listen);
+    free(cfg->metrics_allow);
     free(cfg->tlsrpt_organization);
     free(cfg->tlsrpt_contact);
     free(cfg->tlsrpt_sender);

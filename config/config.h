@@ -152,6 +152,10 @@ struct config {
     char   *metrics_listen;         /* NULL = off (the default) */
     struct sockaddr_storage metrics_addr;
     socklen_t metrics_addrlen;
+    struct cidr *metrics_allow;     /* clients served; default loopback */
+    size_t  nmetrics_allow;
+    int     metrics_max_per_ip;     /* open connections per address, 4 */
+    uint64_t metrics_header_timeout_ms; /* the request, complete: 2s */
 
     /* tls: inbound STARTTLS, offered only when both keys are set.  Each
      * is one file or a list (at most CONFIG_TLS_MAX_CERTS, one per key

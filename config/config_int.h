@@ -42,6 +42,7 @@ enum config_type {
     CONFIG_DNSFAMILY,              /* ipv4 | ipv6 | both (prefer: no both) */
     CONFIG_DKIM_SIGN,              /* dkim.sign: a sequence of mappings */
     CONFIG_DKIM_NETS,              /* dkim.sign_networks */
+    CONFIG_METRICS_NETS,           /* metrics.allow_networks */
     CONFIG_LOAD,                   /* uint32_t load * 100; 0 = off */
     CONFIG_LOGFMT,                 /* text | json */
     CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */

@@ -62,6 +62,12 @@ void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
  * message. */
 void    deliver_gauges(const struct deliver *d, uint64_t *active,
             uint64_t *due, uint64_t *deferred);
+/* Gauges of the queue index (qindex.c), kept as it changes, so O(1):
+ * body bytes of the messages (those whose record is read: all, once a
+ * start's warm-up is done), messages held by mtactl, arrival (ms, wall
+ * clock) of the oldest message of any state; 0 when none. */
+void    deliver_index_gauges(struct deliver *d, uint64_t *bytes,
+            uint64_t *held, uint64_t *oldest_ms);
 /* Once a second, before deliver_gauges: take the messages that mtactl
  * deleted or held since the last call out of the schedule. */
 void    deliver_tidy(struct deliver *d);

@@ -31,6 +31,11 @@
  *           (recovery, "kick *") keeps a record, or takes one from the
  *           saved index, only when the inode's next retry and held bit
  *           still match it.
+ * GAUGES    The queue's body bytes (of the records read) and held messages
+ *           are kept as every entry changes (qx_count() out before, in
+ *           after), and the oldest id is the first live entry (a hint that
+ *           only moves forward between inserts): deliver_index_gauges()
+ *           costs no pass over the index, whatever its size.
  * FAILURE   A file that cannot be read is left out of listings (the file
  *           reader, mtactl --files, names it); a stream whose reader went
  *           away is closed.  Never logs per message.
@@ -65,6 +70,7 @@ struct qx_ent {
     uint8_t   flags;
     uint32_t  len;                      /* of blob */
     uint64_t  next_retry;               /* what the record was built from */
+    uint64_t  size;                     /* body bytes, while blob is set */
     char     *blob;                     /* spool_wire_body(); NULL: unread */
 };
 
@@ -103,6 +109,10 @@ struct qx {
     struct qx_stream *streams;          /* newest first */
     size_t            nstreams;
     struct buf        tmp;
+    /* the gauges (qx_count), over v's live entries */
+    uint64_t          bytes;            /* body bytes of the read records */
+    uint64_t          nheld;
+    size_t            first;            /* no live entry below it */
 };
 
 static void qx_warm_fire(struct ev_loop *loop, struct ev_timer *t, void *arg);
@@ -145,6 +155,29 @@ qx_free(struct deliver *d)
 
 
 /* ---- the sorted array --------------------------------------------------- */
+
+/* qx_count - take e's share of the gauges out (sign < 0, before e
+ * changes) or put it in (after); every change of an entry of v is
+ * bracketed so, entries of a rebuild's array are not (qx_sync_end
+ * counts them). */
+static void
+qx_count(struct qx *q, const struct qx_ent *e, int sign)
+{
+    uint64_t bytes, held;
+
+    if (e->flags & QX_DEAD)
+        return;
+    bytes = e->blob != NULL ? e->size : 0;
+    held = (e->flags & QX_HELD) != 0;
+    if (sign < 0) {
+        q->bytes -= bytes;
+        q->nheld -= held;
+    } else {
+        q->bytes += bytes;
+        q->nheld += held;
+    }
+}
+
 
 /* qx_lower - the first entry whose id is not below id. */
 static size_t
@@ -190,6 +223,7 @@ qx_compact(struct qx *q)
             q->v[j++] = q->v[i];
     q->n = j;
     q->ndead = 0;
+    q->first = 0;
 }
 
 
@@ -203,6 +237,8 @@ qx_get(struct qx *q, const char *id)
     qx_compact(q);
     i = q->n > 0 && memcmp(q->v[q->n - 1].id, id, SPOOL_ID_LEN) < 0 ? q->n :
         qx_lower(q, id);
+    if (i < q->first)
+        q->first = i;               /* a live entry below the hint */
     if (i < q->n && memcmp(q->v[i].id, id, SPOOL_ID_LEN) == 0) {
         if (q->v[i].flags & QX_DEAD) {
             q->v[i].flags = 0;
@@ -250,6 +286,7 @@ qx_fill(struct qx *q, struct qx_ent *e, const struct spool_env *env)
     e->blob = xmalloc(buf_avail(&q->tmp));
     memcpy(e->blob, buf_head(&q->tmp), buf_avail(&q->tmp));
     e->len = (uint32_t)buf_avail(&q->tmp);
+    e->size = env->body_size;
     e->next_retry = env->next_retry_ms;
     e->flags = (uint8_t)((e->flags & QX_ACTIVE) | (env->held ? QX_HELD : 0) |
         (env->attempts > 0 ? QX_TRIED : 0));
@@ -263,11 +300,13 @@ qx_put(struct deliver *d, const struct spool_env *env, int active)
 {
     struct qx_ent *e = qx_get(d->qx, env->id);
 
+    qx_count(d->qx, e, -1);
     qx_fill(d->qx, e, env);
     if (active)
         e->flags |= QX_ACTIVE;
     else
         e->flags &= (uint8_t)~QX_ACTIVE;
+    qx_count(d->qx, e, 1);
 }
 
 
@@ -278,8 +317,10 @@ qx_done(struct deliver *d, const struct spool_env *env)
 
     if (e == NULL)
         return;                         /* removed */
+    qx_count(d->qx, e, -1);
     qx_fill(d->qx, e, env);
     e->flags &= (uint8_t)~QX_ACTIVE;
+    qx_count(d->qx, e, 1);
 }
 
 
@@ -295,8 +336,10 @@ qx_drop(struct deliver *d, const char *id)
 {
     struct qx_ent *e = qx_find(d->qx, id);
 
-    if (e != NULL)
+    if (e != NULL) {
+        qx_count(d->qx, e, -1);
         qx_kill(d->qx, e);
+    }
 }
 
 
@@ -315,10 +358,12 @@ qx_refresh(struct deliver *d, const char *id)
         return QX_GONE;
     }
     e = qx_get(d->qx, id);
+    qx_count(d->qx, e, -1);
     qx_unread(e);
     e->flags &= (uint8_t)~(QX_BAD | QX_HELD);
     if (rc == SPOOL_OK && held)
         e->flags |= QX_HELD;
+    qx_count(d->qx, e, 1);
     /* read again now: one file per kick (a warm-up pass would rescan the
      * whole index for each id of a `hold --all`) */
     if (qx_load(d, (size_t)(e - d->qx->v)) < 0 && (e->flags & QX_DEAD))
@@ -416,6 +461,7 @@ qx_snap_use(struct qx *q, struct qx_ent *e, uint64_t when, int held)
     e->blob = xmalloc(r->len);
     memcpy(e->blob, r->body, r->len);
     e->len = r->len;
+    e->size = qx_le(r->body + 21, 8);   /* ... u64 body_size */
     e->next_retry = when;
     if (qx_le(r->body + 1, 4) > 0)
         e->flags |= QX_TRIED;
@@ -464,7 +510,9 @@ qx_sync_add(struct deliver *d, const char *id, const struct spool_env *env,
     if (old != NULL && (active || (peeked && old->blob != NULL &&
         old->next_retry == when && !!(old->flags & QX_HELD) == !!held))) {
         *e = *old;                      /* unchanged: keep the record */
+        qx_count(q, old, -1);
         old->blob = NULL;
+        qx_count(q, old, 1);
         return;
     }
     if (env != NULL) {
@@ -495,6 +543,10 @@ qx_sync_end(struct deliver *d)
     q->n = q->nsync;
     q->nsync = 0;
     q->ndead = 0;
+    q->bytes = q->nheld = 0;
+    q->first = 0;
+    for (size_t i = 0; i < q->n; i++)   /* once per rebuild */
+        qx_count(q, &q->v[i], 1);
     if (q->snap != NULL)
         log_info("recover: %zu of %zu records from the queue index the last "
             "stop saved", q->snapused, q->nsnap);
@@ -523,6 +575,7 @@ qx_load(struct deliver *d, size_t i)
     memcpy(id, e->id, SPOOL_ID_LEN);
     id[SPOOL_ID_LEN] = '\0';
     rc = spool_msg_open(d->sp, id, 0, &env, NULL, NULL);
+    qx_count(d->qx, e, -1);
     if (rc == SPOOL_ENOENT) {
         qx_kill(d->qx, e);
         return -1;
@@ -530,9 +583,11 @@ qx_load(struct deliver *d, size_t i)
     if (rc != SPOOL_OK) {
         spool_env_free(env);
         e->flags |= QX_BAD;
+        qx_count(d->qx, e, 1);
         return -1;
     }
     qx_fill(d->qx, e, env);
+    qx_count(d->qx, e, 1);
     spool_env_free(env);
     return 0;
 }
@@ -654,6 +709,29 @@ deliver_save_index(struct deliver *d)
     }
     log_info("queue index: %zu records saved in %llu ms", sv.n,
         (unsigned long long)(util_now_ms() - t0));
+}
+
+
+/* ---- gauges -------------------------------------------------------------- */
+
+void
+deliver_index_gauges(struct deliver *d, uint64_t *bytes, uint64_t *held,
+    uint64_t *oldest_ms)
+{
+    struct qx *q = d->qx;
+
+    *bytes = *held = *oldest_ms = 0;
+    if (q == NULL)
+        return;
+    /* ids sort by arrival: the first live entry is the oldest message
+     * (dead ones are passed once: the hint goes back only for an entry
+     * made below it) */
+    while (q->first < q->n && (q->v[q->first].flags & QX_DEAD))
+        q->first++;
+    *bytes = q->bytes;
+    *held = q->nheld;
+    if (q->first < q->n)
+        *oldest_ms = spool_id_ms(q->v[q->first].id);
 }
 
 

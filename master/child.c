@@ -367,7 +367,7 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
     proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */
     if (sandbox && sandbox_seccomp(SANDBOX_LOGD, err, sizeof(err)) < 0)
         fatalx("logd: sandbox: %s", err);
-    logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms);
+    logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms, child_master_pid);
 }
 
 int

@@ -18,6 +18,16 @@
  *           only costs that read).  EOF on the channel or SIGTERM (the
  *           master died) ends it the same way; SIGINT (a Ctrl-C to the
  *           process group) is ignored: the master stops it last.
+ * SENDERS   The receiving end has SO_PASSCRED: every datagram comes with
+ *           the sender's pid and uid as the kernel saw them (a process
+ *           can claim only its own; no system call more for the sender).
+ *           The master's records (its pid, given) and root's are written
+ *           as they are.  From any other sender a line is written only
+ *           when logfmt_worker_line() finds it a record of a worker with
+ *           that very pid; the others are dropped, and one warning per
+ *           datagram names the pid and uid that sent them.  So a
+ *           worker's record shows the kernel's pid, and no worker writes
+ *           as the master (its "admin:" audit records included).
  * FAILURE   A failed write drops that batch (and says so on stderr): the
  *           log must not stall the relay.
  */
@@ -35,6 +45,7 @@
 #include "common/ev.h"
 #include "common/util.h"
 #include "common/log.h"
+#include "common/logfmt.h"
 #include "common/safefs.h"
 #include "master/master_int.h"
 
@@ -45,6 +56,7 @@
  * whole lines (at most LOG_PACK_MAX), and the newline logd_drain() may
  * add */
 #define LOGD_SLOT       ((size_t)LOG_PACK_MAX + 1)
+#define LOGD_NOTE_MAX   512         /* a refusal warning (logd_refused) */
 
 struct logd {
     int      recv_fd, chan, file_fd, sig_fd;
@@ -54,7 +66,10 @@ struct logd {
     uint64_t first_ms;              /* arrival of the oldest unwritten record */
     uint64_t write_errors;
     int      stop;                  /* a mark found "stop" or EOF */
+    pid_t    master;                /* whose records are not checked */
     struct ev_timer flush;          /* first_ms + flush_ms */
+    char     notes[LOGD_BATCH * LOGD_NOTE_MAX]; /* one batch's refusals */
+    size_t   notes_len;
 };
 
 static void
@@ -82,6 +97,94 @@ logd_flush(struct logd *d)
     d->len = 0;
 }
 
+/* logd_sender - the credentials the kernel attached to a datagram (pid
+ * 0 when none: then no line passes as a worker's); passed descriptors,
+ * which nobody should send here, are closed. */
+static struct ucred
+logd_sender(struct msghdr *mh)
+{
+    struct ucred    cr = { 0, (uid_t)-1, (gid_t)-1 };
+    struct cmsghdr *c;
+
+    for (c = CMSG_FIRSTHDR(mh); c != NULL; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET)
+            continue;
+        if (c->cmsg_type == SCM_CREDENTIALS &&
+            c->cmsg_len == CMSG_LEN(sizeof(cr)))
+            memcpy(&cr, CMSG_DATA(c), sizeof(cr));
+        else if (c->cmsg_type == SCM_RIGHTS)
+            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                i++) {
+                int fd;
+
+                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                (void)close(fd);
+            }
+    }
+    return cr;
+}
+
+
+/* logd_refused - one warning for the lines of a datagram that were not
+ * written (in the format of the first: JSON when it looked like it). */
+static void
+logd_refused(struct logd *d, const struct ucred *cr, unsigned n, int json)
+{
+    char   rec[LOG_RECORD_MAX];
+    size_t len;
+
+    len = log_render(json ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT, rec, LOGL_WARN,
+        "forged", LOG_KVS(LKV_I("sender_pid", cr->pid),
+        LKV_I("sender_uid", (long long)cr->uid), LKV_I("records", n)),
+        "refused %u log record%s that pid %d (uid %lld) sent as another "
+        "process's", n, n == 1 ? "" : "s", (int)cr->pid,
+        cr->uid == (uid_t)-1 ? -1LL : (long long)cr->uid);
+    if (len > LOGD_NOTE_MAX)
+        len = LOGD_NOTE_MAX;        /* cannot be: a short fixed text */
+    memcpy(d->notes + d->notes_len, rec, len);
+    d->notes_len += len;
+}
+
+
+/* logd_pack - datagram src[0..len) from cr to d->buf + at (at <= src:
+ * moved down): whole for the master, else line by line, each line only
+ * when it is the sender's own.  Returns the new end. */
+static size_t
+logd_pack(struct logd *d, const struct ucred *cr, const char *src,
+    size_t len, size_t at)
+{
+    const char *p = src, *end = src + len, *nl;
+    unsigned    refused = 0;
+    int         json = 0;
+    size_t      n;
+
+    /* root (a helper the master forks, when it is root) could write the
+     * log file itself: only the workers' datagrams are checked */
+    if ((cr->pid == d->master && d->master > 0) || cr->uid == 0) {
+        memmove(d->buf + at, src, len);
+        at += len;
+        if (d->buf[at - 1] != '\n')
+            d->buf[at++] = '\n';
+        return at;
+    }
+    while (p < end) {
+        nl = memchr(p, '\n', (size_t)(end - p));
+        n = (size_t)((nl != NULL ? nl : end) - p);
+        if (n > 0 && logfmt_worker_line(p, n, (long)cr->pid)) {
+            memmove(d->buf + at, p, n);
+            at += n;
+            d->buf[at++] = '\n';
+        } else if (n > 0 && refused++ == 0) {
+            json = p[0] == '{';
+        }
+        p += n + 1;
+    }
+    if (refused > 0)
+        logd_refused(d, cr, refused, json);
+    return at;
+}
+
+
 /* Receive until the socket is empty; flush whenever the buffer is full.
  * One recvmmsg() takes up to LOGD_BATCH records, each straight into the
  * buffer at its own slot, then they are packed together (in place: a
@@ -97,6 +200,9 @@ logd_drain(struct logd *d)
 {
     struct mmsghdr msgs[LOGD_BATCH];
     struct iovec   iov[LOGD_BATCH];
+    /* room for the credentials only: descriptors do not fit (dropped) */
+    char           cbuf[LOGD_BATCH][CMSG_SPACE(sizeof(struct ucred))];
+    struct ucred   cr;
     size_t         room, n, i, at;
     int            r;
 
@@ -111,8 +217,11 @@ logd_drain(struct logd *d)
             iov[i].iov_len = LOGD_SLOT - 1;
             msgs[i].msg_hdr.msg_iov = &iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = cbuf[i];
+            msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
         }
-        r = recvmmsg(d->recv_fd, msgs, (unsigned)n, MSG_DONTWAIT, NULL);
+        r = recvmmsg(d->recv_fd, msgs, (unsigned)n,
+            MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -121,9 +230,11 @@ logd_drain(struct logd *d)
         if (r > 0 && d->len == 0)
             d->first_ms = util_now_ms();
         at = d->len;
+        d->notes_len = 0;
         for (i = 0; i < (size_t)r; i++) {
             size_t len = msgs[i].msg_len;
 
+            cr = logd_sender(&msgs[i].msg_hdr);
             if (len == 0) {
                 /* the mark after a "reopen": what came before goes to
                  * the old file (logd_command flushes it), the rest to
@@ -135,13 +246,16 @@ logd_drain(struct logd *d)
                 at = d->len;
                 continue;
             }
-            /* slot i starts at or after at: memmove packs it down */
-            memmove(d->buf + at, iov[i].iov_base, len);
-            at += len;
-            if (d->buf[at - 1] != '\n')
-                d->buf[at++] = '\n';
+            /* slot i starts at or after at: its lines move down */
+            at = logd_pack(d, &cr, iov[i].iov_base, len, at);
         }
         d->len = at;
+        if (d->notes_len > 0) {     /* after the batch: the slots are free */
+            if (LOGD_BUF - d->len < d->notes_len)
+                logd_flush(d);
+            memcpy(d->buf + d->len, d->notes, d->notes_len);
+            d->len += d->notes_len;
+        }
         if (d->len >= LOGD_HIGH_WATER)
             logd_flush(d);
         if ((size_t)r < n)
@@ -263,7 +377,8 @@ logd_before_sleep(struct ev_loop *loop, void *arg)
 }
 
 void
-logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
+logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
+    pid_t master)
 {
     struct logd     d;
     struct ev_loop *loop;
@@ -274,6 +389,7 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
     d.chan = chan_fd;
     d.file_fd = file_fd;
     d.flush_ms = flush_ms;
+    d.master = master;
     d.buf = xmalloc(LOGD_BUF);
     /* SIGTERM (the master died: PDEATHSIG) means "write what you have". */
     sigemptyset(&set);

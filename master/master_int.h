@@ -111,9 +111,9 @@ int     listen_acquire(const struct config *cfg, int **fds,
             char *err, size_t errsz);
 void    listen_release(int *fds, size_t n);
 
-/* The log process. */
-void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
-            __attribute__((noreturn));
+/* The log process; master: the pid whose records it writes unchecked. */
+void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
+            pid_t master) __attribute__((noreturn));
 int     logd_open_file(const char *path, char *err, size_t errsz);
 int     logd_send_fd(int chan, const char *cmd, int fd);
 

@@ -11,8 +11,13 @@
  *           close).  GET or HEAD of /metrics: 200; another path: 404;
  *           another method: 405; a bad request line: 400 (the parser:
  *           metrics_req.c, fuzzed by tests/fuzz/fuzz_metrics.c).  At
- *           most METRICS_MAX_CLIENTS at once; a client has
- *           METRICS_TIMEOUT_MS for its request and the answer.
+ *           most METRICS_MAX_CLIENTS at once, metrics.max_connections_per_ip
+ *           of them from one address (an IPv6 client per
+ *           limits.ipv6_prefix), only from metrics.allow_networks (others
+ *           are closed at accept, unread); a client has
+ *           metrics.header_timeout to send its whole request (a
+ *           trickler holds no slot longer), then METRICS_TIMEOUT_MS for
+ *           the answer.
  *           Everything is non-blocking on the master's loop (common/ev).
  *           Counters of workers that exited are kept (master->retired),
  *           so every _total only grows while the master lives.
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 
 #include "common/buf.h"
@@ -47,7 +53,8 @@
 
 struct metrics_client {
     int      fd;
-    uint64_t deadline;
+    uint64_t deadline;              /* of the request, then of the answer */
+    struct sockaddr_storage peer;   /* status_addr_group()'s, for the limit */
     size_t   len;
     char     req[METRICS_REQ_MAX];
     char    *out;
@@ -92,6 +99,20 @@ metrics_close_listener(struct master *m)
     metrics_spec = NULL;
 }
 
+/* metrics_is_loopback - 1 when sa is 127.0.0.0/8 or ::1 (a wildcard
+ * address is not: it listens on every interface). */
+static int
+metrics_is_loopback(const struct sockaddr *sa)
+{
+    const struct sockaddr_in  *s4 = (const struct sockaddr_in *)sa;
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+    if (sa->sa_family == AF_INET)
+        return ntohl(s4->sin_addr.s_addr) >> 24 == 127;
+    return sa->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
+}
+
+
 int
 metrics_apply(struct master *m, const struct config *cfg, char *err,
     size_t errsz)
@@ -122,6 +143,10 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
     child_register_master_fd(fd);
     master_watch(m, fd, EV_READ, metrics_accept_event);
     log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
+    if (!metrics_is_loopback((const struct sockaddr *)&cfg->metrics_addr))
+        log_warn("metrics.listen %s is reachable beyond loopback: the "
+            "queue and traffic figures are served to every client in "
+            "metrics.allow_networks", cfg->metrics_listen);
     return 0;
 }
 
@@ -188,6 +213,7 @@ metrics_render(struct master *m)
     struct status_ops    g;
     struct status_page  *st = m->status;
     uint64_t             up = 0, ready = 0, q_act, q_due, q_def;
+    uint64_t             oldest = 0, now = util_wall_ms(), age;
     uint32_t             load = __atomic_load_n(&st->load_x100,
                              __ATOMIC_RELAXED);
     uint32_t             thr = __atomic_load_n(&st->throttle,
@@ -209,8 +235,13 @@ metrics_render(struct master *m)
         g.q_active += LD(q_active);
         g.q_due += LD(q_due);
         g.q_deferred += LD(q_deferred);
+        g.q_bytes += LD(q_bytes);
+        g.q_held += LD(q_held);
+        if (LD(q_oldest_ms) != 0 && (oldest == 0 || LD(q_oldest_ms) < oldest))
+            oldest = LD(q_oldest_ms);
 #undef LD
     }
+    age = oldest != 0 && now > oldest ? now - oldest : 0;
     q_act = g.q_active;
     q_due = g.q_due;
     q_def = g.q_deferred;
@@ -271,6 +302,20 @@ metrics_render(struct master *m)
     mt_one(&t, "mtad_queue_files", "gauge",
         "Files in spool/queue (every queued message, any state).",
         qn >= 0 ? (uint64_t)qn : 0);
+    mt_one(&t, "mtad_queue_bytes", "gauge",
+        "Body bytes of the queued messages (as the workers' queue index "
+        "knows them: every message once a start has read the spool).",
+        g.q_bytes);
+    mt_one(&t, "mtad_queue_held_messages", "gauge",
+        "Queued messages held by mtactl hold.", g.q_held);
+    mt_head(&t, "mtad_queue_oldest_age_seconds", "gauge",
+        "Age of the oldest queued message (any state, held included); "
+        "0 when the queue is empty.");
+    buf_printf(&t, "mtad_queue_oldest_age_seconds %" PRIu64 ".%03" PRIu64
+        "\n", age / 1000, age % 1000);
+    mt_head(&t, "mtad_build_info", "gauge",
+        "Always 1; the label says which mtad this is.");
+    buf_printf(&t, "mtad_build_info{version=\"%s\"} 1\n", MTAD_VERSION);
     mt_one(&t, "mtad_workers_running", "gauge",
         "Worker processes alive (every generation).", up);
     mt_one(&t, "mtad_workers_ready", "gauge",
@@ -316,26 +361,74 @@ metrics_client_close(struct master *m, struct metrics_client *c)
     c->out = NULL;
 }
 
+/* metrics_same_peer - a and b (both from status_addr_group()) are the
+ * same client address. */
+static int
+metrics_same_peer(const struct sockaddr_storage *a,
+    const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+            ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+            &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return 1;
+}
+
+
+/* metrics_admit - the free slot for a client from sa, or NULL when it is
+ * not in metrics.allow_networks, has its address's share of the slots,
+ * or none is free.  A limit per address keeps one slow host (or a
+ * slowloris) from taking every slot from the scraper. */
+static struct metrics_client *
+metrics_admit(const struct config *cfg, const struct sockaddr *sa,
+    struct sockaddr_storage *peer)
+{
+    struct metrics_client *free_c = NULL;
+    size_t                 i;
+    int                    same = 0, ok = 0;
+
+    for (i = 0; i < cfg->nmetrics_allow && !ok; i++)
+        ok = util_cidr_match(&cfg->metrics_allow[i], sa);
+    if (!ok)
+        return NULL;
+    (void)status_addr_group(sa, (unsigned)cfg->ipv6_prefix, peer);
+    for (i = 0; i < METRICS_MAX_CLIENTS; i++) {
+        struct metrics_client *c = &metrics_clients[i];
+
+        if (c->fd < 0)
+            free_c = free_c != NULL ? free_c : c;
+        else
+            same += metrics_same_peer(&c->peer, peer);
+    }
+    return same < cfg->metrics_max_per_ip ? free_c : NULL;
+}
+
+
 static void
 metrics_accept(struct master *m)
 {
-    struct metrics_client *c;
-    size_t                 i;
-    int                    fd;
+    const struct config    *cfg = m->cur->cfg;
+    struct metrics_client  *c;
+    struct sockaddr_storage ss, peer;
+    socklen_t               sslen = sizeof(ss);
+    int                     fd;
 
-    while ((fd = accept4(metrics_fd, NULL, NULL,
+    while ((fd = accept4(metrics_fd, (struct sockaddr *)&ss, &sslen,
         SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        for (i = 0; i < METRICS_MAX_CLIENTS && metrics_clients[i].fd >= 0;
-            i++)
-            ;
-        if (i == METRICS_MAX_CLIENTS) {
-            close(fd);              /* busy: the scraper retries */
+        c = metrics_admit(cfg, (const struct sockaddr *)&ss, &peer);
+        sslen = sizeof(ss);
+        if (c == NULL) {
+            close(fd);              /* refused, or busy: a scraper retries */
             continue;
         }
-        c = &metrics_clients[i];
         memset(c, 0, sizeof(*c));
         c->fd = fd;
-        c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
+        c->peer = peer;
+        c->deadline = util_now_ms() + cfg->metrics_header_timeout_ms;
         child_register_master_fd(fd);
         master_watch(m, fd, EV_READ, metrics_client_io);
     }
@@ -360,6 +453,7 @@ metrics_respond(struct master *m, struct metrics_client *c, int code,
         c->outlen += blen;
     }
     c->outoff = 0;
+    c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
     if (ev_watch(m->loop, c->fd, EV_WRITE, metrics_client_io, m) < 0)
         metrics_client_close(m, c);
 }

@@ -152,7 +152,7 @@ master_setup_signals(struct master *m)
 static int
 master_log_socket(struct master *m)
 {
-    int sv[2], sz = LOG_SOCKBUF;
+    int sv[2], sz = LOG_SOCKBUF, on = 1;
 
     if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
@@ -163,6 +163,13 @@ master_log_socket(struct master *m)
         (void)setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
     (void)fcntl(sv[0], F_SETFL, O_NONBLOCK);
     (void)fcntl(sv[1], F_SETFL, O_NONBLOCK);
+    /* the log process learns each datagram's sender from the kernel
+     * (logd.c SENDERS): set before anyone can send */
+    if (setsockopt(sv[1], SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) < 0) {
+        (void)close(sv[0]);
+        (void)close(sv[1]);
+        return -1;
+    }
     m->log_send = sv[0];
     m->log_recv = sv[1];
     child_register_master_fd(m->log_recv);

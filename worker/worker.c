@@ -571,7 +571,7 @@ static void
 worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     struct worker *w = arg;
-    uint64_t       act, due, later;
+    uint64_t       act, due, later, bytes, held, oldest;
 
     /* limits.load.refuse is applied per connection (worker_admit); the
      * listeners stay watched so that clients get a 421, not a hang */
@@ -585,6 +585,10 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_due, due, __ATOMIC_RELAXED);
     __atomic_store_n(&w->st->ops.q_deferred, later, __ATOMIC_RELAXED);
+    deliver_index_gauges(w->deliver, &bytes, &held, &oldest);
+    __atomic_store_n(&w->st->ops.q_bytes, bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->st->ops.q_held, held, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->st->ops.q_oldest_ms, oldest, __ATOMIC_RELAXED);
     spool_pool_trim(w->spool);      /* delivered files lain unused */
     worker_check_done(w);
     ev_timer_start(loop, t, WORKER_TICK_MS);

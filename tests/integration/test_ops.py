@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      recv_until_eof, send)
+                      proc_status, recv_until_eof, send, workers)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -108,12 +108,15 @@ def test_queue_survives_restart(mtad_factory, how):
     start (what systemctl restart does, the directory being preserved)
     and after kill -9 of the master (workers follow it; Restart= starts a
     new master on the same spool)."""
-    port = closed_port()
+    port, mport = closed_port(), free_port()
     m = mtad_factory({"routes": {"default": "smtp:[127.0.0.1]:%d" % port},
-                      "delivery": {"retry": ["1s"]}})
+                      "delivery": {"retry": ["1s"]},
+                      "metrics": {"listen": "127.0.0.1:%d" % mport}})
     m.start()
     qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
     m.wait_log("%s: to=<b@example.net>" % qid)     # deferred, connection refused
+    r = m.ctl("queue", "--json", check=True)
+    size = json.loads(r.stdout)["messages"][0]["size"]
     kids = m.children()
     if how == "stop":
         m.stop()
@@ -123,12 +126,20 @@ def test_queue_survives_restart(mtad_factory, how):
         wait(lambda: not any(os.path.exists("/proc/%d" % k) for k in kids),
              "the workers to follow the master", 15)
     assert qid in m.queue_ids()
+    m.start()
+    # the index a clean stop saved, or (after a crash) the files read
+    # again, give the queue gauges the same message
+    wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == size and
+         scrape(mport)[1]["mtad_queue_oldest_age_seconds"] > 0,
+         "the queue gauges after the restart")
     s = Sink(port=port).start()
     try:
-        m.start()
         msgs = s.wait_for(1, timeout=30)
         assert b"serial 1" in msgs[0].data
         wait(lambda: qid not in m.queue_ids(), "the queue file to go")
+        wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == 0 and
+             scrape(mport)[1]["mtad_queue_oldest_age_seconds"] == 0,
+             "the queue gauges to empty")
     finally:
         s.stop()
 
@@ -284,13 +295,17 @@ def test_metrics_exposition(mtad_factory, sink):
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)
     assert 0 <= s["mtad_delivery_latency_seconds_sum"] < 60
     assert abs(s["mtad_start_time_seconds"] - time.time()) < 3600
-    # every family has HELP text and is documented in README.md
-    with open(os.path.join(ROOT, "README.md")) as f:
+    # every family has HELP text and is documented in the operations
+    # guide's metrics table or in relay.yaml(5)'s METRICS section
+    with open(os.path.join(ROOT, "docs", "OPERATIONS.md")) as f:
         readme = f.read()
+    with open(os.path.join(ROOT, "docs", "relay.yaml.5")) as f:
+        man = f.read().replace("\\-", "-").replace("\\_", "_")
     for f in fams:
         assert f.documentation, f.name
         name = f.name + ("_total" if f.type == "counter" else "")
-        assert "`%s`" % name in readme, name + " is not documented in README.md"
+        assert "`%s`" % name in readme or "\n.B %s\n" % name in man, \
+            name + " is not documented in docs/OPERATIONS.md or relay.yaml(5)"
     # counters of a worker that dies are kept
     workers = [p for p in m.children()
                if "worker" in open("/proc/%d/cmdline" % p).read()]
@@ -318,6 +333,20 @@ def test_queue_gauge_follows_mtactl_hold_and_delete(mtad_factory):
     def gauge(state):
         return scrape(mport)[1].get("mtad_queue_messages{state=%s}" % state)
     wait(lambda: gauge("deferred") == 2, "both messages to be deferred")
+    # the queue's bytes, held count and oldest age, as mtactl sees them;
+    # the version from VERSION, the one source the Makefile reads
+    r = m.ctl("queue", "--json", check=True)
+    q = {e["id"]: e for e in json.loads(r.stdout)["messages"]}
+    sizes = {i: e["size"] for i, e in q.items()}
+    assert set(sizes) == {q1, q2} and min(sizes.values()) > 100
+    s = scrape(mport)[1]
+    assert s["mtad_queue_bytes"] == sizes[q1] + sizes[q2], s
+    assert s["mtad_queue_held_messages"] == 0
+    age = time.time() - q[q1]["arrival_ms"] / 1000
+    assert abs(s["mtad_queue_oldest_age_seconds"] - age) < 2, (s, age)
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        version = f.read().strip()
+    assert s["mtad_build_info{version=%s}" % version] == 1
     m.ctl("hold", q1, check=True)
     wait(lambda: gauge("deferred") == 1 and gauge("other") == 1,
          "the held message to count as other")
@@ -325,10 +354,14 @@ def test_queue_gauge_follows_mtactl_hold_and_delete(mtad_factory):
     wait(lambda: gauge("deferred") == 0 and gauge("other") == 1,
          "the deleted message to leave the gauge")
     assert m.queue_ids() == [q1]
+    wait(lambda: scrape(mport)[1]["mtad_queue_bytes"] == sizes[q1] and
+         scrape(mport)[1]["mtad_queue_held_messages"] == 1,
+         "the queue's bytes and held count to follow")
     # released, it is scheduled again (now) and tried: deferred once more
     m.ctl("release", q1, check=True)
     wait(lambda: gauge("deferred") == 1 and gauge("other") == 0,
          "the released message to be deferred again")
+    assert scrape(mport)[1]["mtad_queue_held_messages"] == 0
 
 
 def test_metrics_http_answers(mtad_factory):
@@ -370,6 +403,85 @@ def test_metrics_request_line_only(mtad_factory):
     assert http_raw(mport, b"GET /metrics\x00 HTTP/1.1\r\n\r\n") == 400
     assert http_raw(mport, b"GET\t/metrics HTTP/1.0\n\n") == 200
     assert http_raw(mport, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n") == 200
+
+
+def slow_client(port, source):
+    """A client from source that sends half a request line and waits."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                 source_address=(source, 0))
+    c.sendall(b"GET /met")
+    return c
+
+
+def refused(c):
+    """True when mtad closed c without a byte of answer."""
+    c.settimeout(10)
+    try:
+        return c.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_metrics_slow_clients_of_one_address_leave_room(mtad_factory):
+    """20 slow clients from 127.0.0.2 (more than the 16 the master
+    serves at once) take only metrics.max_connections_per_ip slots: a
+    scrape from 127.0.0.1 gets its answer while they hang; before the
+    limit no scrape did."""
+    mport = free_port()
+    m = mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport,
+                                  "max_connections_per_ip": 3,
+                                  "header_timeout": "20s"}}).start()
+    slow = [slow_client(mport, "127.0.0.2") for _ in range(20)]
+    try:
+        # the 4th and later are closed at accept, the first 3 are held
+        assert all(refused(c) for c in slow[3:])
+        assert http_get(mport)[0] == 200
+        for c in slow[:3]:
+            c.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                c.recv(100)         # still open: a limit, not a timeout
+    finally:
+        for c in slow:
+            c.close()
+    assert m.ctl("status", check=True).returncode == 0
+
+
+def test_metrics_allow_networks_and_header_timeout(mtad_factory):
+    """A client outside metrics.allow_networks is closed unanswered; a
+    trickler that does not finish its request within
+    metrics.header_timeout is closed; listening beyond loopback is
+    warned about at start."""
+    mport = free_port()
+    m = mtad_factory({"metrics": {"listen": "0.0.0.0:%d" % mport,
+                                  "allow_networks": ["127.0.0.1/32"],
+                                  "header_timeout": "1s"}}).start()
+    # at start the master still writes to stderr (the journal)
+    assert "warning: metrics.listen 0.0.0.0:%d is reachable beyond " \
+        "loopback" % mport in m.stderr_text()
+    outsider = socket.create_connection(("127.0.0.1", mport), timeout=10,
+                                        source_address=("127.0.0.3", 0))
+    outsider.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    assert refused(outsider)
+    outsider.close()
+    assert http_get(mport)[0] == 200
+    t0 = time.monotonic()
+    trickler = slow_client(mport, "127.0.0.1")
+    try:
+        trickler.settimeout(0.3)
+        closed = False
+        while not closed and time.monotonic() - t0 < 8:
+            try:
+                trickler.sendall(b"r")      # a byte now and then
+                closed = trickler.recv(100) == b""
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        assert closed, "the trickler was not closed"
+        # 1 s deadline, checked on the master's 1 s tick
+        assert time.monotonic() - t0 < 3.5
+    finally:
+        trickler.close()
 
 
 def test_metrics_off_by_default_and_bind_errors(mtad_factory, workdir):
@@ -480,6 +592,100 @@ def test_json_log_every_line_parses(mtad_factory, sink, workdir):
     assert ("route_add", "other.test discard", uid, "mtactl") in admin
     bnc = [r for r in by["bounce"] if r["queue_id"] == held]
     assert bnc and bnc[0]["bounce_id"]
+
+
+def worker_log_socket(pid):
+    """A copy (pidfd_getfd) of worker pid's end of the log socketpair:
+    what code running inside a compromised worker would send on."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    found = []
+    try:
+        for name in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
+                    continue
+            except OSError:
+                continue
+            fd = libc.syscall(438, pidfd, int(name), 0)    # pidfd_getfd
+            assert fd >= 0, os.strerror(ctypes.get_errno())
+            s = socket.socket(fileno=fd)
+            if s.family == socket.AF_UNIX and s.type == socket.SOCK_DGRAM:
+                found.append(s)
+            else:
+                s.close()
+    finally:
+        os.close(pidfd)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def send_as_user(sock, uid, gid, make):
+    """Send make(its pid) on sock from a child process running as uid:gid
+    (a worker's ids, without its privileges); the child's pid."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            sock.send(make(os.getpid()))
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.WEXITSTATUS(status) == 0
+    return child
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="pidfd_getfd on a worker "
+                    "that dropped to the mtad user needs root")
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
+    """Code running with a worker's uid, on a worker's log socket, writes
+    an "admin:" record as the master, a record with the worker's own pid,
+    and (JSON) one that names the master in a second "proc" key: none of
+    them is written; the log says which pid and uid sent them (the
+    kernel's SCM_CREDENTIALS).  A record under its own pid still is
+    (that is what a worker can write).  Before, all were written."""
+    m = mtad_factory({"log": {"format": fmt}}).start()
+    w = workers(m.pid)[0]
+
+    def ids():                      # real uid and gid, once dropped
+        st = proc_status(w)
+        uid, gid = int(st["Uid"].split()[0]), int(st["Gid"].split()[0])
+        return (uid, gid) if uid != 0 else None
+    uid, gid = wait(ids, "the worker to drop its privileges")
+    sock = worker_log_socket(w)
+    ts = "2026-01-01T00:00:00.000Z"
+    if fmt == "text":
+        forged = ["%s mtad[%d]: master: admin: uid=0 pid=1 via=mtactl: "
+                  "stop FORGED-1" % (ts, m.pid),
+                  "%s mtad[%d]: worker 0: FORGED-2" % (ts, w),
+                  "%s mtad[%%d]: master: FORGED-3" % ts]
+        own = "%s mtad[%%d]: worker 0: OWN-LINE" % ts
+    else:
+        rec = ('{"ts":"%s","level":"notice","proc":"%s","pid":%s,'
+               '"event":"admin","uid":0,"action":"stop","msg":"%s"%s}')
+        forged = [rec % (ts, "master", m.pid, "FORGED-1", ""),
+                  rec % (ts, "worker 0", w, "FORGED-2", ""),
+                  rec % (ts, "worker 0", "%d", "FORGED-3",
+                         ',"proc":"master"')]
+        own = rec % (ts, "worker 0", "%d", "OWN-LINE", "")
+    # "%d": the sender's own pid, known in the child
+    child = send_as_user(sock, uid, gid, lambda pid: (
+        "\n".join(x.replace("%d", str(pid)) for x in forged + [own]) +
+        "\n").encode())
+    sock.close()
+    note = "refused 3 log records that pid %d (uid %d) sent as another " \
+        "process's" % (child, uid)
+    m.wait_log(note)
+    m.wait_log("OWN-LINE")
+    text = m.log_text()
+    assert "FORGED" not in text, text
+    if fmt == "json":
+        json_lines(m)               # the log is still one object per line
 
 
 def test_admin_actions_in_text_log(mtad_factory):

@@ -1048,6 +1048,12 @@ Test(config, ops_keys_defaults)
     cr_assert_str_eq(cfg->load_file, "/proc/loadavg");
     cr_assert_eq(cfg->log_format, LOG_FORMAT_TEXT);
     cr_assert_null(cfg->metrics_listen);
+    cr_assert_eq(cfg->nmetrics_allow, 2);       /* loopback */
+    cr_assert_eq(cfg->metrics_allow[0].family, AF_INET);
+    cr_assert_eq(cfg->metrics_allow[0].prefix, 8);
+    cr_assert_eq(cfg->metrics_allow[1].family, AF_INET6);
+    cr_assert_eq(cfg->metrics_max_per_ip, 4);
+    cr_assert_eq(cfg->metrics_header_timeout_ms, 2000);
     config_free(cfg);
 }
 
@@ -1056,7 +1062,9 @@ Test(config, ops_keys_set)
     struct config *cfg = tc_load_ok("routes:\n  default: discard\n"
         "limits:\n  load:\n    queue_only: 4\n    refuse: 12.5\n"
         "    file: /tmp/loadavg\nlog:\n  format: json\n"
-        "metrics:\n  listen: \"[::1]:9325\"\n");
+        "metrics:\n  listen: \"[::1]:9325\"\n  allow_networks: "
+        "[10.0.0.0/8]\n  max_connections_per_ip: 2\n"
+        "  header_timeout: 500ms\n");
 
     cr_assert_eq(cfg->load_queue_only_x100, 400);
     cr_assert_eq(cfg->load_refuse_x100, 1250);
@@ -1064,6 +1072,10 @@ Test(config, ops_keys_set)
     cr_assert_eq(cfg->log_format, LOG_FORMAT_JSON);
     cr_assert_str_eq(cfg->metrics_listen, "[::1]:9325");
     cr_assert_eq(cfg->metrics_addr.ss_family, AF_INET6);
+    cr_assert_eq(cfg->nmetrics_allow, 1);
+    cr_assert_eq(cfg->metrics_allow[0].prefix, 8);
+    cr_assert_eq(cfg->metrics_max_per_ip, 2);
+    cr_assert_eq(cfg->metrics_header_timeout_ms, 500);
     config_free(cfg);
 }
 
@@ -1080,7 +1092,15 @@ Test(config, ops_keys_bad)
         "\"127.0.0.1:9325\" or \"[::1]:9325\", got 'nowhere'");
     tc_load_bad("routes:\n  default: discard\nmetrics:\n  port: 1\n",
         "%P:4:3: metrics.port: unknown key 'port' (expected one of: "
-        "listen)");
+        "listen, allow_networks, max_connections_per_ip, header_timeout)");
+    tc_load_bad("routes:\n  default: discard\nmetrics:\n"
+        "  allow_networks: [10.0.0.0/33]\n",
+        "%P:4:20: metrics.allow_networks[0]: expected a network like "
+        "10.0.0.0/8 or 2001:db8::/32, got '10.0.0.0/33'");
+    tc_load_bad("routes:\n  default: discard\nmetrics:\n"
+        "  max_connections_per_ip: 0\n",
+        "%P:4:27: metrics.max_connections_per_ip: expected an integer "
+        "from 1 to 1024, got '0'");
 }
 
 

@@ -234,3 +234,72 @@ Test(logfmt, numbers_without_printf)
         "\"d\":0.000,\"e\":12345.679,\"f\":-1.250,\"g\":0.000,") != NULL,
         "%s", rec);
 }
+
+
+/* What the log process writes from a sender that is not the master: a
+ * record of a worker with the sender's own pid, in either format. */
+static const struct {
+    const char *name, *line;
+    int         want;
+} worker_line_cases[] = {
+    { "text, own pid", "2026-01-01T00:00:00.000Z mtad[42]: worker 3: "
+      "connect from [127.0.0.1]:1", 1 },
+    { "text, another pid", "2026-01-01T00:00:00.000Z mtad[43]: worker 3: "
+      "x", 0 },
+    { "text, a pid that starts like it", "2026-01-01T00:00:00.000Z "
+      "mtad[421]: worker 3: x", 0 },
+    { "text, as the master", "2026-01-01T00:00:00.000Z mtad[42]: master: "
+      "admin: uid=0 pid=1 via=mtactl: stop", 0 },
+    { "text, as logd", "2026-01-01T00:00:00.000Z mtad[42]: logd: x", 0 },
+    { "text, no time stamp", "mtad[42]: worker 3: x", 0 },
+    { "text, a control byte", "2026-01-01T00:00:00.000Z mtad[42]: worker "
+      "3: x\r2026-01-01T00:00:00.000Z mtad[1]: master: admin: y", 0 },
+    { "text, worker without a number", "2026-01-01T00:00:00.000Z "
+      "mtad[42]: worker x: y", 0 },
+    { "json, own pid", "{\"ts\":\"2026-01-01T00:00:00.000Z\",\"level\":"
+      "\"info\",\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\","
+      "\"msg\":\"x\"}", 1 },
+    { "json, a quoted key in a value", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":"
+      "\"a \\\"proc\\\":\\\"master\\\"\"}", 1 },
+    { "json, as the master", "{\"ts\":\"T\",\"level\":\"notice\",\"proc\":"
+      "\"master\",\"pid\":42,\"event\":\"admin\",\"msg\":\"x\"}", 0 },
+    { "json, another pid", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":1,\"event\":\"log\",\"msg\":\"x\"}", 0 },
+    { "json, a second proc key", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"proc\":\"master\"}", 0 },
+    { "json, a second pid key", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"pid\":1}", 0 },
+    { "empty", "", 0 },
+};
+
+Test(logfmt, worker_line_is_a_record_of_that_worker_table)
+{
+    for (size_t i = 0; i < sizeof(worker_line_cases) /
+        sizeof(worker_line_cases[0]); i++) {
+        const char *l = worker_line_cases[i].line;
+
+        cr_expect_eq(logfmt_worker_line(l, strlen(l), 42),
+            worker_line_cases[i].want, "%s: got %d, want %d",
+            worker_line_cases[i].name, !worker_line_cases[i].want,
+            worker_line_cases[i].want);
+    }
+}
+
+/* Whatever log.c makes for a worker passes, in both formats. */
+Test(logfmt, records_log_c_makes_pass_as_the_workers)
+{
+    char rec[LOG_RECORD_MAX];
+    size_t n;
+
+    log_open("worker 7", -1, LOGL_INFO);
+    for (int f = LOG_FORMAT_TEXT; f <= LOG_FORMAT_JSON; f++) {
+        n = log_render(f, rec, LOGL_WARN, "delivery", LOG_KVS(LKV_S("to",
+            "a\"proc\":\"master\"@b"), LKV_I("uid", 0)), "a \"quoted\" %s\n"
+            "next line", "text\x01");
+        cr_assert(n > 0 && rec[n - 1] == '\n');
+        cr_expect(logfmt_worker_line(rec, n - 1, (long)getpid()), "%.*s",
+            (int)n, rec);
+        cr_expect(!logfmt_worker_line(rec, n - 1, (long)getpid() + 1));
+    }
+}
