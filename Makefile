@@ -14,6 +14,9 @@ OPT      ?= -O2 -g
 SAN      ?=
 CFLAGS_W := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
+# The one version (VERSION): --version, mtactl status, the .deb.
+MTAD_VERSION := $(shell cat VERSION 2>/dev/null || echo 0)
+CPPFLAGS += -DMTAD_VERSION='"$(MTAD_VERSION)"'
 CFLAGS   += -std=c11 $(OPT) $(SAN) $(CFLAGS_W) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDFLAGS  += $(SAN)
@@ -131,7 +134,7 @@ $(BUILD)/obj-mtactl/%.o: mtactl/%.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,config spool)
+$(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,delivery)
 	@if [ -d $@ ]; then rm -rf $@; fi
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

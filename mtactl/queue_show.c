@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,7 +182,7 @@ queue_history_line(const char *p, const char *e, const char *needle)
 /*
  * queue_show_history - the log lines about id: arrival, every attempt's
  * result per recipient, hold, DSN, removal.  Only when log.file is a file
- * (not "-": then journald has them); reads at most the last
+ * (or "-" leads to one: mtactl_log_source() says where else); reads at most the last
  * QUEUE_HISTORY_SCAN bytes in QUEUE_COPY_CHUNK reads, and prints at most
  * QUEUE_HISTORY_MAX lines.
  */
@@ -189,27 +190,30 @@ static void
 queue_show_history(const struct config *cfg, const char *id)
 {
     static char buf[QUEUE_COPY_CHUNK];
-    char        needle[SPOOL_ID_SIZE + 2];
+    char        needle[SPOOL_ID_SIZE + 2], path[PATH_MAX];
+    char        where[PATH_MAX + 300];
     struct stat st;
     off_t       off;
     size_t      have = 0, shown = 0;
     ssize_t     got;
     int         fd;
 
-    if (strcmp(cfg->log_file, "-") == 0) {
-        printf("history:     in the system log (log.file is \"-\"): "
-            "journalctl -u mtad -g %s\n", id);
+    if (mtactl_log_source(cfg, id, path, sizeof(path), where,
+        sizeof(where)) != 0) {
+        printf("history:     ");
+        queue_put_text(where);
+        putchar('\n');
         return;
     }
-    if ((fd = open(cfg->log_file, O_RDONLY | O_CLOEXEC)) == -1 ||
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1 ||
         fstat(fd, &st) == -1) {
-        printf("history:     %s: %s\n", cfg->log_file, strerror(errno));
+        printf("history:     %s: %s\n", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return;
     }
     snprintf(needle, sizeof(needle), "%s:", id);
-    printf("history:     (%s)\n", cfg->log_file);
+    printf("history:     (%s; all of it: mtactl trace %s)\n", path, id);
     off = st.st_size > QUEUE_HISTORY_SCAN ? st.st_size - QUEUE_HISTORY_SCAN :
         0;
     for (;;) {

@@ -36,7 +36,7 @@ BEGIN {
     ok["smtpd"]    = "smtpd delivery config dkim spool router smtp proxy dns sts common"
     ok["worker"]   = "worker smtpd delivery config dkim spool router smtp proxy dns sts common"
     ok["master"]   = "master worker smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["mtactl"]   = "mtactl config dkim spool router smtp proxy dns common"
+    ok["mtactl"]   = "mtactl delivery config dkim spool router smtp proxy dns sts common"
     ok["sendmail"] = "sendmail config dkim router smtp proxy dns common"
     # the headers each module offers the others ("*": all of them)
     pub["common"] = "*"

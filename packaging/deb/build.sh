@@ -9,7 +9,7 @@
 set -eu
 BUILD=${1:-build}
 TOP=$(pwd)
-VERSION=${MTAD_DEB_VERSION:-0.1.0+git$(git log -1 --format=%cd --date=format:%Y%m%d%H%M 2>/dev/null || echo 0)}
+VERSION=${MTAD_DEB_VERSION:-$(cat VERSION)+git$(git log -1 --format=%cd --date=format:%Y%m%d%H%M 2>/dev/null || echo 0)}
 ARCH=$(dpkg --print-architecture)
 OUT=$TOP/$BUILD/mtad_${VERSION}_${ARCH}.deb
 # Staged outside $BUILD: the Makefile reads every *.d under $BUILD as a
