@@ -232,7 +232,7 @@ queue_show_history(const struct config *cfg, const char *id, int json)
         queue_json_str(path);
         fputs(",\"history\":[", stdout);
     } else
-        printf("history:     (%s; all of it: mtactl trace %s)\n", path, id);
+        printf("history:     (%s)\n", path);
     off = st.st_size > QUEUE_HISTORY_SCAN ? st.st_size - QUEUE_HISTORY_SCAN :
         0;
     for (;;) {

@@ -187,6 +187,14 @@ tc_lookup(struct tc *t)
     char               why[300];
     int                rc;
 
+    /* an address literal route: no lookup, one hop (as resolve.c) */
+    if (!t->mx && mta_hop_literal(t->policy_domain, t->port, &t->hop[0]) ==
+        0) {
+        t->nhop = 1;
+        snprintf(t->sts_why, sizeof(t->sts_why), "not applied to this "
+            "route");
+        return 0;
+    }
     mtactl_route_dns_options(t->cfg, &o);
     if (dns_new(&t->dns, t->loop, &o, why, sizeof(why)) != 0) {
         fprintf(stderr, "mtactl: tls check: resolver: %s\n", why);
@@ -238,6 +246,10 @@ tc_print_dest(const struct tc *t)
         tc_put("mta-sts:", t->have_sts ? "mode none" : "no policy");
     if (t->sts_why[0] != '\0')
         tc_put("", t->sts_why);
+    if (d == NULL) {
+        tc_put("host:", "an address literal (no DNS)");
+        return;
+    }
     snprintf(line, sizeof(line), "%s%s%s", d->implicit ? "no MX: " : "",
         d->name, d->secure ? " (dnssec)" : " (not dnssec)");
     tc_put(t->mx ? "mx of:" : "host:", line);
@@ -269,8 +281,9 @@ tc_hops(struct tc *t)
     size_t              k;
 
     memset(&self, 0, sizeof(self));
-    (void)resolve_flatten(t->dest, t->port, &self, t->hop, TC_MAX_HOPS,
-        &t->nhop);
+    if (t->dest != NULL && t->dest->status == DNS_OK)
+        (void)resolve_flatten(t->dest, t->port, &self, t->hop, TC_MAX_HOPS,
+            &t->nhop);
     for (k = 0; k < t->nhop; k++) {
         struct tls_req        *r = &t->hop[k].tls;
         const struct dns_host *h;
@@ -281,7 +294,7 @@ tc_hops(struct tc *t)
             sizeof(r->policy_domain));
         util_strlcpy(r->verify_name, t->hop[k].name, sizeof(r->verify_name));
         if ((t->level != TLS_DANE && t->level != TLS_DANE_ONLY) ||
-            (t->mx && !t->dest->secure) ||
+            t->dest == NULL || (t->mx && !t->dest->secure) ||
             (h = tc_host(t->dest, t->hop[k].name)) == NULL || !h->secure)
             continue;
         if (t->dane == NULL)
@@ -416,7 +429,7 @@ mtactl_tls_check(int argc, char **argv, const struct config *cfg)
         fprintf(stderr, "mtactl: tls check: no event loop\n");
         return MTACTL_FAIL;
     }
-    if (tc_lookup(&t) == 0 && t.dest != NULL) {
+    if (tc_lookup(&t) == 0 && (t.dest != NULL || t.nhop > 0)) {
         tc_print_dest(&t);
         tc_hops(&t);
         tried = tc_refine(&t, probe, &failed);

@@ -385,8 +385,13 @@ def test_show_says_the_tls_of_each_recipient(mtad_factory, sink_factory,
     assert re.search(r"pending .*relay=none tls=none "
                      r"tls_failure=starttls-not-supported$",
                      rcpt["y@strict.test"]), out
+    # JSON: the value without the log's "tls=" key
     js = m.ctl("queue", "--json").stdout
-    assert '"tls":"tls=none tls_failure=starttls-not-supported"' in js, js
+    assert '"tls":"none tls_failure=starttls-not-supported"' in js, js
+    tls = {x["address"]: x["tls"] for x in
+           json.loads(m.ctl("show", qid, "--json", check=True).stdout)["recipients"]}
+    assert re.match(r"TLSv1\.[23] cipher=\S+ verify=ca$", tls["x@ok.test"]), tls
+    assert tls["y@strict.test"] == "none tls_failure=starttls-not-supported"
 
 
 @pytest.mark.parametrize("level", ["verify", "encrypt", "dane-only"])
