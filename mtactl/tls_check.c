@@ -57,6 +57,7 @@ struct tc {
     struct dane_lookup  *dane;
     int                  left;          /* lookups outstanding */
     struct dns_dest     *dest;
+    int                  looked_sts;    /* asked (else sts_why: why not) */
     int                  have_sts;      /* a policy in force */
     struct sts_policy    pol;
     char                 sts_why[512];
@@ -191,8 +192,8 @@ tc_lookup(struct tc *t)
     if (!t->mx && mta_hop_literal(t->policy_domain, t->port, &t->hop[0]) ==
         0) {
         t->nhop = 1;
-        snprintf(t->sts_why, sizeof(t->sts_why), "not applied to this "
-            "route");
+        snprintf(t->sts_why, sizeof(t->sts_why), "not applied (the route "
+            "names its host)");
         return 0;
     }
     mtactl_route_dns_options(t->cfg, &o);
@@ -219,11 +220,14 @@ tc_lookup(struct tc *t)
         t->sts = stsd_new(t->loop, t->dns, &so, why, sizeof(why));
         if (t->sts == NULL)
             snprintf(t->sts_why, sizeof(t->sts_why), "unusable: %s", why);
-        else if (stsd_get(t->sts, t->domain, tc_sts_done, t, NULL) == 0)
+        else if (stsd_get(t->sts, t->domain, tc_sts_done, t, NULL) == 0) {
+            t->looked_sts = 1;
             t->left++;
+        }
     } else
         snprintf(t->sts_why, sizeof(t->sts_why), t->cfg->mta_sts.enabled ?
-            "not applied to this route" : "off (delivery.mta_sts)");
+            "not applied (the route names its host)" :
+            "off (delivery.mta_sts)");
     ev_run(t->loop);
     return 0;
 }
@@ -235,7 +239,9 @@ tc_print_dest(const struct tc *t)
     const struct dns_dest *d = t->dest;
     char                   line[DNS_NAME_MAX + 64];
 
-    if (t->have_sts && t->pol.mode != STS_MODE_NONE) {
+    if (!t->looked_sts)
+        tc_put("mta-sts:", t->sts_why);
+    else if (t->have_sts && t->pol.mode != STS_MODE_NONE) {
         snprintf(line, sizeof(line), "%s, max_age %u, %zu mx pattern%s",
             sts_mode_name(t->pol.mode), (unsigned)t->pol.max_age,
             t->pol.nmx, t->pol.nmx == 1 ? "" : "s");
@@ -244,13 +250,14 @@ tc_print_dest(const struct tc *t)
             tc_put("", t->pol.mx[i]);
     } else
         tc_put("mta-sts:", t->have_sts ? "mode none" : "no policy");
-    if (t->sts_why[0] != '\0')
+    if (t->looked_sts && t->sts_why[0] != '\0')
         tc_put("", t->sts_why);
     if (d == NULL) {
         tc_put("host:", "an address literal (no DNS)");
         return;
     }
-    snprintf(line, sizeof(line), "%s%s%s", d->implicit ? "no MX: " : "",
+    snprintf(line, sizeof(line), "%s%s%s", d->implicit && t->mx ?
+        "no MX: " : "",
         d->name, d->secure ? " (dnssec)" : " (not dnssec)");
     tc_put(t->mx ? "mx of:" : "host:", line);
     if (d->status != DNS_OK) {
@@ -309,12 +316,14 @@ tc_hops(struct tc *t)
 
 
 static void
-tc_print_tlsa(const struct dane_host *dh)
+tc_print_tlsa(const struct tc *t, const struct dane_host *dh)
 {
     char line[300];
 
     if (dh == NULL) {
-        tc_put("  tlsa:", "not looked up (level, or answers not dnssec)");
+        tc_put("  tlsa:", t->level != TLS_DANE && t->level != TLS_DANE_ONLY ?
+            "not looked up (the level is not dane)" :
+            "not looked up (the MX or address answers were not dnssec)");
         return;
     }
     snprintf(line, sizeof(line), "%s", dane_state_name(dh->state));
@@ -358,7 +367,7 @@ tc_refine(struct tc *t, int probe, size_t *failed)
         queue_put_text(hp->name);
         util_sockaddr_ip((struct sockaddr *)&hp->ss, addr, sizeof(addr));
         printf(" [%s]:%u\n", addr, hp->port);
-        tc_print_tlsa(dh);
+        tc_print_tlsa(t, dh);
         if (dane_refine(&hp->tls, hp->name, dh, why, sizeof(why),
             &fail) != 0) {
             tc_put("  in force:", "not tried:");
