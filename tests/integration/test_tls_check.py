@@ -64,3 +64,41 @@ def test_tls_check_tlsa_lookup_failure(dane, mtad_factory, sink_factory):
     assert r.returncode == 1, r.stdout
     assert f["in force:"][0] == "not tried:"
     assert "TLSA lookup failed" in f["in force:"][1], f
+
+
+# ---- MTA-STS (test_mta_sts.py's zone, policy server and CA) ---------------
+
+from test_mta_sts import ZONE as STS_ZONE, mx_sink, sts_world  # noqa: E402,F401
+from test_mta_sts import start as sts_start  # noqa: E402
+
+
+@needs_root
+def test_tls_check_mta_sts_enforce(mtad_factory, sink_factory, sts_world):
+    mx = "mx1.enf.%s" % STS_ZONE
+    mx_sink(sink_factory, 81, sts_world["ca"], [mx])
+    m = sts_start(mtad_factory, sts_world)
+    r = m.ctl("tls", "check", "enf.%s" % STS_ZONE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    f = check_fields(r.stdout)
+    assert f["mta-sts:"][:2] == ["enforce, max_age 86400, 1 mx pattern",
+                                 "*.enf.%s" % STS_ZONE], f
+    assert f["mta-sts:"][2].startswith("fetched policy id=enf1 "), f
+    assert f["mx host:"] == ["%s [127.0.0.81]:25" % mx]
+    assert f["in force:"] == ["may + mta-sts enforce (CA-verified name), "
+                              "TLS required"], f
+    assert re.match(r"tls=TLSv1\.[23] cipher=\S+ verify=sts$", f["tls:"][0])
+    assert f["verdict:"] == ["passes"]
+    assert sts_world["web"].fetches.get("enf") == 1
+
+
+@needs_root
+def test_tls_check_mta_sts_mx_not_in_policy(mtad_factory, sink_factory,
+                                            sts_world):
+    mx_sink(sink_factory, 82)
+    m = sts_start(mtad_factory, sts_world)
+    r = m.ctl("tls", "check", "bad.%s" % STS_ZONE, "--no-probe")
+    assert r.returncode == 1, r.stdout
+    f = check_fields(r.stdout)
+    assert f["mta-sts:"][0].startswith("enforce, "), f
+    assert f["mta-sts:"][-1] == "does not match the policy: not tried", f
+    assert f["result:"] == ["no host would be tried: mail defers"]
