@@ -17,6 +17,7 @@ CPPFLAGS += -I. -D_GNU_SOURCE -MMD -MP
 # The one version (VERSION): --version, mtactl status, the .deb.
 MTAD_VERSION := $(shell cat VERSION 2>/dev/null || echo 0)
 CPPFLAGS += -DMTAD_VERSION='"$(MTAD_VERSION)"'
+VERSION_USERS = master/main master/control master/status_json obj-mtactl/mtactl obj-sendmail/main
 CFLAGS   += -std=c11 $(OPT) $(SAN) $(CFLAGS_W) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDFLAGS  += $(SAN)
@@ -117,6 +118,7 @@ deps:
 check-deps:
 	@pkg-config --exists $(PKGS) criterion 2>/dev/null || sh packaging/deps.sh
 
+$(patsubst %,$(BUILD)/%.o,$(VERSION_USERS)): VERSION
 $(BUILD)/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<

@@ -437,13 +437,12 @@ mtactl_wrap(const char *text)
 static void
 mtactl_verb_help(const struct mtactl_verb *v)
 {
+    printf("usage: mtactl %s%s%s\n", v->name, v->usage[0] ? " " : "",
+        v->usage);
     if (v->help_fn != NULL)
         v->help_fn();
-    else {
-        printf("usage: mtactl %s%s%s\n", v->name, v->usage[0] ? " " : "",
-            v->usage);
+    else
         mtactl_wrap(v->long_help);
-    }
     if (v->flags & MV_DAEMON)
         printf("  needs: a running mtad; root or a member of "
             "server.admin_group (the control socket)\n");

@@ -968,8 +968,12 @@ def test_exit_codes_and_bad_ids_for_every_change(kq):
     assert r.returncode == 2
     r = m.ctl("help", "queue")
     assert r.returncode == 0 and "bounce ID" in r.stdout
+    assert r.stdout.startswith("usage: mtactl queue [filters] ")
     for cmd in ("show", "delete", "hold", "release", "flush", "bounce"):
-        assert m.ctl("help", cmd).stdout == r.stdout
+        h = m.ctl("help", cmd).stdout
+        # its own usage line, then the queue commands' help
+        assert h.startswith("usage: mtactl %s " % cmd), h
+        assert h.split("\n", 1)[1] == r.stdout.split("\n", 1)[1]
 
 
 # ---- the race -------------------------------------------------------------
