@@ -26,8 +26,8 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
 #   common <- smtp, dns, sts, proxy, dkim <- router, spool <- config <- delivery
-#   <- smtpd <- worker <- master; mtactl uses common, smtp, dns, dkim,
-#   router, spool, config.  config uses dkim to check the DKIM keys at load.
+#   <- smtpd <- worker <- master; mtactl uses delivery and
+#   what it uses (tls check).  config uses dkim to check the DKIM keys at load.
 # MODS is the link order (a library before the ones it uses).
 MODS := master worker smtpd delivery config spool router smtp dkim proxy dns sts common
 deps_common   :=
