@@ -79,6 +79,7 @@ def test_tls_check_mta_sts_enforce(mtad_factory, sink_factory, sts_world):
     m = sts_start(mtad_factory, sts_world)
     r = m.ctl("tls", "check", "enf.%s" % STS_ZONE)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == ""
     f = check_fields(r.stdout)
     assert f["mta-sts:"][:2] == ["enforce, max_age 86400, 1 mx pattern",
                                  "*.enf.%s" % STS_ZONE], f
