@@ -274,6 +274,7 @@ ctl_status_report(struct master *m, char **out)
     master_totals(m, &tot);
     master_rates(m, &in_ps, &out_ps);
     buf_printf(&t, "ok\n");
+    buf_printf(&t, "version: %s\n", MTAD_VERSION);
     buf_printf(&t, "pid: %d\n", (int)getpid());
     buf_printf(&t, "uptime: %" PRIu64 "s\n", (now - m->started_ms) / 1000);
     buf_printf(&t, "generation: %u\n", m->cur->id);

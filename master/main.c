@@ -29,7 +29,7 @@ static void
 usage(FILE *f)
 {
     fprintf(f,
-        "usage: mtad [-f] [-t] [-c FILE]\n"
+        "usage: mtad [-f] [-t] [-c FILE] | --version\n"
         "  -c FILE  configuration (default " MTAD_DEFAULT_CONFIG ")\n"
         "  -f       stay in the foreground (systemd, make run)\n"
         "  -t       check the configuration, print \"FILE: ok\" or the errors\n"
@@ -84,6 +84,10 @@ main(int argc, char **argv)
     proctitle_init(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         usage(stdout);          /* as GNU tools take it */
+        return EX_OK;
+    }
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        printf("mtad %s\n", MTAD_VERSION);
         return EX_OK;
     }
     while ((c = getopt(argc, argv, "c:fth")) != -1) {

@@ -3,7 +3,7 @@
  *                 object, for scripts.
  *
  * PURPOSE   The same facts as the text report (control.c), with stable
- *           keys: pid, uptime_s, generation, workers_configured, load,
+ *           keys: version, pid, uptime_s, generation, workers_configured, load,
  *           throttle {queue_only, refuse}, logd {pid, state}, reload,
  *           workers [{slot, pid, generation, shard, state, uptime_s,
  *           sessions, connections_total, messages_in, recipients_sent,
@@ -74,10 +74,11 @@ status_json_report(struct master *m, char **out)
     buf_init(&t);
     master_totals(m, &tot);
     master_rates(m, &in_ps, &out_ps);
-    buf_printf(&t, "ok\n{\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
+    buf_printf(&t, "ok\n{\"version\":\"%s\",\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
         "\"workers_configured\":%d,\"load\":%u.%02u,\"throttle\":{"
         "\"queue_only\":%s,\"refuse\":%s},\"logd\":{\"pid\":%d,\"state\":"
-        "\"%s\"},\"reload\":\"%s\",\"workers\":[", (int)getpid(),
+        "\"%s\"},\"reload\":\"%s\",\"workers\":[", MTAD_VERSION,
+        (int)getpid(),
         (now - m->started_ms) / 1000, m->cur->id, m->cur->cfg->workers,
         load / 100, load % 100, (thr & STATUS_THROTTLE_HOLD) ? "true" :
         "false", (thr & STATUS_THROTTLE_REFUSE) ? "true" : "false",

@@ -1,16 +1,15 @@
 /*
  * mtactl.c - main() of mtactl: the operator's tool.
  *
- * PURPOSE   mtactl [-c FILE] [-s SOCKET] COMMAND [ARGS]:
- *             status   the master's report (through the control socket)
- *             reload   re-read the config; waits for the outcome
- *             stop     stop mtad gracefully; waits until it is gone
- *             check    check the config locally (like mtad -t)
- *             tls report [DOMAIN|--send]  TLS-RPT counts (RFC 8460)
- *             help [COMMAND]
- *             dkim keygen ...  (dkim.c)
- *             route ...  (route.c)     queue/show/delete/hold/release/
- *                                      flush/bounce ... (queue.c)
+ * PURPOSE   mtactl [-c FILE] [-s SOCKET] COMMAND [ARGS]: the commands are
+ *           one table (mtactl_verbs[]): name, usage, a line of help, the
+ *           long help (or the family's help function), the handler, what
+ *           it needs (the configuration, the running mtad, the spool) and
+ *           its argument count.  --help, `help VERB` and the dispatch all
+ *           read it, so a command cannot be listed and missing or the
+ *           reverse.  The families live in their own files: route.c,
+ *           queue*.c, tls.c, tls_check.c, dkim.c, user.c, drain.c,
+ *           trace.c.
  * CONTRACT  Exit codes: 0 ok, 1 failed (including a rejected reload),
  *           2 usage.  Errors on stderr as "mtactl: <what>: <why>".
  *           The control socket is server.control_socket of the config; when
@@ -43,35 +42,6 @@ struct mtactl {
     char           cfg_err[8192];
     char           sock[4096];
 };
-
-static void
-mtactl_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: mtactl [-c FILE] [-s SOCKET] COMMAND [ARGS]\n"
-        "  -c FILE    configuration (default " MTACTL_DEFAULT_CONFIG ")\n"
-        "  -s SOCKET  control socket (default: server.control_socket)\n"
-        "commands:\n"
-        "  status [--json]  processes, counters, rates, queue size\n"
-        "  reload           re-read the configuration; fails (exit 1) when "
-        "it is rejected\n"
-        "  stop             stop mtad gracefully and wait until it is gone\n"
-        "  drain [--timeout D]  stop accepting, deliver the queue, then stop\n"
-        "  check            check the configuration (like mtad -t)\n"
-        "  kick ID|*        deliver a queued message (or all) now\n"
-        "  route ...        routes (mtactl help route)\n"
-        "  tls policy ...   outbound TLS level per destination "
-        "(mtactl help tls)\n"
-        "  queue ...        the queue (mtactl help queue)\n"
-        "  tls report [DOMAIN|--send]  TLS-RPT counts of today; --send "
-        "mails the reports now\n"
-        "  dkim keygen DOMAIN SELECTOR  a DKIM key and its DNS record "
-        "(mtactl help dkim)\n"
-        "  user add|del|list  SMTP AUTH users of auth.password_file "
-        "(mtactl help user)\n"
-        "  help [COMMAND]\n"
-        "exit codes: 0 ok, 1 failed, 2 usage\n");
-}
 
 /* Fallback when the config does not load: find "control_socket:" in it. */
 static int
@@ -197,58 +167,79 @@ mtactl_stop(struct mtactl *c)
     return MTACTL_FAIL;
 }
 
+/* ---- the verbs -------------------------------------------------------- */
+
+/* What a verb needs; the dispatcher enforces MV_CONFIG and MV_AUDIT, and
+ * `mtactl help VERB` says what all of them mean. */
+#define MV_CONFIG  0x01     /* the configuration must load */
+#define MV_DAEMON  0x02     /* asks the running mtad (control socket) */
+#define MV_SPOOL   0x04     /* reads or changes the spool or routes db */
+#define MV_AUDIT   0x08     /* changes are reported to mtad's log */
+
+struct mtactl_verb {
+    const char *name;
+    const char *usage;              /* what follows the name */
+    const char *help;               /* one line, for mtactl --help */
+    const char *long_help;          /* mtactl help VERB, or NULL: ... */
+    void      (*help_fn)(void);     /* ... the family's own help */
+    int       (*run)(struct mtactl *c, int argc, char **argv);
+    unsigned    flags;              /* MV_* */
+    int         min_args, max_args; /* after the name; -1: any */
+};
+
+static int mtactl_help(struct mtactl *c, int argc, char **argv);
+
 static int
-mtactl_help(int argc, char **argv)
+mtactl_run_status(struct mtactl *c, int argc, char **argv)
 {
-    if (argc < 2) {
-        mtactl_usage(stdout);
-        return MTACTL_OK;
-    }
-    if (strcmp(argv[1], "route") == 0)
-        mtactl_route_help();
-    else if (strcmp(argv[1], "dkim") == 0)
-        mtactl_dkim_help();
-    else if (strcmp(argv[1], "user") == 0)
-        mtactl_user_help();
-    else if (strcmp(argv[1], "tls") == 0)
-        mtactl_tls_help();
-    else if (strcmp(argv[1], "queue") == 0 || strcmp(argv[1], "show") == 0 ||
-        strcmp(argv[1], "delete") == 0 || strcmp(argv[1], "hold") == 0 ||
-        strcmp(argv[1], "release") == 0 || strcmp(argv[1], "flush") == 0 ||
-        strcmp(argv[1], "bounce") == 0)
-        mtactl_queue_help();
-    else if (strcmp(argv[1], "status") == 0)
-        printf("mtactl status: the master's pid, uptime, generation, load, "
-            "each worker's counters, totals, messages per second over the "
-            "last minute, queue size, dropped log records; --json: the "
-            "same as one JSON object (keys in mtactl(8))\n");
-    else if (strcmp(argv[1], "reload") == 0)
-        printf("mtactl reload: like SIGHUP, but waits: exit 0 when the new "
-            "workers serve, 1 (with the errors) when the config was "
-            "rejected and the old one keeps serving\n");
-    else if (strcmp(argv[1], "stop") == 0)
-        printf("mtactl stop: like SIGTERM; waits until mtad is gone\n");
-    else if (strcmp(argv[1], "drain") == 0)
-        printf("mtactl drain [--timeout D]: stop accepting (the listeners "
-            "close; 421 to connections already waiting), deliver every "
-            "queued message, then stop; waits until mtad is gone.  Exit 0 "
-            "when the queue was emptied, 1 when messages were left at the "
-            "deadline (they stay in the spool)\n");
-    else if (strcmp(argv[1], "check") == 0)
-        printf("mtactl check: load the configuration and print \"FILE: ok\" "
-            "or its errors (exit 1); reads the file itself, so mtad need "
-            "not run\n");
-    else if (strcmp(argv[1], "kick") == 0)
-        printf("mtactl kick ID|*: ask the worker that owns the message to "
-            "try it now instead of at its next retry (* every queued "
-            "message); a held message stays held\n");
-    else if (strcmp(argv[1], "help") == 0)
-        mtactl_usage(stdout);
-    else {
-        fprintf(stderr, "mtactl: help: unknown command '%s'\n", argv[1]);
+    if (argc == 2 && strcmp(argv[1], "--json") != 0) {
+        fprintf(stderr, "mtactl: status: unexpected '%s'\n"
+            "usage: mtactl status [--json]\n", argv[1]);
         return MTACTL_USAGE;
     }
-    return MTACTL_OK;
+    return mtactl_request(c, argc == 2 ? "status json" : "status",
+        MTACTL_TIMEOUT_MS, NULL);
+}
+
+static int
+mtactl_run_reload(struct mtactl *c, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return mtactl_request(c, "reload", MTACTL_RELOAD_MS, NULL);
+}
+
+static int
+mtactl_run_stop(struct mtactl *c, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return mtactl_stop(c);
+}
+
+static int
+mtactl_run_check(struct mtactl *c, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return mtactl_check(c);
+}
+
+static int
+mtactl_run_drain(struct mtactl *c, int argc, char **argv)
+{
+    mtactl_find_socket(c);
+    return mtactl_drain(argc, argv, c->sock, c->cfg);
+}
+
+static int
+mtactl_run_kick(struct mtactl *c, int argc, char **argv)
+{
+    char req[1024];
+
+    (void)argc;
+    snprintf(req, sizeof(req), "kick %s", argv[1]);
+    return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
 }
 
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
@@ -270,85 +261,244 @@ mtactl_tls_report(struct mtactl *c, int argc, char **argv)
     return MTACTL_USAGE;
 }
 
+/* tls: report asks mtad and needs no configuration (a broken file must
+ * not hide the counts); policy and check read it. */
 static int
-mtactl_is_queue(const char *cmd)
+mtactl_run_tls(struct mtactl *c, int argc, char **argv)
 {
-    static const char *const words[] = {
-        "queue", "show", "delete", "hold", "release", "flush", "bounce"
-    };
+    int rc;
 
-    for (size_t i = 0; i < ARRAY_LEN(words); i++)
-        if (strcmp(cmd, words[i]) == 0)
-            return 1;
-    return 0;
+    if (argc >= 2 && strcmp(argv[1], "report") == 0)
+        return mtactl_tls_report(c, argc, argv);
+    if (c->cfg == NULL && argc > 2) {       /* "tls help" needs none */
+        mtactl_print_errors(c->cfg_err);
+        return MTACTL_FAIL;
+    }
+    if (argc >= 2 && strcmp(argv[1], "check") == 0)
+        return mtactl_tls_check(argc, argv, c->cfg);
+    mtactl_audit_init(c->cfg);
+    rc = mtactl_tls(argc, argv, c->cfg);
+    mtactl_audit_flush();
+    return rc;
+}
+
+static int
+mtactl_run_route(struct mtactl *c, int argc, char **argv)
+{
+    return mtactl_route(argc, argv, c->cfg);
+}
+
+static int
+mtactl_run_queue(struct mtactl *c, int argc, char **argv)
+{
+    return mtactl_queue(argc, argv, c->cfg);
+}
+
+static int
+mtactl_run_dkim(struct mtactl *c, int argc, char **argv)
+{
+    (void)c;
+    return mtactl_dkim(argc, argv);
+}
+
+static int
+mtactl_run_user(struct mtactl *c, int argc, char **argv)
+{
+    return mtactl_user(argc, argv, c->cfg, c->cfg_err);
+}
+
+static int
+mtactl_run_trace(struct mtactl *c, int argc, char **argv)
+{
+    return mtactl_trace(argc, argv, c->cfg);
+}
+
+#define MTACTL_QUEUE_VERB(name, usage, help) \
+    { name, usage, help, NULL, mtactl_queue_help, mtactl_run_queue, \
+      MV_CONFIG | MV_SPOOL | MV_AUDIT, 0, -1 }
+
+static const struct mtactl_verb mtactl_verbs[] = {
+    { "status", "[--json]", "processes, counters, rates, queue size",
+      "The master's version, pid, uptime, generation, load, each worker's "
+      "counters, totals, messages per second over the last minute, queue "
+      "size, dropped log records; --json: the same as one JSON object "
+      "(keys in mtactl(8)).",
+      NULL, mtactl_run_status, MV_DAEMON, 0, 1 },
+    { "reload", "", "re-read the configuration; exit 1 when rejected",
+      "Like SIGHUP, but waits: exit 0 when the new workers serve, 1 (with "
+      "the errors) when the config was rejected and the old one keeps "
+      "serving.",
+      NULL, mtactl_run_reload, MV_DAEMON, 0, 0 },
+    { "stop", "", "stop mtad gracefully and wait until it is gone",
+      "Like SIGTERM; waits until mtad is gone.",
+      NULL, mtactl_run_stop, MV_DAEMON, 0, 0 },
+    { "drain", "[--timeout D]", "stop accepting, deliver the queue, then stop",
+      "Stop accepting (the listeners close; 421 to connections already "
+      "waiting), deliver every queued message, then stop; waits until mtad "
+      "is gone.  Exit 0 when the queue was emptied, 1 when messages were "
+      "left at the deadline (they stay in the spool).",
+      NULL, mtactl_run_drain, MV_DAEMON, 0, -1 },
+    { "check", "", "check the configuration (like mtad -t)",
+      "Load the configuration and print \"FILE: ok\" or its errors (exit "
+      "1); reads the file itself, so mtad need not run.",
+      NULL, mtactl_run_check, 0, 0, 0 },
+    { "kick", "ID|*", "deliver a queued message (or all) now",
+      "Ask the worker that owns the message to try it now instead of at "
+      "its next retry (* every queued message); a held message stays "
+      "held.",
+      NULL, mtactl_run_kick, MV_DAEMON, 1, 1 },
+    MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
+        "the queue; --summary: by domain and age"),
+    MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",
+        "one message: envelope, history, headers"),
+    MTACTL_QUEUE_VERB("delete", "ID... | --all [filters]",
+        "remove messages, no DSN"),
+    MTACTL_QUEUE_VERB("hold", "ID... | --all [filters]",
+        "keep messages, but do not deliver them"),
+    MTACTL_QUEUE_VERB("release", "ID... | --all [filters]",
+        "undo hold and deliver now"),
+    MTACTL_QUEUE_VERB("flush", "[ID... | --all [filters]]", "deliver now"),
+    MTACTL_QUEUE_VERB("bounce", "ID... | --all [filters]",
+        "give up now: a DSN to the sender, then removed"),
+    { "trace", "ID", "a message's log records, also after delivery",
+      NULL, mtactl_trace_help, mtactl_run_trace, MV_CONFIG, 1, 1 },
+    { "route", "add|del|get|list|import|export|hash ...", "the routes db",
+      NULL, mtactl_route_help, mtactl_run_route,
+      MV_CONFIG | MV_SPOOL | MV_AUDIT, 0, -1 },
+    { "tls", "policy ...|report ...|check DOMAIN",
+      "outbound TLS: levels, TLS-RPT, a domain's check",
+      NULL, mtactl_tls_help, mtactl_run_tls, 0, 0, -1 },
+    { "dkim", "keygen DOMAIN SELECTOR", "a DKIM key and its DNS record",
+      NULL, mtactl_dkim_help, mtactl_run_dkim, 0, 0, -1 },
+    { "user", "add|del|list", "SMTP AUTH users of auth.password_file",
+      NULL, mtactl_user_help, mtactl_run_user, 0, 0, -1 },
+    { "help", "[COMMAND]", "this list, or one command's help",
+      "Without COMMAND the list of commands; with it that command's usage, "
+      "what it does and what it needs.",
+      NULL, mtactl_help, 0, 0, 1 },
+};
+
+static const struct mtactl_verb *
+mtactl_verb_find(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(mtactl_verbs); i++)
+        if (strcmp(mtactl_verbs[i].name, name) == 0)
+            return &mtactl_verbs[i];
+    return NULL;
+}
+
+static void
+mtactl_usage(FILE *f)
+{
+    char head[128];
+
+    fprintf(f,
+        "usage: mtactl [-c FILE] [-s SOCKET] COMMAND [ARGS]\n"
+        "       mtactl --version | --help\n"
+        "  -c FILE    configuration (default " MTACTL_DEFAULT_CONFIG ")\n"
+        "  -s SOCKET  control socket (default: server.control_socket)\n"
+        "commands:\n");
+    for (size_t i = 0; i < ARRAY_LEN(mtactl_verbs); i++) {
+        const struct mtactl_verb *v = &mtactl_verbs[i];
+
+        snprintf(head, sizeof(head), "%s%s%s", v->name, v->usage[0] ? " " :
+            "", v->usage);
+        if (strlen(head) <= 28)
+            fprintf(f, "  %-28s %s\n", head, v->help);
+        else
+            fprintf(f, "  %s\n  %-28s %s\n", head, "", v->help);
+    }
+    fprintf(f, "exit codes: 0 ok, 1 failed, 2 usage\n");
+}
+
+/* mtactl_wrap - text folded at 76 columns, each line indented by two. */
+static void
+mtactl_wrap(const char *text)
+{
+    const char *p = text;
+    size_t      col = 0, w;
+
+    while (*p) {
+        p += strspn(p, " ");
+        w = strcspn(p, " ");
+        if (w == 0)
+            break;
+        if (col > 0 && col + 1 + w > 76) {
+            putchar('\n');
+            col = 0;
+        }
+        printf("%s%.*s", col ? " " : "  ", (int)w, p);
+        col += (col ? 1 : 2) + w;
+        p += w;
+    }
+    putchar('\n');
+}
+
+static void
+mtactl_verb_help(const struct mtactl_verb *v)
+{
+    printf("usage: mtactl %s%s%s\n", v->name, v->usage[0] ? " " : "",
+        v->usage);
+    if (v->help_fn != NULL)
+        v->help_fn();
+    else
+        mtactl_wrap(v->long_help);
+    if (v->flags & MV_DAEMON)
+        printf("  needs: a running mtad; root or a member of "
+            "server.admin_group (the control socket)\n");
+    if (v->flags & MV_SPOOL)
+        printf("  needs: root or the user mtad runs as (the spool and the "
+            "routes db)\n");
+    if (v->flags & MV_AUDIT)
+        printf("  changes are reported to mtad's log\n");
+}
+
+static int
+mtactl_help(struct mtactl *c, int argc, char **argv)
+{
+    const struct mtactl_verb *v;
+
+    (void)c;
+    if (argc < 2) {
+        mtactl_usage(stdout);
+        return MTACTL_OK;
+    }
+    if ((v = mtactl_verb_find(argv[1])) == NULL) {
+        fprintf(stderr, "mtactl: help: unknown command '%s'\n", argv[1]);
+        return MTACTL_USAGE;
+    }
+    mtactl_verb_help(v);
+    return MTACTL_OK;
 }
 
 static int
 mtactl_dispatch(struct mtactl *c, int argc, char **argv)
 {
-    const char *cmd = argv[0];
-    char        req[1024];
+    const struct mtactl_verb *v = mtactl_verb_find(argv[0]);
+    int                       rc, nargs = argc - 1;
 
-    if (strcmp(cmd, "help") == 0)
-        return mtactl_help(argc, argv);
-    if (strcmp(cmd, "check") == 0 && argc == 1)
-        return mtactl_check(c);
-    if (strcmp(cmd, "status") == 0 && argc == 1)
-        return mtactl_request(c, "status", MTACTL_TIMEOUT_MS, NULL);
-    if (strcmp(cmd, "status") == 0 && argc == 2 &&
-        strcmp(argv[1], "--json") == 0)
-        return mtactl_request(c, "status json", MTACTL_TIMEOUT_MS, NULL);
-    if (strcmp(cmd, "reload") == 0 && argc == 1)
-        return mtactl_request(c, "reload", MTACTL_RELOAD_MS, NULL);
-    if (strcmp(cmd, "stop") == 0 && argc == 1)
-        return mtactl_stop(c);
-    if (strcmp(cmd, "drain") == 0) {
-        mtactl_find_socket(c);
-        return mtactl_drain(argc, argv, c->sock, c->cfg);
-    }
-    if (strcmp(cmd, "kick") == 0 && argc == 2) {
-        snprintf(req, sizeof(req), "kick %s", argv[1]);
-        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
-    }
-    if (strcmp(cmd, "tls") == 0 && argc >= 2 && strcmp(argv[1], "report") == 0)
-        return mtactl_tls_report(c, argc, argv);
-    if (strcmp(cmd, "dkim") == 0)
-        return mtactl_dkim(argc, argv);     /* needs no configuration */
-    if (strcmp(cmd, "user") == 0)
-        return mtactl_user(argc, argv, c->cfg, c->cfg_err);
-    if (strcmp(cmd, "tls") == 0) {
-        int rc;
-
-        if (c->cfg == NULL && argc > 2) {   /* "tls help" needs none */
-            mtactl_print_errors(c->cfg_err);
-            return MTACTL_FAIL;
-        }
-        mtactl_audit_init(c->cfg);
-        rc = mtactl_tls(argc, argv, c->cfg);
-        mtactl_audit_flush();
-        return rc;
-    }
-    if (strcmp(cmd, "route") == 0 || mtactl_is_queue(cmd)) {
-        if (c->cfg == NULL) {
-            mtactl_print_errors(c->cfg_err);
-            return MTACTL_FAIL;
-        }
-        int rc;
-
-        mtactl_audit_init(c->cfg);
-        rc = strcmp(cmd, "route") == 0 ? mtactl_route(argc, argv, c->cfg) :
-            mtactl_queue(argc, argv, c->cfg);
-        mtactl_audit_flush();
-        return rc;
-    }
-    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "reload") == 0 ||
-        strcmp(cmd, "stop") == 0 || strcmp(cmd, "check") == 0 ||
-        strcmp(cmd, "kick") == 0) {
-        fprintf(stderr, "mtactl: %s: wrong number of arguments\n", cmd);
+    if (v == NULL) {
+        fprintf(stderr, "mtactl: unknown command '%s' (mtactl help)\n",
+            argv[0]);
         return MTACTL_USAGE;
     }
-    fprintf(stderr, "mtactl: unknown command '%s' (mtactl help)\n", cmd);
-    return MTACTL_USAGE;
+    if (nargs < v->min_args || (v->max_args >= 0 && nargs > v->max_args)) {
+        fprintf(stderr, "mtactl: %s: wrong number of arguments\n"
+            "usage: mtactl %s %s\n", v->name, v->name, v->usage);
+        return MTACTL_USAGE;
+    }
+    /* "VERB help" needs no configuration */
+    if ((v->flags & MV_CONFIG) && c->cfg == NULL &&
+        !(argc == 2 && strcmp(argv[1], "help") == 0)) {
+        mtactl_print_errors(c->cfg_err);
+        return MTACTL_FAIL;
+    }
+    if (v->flags & MV_AUDIT)
+        mtactl_audit_init(c->cfg);
+    rc = v->run(c, argc, argv);
+    if (v->flags & MV_AUDIT)
+        mtactl_audit_flush();
+    return rc;
 }
 
 int
@@ -362,6 +512,10 @@ main(int argc, char **argv)
     /* --help as GNU tools take it (getopt would call it an invalid -) */
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         mtactl_usage(stdout);
+        return MTACTL_OK;
+    }
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        printf("mtactl %s\n", MTAD_VERSION);
         return MTACTL_OK;
     }
     while ((ch = getopt(argc, argv, "+c:s:h")) != -1) {

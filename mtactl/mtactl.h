@@ -10,6 +10,8 @@
 #ifndef MTAD_MTACTL_H
 #define MTAD_MTACTL_H
 
+#include <stddef.h>
+
 struct config;
 
 #define MTACTL_OK     0
@@ -21,6 +23,10 @@ int     mtactl_queue(int argc, char **argv, const struct config *cfg);  /* queue
 int     mtactl_drain(int argc, char **argv, const char *sock,
             const struct config *cfg);                             /* drain.c */
 void    mtactl_route_help(void);
+struct dns_options;
+/* route.c: dns.* of relay.yaml as dns.h options, as delivery reads them */
+void    mtactl_route_dns_options(const struct config *cfg,
+            struct dns_options *o);
 /* audit.c: report a change to the running mtad's log (best effort). */
 void    mtactl_audit_init(const struct config *cfg);
 void    mtactl_audit(const char *fmt, ...)
@@ -34,5 +40,13 @@ int     mtactl_user(int argc, char **argv, const struct config *cfg,
 void    mtactl_user_help(void);
 int     mtactl_tls(int argc, char **argv, const struct config *cfg);    /* tls.c */
 void    mtactl_tls_help(void);
+int     mtactl_tls_check(int argc, char **argv,
+            const struct config *cfg);                      /* tls_check.c */
+int     mtactl_trace(int argc, char **argv, const struct config *cfg); /* trace.c */
+void    mtactl_trace_help(void);
+/* trace.c: the file holding mtad's log records (0), else -1 and where
+ * says where they are (log.file "-": the journal, a terminal...). */
+int     mtactl_log_source(const struct config *cfg, const char *id,
+            char *path, size_t pathsz, char *where, size_t wheresz);
 
 #endif /* MTAD_MTACTL_H */

@@ -471,6 +471,7 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         { "raw", no_argument, NULL, 'r' },
         { "files", no_argument, NULL, 'F' },
         { "daemon", no_argument, NULL, 'D' },
+        { "top", required_argument, NULL, 'n' },
         { NULL, 0, NULL, 0 }
     };
     int ch;
@@ -503,6 +504,19 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         case 'r': o->raw = 1; break;
         case 'F': o->source = QUEUE_SRC_FILES; break;
         case 'D': o->source = QUEUE_SRC_DAEMON; break;
+        case 'n': {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+
+            if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' ||
+                n == 0 || n > 1000000) {
+                fprintf(stderr, "mtactl: %s: --top: expected a number of "
+                    "domains, got '%s'\n", argv[0], optarg);
+                return -1;
+            }
+            o->top = (size_t)n;
+            break;
+        }
         case 's':
             if ((o->f.state = queue_parse_state(optarg)) < 0) {
                 fprintf(stderr, "mtactl: %s: --state: expected queued, "
@@ -562,7 +576,7 @@ mtactl_queue_help(void)
 "mtad is stopped; changes take the same lock as a delivery attempt and so\n"
 "happen between attempts, waiting for one in progress to end):\n"
 "  queue [--from S] [--to S] [--state queued|active|deferred|held]\n"
-"        [--older-than DUR] [--by-domain] [--summary] [--json]\n"
+"        [--older-than DUR] [--by-domain] [--summary [--top N]] [--json]\n"
 "        [--daemon | --files]\n"
 "                     one line per message: id, size, arrival, age, state,\n"
 "                     sender -> pending recipients; then next retry,\n"
@@ -570,10 +584,15 @@ mtactl_queue_help(void)
 "                     match a substring (any case) of the sender / of any\n"
 "                     recipient; --by-domain adds pending recipients per\n"
 "                     destination domain; --summary only the counts: by\n"
-"                     state, and by destination domain (messages and\n"
-"                     pending recipients, per state), like Postfix's\n"
-"                     qshape; --json one JSON object.  Lines stream out\n"
-"                     by id, that is by arrival.  While mtad runs its\n"
+"                     state, then per destination domain the messages by\n"
+"                     age, like Postfix's qshape: T (total), then under 5,\n"
+"                     10, 20 ... 1280 minutes, and 1280+; domains by total,\n"
+"                     TOTAL first (the sum of the rows: a message to two\n"
+"                     domains counts in both); --top N the first N\n"
+"                     domains; --json one JSON object (--summary: the\n"
+"                     domains' counts by state and by age too).  Lines\n"
+"                     stream out by id, that is by arrival.  While mtad\n"
+"                     runs its\n"
 "                     workers answer from the records they keep; else the\n"
 "                     files are read (same output); --daemon / --files\n"
 "                     insist on one source\n"

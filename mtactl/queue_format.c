@@ -112,20 +112,16 @@ queue_utf8_len(const unsigned char *p)
 }
 
 
-/* queue_json_str - s as a JSON string literal (null for NULL); bytes that
- * are not UTF-8 become U+FFFD so the output always parses. */
+/* queue_json_mem - n bytes as a JSON string literal; bytes that are not
+ * UTF-8 become U+FFFD so the output always parses. */
 void
-queue_json_str(const char *s)
+queue_json_mem(const char *s, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)s;
+    const unsigned char *p = (const unsigned char *)s, *e = p + len;
     size_t               n;
 
-    if (s == NULL) {
-        fputs("null", stdout);
-        return;
-    }
     putchar('"');
-    while (*p) {
+    while (p < e) {
         if (*p == '"' || *p == '\\') {
             printf("\\%c", *p++);
             continue;
@@ -134,7 +130,8 @@ queue_json_str(const char *s)
             printf("\\u%04x", *p++);
             continue;
         }
-        if ((n = queue_utf8_len(p)) == 0) {
+        /* a sequence cut by the end is not UTF-8 either */
+        if ((n = queue_utf8_len(p)) == 0 || n > (size_t)(e - p)) {
             fputs("\\ufffd", stdout);
             p++;
             continue;
@@ -143,6 +140,17 @@ queue_json_str(const char *s)
         p += n;
     }
     putchar('"');
+}
+
+
+/* queue_json_str - s as a JSON string literal (null for NULL). */
+void
+queue_json_str(const char *s)
+{
+    if (s == NULL)
+        fputs("null", stdout);
+    else
+        queue_json_mem(s, strlen(s));
 }
 
 
@@ -240,8 +248,32 @@ queue_print_line(const struct queue_item *it, uint64_t now)
 }
 
 
+/* queue_json_notify - NOTIFY= as a list of words ([] when not given:
+ * the default, FAILURE). */
+static void
+queue_json_notify(unsigned notify)
+{
+    static const struct { unsigned bit; const char *name; } words[] = {
+        { SMTP_NOTIFY_NEVER, "NEVER" }, { SMTP_NOTIFY_SUCCESS, "SUCCESS" },
+        { SMTP_NOTIFY_FAILURE, "FAILURE" }, { SMTP_NOTIFY_DELAY, "DELAY" }
+    };
+    int first = 1;
+
+    fputs(",\"notify\":[", stdout);
+    for (size_t i = 0; i < ARRAY_LEN(words); i++)
+        if (notify & words[i].bit) {
+            printf("%s\"%s\"", first ? "" : ",", words[i].name);
+            first = 0;
+        }
+    putchar(']');
+}
+
+
+/* queue_json_item_open - one message as a JSON object, left open for
+ * more keys; detail adds what mtactl show prints (client, body, ret,
+ * envid, RFC 8689, per recipient notify and orcpt). */
 void
-queue_print_json_item(const struct queue_item *it, uint64_t now)
+queue_json_item_open(const struct queue_item *it, uint64_t now, int detail)
 {
     const struct spool_env *env = it->env;
     char                    at[32];
@@ -264,13 +296,43 @@ queue_print_json_item(const struct queue_item *it, uint64_t now)
         printf(",\"status\":\"%s\",\"relay\":",
             queue_rcpt_status_names[queue_rcpt_status(r)]);
         queue_json_str(r->relay);
+        /* the outcome without the log's key: "TLSv1.3 cipher=... verify=ca",
+         * "none" */
         fputs(",\"tls\":", stdout);
-        queue_json_str(r->tls);
+        queue_json_str(r->tls != NULL && strncmp(r->tls, "tls=", 4) == 0 ?
+            r->tls + 4 : r->tls);
         fputs(",\"last_reply\":", stdout);
         queue_json_str(r->last_reply);
+        if (detail) {
+            queue_json_notify(r->notify);
+            fputs(",\"orcpt\":", stdout);
+            queue_json_str(r->orcpt);
+        }
         putchar('}');
     }
     fputs("],\"last_error\":", stdout);
     queue_json_str(queue_last_error(env));
+    if (!detail)
+        return;
+    fputs(",\"client\":{\"ip\":", stdout);
+    queue_json_str(env->client_ip);
+    printf(",\"port\":%u,\"helo\":", env->client_port);
+    queue_json_str(env->helo);
+    printf("},\"body\":\"%s\",\"smtputf8\":%s,\"ret\":%s,\"envid\":",
+        env->body == SMTP_BODY_BINARYMIME ? "BINARYMIME" :
+        env->body == SMTP_BODY_8BITMIME ? "8BITMIME" : "7BIT",
+        env->smtputf8 ? "true" : "false", env->ret == SMTP_RET_FULL ?
+        "\"FULL\"" : env->ret == SMTP_RET_HDRS ? "\"HDRS\"" : "null");
+    queue_json_str(env->envid);
+    printf(",\"requiretls\":%s,\"tls_optional\":%s",
+        env->requiretls ? "true" : "false",
+        env->tls_optional ? "true" : "false");
+}
+
+
+void
+queue_print_json_item(const struct queue_item *it, uint64_t now)
+{
+    queue_json_item_open(it, now, 0);
     putchar('}');
 }

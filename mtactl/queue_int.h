@@ -36,6 +36,7 @@ struct queue_filter {
 struct queue_opts {
     struct queue_filter f;
     int         json, by_domain, all, body, raw, summary;
+    size_t      top;                /* --top N: domains shown, 0 all */
     int         source;             /* QUEUE_SRC_*: --files, --daemon */
     char      **ops;                /* the operands, in order */
     int         nops;
@@ -101,9 +102,12 @@ const char *queue_time(uint64_t ms, char *buf, size_t sz);
 void queue_put_esc(const char *p, size_t n, unsigned flags);
 void queue_put_text(const char *s);
 void queue_json_str(const char *s);
+void queue_json_mem(const char *s, size_t len);
 int queue_rcpt_status(const struct spool_rcpt *r);
 void queue_print_line(const struct queue_item *it, uint64_t now);
 void queue_print_json_item(const struct queue_item *it, uint64_t now);
+void queue_json_item_open(const struct queue_item *it, uint64_t now,
+    int detail);
 
 /* queue_daemon.c: queue_scan() from the running workers' index; 1 when
  * mtad cannot answer (nothing printed: read the files), -1 failed after

@@ -1,7 +1,8 @@
 /*
  * queue_list.c - mtactl queue: the listing (text or JSON), its summary
  * and the pending recipients per destination domain (--by-domain; with
- * --summary only the counts, by state and by domain, like qshape).  The
+ * --summary only the counts: by state, then by domain and age, like
+ * Postfix's qshape).  The
  * listing streams: each message is printed as its file is read and then
  * freed, so a million queued messages need no more memory than ten.
  */
@@ -27,13 +28,22 @@
 
 /* ---- per-domain tally ------------------------------------------------- */
 
+/* The age buckets of --summary, as Postfix's qshape: a message counts
+ * in the first bucket whose limit (minutes) its age is under; the last
+ * bucket holds the rest ("1280+"). */
+static const unsigned queue_age_limits[] = {
+    5, 10, 20, 40, 80, 160, 320, 640, 1280
+};
+#define QUEUE_AGE_BUCKETS (ARRAY_LEN(queue_age_limits) + 1)
+
 /* One destination domain: pending recipients, messages with at least one
- * there, and those messages by state (--summary). */
+ * there, and those messages by state and by age (--summary). */
 struct queue_domain {
     char   *domain;
     size_t  rcpts;                  /* pending recipients */
     size_t  msgs;                   /* messages with at least one */
     size_t  st[QS_NSTATES];         /* ... by state */
+    size_t  age[QUEUE_AGE_BUCKETS]; /* ... by age */
 };
 
 /* The tally: entries in arrival order, found through an open-addressing
@@ -55,6 +65,32 @@ queue_domain_cmp(const void *a, const void *b)
     if (x->rcpts != y->rcpts)
         return x->rcpts < y->rcpts ? 1 : -1;
     return strcmp(x->domain, y->domain);
+}
+
+
+/* --summary orders by messages (qshape's T), then as --by-domain. */
+static int
+queue_domain_cmp_msgs(const void *a, const void *b)
+{
+    const struct queue_domain *x = a, *y = b;
+
+    if (x->msgs != y->msgs)
+        return x->msgs < y->msgs ? 1 : -1;
+    return queue_domain_cmp(a, b);
+}
+
+
+/* queue_age_bucket - the --summary bucket of a message ms old. */
+static size_t
+queue_age_bucket(uint64_t ms)
+{
+    uint64_t min = ms / 60000;
+    size_t   i;
+
+    for (i = 0; i < ARRAY_LEN(queue_age_limits); i++)
+        if (min < queue_age_limits[i])
+            break;
+    return i;
 }
 
 
@@ -124,10 +160,13 @@ queue_tally_get(struct queue_tally *t, const char *dom)
 /* queue_tally_add - one message's pending recipients, per domain; the
  * message counts once per domain (at its first pending recipient there). */
 static void
-queue_tally_add(struct queue_tally *t, const struct queue_item *it)
+queue_tally_add(struct queue_tally *t, const struct queue_item *it,
+    uint64_t now)
 {
     const struct spool_env *env = it->env;
     size_t                  j, m;
+    size_t                  b = queue_age_bucket(queue_since(now,
+                                env->arrival_ms));
 
     for (j = 0; j < env->nrcpt; j++) {
         const char          *dom = queue_domain_of(env->rcpt[j].addr);
@@ -144,26 +183,73 @@ queue_tally_add(struct queue_tally *t, const struct queue_item *it)
         if (m == j) {
             d->msgs++;
             d->st[it->state]++;
+            d->age[b]++;
         }
     }
 }
 
 
+/* queue_print_shape - the text of --summary: qshape's table, TOTAL (the
+ * sum of the rows) first, then the first top domains (0: all). */
 static void
-queue_print_domains(struct queue_tally *t, int json, int states)
+queue_print_shape(const struct queue_tally *t, size_t top)
 {
-    size_t i, k;
+    size_t tot[QUEUE_AGE_BUCKETS] = { 0 }, all = 0, i, k, n;
+
+    for (i = 0; i < t->nd; i++) {
+        all += t->d[i].msgs;
+        for (k = 0; k < QUEUE_AGE_BUCKETS; k++)
+            tot[k] += t->d[i].age[k];
+    }
+    printf("%-32s %6s", "DOMAIN", "T");
+    for (k = 0; k < ARRAY_LEN(queue_age_limits); k++)
+        printf(" %5u", queue_age_limits[k]);
+    printf(" %5u+\n%-32s %6zu", queue_age_limits[k - 1], "TOTAL", all);
+    for (k = 0; k < QUEUE_AGE_BUCKETS; k++)
+        printf(" %5zu", tot[k]);
+    putchar('\n');
+    n = top > 0 && top < t->nd ? top : t->nd;
+    for (i = 0; i < n; i++) {
+        const struct queue_domain *d = &t->d[i];
+
+        queue_put_text(d->domain);
+        printf("%*s %6zu", strlen(d->domain) < 32 ?
+            (int)(32 - strlen(d->domain)) : 0, "", d->msgs);
+        for (k = 0; k < QUEUE_AGE_BUCKETS; k++)
+            printf(" %5zu", d->age[k]);
+        putchar('\n');
+    }
+    if (n < t->nd)
+        printf("(%zu more domain%s)\n", t->nd - n, t->nd - n == 1 ? "" :
+            "s");
+}
+
+
+static void
+queue_print_domains(struct queue_tally *t, int json, int summary,
+    size_t top)
+{
+    size_t i, k, n;
 
     if (t->nd > 0)
-        qsort(t->d, t->nd, sizeof(*t->d), queue_domain_cmp);
+        qsort(t->d, t->nd, sizeof(*t->d), summary ? queue_domain_cmp_msgs :
+            queue_domain_cmp);
+    if (summary && !json) {
+        queue_print_shape(t, top);
+        return;
+    }
+    n = top > 0 && top < t->nd ? top : t->nd;
+    if (json && summary) {
+        fputs(",\"age_buckets_minutes\":[", stdout);
+        for (k = 0; k < ARRAY_LEN(queue_age_limits); k++)
+            printf("%s%u", k ? "," : "", queue_age_limits[k]);
+        printf("],\"domains\":%zu", t->nd);
+    }
     if (json)
         fputs(",\"by_domain\":[", stdout);
-    else if (t->nd > 0 && states)
-        printf("%-40s %8s %8s %8s %8s %8s %8s\n", "DOMAIN", "MESSAGES",
-            "RCPTS", "QUEUED", "ACTIVE", "DEFERRED", "HELD");
     else if (t->nd > 0)
         printf("%-40s %8s %8s\n", "DOMAIN", "MESSAGES", "RCPTS");
-    for (i = 0; i < t->nd; i++) {
+    for (i = 0; i < n; i++) {
         const struct queue_domain *d = &t->d[i];
 
         if (json) {
@@ -171,16 +257,18 @@ queue_print_domains(struct queue_tally *t, int json, int states)
             queue_json_str(d->domain);
             printf(",\"messages\":%zu,\"recipients\":%zu", d->msgs,
                 d->rcpts);
-            for (k = 0; states && k < QS_NSTATES; k++)
+            for (k = 0; summary && k < QS_NSTATES; k++)
                 printf(",\"%s\":%zu", queue_state_names[k], d->st[k]);
+            /* "ages": the messages per bucket of age_buckets_minutes,
+             * the last one past its end */
+            for (k = 0; summary && k < QUEUE_AGE_BUCKETS; k++)
+                printf("%s%zu%s", k ? "," : ",\"ages\":[", d->age[k],
+                    k + 1 == QUEUE_AGE_BUCKETS ? "]" : "");
             putchar('}');
         } else {
             queue_put_text(d->domain);
-            printf("%*s %8zu %8zu", strlen(d->domain) < 40 ?
+            printf("%*s %8zu %8zu\n", strlen(d->domain) < 40 ?
                 (int)(40 - strlen(d->domain)) : 0, "", d->msgs, d->rcpts);
-            for (k = 0; states && k < QS_NSTATES; k++)
-                printf(" %8zu", d->st[k]);
-            putchar('\n');
         }
     }
     if (json)
@@ -230,7 +318,7 @@ queue_list_one(const struct queue_item *it, void *arg)
     r->bytes += it->env->body_size;
     r->counts[it->state]++;
     if (r->o->by_domain)
-        queue_tally_add(&r->tally, it);
+        queue_tally_add(&r->tally, it, r->now);
 }
 
 
@@ -243,7 +331,7 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
     struct spool         *sp;
     int                   rc;
 
-    if (queue_parse_opts(argc, argv, "ftsodjSFD", &o) < 0 || o.nops > 0) {
+    if (queue_parse_opts(argc, argv, "ftsodjSFDn", &o) < 0 || o.nops > 0) {
         if (o.nops > 0)
             fprintf(stderr, "mtactl: queue: unexpected '%s' (to see one "
                 "message: mtactl show ID)\n", o.ops[0]);
@@ -294,7 +382,7 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
             r.counts[QS_DEFERRED], r.counts[QS_HELD]);
     }
     if (o.by_domain)
-        queue_print_domains(&r.tally, o.json, o.summary);
+        queue_print_domains(&r.tally, o.json, o.summary, o.top);
     if (o.json)
         fputs("}\n", stdout);
     queue_tally_free(&r.tally);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,9 +158,12 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
 }
 
 
-/* queue_history_line - print line [p, e) when it is about id. */
+/* queue_history_line - print line [p, e) when it is about id: for the
+ * terminal, or as the next string of a JSON array (json: lines so far
+ * + 1). */
 static int
-queue_history_line(const char *p, const char *e, const char *needle)
+queue_history_line(const char *p, const char *e, const char *needle,
+    size_t json)
 {
     size_t n = strlen(needle);
 
@@ -167,12 +171,17 @@ queue_history_line(const char *p, const char *e, const char *needle)
         q = memchr(q, needle[0], (size_t)(e - q));
         if (q == NULL || q + n > e)
             return 0;
-        if (memcmp(q, needle, n) == 0) {
+        if (memcmp(q, needle, n) != 0)
+            continue;
+        if (json) {
+            fputs(json > 1 ? "," : "", stdout);
+            queue_json_mem(p, (size_t)(e - p));
+        } else {
             fputs("  ", stdout);
             queue_put_esc(p, (size_t)(e - p), 0);
             putchar('\n');
-            return 1;
         }
+        return 1;
     }
     return 0;
 }
@@ -180,36 +189,50 @@ queue_history_line(const char *p, const char *e, const char *needle)
 
 /*
  * queue_show_history - the log lines about id: arrival, every attempt's
- * result per recipient, hold, DSN, removal.  Only when log.file is a file
- * (not "-": then journald has them); reads at most the last
- * QUEUE_HISTORY_SCAN bytes in QUEUE_COPY_CHUNK reads, and prints at most
- * QUEUE_HISTORY_MAX lines.
+ * result per recipient, hold, DSN, removal, as text or as the JSON keys
+ * history_file and history (or history null and history_note).  Only
+ * when log.file is a file (or "-" leads to one: mtactl_log_source() says
+ * where else); reads at most the last QUEUE_HISTORY_SCAN bytes in
+ * QUEUE_COPY_CHUNK reads, and prints at most QUEUE_HISTORY_MAX lines.
  */
 static void
-queue_show_history(const struct config *cfg, const char *id)
+queue_show_history(const struct config *cfg, const char *id, int json)
 {
     static char buf[QUEUE_COPY_CHUNK];
-    char        needle[SPOOL_ID_SIZE + 2];
+    char        needle[SPOOL_ID_SIZE + 2], path[PATH_MAX];
+    char        where[PATH_MAX + 300];
     struct stat st;
     off_t       off;
     size_t      have = 0, shown = 0;
     ssize_t     got;
-    int         fd;
+    int         fd = -1;
 
-    if (strcmp(cfg->log_file, "-") == 0) {
-        printf("history:     in the system log (log.file is \"-\"): "
-            "journalctl -u mtad -g %s\n", id);
-        return;
-    }
-    if ((fd = open(cfg->log_file, O_RDONLY | O_CLOEXEC)) == -1 ||
+    where[0] = '\0';
+    if (mtactl_log_source(cfg, id, path, sizeof(path), where,
+        sizeof(where)) != 0 ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC)) == -1 ||
         fstat(fd, &st) == -1) {
-        printf("history:     %s: %s\n", cfg->log_file, strerror(errno));
+        if (where[0] == '\0')
+            snprintf(where, sizeof(where), "%s: %s", path, strerror(errno));
+        if (json) {
+            fputs(",\"history\":null,\"history_note\":", stdout);
+            queue_json_str(where);
+        } else {
+            printf("history:     ");
+            queue_put_text(where);
+            putchar('\n');
+        }
         if (fd >= 0)
             close(fd);
         return;
     }
     snprintf(needle, sizeof(needle), "%s:", id);
-    printf("history:     (%s)\n", cfg->log_file);
+    if (json) {
+        fputs(",\"history_file\":", stdout);
+        queue_json_str(path);
+        fputs(",\"history\":[", stdout);
+    } else
+        printf("history:     (%s)\n", path);
     off = st.st_size > QUEUE_HISTORY_SCAN ? st.st_size - QUEUE_HISTORY_SCAN :
         0;
     for (;;) {
@@ -225,7 +248,8 @@ queue_show_history(const struct config *cfg, const char *id)
         p = buf;
         while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
             if (shown < QUEUE_HISTORY_MAX)
-                shown += (size_t)queue_history_line(p, nl, needle);
+                shown += (size_t)queue_history_line(p, nl, needle,
+                    json ? shown + 1 : 0);
             p = nl + 1;
         }
         have = (size_t)(end - p);
@@ -234,12 +258,96 @@ queue_show_history(const struct config *cfg, const char *id)
         memmove(buf, p, have);
     }
     close(fd);
-    if (shown == QUEUE_HISTORY_MAX)
+    if (json)
+        putchar(']');
+    else if (shown == QUEUE_HISTORY_MAX)
         printf("  (only the first %d lines)\n", QUEUE_HISTORY_MAX);
 }
 
 
-/* mtactl show ID [--body | --raw] */
+/* queue_json_headers - the header part (up to QUEUE_SHOW_HEADER_MAX
+ * bytes, without the empty line) as the JSON key "headers". */
+static int
+queue_json_headers(int fd, off_t off, uint64_t size)
+{
+    size_t  want = size < QUEUE_SHOW_HEADER_MAX ? (size_t)size :
+                QUEUE_SHOW_HEADER_MAX, have = 0, i;
+    char   *buf = xmalloc(want + 1);
+    ssize_t got;
+
+    while (have < want) {
+        got = pread(fd, buf + have, want - have, off + (off_t)have);
+        if (got == -1 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            free(buf);
+            return -1;
+        }
+        have += (size_t)got;
+    }
+    for (i = 0; i < have; i++)
+        if ((i == 0 || buf[i - 1] == '\n') && (buf[i] == '\r' ||
+            buf[i] == '\n'))
+            break;
+    fputs(",\"headers\":", stdout);
+    queue_json_mem(buf, i);
+    printf(",\"headers_cut\":%s", i == have && have < size ? "true" :
+        "false");
+    free(buf);
+    return 0;
+}
+
+
+/* show --json: one object, the queue --json keys and more (CONTRACT in
+ * mtactl(8)). */
+static int
+queue_show_json(const struct config *cfg, const struct spool_env *env,
+    int fd, off_t off)
+{
+    struct queue_locks lk;
+    struct queue_item  it;
+    int                rc;
+
+    queue_locks_load(&lk);
+    it.env = (struct spool_env *)env;
+    it.state = queue_state_of(env, fd, &lk);
+    queue_locks_free(&lk);
+    queue_json_item_open(&it, util_wall_ms(), 1);
+    queue_show_history(cfg, env->id, 1);
+    rc = queue_json_headers(fd, off, env->body_size);
+    fputs("}\n", stdout);
+    return rc;
+}
+
+
+/* show [--body | --raw]: the envelope and history (unless raw), then the
+ * headers (or all of the message). */
+static int
+queue_show_text(const struct config *cfg, const struct spool_env *env,
+    int fd, off_t off, const struct queue_opts *o)
+{
+    if (!o->raw) {
+        struct queue_locks lk;
+
+        queue_locks_load(&lk);
+        queue_show_envelope(env, queue_state_of(env, fd, &lk),
+            util_wall_ms());
+        queue_locks_free(&lk);
+        queue_show_history(cfg, env->id, 0);
+        putchar('\n');
+    }
+    fflush(stdout);
+    /* the message is immutable once queued: reading it unlocked is safe
+     * even while a worker delivers it */
+    /* the header part is cut at QUEUE_SHOW_HEADER_MAX: a file the workers'
+     * user wrote without an empty line would otherwise run whole */
+    return queue_copy_body(fd, off, !o->body && !o->raw &&
+        env->body_size > QUEUE_SHOW_HEADER_MAX ? QUEUE_SHOW_HEADER_MAX :
+        env->body_size, !o->body && !o->raw, o->raw);
+}
+
+
+/* mtactl show ID [--body | --raw | --json] */
 int
 queue_cmd_show(int argc, char **argv, const struct config *cfg)
 {
@@ -250,12 +358,12 @@ queue_cmd_show(int argc, char **argv, const struct config *cfg)
     int                fd = -1, rc;
     off_t              off;
 
-    if (queue_parse_opts(argc, argv, "br", &o) < 0) {
+    if (queue_parse_opts(argc, argv, "brj", &o) < 0) {
         free(o.ops);
         return MTACTL_USAGE;
     }
-    if (o.nops != 1 || (o.body && o.raw)) {
-        fprintf(stderr, "usage: mtactl show ID [--body | --raw]\n");
+    if (o.nops != 1 || o.body + o.raw + o.json > 1) {
+        fprintf(stderr, "usage: mtactl show ID [--body | --raw | --json]\n");
         free(o.ops);
         return MTACTL_USAGE;
     }
@@ -275,24 +383,10 @@ queue_cmd_show(int argc, char **argv, const struct config *cfg)
         spool_close(sp);
         return MTACTL_FAIL;
     }
-    if (!o.raw) {
-        struct queue_locks lk;
-
-        queue_locks_load(&lk);
-        queue_show_envelope(env, queue_state_of(env, fd, &lk),
-            util_wall_ms());
-        queue_locks_free(&lk);
-        queue_show_history(cfg, id);
-        putchar('\n');
-    }
-    fflush(stdout);
-    /* the message is immutable once queued: reading it unlocked is safe
-     * even while a worker delivers it */
-    /* the header part is cut at QUEUE_SHOW_HEADER_MAX: a file the workers'
-     * user wrote without an empty line would otherwise run whole */
-    rc = queue_copy_body(fd, off, !o.body && !o.raw &&
-        env->body_size > QUEUE_SHOW_HEADER_MAX ? QUEUE_SHOW_HEADER_MAX :
-        env->body_size, !o.body && !o.raw, o.raw);
+    if (o.json)
+        rc = queue_show_json(cfg, env, fd, off);
+    else
+        rc = queue_show_text(cfg, env, fd, off, &o);
     if (fflush(stdout) != 0)
         rc = -1;
     close(fd);

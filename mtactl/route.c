@@ -179,7 +179,7 @@ mtactl_route_show(struct dns_dest *dest, void *arg)
 
 
 /* mtactl_route_dns_options - dns.* of relay.yaml as dns.h options. */
-static void
+void
 mtactl_route_dns_options(const struct config *cfg, struct dns_options *o)
 {
     dns_options_default(o);

@@ -1,7 +1,8 @@
 /*
- * tls.c - mtactl tls: the outbound TLS policy table (issue 12).
+ * tls.c - mtactl tls: the outbound TLS policy table.
  *
- * CONTRACT  mtactl tls policy set DOMAIN LEVEL | del DOMAIN | list.  The
+ * CONTRACT  mtactl tls policy set DOMAIN LEVEL | del DOMAIN | list (tls
+ *           report is mtactl.c's, tls check tls_check.c's).  The
  *           table is the named database ROUTER_TLS_DB in the routes file
  *           (router.h), opened directly like `mtactl route` does; workers
  *           read it lock-free, so a change applies to the next delivery
@@ -38,7 +39,16 @@ mtactl_tls_help(void)
 "  successful and failed sessions, the policy strings and the failure\n"
 "  details, from every worker (up to a second late).  --send: send the\n"
 "  reports now (else after each UTC day): each domain's counts so far go\n"
-"  to its _smtp._tls rua= mailto: addresses and are then forgotten.\n");
+"  to its _smtp._tls rua= mailto: addresses and are then forgotten.\n"
+"usage: mtactl tls check DOMAIN [--no-probe]\n"
+"  The TLS that mail to DOMAIN gets now, worked out as the delivery does:\n"
+"  its route, the level in force and where it comes from, the MTA-STS\n"
+"  policy (fetched), the MX hosts, each one's TLSA records and what DANE\n"
+"  and MTA-STS make of its level; then a live STARTTLS probe of each host\n"
+"  (as posttls-finger): banner, TLS version and cipher, the certificate's\n"
+"  subject, issuer and names, and the delivery's verdict.  Exit 0 when\n"
+"  every host mtad would try passes, 1 when one fails or none would be\n"
+"  tried.\n");
 }
 
 

@@ -274,6 +274,10 @@ main(int argc, char **argv)
     struct sm   s;
 
     memset(&s, 0, sizeof(s));
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        printf("mtad-sendmail %s\n", MTAD_VERSION);
+        return 0;
+    }
     while ((ch = getopt(argc, argv, "tif:F:C:S:o:B:b:O:N:R:V:X:")) != -1) {
         switch (ch) {
         case 't': opt_t = 1; break;

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from mtadtest import (MTAD, ROOT, Sink, closed_port, free_port, make_message,
+from mtadtest import (MTACTL, MTAD, ROOT, Sink, closed_port, free_port, make_message,
                       proc_status, recv_until_eof, send, workers)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
@@ -818,6 +818,7 @@ def test_status_json(mtad_factory, sink):
     st = wait(counted, "three deliveries and both workers running in the "
               "status")
     assert st["pid"] == m.pid and st["generation"] == 1
+    assert st["version"] == VERSION
     assert st["workers_configured"] == 2 and len(st["workers"]) == 2
     assert {w["state"] for w in st["workers"]} == {"running"}
     assert sum(w["messages_in"] for w in st["workers"]) == 3
@@ -827,6 +828,54 @@ def test_status_json(mtad_factory, sink):
     assert set(st["rate"]) == {"messages_in_per_s", "recipients_sent_per_s",
                                "window_s"}
     # text status still works, and usage errors say so
-    assert "generation: 1" in m.ctl("status", check=True).stdout
+    text = m.ctl("status", check=True).stdout
+    assert "generation: 1" in text
+    assert text.splitlines()[0] == "version: %s" % VERSION
     r = m.ctl("status", "--yaml")
+    assert r.returncode == 2 and "usage: mtactl status [--json]" in r.stderr
+    r = m.ctl("status", "--json", "x")
     assert r.returncode == 2 and "wrong number of arguments" in r.stderr
+
+
+# The one version, from the VERSION file at the top of the tree
+VERSION = open(os.path.join(os.path.dirname(__file__), "..", "..",
+                            "VERSION")).read().strip()
+
+
+def test_every_binary_says_its_version():
+    build = os.path.dirname(MTACTL)
+    for prog in ("mtad", "mtactl", "mtad-sendmail"):
+        r = subprocess.run([os.path.join(build, prog), "--version"],
+                           capture_output=True, text=True, timeout=10)
+        assert (r.returncode, r.stdout, r.stderr) == \
+            (0, "%s %s\n" % (prog, VERSION), ""), prog
+
+
+def test_help_and_dispatch_come_from_one_table(mtad_factory):
+    """Every command mtactl --help lists has its help and is dispatched
+    (never "unknown command"); an unknown one is refused by both."""
+    m = mtad_factory()
+    r = subprocess.run([MTACTL, "--help"], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 0 and r.stdout.startswith("usage: mtactl ")
+    assert "--version" in r.stdout
+    listed = re.findall(r"^  ([a-z]+)\b", r.stdout.split("commands:\n")[1],
+                        re.M)
+    assert {"status", "reload", "stop", "drain", "check", "kick", "queue",
+            "show", "delete", "hold", "release", "flush", "bounce", "trace",
+            "route", "tls", "dkim", "user", "help"} <= set(listed), listed
+    assert all(len(l) <= 80 for l in r.stdout.splitlines()), r.stdout
+    for verb in listed:
+        h = m.ctl("help", verb)
+        assert h.returncode == 0 and h.stdout and h.stderr == "", verb
+        assert "usage: mtactl %s" % verb in h.stdout or \
+            "mtactl %s " % verb in h.stdout, (verb, h.stdout)
+        # the verb is dispatched: whatever it says, it is not unknown
+        d = m.ctl(verb, "--no-such-option", "x", "y", "z", "w", "v")
+        assert "unknown command '%s'" % verb not in d.stderr, (verb, d.stderr)
+    assert "needs: a running mtad" in m.ctl("help", "reload").stdout
+    assert "needs: root or the user mtad runs as" in \
+        m.ctl("help", "hold").stdout
+    for args in (("help", "nosuch"), ("nosuch",)):
+        r = m.ctl(*args)
+        assert r.returncode == 2 and "unknown command 'nosuch'" in r.stderr

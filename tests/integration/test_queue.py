@@ -391,6 +391,26 @@ def test_queue_by_domain(kq):
                                          "third.test": (1, 2)}
 
 
+AGE_COLUMNS = ["5", "10", "20", "40", "80", "160", "320", "640", "1280",
+               "1280+"]
+
+
+def parse_shape(text):
+    """mtactl queue --summary -> (totals line, {row: (T, [ages])}, rows in
+    order, the lines after the table)."""
+    lines = text.splitlines()
+    assert lines[1].split() == ["DOMAIN", "T"] + AGE_COLUMNS, text
+    table, order, rest = {}, [], []
+    for l in lines[2:]:
+        if l.startswith("("):
+            rest.append(l)
+            continue
+        dom, total, *ages = l.split()
+        table[dom] = (int(total), [int(x) for x in ages])
+        order.append(dom)
+    return lines[0], table, order, rest
+
+
 def test_queue_summary_by_state_and_domain(kq):
     m = kq.m
     active = kq.make_active()
@@ -399,31 +419,94 @@ def test_queue_summary_by_state_and_domain(kq):
     lines = r.stdout.splitlines()
     # no line per message: the totals, then the domain table
     assert not any(l.startswith((kq.d1, kq.d2, kq.h, active)) for l in lines), r.stdout
-    assert lines[0].startswith("-- 4 messages, ")
-    assert lines[0].endswith(": 0 queued, 1 active, 2 deferred, 1 held"), lines[0]
-    assert lines[1].split() == ["DOMAIN", "MESSAGES", "RCPTS", "QUEUED",
-                                "ACTIVE", "DEFERRED", "HELD"]
-    table = {}
-    for l in lines[2:]:
-        dom, *nums = l.split()
-        table[dom] = tuple(int(x) for x in nums)
-    # (messages, rcpts, queued, active, deferred, held) per domain: far has
-    # d1 (deferred, 2 rcpts) and h (held); other d2 (deferred) and h;
-    # third h (2 rcpts); slow the active one
-    assert table == {"far.test": (2, 3, 0, 0, 1, 1),
-                     "other.test": (2, 2, 0, 0, 1, 1),
-                     "third.test": (1, 2, 0, 0, 0, 1),
-                     "slow.test": (1, 1, 0, 1, 0, 0)}, r.stdout
+    first, table, order, rest = parse_shape(r.stdout)
+    assert first.startswith("-- 4 messages, ")
+    assert first.endswith(": 0 queued, 1 active, 2 deferred, 1 held"), first
+    # messages per domain, all younger than 5 minutes; TOTAL is the sum
+    # of the rows (h goes to three domains); by T, then recipients
+    new = lambda n: (n, [n] + [0] * 9)       # noqa: E731
+    assert table == {"TOTAL": new(6), "far.test": new(2),
+                     "other.test": new(2), "third.test": new(1),
+                     "slow.test": new(1)}, r.stdout
+    assert order == ["TOTAL", "far.test", "other.test", "third.test",
+                     "slow.test"], r.stdout
+    assert rest == []
     j = queue_json(m, "--summary")
     assert "messages" not in j or not isinstance(j["messages"], list)
     assert j["summary"] == {"messages": 4, "bytes": j["summary"]["bytes"],
                             "queued": 0, "active": 1, "deferred": 2, "held": 1}
+    assert j["age_buckets_minutes"] == [5, 10, 20, 40, 80, 160, 320, 640, 1280]
+    assert j["domains"] == 4
+    # (messages, rcpts, queued, active, deferred, held) per domain: far has
+    # d1 (deferred, 2 rcpts) and h (held); other d2 (deferred) and h;
+    # third h (2 rcpts); slow the active one
     assert {d["domain"]: (d["messages"], d["recipients"], d["queued"], d["active"],
-                          d["deferred"], d["held"]) for d in j["by_domain"]} == table
+                          d["deferred"], d["held"]) for d in j["by_domain"]} == {
+        "far.test": (2, 3, 0, 0, 1, 1), "other.test": (2, 2, 0, 0, 1, 1),
+        "third.test": (1, 2, 0, 0, 0, 1), "slow.test": (1, 1, 0, 1, 0, 0)}
+    assert all(d["ages"] == [d["messages"]] + [0] * 9 for d in j["by_domain"])
     # filters apply
     j = queue_json(m, "--summary", "--state", "deferred")
     assert j["summary"]["messages"] == 2
     assert {d["domain"] for d in j["by_domain"]} == {"far.test", "other.test"}
+
+
+def set_arrival(m, qid, ms):
+    """Rewrite the arrival time in qid's queue file (mtad stopped), in
+    place: the same number of digits, so nothing moves."""
+    path = os.path.join(m.spool, "queue", qid)
+    with open(path, "r+b") as f:
+        head = f.read(4096)
+        mo = re.search(rb"\narrival (\d+)\n", head)
+        assert mo, head[:300]
+        new = str(ms).encode()
+        assert len(new) == len(mo.group(1))
+        f.seek(mo.start(1))
+        f.write(new)
+
+
+def test_queue_summary_buckets_messages_by_age_like_qshape(kq):
+    """Ages put each message in one column: under 5, 10, 20 ... 1280
+    minutes, or 1280+; --top keeps the first domains; the workers' listing
+    and the files agree."""
+    m = kq.m
+    m.stop()
+    now = int(time.time() * 1000)
+    set_arrival(m, kq.d1, now - 30 * 60000)          # far: 20..40 min
+    set_arrival(m, kq.d2, now - 2000 * 60000)        # other: 1280+
+    set_arrival(m, kq.h, now - 7 * 60000)            # far, other, third: 5..10
+    r = m.ctl("queue", "--summary", "--files")
+    assert r.returncode == 0, r.stderr
+    _, table, order, rest = parse_shape(r.stdout)
+    col = {c: i for i, c in enumerate(AGE_COLUMNS)}
+
+    def row(*cols):
+        ages = [0] * 10
+        for c in cols:
+            ages[col[c]] += 1
+        return (len(cols), ages)
+    assert table == {"TOTAL": row("40", "1280+", "10", "10", "10"),
+                     "far.test": row("40", "10"),
+                     "other.test": row("1280+", "10"),
+                     "third.test": row("10")}, r.stdout
+    assert order == ["TOTAL", "far.test", "other.test", "third.test"]
+    assert rest == []
+    r = m.ctl("queue", "--summary", "--top", "1", "--files")
+    _, table, order, rest = parse_shape(r.stdout)
+    assert order == ["TOTAL", "far.test"] and rest == ["(2 more domains)"]
+    assert table["TOTAL"] == row("40", "1280+", "10", "10", "10")
+    j = json.loads(m.ctl("queue", "--summary", "--json", "--top", "2",
+                         "--files", check=True).stdout)
+    assert j["domains"] == 3
+    assert [(d["domain"], d["ages"]) for d in j["by_domain"]] == [
+        ("far.test", row("40", "10")[1]), ("other.test", row("1280+", "10")[1])]
+    for bad in ("0", "x", "-1", ""):
+        r = m.ctl("queue", "--summary", "--top", bad)
+        assert r.returncode == 2 and "--top" in r.stderr, (bad, r.stderr)
+    # the running workers read the arrival from the files at start
+    m.start()
+    assert_sources_agree(m, [("--summary",), ("--summary", "--json"),
+                             ("--summary", "--top", "2")])
 
 
 def test_queue_listing_of_an_empty_queue_and_json_shape(mtad):
@@ -435,7 +518,9 @@ def test_queue_listing_of_an_empty_queue_and_json_shape(mtad):
     assert j["messages"] == [] and j["summary"]["messages"] == 0
     j = queue_json(m, "--summary")
     assert j == {"summary": {"messages": 0, "bytes": 0, "queued": 0, "active": 0,
-                             "deferred": 0, "held": 0}, "by_domain": []}
+                             "deferred": 0, "held": 0}, "by_domain": [],
+                 "age_buckets_minutes": [5, 10, 20, 40, 80, 160, 320, 640, 1280],
+                 "domains": 0}
 
 
 def test_queue_json_matches_what_was_sent(kq):
@@ -560,6 +645,36 @@ def test_show_envelope_recipients_and_headers(kq):
     assert len(rcpts) == 4
 
 
+def test_show_json_has_the_envelope_history_and_headers(kq):
+    m = kq.m
+    r = m.ctl("show", kq.d1, "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    # the keys of queue --json, with the same values
+    listed = {e["id"]: e for e in queue_json(m)["messages"]}[kq.d1]
+    same = [k for k in listed if k not in ("age_s", "recipients")]
+    assert {k: j[k] for k in same} == {k: listed[k] for k in same}
+    assert [{k: v for k, v in x.items() if k in listed["recipients"][0]}
+            for x in j["recipients"]] == listed["recipients"]
+    # and what show prints besides
+    assert j["client"]["ip"] == "127.0.0.1" and j["client"]["helo"] == "client.test"
+    assert isinstance(j["client"]["port"], int)
+    assert j["body"] in ("7BIT", "8BITMIME") and j["smtputf8"] is False
+    assert j["ret"] is None and j["envid"] is None
+    assert j["requiretls"] is False and j["tls_optional"] is False
+    assert [(x["address"], x["notify"], x["orcpt"]) for x in j["recipients"]] == \
+        [("x@far.test", [], None), ("y@far.test", [], None)]
+    assert j["history_file"] == m.log
+    assert any("%s: from=<alice@home.test>" % kq.d1 in l for l in j["history"])
+    assert all(kq.d1 + ":" in l for l in j["history"])
+    assert j["headers"].startswith("Received: from client.test")
+    assert "Subject: message 1\r\n" in j["headers"]
+    assert "serial 1" not in j["headers"] and j["headers_cut"] is False
+    # one output form at a time
+    r = m.ctl("show", kq.d1, "--json", "--body")
+    assert r.returncode == 2 and "usage: mtactl show ID" in r.stderr
+
+
 def test_show_body_and_raw_are_byte_exact(kq):
     m = kq.m
     _, _, msg = kq.sent[kq.d2]
@@ -620,7 +735,7 @@ def test_show_errors(kq):
         assert "is not a queue id" in r.stderr, r.stderr
         assert r.stdout == ""
     for args in ([], [kq.d1, kq.d2], [kq.d1, "--body", "--raw"],
-                 [kq.d1, "--json"]):
+                 [kq.d1, "--summary"], [kq.d1, "--json", "--raw"]):
         r = m.ctl("show", *args)
         assert r.returncode == 2, (args, r.stderr)
 
@@ -853,8 +968,12 @@ def test_exit_codes_and_bad_ids_for_every_change(kq):
     assert r.returncode == 2
     r = m.ctl("help", "queue")
     assert r.returncode == 0 and "bounce ID" in r.stdout
+    assert r.stdout.startswith("usage: mtactl queue [filters] ")
     for cmd in ("show", "delete", "hold", "release", "flush", "bounce"):
-        assert m.ctl("help", cmd).stdout == r.stdout
+        h = m.ctl("help", cmd).stdout
+        # its own usage line, then the queue commands' help
+        assert h.startswith("usage: mtactl %s " % cmd), h
+        assert h.split("\n", 1)[1] == r.stdout.split("\n", 1)[1]
 
 
 # ---- the race -------------------------------------------------------------

@@ -385,8 +385,13 @@ def test_show_says_the_tls_of_each_recipient(mtad_factory, sink_factory,
     assert re.search(r"pending .*relay=none tls=none "
                      r"tls_failure=starttls-not-supported$",
                      rcpt["y@strict.test"]), out
+    # JSON: the value without the log's "tls=" key
     js = m.ctl("queue", "--json").stdout
-    assert '"tls":"tls=none tls_failure=starttls-not-supported"' in js, js
+    assert '"tls":"none tls_failure=starttls-not-supported"' in js, js
+    tls = {x["address"]: x["tls"] for x in
+           json.loads(m.ctl("show", qid, "--json", check=True).stdout)["recipients"]}
+    assert re.match(r"TLSv1\.[23] cipher=\S+ verify=ca$", tls["x@ok.test"]), tls
+    assert tls["y@strict.test"] == "none tls_failure=starttls-not-supported"
 
 
 @pytest.mark.parametrize("level", ["verify", "encrypt", "dane-only"])
@@ -486,3 +491,67 @@ def test_large_body_over_tls_arrives_exactly(mtad_factory, sink_factory, ca,
     assert ("BDAT" in [v for _, v in s.commands]) == chunking
     assert strip_received(got.data)[1] == msg
     assert "tls=TLSv1." in line_of(m, qid, "x@dst.test", "sent")
+
+
+# ---- mtactl tls check ----------------------------------------------------
+
+def check_fields(out):
+    """mtactl tls check's output -> {label: [values]} (labels as printed,
+    stripped: "level:", "tls:", "verdict:" ...)."""
+    fields, last = {}, None
+    for line in out.splitlines():
+        mo = re.match(r"^\s*([a-z][a-z -]*?:)\s+(.*)$", line)
+        label, value = (mo.group(1), mo.group(2)) if mo else \
+            (last, line.strip())
+        fields.setdefault(label, []).append(value.strip())
+        last = label
+    return fields
+
+
+def test_tls_check_probes_like_the_delivery(mtad_factory, sink_factory, ca,
+                                            dns_servers):
+    good = tls_sink(sink_factory, ca, [MX1], host="127.0.0.11")
+    bad = tls_sink(sink_factory, ca, ["other.%s" % ZONE], host="127.0.0.12")
+    plain = sink_factory(host="127.0.0.13")
+    m = start(mtad_factory, ca,
+              "smtp:[%s]:%d" % (MX1, good.port), level="verify",
+              dns=dns_servers.nsd,
+              routes={"static": {"bad.test": "smtp:[%s]:%d" % (MX2, bad.port),
+                                 "plain.test": plain.route}})
+    r = m.ctl("tls", "check", "Good.Test")
+    assert r.returncode == 0, r.stdout + r.stderr
+    f = check_fields(r.stdout)
+    assert f["domain:"] == ["good.test"]
+    assert f["level:"] == ["verify (delivery.tls)"]
+    assert f["mx host:"] == ["%s [127.0.0.11]:%d" % (MX1, good.port)]
+    assert f["in force:"] == ["verify, TLS required"]
+    assert re.match(r"tls=TLSv1\.[23] cipher=\S+ verify=ca$", f["tls:"][0]), f
+    assert "DNS:%s" % MX1 in f["name:"], f
+    assert f["verdict:"] == ["passes"]
+    assert f["result:"] == ["1 host would be tried, every probe passed"]
+    # the probe was a real STARTTLS with the MX name as SNI, then QUIT
+    assert wait_for(lambda: good.tls, 5, what="the sink's TLS record")
+    assert good.received() == []
+    # a certificate for another name: what the delivery defers on
+    r = m.ctl("tls", "check", "bad.test")
+    assert r.returncode == 1, r.stdout
+    f = check_fields(r.stdout)
+    assert f["verdict:"][0].startswith("fails verify: "), f
+    assert "tls_failure=certificate-host-mismatch" in f["tls:"][0], f
+    assert f["result:"] == ["1 of 1 host mtad would try failed the probe"]
+    # the policy table wins over delivery.tls, and may takes any server
+    m.ctl("tls", "policy", "set", "bad.test", "may", check=True)
+    r = m.ctl("tls", "check", "bad.test")
+    assert r.returncode == 0, r.stdout
+    f = check_fields(r.stdout)
+    assert f["level:"] == ["may (policy table: bad.test)"]
+    assert f["in force:"] == ["may, TLS when offered"]
+    # no STARTTLS offered: under verify mtad defers
+    r = m.ctl("tls", "check", "plain.test")
+    assert r.returncode == 1
+    assert check_fields(r.stdout)["starttls:"] == ["not offered: mtad defers"]
+    # --no-probe: the policy only
+    r = m.ctl("tls", "check", "good.test", "--no-probe")
+    assert r.returncode == 0 and "banner:" not in r.stdout
+    for bad_args in ([], ["good.test", "--now"], ["-x"]):
+        assert m.ctl("tls", "check", *bad_args).returncode == 2
