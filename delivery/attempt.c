@@ -25,7 +25,7 @@
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */

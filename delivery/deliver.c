@@ -96,7 +96,7 @@
 #include "delivery/dsn.h"
 #include "delivery/maildir.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 #include "delivery/resolve.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
@@ -184,7 +184,7 @@ dl_group(struct dl_attempt *a, const struct router_result *res,
 
 
 /*
- * dl_tls_level - the outbound TLS level for rcpt (tls_policy.h): the
+ * dl_tls_level - the outbound TLS level for rcpt (tlspol.h): the
  * policy table's entry for the recipient's domain, else for the routes
  * key that matched, else delivery.tls.  -1 when the table cannot be read:
  * the recipient is deferred rather than sent under a weaker default.

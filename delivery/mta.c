@@ -63,7 +63,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #include <openssl/ssl.h>
 

@@ -18,7 +18,7 @@
  *           that has its address and port among its hops and the same
  *           TLS requirement there (tls_req_same()): domains that share MX
  *           hosts share their connections, never across TLS policies.
- *           TLS: STARTTLS as each hop's tls says (tls_policy.h); the
+ *           TLS: STARTTLS as each hop's tls says (tlspol.h); the
  *           destination is (txn->dest, txn->tls.level); every result
  *           carries the TLS outcome of its connection (res[].tls).
  *           The txn, env and fd belong to the caller and must stay valid
@@ -34,7 +34,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 #include "router/route.h"
 #include "smtp/smtp.h"
 
@@ -62,7 +62,7 @@ struct mta_hop {
     struct sockaddr_storage ss;     /* address and port */
     socklen_t   len;
     struct tls_req tls;             /* what a connection to it must meet
-                                       (tls_policy.h; set by resolve.c) */
+                                       (tlspol.h; set by resolve.c) */
 };
 
 struct mta_txn;
@@ -197,7 +197,7 @@ struct mta_conn {
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
     uint64_t           peer_size;
-    /* outbound TLS on this connection (tls_policy.h) */
+    /* outbound TLS on this connection (tlspol.h) */
     struct tls_req     tls;         /* what the current host must meet */
     struct tls_outcome tlso;        /* what it gave */
     int                tls_plain;   /* plaintext retry after a failed

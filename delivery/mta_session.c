@@ -25,9 +25,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
-#include "delivery/reqtls.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol.h"
 
 #include <openssl/ssl.h>
 
@@ -351,7 +349,7 @@ mta_idle(struct mta_conn *c)
 
 
 /*
- * mta_reqtls_unfit - RFC 8689 (reqtls.h, step 2): may c carry t?  0 when
+ * mta_reqtls_unfit - RFC 8689 (tlspol.h, step 2): may c carry t?  0 when
  * it may (or t is no REQUIRETLS message).  Else, for the txn c was opened
  * for, this host fails permanently with the 5.7.10 / 5.7.30 reason (the
  * next host is tried; the last one's failure bounces); any other txn goes
@@ -867,7 +865,7 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
 }
 
 
-/* ---- STARTTLS (RFC 3207) under the policy of tls_policy.h ---- */
+/* ---- STARTTLS (RFC 3207) under the policy of tlspol.h ---- */
 
 void
 mta_tls_report(struct mta_conn *c)
@@ -1065,7 +1063,7 @@ mta_tls_begin(struct mta_conn *c)
     }
     snprintf(c->tls_key, sizeof(c->tls_key), "%s|%s|%s|%d", c->dest->key,
         c->name, tls_level_name(c->tls.level), c->tls.sts_enforce);
-    if (c->tls.tlsa != NULL)        /* DANE: never resumed (dane.h) */
+    if (c->tls.tlsa != NULL)        /* DANE: never resumed (tlspol.h) */
         c->tls_key[0] = '\0';
     SSL_set_app_data(c->net.ssl, c);
     if (c->r->tls_cache != NULL && (sess = tls_cache_get(c->r->tls_cache,

@@ -30,10 +30,8 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
-#include "delivery/dane.h"
-#include "delivery/reqtls.h"
+#include "tlspol/tlspol.h"
 #include "delivery/resolve.h"
-#include "delivery/sts.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
 
@@ -63,7 +61,7 @@ struct rs_job {
     struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
     int              dane_wait;     /* its lookups are in flight */
     struct rs_job   *post_next;     /* on rs->posted */
-    /* MTA-STS of an mx route's domain (delivery/sts.c), in parallel */
+    /* MTA-STS of an mx route's domain (tlspol/sts.c), in parallel */
     struct stsd_req *sts_req;       /* while it runs */
     struct sts_policy *sts;         /* the policy in force, or NULL */
 };
@@ -421,11 +419,11 @@ rs_dane_begin(struct rs_job *j)
 
 
 /*
- * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
+ * rs_submit - the hops' TLS requirements refined by DANE (tlspol.h:
  * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
  * none -> may under dane; TLSA lookup failed -> the host is not tried;
  * dane-only without usable TLSA -> not tried either), then MTA-STS
- * (stsd_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
+ * (resolve_sts_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
  * leaves no hop, every recipient defers with the first reason.
  */
 static void
@@ -459,7 +457,7 @@ rs_submit(struct rs_job *j)
      * to DANE (RFC 8461 2).  A message with TLS-Required: No ignores the
      * policy (RFC 8689 5) */
     if (o > 0 && j->sts != NULL && reqtls_mode(t->env) != REQTLS_OPTIONAL &&
-        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
+        resolve_sts_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
         sizeof(why_sts)) < 0) {
         rs_verdict_all(j, MTA_DEFER, why_sts);
         return;
@@ -520,7 +518,7 @@ rs_hop_mx(const struct rs_job *j, const struct mta_hop *h, int *secure)
 
 
 /*
- * rs_reqtls - RFC 8689 on the final hops of j (reqtls.h, step 1): for a
+ * rs_reqtls - RFC 8689 on the final hops of j (tlspol.h, step 1): for a
  * REQUIRETLS message each hop must authenticate its server and came from a
  * secure MX answer (or MTA-STS); the others are dropped, and with none
  * left every recipient bounces with the first reason (returns -1).  For
@@ -615,14 +613,14 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
-        /* the TLS requirement per host (tls_policy.h, step 1): the txn's
+        /* the TLS requirement per host (tlspol.h, step 1): the txn's
          * level, checked against the host's own name */
         for (i = 0; i < n; i++) {
             j->hop[i].tls = t->tls;
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
-        /* then DANE refines it (dane.h), after the TLSA lookups if any,
+        /* then DANE refines it (tlspol.h), after the TLSA lookups if any,
          * and REQUIRETLS last (rs_submit) */
         j->nhop = n;
         if (rs_dane_begin(j))

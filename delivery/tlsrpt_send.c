@@ -8,7 +8,7 @@
  *           report like a bounce: a new message in its spool, delivered
  *           by the normal path (routes, retries, DSNs to tlsrpt.sender).
  * CONTRACT  "tlsrpt-send <start_s> <end_s>\n" then the policy blocks of
- *           one domain (tlsrpt.h WIRE).  At most one report per message;
+ *           one domain (tlspol.h, TLS-RPT WIRE).  At most one report per message;
  *           recipients are the rua= mailto: addresses (at most
  *           TLSRPT_RUA_MAX); https: ones are left out and logged.
  * FAILURE   Logged once, and the report dropped: no record, a bad record,
@@ -30,8 +30,7 @@
 #include "delivery/delivery.h"
 #include "delivery/delivery_int.h"
 #include "delivery/resolve.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol.h"
 
 struct tlsrpt_job {
     struct deliver    *d;
@@ -184,7 +183,7 @@ done:
 
 
 void
-tlsrpt_send(struct deliver *d, const char *msg, size_t n)
+deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n)
 {
     struct tlsrpt_job *j = xcalloc(1, sizeof(*j));
     const char        *nl = memchr(msg, '\n', n);
@@ -206,18 +205,10 @@ tlsrpt_send(struct deliver *d, const char *msg, size_t n)
         log_warn("tlsrpt: bad request from the master: %s", err);
         goto fail;
     }
-    {
-        size_t              k;
-        struct tlsrpt_pol **v = tlsrpt_tab_sorted(j->tab, &k);
-
-        np = k;
-        if (k > 0)
-            util_strlcpy(j->domain, v[0]->domain, sizeof(j->domain));
-        for (size_t i = 1; i < k; i++)
-            if (strcmp(v[i]->domain, j->domain) != 0)
-                np = 0;             /* one domain per request */
-        free(v);
-    }
+    np = tlsrpt_tab_count(j->tab);
+    if (np > 0 && tlsrpt_tab_domain(j->tab, j->domain,
+        sizeof(j->domain)) < 0)
+        np = 0;                     /* one domain per request */
     if (np == 0) {
         log_warn("tlsrpt: bad request from the master: not one domain");
         goto fail;

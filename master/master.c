@@ -42,7 +42,7 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "master/master.h"
 #include "master/master_int.h"
 #include "master/ops.h"

@@ -3,7 +3,7 @@
  * totals of every worker, kept in a file, shown by mtactl, and handed to
  * a worker for the daily report.
  *
- * PURPOSE   Workers count TLS outcomes per policy (delivery/tlsrpt.h) and
+ * PURPOSE   Workers count TLS outcomes per policy (tlspol/tlspol.h) and
  *           send their counts once a second over their channel
  *           ("tlsrpt-add"); the master adds them to one table, so a
  *           worker that dies loses at most its last second.
@@ -40,7 +40,7 @@
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 

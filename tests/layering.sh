@@ -32,16 +32,17 @@ BEGIN {
     ok["router"]   = "router smtp common"
     ok["spool"]    = "spool smtp common"
     ok["config"]   = "config dkim router smtp proxy dns common"
-    ok["delivery"] = "delivery config dkim spool router smtp proxy dns sts common"
-    ok["smtpd"]    = "smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["worker"]   = "worker smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["master"]   = "master worker smtpd delivery config dkim spool router smtp proxy dns sts common"
+    ok["tlspol"]   = "tlspol spool router smtp dns sts common"
+    ok["delivery"] = "delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["smtpd"]    = "smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["worker"]   = "worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["master"]   = "master worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
     ok["mtactl"]   = "mtactl config dkim spool router smtp proxy dns common"
     ok["sendmail"] = "sendmail config dkim router smtp proxy dns common"
     # the headers each module offers the others ("*": all of them)
     pub["common"] = "*"
     pub["router"] = "router/router.h router/route.h"
-    pub["delivery"] = "delivery/delivery.h delivery/tlsrpt.h"
+    pub["delivery"] = "delivery/delivery.h"
     bad = 0
 }
 function has(list, w) { return index(" " list " ", " " w " ") > 0 }

@@ -68,7 +68,7 @@
 #include "router/router.h"
 #include "spool/spool.h"
 #include "delivery/delivery.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "common/net.h"
 #include "common/sandbox.h"
 #include "worker/worker.h"
@@ -466,7 +466,7 @@ worker_drain(struct worker *w)
 
 
 /* worker_tlsrpt_emit - one policy's TLS-RPT counts to the master (see
- * delivery/tlsrpt.h); a full channel keeps them for the next tick. */
+ * tlspol/tlspol.h); a full channel keeps them for the next tick. */
 static int
 worker_tlsrpt_emit(const char *msg, size_t n, void *arg)
 {
@@ -556,7 +556,7 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
         if (passed >= 0)
             (void)deliver_qstream(w->deliver, passed);
     } else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
-        tlsrpt_send(w->deliver, msg, (size_t)n);
+        deliver_tlsrpt_send(w->deliver, msg, (size_t)n);
     else if (strcmp(msg, "sandbox-test") == 0) {
         log_notice("sandbox test: making a forbidden system call");
         log_flush();

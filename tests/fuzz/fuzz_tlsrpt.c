@@ -1,6 +1,6 @@
 /*
  * fuzz_tlsrpt.c - libFuzzer target over the TLS-RPT parsers of untrusted
- * input (delivery/tlsrpt.c, tlsrpt_report.c): the wire form a worker
+ * input (tlspol/tlsrpt.c, tlsrpt_report.c): the wire form a worker
  * sends the master, and the _smtp._tls TXT records.  `make fuzz` builds
  * and runs it; seeds in tests/fuzz/corpus/tlsrpt/.
  *
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

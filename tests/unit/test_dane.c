@@ -1,5 +1,5 @@
 /*
- * test_dane.c - delivery/dane.c: which TLSA records are usable for SMTP
+ * test_dane.c - tlspol/dane.c: which TLSA records are usable for SMTP
  * (RFC 7672 3.1), what a host's TLSA answer makes of its hops, and the
  * OpenSSL glue against real handshakes in memory: certificates and TLSA
  * records are made here (a CA and leaves signed by it), a server SSL and
@@ -17,7 +17,7 @@
 #include <openssl/x509v3.h>
 
 #include "common/util.h"
-#include "delivery/dane.h"
+#include "tlspol/tlspol.h"
 #include "smtp/smtp.h"
 
 /* ---- usability ---- */

@@ -1,5 +1,5 @@
 /*
- * test_mta_sts.c - the decisions of delivery/sts.c that need no network:
+ * test_mta_sts.c - the decisions of tlspol/sts.c that need no network:
  * which TXT record counts (RFC 8461 3.1), when the cached policy is used,
  * refetched or dropped (3.3, 5.1), the Content-Type check, and what a
  * policy does to the hops (enforce, testing, none, DANE hosts).  The fetch
@@ -13,8 +13,8 @@
 
 #include "dns/dns.h"
 #include "delivery/mta.h"
-#include "delivery/sts.h"
-#include "delivery/tls_policy.h"
+#include "delivery/resolve.h"
+#include "tlspol/tlspol.h"
 
 static enum stsd_txt
 pick(const char *a, const char *b, char *id)
@@ -114,7 +114,7 @@ Test(mta_sts, enforce_keeps_matching_hosts_and_requires_sts)
     cr_assert_eq(parse_policy("version: STSv1\nmode: enforce\n"
         "mx: *.a.org\nmax_age: 60\n", &p), 0);
     hops_of(h, NAMES, 3);
-    cr_assert_eq(stsd_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
+    cr_assert_eq(resolve_sts_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
     cr_assert_eq(n, 2);
     cr_assert_str_eq(h[0].name, "mx1.a.org");
     cr_assert_str_eq(h[1].name, "mx2.a.org");
@@ -124,7 +124,7 @@ Test(mta_sts, enforce_keeps_matching_hosts_and_requires_sts)
     /* no host matches: deferred 4.7.5 */
     n = 1;
     hops_of(h, NAMES + 1, 1);
-    cr_assert_eq(stsd_hops(&p, "a.org", h, &n, reply, sizeof(reply)), -1);
+    cr_assert_eq(resolve_sts_hops(&p, "a.org", h, &n, reply, sizeof(reply)), -1);
     cr_assert_eq(n, 0);
     cr_assert(strncmp(reply, "451 4.7.5 MTA-STS policy of a.org", 33) == 0,
         "%s", reply);
@@ -145,7 +145,7 @@ Test(mta_sts, dane_hosts_are_left_to_dane)
     hops_of(h, NAMES, 3);
     h[1].tls.level = TLS_DANE;
     h[1].tls.tlsa = &tlsa;          /* usable TLSA on evil.b.org */
-    cr_assert_eq(stsd_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
+    cr_assert_eq(resolve_sts_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
     cr_assert_eq(n, 3);
     cr_assert_eq(h[1].tls.sts_enforce, 0);
     cr_assert_eq(h[1].tls.sts_testing, 0);
@@ -162,14 +162,14 @@ Test(mta_sts, testing_and_none_keep_every_host)
     cr_assert_eq(parse_policy("version: STSv1\nmode: testing\n"
         "mx: *.a.org\nmax_age: 60\n", &p), 0);
     hops_of(h, NAMES, 3);
-    cr_assert_eq(stsd_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
+    cr_assert_eq(resolve_sts_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
     cr_assert_eq(n, 3);
     cr_assert(h[1].tls.sts_testing && !h[1].tls.sts_enforce);
     cr_assert(!tls_req_mandatory(&h[1].tls));
     cr_assert_eq(parse_policy("version: STSv1\nmode: none\n"
         "max_age: 60\n", &p), 0);
     hops_of(h, NAMES, 3);
-    cr_assert_eq(stsd_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
+    cr_assert_eq(resolve_sts_hops(&p, "a.org", h, &n, reply, sizeof(reply)), 0);
     cr_assert_eq(n, 3);
     cr_assert(!h[0].tls.sts_testing && !h[0].tls.sts_enforce);
 }

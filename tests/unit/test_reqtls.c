@@ -1,5 +1,5 @@
 /*
- * test_reqtls.c - the REQUIRETLS decisions at delivery (delivery/reqtls.c,
+ * test_reqtls.c - the REQUIRETLS decisions at delivery (tlspol/reqtls.c,
  * RFC 8689 4.2): each level raised to one that authenticates the server,
  * the MX-security rule of 4.2.1 step 2, TLS-Required: No dropping only the
  * recipient domain's policies, the session check with its 5.7.10 and
@@ -12,7 +12,7 @@
 
 #include "smtp/smtp.h"
 #include "spool/spool.h"
-#include "delivery/reqtls.h"
+#include "tlspol/tlspol.h"
 
 /* Any non-NULL rrset pointer: reqtls only looks at whether there is one. */
 static const char t_fake_rrset;

@@ -11,7 +11,7 @@
 #include <zlib.h>
 
 #include "common/buf.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 
 #define DAY 20423u                      /* 2025-12-01 */
 
@@ -557,8 +557,7 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
 /* ---- the TLS client's outcome (tlsrpt_outcome.c) ---- */
 
 #include "dns/dns.h"
-#include "delivery/tls_policy.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
 {

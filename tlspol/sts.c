@@ -2,7 +2,7 @@
  * sts.c - MTA-STS policies for delivery (RFC 8461): the `_mta-sts` TXT
  * lookup, the per-domain cache and its waiters; the HTTPS fetch is
  * sts_fetch.c (libcurl on this worker's ev loop), the pure decisions
- * sts_policy.c.  See sts.h for the rules.
+ * sts_policy.c.  See tlspol.h (MTA-STS) for the rules.
  *
  * PURPOSE   resolve.c asks for the policy of a recipient domain in parallel
  *           with its MX lookup; the answer filters the MX hosts and sets
@@ -20,7 +20,7 @@
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "delivery/sts_int.h"
+#include "tlspol/tlspol_int.h"
 
 static void stsd_post_fire(struct ev_loop *loop, struct ev_timer *t,
     void *arg);

@@ -1,7 +1,7 @@
 /*
  * sts_policy.c - the pure decisions of MTA-STS in delivery (RFC 8461):
  * which TXT record counts, when a cached policy is used or fetched again,
- * the Content-Type check, and what a policy does to the hops.  No I/O;
+ * and the Content-Type check.  No I/O;
  * unit-tested in tests/unit/test_mta_sts.c.  See sts.h.
  */
 #include <stdio.h>
@@ -10,9 +10,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "delivery/mta.h"
-#include "delivery/sts.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 enum stsd_action
 stsd_decide(int have, const char *cached_id, uint64_t expires_ms,
@@ -68,44 +66,3 @@ stsd_content_type_ok(const char *ct)
         ct[10] == '\t';
 }
 
-
-int
-stsd_hops(const struct sts_policy *p, const char *domain,
-    struct mta_hop *hop, size_t *n, char *reply, size_t replysz)
-{
-    size_t i, kept = 0, miss = 0;
-    char   first[256] = "";
-
-    if (p == NULL || p->mode == STS_MODE_NONE)
-        return 0;
-    for (i = 0; i < *n; i++) {
-        struct tls_req *r = &hop[i].tls;
-        int             ok = sts_mx_match(p, hop[i].name);
-
-        if (r->tlsa != NULL)        /* DANE wins (RFC 8461 2) */
-            ok = 1;
-        else if (p->mode == STS_MODE_ENFORCE)
-            r->sts_enforce = 1;     /* STARTTLS, CA-verified MX name */
-        else
-            r->sts_testing = 1;     /* check and report, deliver anyway */
-        if (!ok && miss++ == 0)
-            util_strlcpy(first, hop[i].name, sizeof(first));
-        if (p->mode == STS_MODE_TESTING || ok) {
-            if (kept != i)
-                hop[kept] = hop[i];
-            kept++;
-        }
-    }
-    if (miss > 0)
-        log_info("mta-sts: %s: MX host %s%s does not match the policy "
-            "(mode %s)%s", domain, first, miss > 1 ? " and others" : "",
-            sts_mode_name(p->mode), p->mode == STS_MODE_ENFORCE ?
-            ": not used" : ": delivering anyway");
-    *n = kept;
-    if (kept == 0) {
-        snprintf(reply, replysz, "451 4.7.5 MTA-STS policy of %.200s "
-            "(enforce): no MX host matches (%.200s)", domain, first);
-        return -1;
-    }
-    return 0;
-}

@@ -3,7 +3,7 @@
  * libcurl's multi-socket API driven by the worker's ev loop: libcurl's
  * socket callback becomes ev_watch(), its timer one ev_timer, readiness
  * goes back through curl_multi_socket_action(); no thread, no blocking
- * call.  Private to delivery/sts*.c (sts_int.h).
+ * call.  Private to tlspol/sts*.c (tlspol_int.h).
  *
  * SANDBOX   stsd_curl_init() runs in worker_init(), before Landlock and
  *           seccomp: it reads the CA bundle into memory (CURLOPT_CAINFO_BLOB;
@@ -25,7 +25,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "delivery/sts_int.h"
+#include "tlspol/tlspol_int.h"
 
 static size_t
 stsd_body(char *ptr, size_t size, size_t nmemb, void *arg)

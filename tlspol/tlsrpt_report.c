@@ -25,8 +25,7 @@
 
 #include "common/buf.h"
 #include "common/util.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 /* ---- rua= ------------------------------------------------------------- */
 
@@ -321,6 +320,23 @@ tlsrpt_json_policy(const struct tlsrpt_pol *p, struct buf *out)
         buf_printf(out, "]");
     }
     buf_printf(out, "}");
+}
+
+
+int
+tlsrpt_tab_domain(const struct tlsrpt_tab *t, char *out, size_t outsz)
+{
+    size_t              k, i;
+    struct tlsrpt_pol **v = tlsrpt_tab_sorted(t, &k);
+    int                 rc = k > 0 ? 0 : -1;
+
+    for (i = 1; i < k; i++)
+        if (strcmp(v[i]->domain, v[0]->domain) != 0)
+            rc = -1;
+    if (rc == 0)
+        util_strlcpy(out, v[0]->domain, outsz);
+    free(v);
+    return rc;
 }
 
 

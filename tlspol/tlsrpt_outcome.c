@@ -1,6 +1,6 @@
 /*
- * tlsrpt_outcome.c - the TLS client's outcome (tls_policy.h) as a TLS-RPT
- * event (tlsrpt.h): which policy applied and its strings.
+ * tlsrpt_outcome.c - the TLS client's outcome (tlspol.h) as a TLS-RPT
+ * event (tlspol.h): which policy applied and its strings.
  *
  * PURPOSE   One call per connection attempt's TLS outcome from
  *           mta_session.c, so that the TLS code needs to know nothing of
@@ -18,9 +18,7 @@
 #include <string.h>
 
 #include "dns/dns.h"
-#include "delivery/tls_policy.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 /* tlsrpt_tlsa_string - one TLSA record as "usage selector mtype hex". */
 static void

@@ -1,11 +1,11 @@
 /*
- * sts_int.h - private to delivery/sts*.c: the MTA-STS cache entry, the
- * fetch in flight and the per-worker state, and the calls between the
- * cache (sts.c) and the HTTPS side (sts_fetch.c).  The pure decisions are
- * sts_policy.c; the contract is sts.h.
+ * tlspol_int.h - what the files of tlspol/ share and nothing outside
+ * includes: TLS-RPT's policy record (tlsrpt.c: tables, wire;
+ * tlsrpt_report.c: JSON) and the MTA-STS cache's entries and fetches
+ * (sts.c: the cache; sts_fetch.c: libcurl on the loop).
  */
-#ifndef MTAD_DELIVERY_STS_INT_H
-#define MTAD_DELIVERY_STS_INT_H
+#ifndef MTAD_TLSPOL_INT_H
+#define MTAD_TLSPOL_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -14,7 +14,39 @@
 
 #include "common/ev.h"
 #include "dns/dns.h"
-#include "delivery/sts.h"
+#include "tlspol/tlspol.h"
+
+struct buf;
+
+struct tlsrpt_detail {
+    char     result[64];            /* RFC 8460 result-type */
+    char     mx[256];               /* receiving-mx-hostname */
+    char     ip[64];                /* receiving-ip */
+    char     reason[128];           /* failure-reason-code */
+    uint64_t n;                     /* failed-session-count */
+};
+
+struct tlsrpt_pol {
+    struct tlsrpt_pol    *next;     /* hash chain */
+    uint64_t              hash;
+    uint32_t              day;
+    enum tlsrpt_type      type;
+    char                  domain[TLSRPT_DOMAIN_MAX];   /* lower case */
+    char                **strings;
+    size_t                nstrings;
+    uint64_t              ok, fail;
+    struct tlsrpt_detail *det;
+    size_t                ndet;
+    size_t                bytes;    /* what it holds, for the table's cap */
+};
+
+/* One policy's block (tlspol.h, TLS-RPT WIRE) appended to out. */
+void    tlsrpt_pol_wire(const struct tlsrpt_pol *p, struct buf *out);
+/* Every policy of t, ordered by day, domain, type; *n of them; free()
+ * the array (not the policies). */
+struct tlsrpt_pol **tlsrpt_tab_sorted(const struct tlsrpt_tab *t, size_t *n);
+
+/* ---- MTA-STS: the cache (sts.c) and its fetches (sts_fetch.c) ---- */
 
 #define STSD_BUCKETS   1024
 #define STSD_CA_MAX    (8 * 1024 * 1024)  /* a CA bundle larger is a mistake */
@@ -98,4 +130,4 @@ void    stsd_curl_free(struct stsd *s);
 int     stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h);
 void    stsd_fetch_free(struct stsd_fetch *f);
 
-#endif /* MTAD_DELIVERY_STS_INT_H */
+#endif /* MTAD_TLSPOL_INT_H */

@@ -4,7 +4,7 @@
  * next connection to the same host resumes instead of doing a full
  * handshake.
  *
- * CONTRACT  See tls_policy.h.  At most max entries; a put into a full
+ * CONTRACT  See tlspol.h.  At most max entries; a put into a full
  *           cache replaces the least recently used one; an entry older
  *           than ttl_s, or whose session OpenSSL says cannot be resumed,
  *           is dropped when looked up.  The level is part of the key: a
@@ -19,7 +19,7 @@
 #include <openssl/ssl.h>
 
 #include "common/util.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #define TLS_CACHE_KEY_MAX 768
 

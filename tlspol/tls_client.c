@@ -3,7 +3,7 @@
  * context (one per worker, built before the sandbox), the per-connection
  * set-up (SNI, the name to check) and the verdict after the handshake.
  *
- * CONTRACT  See tls_policy.h.  The chain is always verified (against
+ * CONTRACT  See tlspol.h.  The chain is always verified (against
  *           tls.ca_file, or the system's bundle) but the handshake never
  *           fails on it (SSL_VERIFY_NONE): the result is read afterwards
  *           and the level decides (tls_decide_handshake()), so that may
@@ -29,8 +29,7 @@
 
 #include "common/net.h"
 #include "common/util.h"
-#include "delivery/dane.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 
 /* tls_client_err - what failed, with OpenSSL's first queued reason. */
@@ -91,7 +90,7 @@ fail:
 }
 
 
-/* tls_client_dane - the peer is checked against TLSA records (dane.h). */
+/* tls_client_dane - the peer is checked against TLSA records (tlspol.h). */
 static int
 tls_client_dane(const struct tls_req *r)
 {

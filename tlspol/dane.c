@@ -9,7 +9,7 @@
  *           turns each host's state into its hops' TLS requirement
  *           (dane_decide).  The TLS client prepares the SSL with the usable
  *           records and asks dane_ssl_verdict() after the handshake.
- * CONTRACT  See dane.h.  OpenSSL does the matching and the chain (it
+ * CONTRACT  See tlspol.h.  OpenSSL does the matching and the chain (it
  *           implements RFC 7671: DANE-EE ignores names and dates,
  *           DANE-TA builds the chain to the matched trust anchor); we
  *           only choose the records and the names, and read the result.
@@ -26,7 +26,7 @@
 #include <openssl/x509v3.h>
 
 #include "common/util.h"
-#include "delivery/dane.h"
+#include "tlspol/tlspol.h"
 
 #define DANE_USAGE_TA    2          /* DANE-TA(2) */
 #define DANE_USAGE_EE    3          /* DANE-EE(3) */

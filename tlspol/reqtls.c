@@ -1,6 +1,6 @@
 /*
  * reqtls.c - REQUIRETLS (RFC 8689) at delivery: the decisions of
- * reqtls.h.  Pure: no I/O, no logging.
+ * tlspol.h.  Pure: no I/O, no logging.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "smtp/smtp.h"
 #include "spool/spool.h"
-#include "delivery/reqtls.h"
+#include "tlspol/tlspol.h"
 
 
 enum reqtls_mode

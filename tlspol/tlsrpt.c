@@ -1,6 +1,6 @@
 /*
  * tlsrpt.c - TLS-RPT counters: the policy table, the process's recording
- * table, and the wire form of policies (see tlsrpt.h).
+ * table, and the wire form of policies (see tlspol.h).
  *
  * PURPOSE   Count TLS outcomes per policy where they happen (a worker)
  *           and carry the counts to the master, which keeps the day.
@@ -22,8 +22,7 @@
 
 #include "common/buf.h"
 #include "common/util.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 #define TLSRPT_BUCKETS 1024u
 
