@@ -194,7 +194,7 @@ resolve_flatten(const struct dns_dest *dest, unsigned port,
 }
 
 
-int
+enum mta_status
 resolve_verdict(const struct dns_dest *dest, int rcpt_domain, char *reply,
     size_t replysz)
 {
@@ -714,9 +714,8 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
 
     /* Zeroed but for hop[] and hop_part[] (15 KB): a hop is cleared by
      * rs_hop_set() when it is filled and none is read past nhop.  Zeroing
-     * them for every message cost a tenth of a worker's CPU at 200
-     * sessions, where many jobs are alive and their memory is cold
-     * (issue 16). */
+     * them for every message is a large write into memory that is cold
+     * when many jobs are alive. */
     memset(j, 0, offsetof(struct rs_job, hop));
     memset(&j->nhop, 0, sizeof(*j) - offsetof(struct rs_job, nhop));
 

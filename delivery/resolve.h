@@ -110,8 +110,8 @@ int     resolve_flatten(const struct dns_dest *dest, unsigned port,
  * or MTA_DEFER, and the reply in SMTP form.  rcpt_domain: 1 when the
  * name looked up is the recipients' own domain (an mx route).
  */
-int     resolve_verdict(const struct dns_dest *dest, int rcpt_domain,
-            char *reply, size_t replysz);
+enum mta_status resolve_verdict(const struct dns_dest *dest,
+            int rcpt_domain, char *reply, size_t replysz);
 
 struct sts_policy;
 /*

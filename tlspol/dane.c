@@ -39,19 +39,6 @@
 #define DANE_MAX_HOSTS   32         /* as many as a txn has hops, and more */
 
 
-const char *
-dane_state_name(enum dane_state s)
-{
-    switch (s) {
-    case DANE_NONE:     return "none";
-    case DANE_USABLE:   return "usable";
-    case DANE_UNUSABLE: return "unusable";
-    case DANE_TEMPFAIL: return "tempfail";
-    }
-    return "?";
-}
-
-
 /* dane_full_ok - Full(0) data parses as what the selector names. */
 static int
 dane_full_ok(uint8_t selector, const unsigned char *p, size_t len)

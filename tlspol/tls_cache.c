@@ -1,5 +1,5 @@
 /*
- * tls_cache.c - the outbound TLS session cache of one worker (issue 20):
+ * tls_cache.c - the outbound TLS session cache of one worker:
  * the last SSL_SESSION per "destination|host[ip]:port|level", so the
  * next connection to the same host resumes instead of doing a full
  * handshake.
@@ -11,7 +11,7 @@
  *           session made under may (nothing verified) is never offered
  *           for a verify connection, whose check a resumption would skip.
  * COST      A linear scan: a lookup happens once per new TLS connection,
- *           next to a handshake that costs a thousand times more.
+ *           next to a handshake that costs far more.
  */
 #include <stdlib.h>
 #include <string.h>

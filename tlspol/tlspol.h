@@ -206,7 +206,7 @@ int     tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
 /* Why the certificate check failed, as text for a deferral. */
 void    tls_client_why(struct ssl_st *ssl, char *out, size_t outsz);
 
-/* ---- the outbound session cache (tls_cache.c; issue 20) ---- */
+/* ---- the outbound session cache (tls_cache.c) ---- */
 
 /* One per worker (struct mta), shared by all its connections: the last
  * SSL_SESSION per key "destination|host|level", at most max entries
@@ -275,8 +275,6 @@ enum dane_state {
     DANE_UNUSABLE,              /* secure TLSA, none usable: encrypt */
     DANE_TEMPFAIL               /* TLSA lookup failed: skip the host */
 };
-
-const char *dane_state_name(enum dane_state s); /* "none", "usable"... */
 
 /* 1 when the record can authenticate an SMTP server (see CONTRACT). */
 int     dane_usable(const struct dns_tlsa *t);
