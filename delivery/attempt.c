@@ -33,7 +33,12 @@
 
 /* ---- results ---- */
 
-static const char *const dl_status_word[] = { "deferred", "sent", "bounced" };
+/* by enum mta_status; 0 (a result never set) reads as deferred, as the
+ * spool state it maps to (SPOOL_RCPT_PENDING) */
+static const char *const dl_status_word[] = {
+    [0] = "deferred", [MTA_DEFER] = "deferred", [MTA_SENT] = "sent",
+    [MTA_BOUNCE] = "bounced"
+};
 
 /*
  * dl_result - record one recipient's result in the envelope, log it and

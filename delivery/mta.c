@@ -585,8 +585,28 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
 }
 
 
+/*
+ * mta_may_connect - may d open (or adopt) one more connection now?  The
+ * one place a destination asks before connecting; today the answer is
+ * its concurrency cap.  SHAPING: a traffic-shaping module (per
+ * destination rates and back-off; pure: the destination's recent
+ * history and the clock in, "go" or "not before T" out) is asked here,
+ * and only here, for connections.  A "not before T" leaves the
+ * transactions queued in d and arms a timer that runs mta_dest_run()
+ * again at T; it never fails a recipient.  The per-transaction question
+ * (may this connection send one more message now) sits at the top of
+ * mta_conn_next() (mta_session.c), where every transaction meets its
+ * connection.
+ */
+static int
+mta_may_connect(const struct mta *r, const struct mta_dest *d)
+{
+    return d->nconns < r->cap;
+}
+
+
 /* mta_dest_run - start waiting transactions on idle connections, or on
- * new ones while under the cap. */
+ * new ones while mta_may_connect() says so. */
 static void
 mta_dest_run(struct mta *r, struct mta_dest *d)
 {
@@ -599,13 +619,13 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         for (c = d->conns; c; c = c->next)
             if (c->state == C_IDLE)
                 break;
-        if (c == NULL && d->nconns < r->cap)
+        if (c == NULL && mta_may_connect(r, d))
             c = mta_adopt(r, d, d->wait_head);
         if (c != NULL) {
             (void)mta_conn_next(c);
             continue;
         }
-        if (d->nconns >= r->cap)
+        if (!mta_may_connect(r, d))
             break;
         mta_conn_new(r, d, mta_dest_pop(d));
     }

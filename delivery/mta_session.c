@@ -287,7 +287,11 @@ mta_stray(struct mta_conn *c, char *why, size_t len)
  * mta_conn_next - c is ready for a transaction: the one it was opened
  * for, else the next waiting one (after an RSET on a used connection).
  * With none, park c idle, or close it when draining.  Returns 1 when c was
- * closed.
+ * closed.  SHAPING: this is where a transaction meets its connection, so
+ * the traffic-shaping module's per-message question (may c send one more
+ * now) goes before mta_dest_pop(): a "not before T" parks c idle with
+ * its timer at T instead of taking a transaction (see mta_may_connect()
+ * in mta.c for the connection side).
  */
 int
 mta_conn_next(struct mta_conn *c)
