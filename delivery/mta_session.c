@@ -227,7 +227,7 @@ mta_reqtls_unfit(struct mta_conn *c, struct mta_txn *t, int opened_for)
 {
     char why[SMTP_REPLY_MAX];
 
-    if (!t->env->requiretls || reqtls_session(&c->tlso, c->caps,
+    if (!t->env->requiretls || tls_reqtls_session(&c->tlso, c->caps,
         t->env->sender[0] == '\0', c->name, why, sizeof(why)) == 0)
         return 0;
     if (!opened_for)

@@ -37,12 +37,12 @@ mta_tlsrpt(struct mta_conn *c, const char *failure, const char *reason)
 {
     char ip[64] = "";
 
-    if (!tlsrpt_enabled() || c->r->tls_ctx == NULL)
+    if (!tls_rpt_enabled() || c->r->tls_ctx == NULL)
         return;                     /* no client context: our own doing */
     if (c->cur > 0 && c->cur <= c->naddr)     /* cur: the next to try */
         (void)util_sockaddr_ip((const struct sockaddr *)
             &c->addr[c->cur - 1].ss, ip, sizeof(ip));
-    tlsrpt_outcome(&c->tls, failure, ip, reason);
+    tls_rpt_outcome(&c->tls, failure, ip, reason);
 }
 
 
@@ -58,7 +58,7 @@ mta_tls_defer(struct mta_conn *c, const char *detail)
     tls_defer_reason(&c->tls, c->name, detail, why, sizeof(why));
     if (c->txn != NULL && c->txn->env->requiretls) {
         /* RFC 8689 4.2.1: a REQUIRETLS message is not retried later */
-        reqtls_tls_failed(c->name, why, reason, sizeof(reason));
+        tls_reqtls_tls_failed(c->name, why, reason, sizeof(reason));
         util_strlcpy(why, reason, sizeof(why));
         c->perm = 1;
     }

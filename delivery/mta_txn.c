@@ -184,7 +184,7 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
         }
         mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s%s", env->sender, size, body,
             mta_need_utf8(t) ? " SMTPUTF8" : "", extra,
-            reqtls_mail_param(env, c->caps));
+            tls_reqtls_mail_param(env, c->caps));
     }
     c->tx.nsent = 1;
     c->tx.piped = 0;

@@ -8,28 +8,27 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/log.h"
 #include "common/util.h"
 #include "tlspol/tlspol.h"
 
-enum stsd_action
-stsd_decide(int have, const char *cached_id, uint64_t expires_ms,
-    uint64_t now_ms, enum stsd_txt txt, const char *txt_id)
+enum tls_sts_action
+tls_sts_decide(int have, const char *cached_id, uint64_t expires_ms,
+    uint64_t now_ms, enum tls_sts_txt txt, const char *txt_id)
 {
     int fresh = have && now_ms < expires_ms;
 
-    if (txt == STSD_TXT_ID) {
+    if (txt == TLS_STS_TXT_ID) {
         if (fresh && strcmp(cached_id, txt_id) == 0)
-            return STSD_USE_CACHED;
-        return STSD_FETCH;          /* new id, expired, or never fetched */
+            return TLS_STS_USE_CACHED;
+        return TLS_STS_FETCH;          /* new id, expired, or never fetched */
     }
     /* RFC 8461 5.1: no live policy but an unexpired cached one: use it */
-    return fresh ? STSD_USE_CACHED : STSD_NO_POLICY;
+    return fresh ? TLS_STS_USE_CACHED : TLS_STS_NO_POLICY;
 }
 
 
-enum stsd_txt
-stsd_txt_pick(const char *const *txt, const size_t *len, size_t n, char *id,
+enum tls_sts_txt
+tls_sts_txt_pick(const char *const *txt, const size_t *len, size_t n, char *id,
     char *why, size_t whysz)
 {
     char   one[STS_ID_MAX], w[256] = "";
@@ -47,18 +46,18 @@ stsd_txt_pick(const char *const *txt, const size_t *len, size_t n, char *id,
             snprintf(why, whysz, "invalid TXT record: %s", w);
     }
     if (sts == 1 && valid == 1)
-        return STSD_TXT_ID;
+        return TLS_STS_TXT_ID;
     if (sts == 0)
         snprintf(why, whysz, "no v=STSv1 TXT record");
     else if (sts > 1)
         snprintf(why, whysz, "%zu v=STSv1 TXT records (RFC 8461 3.1: "
             "exactly one)", sts);
-    return STSD_TXT_NONE;
+    return TLS_STS_TXT_NONE;
 }
 
 
 int
-stsd_content_type_ok(const char *ct)
+tls_sts_content_type_ok(const char *ct)
 {
     if (ct == NULL || strncasecmp(ct, "text/plain", 10) != 0)
         return 0;

@@ -14,10 +14,12 @@
  *           and the SSL of a connection; resolve.c hands it the hops'
  *           requirements to refine.  What it needs of the rest is here:
  *           the envelope (spool.h), DNS (dns.h), MTA-STS text (sts.h).
- * PREFIXES  The sections below keep the names of their RFCs: tls_ (the
- *           policy, client, cache), dane_, stsd_, reqtls_, tlsrpt_.
- * FAILURE   Nothing here logs except the MTA-STS cache (sts.c: one line
- *           per policy change) -- see each section.
+ * PREFIX    tls_ for every name here; each section adds its own word:
+ *           tls_ (the policy, client, cache), tls_dane_, tls_sts_,
+ *           tls_reqtls_, tls_rpt_ (upper case for constants alike).
+ * FAILURE   Nothing here logs except the MTA-STS cache and its fetches
+ *           (sts.c, sts_fetch.c: a policy that fails or falls back, a
+ *           fetch that cannot start); see each section.
  *
  * The sections follow, each with its own contract.
  */
@@ -246,15 +248,15 @@ size_t  tls_cache_count(const struct tls_cache *c);
  *           Full(0), SHA2-256(1) or SHA2-512(2), with data of the right
  *           shape (a digest of the right length, or DER that parses).
  *           PKIX-TA(0) and PKIX-EE(1) are unusable in SMTP (RFC 7672 3.1.3).
- *           One host's outcome (enum dane_state):
- *             secure TLSA with usable records -> DANE_USABLE: the server
+ *           One host's outcome (enum tls_dane_state):
+ *             secure TLSA with usable records -> TLS_DANE_USABLE: the server
  *               must match one of them;
- *             secure TLSA, none usable        -> DANE_UNUSABLE: TLS is
+ *             secure TLSA, none usable        -> TLS_DANE_UNUSABLE: TLS is
  *               mandatory, the certificate is not checked (RFC 7672 2.2);
  *             no secure TLSA (validated NXDOMAIN/NODATA, an insecure
  *               answer, or no lookup because the MX or address answers
- *               were insecure)                 -> DANE_NONE: not DANE;
- *             lookup failed (SERVFAIL, bogus, timeout) -> DANE_TEMPFAIL:
+ *               were insecure)                 -> TLS_DANE_NONE: not DANE;
+ *             lookup failed (SERVFAIL, bogus, timeout) -> TLS_DANE_TEMPFAIL:
  *               the host is not tried (RFC 7672 2.2: a temporary failure).
  *           CNAMEs (RFC 7672 2.2.3): when the host's addresses came through
  *           CNAMEs (dns_host.target != name), TLSA is asked first at the
@@ -269,101 +271,102 @@ size_t  tls_cache_count(const struct tls_cache *c);
 struct ssl_st;
 struct ssl_ctx_st;
 
-enum dane_state {
-    DANE_NONE = 0,              /* not DANE: no secure TLSA */
-    DANE_USABLE,                /* usable records: authenticate */
-    DANE_UNUSABLE,              /* secure TLSA, none usable: encrypt */
-    DANE_TEMPFAIL               /* TLSA lookup failed: skip the host */
+enum tls_dane_state {
+    TLS_DANE_NONE = 0,              /* not DANE: no secure TLSA */
+    TLS_DANE_USABLE,                /* usable records: authenticate */
+    TLS_DANE_UNUSABLE,              /* secure TLSA, none usable: encrypt */
+    TLS_DANE_TEMPFAIL               /* TLSA lookup failed: skip the host */
 };
 
 /* 1 when the record can authenticate an SMTP server (see CONTRACT). */
-int     dane_usable(const struct dns_tlsa *t);
+int     tls_dane_usable(const struct dns_tlsa *t);
 
 /*
- * The state of one TLSA answer, and for DANE_USABLE a new rrset (name,
+ * The state of one TLSA answer, and for TLS_DANE_USABLE a new rrset (name,
  * ttl and secure copied) holding only its usable records in *usable
  * (else NULL); free it with dns_rrset_free().
  */
-enum dane_state dane_classify(const struct dns_rrset *set,
+enum tls_dane_state tls_dane_classify(const struct dns_rrset *set,
             struct dns_rrset **usable);
 
 /* The TLSA base domain of an rrset name "_25._tcp.mx.example" ->
  * "mx.example"; 0, or -1 when name has no "_port._tcp." prefix. */
-int     dane_base_domain(const char *tlsa_name, char *out, size_t outsz);
+int     tls_dane_base_domain(const char *tlsa_name, char *out, size_t outsz);
 
 /* What a hop's TLS level becomes given its host's state. */
-enum dane_action {
-    DANE_ACT_AUTH = 0,          /* authenticate with the usable records */
-    DANE_ACT_ENCRYPT,           /* mandatory TLS, no certificate check */
-    DANE_ACT_FALLBACK,          /* not DANE: dane -> may; dane-only defers
+enum tls_dane_action {
+    TLS_DANE_ACT_AUTH = 0,          /* authenticate with the usable records */
+    TLS_DANE_ACT_ENCRYPT,           /* mandatory TLS, no certificate check */
+    TLS_DANE_ACT_FALLBACK,          /* not DANE: dane -> may; dane-only defers
                                    for want of TLSA ("dane-required") */
-    DANE_ACT_SKIP               /* do not try this host (TLSA tempfail) */
+    TLS_DANE_ACT_SKIP               /* do not try this host (TLSA tempfail) */
 };
 /* dane_only: the level is dane-only (DANE required), else dane.  Under
  * dane-only a secure TLSA rrset with no usable record defers like no
  * TLSA (as Postfix's dane-only): only DANE authentication will do. */
-enum dane_action dane_decide(int dane_only, enum dane_state st);
+enum tls_dane_action tls_dane_decide(int dane_only, enum tls_dane_state st);
 
 /* ---- the TLSA lookups of one transaction's MX hosts ---- */
 
-struct dane_host {
+struct tls_dane_host {
     char              name[DNS_NAME_MAX];   /* MX host as in the MX record */
     unsigned          port;
-    enum dane_state   state;
-    struct dns_rrset *usable;               /* DANE_USABLE: the records */
-    char              why[256];             /* DANE_TEMPFAIL: the reason */
+    enum tls_dane_state   state;
+    struct dns_rrset *usable;               /* TLS_DANE_USABLE: the records */
+    char              why[256];             /* TLS_DANE_TEMPFAIL: the reason */
 };
 
 /*
  * One hop's TLS requirement refined by its host's outcome dh (NULL: no
- * TLSA was looked up, as for an insecure MX: DANE_NONE); levels other than
- * dane and dane-only are left alone.  dane_decide()'s action: AUTH sets
+ * TLSA was looked up, as for an insecure MX: TLS_DANE_NONE); levels other than
+ * dane and dane-only are left alone.  tls_dane_decide()'s action: AUTH sets
  * r->tlsa = dh->usable (valid as long as dh); ENCRYPT sets TLS_ENCRYPT;
  * FALLBACK sets TLS_MAY under dane.  0: try the hop.  -1: do not (TLSA
  * lookup failed; dane-only without usable TLSA), with the SMTP reason
  * ("451 4.7.5 ...", host named) in reply and the RFC 8460 result type in
  * *failure ("dnssec-invalid", "dane-required").
  */
-int     dane_refine(struct tls_req *r, const char *host,
-            const struct dane_host *dh, char *reply, size_t replysz,
+int     tls_dane_refine(struct tls_req *r, const char *host,
+            const struct tls_dane_host *dh, char *reply, size_t replysz,
             const char **failure);
 
-struct dane_lookup;
-typedef void dane_done_fn(void *arg);
+struct tls_dane_lookup;
+typedef void tls_dane_done_fn(void *arg);
 
 /* Lookups through d (must not be NULL); fn(arg) once when every lookup
- * that dane_lookup_start() started is back, from the loop. */
-struct dane_lookup *dane_lookup_new(struct dns *d, dane_done_fn *fn,
+ * that tls_dane_lookup_start() started is back, from the loop. */
+struct tls_dane_lookup *tls_dane_lookup_new(struct dns *d, tls_dane_done_fn *fn,
             void *arg);
 /* Ask for host h on port (once per name and port; the caller has checked
  * that the MX answer and h's addresses were secure). */
-void    dane_lookup_add(struct dane_lookup *l, const struct dns_host *h,
+void    tls_dane_lookup_add(struct tls_dane_lookup *l, const struct dns_host *h,
             unsigned port);
 /* 1 when lookups started (fn will be called), 0 when none were needed
  * (fn is never called). */
-int     dane_lookup_start(struct dane_lookup *l);
+int     tls_dane_lookup_start(struct tls_dane_lookup *l);
 /* The outcome for name/port, or NULL when it was not asked. Valid until
- * dane_lookup_free(). */
-const struct dane_host *dane_lookup_find(const struct dane_lookup *l,
-            const char *name, unsigned port);
-void    dane_lookup_free(struct dane_lookup *l); /* cancels; NULL ok */
+ * tls_dane_lookup_free(). */
+const struct tls_dane_host *tls_dane_lookup_find(
+            const struct tls_dane_lookup *l, const char *name,
+            unsigned port);
+void    tls_dane_lookup_free(struct tls_dane_lookup *l); /* cancels; NULL ok */
 
 /* ---- the OpenSSL glue ---- */
 
 /* Enable DANE on the client context (once, before any SSL of it uses
- * dane_ssl_prepare()).  0, or -1 with err. */
-int     dane_ctx_enable(struct ssl_ctx_st *ctx, char *err, size_t errsz);
+ * tls_dane_ssl_prepare()).  0, or -1 with err. */
+int     tls_dane_ctx_enable(struct ssl_ctx_st *ctx, char *err, size_t errsz);
 
 /*
  * Before the handshake of a client SSL: the usable records of tlsa (the
- * rrset dane_classify() made), the reference names (TLSA base domain from
+ * rrset tls_dane_classify() made), the reference names (TLSA base domain from
  * tlsa->name, mxname, nexthop; NULL or "" skipped), no name check for
  * DANE-EE, and the TLSA base domain as SNI (RFC 7672 8.1).  The handshake itself does not fail on a mismatch (verify mode
- * none): dane_ssl_verdict() decides after it, so that the session can end
+ * none): tls_dane_ssl_verdict() decides after it, so that the session can end
  * with QUIT and the failure is named.  0, or -1 with err (no record could
  * be added: every one malformed, or no memory).
  */
-int     dane_ssl_prepare(struct ssl_st *ssl, const struct dns_rrset *tlsa,
+int     tls_dane_ssl_prepare(struct ssl_st *ssl, const struct dns_rrset *tlsa,
             const char *mxname, const char *nexthop, char *err,
             size_t errsz);
 
@@ -376,7 +379,7 @@ int     dane_ssl_prepare(struct ssl_st *ssl, const struct dns_rrset *tlsa,
  * detail.  A resumed session carries no DANE match of its own: -1, so
  * the caller must not resume sessions on DANE connections.
  */
-int     dane_ssl_verdict(struct ssl_st *ssl, char *failure, size_t fsz,
+int     tls_dane_ssl_verdict(struct ssl_st *ssl, char *failure, size_t fsz,
             char *detail, size_t dsz);
 
 /* ==== MTA-STS (RFC 8461) ==== */
@@ -387,7 +390,7 @@ int     dane_ssl_verdict(struct ssl_st *ssl, char *failure, size_t fsz,
  * event loop (delivery/resolve.c asks, the TLS client
  * enforces through struct tls_req); the text parsers are sts/sts.h.
  *
- * HOW       stsd_get(domain): the `_mta-sts.<domain>` TXT record through
+ * HOW       tls_sts_get(domain): the `_mta-sts.<domain>` TXT record through
  *           our dns/ (its cache, its loop); a valid record whose id equals
  *           the cached policy's (unexpired) -> the cached policy, at once.
  *           Otherwise mta-sts.<domain> is resolved with dns/ too and the
@@ -412,27 +415,27 @@ int     dane_ssl_verdict(struct ssl_st *ssl, char *failure, size_t fsz,
  *               though the domain has not deployed MTA-STS"); the same
  *               id is not fetched again for 5 minutes (else every message
  *               to a domain with a broken server would wait for it).
- * CONTRACT  One struct stsd per worker, on the worker's struct dns.
- *           stsd_get()'s callback runs exactly once, always from the loop
- *           (never inside stsd_get()), unless stsd_cancel() came first.
+ * CONTRACT  One struct tls_sts per worker, on the worker's struct dns.
+ *           tls_sts_get()'s callback runs exactly once, always from the loop
+ *           (never inside tls_sts_get()), unless tls_sts_cancel() came first.
  *           The policy passed to it (NULL: none in force) is valid only
- *           during the call.  At most STSD_CACHE_MAX domains are kept; the
+ *           during the call.  At most TLS_STS_CACHE_MAX domains are kept; the
  *           least recently used idle one goes first.
- * FAILURE   stsd_new() returns NULL with a reason (libcurl unusable); the
+ * FAILURE   tls_sts_new() returns NULL with a reason (libcurl unusable); the
  *           caller then delivers without MTA-STS and says so once.  A
  *           failed fetch is logged (domain, reason), once per attempt.
  */
 
 struct ev_loop;
 struct dns;
-struct stsd;
-struct stsd_req;
+struct tls_sts;
+struct tls_sts_req;
 
-#define STSD_CACHE_MAX 10000
+#define TLS_STS_CACHE_MAX 10000
 
-struct stsd_options {
+struct tls_sts_options {
     const char *ca_file;            /* PEM CA bundle, read into memory by
-                                       stsd_new(); NULL: the system's */
+                                       tls_sts_new(); NULL: the system's */
     unsigned    port;               /* 443 (tests: another) */
     uint64_t    fetch_timeout_ms;   /* the whole HTTPS fetch */
 };
@@ -440,37 +443,41 @@ struct stsd_options {
 /* The outcome for one domain: pol NULL when no policy is in force; why
  * says what happened ("cached id=...", "fetched id=...", "no TXT
  * record", "fetch failed: ..."), for the log. */
-typedef void stsd_fn(const struct sts_policy *pol, const char *why,
+typedef void tls_sts_fn(const struct sts_policy *pol, const char *why,
             void *arg);
 
-struct stsd *stsd_new(struct ev_loop *loop, struct dns *dns,
-            const struct stsd_options *o, char *why, size_t whysz);
-void    stsd_free(struct stsd *s);         /* cancels all; NULL ok */
+struct tls_sts *tls_sts_new(struct ev_loop *loop, struct dns *dns,
+            const struct tls_sts_options *o, char *why, size_t whysz);
+void    tls_sts_free(struct tls_sts *s);         /* cancels all; NULL ok */
 /* 0, or -1 when domain cannot be a policy domain (too long, a literal):
  * then no callback. */
-int     stsd_get(struct stsd *s, const char *domain, stsd_fn *fn, void *arg,
-            struct stsd_req **reqp);
-void    stsd_cancel(struct stsd_req *r);
+int     tls_sts_get(struct tls_sts *s, const char *domain, tls_sts_fn *fn,
+            void *arg, struct tls_sts_req **reqp);
+void    tls_sts_cancel(struct tls_sts_req *r);
 
 /* ---- pure parts, for the unit test ---- */
 
-enum stsd_txt { STSD_TXT_ID = 0, STSD_TXT_NONE, STSD_TXT_TEMPFAIL };
-enum stsd_action { STSD_USE_CACHED = 0, STSD_FETCH, STSD_NO_POLICY };
+enum tls_sts_txt {
+    TLS_STS_TXT_ID = 0, TLS_STS_TXT_NONE, TLS_STS_TXT_TEMPFAIL
+};
+enum tls_sts_action {
+    TLS_STS_USE_CACHED = 0, TLS_STS_FETCH, TLS_STS_NO_POLICY
+};
 
 /*
  * What to do after the TXT lookup: have/cached_id/expires_ms describe the
  * cached policy (have 0: none), txt the lookup's outcome with its id.
  */
-enum stsd_action stsd_decide(int have, const char *cached_id,
-            uint64_t expires_ms, uint64_t now_ms, enum stsd_txt txt,
+enum tls_sts_action tls_sts_decide(int have, const char *cached_id,
+            uint64_t expires_ms, uint64_t now_ms, enum tls_sts_txt txt,
             const char *txt_id);
 /* The id of the one v=STSv1 record among n joined TXT strings (RFC 8461
  * 3.1: other records discarded; none or more than one valid -> no
- * policy): STSD_TXT_ID with id filled, or STSD_TXT_NONE with why. */
-enum stsd_txt stsd_txt_pick(const char *const *txt, const size_t *len,
+ * policy): TLS_STS_TXT_ID with id filled, or TLS_STS_TXT_NONE with why. */
+enum tls_sts_txt tls_sts_txt_pick(const char *const *txt, const size_t *len,
             size_t n, char *id, char *why, size_t whysz);
 /* 1 when a Content-Type value is text/plain (parameters allowed). */
-int     stsd_content_type_ok(const char *ct);
+int     tls_sts_content_type_ok(const char *ct);
 
 /* ==== REQUIRETLS (RFC 8689) ==== */
 
@@ -485,7 +492,7 @@ int     stsd_content_type_ok(const char *ct);
  *           (a "TLS-Required: No" field, no REQUIRETLS); never both.
  *   REQUIRETLS (RFC 8689 4.2.1), in delivery order:
  *     1. resolve.c, once the hops are final (after DANE and MTA-STS),
- *        calls reqtls_hop() for every hop: a hop found through an MX
+ *        calls tls_reqtls_hop() for every hop: a hop found through an MX
  *        answer that was not DNSSEC-secure is dropped unless an MTA-STS
  *        policy in enforce mode covers it (step 2); the others get a level
  *        that authenticates the server: verify (CA chain and the MX or
@@ -495,21 +502,21 @@ int     stsd_content_type_ok(const char *ct);
  *        connection set up for less (tls_req_same()).  No hop left: every
  *        recipient bounces with 5.7.10.
  *     2. mta_session.c, after the EHLO that follows the handshake, asks
- *        reqtls_session(): the peer authenticated (verify=dane|sts|ca) and
+ *        tls_reqtls_session(): the peer authenticated (verify=dane|sts|ca) and
  *        REQUIRETLS in its EHLO reply (step 5); else that host fails with
  *        the 5xx reason and the next host is tried (as for any host
  *        failure); the last host's 5xx bounces the recipients.  A TLS
  *        failure on a REQUIRETLS txn's connection (no STARTTLS, a failed
- *        handshake or check) is 5.7.10 the same way (reqtls_tls_failed()).
+ *        handshake or check) is 5.7.10 the same way (tls_reqtls_tls_failed()).
  *        An idle connection carries a REQUIRETLS txn only when
- *        reqtls_session() says yes for it.
- *     3. MAIL FROM gets " REQUIRETLS" (reqtls_mail_param()).
+ *        tls_reqtls_session() says yes for it.
+ *     3. MAIL FROM gets " REQUIRETLS" (tls_reqtls_mail_param()).
  *     Bounces (RFC 8689 5): the DSN of a REQUIRETLS message is RET=HDRS
  *     and is itself sent with REQUIRETLS (attempt.c); as its reverse path
  *     is null, a next hop without the keyword does not stop it (the RFC:
  *     it SHOULD NOT be discarded for that), but it still goes only over
  *     authenticated TLS, without the MAIL parameter.
- *   TLS-Required: No (RFC 8689 4.2.2): reqtls_optional() drops the
+ *   TLS-Required: No (RFC 8689 4.2.2): tls_reqtls_optional() drops the
  *     recipient domain's own policies from each hop: DANE's TLSA records
  *     (dane: as may) and MTA-STS enforce; the operator's levels
  *     (encrypt, verify, dane-only from relay.yaml or the policy table)
@@ -519,45 +526,45 @@ int     stsd_content_type_ok(const char *ct);
 
 struct spool_env;
 
-enum reqtls_mode {
-    REQTLS_NONE = 0,            /* the usual policy */
-    REQTLS_REQUIRE,             /* MAIL ... REQUIRETLS */
-    REQTLS_OPTIONAL             /* TLS-Required: No */
+enum tls_reqtls_mode {
+    TLS_REQTLS_NONE = 0,            /* the usual policy */
+    TLS_REQTLS_REQUIRE,             /* MAIL ... REQUIRETLS */
+    TLS_REQTLS_OPTIONAL             /* TLS-Required: No */
 };
 
-enum reqtls_mode reqtls_mode(const struct spool_env *env);
+enum tls_reqtls_mode tls_reqtls_mode(const struct spool_env *env);
 
 /* Raise r so that the server must authenticate: dane-only when it has
  * TLSA records (tlsa != NULL), unchanged under MTA-STS enforce, else at
  * least verify.  Idempotent. */
-void    reqtls_raise(struct tls_req *r);
+void    tls_reqtls_raise(struct tls_req *r);
 
 /* Step 1 for one hop of a REQUIRETLS txn.  mx: the hop came from an MX
  * answer (not a route's own host); mx_secure: that answer was
  * DNSSEC-secure.  Returns 0 with r raised, or -1 (the hop must not be
  * tried) with why = "550 5.7.10 ..." naming host. */
-int     reqtls_hop(struct tls_req *r, int mx, int mx_secure,
+int     tls_reqtls_hop(struct tls_req *r, int mx, int mx_secure,
             const char *host, char *why, size_t whysz);
 
 /* TLS-Required: No: r without the recipient domain's policies. */
-void    reqtls_optional(struct tls_req *r);
+void    tls_reqtls_optional(struct tls_req *r);
 
 /* Step 2: may this session carry a REQUIRETLS message?  o: the
  * connection's TLS outcome; caps: its EHLO capabilities (SMTP_CAP_*);
  * null_sender: the message is a bounce (the keyword is not needed).
  * host: "host[ip]:port".  0, or -1 with why = "550 5.7.10 ..." (no
  * authenticated TLS) or "550 5.7.30 ..." (no REQUIRETLS keyword). */
-int     reqtls_session(const struct tls_outcome *o, unsigned caps,
+int     tls_reqtls_session(const struct tls_outcome *o, unsigned caps,
             int null_sender, const char *host, char *why, size_t whysz);
 
 /* A TLS policy failure (detail: tls_defer_reason()'s text or the like)
  * on a REQUIRETLS message's connection, as its 5.7.10 reason. */
-void    reqtls_tls_failed(const char *host, const char *detail, char *why,
+void    tls_reqtls_tls_failed(const char *host, const char *detail, char *why,
             size_t whysz);
 
 /* " REQUIRETLS" for MAIL FROM when the message has the flag and the
  * peer offered the keyword, else "". */
-const char *reqtls_mail_param(const struct spool_env *env, unsigned caps);
+const char *tls_reqtls_mail_param(const struct spool_env *env, unsigned caps);
 
 /* ==== TLS-RPT (RFC 8460) ==== */
 
@@ -568,26 +575,26 @@ const char *reqtls_mail_param(const struct spool_env *env, unsigned caps);
  *
  * The worker and the master both use this section.
  *
- * CONTRACT  Recording: the TLS code of a worker calls tlsrpt_record() once
+ * CONTRACT  Recording: the TLS code of a worker calls tls_rpt_record() once
  *           per connection attempt's outcome (success, or the failure
  *           result type of RFC 8460 4.3).  It adds to the process's one
  *           table (a hash of policies; counters, no formatting, no
  *           allocation once the policy is known) for the current UTC day.
- *           Nothing is recorded until tlsrpt_enable(1).
- *           Aggregation: the worker's tick calls tlsrpt_export(), which
+ *           Nothing is recorded until tls_rpt_enable(1).
+ *           Aggregation: the worker's tick calls tls_rpt_export(), which
  *           hands each policy's counts to emit() as one wire message
  *           ("tlsrpt-add\n" then a policy block) and forgets the counts
  *           emit() took; the master merges them into its day table
- *           (tlsrpt_tab_merge()), shows it (tlsrpt_tab_text()), keeps it
- *           in a file (tlsrpt_tab_dump()/merge) and, once a day, hands
- *           each (day, domain) to a worker (tlsrpt_tab_take()), which
+ *           (tls_rpt_tab_merge()), shows it (tls_rpt_tab_text()), keeps it
+ *           in a file (tls_rpt_tab_dump()/merge) and, once a day, hands
+ *           each (day, domain) to a worker (tls_rpt_tab_take()), which
  *           looks up _smtp._tls.<domain> and queues the report
  *           (tlsrpt_send()).
  *           A policy is (day, domain, type, policy strings); each has
- *           success and failure counts and up to TLSRPT_MAX_DETAILS
+ *           success and failure counts and up to TLS_RPT_MAX_DETAILS
  *           failure details (result type, MX host, IP, reason code).
  *           Beyond the limits below, sessions are still counted in the
- *           summary and the overflow is counted (tlsrpt_tab_dropped()).
+ *           summary and the overflow is counted (tls_rpt_tab_dropped()).
  * WIRE      A policy block, every field %XX-escaped (bytes <= 0x20, >=
  *           0x7f and '%'), "-" for an empty field:
  *             P <day> <sts|tlsa|no-policy-found> <domain> <ok> <fail>
@@ -598,26 +605,26 @@ const char *reqtls_mail_param(const struct spool_env *env, unsigned caps);
  * FAILURE   Nothing here logs.  Parsers return -1 with a sentence in err.
  */
 
-enum tlsrpt_type {
-    TLSRPT_STS = 0,             /* "sts": an MTA-STS policy applied */
-    TLSRPT_TLSA,                /* "tlsa": DANE TLSA records applied */
-    TLSRPT_NOPOLICY             /* "no-policy-found" */
+enum tls_rpt_type {
+    TLS_RPT_STS = 0,             /* "sts": an MTA-STS policy applied */
+    TLS_RPT_TLSA,                /* "tlsa": DANE TLSA records applied */
+    TLS_RPT_NOPOLICY             /* "no-policy-found" */
 };
 
-#define TLSRPT_MAX_STRINGS   16         /* policy strings kept per policy */
-#define TLSRPT_MAX_STRING    1024       /* bytes of one policy string */
-#define TLSRPT_MAX_DETAILS   32         /* failure details per policy */
-#define TLSRPT_MAX_POLICIES  8192       /* policies per table */
+#define TLS_RPT_MAX_STRINGS   16         /* policy strings kept per policy */
+#define TLS_RPT_MAX_STRING    1024       /* bytes of one policy string */
+#define TLS_RPT_MAX_DETAILS   32         /* failure details per policy */
+#define TLS_RPT_MAX_POLICIES  8192       /* policies per table */
 /* Bytes a table may hold in all (policies, strings, details): the master
  * merges what workers send, and a worker is not trusted to keep it small. */
-#define TLSRPT_TAB_BYTES     ((size_t)16 << 20)
-#define TLSRPT_WIRE_MAX      60000      /* bytes of one channel message */
-#define TLSRPT_DOMAIN_MAX    256
+#define TLS_RPT_TAB_BYTES     ((size_t)16 << 20)
+#define TLS_RPT_WIRE_MAX      60000      /* bytes of one channel message */
+#define TLS_RPT_DOMAIN_MAX    256
 
 /* One outcome.  Strings are copied when kept; NULL is "". */
-struct tlsrpt_event {
+struct tls_rpt_event {
     const char         *domain;     /* the policy domain (recipient's) */
-    enum tlsrpt_type    type;
+    enum tls_rpt_type    type;
     const char *const  *strings;    /* RFC 8460 4.3 policy-string: STS
                                        policy lines, or TLSA records in
                                        presentation form ("3 1 1 ab..") */
@@ -629,84 +636,84 @@ struct tlsrpt_event {
     const char         *reason;     /* failure-reason-code (optional) */
 };
 
-const char *tlsrpt_type_name(enum tlsrpt_type t);
+const char *tls_rpt_type_name(enum tls_rpt_type t);
 
 /* ---- recording (the worker's hot path) ---- */
 
-void    tlsrpt_enable(int on);          /* tlsrpt.enabled */
-int     tlsrpt_enabled(void);
+void    tls_rpt_enable(int on);          /* tlsrpt.enabled */
+int     tls_rpt_enabled(void);
 /* Count one session's outcome on the current UTC day. */
-void    tlsrpt_record(const struct tlsrpt_event *ev);
+void    tls_rpt_record(const struct tls_rpt_event *ev);
 /* The same for a given day (tests; the clock is read once per call in
- * tlsrpt_record()). */
-void    tlsrpt_record_day(const struct tlsrpt_event *ev, uint32_t day);
+ * tls_rpt_record()). */
+void    tls_rpt_record_day(const struct tls_rpt_event *ev, uint32_t day);
 /* Hand every policy with counts to emit (msg, n: one wire message,
  * "tlsrpt-add\n" + block); a policy emit() took (returned 0) is removed,
  * the others kept for the next call.  Stops at the first refusal.
  * Returns the number emitted. */
-typedef int tlsrpt_emit_fn(const char *msg, size_t n, void *arg);
-size_t  tlsrpt_export(tlsrpt_emit_fn *emit, void *arg);
+typedef int tls_rpt_emit_fn(const char *msg, size_t n, void *arg);
+size_t  tls_rpt_export(tls_rpt_emit_fn *emit, void *arg);
 /* Forget everything recorded (tests). */
-void    tlsrpt_reset(void);
+void    tls_rpt_reset(void);
 
 /* ---- tables (the process table above is one; the master has its own) */
 
-struct tlsrpt_tab;
+struct tls_rpt_tab;
 struct buf;
 
-struct tlsrpt_tab *tlsrpt_tab_new(void);
-void    tlsrpt_tab_free(struct tlsrpt_tab *t);          /* NULL ok */
-void    tlsrpt_tab_add(struct tlsrpt_tab *t, uint32_t day,
-            const struct tlsrpt_event *ev, uint64_t n);
-size_t  tlsrpt_tab_count(const struct tlsrpt_tab *t);   /* policies */
-uint64_t tlsrpt_tab_dropped(const struct tlsrpt_tab *t);
+struct tls_rpt_tab *tls_rpt_tab_new(void);
+void    tls_rpt_tab_free(struct tls_rpt_tab *t);          /* NULL ok */
+void    tls_rpt_tab_add(struct tls_rpt_tab *t, uint32_t day,
+            const struct tls_rpt_event *ev, uint64_t n);
+size_t  tls_rpt_tab_count(const struct tls_rpt_tab *t);   /* policies */
+uint64_t tls_rpt_tab_dropped(const struct tls_rpt_tab *t);
 /* Merge the policy blocks of text[0..n) (wire form).  0, or -1 with err
  * (nothing merged then). */
-int     tlsrpt_tab_merge(struct tlsrpt_tab *t, const char *text, size_t n,
+int     tls_rpt_tab_merge(struct tls_rpt_tab *t, const char *text, size_t n,
             char *err, size_t errsz);
 /* The one domain all of t's policies are for, into out: 0, or -1 when t
  * is empty or holds policies of more than one domain. */
-int     tlsrpt_tab_domain(const struct tlsrpt_tab *t, char *out,
+int     tls_rpt_tab_domain(const struct tls_rpt_tab *t, char *out,
             size_t outsz);
 /* Every policy as blocks (the state file), ordered. */
-void    tlsrpt_tab_dump(const struct tlsrpt_tab *t, struct buf *out);
+void    tls_rpt_tab_dump(const struct tls_rpt_tab *t, struct buf *out);
 /* For mtactl tls report: "domain D day=YYYY-MM-DD type=sts success=N
  * failure=N" per policy (domain NULL: all), with its policy strings and
  * failure details indented under it; network text escaped. */
-void    tlsrpt_tab_text(const struct tlsrpt_tab *t, const char *domain,
+void    tls_rpt_tab_text(const struct tls_rpt_tab *t, const char *domain,
             struct buf *out);
 /* Take out every (day, domain) whose day <= max_day: for each, emit()
  * gets the blocks of that domain's policies (one wire body); the group
  * is removed when emit() returns 0.  Returns the groups emitted. */
-typedef int tlsrpt_group_fn(uint32_t day, const char *domain,
+typedef int tls_rpt_group_fn(uint32_t day, const char *domain,
             const char *blocks, size_t n, void *arg);
-size_t  tlsrpt_tab_take(struct tlsrpt_tab *t, uint32_t max_day,
-            tlsrpt_group_fn *emit, void *arg);
+size_t  tls_rpt_tab_take(struct tls_rpt_tab *t, uint32_t max_day,
+            tls_rpt_group_fn *emit, void *arg);
 /* Days: UTC day number of a wall-clock second, and "YYYY-MM-DD". */
-uint32_t tlsrpt_day(uint64_t unix_s);
-void    tlsrpt_day_str(uint32_t day, char *out, size_t outsz);
+uint32_t tls_rpt_day(uint64_t unix_s);
+void    tls_rpt_day_str(uint32_t day, char *out, size_t outsz);
 
 /* One connection attempt's TLS outcome, from the outbound client
  * (tlsrpt_outcome.c): failure NULL or "" for success, else an RFC 8460
  * result type; ip the MX host's address; reason (optional) a
  * failure-reason-code.  Nothing when TLS-RPT is off. */
 struct tls_req;
-void    tlsrpt_outcome(const struct tls_req *r, const char *failure,
+void    tls_rpt_outcome(const struct tls_req *r, const char *failure,
             const char *ip, const char *reason);
 
 /* ---- the report (tlsrpt_report.c) ---- */
 
-#define TLSRPT_RUA_MAX 8
+#define TLS_RPT_RUA_MAX 8
 
 /* _smtp._tls TXT records (RFC 8460 3): exactly one starting with
  * "v=TLSRPTv1"; its rua= mailto: addresses (percent-decoded, without
  * "?..."), https: URIs counted in *nhttps and left out.  0 with *n >= 0,
  * or -1 with err: no record, several, no rua, no usable address. */
-int     tlsrpt_rua_parse(const char *const *txt, size_t ntxt,
+int     tls_rpt_rua_parse(const char *const *txt, size_t ntxt,
             char rua[][256], size_t *n, size_t *nhttps,
             char *err, size_t errsz);
 
-struct tlsrpt_info {
+struct tls_rpt_info {
     const char *organization;   /* organization-name */
     const char *contact;        /* contact-info */
     const char *submitter;      /* TLS-Report-Submitter: our host name */
@@ -720,15 +727,15 @@ struct tlsrpt_info {
 };
 
 /* The RFC 8460 4 JSON of the policies of t whose domain is in->domain. */
-void    tlsrpt_json(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
+void    tls_rpt_json(const struct tls_rpt_tab *t, const struct tls_rpt_info *in,
             struct buf *out);
 /* gzip (RFC 1952) of p[0..n) appended to out.  0 or -1 (zlib failed). */
-int     tlsrpt_gzip(const void *p, size_t n, struct buf *out);
+int     tls_rpt_gzip(const void *p, size_t n, struct buf *out);
 /* The whole mail (RFC 8460 5.3): headers, multipart/report;
  * report-type="tlsrpt", a text part, and the .json.gz as
  * application/tlsrpt+gzip in base64; "TLS-Required: No" (RFC 8689), as
  * reports must go out despite TLS failures.  0 or -1 (zlib failed). */
-int     tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
+int     tls_rpt_mail(const struct tls_rpt_tab *t, const struct tls_rpt_info *in,
             struct buf *out);
 
 #endif /* MTAD_TLSPOL_H */

@@ -30,8 +30,8 @@ struct tlsrpt_pol {
     struct tlsrpt_pol    *next;     /* hash chain */
     uint64_t              hash;
     uint32_t              day;
-    enum tlsrpt_type      type;
-    char                  domain[TLSRPT_DOMAIN_MAX];   /* lower case */
+    enum tls_rpt_type      type;
+    char                  domain[TLS_RPT_DOMAIN_MAX];   /* lower case */
     char                **strings;
     size_t                nstrings;
     uint64_t              ok, fail;
@@ -44,29 +44,29 @@ struct tlsrpt_pol {
 void    tlsrpt_pol_wire(const struct tlsrpt_pol *p, struct buf *out);
 /* Every policy of t, ordered by day, domain, type; *n of them; free()
  * the array (not the policies). */
-struct tlsrpt_pol **tlsrpt_tab_sorted(const struct tlsrpt_tab *t, size_t *n);
+struct tlsrpt_pol **tlsrpt_tab_sorted(const struct tls_rpt_tab *t, size_t *n);
 
 /* ---- MTA-STS: the cache (sts.c) and its fetches (sts_fetch.c) ---- */
 
-#define STSD_BUCKETS   1024
-#define STSD_CA_MAX    (8 * 1024 * 1024)  /* a CA bundle larger is a mistake */
-#define STSD_TXT_MAX   8                  /* TXT records looked at */
-#define STSD_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
-#define STSD_RETRY_MS  (5 * 60 * 1000)    /* after a failed fetch, per id */
+#define TLS_STS_BUCKETS   1024
+#define TLS_STS_CA_MAX    (8 * 1024 * 1024)  /* larger: a mistake */
+#define TLS_STS_TXT_MAX   8                  /* TXT records looked at */
+#define TLS_STS_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
+#define TLS_STS_RETRY_MS  (5 * 60 * 1000)    /* after a failed fetch, per id */
 
 enum { E_IDLE = 0, E_TXT, E_ADDR, E_FETCH, E_POST };
 
-struct stsd_entry;
+struct tls_sts_entry;
 
-struct stsd_req {
-    struct stsd_entry *e;
-    struct stsd_req   *next, *prev;
-    stsd_fn           *fn;
+struct tls_sts_req {
+    struct tls_sts_entry *e;
+    struct tls_sts_req   *next, *prev;
+    tls_sts_fn           *fn;
     void              *arg;
 };
 
-struct stsd_fetch {
-    struct stsd_entry *e;
+struct tls_sts_fetch {
+    struct tls_sts_entry *e;
     CURL              *easy;
     struct curl_slist *resolve;
     char              *body;
@@ -75,10 +75,10 @@ struct stsd_fetch {
     char               err[CURL_ERROR_SIZE];
 };
 
-struct stsd_entry {
-    struct stsd       *s;
-    struct stsd_entry *hnext;               /* hash chain */
-    struct stsd_entry *older, *newer;       /* LRU list */
+struct tls_sts_entry {
+    struct tls_sts       *s;
+    struct tls_sts_entry *hnext;               /* hash chain */
+    struct tls_sts_entry *older, *newer;       /* LRU list */
     char               domain[DNS_NAME_MAX];
     /* the cached policy */
     int                have;
@@ -91,17 +91,17 @@ struct stsd_entry {
     /* the refresh in flight */
     int                state;
     struct dns_req    *dreq;
-    struct stsd_fetch *f;
+    struct tls_sts_fetch *f;
     char               txt_id[STS_ID_MAX];
     char               fail_id[STS_ID_MAX]; /* the id whose fetch failed */
     uint64_t           retry_ms;            /* not fetched again before */
-    struct stsd_req   *wait;                /* waiting callers */
+    struct tls_sts_req   *wait;                /* waiting callers */
     int                use;                 /* the outcome: cached or not */
     char               why[320];
     struct ev_timer    post;                /* E_POST: complete from loop */
 };
 
-struct stsd {
+struct tls_sts {
     struct ev_loop     *loop;
     struct dns         *dns;
     CURLM              *multi;
@@ -110,24 +110,24 @@ struct stsd {
     size_t              calen;
     unsigned            port;
     uint64_t            timeout_ms;
-    struct stsd_entry  *bucket[STSD_BUCKETS];
-    struct stsd_entry  *newest, *oldest;
+    struct tls_sts_entry  *bucket[TLS_STS_BUCKETS];
+    struct tls_sts_entry  *newest, *oldest;
     size_t              nentries;
     struct sts_policy   scratch;            /* the policy handed out */
 };
 
 /* sts.c: the cache side */
-void    stsd_store(struct stsd_entry *e, const struct sts_policy *p,
+void    tls_sts_store(struct tls_sts_entry *e, const struct sts_policy *p,
             uint64_t now);
-void    stsd_complete(struct stsd_entry *e);
-void    stsd_fallback(struct stsd_entry *e, const char *why);
-void    stsd_failed(struct stsd_entry *e, const char *why);
+void    tls_sts_complete(struct tls_sts_entry *e);
+void    tls_sts_fallback(struct tls_sts_entry *e, const char *why);
+void    tls_sts_failed(struct tls_sts_entry *e, const char *why);
 
 /* sts_fetch.c: libcurl on the ev loop */
-int     stsd_curl_init(struct stsd *s, const char *ca_file, char *why,
+int     tls_sts_curl_init(struct tls_sts *s, const char *ca_file, char *why,
             size_t whysz);
-void    stsd_curl_free(struct stsd *s);
-int     stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h);
-void    stsd_fetch_free(struct stsd_fetch *f);
+void    tls_sts_curl_free(struct tls_sts *s);
+int     tls_sts_fetch_start(struct tls_sts_entry *e, const struct dns_host *h);
+void    tls_sts_fetch_free(struct tls_sts_fetch *f);
 
 #endif /* MTAD_TLSPOL_INT_H */

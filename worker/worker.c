@@ -520,7 +520,7 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct worker *w = arg;
     /* "tlsrpt-send" carries a day of one domain's counters */
-    static char    msg[TLSRPT_WIRE_MAX + 256];
+    static char    msg[TLS_RPT_WIRE_MAX + 256];
     ssize_t        n;
     int            passed = -1;
 
@@ -579,7 +579,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
         w->accept_pause = 0;
         worker_listen(w, 1);
     }
-    (void)tlsrpt_export(worker_tlsrpt_emit, w);
+    (void)tls_rpt_export(worker_tlsrpt_emit, w);
     deliver_tidy(w->deliver);
     deliver_gauges(w->deliver, &act, &due, &later);
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
@@ -778,7 +778,7 @@ worker_init(const struct worker_args *a)
         (w->auth = smtpd_auth_load(cfg->auth_password_file,
         w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
-    tlsrpt_enable(cfg->tlsrpt_enabled);
+    tls_rpt_enable(cfg->tlsrpt_enabled);
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -839,7 +839,7 @@ worker_run(struct worker *w)
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;
     }
-    (void)tlsrpt_export(worker_tlsrpt_emit, w);   /* the last counts */
+    (void)tls_rpt_export(worker_tlsrpt_emit, w);   /* the last counts */
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
     smtpd_auth_free(w->auth);

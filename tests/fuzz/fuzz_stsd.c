@@ -1,8 +1,8 @@
 /*
  * fuzz_stsd.c - libFuzzer target over the MTA-STS decisions delivery
  * takes on what DNS and HTTPS hand it (tlspol/sts_policy.c): which of
- * a domain's `_mta-sts` TXT records counts (stsd_txt_pick), whether the
- * policy response's Content-Type is text/plain (stsd_content_type_ok),
+ * a domain's `_mta-sts` TXT records counts (tls_sts_txt_pick), whether the
+ * policy response's Content-Type is text/plain (tls_sts_content_type_ok),
  * and which MX hosts a policy leaves (resolve_sts_hops).  fuzz_sts covers the
  * record and policy grammars (sts/sts.c) underneath.
  *
@@ -72,16 +72,16 @@ fuzz_pick(char *const *piece, const size_t *len, size_t n)
         sts += rc != STS_ENOTSTS;
         valid += rc == 0;
     }
-    rc = stsd_txt_pick((const char *const *)piece, len, n, id, why,
+    rc = tls_sts_txt_pick((const char *const *)piece, len, n, id, why,
         sizeof(why));
-    if (rc != STSD_TXT_ID && rc != STSD_TXT_NONE)
+    if (rc != TLS_STS_TXT_ID && rc != TLS_STS_TXT_NONE)
         abort();
-    if ((rc == STSD_TXT_ID) != (sts == 1 && valid == 1))
+    if ((rc == TLS_STS_TXT_ID) != (sts == 1 && valid == 1))
         abort();
-    if (rc == STSD_TXT_ID && (id[0] == '\0' || strnlen(id, STS_ID_MAX) >=
+    if (rc == TLS_STS_TXT_ID && (id[0] == '\0' || strnlen(id, STS_ID_MAX) >=
         STS_ID_MAX))
         abort();
-    if (rc == STSD_TXT_NONE && why[0] == '\0')
+    if (rc == TLS_STS_TXT_NONE && why[0] == '\0')
         abort();
     fuzz_printable(why);
 }
@@ -164,7 +164,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             start = i + 1;
         }
     }
-    if (stsd_content_type_ok(piece[0]) != ref_content_type(piece[0]))
+    if (tls_sts_content_type_ok(piece[0]) != ref_content_type(piece[0]))
         abort();
     if (n > 2)
         fuzz_pick(piece + 2, len + 2, n - 2);
