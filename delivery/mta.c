@@ -42,8 +42,11 @@
  *           whose peer address and port are among its hops (mta_adopt), so
  *           domains that share MX hosts share the connections to them.
  * FILES     This file: destinations, connection pools and reuse, fail-over
- *           over addresses, submit/abort/drain.  The SMTP conversation on
- *           one connection is in mta_session.c; shared types in mta.h.
+ *           over addresses, submit/abort/drain, and where a destination
+ *           asks to connect (mta_may_connect).  The SMTP conversation on
+ *           one connection: its phases and replies in mta_session.c, the
+ *           transaction in mta_txn.c, the content in mta_body.c, STARTTLS
+ *           in mta_tls.c; shared types in mta.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>

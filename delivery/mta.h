@@ -88,7 +88,7 @@ struct mta_txn {
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
-    /* private to mta.c and mta_session.c */
+    /* private to the client (mta*.c) */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
     int         restarts;           /* fresh connections after a stale one */
@@ -135,7 +135,8 @@ void    mta_drain(struct mta *r);
 size_t  mta_nconns(const struct mta *r);
 
 
-/* ---- private to mta.c and mta_session.c ---- */
+/* ---- private to the client: mta.c, mta_session.c, mta_txn.c,
+ * mta_body.c, mta_tls.c ---- */
 
 #include "common/buf.h"
 #include "common/ev.h"
