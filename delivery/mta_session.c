@@ -665,7 +665,7 @@ mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg)
     if (c->state == C_TLS)
         mta_tlsrpt(c, TLS_FAIL_VALIDATION, "the TLS handshake timed out");
     if (c->state == C_TLS && !tls_req_mandatory(&c->tls))
-        c->tls_fallback = MTA_TLS_RETRY_PLAIN;           /* a stalled handshake: plaintext */
+        c->tls_fallback = MTA_TLS_RETRY_PLAIN;  /* stalled: plaintext */
     if (c->state == C_CONNECT)
         snprintf(why, sizeof(why), "connect to %s: Connection timed out",
             c->name);

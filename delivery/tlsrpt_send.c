@@ -8,7 +8,7 @@
  *           report like a bounce: a new message in its spool, delivered
  *           by the normal path (routes, retries, DSNs to tlsrpt.sender).
  * CONTRACT  "tlsrpt-send <start_s> <end_s>\n" then the policy blocks of
- *           one domain (tlspol.h, TLS-RPT WIRE).  At most one report per message;
+ *           one domain (tlspol.h: WIRE).  At most one report per message;
  *           recipients are the rua= mailto: addresses (at most
  *           TLS_RPT_RUA_MAX); https: ones are left out and logged.
  * FAILURE   Logged once, and the report dropped: no record, a bad record,

@@ -52,7 +52,8 @@
  *      sts_enforce (and drops hops whose name does not match; RFC 8461).
  *      Pointers in a tls_req (tlsa) live as long as the hops: until the
  *      txn's done() ran.  Nothing else changes a tls_req.
- *   2. mta_session.c enforces it on the connection: STARTTLS when offered
+ *   2. delivery/mta_tls.c enforces it on the connection: STARTTLS when
+ *      offered
  *      (or required), tls_client_prepare() on the SSL before the
  *      handshake (SNI, host check, DANE), tls_client_verdict() after it,
  *      then tls_decide() says go on, retry plaintext, or defer.
@@ -234,9 +235,9 @@ size_t  tls_cache_count(const struct tls_cache *c);
  * DANE for SMTP (RFC 7672; RFC 6698, 7671): which MX hosts get a
  * TLSA lookup, which records are usable, what that makes of the hop's TLS
  * requirement, and the OpenSSL glue that checks the server against the
- * records.  delivery/resolve.c looks the records up and
- * refines the hops; the TLS client (mta_session.c's enforcement point)
- * calls the glue around the handshake.
+ * records.  delivery/resolve.c looks the records up and refines the
+ * hops; the TLS client (delivery/mta_tls.c, the enforcement point) calls
+ * the glue around the handshake.
  *
  * TRUST     `secure` is the AD bit of the answers of dns.servers, a local
  *           validating resolver (dns.h).  TLSA records are only looked up
@@ -361,8 +362,9 @@ int     tls_dane_ctx_enable(struct ssl_ctx_st *ctx, char *err, size_t errsz);
  * Before the handshake of a client SSL: the usable records of tlsa (the
  * rrset tls_dane_classify() made), the reference names (TLSA base domain from
  * tlsa->name, mxname, nexthop; NULL or "" skipped), no name check for
- * DANE-EE, and the TLSA base domain as SNI (RFC 7672 8.1).  The handshake itself does not fail on a mismatch (verify mode
- * none): tls_dane_ssl_verdict() decides after it, so that the session can end
+ * DANE-EE, and the TLSA base domain as SNI (RFC 7672 8.1).  The
+ * handshake itself does not fail on a mismatch (verify mode none):
+ * tls_dane_ssl_verdict() decides after it, so that the session can end
  * with QUIT and the failure is named.  0, or -1 with err (no record could
  * be added: every one malformed, or no memory).
  */
@@ -501,15 +503,15 @@ int     tls_sts_content_type_ok(const char *ct);
  *        same way, so a REQUIRETLS txn never queues behind, nor rides, a
  *        connection set up for less (tls_req_same()).  No hop left: every
  *        recipient bounces with 5.7.10.
- *     2. mta_session.c, after the EHLO that follows the handshake, asks
- *        tls_reqtls_session(): the peer authenticated (verify=dane|sts|ca) and
- *        REQUIRETLS in its EHLO reply (step 5); else that host fails with
- *        the 5xx reason and the next host is tried (as for any host
- *        failure); the last host's 5xx bounces the recipients.  A TLS
- *        failure on a REQUIRETLS txn's connection (no STARTTLS, a failed
- *        handshake or check) is 5.7.10 the same way (tls_reqtls_tls_failed()).
- *        An idle connection carries a REQUIRETLS txn only when
- *        tls_reqtls_session() says yes for it.
+ *     2. delivery/mta_session.c, after the EHLO that follows the handshake,
+ *        asks tls_reqtls_session(): the peer authenticated (verify=dane|sts|ca)
+ *        and REQUIRETLS in its EHLO reply (step 5); else that host fails with
+ *        the 5xx reason and the next host is tried (as for any host failure);
+ *        the last host's 5xx bounces the recipients.  A TLS failure on a
+ *        REQUIRETLS txn's connection (no STARTTLS, a failed handshake or check)
+ *        is 5.7.10 the same way (tls_reqtls_tls_failed()).  An idle connection
+ *        carries a REQUIRETLS txn only when tls_reqtls_session() says yes for
+ *        it.
  *     3. MAIL FROM gets " REQUIRETLS" (tls_reqtls_mail_param()).
  *     Bounces (RFC 8689 5): the DSN of a REQUIRETLS message is RET=HDRS
  *     and is itself sent with REQUIRETLS (attempt.c); as its reverse path

@@ -3,8 +3,8 @@
  * event (tlspol.h): which policy applied and its strings.
  *
  * PURPOSE   One call per connection attempt's TLS outcome from
- *           mta_session.c, so that the TLS code needs to know nothing of
- *           TLS-RPT's types.
+ *           delivery/mta_tls.c, so that the TLS code needs to know
+ *           nothing of TLS-RPT's types.
  * CONTRACT  The policy is "tlsa" when the host had usable TLSA records
  *           (their presentation form, "3 1 1 <hex>", are the policy
  *           strings), "sts" under an MTA-STS policy (enforce or testing;
