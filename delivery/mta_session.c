@@ -8,15 +8,11 @@
  * mta_body.c, STARTTLS is mta_tls.c.  The design notes are at the top of
  * mta.c.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "common/buf.h"
@@ -211,8 +207,7 @@ mta_arm(struct mta_conn *c, uint64_t ms)
     ev_timer_start(c->r->loop, &c->timer, ms);
 }
 
-/* ---- the transaction ---- */
-
+/* ---- a transaction meets its connection ---- */
 
 /*
  * mta_reqtls_unfit - RFC 8689 (tlspol.h, step 2): may c carry t?  0 when
