@@ -25,11 +25,11 @@ CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
 # One static library per module; dependencies point down (see
 # docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp, dns, sts, proxy, dkim <- router, spool <- config <- delivery
-#   <- smtpd <- worker <- master; mtactl uses delivery and
-#   what it uses (tls check).  config uses dkim to check the DKIM keys at load.
+#   common <- smtp, dns, sts, proxy, dkim <- router, spool <- config <- tlspol <- delivery
+#   <- smtpd <- worker <- master; mtactl uses delivery and what it uses (tls
+#   check).  config uses dkim to check the DKIM keys at load.
 # MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery config spool router smtp dkim proxy dns sts common
+MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -39,10 +39,11 @@ deps_router   := smtp common
 deps_spool    := smtp common
 deps_dkim     := common
 deps_config   := dkim router smtp proxy dns common
-deps_delivery := config dkim spool router smtp proxy dns sts common
-deps_smtpd    := delivery config dkim spool router smtp proxy dns sts common
-deps_worker   := smtpd delivery config dkim spool router smtp proxy dns sts common
-deps_master   := worker smtpd delivery config dkim spool router smtp proxy dns sts common
+deps_tlspol   := spool router smtp dns sts common
+deps_delivery := tlspol config dkim spool router smtp proxy dns sts common
+deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts common
+deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
+deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -90,11 +91,11 @@ umod_test_dsn := delivery
 umod_test_mta := delivery
 umod_test_resolve := delivery
 umod_test_mta_sts := delivery
-umod_test_reqtls := delivery
-umod_test_tls_policy := delivery
-umod_test_tls_cache := delivery
-umod_test_tlsrpt := delivery
-umod_test_dane := delivery
+umod_test_reqtls := tlspol
+umod_test_tls_policy := tlspol
+umod_test_tls_cache := tlspol
+umod_test_tlsrpt := tlspol
+umod_test_dane := tlspol
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
@@ -206,7 +207,7 @@ fmod_config := config
 fmod_dns := dns
 fmod_proxy := proxy
 fmod_dkim := dkim
-fmod_tlsrpt := delivery
+fmod_tlsrpt := tlspol
 fmod_sts := sts
 fmod_auth := smtpd
 fmod_dsn := delivery

@@ -44,7 +44,7 @@ static const int sandbox_worker_calls[] = {
     SCMP_SYS(shutdown), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
     SCMP_SYS(sendfile),             /* spooled body -> next hop */
     /* outbound: next hops, DNS (UDP), TLS options; the MTA-STS fetch
-     * (libcurl, delivery/sts.c) needs nothing more: its multi handle and
+     * (libcurl, tlspol/sts.c) needs nothing more: its multi handle and
      * wake-up socketpair are made before the filter, its resolver never
      * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction
      * but for SIGPIPE in its connection cache (sandbox_allow_sigpipe_action) */
@@ -170,7 +170,7 @@ sandbox_allow_self_signal(scmp_filter_ctx ctx)
     return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, me);
 }
 
-/* libcurl's connection cache (the MTA-STS fetch, delivery/sts.c) sets
+/* libcurl's connection cache (the MTA-STS fetch, tlspol/sts.c) sets
  * SIGPIPE to SIG_IGN and back around closing its connections, whatever
  * CURLOPT_NOSIGNAL says, e.g. in curl_multi_cleanup() at the worker's exit.
  * SIGPIPE is ignored in workers anyway (every send is MSG_NOSIGNAL): that

@@ -123,7 +123,7 @@ static const struct config_key config_timeouts[] = {
     END
 };
 
-/* delivery.mta_sts: MTA-STS (RFC 8461), delivery/sts.c */
+/* delivery.mta_sts: MTA-STS (RFC 8461), tlspol/sts.c */
 static const struct config_key config_mta_sts[] = {
     KEY("enabled", CONFIG_BOOL, mta_sts.enabled),
     DUR("fetch_timeout", mta_sts.fetch_timeout_ms, 1),

@@ -141,7 +141,7 @@ struct config {
     uint64_t log_flush_interval_ms; /* 100ms */
     int     log_format;             /* log.format: LOG_FORMAT_TEXT|JSON */
 
-    /* tlsrpt: SMTP TLS Reporting, RFC 8460 (delivery/tlsrpt.h) */
+    /* tlsrpt: SMTP TLS Reporting, RFC 8460 (tlspol/tlspol.h) */
     int     tlsrpt_enabled;         /* count outcomes, mail daily reports */
     char   *tlsrpt_organization;    /* organization-name; default hostname */
     char   *tlsrpt_contact;         /* contact-info; postmaster@hostname */

@@ -25,7 +25,7 @@
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #define DELIVER_HDRS_MAX     (1024 * 1024) /* headers kept for RET=HDRS */
 #define DELIVER_CHUNK        (128 * 1024) /* RET=FULL copy size */
@@ -33,7 +33,12 @@
 
 /* ---- results ---- */
 
-static const char *const dl_status_word[] = { "deferred", "sent", "bounced" };
+/* by enum mta_status; 0 (a result never set) reads as deferred, as the
+ * spool state it maps to (SPOOL_RCPT_PENDING) */
+static const char *const dl_status_word[] = {
+    [0] = "deferred", [MTA_DEFER] = "deferred", [MTA_SENT] = "sent",
+    [MTA_BOUNCE] = "bounced"
+};
 
 /*
  * dl_result - record one recipient's result in the envelope, log it and

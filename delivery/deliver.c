@@ -36,7 +36,7 @@
  *           many inbound sessions the accepted mail outruns the outbound
  *           connections for a while, and every message past the limit
  *           was closed, and later reopened, locked and re-read instead
- *           of being handed over from the session (issue 16).
+ *           of being handed over from the session.
  *           Connections per destination: this worker's share of
  *           delivery.connections_per_destination, ceil(limit / nshards), so
  *           all workers together stay within the configured limit.
@@ -96,7 +96,7 @@
 #include "delivery/dsn.h"
 #include "delivery/maildir.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 #include "delivery/resolve.h"
 
 #define DELIVER_LOCKED_MS    5000        /* queue file locked elsewhere */
@@ -184,7 +184,7 @@ dl_group(struct dl_attempt *a, const struct router_result *res,
 
 
 /*
- * dl_tls_level - the outbound TLS level for rcpt (tls_policy.h): the
+ * dl_tls_level - the outbound TLS level for rcpt (tlspol.h): the
  * policy table's entry for the recipient's domain, else for the routes
  * key that matched, else delivery.tls.  -1 when the table cannot be read:
  * the recipient is deferred rather than sent under a weaker default.
@@ -700,7 +700,7 @@ deliver_load(struct deliver *d, int now, const char *why)
         }
         /* Usually one fstatat(): the schedule is in the queue file's
          * inode (spool_sched_peek), so a million deferred messages are
-         * scheduled without opening a million files twice (issue 16). */
+         * scheduled without opening each of their files twice. */
         pk = spool_sched_peek(d->sp, ids[i], &when, &pheld, &marked);
         if (pk == SPOOL_ENOENT)
             continue;

@@ -75,6 +75,11 @@ void    deliver_tidy(struct deliver *d);
  * marking its recipients (results already in are saved), release every
  * message, start nothing more: the next generation delivers them. */
 void    deliver_giveback(struct deliver *d);
+/* A "tlsrpt-send <start_s> <end_s>\n" + blocks message from the master
+ * (tlsrpt_send.c): look up _smtp._tls.<domain> TXT, and queue the TLS-RPT
+ * report to its rua= mailto: addresses from tlsrpt.sender.  Logs the
+ * outcome. */
+void    deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n);
 /* Shard of a queue id under nshards workers. */
 unsigned deliver_shard_of(const char *id, unsigned nshards);
 

@@ -110,7 +110,7 @@ dsn_remote(const char *relay, char *out, size_t outsz)
 
 /* dsn_why - the recipient's last reply, escaped: the relay escapes a
  * peer's reply before it is stored, but a state file is text on disk and
- * the DSN goes to a human (issue 10). */
+ * the DSN goes to a human. */
 #define DSN_WHY_MAX  2048
 
 static void
@@ -126,7 +126,7 @@ dsn_why(const struct spool_rcpt *rc, char *out, size_t outsz)
  * ENVID, relay), escaped like the reply: the SMTP parsers let no control
  * byte into one, but the spool keeps any byte a file holds, and a CR LF
  * in a value would add a header or a MIME part of its own to a message
- * that goes to a human (issue 10).  A value past DSN_VAL_MAX (none that
+ * that goes to a human.  A value past DSN_VAL_MAX (none that
  * mtad writes) is cut.  Returns out. */
 #define DSN_VAL_MAX  UTIL_ESC_ROOM(SMTP_ORCPT_MAX)
 

@@ -42,8 +42,11 @@
  *           whose peer address and port are among its hops (mta_adopt), so
  *           domains that share MX hosts share the connections to them.
  * FILES     This file: destinations, connection pools and reuse, fail-over
- *           over addresses, submit/abort/drain.  The SMTP conversation on
- *           one connection is in mta_session.c; shared types in mta.h.
+ *           over addresses, submit/abort/drain, and where a destination
+ *           asks to connect (mta_may_connect).  The SMTP conversation on
+ *           one connection: its phases and replies in mta_session.c, the
+ *           transaction in mta_txn.c, the content in mta_body.c, STARTTLS
+ *           in mta_tls.c; shared types in mta.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,7 +66,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #include <openssl/ssl.h>
 
@@ -115,8 +118,8 @@ mta_post(struct mta *r, struct mta_txn *t)
 
 /* mta_set - record a final result for recipient i of t. */
 void
-mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
-    const char *relay)
+mta_set(struct mta_txn *t, size_t i, enum mta_status status,
+    const char *reply, const char *relay)
 {
     t->res[i].status = status;
     util_strlcpy(t->res[i].reply, reply, sizeof(t->res[i].reply));
@@ -127,7 +130,7 @@ mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
 
 /* mta_status_of - a reply code as a result: 2xx sent, 5xx bounced, else
  * deferred. */
-int
+enum mta_status
 mta_status_of(int code)
 {
     if (code >= 200 && code < 300)
@@ -311,7 +314,7 @@ mta_lost(struct mta_conn *c, const char *why)
         /* only a dead reused connection (no RSET reply) restarts; with
          * the BDAT pipelined (mta_session.c) that may be while the body
          * goes out or after: nothing of it was answered yet */
-        if (c->state != C_RSET && !c->rset_pending)
+        if (c->state != C_RSET && !c->tx.rset_pending)
             break;
         if (t != NULL && t->restarts == 0) {
             t->restarts++;
@@ -376,7 +379,7 @@ static void
 mta_connect_next(struct mta_conn *c)
 {
     struct mta *r = c->r;
-    int         plain = c->tls_again;   /* retry this host in plaintext */
+    int         plain = c->tls_fallback == MTA_TLS_RETRY_PLAIN;
 
     ev_timer_stop(r->loop, &c->timer);
     if (c->fd >= 0) {
@@ -393,7 +396,7 @@ mta_connect_next(struct mta_conn *c)
     c->drained = 0;
     mta_block_give(c);
     c->expect = 0;
-    c->tls_again = 0;
+    c->tls_fallback = MTA_TLS_POLICY;
     if (plain && c->cur > 0)
         c->cur--;                   /* the same host, without STARTTLS */
     else
@@ -409,7 +412,7 @@ mta_connect_next(struct mta_conn *c)
         else if (c->cur > 1 && c->txn != NULL)
             log_info("%s: %s; trying the next host", c->txn->env->id,
                 c->lasterr);
-        c->tls_plain = plain;
+        c->tls_fallback = plain ? MTA_TLS_PLAIN : MTA_TLS_POLICY;
         plain = 0;
         c->tls = a->tls;            /* as the hop: tls_req_same() */
         c->tls_key[0] = '\0';
@@ -438,7 +441,6 @@ mta_connect_next(struct mta_conn *c)
         }
         /* commands go out whole, in one write each: no Nagle delays */
         (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->state = C_CONNECT;
         if (mta_watch(c, EV_WRITE) < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
@@ -446,10 +448,11 @@ mta_connect_next(struct mta_conn *c)
             c->fd = c->net.fd = -1;
             continue;
         }
-        mta_arm(c, r->connect_timeout_ms);
+        mta_enter(c, C_CONNECT);
         return;
     }
-    c->state = C_CONNECT;
+    /* no address left; c is in a phase before the session (CONNECT to
+     * STARTTLS), so mta_fail_txn() takes no recipient as begun */
     {
         char why[SMTP_REPLY_MAX];
 
@@ -480,9 +483,8 @@ mta_connected(struct mta_conn *c)
         mta_connect_next(c);
         return;
     }
-    c->state = C_GREETING;
     (void)mta_watch(c, EV_READ);
-    mta_arm(c, c->r->t.greeting_ms);
+    mta_enter(c, C_GREETING);
 }
 
 
@@ -586,8 +588,28 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
 }
 
 
+/*
+ * mta_may_connect - may d open (or adopt) one more connection now?  The
+ * one place a destination asks before connecting; today the answer is
+ * its concurrency cap.  SHAPING: a traffic-shaping module (per
+ * destination rates and back-off; pure: the destination's recent
+ * history and the clock in, "go" or "not before T" out) is asked here,
+ * and only here, for connections.  A "not before T" leaves the
+ * transactions queued in d and arms a timer that runs mta_dest_run()
+ * again at T; it never fails a recipient.  The per-transaction question
+ * (may this connection send one more message now) sits at the top of
+ * mta_conn_next() (mta_session.c), where every transaction meets its
+ * connection.
+ */
+static int
+mta_may_connect(const struct mta *r, const struct mta_dest *d)
+{
+    return d->nconns < r->cap;
+}
+
+
 /* mta_dest_run - start waiting transactions on idle connections, or on
- * new ones while under the cap. */
+ * new ones while mta_may_connect() says so. */
 static void
 mta_dest_run(struct mta *r, struct mta_dest *d)
 {
@@ -600,13 +622,13 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         for (c = d->conns; c; c = c->next)
             if (c->state == C_IDLE)
                 break;
-        if (c == NULL && d->nconns < r->cap)
+        if (c == NULL && mta_may_connect(r, d))
             c = mta_adopt(r, d, d->wait_head);
         if (c != NULL) {
             (void)mta_conn_next(c);
             continue;
         }
-        if (d->nconns >= r->cap)
+        if (!mta_may_connect(r, d))
             break;
         mta_conn_new(r, d, mta_dest_pop(d));
     }
@@ -694,6 +716,7 @@ mta_new(struct ev_loop *loop, const char *helo_name,
     r->loop = loop;
     r->helo = xstrdup(helo_name);
     r->connect_timeout_ms = connect_timeout_ms ? connect_timeout_ms : 30000;
+    r->idle_ms = MTA_IDLE_MS;
     r->cap = conns_per_dest ? conns_per_dest : 1;
     r->t.greeting_ms = r->t.helo_ms = r->t.mail_ms = r->t.rcpt_ms =
         r->t.quit_ms = 5 * 60 * 1000;
@@ -745,7 +768,7 @@ mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx)
     r->tls_ctx = ctx;
     if (ctx == NULL)
         return;
-    /* Outbound resumption (issue 20): OpenSSL hands every new session
+    /* Outbound resumption: OpenSSL hands every new session
      * (TLS 1.3 tickets come after the handshake) to the callback, which
      * files it per destination and host; nothing in OpenSSL's own store. */
     if (r->tls_cache == NULL)

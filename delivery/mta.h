@@ -18,7 +18,7 @@
  *           that has its address and port among its hops and the same
  *           TLS requirement there (tls_req_same()): domains that share MX
  *           hosts share their connections, never across TLS policies.
- *           TLS: STARTTLS as each hop's tls says (tls_policy.h); the
+ *           TLS: STARTTLS as each hop's tls says (tlspol.h); the
  *           destination is (txn->dest, txn->tls.level); every result
  *           carries the TLS outcome of its connection (res[].tls).
  *           The txn, env and fd belong to the caller and must stay valid
@@ -34,7 +34,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 #include "router/route.h"
 #include "smtp/smtp.h"
 
@@ -42,13 +42,15 @@ struct ev_loop;
 struct spool_env;
 
 
-enum mta_status { MTA_DEFER = 0, MTA_SENT, MTA_BOUNCE };
+/* A recipient's verdict.  Never 0: a verdict is no return code, and a
+ * deferral must not read as MTA_OK (common/util.h). */
+enum mta_status { MTA_DEFER = 1, MTA_SENT, MTA_BOUNCE };
 
 /* "host[ip]:port" with its NUL: a 255-byte name, an IPv6 address, a port. */
 #define MTA_RELAY_MAX 320
 
 struct mta_result {
-    int     status;                 /* enum mta_status */
+    enum mta_status status;
     char    reply[SMTP_REPLY_MAX]; /* peer's reply or our reason */
     char    relay[MTA_RELAY_MAX];   /* "host[ip]:port", or "none" */
     struct tls_outcome tls;         /* of the connection the verdict came
@@ -62,7 +64,7 @@ struct mta_hop {
     struct sockaddr_storage ss;     /* address and port */
     socklen_t   len;
     struct tls_req tls;             /* what a connection to it must meet
-                                       (tls_policy.h; set by resolve.c) */
+                                       (tlspol.h; set by resolve.c) */
 };
 
 struct mta_txn;
@@ -86,7 +88,7 @@ struct mta_txn {
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
-    /* private to mta.c and mta_session.c */
+    /* private to the client (mta*.c) */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
     int         restarts;           /* fresh connections after a stale one */
@@ -133,7 +135,8 @@ void    mta_drain(struct mta *r);
 size_t  mta_nconns(const struct mta *r);
 
 
-/* ---- private to mta.c and mta_session.c ---- */
+/* ---- private to the client: mta.c, mta_session.c, mta_txn.c,
+ * mta_body.c, mta_tls.c ---- */
 
 #include "common/buf.h"
 #include "common/ev.h"
@@ -152,10 +155,9 @@ size_t  mta_nconns(const struct mta *r);
 #define MTA_REPLY_LIMIT  (64 * 1024)       /* longest reply we accept */
 #define MTA_WRITE_TURNS  8                 /* body refills per callback */
 /* A plaintext BDAT body goes out of memory: pread() into the connection's
- * out buffer, then one send() of up to MTA_BLOCK bytes.  Measured on the
- * bench VM (1 MiB messages): 1.2-1.4 ms of CPU per message against
- * 1.6-1.9 with sendfile() (splice pages into the socket cost more than
- * one copy) and 1.7-1.9 with 128 KiB reads.  A body bigger than
+ * out buffer, then one send() of up to MTA_BLOCK bytes: one copy costs
+ * less CPU than sendfile()'s splicing of pages into the socket, and big
+ * blocks less than 128 KiB reads (bench/RESULTS.md).  A body bigger than
  * MTA_BLOCK_SMALL takes a pooled MTA_BLOCK block while it is sent; at most
  * MTA_BLOCKS are out at once per worker, beyond that sendfile() goes on
  * without memory. */
@@ -169,9 +171,38 @@ size_t  mta_nconns(const struct mta *r);
  * its whole transfer. */
 #define MTA_PIPE_BODY_MAX (256 * 1024)
 
+/* The phases of a connection.  Only mta_enter() (mta_session.c) sets
+ * one: it arms the phase's timer from its row of mta_states[] (limit,
+ * name, the reply handler) and traces the move at debug level. */
 enum mta_state {
     C_CONNECT = 0, C_GREETING, C_EHLO, C_HELO, C_RSET, C_TXN, C_BODY,
-    C_DOT, C_IDLE, C_QUIT, C_STARTTLS, C_TLS
+    C_DOT, C_IDLE, C_QUIT, C_STARTTLS, C_TLS,
+    C_NSTATES
+};
+
+/* How TLS goes on the current host (tlspol.h decides; this remembers). */
+enum mta_tls_fallback {
+    MTA_TLS_POLICY = 0,         /* as the host's tls_req says */
+    MTA_TLS_RETRY_PLAIN,        /* the handshake failed under may: the
+                                   next connect is this host again, in
+                                   plaintext (Postfix) */
+    MTA_TLS_PLAIN               /* this is that retry: no STARTTLS */
+};
+
+/* What the transaction in progress on a connection has sent and heard;
+ * mta_begin() starts it afresh. */
+struct mta_progress {
+    size_t   nreply;            /* replies received in this txn */
+    size_t   nsent;             /* commands of the txn sent */
+    uint64_t body_left;         /* body bytes not yet handed to the socket */
+    off_t    body_pos;          /* where they start in the queue file */
+    unsigned pipelining : 1;    /* the peer offers PIPELINING */
+    unsigned bdat : 1;          /* and CHUNKING: BDAT, not DATA */
+    unsigned mail_failed : 1;   /* MAIL refused: every recipient final */
+    unsigned empty_data : 1;    /* 354 with no recipient accepted: "." */
+    unsigned rset_pending : 1;  /* RSET pipelined ahead of MAIL */
+    unsigned piped : 1;         /* BDAT LAST sent behind the RCPTs: their
+                                   replies come in C_BODY/C_DOT */
 };
 
 /* per-recipient progress within a transaction */
@@ -186,43 +217,34 @@ struct mta_conn {
     int                fd;          /* == net.fd */
     struct net_conn    net;         /* the transport: plain, or TLS */
     unsigned           watched;     /* EV_* mask given to the loop */
-    int                state;
-    int                reused;      /* has carried a transaction before */
+    enum mta_state     state;       /* written by mta_enter() only */
+    unsigned           reused : 1;  /* has carried a transaction before */
+    unsigned           perm : 1;    /* last host failure was permanent
+                                       (5xx greeting, REQUIRETLS) */
+    unsigned           out_block : 1; /* out.data is a pooled MTA_BLOCK */
+    unsigned           drained : 1; /* the read whose replies are being
+                                       handled left the socket empty
+                                       (plaintext): see mta_stray() */
     struct ev_timer    timer;
     struct buf         in, out;
     struct mta_hop     addr[MTA_MAX_ADDRS];
     size_t             naddr, cur;
-    int                perm;        /* last greeting failure was 5xx */
     char               name[MTA_RELAY_MAX]; /* "host[ip]:port" */
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
     uint64_t           peer_size;
-    /* outbound TLS on this connection (tls_policy.h) */
+    /* outbound TLS on this connection (tlspol.h; mta_tls.c) */
     struct tls_req     tls;         /* what the current host must meet */
     struct tls_outcome tlso;        /* what it gave */
-    int                tls_plain;   /* plaintext retry after a failed
-                                       handshake (may): no STARTTLS */
-    int                tls_again;   /* connect_next: the same host again,
-                                       in plaintext */
+    enum mta_tls_fallback tls_fallback;
     char               tls_key[MTA_RELAY_MAX + ROUTE_TEXT_MAX + 16];
                                     /* session cache key (tls_cache.c) */
     /* the transaction in progress */
     struct mta_txn  *txn;
     unsigned char     *rst;         /* R_* per recipient */
     size_t             rst_cap;
-    size_t             nreply;      /* replies received in this txn */
     size_t             expect;      /* commands sent, replies due */
-    size_t             nsent;       /* commands of the txn sent */
-    int                pipelining, bdat, mail_failed, empty_data;
-    int                rset_pending; /* RSET pipelined ahead of MAIL */
-    int                piped;       /* BDAT LAST sent behind the RCPTs:
-                                       their replies come in C_BODY/C_DOT */
-    uint64_t           body_left;
-    off_t              body_pos;
-    int                out_block;   /* out.data is a pooled MTA_BLOCK */
-    int                drained;     /* the read whose replies are being
-                                       handled left the socket empty
-                                       (plaintext): see mta_stray() */
+    struct mta_progress tx;
     struct smtp_stuff stuff;
 };
 
@@ -243,6 +265,7 @@ struct mta {
     char              *helo;
     uint64_t           connect_timeout_ms;
     struct config_mta_timeouts t;   /* per-phase limits */
+    uint64_t           idle_ms;     /* MTA_IDLE_MS: the reuse window */
     unsigned           cap;
     int                draining;
     int                freeing;
@@ -266,10 +289,10 @@ int     mta_block_take(struct mta_conn *c);
 void    mta_block_give(struct mta_conn *c);
 /* mta.c: completion, destinations, connections, fail-over. */
 void    mta_post(struct mta *r, struct mta_txn *t);
-void    mta_set(struct mta_txn *t, size_t i, int status, const char *reply,
-            const char *relay);
+void    mta_set(struct mta_txn *t, size_t i, enum mta_status status,
+            const char *reply, const char *relay);
 /* A reply code as a result: 2xx sent, 5xx bounced, else deferred. */
-int     mta_status_of(int code);
+enum mta_status mta_status_of(int code);
 struct mta_txn *mta_dest_pop(struct mta_dest *d);
 void    mta_conn_close(struct mta_conn *c);
 void    mta_lost(struct mta_conn *c, const char *why);
@@ -282,16 +305,65 @@ int     mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t);
 int     mta_conn_unfit(struct mta_conn *c, struct mta_txn *t);
 
 /* mta_session.c: the SMTP conversation on one connection. */
+/* The only way c->state changes: s, its timer armed with the phase's
+ * limit (mta_states[]), the move traced at debug level. */
+void    mta_enter(struct mta_conn *c, enum mta_state s);
+/* The same under another limit than the phase's: only a transaction
+ * whose pipelined RSET answers first, under the RSET's (helo) limit. */
+void    mta_enter_for(struct mta_conn *c, enum mta_state s, uint64_t ms);
+/* "sending EHLO" ...: c's phase in words, for a reason. */
+const char *mta_phase(const struct mta_conn *c);
 int     mta_watch(struct mta_conn *c, unsigned mask);
+/* Write what is buffered as far as the socket takes it; more: body bytes
+ * follow at once (MSG_MORE, plaintext).  0, or -1 with lasterr set. */
+int     mta_send_more(struct mta_conn *c, int more);
+/* The same, then watch for writability while some is left. */
+int     mta_flush(struct mta_conn *c);
+/* mta_flush(), and a failed socket loses c (mta_lost).  1 then, else 0. */
+int     mta_push(struct mta_conn *c);
 void    mta_cmd(struct mta_conn *c, const char *fmt, ...)
             __attribute__((format(printf, 2, 3)));
+/* Push the current phase's timer on (a reply or a chunk came). */
 void    mta_arm(struct mta_conn *c, uint64_t ms);
 void    mta_begin(struct mta_conn *c, struct mta_txn *t, int rset);
 int     mta_conn_next(struct mta_conn *c);
 void    mta_io(struct ev_loop *loop, int fd, unsigned ev, void *arg);
 void    mta_timeout(struct ev_loop *loop, struct ev_timer *tm, void *arg);
-/* mta_session.c: report c's TLS attempt (c->tls, c->tlso). */
+
+/* mta_txn.c: the transaction.  precheck: may t go to this peer at all
+ * (0, or -1: t was bounced without a command, c stays usable); idle: the
+ * transaction is over, hand it back and take the next (1: c closed);
+ * final: a final reply for every accepted recipient; txn_reply: a reply
+ * in C_TXN; piped_reply: one to RSET/MAIL/RCPT while a pipelined BDAT
+ * is out (C_BODY, C_DOT).  The replies return 1 when c was closed. */
+int     mta_precheck(struct mta_conn *c, struct mta_txn *t);
+int     mta_idle(struct mta_conn *c);
+void    mta_final(struct mta_conn *c, const struct smtp_reply *rp);
+int     mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp);
+int     mta_piped_reply(struct mta_conn *c, const struct smtp_reply *rp);
+
+/* mta_body.c: the content.  start: enter C_BODY (354 to DATA, or BDAT
+ * with the RCPTs accepted or pipelined); write: move body bytes toward
+ * the socket, then the end of data (C_DOT).  0, or -1 with lasterr. */
+void    mta_body_start(struct mta_conn *c);
+int     mta_body_write(struct mta_conn *c);
+
+/* mta_tls.c: STARTTLS under c->tls.  Each returns 1 when c was closed
+ * or moved on, else 0.  ehlo: after a 2xx EHLO in plaintext, STARTTLS or
+ * not; refused: STARTTLS got no 220 (why: the reply); failed: the
+ * handshake failed (err); begin: 220 to STARTTLS, start the handshake;
+ * step: drive it (from mta_io). */
+int     mta_tls_ehlo(struct mta_conn *c);
+int     mta_tls_refused(struct mta_conn *c, const char *why);
+int     mta_tls_failed(struct mta_conn *c, const char *err);
+int     mta_tls_begin(struct mta_conn *c);
+int     mta_tls_step(struct mta_conn *c);
+/* Report c's TLS attempt (c->tls, c->tlso) to the observer. */
 void    mta_tls_report(struct mta_conn *c);
+/* The attempt's outcome for TLS-RPT: failure "" for success, else an
+ * RFC 8460 result type; reason optional. */
+void    mta_tlsrpt(struct mta_conn *c, const char *failure,
+            const char *reason);
 /* OpenSSL's new-session callback of the client context: the session
  * into r->tls_cache under the connection's key. */
 struct ssl_session_st;

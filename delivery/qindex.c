@@ -1,8 +1,7 @@
 /*
  * qindex.c - the worker's index of the messages it owns, and the listing
- * streams it answers `mtactl queue` with (issue 16: a summary of a
- * million queued messages in under a second, the listing at 200,000
- * lines/s; reading a file per message cannot get there).
+ * streams it answers `mtactl queue` with (a summary and a listing of a
+ * very large queue without reading a file per message).
  *
  * PURPOSE   For each message of this worker's shard: its id, state flags
  *           (held, tried, being delivered) and its listing record

@@ -30,10 +30,8 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "router/route.h"
-#include "delivery/dane.h"
-#include "delivery/reqtls.h"
+#include "tlspol/tlspol.h"
 #include "delivery/resolve.h"
-#include "delivery/sts.h"
 
 #define RESOLVE_MAX_HOPS 16         /* as the relay's MTA_MAX_ADDRS */
 
@@ -60,11 +58,11 @@ struct rs_job {
     struct mta_hop   hop[RESOLVE_MAX_HOPS];
     unsigned char    hop_part[RESOLVE_MAX_HOPS]; /* part of each hop */
     size_t           nhop;
-    struct dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
+    struct tls_dane_lookup *dane;       /* TLSA of the hosts (owns tlsa) */
     int              dane_wait;     /* its lookups are in flight */
     struct rs_job   *post_next;     /* on rs->posted */
-    /* MTA-STS of an mx route's domain (delivery/sts.c), in parallel */
-    struct stsd_req *sts_req;       /* while it runs */
+    /* MTA-STS of an mx route's domain (tlspol/sts.c), in parallel */
+    struct tls_sts_req *sts_req;       /* while it runs */
     struct sts_policy *sts;         /* the policy in force, or NULL */
 };
 
@@ -72,7 +70,7 @@ struct resolve {
     struct ev_loop      *loop;
     struct dns          *dns;       /* NULL: could not be built */
     char                 dnswhy[256];
-    struct stsd         *sts;       /* NULL: MTA-STS off or unusable */
+    struct tls_sts         *sts;       /* NULL: MTA-STS off or unusable */
     struct resolve_self  self;
     char                *hostname;
     struct rs_job       *jobs;      /* every job not yet done */
@@ -196,7 +194,7 @@ resolve_flatten(const struct dns_dest *dest, unsigned port,
 }
 
 
-int
+enum mta_status
 resolve_verdict(const struct dns_dest *dest, int rcpt_domain, char *reply,
     size_t replysz)
 {
@@ -309,9 +307,9 @@ rs_job_free(struct rs_job *j)
             dns_cancel(j->part[i].req);
         dns_dest_free(j->part[i].dest);
     }
-    stsd_cancel(j->sts_req);
+    tls_sts_cancel(j->sts_req);
     free(j->sts);
-    dane_lookup_free(j->dane);
+    tls_dane_lookup_free(j->dane);
     free(j);
 }
 
@@ -413,19 +411,19 @@ rs_dane_begin(struct rs_job *j)
         if (h == NULL || !h->secure)
             continue;
         if (j->dane == NULL)
-            j->dane = dane_lookup_new(j->rs->dns, rs_dane_done, j);
-        dane_lookup_add(j->dane, h, j->hop[k].port);
+            j->dane = tls_dane_lookup_new(j->rs->dns, rs_dane_done, j);
+        tls_dane_lookup_add(j->dane, h, j->hop[k].port);
     }
-    return j->dane != NULL && dane_lookup_start(j->dane);
+    return j->dane != NULL && tls_dane_lookup_start(j->dane);
 }
 
 
 /*
- * rs_submit - the hops' TLS requirements refined by DANE (dane.h:
+ * rs_submit - the hops' TLS requirements refined by DANE (tlspol.h:
  * usable TLSA -> authenticate; secure but unusable -> encrypt under dane;
  * none -> may under dane; TLSA lookup failed -> the host is not tried;
  * dane-only without usable TLSA -> not tried either), then MTA-STS
- * (stsd_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
+ * (resolve_sts_hops), then REQUIRETLS (rs_reqtls), then to the relay; when DANE
  * leaves no hop, every recipient defers with the first reason.
  */
 static void
@@ -441,7 +439,7 @@ rs_submit(struct rs_job *j)
         char            why[SMTP_REPLY_MAX];
         const char     *fail;
 
-        if (dane_refine(&hp->tls, hp->name, dane_lookup_find(j->dane,
+        if (tls_dane_refine(&hp->tls, hp->name, tls_dane_lookup_find(j->dane,
             hp->name, hp->port), why, sizeof(why), &fail) != 0) {
             if (reply[0] == '\0') {    /* the first reason */
                 util_strlcpy(reply, why, sizeof(reply));
@@ -458,8 +456,9 @@ rs_submit(struct rs_job *j)
      * need a CA-verified name; the hosts DANE took (usable TLSA) are left
      * to DANE (RFC 8461 2).  A message with TLS-Required: No ignores the
      * policy (RFC 8689 5) */
-    if (o > 0 && j->sts != NULL && reqtls_mode(t->env) != REQTLS_OPTIONAL &&
-        stsd_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
+    if (o > 0 && j->sts != NULL &&
+        tls_reqtls_mode(t->env) != TLS_REQTLS_OPTIONAL &&
+        resolve_sts_hops(j->sts, j->part[0].dest->domain, j->hop, &o, why_sts,
         sizeof(why_sts)) < 0) {
         rs_verdict_all(j, MTA_DEFER, why_sts);
         return;
@@ -520,7 +519,7 @@ rs_hop_mx(const struct rs_job *j, const struct mta_hop *h, int *secure)
 
 
 /*
- * rs_reqtls - RFC 8689 on the final hops of j (reqtls.h, step 1): for a
+ * rs_reqtls - RFC 8689 on the final hops of j (tlspol.h, step 1): for a
  * REQUIRETLS message each hop must authenticate its server and came from a
  * secure MX answer (or MTA-STS); the others are dropped, and with none
  * left every recipient bounces with the first reason (returns -1).  For
@@ -535,23 +534,23 @@ rs_reqtls(struct rs_job *j, size_t *n)
     size_t          k, o = 0;
     int             secure;
 
-    switch (reqtls_mode(t->env)) {
-    case REQTLS_OPTIONAL:
-        reqtls_optional(&t->tls);
+    switch (tls_reqtls_mode(t->env)) {
+    case TLS_REQTLS_OPTIONAL:
+        tls_reqtls_optional(&t->tls);
         for (k = 0; k < *n; k++)
-            reqtls_optional(&j->hop[k].tls);
+            tls_reqtls_optional(&j->hop[k].tls);
         return 0;
-    case REQTLS_REQUIRE:
+    case TLS_REQTLS_REQUIRE:
         break;
     default:
         return 0;
     }
-    reqtls_raise(&t->tls);
+    tls_reqtls_raise(&t->tls);
     for (k = 0; k < *n; k++) {
         struct mta_hop *hp = &j->hop[k];
         int             mx = rs_hop_mx(j, hp, &secure);
 
-        if (reqtls_hop(&hp->tls, mx, secure, hp->name, why,
+        if (tls_reqtls_hop(&hp->tls, mx, secure, hp->name, why,
             sizeof(why)) < 0) {
             if (first[0] == '\0')
                 util_strlcpy(first, why, sizeof(first));
@@ -615,14 +614,14 @@ rs_finish(struct rs_job *j)
         }
     }
     if (n > 0) {
-        /* the TLS requirement per host (tls_policy.h, step 1): the txn's
+        /* the TLS requirement per host (tlspol.h, step 1): the txn's
          * level, checked against the host's own name */
         for (i = 0; i < n; i++) {
             j->hop[i].tls = t->tls;
             util_strlcpy(j->hop[i].tls.verify_name, j->hop[i].name,
                 sizeof(j->hop[i].tls.verify_name));
         }
-        /* then DANE refines it (dane.h), after the TLSA lookups if any,
+        /* then DANE refines it (tlspol.h), after the TLSA lookups if any,
          * and REQUIRETLS last (rs_submit) */
         j->nhop = n;
         if (rs_dane_begin(j))
@@ -716,9 +715,8 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
 
     /* Zeroed but for hop[] and hop_part[] (15 KB): a hop is cleared by
      * rs_hop_set() when it is filled and none is read past nhop.  Zeroing
-     * them for every message cost a tenth of a worker's CPU at 200
-     * sessions, where many jobs are alive and their memory is cold
-     * (issue 16). */
+     * them for every message is a large write into memory that is cold
+     * when many jobs are alive. */
     memset(j, 0, offsetof(struct rs_job, hop));
     memset(&j->nhop, 0, sizeof(*j) - offsetof(struct rs_job, nhop));
 
@@ -745,7 +743,7 @@ resolve_submit(struct resolve *rs, struct mta *relay, struct mta_txn *t,
         rs_part_start(j, &j->part[0], domain != NULL ? domain : "", 1);
         /* the recipient domain's MTA-STS policy, alongside its MX */
         if (rs->sts != NULL && domain != NULL &&
-            stsd_get(rs->sts, domain, rs_sts_done, j, &j->sts_req) == 0)
+            tls_sts_get(rs->sts, domain, rs_sts_done, j, &j->sts_req) == 0)
             j->left++;
     } else {
         j->nparts = rt->nhosts;
@@ -882,14 +880,14 @@ resolve_new(struct ev_loop *loop, const struct config *cfg)
             "works", rs->dnswhy);
     }
     if (rs->dns != NULL && cfg->mta_sts.enabled) {
-        struct stsd_options so;
+        struct tls_sts_options so;
         char                why[300];
 
         memset(&so, 0, sizeof(so));
         so.ca_file = cfg->tls_ca_file;  /* NULL: the system's bundle */
         so.port = (unsigned)cfg->mta_sts.port;
         so.fetch_timeout_ms = cfg->mta_sts.fetch_timeout_ms;
-        if ((rs->sts = stsd_new(loop, rs->dns, &so, why, sizeof(why))) ==
+        if ((rs->sts = tls_sts_new(loop, rs->dns, &so, why, sizeof(why))) ==
             NULL)
             log_err("mta-sts: %s: delivering without MTA-STS", why);
     }
@@ -915,7 +913,7 @@ resolve_cut(struct resolve *rs)
         if (j->left == 0 && !j->dane_wait)
             continue;               /* with the relay, or its verdict due */
         if (j->dane_wait) {         /* TLSA lookups: cancelled */
-            dane_lookup_free(j->dane);
+            tls_dane_lookup_free(j->dane);
             j->dane = NULL;
             j->dane_wait = 0;
         }
@@ -925,7 +923,7 @@ resolve_cut(struct resolve *rs)
                 j->part[i].req = NULL;
             }
         }
-        stsd_cancel(j->sts_req);    /* its fetch goes on for the cache */
+        tls_sts_cancel(j->sts_req);    /* its fetch goes on for the cache */
         j->sts_req = NULL;
         j->left = 0;
         j->t->cut = 1;
@@ -953,7 +951,7 @@ resolve_free(struct resolve *rs)
         rs_job_unlink(j);
         rs_job_free(j);
     }
-    stsd_free(rs->sts);             /* its lookups use rs->dns */
+    tls_sts_free(rs->sts);             /* its lookups use rs->dns */
     dns_free(rs->dns);
     free(rs->self.addr);
     free(rs->self.lo_ports);

@@ -30,7 +30,7 @@
  *           127.0.0.0/8, ::1).  As Postfix: the hosts at and after the
  *           best preference that is ours are dropped; when that leaves
  *           none, the mail loops back to myself.
- *           DANE (dane.h, RFC 7672): hops whose tls.level is dane or
+ *           DANE (tlspol.h, RFC 7672): hops whose tls.level is dane or
  *           dane-only get the TLSA records of their host when the MX
  *           answer (none needed for a host route) and the host's address
  *           answers were DNSSEC-secure; then, per hop: usable records ->
@@ -110,7 +110,22 @@ int     resolve_flatten(const struct dns_dest *dest, unsigned port,
  * or MTA_DEFER, and the reply in SMTP form.  rcpt_domain: 1 when the
  * name looked up is the recipients' own domain (an mx route).
  */
-int     resolve_verdict(const struct dns_dest *dest, int rcpt_domain,
-            char *reply, size_t replysz);
+enum mta_status resolve_verdict(const struct dns_dest *dest,
+            int rcpt_domain, char *reply, size_t replysz);
+
+struct sts_policy;
+/*
+ * resolve_tls.c - MTA-STS enforcement (RFC 8461 4.1, 5): the policy p
+ * (tlspol.h) of a domain applied to the hops of its domain.
+ * enforce: only the hops whose MX name matches a pattern stay, each
+ *   marked to need STARTTLS with a certificate that verifies against
+ *   tls.ca_file for that name; when none stays, -1 and reply is the
+ *   deferral ("451 4.7.5 ...").
+ * testing: every hop stays; the ones that do not match are logged (and
+ *   counted for TLS-RPT), delivery goes on.
+ * none: nothing changes.  Returns 0 (or -1 as above).
+ */
+int     resolve_sts_hops(const struct sts_policy *p, const char *domain,
+            struct mta_hop *hop, size_t *n, char *reply, size_t replysz);
 
 #endif /* MTAD_RESOLVE_H */

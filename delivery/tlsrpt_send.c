@@ -8,9 +8,9 @@
  *           report like a bounce: a new message in its spool, delivered
  *           by the normal path (routes, retries, DSNs to tlsrpt.sender).
  * CONTRACT  "tlsrpt-send <start_s> <end_s>\n" then the policy blocks of
- *           one domain (tlsrpt.h WIRE).  At most one report per message;
+ *           one domain (tlspol.h: WIRE).  At most one report per message;
  *           recipients are the rua= mailto: addresses (at most
- *           TLSRPT_RUA_MAX); https: ones are left out and logged.
+ *           TLS_RPT_RUA_MAX); https: ones are left out and logged.
  * FAILURE   Logged once, and the report dropped: no record, a bad record,
  *           a DNS failure, a spool error.  Reports are at most once: the
  *           master has already forgotten the counts it handed over.
@@ -30,13 +30,12 @@
 #include "delivery/delivery.h"
 #include "delivery/delivery_int.h"
 #include "delivery/resolve.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol.h"
 
 struct tlsrpt_job {
     struct deliver    *d;
-    struct tlsrpt_tab *tab;
-    char               domain[TLSRPT_DOMAIN_MAX];
+    struct tls_rpt_tab *tab;
+    char               domain[TLS_RPT_DOMAIN_MAX];
     uint64_t           start_s, end_s;
 };
 
@@ -44,7 +43,7 @@ struct tlsrpt_job {
 static void
 tlsrpt_job_free(struct tlsrpt_job *j)
 {
-    tlsrpt_tab_free(j->tab);
+    tls_rpt_tab_free(j->tab);
     free(j);
 }
 
@@ -71,11 +70,11 @@ tlsrpt_queue(struct tlsrpt_job *j, char rua[][256], size_t nrua,
     char *newid, size_t idsz)
 {
     const struct config *cfg = j->d->cfg;
-    struct spool_rcpt    rc[TLSRPT_RUA_MAX];
-    const char          *to[TLSRPT_RUA_MAX];
+    struct spool_rcpt    rc[TLS_RPT_RUA_MAX];
+    const char          *to[TLS_RPT_RUA_MAX];
     struct spool_env     env;
     struct spool_msg    *m = NULL;
-    struct tlsrpt_info   in;
+    struct tls_rpt_info   in;
     struct buf           out;
     char                 day[16], rid[512];
     int                  rcode;
@@ -94,7 +93,7 @@ tlsrpt_queue(struct tlsrpt_job *j, char rua[][256], size_t nrua,
     in.start_s = j->start_s;
     in.end_s = j->end_s;
     in.now_ms = util_wall_ms();
-    tlsrpt_day_str(tlsrpt_day(j->start_s), day, sizeof(day));
+    tls_rpt_day_str(tls_rpt_day(j->start_s), day, sizeof(day));
     /* unique per domain and range; a dot-atom, so it is a Message-ID */
     snprintf(rid, sizeof(rid), "%s.%" PRIu64 ".%" PRIx64 ".%s@%s", day,
         j->end_s, in.now_ms, j->domain, cfg->hostname);
@@ -103,7 +102,7 @@ tlsrpt_queue(struct tlsrpt_job *j, char rua[][256], size_t nrua,
     in.nrua = nrua;
 
     buf_init(&out);
-    if (tlsrpt_mail(j->tab, &in, &out) < 0) {
+    if (tls_rpt_mail(j->tab, &in, &out) < 0) {
         buf_free(&out);
         snprintf(newid, idsz, "gzip failed");
         return -1;
@@ -141,7 +140,7 @@ static void
 tlsrpt_txt_done(struct dns_rrset *set, void *arg)
 {
     struct tlsrpt_job *j = arg;
-    char               rua[TLSRPT_RUA_MAX][256], err[256], id[256];
+    char               rua[TLS_RPT_RUA_MAX][256], err[256], id[256];
     char               txt[16][512];
     const char        *tv[16];
     size_t             ntxt = 0, nrua, nhttps;
@@ -160,7 +159,7 @@ tlsrpt_txt_done(struct dns_rrset *set, void *arg)
         tv[ntxt] = txt[ntxt];
         ntxt++;
     }
-    if (tlsrpt_rua_parse(tv, ntxt, rua, &nrua, &nhttps, err,
+    if (tls_rpt_rua_parse(tv, ntxt, rua, &nrua, &nhttps, err,
         sizeof(err)) < 0) {
         log_info("tlsrpt: %s: no report sent: _smtp._tls.%s: %s", j->domain,
             j->domain, err);
@@ -184,7 +183,7 @@ done:
 
 
 void
-tlsrpt_send(struct deliver *d, const char *msg, size_t n)
+deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n)
 {
     struct tlsrpt_job *j = xcalloc(1, sizeof(*j));
     const char        *nl = memchr(msg, '\n', n);
@@ -194,30 +193,22 @@ tlsrpt_send(struct deliver *d, const char *msg, size_t n)
     int                got;
 
     j->d = d;
-    j->tab = tlsrpt_tab_new();
+    j->tab = tls_rpt_tab_new();
     if (nl == NULL || sscanf(msg, "tlsrpt-send %" SCNu64 " %" SCNu64 "%n",
         &j->start_s, &j->end_s, &got) != 2 || msg + got != nl ||
         j->end_s < j->start_s) {
         log_warn("tlsrpt: bad request from the master");
         goto fail;
     }
-    if (tlsrpt_tab_merge(j->tab, nl + 1, n - (size_t)(nl + 1 - msg), err,
+    if (tls_rpt_tab_merge(j->tab, nl + 1, n - (size_t)(nl + 1 - msg), err,
         sizeof(err)) < 0) {
         log_warn("tlsrpt: bad request from the master: %s", err);
         goto fail;
     }
-    {
-        size_t              k;
-        struct tlsrpt_pol **v = tlsrpt_tab_sorted(j->tab, &k);
-
-        np = k;
-        if (k > 0)
-            util_strlcpy(j->domain, v[0]->domain, sizeof(j->domain));
-        for (size_t i = 1; i < k; i++)
-            if (strcmp(v[i]->domain, j->domain) != 0)
-                np = 0;             /* one domain per request */
-        free(v);
-    }
+    np = tls_rpt_tab_count(j->tab);
+    if (np > 0 && tls_rpt_tab_domain(j->tab, j->domain,
+        sizeof(j->domain)) < 0)
+        np = 0;                     /* one domain per request */
     if (np == 0) {
         log_warn("tlsrpt: bad request from the master: not one domain");
         goto fail;

@@ -42,7 +42,7 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "master/master.h"
 #include "master/master_int.h"
 #include "master/ops.h"
@@ -97,7 +97,7 @@ master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
     struct master *m = arg;
     struct slot   *s = NULL;
     unsigned       idx = 0;
-    static char    msg[TLSRPT_WIRE_MAX + 256];   /* "tlsrpt-add" */
+    static char    msg[TLS_RPT_WIRE_MAX + 256];   /* "tlsrpt-add" */
     ssize_t        r;
 
     (void)loop; (void)events;

@@ -56,7 +56,7 @@ void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
 /* A control request line: logged as an admin action unless read-only. */
 void    audit_request(int fd, const char *line);
 
-/* tlsrpt_agg.c: TLS-RPT day totals (delivery/tlsrpt.h).  load at start,
+/* tlsrpt_agg.c: TLS-RPT day totals (tlspol/tlspol.h).  load at start,
  * add a worker's "tlsrpt-add" message (without that first line), tick
  * once a second (saves, the daily reports), save at stop; ctl answers
  * "tls report [DOMAIN]" and "tls report-send" (arg after "tls "). */

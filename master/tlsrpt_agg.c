@@ -3,7 +3,7 @@
  * totals of every worker, kept in a file, shown by mtactl, and handed to
  * a worker for the daily report.
  *
- * PURPOSE   Workers count TLS outcomes per policy (delivery/tlsrpt.h) and
+ * PURPOSE   Workers count TLS outcomes per policy (tlspol/tlspol.h) and
  *           send their counts once a second over their channel
  *           ("tlsrpt-add"); the master adds them to one table, so a
  *           worker that dies loses at most its last second.
@@ -40,7 +40,7 @@
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -51,16 +51,16 @@
 #define TLSAGG_GRACE_S   5u
 #define TLSAGG_FILE_MAX  ((size_t)64 << 20)
 
-static struct tlsrpt_tab *tlsagg_tab;
+static struct tls_rpt_tab *tlsagg_tab;
 static int                tlsagg_dirty;
 static uint64_t           tlsagg_saved_ms;
 static uint32_t           tlsagg_sent_day;   /* the daily run was done */
 
-static struct tlsrpt_tab *
+static struct tls_rpt_tab *
 tlsagg_table(void)
 {
     if (tlsagg_tab == NULL)
-        tlsagg_tab = tlsrpt_tab_new();
+        tlsagg_tab = tls_rpt_tab_new();
     return tlsagg_tab;
 }
 
@@ -119,14 +119,14 @@ tlsagg_load(struct master *m)
             "start from zero", TLSAGG_FILE);
         goto out;
     }
-    if (tlsrpt_tab_merge(tlsagg_table(), b.data + sizeof(TLSAGG_MAGIC) - 1,
+    if (tls_rpt_tab_merge(tlsagg_table(), b.data + sizeof(TLSAGG_MAGIC) - 1,
         buf_avail(&b) - (sizeof(TLSAGG_MAGIC) - 1), err, sizeof(err)) < 0) {
         log_warn("tlsrpt: %s: %s; the day's counts start from zero",
             TLSAGG_FILE, err);
         goto out;
     }
     log_info("tlsrpt: %zu policies read back from %s",
-        tlsrpt_tab_count(tlsagg_tab), TLSAGG_FILE);
+        tls_rpt_tab_count(tlsagg_tab), TLSAGG_FILE);
 out:
     buf_free(&b);
     close(fd);
@@ -144,7 +144,7 @@ tlsagg_save(struct master *m)
         return;
     buf_init(&b);
     buf_append(&b, TLSAGG_MAGIC, sizeof(TLSAGG_MAGIC) - 1);
-    tlsrpt_tab_dump(tlsagg_table(), &b);
+    tls_rpt_tab_dump(tlsagg_table(), &b);
     if ((dfd = tlsagg_dir(m->cur->cfg, err, sizeof(err))) < 0) {
         log_warn("tlsrpt: state directory: %s; counts kept in memory", err);
         buf_free(&b);
@@ -177,7 +177,7 @@ tlsagg_add(struct master *m, unsigned shard, const char *msg, size_t n)
     char err[160];
 
     (void)m;
-    if (tlsrpt_tab_merge(tlsagg_table(), msg, n, err, sizeof(err)) < 0) {
+    if (tls_rpt_tab_merge(tlsagg_table(), msg, n, err, sizeof(err)) < 0) {
         log_warn("tlsrpt: worker %u: %s; ignored", shard, err);
         return;
     }
@@ -210,7 +210,7 @@ tlsagg_emit(uint32_t day, const char *domain, const char *blocks, size_t n,
     buf_init(&b);
     buf_printf(&b, "tlsrpt-send %" PRIu64 " %" PRIu64 "\n", start, end);
     buf_append(&b, blocks, n);
-    if (buf_avail(&b) > TLSRPT_WIRE_MAX) {
+    if (buf_avail(&b) > TLS_RPT_WIRE_MAX) {
         buf_free(&b);
         log_warn("tlsrpt: report for %s too large for the channel; dropped",
             domain);
@@ -248,7 +248,7 @@ tlsagg_send_upto(struct master *m, uint32_t max_day, uint64_t now_s)
 
     if (x.s == NULL)
         return -1;
-    n = tlsrpt_tab_take(tlsagg_table(), max_day, tlsagg_emit, &x);
+    n = tls_rpt_tab_take(tlsagg_table(), max_day, tlsagg_emit, &x);
     if (n > 0) {
         tlsagg_dirty = 1;
         log_info("tlsrpt: %zu reports handed to worker %u", n, x.s->shard);
@@ -262,7 +262,7 @@ void
 tlsagg_tick(struct master *m, uint64_t now_ms)
 {
     uint64_t now_s = util_wall_ms() / 1000;
-    uint32_t today = tlsrpt_day(now_s);
+    uint32_t today = tls_rpt_day(now_s);
 
     /* the days before today, once the workers' last counts are in;
      * once a day (counts of an ended day that come later wait for the
@@ -292,7 +292,7 @@ tlsagg_ctl(struct master *m, const char *arg, char **out)
     if (strcmp(arg, "report-send") == 0) {
         if (!m->cur->cfg->tlsrpt_enabled) {
             buf_printf(&b, "error: tlsrpt.enabled is off\n");
-        } else if ((n = tlsagg_send_upto(m, tlsrpt_day(now_s), now_s)) < 0) {
+        } else if ((n = tlsagg_send_upto(m, tls_rpt_day(now_s), now_s)) < 0) {
             buf_printf(&b, "error: no running worker to send the reports\n");
         } else {
             buf_printf(&b, "ok\n%ld reports handed to a worker for sending\n",
@@ -308,11 +308,11 @@ tlsagg_ctl(struct master *m, const char *arg, char **out)
         return;
     }
     arg += arg[6] == ' ' ? 7 : 6;
-    tlsrpt_day_str(tlsrpt_day(now_s), day, sizeof(day));
+    tls_rpt_day_str(tls_rpt_day(now_s), day, sizeof(day));
     buf_printf(&b, "ok\ntoday: %s (UTC)\nenabled: %s\n", day,
         m->cur->cfg->tlsrpt_enabled ? "yes" : "no");
     buf_printf(&b, "not detailed: %" PRIu64 "\n",
-        tlsrpt_tab_dropped(tlsagg_table()));
-    tlsrpt_tab_text(tlsagg_table(), *arg != '\0' ? arg : NULL, &b);
+        tls_rpt_tab_dropped(tlsagg_table()));
+    tls_rpt_tab_text(tlsagg_table(), *arg != '\0' ? arg : NULL, &b);
     *out = b.data;
 }

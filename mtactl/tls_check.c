@@ -11,7 +11,7 @@
  *             2. the MX (or the route's host) through dns/ with the dns.*
  *                settings, and for an mx route the MTA-STS policy
  *                (delivery/sts.h: TXT record and HTTPS fetch);
- *             3. per host: the TLSA lookup and dane_refine() (dane.h)
+ *             3. per host: the TLSA lookup and tls_dane_refine() (dane.h)
  *                when the level is dane or dane-only and the answers were
  *                secure; then stsd_hops(): enforce drops the hosts that
  *                do not match and needs a CA-verified name on the rest;
@@ -39,11 +39,9 @@
 #include "dns/dns.h"
 #include "router/route.h"
 #include "router/router.h"
-#include "delivery/dane.h"
+#include "tlspol/tlspol.h"
 #include "delivery/mta.h"
 #include "delivery/resolve.h"
-#include "delivery/sts.h"
-#include "delivery/tls_policy.h"
 #include "mtactl/mtactl.h"
 #include "mtactl/queue_int.h"
 #include "mtactl/tls_check_int.h"
@@ -54,8 +52,8 @@ struct tc {
     const struct config *cfg;
     struct ev_loop      *loop;
     struct dns          *dns;
-    struct stsd         *sts;
-    struct dane_lookup  *dane;
+    struct tls_sts         *sts;
+    struct tls_dane_lookup  *dane;
     int                  left;          /* lookups outstanding */
     struct dns_dest     *dest;
     int                  looked_sts;    /* asked (else sts_why: why not) */
@@ -212,16 +210,16 @@ tc_lookup(struct tc *t)
     t->left = 1;
     if (t->mx && t->port == 25 && strcmp(t->policy_domain, t->domain) == 0 &&
         t->cfg->mta_sts.enabled) {
-        struct stsd_options so;
+        struct tls_sts_options so;
 
         memset(&so, 0, sizeof(so));
         so.ca_file = t->cfg->tls_ca_file;
         so.port = (unsigned)t->cfg->mta_sts.port;
         so.fetch_timeout_ms = t->cfg->mta_sts.fetch_timeout_ms;
-        t->sts = stsd_new(t->loop, t->dns, &so, why, sizeof(why));
+        t->sts = tls_sts_new(t->loop, t->dns, &so, why, sizeof(why));
         if (t->sts == NULL)
             snprintf(t->sts_why, sizeof(t->sts_why), "unusable: %s", why);
-        else if (stsd_get(t->sts, t->domain, tc_sts_done, t, NULL) == 0) {
+        else if (tls_sts_get(t->sts, t->domain, tc_sts_done, t, NULL) == 0) {
             t->looked_sts = 1;
             t->left++;
         }
@@ -306,10 +304,10 @@ tc_hops(struct tc *t)
             (h = tc_host(t->dest, t->hop[k].name)) == NULL || !h->secure)
             continue;
         if (t->dane == NULL)
-            t->dane = dane_lookup_new(t->dns, tc_dane_done, t);
-        dane_lookup_add(t->dane, h, t->hop[k].port);
+            t->dane = tls_dane_lookup_new(t->dns, tc_dane_done, t);
+        tls_dane_lookup_add(t->dane, h, t->hop[k].port);
     }
-    if (t->dane != NULL && dane_lookup_start(t->dane)) {
+    if (t->dane != NULL && tls_dane_lookup_start(t->dane)) {
         t->left = 1;
         ev_run(t->loop);
     }
@@ -317,7 +315,7 @@ tc_hops(struct tc *t)
 
 
 static void
-tc_print_tlsa(const struct tc *t, const struct dane_host *dh)
+tc_print_tlsa(const struct tc *t, const struct tls_dane_host *dh)
 {
     char line[300];
 
@@ -327,8 +325,8 @@ tc_print_tlsa(const struct tc *t, const struct dane_host *dh)
             "not looked up (the MX or address answers were not dnssec)");
         return;
     }
-    snprintf(line, sizeof(line), "%s", dane_state_name(dh->state));
-    tc_put("  tlsa:", dh->state == DANE_TEMPFAIL ? dh->why : line);
+    snprintf(line, sizeof(line), "%s", tls_dane_state_name(dh->state));
+    tc_put("  tlsa:", dh->state == TLS_DANE_TEMPFAIL ? dh->why : line);
     for (size_t i = 0; dh->usable != NULL && i < dh->usable->n; i++) {
         struct dns_tlsa tl;
         size_t          j, o;
@@ -359,7 +357,7 @@ tc_refine(struct tc *t, int probe, size_t *failed)
     *failed = 0;
     for (k = 0; k < t->nhop; k++) {
         struct mta_hop          *hp = &t->hop[k];
-        const struct dane_host  *dh = dane_lookup_find(t->dane, hp->name,
+        const struct tls_dane_host  *dh = tls_dane_lookup_find(t->dane, hp->name,
                                     hp->port);
         const char              *fail;
         int                      skip = 0;
@@ -369,7 +367,7 @@ tc_refine(struct tc *t, int probe, size_t *failed)
         util_sockaddr_ip((struct sockaddr *)&hp->ss, addr, sizeof(addr));
         printf(" [%s]:%u\n", addr, hp->port);
         tc_print_tlsa(t, dh);
-        if (dane_refine(&hp->tls, hp->name, dh, why, sizeof(why),
+        if (tls_dane_refine(&hp->tls, hp->name, dh, why, sizeof(why),
             &fail) != 0) {
             tc_put("  in force:", "not tried:");
             tc_put("", why);
@@ -381,7 +379,7 @@ tc_refine(struct tc *t, int probe, size_t *failed)
                 "does not match the policy: not tried" :
                 "does not match the policy (testing: tried)");
             n = 1;
-            if (stsd_hops(&t->pol, t->domain, hp, &n, why, sizeof(why)) < 0
+            if (resolve_sts_hops(&t->pol, t->domain, hp, &n, why, sizeof(why)) < 0
                 || n == 0)
                 skip = 1;
         }
@@ -458,8 +456,8 @@ mtactl_tls_check(int argc, char **argv, const struct config *cfg)
             rc = MTACTL_OK;
         }
     }
-    dane_lookup_free(t.dane);
-    stsd_free(t.sts);
+    tls_dane_lookup_free(t.dane);
+    tls_sts_free(t.sts);
     dns_dest_free(t.dest);
     dns_free(t.dns);
     ev_free(t.loop);

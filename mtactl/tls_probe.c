@@ -21,7 +21,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "delivery/mta.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 #include "mtactl/queue_int.h"
 #include "mtactl/tls_check_int.h"
 

@@ -105,7 +105,7 @@ int     router_load_static(struct router *r,
  */
 #define ROUTER_TLS_DB      "TLS-POLICY"  /* upper case: never a route key */
 #define ROUTER_TLS_VALUE_MAX 16
-/* The level words, in enum tls_level order (delivery/tls_policy.h):
+/* The level words, in enum tls_level order (tlspol/tlspol.h):
  * "none", "may", "encrypt", "verify", "dane", "dane-only".  Returns the
  * index, or -1 for any other word. */
 int     router_tls_level(const char *word);

@@ -2,7 +2,7 @@
  * sts.h - MTA-STS (RFC 8461) text: the `_mta-sts` TXT record, the policy
  * file served at https://mta-sts.<domain>/.well-known/mta-sts.txt, and the
  * MX pattern match.  Pure: no I/O, no allocation, no logging; the fetch,
- * cache and enforcement live in delivery/sts.c.
+ * cache and enforcement live in tlspol/sts.c.
  *
  * CONTRACT  Every function takes any byte string (the input comes from
  *           DNS and HTTPS, i.e. from the network) and either fills its

@@ -32,19 +32,20 @@ BEGIN {
     ok["router"]   = "router smtp common"
     ok["spool"]    = "spool smtp common"
     ok["config"]   = "config dkim router smtp proxy dns common"
-    ok["delivery"] = "delivery config dkim spool router smtp proxy dns sts common"
-    ok["smtpd"]    = "smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["worker"]   = "worker smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["master"]   = "master worker smtpd delivery config dkim spool router smtp proxy dns sts common"
-    ok["mtactl"]   = "mtactl delivery config dkim spool router smtp proxy dns sts common"
+    ok["tlspol"]   = "tlspol spool router smtp dns sts common"
+    ok["delivery"] = "delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["smtpd"]    = "smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["worker"]   = "worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["master"]   = "master worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common"
+    ok["mtactl"]   = "mtactl delivery tlspol config dkim spool router smtp proxy dns sts common"
     ok["sendmail"] = "sendmail config dkim router smtp proxy dns common"
     # the headers each module offers the others ("*": all of them)
     pub["common"] = "*"
     pub["router"] = "router/router.h router/route.h"
-    pub["delivery"] = "delivery/delivery.h delivery/tlsrpt.h"
+    pub["delivery"] = "delivery/delivery.h"
     # named files that may use more of a module: mtactl tls check runs the
-    # delivery code for outbound TLS itself (DANE, MTA-STS, the TLS client)
-    tlsparts = "delivery/dane.h delivery/mta.h delivery/resolve.h delivery/sts.h delivery/tls_policy.h"
+    # delivery code for outbound TLS itself (the MX resolution, the client)
+    tlsparts = "delivery/mta.h delivery/resolve.h"
     seam["mtactl/tls_check.c"] = tlsparts
     seam["mtactl/tls_probe.c"] = tlsparts
     bad = 0

@@ -68,7 +68,7 @@
 #include "router/router.h"
 #include "spool/spool.h"
 #include "delivery/delivery.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 #include "common/net.h"
 #include "common/sandbox.h"
 #include "worker/worker.h"
@@ -466,7 +466,7 @@ worker_drain(struct worker *w)
 
 
 /* worker_tlsrpt_emit - one policy's TLS-RPT counts to the master (see
- * delivery/tlsrpt.h); a full channel keeps them for the next tick. */
+ * tlspol/tlspol.h); a full channel keeps them for the next tick. */
 static int
 worker_tlsrpt_emit(const char *msg, size_t n, void *arg)
 {
@@ -520,7 +520,7 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct worker *w = arg;
     /* "tlsrpt-send" carries a day of one domain's counters */
-    static char    msg[TLSRPT_WIRE_MAX + 256];
+    static char    msg[TLS_RPT_WIRE_MAX + 256];
     ssize_t        n;
     int            passed = -1;
 
@@ -556,7 +556,7 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
         if (passed >= 0)
             (void)deliver_qstream(w->deliver, passed);
     } else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
-        tlsrpt_send(w->deliver, msg, (size_t)n);
+        deliver_tlsrpt_send(w->deliver, msg, (size_t)n);
     else if (strcmp(msg, "sandbox-test") == 0) {
         log_notice("sandbox test: making a forbidden system call");
         log_flush();
@@ -579,7 +579,7 @@ worker_on_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
         w->accept_pause = 0;
         worker_listen(w, 1);
     }
-    (void)tlsrpt_export(worker_tlsrpt_emit, w);
+    (void)tls_rpt_export(worker_tlsrpt_emit, w);
     deliver_tidy(w->deliver);
     deliver_gauges(w->deliver, &act, &due, &later);
     __atomic_store_n(&w->st->ops.q_active, act, __ATOMIC_RELAXED);
@@ -782,7 +782,7 @@ worker_init(const struct worker_args *a)
         (w->auth = smtpd_auth_load(cfg->auth_password_file,
         w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
-    tlsrpt_enable(cfg->tlsrpt_enabled);
+    tls_rpt_enable(cfg->tlsrpt_enabled);
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -843,7 +843,7 @@ worker_run(struct worker *w)
         log_err("epoll_wait: %s", strerror(errno));
         w->exit_code = 1;
     }
-    (void)tlsrpt_export(worker_tlsrpt_emit, w);   /* the last counts */
+    (void)tls_rpt_export(worker_tlsrpt_emit, w);   /* the last counts */
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
     smtpd_auth_free(w->auth);

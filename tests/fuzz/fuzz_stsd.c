@@ -1,9 +1,9 @@
 /*
  * fuzz_stsd.c - libFuzzer target over the MTA-STS decisions delivery
- * takes on what DNS and HTTPS hand it (delivery/sts_policy.c): which of
- * a domain's `_mta-sts` TXT records counts (stsd_txt_pick), whether the
- * policy response's Content-Type is text/plain (stsd_content_type_ok),
- * and which MX hosts a policy leaves (stsd_hops).  fuzz_sts covers the
+ * takes on what DNS and HTTPS hand it (tlspol/sts_policy.c): which of
+ * a domain's `_mta-sts` TXT records counts (tls_sts_txt_pick), whether the
+ * policy response's Content-Type is text/plain (tls_sts_content_type_ok),
+ * and which MX hosts a policy leaves (resolve_sts_hops).  fuzz_sts covers the
  * record and policy grammars (sts/sts.c) underneath.
  *
  * Input: byte 0 holds flags (bits 0-6: which hops have a TLSA set, DANE
@@ -14,7 +14,7 @@
  *
  * Checks: the Content-Type answer is a naive reference's; the TXT choice
  * gives an id exactly when one record is MTA-STS and it parses (RFC 8461
- * 3.1), with a printable reason otherwise; stsd_hops() keeps the hops in
+ * 3.1), with a printable reason otherwise; resolve_sts_hops() keeps the hops in
  * order, all of them for testing and none-mode policies, and for enforce
  * only those that match the policy or have TLSA, marks each kept hop as
  * the mode says, and fails with "451 4.7.5" exactly when it keeps none.
@@ -27,7 +27,8 @@
 
 #include "common/log.h"
 #include "delivery/mta.h"
-#include "delivery/sts.h"
+#include "delivery/resolve.h"
+#include "tlspol/tlspol.h"
 #include "sts/sts.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -71,16 +72,16 @@ fuzz_pick(char *const *piece, const size_t *len, size_t n)
         sts += rc != STS_ENOTSTS;
         valid += rc == 0;
     }
-    rc = stsd_txt_pick((const char *const *)piece, len, n, id, why,
+    rc = tls_sts_txt_pick((const char *const *)piece, len, n, id, why,
         sizeof(why));
-    if (rc != STSD_TXT_ID && rc != STSD_TXT_NONE)
+    if (rc != TLS_STS_TXT_ID && rc != TLS_STS_TXT_NONE)
         abort();
-    if ((rc == STSD_TXT_ID) != (sts == 1 && valid == 1))
+    if ((rc == TLS_STS_TXT_ID) != (sts == 1 && valid == 1))
         abort();
-    if (rc == STSD_TXT_ID && (id[0] == '\0' || strnlen(id, STS_ID_MAX) >=
+    if (rc == TLS_STS_TXT_ID && (id[0] == '\0' || strnlen(id, STS_ID_MAX) >=
         STS_ID_MAX))
         abort();
-    if (rc == STSD_TXT_NONE && why[0] == '\0')
+    if (rc == TLS_STS_TXT_NONE && why[0] == '\0')
         abort();
     fuzz_printable(why);
 }
@@ -107,7 +108,7 @@ fuzz_hops(const struct sts_policy *p, char *const *piece, size_t n,
     }
     memcpy(orig, hop, sizeof(hop));
     kept = n;
-    rc = stsd_hops(p, "example.org", hop, &kept, reply, sizeof(reply));
+    rc = resolve_sts_hops(p, "example.org", hop, &kept, reply, sizeof(reply));
     if (rc != 0 && rc != -1)
         abort();
     if (p->mode == STS_MODE_NONE) {
@@ -146,7 +147,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1)
         return 0;
-    log_level = -1;                     /* stsd_hops() logs misses */
+    log_level = -1;                     /* resolve_sts_hops() logs misses */
     sep = data[0] & 0x80 ? '\0' : '\n';
     copy = malloc(size);
     if (copy == NULL)
@@ -163,7 +164,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             start = i + 1;
         }
     }
-    if (stsd_content_type_ok(piece[0]) != ref_content_type(piece[0]))
+    if (tls_sts_content_type_ok(piece[0]) != ref_content_type(piece[0]))
         abort();
     if (n > 2)
         fuzz_pick(piece + 2, len + 2, n - 2);

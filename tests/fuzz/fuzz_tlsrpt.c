@@ -1,6 +1,6 @@
 /*
  * fuzz_tlsrpt.c - libFuzzer target over the TLS-RPT parsers of untrusted
- * input (delivery/tlsrpt.c, tlsrpt_report.c): the wire form a worker
+ * input (tlspol/tlsrpt.c, tls_rpt_report.c): the wire form a worker
  * sends the master, and the _smtp._tls TXT records.  `make fuzz` builds
  * and runs it; seeds in tests/fuzz/corpus/tlsrpt/.
  *
@@ -16,51 +16,51 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void
 fuzz_wire(const char *p, size_t n)
 {
-    struct tlsrpt_tab *a = tlsrpt_tab_new(), *b = tlsrpt_tab_new();
-    struct tlsrpt_info in;
+    struct tls_rpt_tab *a = tls_rpt_tab_new(), *b = tls_rpt_tab_new();
+    struct tls_rpt_info in;
     struct buf         d1, d2, t;
     char               err[256];
 
     buf_init(&d1);
     buf_init(&d2);
     buf_init(&t);
-    if (tlsrpt_tab_merge(a, p, n, err, sizeof(err)) < 0) {
-        if (err[0] == '\0' || tlsrpt_tab_count(a) != 0)
+    if (tls_rpt_tab_merge(a, p, n, err, sizeof(err)) < 0) {
+        if (err[0] == '\0' || tls_rpt_tab_count(a) != 0)
             abort();
         goto out;
     }
-    tlsrpt_tab_dump(a, &d1);
+    tls_rpt_tab_dump(a, &d1);
     buf_append(&d1, "", 1);             /* never an empty (NULL) buffer */
-    if (tlsrpt_tab_merge(b, d1.data, d1.len - 1, err, sizeof(err)) < 0)
+    if (tls_rpt_tab_merge(b, d1.data, d1.len - 1, err, sizeof(err)) < 0)
         abort();                        /* our own dump must parse */
-    tlsrpt_tab_dump(b, &d2);
+    tls_rpt_tab_dump(b, &d2);
     buf_append(&d2, "", 1);
     if (d1.len != d2.len || memcmp(d1.data, d2.data, d1.len) != 0)
         abort();
-    tlsrpt_tab_text(a, NULL, &t);
+    tls_rpt_tab_text(a, NULL, &t);
     memset(&in, 0, sizeof(in));
     in.organization = in.contact = in.submitter = in.report_id = "x";
     in.domain = "example.org";
-    tlsrpt_json(a, &in, &t);
+    tls_rpt_json(a, &in, &t);
 out:
     buf_free(&d1);
     buf_free(&d2);
     buf_free(&t);
-    tlsrpt_tab_free(a);
-    tlsrpt_tab_free(b);
+    tls_rpt_tab_free(a);
+    tls_rpt_tab_free(b);
 }
 
 static void
 fuzz_txt(const char *p, size_t n)
 {
-    char       *copy = malloc(n + 1), rua[TLSRPT_RUA_MAX][256], err[256];
+    char       *copy = malloc(n + 1), rua[TLS_RPT_RUA_MAX][256], err[256];
     const char *txt[8];
     size_t      ntxt = 0, nrua, nh, i = 0;
 
@@ -71,8 +71,8 @@ fuzz_txt(const char *p, size_t n)
         i += strlen(copy + i) + 1;
     }
     err[0] = '\0';
-    if (tlsrpt_rua_parse(txt, ntxt, rua, &nrua, &nh, err, sizeof(err)) == 0) {
-        if (nrua == 0 || nrua > TLSRPT_RUA_MAX)
+    if (tls_rpt_rua_parse(txt, ntxt, rua, &nrua, &nh, err, sizeof(err)) == 0) {
+        if (nrua == 0 || nrua > TLS_RPT_RUA_MAX)
             abort();
         for (size_t k = 0; k < nrua; k++) {
             const char *at = strchr(rua[k], '@');

@@ -311,7 +311,7 @@ def test_host_route_uses_the_tlsa_of_its_host(dane, mtad_factory,
 def test_dane_connections_do_not_resume_sessions(dane, mtad_factory,
                                                  sink_factory):
     """OpenSSL matches TLSA records only in a full handshake: every DANE
-    connection does one (dane.h), so the second still says verify=dane."""
+    connection does one (tlspol.h), so the second still says verify=dane."""
     s = dane_sink(sink_factory, dane, 71)
     s.close_after_data = True           # a fresh connection per message
     m = start(mtad_factory, dane, "dane-only")

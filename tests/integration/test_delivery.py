@@ -2,6 +2,7 @@
 (sink.py), retries, bounces, delivers into Maildirs, survives a killed
 worker and a restart.  Loopback only; every wait is bounded."""
 import os
+import re
 import signal
 import threading
 import time
@@ -188,6 +189,27 @@ def test_failover_to_second_host_when_first_refuses(mtad_factory, sink):
     # delivered on the first attempt: never deferred
     assert "%s: to=<b@example.net>, relay=none" % qid not in text
     assert "status=deferred" not in text
+
+
+def test_outbound_phases_are_traced_at_debug_level(mtad_factory, sink):
+    """Every phase change of an outbound connection goes through one
+    function, which logs it at debug level: the moves chain (each starts
+    where the last ended) from connecting to idle."""
+    m = start(mtad_factory, "smtp:[127.0.0.1]:%d" % sink.port,
+              server={"workers": 1}, log={"level": "debug"})
+    qid = send(m, "a@example.org", ["b@example.net"], make_message(1))
+    sink.wait_for(1, timeout=20)
+    assert "status=sent" in m.wait_log("%s: to=<b@example.net>" % qid)
+    text = m.wait_log(" -> idle\n")
+    name = re.escape("127.0.0.1[127.0.0.1]:%d" % sink.port)
+    moves = re.findall(r"mta %s: (\w+) -> (\w+)\n" % name, text)
+    to = [b for _, b in moves]
+    assert to[0] == "connect", moves
+    for (_, b), (a, _) in zip(moves, moves[1:]):
+        assert a == b, moves            # no phase changed untraced
+    it = iter(to)
+    assert all(p in it for p in ("greeting", "ehlo", "txn", "dot",
+                                 "idle")), moves
 
 
 def test_kill_worker_during_delivery_then_delivered(mtad_factory, sink):

@@ -47,6 +47,8 @@ def test_allowed_includes_pass(tmp_path):
     ("smtp/x.c", "spool/spool.h", "smtp may not include"),
     ("smtpd/x.c", "delivery/mta.h", "internal to delivery"),
     ("worker/x.c", "smtpd/smtpd_int.h", "internal to smtpd"),
+    ("delivery/x.c", "tlspol/tlspol_int.h", "internal to tlspol"),
+    ("tlspol/x.c", "delivery/mta.h", "tlspol may not include"),
     ("newmod/x.c", "common/util.h", "no layering rule"),
 ])
 def test_forbidden_include_fails(tmp_path, path, include, why):

@@ -66,7 +66,7 @@ def start(mtad_factory, rpt_dns, sink, enabled=True, **over):
 
 
 def seed(m, text):
-    """The state file the master reads at start (format: tlsrpt.h)."""
+    """The state file the master reads at start (format: tlspol/tlspol.h)."""
     path = os.path.join(m.dir, "tlsrpt.state")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

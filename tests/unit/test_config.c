@@ -409,7 +409,7 @@ Test(config, delivery_timeouts_bad)
         "of: greeting, helo, mail, rcpt, data, data_xfer, data_done, quit)");
 }
 
-/* delivery.mta_sts (RFC 8461; delivery/sts.c) */
+/* delivery.mta_sts (RFC 8461; tlspol/sts.c) */
 Test(config, delivery_mta_sts)
 {
     struct config *c = tc_load_ok("routes:\n  default: discard\n");

@@ -1,10 +1,10 @@
 /*
- * test_dane.c - delivery/dane.c: which TLSA records are usable for SMTP
+ * test_dane.c - tlspol/dane.c: which TLSA records are usable for SMTP
  * (RFC 7672 3.1), what a host's TLSA answer makes of its hops, and the
  * OpenSSL glue against real handshakes in memory: certificates and TLSA
  * records are made here (a CA and leaves signed by it), a server SSL and
- * a client SSL prepared by dane_ssl_prepare() talk through a BIO pair,
- * and dane_ssl_verdict() must say match or name the RFC 8460 failure.
+ * a client SSL prepared by tls_dane_ssl_prepare() talk through a BIO pair,
+ * and tls_dane_ssl_verdict() must say match or name the RFC 8460 failure.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #include <openssl/x509v3.h>
 
 #include "common/util.h"
-#include "delivery/dane.h"
+#include "tlspol/tlspol.h"
 #include "smtp/smtp.h"
 
 /* ---- usability ---- */
@@ -55,8 +55,8 @@ Test(dane, usable_records_are_dane_ta_or_ee_with_well_formed_data)
         struct dns_tlsa t = { usable_cases[i].usage, usable_cases[i].selector,
             usable_cases[i].mtype, data, usable_cases[i].len };
 
-        cr_expect_eq(dane_usable(&t), usable_cases[i].want,
-            "%s: got %d, want %d", usable_cases[i].name, dane_usable(&t),
+        cr_expect_eq(tls_dane_usable(&t), usable_cases[i].want,
+            "%s: got %d, want %d", usable_cases[i].name, tls_dane_usable(&t),
             usable_cases[i].want);
     }
 }
@@ -106,7 +106,7 @@ Test(dane, classify_keeps_only_usable_records_of_a_secure_answer)
     struct dns_rrset *s = mkset(DNS_OK, 1, "0 0 1 " H32 ";3 1 1 " H32
         ";1 1 1 " H32 ";2 1 1 " H32 ";3 1 1 00"), *u;
 
-    cr_assert_eq(dane_classify(s, &u), DANE_USABLE);
+    cr_assert_eq(tls_dane_classify(s, &u), TLS_DANE_USABLE);
     cr_assert_not_null(u);
     cr_assert_eq(u->n, 2, "got %zu usable, want 2", u->n);
     cr_expect_eq(u->rr[0].rdata[0], 3);
@@ -121,7 +121,7 @@ Test(dane, classify_secure_records_none_usable_is_unusable)
 {
     struct dns_rrset *s = mkset(DNS_OK, 1, "0 0 1 " H32 ";1 1 1 " H32), *u;
 
-    cr_expect_eq(dane_classify(s, &u), DANE_UNUSABLE);
+    cr_expect_eq(tls_dane_classify(s, &u), TLS_DANE_UNUSABLE);
     cr_expect_null(u);
     dns_rrset_free(s);
 }
@@ -134,12 +134,12 @@ Test(dane, classify_insecure_denied_and_failed_answers)
     struct dns_rrset *tf = mkset(DNS_TEMPFAIL, 0, "");
     struct dns_rrset *u = (void *)1;
 
-    cr_expect_eq(dane_classify(ins, &u), DANE_NONE, "insecure records");
+    cr_expect_eq(tls_dane_classify(ins, &u), TLS_DANE_NONE, "insecure records");
     cr_expect_null(u);
-    cr_expect_eq(dane_classify(nod, &u), DANE_NONE, "secure NODATA");
-    cr_expect_eq(dane_classify(nx, &u), DANE_NONE, "secure NXDOMAIN");
-    cr_expect_eq(dane_classify(tf, &u), DANE_TEMPFAIL, "SERVFAIL");
-    cr_expect_eq(dane_classify(NULL, &u), DANE_NONE, "no lookup");
+    cr_expect_eq(tls_dane_classify(nod, &u), TLS_DANE_NONE, "secure NODATA");
+    cr_expect_eq(tls_dane_classify(nx, &u), TLS_DANE_NONE, "secure NXDOMAIN");
+    cr_expect_eq(tls_dane_classify(tf, &u), TLS_DANE_TEMPFAIL, "SERVFAIL");
+    cr_expect_eq(tls_dane_classify(NULL, &u), TLS_DANE_NONE, "no lookup");
     dns_rrset_free(ins);
     dns_rrset_free(nod);
     dns_rrset_free(nx);
@@ -148,31 +148,31 @@ Test(dane, classify_insecure_denied_and_failed_answers)
 
 Test(dane, decide_maps_each_state_for_dane_and_dane_only)
 {
-    cr_expect_eq(dane_decide(0, DANE_USABLE), DANE_ACT_AUTH);
-    cr_expect_eq(dane_decide(1, DANE_USABLE), DANE_ACT_AUTH);
-    cr_expect_eq(dane_decide(0, DANE_UNUSABLE), DANE_ACT_ENCRYPT);
-    cr_expect_eq(dane_decide(1, DANE_UNUSABLE), DANE_ACT_FALLBACK);
-    cr_expect_eq(dane_decide(0, DANE_NONE), DANE_ACT_FALLBACK);
-    cr_expect_eq(dane_decide(1, DANE_NONE), DANE_ACT_FALLBACK);
-    cr_expect_eq(dane_decide(0, DANE_TEMPFAIL), DANE_ACT_SKIP);
-    cr_expect_eq(dane_decide(1, DANE_TEMPFAIL), DANE_ACT_SKIP);
+    cr_expect_eq(tls_dane_decide(0, TLS_DANE_USABLE), TLS_DANE_ACT_AUTH);
+    cr_expect_eq(tls_dane_decide(1, TLS_DANE_USABLE), TLS_DANE_ACT_AUTH);
+    cr_expect_eq(tls_dane_decide(0, TLS_DANE_UNUSABLE), TLS_DANE_ACT_ENCRYPT);
+    cr_expect_eq(tls_dane_decide(1, TLS_DANE_UNUSABLE), TLS_DANE_ACT_FALLBACK);
+    cr_expect_eq(tls_dane_decide(0, TLS_DANE_NONE), TLS_DANE_ACT_FALLBACK);
+    cr_expect_eq(tls_dane_decide(1, TLS_DANE_NONE), TLS_DANE_ACT_FALLBACK);
+    cr_expect_eq(tls_dane_decide(0, TLS_DANE_TEMPFAIL), TLS_DANE_ACT_SKIP);
+    cr_expect_eq(tls_dane_decide(1, TLS_DANE_TEMPFAIL), TLS_DANE_ACT_SKIP);
 }
 
 /* refine - a hop at level lvl after its host's state st. */
 static int
-refine(enum tls_level lvl, enum dane_state st, int looked_up,
+refine(enum tls_level lvl, enum tls_dane_state st, int looked_up,
     struct tls_req *r, char *reply, const char **fail)
 {
     static struct dns_rrset usable;
-    struct dane_host        dh;
+    struct tls_dane_host        dh;
 
     memset(r, 0, sizeof(*r));
     memset(&dh, 0, sizeof(dh));
     r->level = lvl;
     dh.state = st;
-    dh.usable = st == DANE_USABLE ? &usable : NULL;
+    dh.usable = st == TLS_DANE_USABLE ? &usable : NULL;
     snprintf(dh.why, sizeof(dh.why), "TLSA lookup failed: SERVFAIL");
-    return dane_refine(r, "mx.x.test", looked_up ? &dh : NULL, reply,
+    return tls_dane_refine(r, "mx.x.test", looked_up ? &dh : NULL, reply,
         SMTP_REPLY_MAX, fail);
 }
 
@@ -181,33 +181,34 @@ Test(dane, refine_sets_each_hop_requirement_per_rfc7672)
     static const struct {
         const char    *name;
         enum tls_level lvl;
-        enum dane_state st;
+        enum tls_dane_state st;
         int            looked_up;
         int            rc;
         enum tls_level want;
         int            tlsa;
         const char    *fail;
     } c[] = {
-        { "dane usable",        TLS_DANE, DANE_USABLE, 1, 0, TLS_DANE, 1, "" },
-        { "dane unusable",      TLS_DANE, DANE_UNUSABLE, 1, 0, TLS_ENCRYPT,
+        { "dane usable",        TLS_DANE, TLS_DANE_USABLE, 1, 0, TLS_DANE, 1,
+          "" },
+        { "dane unusable",      TLS_DANE, TLS_DANE_UNUSABLE, 1, 0, TLS_ENCRYPT,
           0, "" },
-        { "dane no TLSA",       TLS_DANE, DANE_NONE, 1, 0, TLS_MAY, 0, "" },
-        { "dane insecure MX",   TLS_DANE, DANE_NONE, 0, 0, TLS_MAY, 0, "" },
-        { "dane tempfail",      TLS_DANE, DANE_TEMPFAIL, 1, -1, TLS_DANE, 0,
+        { "dane no TLSA",       TLS_DANE, TLS_DANE_NONE, 1, 0, TLS_MAY, 0, "" },
+        { "dane insecure MX",   TLS_DANE, TLS_DANE_NONE, 0, 0, TLS_MAY, 0, "" },
+        { "dane tempfail",      TLS_DANE, TLS_DANE_TEMPFAIL, 1, -1, TLS_DANE, 0,
           "dnssec-invalid" },
-        { "only usable",        TLS_DANE_ONLY, DANE_USABLE, 1, 0,
+        { "only usable",        TLS_DANE_ONLY, TLS_DANE_USABLE, 1, 0,
           TLS_DANE_ONLY, 1, "" },
-        { "only unusable",      TLS_DANE_ONLY, DANE_UNUSABLE, 1, -1,
+        { "only unusable",      TLS_DANE_ONLY, TLS_DANE_UNUSABLE, 1, -1,
           TLS_DANE_ONLY, 0, "dane-required" },
-        { "only no TLSA",       TLS_DANE_ONLY, DANE_NONE, 1, -1,
+        { "only no TLSA",       TLS_DANE_ONLY, TLS_DANE_NONE, 1, -1,
           TLS_DANE_ONLY, 0, "dane-required" },
-        { "only insecure MX",   TLS_DANE_ONLY, DANE_NONE, 0, -1,
+        { "only insecure MX",   TLS_DANE_ONLY, TLS_DANE_NONE, 0, -1,
           TLS_DANE_ONLY, 0, "dane-required" },
-        { "only tempfail",      TLS_DANE_ONLY, DANE_TEMPFAIL, 1, -1,
+        { "only tempfail",      TLS_DANE_ONLY, TLS_DANE_TEMPFAIL, 1, -1,
           TLS_DANE_ONLY, 0, "dnssec-invalid" },
-        { "verify untouched",   TLS_VERIFY, DANE_USABLE, 1, 0, TLS_VERIFY,
+        { "verify untouched",   TLS_VERIFY, TLS_DANE_USABLE, 1, 0, TLS_VERIFY,
           0, "" },
-        { "may untouched",      TLS_MAY, DANE_TEMPFAIL, 1, 0, TLS_MAY, 0,
+        { "may untouched",      TLS_MAY, TLS_DANE_TEMPFAIL, 1, 0, TLS_MAY, 0,
           "" },
     };
     size_t i;
@@ -237,14 +238,15 @@ Test(dane, base_domain_strips_the_port_and_protocol_labels)
 {
     char out[DNS_NAME_MAX];
 
-    cr_assert_eq(dane_base_domain("_25._tcp.mx.x.test", out, sizeof(out)), 0);
+    cr_assert_eq(tls_dane_base_domain("_25._tcp.mx.x.test", out,
+        sizeof(out)), 0);
     cr_expect_str_eq(out, "mx.x.test");
-    cr_assert_eq(dane_base_domain("_2525._TCP.a.b", out, sizeof(out)), 0);
+    cr_assert_eq(tls_dane_base_domain("_2525._TCP.a.b", out, sizeof(out)), 0);
     cr_expect_str_eq(out, "a.b");
-    cr_expect_eq(dane_base_domain("mx.x.test", out, sizeof(out)), -1);
-    cr_expect_eq(dane_base_domain("_._tcp.x", out, sizeof(out)), -1);
-    cr_expect_eq(dane_base_domain("_25._udp.x", out, sizeof(out)), -1);
-    cr_expect_eq(dane_base_domain("_25._tcp.", out, sizeof(out)), -1);
+    cr_expect_eq(tls_dane_base_domain("mx.x.test", out, sizeof(out)), -1);
+    cr_expect_eq(tls_dane_base_domain("_._tcp.x", out, sizeof(out)), -1);
+    cr_expect_eq(tls_dane_base_domain("_25._udp.x", out, sizeof(out)), -1);
+    cr_expect_eq(tls_dane_base_domain("_25._tcp.", out, sizeof(out)), -1);
 }
 
 /* ---- the glue, with certificates made here ---- */
@@ -379,7 +381,7 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     cr_assert_eq(SSL_CTX_use_PrivateKey(sctx, key), 1);
     if (chain_ca != NULL)
         cr_assert_eq(SSL_CTX_add1_chain_cert(sctx, chain_ca), 1);
-    cr_assert_eq(dane_ctx_enable(cctx, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(tls_dane_ctx_enable(cctx, err, sizeof(err)), 0, "%s", err);
     s = SSL_new(sctx);
     c = SSL_new(cctx);
     cr_assert(BIO_new_bio_pair(&bs, 0, &bc, 0) == 1);
@@ -387,10 +389,10 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     SSL_set_bio(c, bc, bc);
     SSL_set_accept_state(s);
     SSL_set_connect_state(c);
-    cr_assert_eq(dane_classify(set, &u), DANE_USABLE, "spec %s", spec);
+    cr_assert_eq(tls_dane_classify(set, &u), TLS_DANE_USABLE, "spec %s", spec);
     if (pre_sni != NULL)
         cr_assert_eq(SSL_set_tlsext_host_name(c, pre_sni), 1);
-    cr_assert_eq(dane_ssl_prepare(c, u, mxname, nexthop, err, sizeof(err)),
+    cr_assert_eq(tls_dane_ssl_prepare(c, u, mxname, nexthop, err, sizeof(err)),
         0, "%s", err);
     for (i = 0; i < 100 && !(cdone && sdone); i++) {
         step(c, &cdone, "client");
@@ -400,7 +402,7 @@ handshake(X509 *leaf, EVP_PKEY *key, X509 *chain_ca, const char *spec,
     snprintf(last_sni, sizeof(last_sni), "%s",
         SSL_get_servername(s, TLSEXT_NAMETYPE_host_name) != NULL ?
         SSL_get_servername(s, TLSEXT_NAMETYPE_host_name) : "");
-    rc = dane_ssl_verdict(c, failure, fsz, detail, sizeof(detail));
+    rc = tls_dane_ssl_verdict(c, failure, fsz, detail, sizeof(detail));
     cr_expect((rc == 0) == (failure[0] == '\0'), "rc %d failure '%s'", rc,
         failure);
     SSL_free(c);
@@ -423,7 +425,7 @@ static const struct glue_case {
     int         of;                 /* OF_*: the record's certificate */
     unsigned    usage, selector, mtype;
     int         chain_ca;           /* the server sends the CA too */
-    int         want;               /* dane_ssl_verdict() */
+    int         want;               /* tls_dane_ssl_verdict() */
     const char *fail;               /* the RFC 8460 type when -1 */
 } glue_cases[] = {
     { "3 1 1 of the leaf verifies, names unchecked",
@@ -514,11 +516,11 @@ Test(dane_glue, prepare_refuses_an_rrset_without_records)
 
     memset(&empty, 0, sizeof(empty));
     snprintf(empty.name, sizeof(empty.name), "_25._tcp.mx.x.test");
-    cr_assert_eq(dane_ctx_enable(cctx, err, sizeof(err)), 0);
+    cr_assert_eq(tls_dane_ctx_enable(cctx, err, sizeof(err)), 0);
     c = SSL_new(cctx);
-    cr_expect_eq(dane_ssl_prepare(c, &empty, "mx.x.test", "x.test", err,
+    cr_expect_eq(tls_dane_ssl_prepare(c, &empty, "mx.x.test", "x.test", err,
         sizeof(err)), -1);
-    cr_expect_eq(dane_ssl_prepare(c, NULL, "mx.x.test", "x.test", err,
+    cr_expect_eq(tls_dane_ssl_prepare(c, NULL, "mx.x.test", "x.test", err,
         sizeof(err)), -1);
     SSL_free(c);
     SSL_CTX_free(cctx);

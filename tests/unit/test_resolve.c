@@ -210,6 +210,8 @@ Test(resolve, verdicts)
     cr_assert(strncmp(r, "550 5.4.4 ", 10) == 0, "%s", r);
     d.status = DNS_TEMPFAIL;
     cr_assert_eq(resolve_verdict(&d, 1, r, sizeof(r)), MTA_DEFER);
+    /* a deferral is told apart from a return code's success */
+    cr_assert_neq(resolve_verdict(&d, 1, r, sizeof(r)), MTA_OK);
     cr_assert_str_eq(r, "451 4.4.3 Host or domain name lookup failed: "
         "the reason");
     d.status = DNS_NODATA;

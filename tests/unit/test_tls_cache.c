@@ -7,7 +7,7 @@
 
 #include <openssl/ssl.h>
 
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 /* A session OpenSSL calls resumable: a protocol version and an id. */
 static SSL_SESSION *

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 static struct tls_req
 req(enum tls_level l, const char *name)

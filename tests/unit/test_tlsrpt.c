@@ -11,7 +11,7 @@
 #include <zlib.h>
 
 #include "common/buf.h"
-#include "delivery/tlsrpt.h"
+#include "tlspol/tlspol.h"
 
 #define DAY 20423u                      /* 2025-12-01 */
 
@@ -20,10 +20,10 @@ static const char *const sts_pol[] = {
     "mx: *.example.org", "max_age: 86400"
 };
 
-static struct tlsrpt_event
-ev_of(const char *domain, enum tlsrpt_type type, const char *result)
+static struct tls_rpt_event
+ev_of(const char *domain, enum tls_rpt_type type, const char *result)
 {
-    struct tlsrpt_event ev;
+    struct tls_rpt_event ev;
 
     memset(&ev, 0, sizeof(ev));
     ev.domain = domain;
@@ -31,7 +31,7 @@ ev_of(const char *domain, enum tlsrpt_type type, const char *result)
     ev.result = result;
     ev.mx = "mx1.example.org";
     ev.ip = "192.0.2.1";
-    if (type == TLSRPT_STS) {
+    if (type == TLS_RPT_STS) {
         ev.strings = sts_pol;
         ev.nstrings = 5;
     }
@@ -45,18 +45,18 @@ into_tab(const char *msg, size_t n, void *arg)
     char err[128];
 
     cr_assert(n > 11 && memcmp(msg, "tlsrpt-add\n", 11) == 0);
-    cr_assert_eq(tlsrpt_tab_merge(arg, msg + 11, n - 11, err, sizeof(err)),
+    cr_assert_eq(tls_rpt_tab_merge(arg, msg + 11, n - 11, err, sizeof(err)),
         0, "merge: %s", err);
     return 0;
 }
 
 static char *
-text_of(const struct tlsrpt_tab *t, const char *domain)
+text_of(const struct tls_rpt_tab *t, const char *domain)
 {
     struct buf b;
 
     buf_init(&b);
-    tlsrpt_tab_text(t, domain, &b);
+    tls_rpt_tab_text(t, domain, &b);
     buf_append(&b, "", 1);
     return b.data;
 }
@@ -64,42 +64,42 @@ text_of(const struct tlsrpt_tab *t, const char *domain)
 static void
 reset(void)
 {
-    tlsrpt_reset();
-    tlsrpt_enable(1);
+    tls_rpt_reset();
+    tls_rpt_enable(1);
 }
 
 TestSuite(tlsrpt, .init = reset);
 
 Test(tlsrpt, nothing_is_recorded_while_disabled)
 {
-    struct tlsrpt_event ev = ev_of("example.org", TLSRPT_NOPOLICY, NULL);
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_event ev = ev_of("example.org", TLS_RPT_NOPOLICY, NULL);
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
 
-    tlsrpt_enable(0);
-    tlsrpt_record_day(&ev, DAY);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 0);
-    cr_assert_eq(tlsrpt_tab_count(m), 0);
-    tlsrpt_tab_free(m);
+    tls_rpt_enable(0);
+    tls_rpt_record_day(&ev, DAY);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 0);
+    cr_assert_eq(tls_rpt_tab_count(m), 0);
+    tls_rpt_tab_free(m);
 }
 
 Test(tlsrpt, outcomes_are_counted_per_policy_and_reach_the_master)
 {
-    struct tlsrpt_event ok = ev_of("Example.ORG.", TLSRPT_STS, NULL);
-    struct tlsrpt_event bad = ev_of("example.org", TLSRPT_STS,
+    struct tls_rpt_event ok = ev_of("Example.ORG.", TLS_RPT_STS, NULL);
+    struct tls_rpt_event bad = ev_of("example.org", TLS_RPT_STS,
         "certificate-expired");
-    struct tlsrpt_event other = ev_of("example.net", TLSRPT_NOPOLICY,
+    struct tls_rpt_event other = ev_of("example.net", TLS_RPT_NOPOLICY,
         "starttls-not-supported");
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
     char               *s;
 
     for (int i = 0; i < 5; i++)
-        tlsrpt_record_day(&ok, DAY);
-    tlsrpt_record_day(&bad, DAY);
-    tlsrpt_record_day(&bad, DAY);
-    tlsrpt_record_day(&other, DAY);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 2);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 0, "exported twice");
-    cr_assert_eq(tlsrpt_tab_count(m), 2);
+        tls_rpt_record_day(&ok, DAY);
+    tls_rpt_record_day(&bad, DAY);
+    tls_rpt_record_day(&bad, DAY);
+    tls_rpt_record_day(&other, DAY);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 2);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 0, "exported twice");
+    cr_assert_eq(tls_rpt_tab_count(m), 2);
     s = text_of(m, "example.org");
     cr_assert_str_eq(s,
         "domain example.org day=2025-12-01 type=sts success=5 failure=2\n"
@@ -112,9 +112,9 @@ Test(tlsrpt, outcomes_are_counted_per_policy_and_reach_the_master)
         "ip=192.0.2.1 count=2\n");
     free(s);
     /* a second worker's counts add up */
-    tlsrpt_record_day(&ok, DAY);
-    tlsrpt_record_day(&other, DAY);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 2);
+    tls_rpt_record_day(&ok, DAY);
+    tls_rpt_record_day(&other, DAY);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 2);
     s = text_of(m, "example.net");
     cr_assert_str_eq(s,
         "domain example.net day=2025-12-01 type=no-policy-found success=0 "
@@ -125,24 +125,24 @@ Test(tlsrpt, outcomes_are_counted_per_policy_and_reach_the_master)
     s = text_of(m, "example.org");
     cr_assert(strstr(s, "success=6 failure=2\n") != NULL, "%s", s);
     free(s);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 Test(tlsrpt, other_strings_type_or_day_is_another_policy)
 {
-    struct tlsrpt_event a = ev_of("example.org", TLSRPT_STS, NULL);
-    struct tlsrpt_event b = a;
-    struct tlsrpt_event c = ev_of("example.org", TLSRPT_TLSA, NULL);
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_event a = ev_of("example.org", TLS_RPT_STS, NULL);
+    struct tls_rpt_event b = a;
+    struct tls_rpt_event c = ev_of("example.org", TLS_RPT_TLSA, NULL);
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
 
     b.nstrings = 4;
-    tlsrpt_record_day(&a, DAY);
-    tlsrpt_record_day(&b, DAY);
-    tlsrpt_record_day(&c, DAY);
-    tlsrpt_record_day(&a, DAY + 1);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 4);
-    cr_assert_eq(tlsrpt_tab_count(m), 4);
-    tlsrpt_tab_free(m);
+    tls_rpt_record_day(&a, DAY);
+    tls_rpt_record_day(&b, DAY);
+    tls_rpt_record_day(&c, DAY);
+    tls_rpt_record_day(&a, DAY + 1);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 4);
+    cr_assert_eq(tls_rpt_tab_count(m), 4);
+    tls_rpt_tab_free(m);
 }
 
 static int refuse_after;
@@ -157,18 +157,18 @@ emit_some(const char *msg, size_t n, void *arg)
 
 Test(tlsrpt, a_refused_export_keeps_the_counts_for_the_next_one)
 {
-    struct tlsrpt_event a = ev_of("a.example", TLSRPT_NOPOLICY, NULL);
-    struct tlsrpt_event b = ev_of("b.example", TLSRPT_NOPOLICY, NULL);
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_event a = ev_of("a.example", TLS_RPT_NOPOLICY, NULL);
+    struct tls_rpt_event b = ev_of("b.example", TLS_RPT_NOPOLICY, NULL);
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
     char               *s;
 
-    tlsrpt_record_day(&a, DAY);
-    tlsrpt_record_day(&b, DAY);
+    tls_rpt_record_day(&a, DAY);
+    tls_rpt_record_day(&b, DAY);
     refuse_after = 1;
-    cr_assert_eq(tlsrpt_export(emit_some, m), 1);
-    tlsrpt_record_day(&b, DAY);
+    cr_assert_eq(tls_rpt_export(emit_some, m), 1);
+    tls_rpt_record_day(&b, DAY);
     refuse_after = 10;
-    cr_assert_eq(tlsrpt_export(emit_some, m), 1);
+    cr_assert_eq(tls_rpt_export(emit_some, m), 1);
     s = text_of(m, NULL);
     cr_assert_str_eq(s,
         "domain a.example day=2025-12-01 type=no-policy-found success=1 "
@@ -176,79 +176,98 @@ Test(tlsrpt, a_refused_export_keeps_the_counts_for_the_next_one)
         "domain b.example day=2025-12-01 type=no-policy-found success=2 "
         "failure=0\n");
     free(s);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 Test(tlsrpt, details_beyond_the_limit_count_in_the_summary_only)
 {
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
     char                ip[32], *s;
 
-    for (int i = 0; i < TLSRPT_MAX_DETAILS + 3; i++) {
-        struct tlsrpt_event ev = ev_of("example.org", TLSRPT_NOPOLICY,
+    for (int i = 0; i < TLS_RPT_MAX_DETAILS + 3; i++) {
+        struct tls_rpt_event ev = ev_of("example.org", TLS_RPT_NOPOLICY,
             "validation-failure");
 
         snprintf(ip, sizeof(ip), "192.0.2.%d", i);
         ev.ip = ip;
-        tlsrpt_tab_add(m, DAY, &ev, 1);
+        tls_rpt_tab_add(m, DAY, &ev, 1);
     }
-    cr_assert_eq(tlsrpt_tab_dropped(m), 3);
+    cr_assert_eq(tls_rpt_tab_dropped(m), 3);
     s = text_of(m, NULL);
     cr_assert(strstr(s, "failure=35\n") != NULL, "%s", s);
     free(s);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 /* A worker is not trusted: whatever it sends, the master's table holds
- * at most TLSRPT_TAB_BYTES; the rest is counted as dropped. */
+ * at most TLS_RPT_TAB_BYTES; the rest is counted as dropped. */
+Test(tlsrpt, a_table_names_its_one_domain_or_says_there_is_none)
+{
+    struct tls_rpt_event a = ev_of("example.org", TLS_RPT_STS, NULL);
+    struct tls_rpt_event b = ev_of("example.org", TLS_RPT_NOPOLICY, "x");
+    struct tls_rpt_event c = ev_of("example.net", TLS_RPT_NOPOLICY, NULL);
+    struct tls_rpt_tab  *t = tls_rpt_tab_new();
+    char                 dom[TLS_RPT_DOMAIN_MAX];
+
+    cr_assert_eq(tls_rpt_tab_domain(t, dom, sizeof(dom)), -1);  /* empty */
+    tls_rpt_tab_add(t, DAY, &a, 1);
+    tls_rpt_tab_add(t, DAY + 1, &b, 2);
+    cr_assert_eq(tls_rpt_tab_domain(t, dom, sizeof(dom)), 0);
+    cr_assert_str_eq(dom, "example.org");
+    tls_rpt_tab_add(t, DAY, &c, 1);
+    cr_assert_eq(tls_rpt_tab_domain(t, dom, sizeof(dom)), -1);
+    tls_rpt_tab_free(t);
+}
+
+
 Test(tlsrpt, the_table_holds_a_bounded_number_of_bytes)
 {
-    static char         big[TLSRPT_MAX_STRING];
-    const char         *strs[TLSRPT_MAX_STRINGS];
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    static char         big[TLS_RPT_MAX_STRING];
+    const char         *strs[TLS_RPT_MAX_STRINGS];
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
     char                dom[64];
-    size_t              per = TLSRPT_MAX_STRINGS * TLSRPT_MAX_STRING;
-    int                 i, tries = (int)(TLSRPT_TAB_BYTES / per) + 100;
+    size_t              per = TLS_RPT_MAX_STRINGS * TLS_RPT_MAX_STRING;
+    int                 i, tries = (int)(TLS_RPT_TAB_BYTES / per) + 100;
 
     memset(big, 'a', sizeof(big) - 1);
-    for (i = 0; i < TLSRPT_MAX_STRINGS; i++)
+    for (i = 0; i < TLS_RPT_MAX_STRINGS; i++)
         strs[i] = big;
     for (i = 0; i < tries; i++) {
-        struct tlsrpt_event ev = ev_of(dom, TLSRPT_STS, NULL);
+        struct tls_rpt_event ev = ev_of(dom, TLS_RPT_STS, NULL);
 
         snprintf(dom, sizeof(dom), "d%d.example.org", i);
         ev.strings = strs;
-        ev.nstrings = TLSRPT_MAX_STRINGS;
-        tlsrpt_tab_add(m, DAY, &ev, 1);
+        ev.nstrings = TLS_RPT_MAX_STRINGS;
+        tls_rpt_tab_add(m, DAY, &ev, 1);
     }
-    cr_assert_lt(tlsrpt_tab_count(m), (size_t)tries);
-    cr_assert_leq(tlsrpt_tab_count(m) * per, TLSRPT_TAB_BYTES + per);
-    cr_assert_eq(tlsrpt_tab_dropped(m), (uint64_t)tries -
-        tlsrpt_tab_count(m));
-    tlsrpt_tab_free(m);
+    cr_assert_lt(tls_rpt_tab_count(m), (size_t)tries);
+    cr_assert_leq(tls_rpt_tab_count(m) * per, TLS_RPT_TAB_BYTES + per);
+    cr_assert_eq(tls_rpt_tab_dropped(m), (uint64_t)tries -
+        tls_rpt_tab_count(m));
+    tls_rpt_tab_free(m);
 }
 
 Test(tlsrpt, network_text_is_escaped_on_the_wire_and_in_the_listing)
 {
     static const char *const odd[] = { "mx: a b%c\x1b[31m", "-" };
-    struct tlsrpt_event ev = ev_of("example.org", TLSRPT_STS, "tlsa-invalid");
-    struct tlsrpt_tab  *m = tlsrpt_tab_new(), *m2 = tlsrpt_tab_new();
+    struct tls_rpt_event ev = ev_of("example.org", TLS_RPT_STS, "tlsa-invalid");
+    struct tls_rpt_tab  *m = tls_rpt_tab_new(), *m2 = tls_rpt_tab_new();
     struct buf          b;
     char               *s, err[128];
 
     ev.strings = odd;
     ev.nstrings = 2;
     ev.mx = "";
-    tlsrpt_tab_add(m, DAY, &ev, 3);
+    tls_rpt_tab_add(m, DAY, &ev, 3);
     buf_init(&b);
-    tlsrpt_tab_dump(m, &b);
+    tls_rpt_tab_dump(m, &b);
     buf_append(&b, "", 1);
     cr_assert_str_eq(b.data,
         "P 20423 sts example.org 0 3\n"
         "s mx:%20a%20b%25c%1B[31m\n"
         "s %2D\n"
         "d tlsa-invalid - 192.0.2.1 3 -\n");
-    cr_assert_eq(tlsrpt_tab_merge(m2, b.data, b.len - 1, err, sizeof(err)),
+    cr_assert_eq(tls_rpt_tab_merge(m2, b.data, b.len - 1, err, sizeof(err)),
         0, "%s", err);
     s = text_of(m2, NULL);
     cr_assert_str_eq(s,
@@ -258,8 +277,8 @@ Test(tlsrpt, network_text_is_escaped_on_the_wire_and_in_the_listing)
         "  failure result=tlsa-invalid mx=- ip=192.0.2.1 count=3\n");
     free(s);
     buf_free(&b);
-    tlsrpt_tab_free(m);
-    tlsrpt_tab_free(m2);
+    tls_rpt_tab_free(m);
+    tls_rpt_tab_free(m2);
 }
 
 Test(tlsrpt, bad_wire_input_is_rejected_whole)
@@ -283,14 +302,14 @@ Test(tlsrpt, bad_wire_input_is_rejected_whole)
     char err[128];
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        struct tlsrpt_tab *m = tlsrpt_tab_new();
+        struct tls_rpt_tab *m = tls_rpt_tab_new();
 
         err[0] = '\0';
-        cr_assert_eq(tlsrpt_tab_merge(m, bad[i], strlen(bad[i]), err,
+        cr_assert_eq(tls_rpt_tab_merge(m, bad[i], strlen(bad[i]), err,
             sizeof(err)), -1, "accepted: %s", bad[i]);
         cr_assert(err[0] != '\0');
-        cr_assert_eq(tlsrpt_tab_count(m), 0, "merged part of: %s", bad[i]);
-        tlsrpt_tab_free(m);
+        cr_assert_eq(tls_rpt_tab_count(m), 0, "merged part of: %s", bad[i]);
+        tls_rpt_tab_free(m);
     }
 }
 
@@ -307,24 +326,24 @@ take_collect(uint32_t day, const char *domain, const char *blocks, size_t n,
 
 Test(tlsrpt, take_hands_over_each_day_and_domain_up_to_max_day)
 {
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
-    struct tlsrpt_event a = ev_of("a.example", TLSRPT_NOPOLICY, NULL);
-    struct tlsrpt_event a2 = ev_of("a.example", TLSRPT_STS, NULL);
-    struct tlsrpt_event b = ev_of("b.example", TLSRPT_NOPOLICY, NULL);
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
+    struct tls_rpt_event a = ev_of("a.example", TLS_RPT_NOPOLICY, NULL);
+    struct tls_rpt_event a2 = ev_of("a.example", TLS_RPT_STS, NULL);
+    struct tls_rpt_event b = ev_of("b.example", TLS_RPT_NOPOLICY, NULL);
     struct buf          got;
 
-    tlsrpt_tab_add(m, DAY, &a, 1);
-    tlsrpt_tab_add(m, DAY, &a2, 1);
-    tlsrpt_tab_add(m, DAY, &b, 1);
-    tlsrpt_tab_add(m, DAY + 1, &b, 1);
+    tls_rpt_tab_add(m, DAY, &a, 1);
+    tls_rpt_tab_add(m, DAY, &a2, 1);
+    tls_rpt_tab_add(m, DAY, &b, 1);
+    tls_rpt_tab_add(m, DAY + 1, &b, 1);
     buf_init(&got);
-    cr_assert_eq(tlsrpt_tab_take(m, DAY, take_collect, &got), 2);
+    cr_assert_eq(tls_rpt_tab_take(m, DAY, take_collect, &got), 2);
     buf_append(&got, "", 1);
     cr_assert(strncmp(got.data, "20423 a.example ", 16) == 0, "%s", got.data);
     cr_assert(strstr(got.data, "|20423 b.example ") != NULL, "%s", got.data);
-    cr_assert_eq(tlsrpt_tab_count(m), 1);
+    cr_assert_eq(tls_rpt_tab_count(m), 1);
     buf_free(&got);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 /* ---- rua ---- */
@@ -356,7 +375,7 @@ Test(tlsrpt, rua_parse)
         { { "v=TLSRPTv1; ext=1; rua=mailto:a@x.example; x=y" }, 0, 1, 0,
           "a@x.example" },
     };
-    char   rua[TLSRPT_RUA_MAX][256], err[128];
+    char   rua[TLS_RPT_RUA_MAX][256], err[128];
     size_t n, nh;
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -365,7 +384,7 @@ Test(tlsrpt, rua_parse)
 
         while (nt < 3 && cases[i].txt[nt] != NULL)
             nt++;
-        rc = tlsrpt_rua_parse(cases[i].txt, nt, rua, &n, &nh, err,
+        rc = tls_rpt_rua_parse(cases[i].txt, nt, rua, &n, &nh, err,
             sizeof(err));
         cr_assert_eq(rc, cases[i].rc, "case %zu: got %d (%s), want %d", i,
             rc, err, cases[i].rc);
@@ -379,10 +398,10 @@ Test(tlsrpt, rua_parse)
 
 /* ---- JSON, gzip, mail ---- */
 
-static struct tlsrpt_info
+static struct tls_rpt_info
 info_of(const char *const *rua, size_t nrua)
 {
-    struct tlsrpt_info in;
+    struct tls_rpt_info in;
 
     memset(&in, 0, sizeof(in));
     in.organization = "Example \"Org\"";
@@ -399,19 +418,19 @@ info_of(const char *const *rua, size_t nrua)
     return in;
 }
 
-static struct tlsrpt_tab *
+static struct tls_rpt_tab *
 sample_tab(void)
 {
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
-    struct tlsrpt_event ok = ev_of("example.org", TLSRPT_STS, NULL);
-    struct tlsrpt_event bad = ev_of("example.org", TLSRPT_STS,
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
+    struct tls_rpt_event ok = ev_of("example.org", TLS_RPT_STS, NULL);
+    struct tls_rpt_event bad = ev_of("example.org", TLS_RPT_STS,
         "certificate-host-mismatch");
-    struct tlsrpt_event other = ev_of("example.net", TLSRPT_NOPOLICY, NULL);
+    struct tls_rpt_event other = ev_of("example.net", TLS_RPT_NOPOLICY, NULL);
 
     bad.reason = "X509_V_ERR_HOSTNAME_MISMATCH";
-    tlsrpt_tab_add(m, DAY, &ok, 7);
-    tlsrpt_tab_add(m, DAY, &bad, 2);
-    tlsrpt_tab_add(m, DAY, &other, 1);
+    tls_rpt_tab_add(m, DAY, &ok, 7);
+    tls_rpt_tab_add(m, DAY, &bad, 2);
+    tls_rpt_tab_add(m, DAY, &other, 1);
     return m;
 }
 
@@ -436,36 +455,36 @@ static const char WANT_JSON[] =
 
 Test(tlsrpt, json_of_one_domain)
 {
-    struct tlsrpt_tab *m = sample_tab();
-    struct tlsrpt_info in = info_of(NULL, 0);
+    struct tls_rpt_tab *m = sample_tab();
+    struct tls_rpt_info in = info_of(NULL, 0);
     struct buf         b;
 
     buf_init(&b);
-    tlsrpt_json(m, &in, &b);
+    tls_rpt_json(m, &in, &b);
     buf_append(&b, "", 1);
     cr_assert_str_eq(b.data, WANT_JSON);
     buf_free(&b);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 Test(tlsrpt, json_escapes_controls_and_invalid_utf8)
 {
     static const char *const s[] = { "a\"\\\x01\xc3\xa9\xff" };
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
-    struct tlsrpt_event ev = ev_of("example.org", TLSRPT_TLSA, NULL);
-    struct tlsrpt_info  in = info_of(NULL, 0);
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
+    struct tls_rpt_event ev = ev_of("example.org", TLS_RPT_TLSA, NULL);
+    struct tls_rpt_info  in = info_of(NULL, 0);
     struct buf          b;
 
     ev.strings = s;
     ev.nstrings = 1;
-    tlsrpt_tab_add(m, DAY, &ev, 1);
+    tls_rpt_tab_add(m, DAY, &ev, 1);
     buf_init(&b);
-    tlsrpt_json(m, &in, &b);
+    tls_rpt_json(m, &in, &b);
     buf_append(&b, "", 1);
     cr_assert(strstr(b.data, "\"policy-string\":[\"a\\\"\\\\\\u0001\xc3\xa9"
         "\\ufffd\"]") != NULL, "%s", b.data);
     buf_free(&b);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
 static size_t
@@ -492,7 +511,7 @@ Test(tlsrpt, gzip_round_trips)
     for (size_t i = 0; i < sizeof(big); i++)
         big[i] = (char)("abcdefgh"[i % 8] + (i % 977 == 0));
     buf_init(&b);
-    cr_assert_eq(tlsrpt_gzip(big, sizeof(big), &b), 0);
+    cr_assert_eq(tls_rpt_gzip(big, sizeof(big), &b), 0);
     cr_assert((unsigned char)b.data[0] == 0x1f &&
         (unsigned char)b.data[1] == 0x8b, "not a gzip header");
     cr_assert_eq(gunzip((unsigned char *)buf_head(&b), buf_avail(&b), back,
@@ -504,8 +523,8 @@ Test(tlsrpt, gzip_round_trips)
 Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
 {
     static const char *const rua[] = { "tls@example.org", "x@example.net" };
-    struct tlsrpt_tab *m = sample_tab();
-    struct tlsrpt_info in = info_of(rua, 2);
+    struct tls_rpt_tab *m = sample_tab();
+    struct tls_rpt_info in = info_of(rua, 2);
     struct buf         b;
     char              *s, *att, *end, b64[8192], json[8192];
     unsigned char      gz[8192];
@@ -513,7 +532,7 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
     int                n;
 
     buf_init(&b);
-    cr_assert_eq(tlsrpt_mail(m, &in, &b), 0);
+    cr_assert_eq(tls_rpt_mail(m, &in, &b), 0);
     buf_append(&b, "", 1);
     s = b.data;
     cr_assert(strncmp(s, "From: tlsrpt@sender.example\r\n", 29) == 0, "%s", s);
@@ -551,14 +570,13 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
     cr_assert_str_eq(json, WANT_JSON);
     cr_assert(strstr(s, "\r\n--") != NULL);
     buf_free(&b);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }
 
-/* ---- the TLS client's outcome (tlsrpt_outcome.c) ---- */
+/* ---- the TLS client's outcome (tls_rpt_outcome.c) ---- */
 
 #include "dns/dns.h"
-#include "delivery/tls_policy.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
 {
@@ -566,7 +584,7 @@ Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
     struct dns_rr       rr = { DNS_T_TLSA, 300, sizeof(rd), rd };
     struct dns_rrset    set;
     struct tls_req      r;
-    struct tlsrpt_tab  *m = tlsrpt_tab_new();
+    struct tls_rpt_tab  *m = tls_rpt_tab_new();
     char               *s;
 
     memset(&set, 0, sizeof(set));
@@ -577,15 +595,15 @@ Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
     strcpy(r.policy_domain, "Example.ORG");
     strcpy(r.verify_name, "mx.example.org");
     r.tlsa = &set;
-    tlsrpt_outcome(&r, NULL, "192.0.2.7", "ignored on success");
-    tlsrpt_outcome(&r, TLS_FAIL_TLSA_INVALID, "192.0.2.7", "no match");
+    tls_rpt_outcome(&r, NULL, "192.0.2.7", "ignored on success");
+    tls_rpt_outcome(&r, TLS_FAIL_TLSA_INVALID, "192.0.2.7", "no match");
     r.tlsa = NULL;
-    tlsrpt_outcome(&r, "", "192.0.2.7", NULL);
+    tls_rpt_outcome(&r, "", "192.0.2.7", NULL);
     r.sts_enforce = 1;
-    tlsrpt_outcome(&r, TLS_FAIL_HOST_MISMATCH, "192.0.2.8", NULL);
+    tls_rpt_outcome(&r, TLS_FAIL_HOST_MISMATCH, "192.0.2.8", NULL);
     r.policy_domain[0] = '\0';          /* no domain: not counted */
-    tlsrpt_outcome(&r, NULL, "192.0.2.7", NULL);
-    cr_assert_eq(tlsrpt_export(into_tab, m), 3);
+    tls_rpt_outcome(&r, NULL, "192.0.2.7", NULL);
+    cr_assert_eq(tls_rpt_export(into_tab, m), 3);
     s = text_of(m, NULL);
     cr_assert(strstr(s, "type=tlsa success=1 failure=1\n"
         "  policy-string: 3 1 1 deadbeef\n"
@@ -597,5 +615,5 @@ Test(tlsrpt, outcome_names_the_policy_and_its_tlsa_strings)
         "result=certificate-host-mismatch mx=mx.example.org ip=192.0.2.8 "
         "count=1\n") != NULL, "%s", s);
     free(s);
-    tlsrpt_tab_free(m);
+    tls_rpt_tab_free(m);
 }

@@ -1,16 +1,16 @@
 /*
  * tlsrpt.c - TLS-RPT counters: the policy table, the process's recording
- * table, and the wire form of policies (see tlsrpt.h).
+ * table, and the wire form of policies (see tlspol.h).
  *
  * PURPOSE   Count TLS outcomes per policy where they happen (a worker)
  *           and carry the counts to the master, which keeps the day.
  * CONTRACT  A table is a fixed array of hash buckets (FNV-1a over day,
  *           type, domain and policy strings) with chained policies, at
- *           most TLSRPT_MAX_POLICIES.  tlsrpt_record() does one hash, one
+ *           most TLS_RPT_MAX_POLICIES.  tls_rpt_record() does one hash, one
  *           chain walk and a few adds; it allocates only for a policy not
  *           seen since the last export.
  * FAILURE   None on the recording side (full tables count a drop);
- *           tlsrpt_tab_merge() rejects bad input whole.
+ *           tls_rpt_tab_merge() rejects bad input whole.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -22,15 +22,14 @@
 
 #include "common/buf.h"
 #include "common/util.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 #define TLSRPT_BUCKETS 1024u
 
-struct tlsrpt_tab {
+struct tls_rpt_tab {
     struct tlsrpt_pol *bucket[TLSRPT_BUCKETS];
     size_t             n;
-    size_t             bytes;       /* held by its policies (TLSRPT_TAB_BYTES) */
+    size_t             bytes;       /* held by its policies (the cap) */
     uint64_t           dropped;     /* sessions not kept in detail */
 };
 
@@ -39,18 +38,18 @@ static const char *const tlsrpt_type_names[] = {
 };
 
 const char *
-tlsrpt_type_name(enum tlsrpt_type t)
+tls_rpt_type_name(enum tls_rpt_type t)
 {
-    return (unsigned)t <= TLSRPT_NOPOLICY ? tlsrpt_type_names[t] : "?";
+    return (unsigned)t <= TLS_RPT_NOPOLICY ? tlsrpt_type_names[t] : "?";
 }
 
 
 static int
-tlsrpt_type_parse(const char *s, enum tlsrpt_type *out)
+tlsrpt_type_parse(const char *s, enum tls_rpt_type *out)
 {
-    for (unsigned i = 0; i <= TLSRPT_NOPOLICY; i++)
+    for (unsigned i = 0; i <= TLS_RPT_NOPOLICY; i++)
         if (strcmp(s, tlsrpt_type_names[i]) == 0) {
-            *out = (enum tlsrpt_type)i;
+            *out = (enum tls_rpt_type)i;
             return 0;
         }
     return -1;
@@ -58,14 +57,14 @@ tlsrpt_type_parse(const char *s, enum tlsrpt_type *out)
 
 
 uint32_t
-tlsrpt_day(uint64_t unix_s)
+tls_rpt_day(uint64_t unix_s)
 {
     return (uint32_t)(unix_s / 86400u);
 }
 
 
 void
-tlsrpt_day_str(uint32_t day, char *out, size_t outsz)
+tls_rpt_day_str(uint32_t day, char *out, size_t outsz)
 {
     time_t    t = (time_t)day * 86400;
     struct tm tm;
@@ -99,18 +98,18 @@ tlsrpt_nz(const char *s)
 /* tlsrpt_key - hash of what makes a policy: day, type, domain (case-folded,
  * without a final dot), and the policy strings as they will be kept. */
 static uint64_t
-tlsrpt_key(uint32_t day, const struct tlsrpt_event *ev, size_t dlen)
+tlsrpt_key(uint32_t day, const struct tls_rpt_event *ev, size_t dlen)
 {
     uint64_t h = 14695981039346656037ull;
-    size_t   ns = ev->nstrings < TLSRPT_MAX_STRINGS ? ev->nstrings :
-                  TLSRPT_MAX_STRINGS;
+    size_t   ns = ev->nstrings < TLS_RPT_MAX_STRINGS ? ev->nstrings :
+                  TLS_RPT_MAX_STRINGS;
 
     h = tlsrpt_fnv(h, &day, sizeof(day), 0);
     h = tlsrpt_fnv(h, &ev->type, sizeof(ev->type), 0);
     h = tlsrpt_fnv(h, ev->domain, dlen, 1);
     for (size_t i = 0; i < ns; i++) {
         const char *s = tlsrpt_nz(ev->strings[i]);
-        size_t      l = strnlen(s, TLSRPT_MAX_STRING - 1);
+        size_t      l = strnlen(s, TLS_RPT_MAX_STRING - 1);
 
         h = tlsrpt_fnv(h, "\n", 1, 0);
         h = tlsrpt_fnv(h, s, l, 0);
@@ -122,7 +121,7 @@ tlsrpt_key(uint32_t day, const struct tlsrpt_event *ev, size_t dlen)
 static size_t
 tlsrpt_domain_len(const char *d)
 {
-    size_t n = strnlen(d, TLSRPT_DOMAIN_MAX - 1);
+    size_t n = strnlen(d, TLS_RPT_DOMAIN_MAX - 1);
 
     while (n > 0 && d[n - 1] == '.')
         n--;
@@ -133,10 +132,10 @@ tlsrpt_domain_len(const char *d)
 /* tlsrpt_same - whether p is the policy of (day, ev). */
 static int
 tlsrpt_same(const struct tlsrpt_pol *p, uint32_t day,
-    const struct tlsrpt_event *ev, size_t dlen)
+    const struct tls_rpt_event *ev, size_t dlen)
 {
-    size_t ns = ev->nstrings < TLSRPT_MAX_STRINGS ? ev->nstrings :
-                TLSRPT_MAX_STRINGS;
+    size_t ns = ev->nstrings < TLS_RPT_MAX_STRINGS ? ev->nstrings :
+                TLS_RPT_MAX_STRINGS;
 
     if (p->day != day || p->type != ev->type || p->nstrings != ns ||
         strlen(p->domain) != dlen ||
@@ -144,7 +143,7 @@ tlsrpt_same(const struct tlsrpt_pol *p, uint32_t day,
         return 0;
     for (size_t i = 0; i < ns; i++) {
         const char *s = tlsrpt_nz(ev->strings[i]);
-        size_t      l = strnlen(s, TLSRPT_MAX_STRING - 1);
+        size_t      l = strnlen(s, TLS_RPT_MAX_STRING - 1);
 
         if (strlen(p->strings[i]) != l || memcmp(p->strings[i], s, l) != 0)
             return 0;
@@ -154,7 +153,7 @@ tlsrpt_same(const struct tlsrpt_pol *p, uint32_t day,
 
 
 static struct tlsrpt_pol *
-tlsrpt_pol_new(uint32_t day, const struct tlsrpt_event *ev, size_t dlen,
+tlsrpt_pol_new(uint32_t day, const struct tls_rpt_event *ev, size_t dlen,
     uint64_t h)
 {
     struct tlsrpt_pol *p = xcalloc(1, sizeof(*p));
@@ -164,14 +163,14 @@ tlsrpt_pol_new(uint32_t day, const struct tlsrpt_event *ev, size_t dlen,
     p->hash = h;
     for (size_t i = 0; i < dlen; i++)
         p->domain[i] = (char)tolower((unsigned char)ev->domain[i]);
-    p->nstrings = ev->nstrings < TLSRPT_MAX_STRINGS ? ev->nstrings :
-                  TLSRPT_MAX_STRINGS;
+    p->nstrings = ev->nstrings < TLS_RPT_MAX_STRINGS ? ev->nstrings :
+                  TLS_RPT_MAX_STRINGS;
     if (p->nstrings > 0)
         p->strings = xcalloc(p->nstrings, sizeof(char *));
     p->bytes = sizeof(*p) + p->nstrings * sizeof(char *);
     for (size_t i = 0; i < p->nstrings; i++) {
         p->strings[i] = xstrndup(tlsrpt_nz(ev->strings[i]),
-            TLSRPT_MAX_STRING - 1);
+            TLS_RPT_MAX_STRING - 1);
         p->bytes += strlen(p->strings[i]) + 1;
     }
     return p;
@@ -189,15 +188,15 @@ tlsrpt_pol_free(struct tlsrpt_pol *p)
 }
 
 
-struct tlsrpt_tab *
-tlsrpt_tab_new(void)
+struct tls_rpt_tab *
+tls_rpt_tab_new(void)
 {
-    return xcalloc(1, sizeof(struct tlsrpt_tab));
+    return xcalloc(1, sizeof(struct tls_rpt_tab));
 }
 
 
 static void
-tlsrpt_tab_clear(struct tlsrpt_tab *t)
+tlsrpt_tab_clear(struct tls_rpt_tab *t)
 {
     for (size_t b = 0; b < TLSRPT_BUCKETS; b++) {
         struct tlsrpt_pol *p = t->bucket[b], *nx;
@@ -214,7 +213,7 @@ tlsrpt_tab_clear(struct tlsrpt_tab *t)
 
 
 void
-tlsrpt_tab_free(struct tlsrpt_tab *t)
+tls_rpt_tab_free(struct tls_rpt_tab *t)
 {
     if (t == NULL)
         return;
@@ -224,14 +223,14 @@ tlsrpt_tab_free(struct tlsrpt_tab *t)
 
 
 size_t
-tlsrpt_tab_count(const struct tlsrpt_tab *t)
+tls_rpt_tab_count(const struct tls_rpt_tab *t)
 {
     return t->n;
 }
 
 
 uint64_t
-tlsrpt_tab_dropped(const struct tlsrpt_tab *t)
+tls_rpt_tab_dropped(const struct tls_rpt_tab *t)
 {
     return t->dropped;
 }
@@ -239,8 +238,8 @@ tlsrpt_tab_dropped(const struct tlsrpt_tab *t)
 
 /* tlsrpt_detail - count n failures of p under (result, mx, ip, reason). */
 static void
-tlsrpt_detail(struct tlsrpt_tab *t, struct tlsrpt_pol *p,
-    const struct tlsrpt_event *ev, uint64_t n)
+tlsrpt_detail(struct tls_rpt_tab *t, struct tlsrpt_pol *p,
+    const struct tls_rpt_event *ev, uint64_t n)
 {
     const char           *res = ev->result, *mx = tlsrpt_nz(ev->mx),
                          *ip = tlsrpt_nz(ev->ip), *rs = tlsrpt_nz(ev->reason);
@@ -256,8 +255,8 @@ tlsrpt_detail(struct tlsrpt_tab *t, struct tlsrpt_pol *p,
             return;
         }
     }
-    if (p->ndet == TLSRPT_MAX_DETAILS ||
-        t->bytes + sizeof(*d) > TLSRPT_TAB_BYTES) {
+    if (p->ndet == TLS_RPT_MAX_DETAILS ||
+        t->bytes + sizeof(*d) > TLS_RPT_TAB_BYTES) {
         t->dropped += n;
         return;
     }
@@ -277,7 +276,7 @@ tlsrpt_detail(struct tlsrpt_tab *t, struct tlsrpt_pol *p,
 /* tlsrpt_find - the policy of (day, ev), made when missing (NULL when the
  * table is full or the event has no domain). */
 static struct tlsrpt_pol *
-tlsrpt_find(struct tlsrpt_tab *t, uint32_t day, const struct tlsrpt_event *ev)
+tlsrpt_find(struct tls_rpt_tab *t, uint32_t day, const struct tls_rpt_event *ev)
 {
     struct tlsrpt_pol *p;
     size_t             dlen;
@@ -289,7 +288,7 @@ tlsrpt_find(struct tlsrpt_tab *t, uint32_t day, const struct tlsrpt_event *ev)
     for (p = t->bucket[h % TLSRPT_BUCKETS]; p != NULL; p = p->next)
         if (p->hash == h && tlsrpt_same(p, day, ev, dlen))
             return p;
-    if (t->n >= TLSRPT_MAX_POLICIES || t->bytes >= TLSRPT_TAB_BYTES)
+    if (t->n >= TLS_RPT_MAX_POLICIES || t->bytes >= TLS_RPT_TAB_BYTES)
         return NULL;
     p = tlsrpt_pol_new(day, ev, dlen, h);
     t->bytes += p->bytes;
@@ -301,8 +300,8 @@ tlsrpt_find(struct tlsrpt_tab *t, uint32_t day, const struct tlsrpt_event *ev)
 
 
 void
-tlsrpt_tab_add(struct tlsrpt_tab *t, uint32_t day,
-    const struct tlsrpt_event *ev, uint64_t n)
+tls_rpt_tab_add(struct tls_rpt_tab *t, uint32_t day,
+    const struct tls_rpt_event *ev, uint64_t n)
 {
     struct tlsrpt_pol *p = tlsrpt_find(t, day, ev);
 
@@ -320,45 +319,45 @@ tlsrpt_tab_add(struct tlsrpt_tab *t, uint32_t day,
 
 /* ---- the process's table --------------------------------------------- */
 
-static struct tlsrpt_tab *tlsrpt_proc;
+static struct tls_rpt_tab *tlsrpt_proc;
 static int                tlsrpt_on;
 
 void
-tlsrpt_enable(int on)
+tls_rpt_enable(int on)
 {
     tlsrpt_on = on;
 }
 
 
 int
-tlsrpt_enabled(void)
+tls_rpt_enabled(void)
 {
     return tlsrpt_on;
 }
 
 
 void
-tlsrpt_record_day(const struct tlsrpt_event *ev, uint32_t day)
+tls_rpt_record_day(const struct tls_rpt_event *ev, uint32_t day)
 {
     if (!tlsrpt_on)
         return;
     if (tlsrpt_proc == NULL)
-        tlsrpt_proc = tlsrpt_tab_new();
-    tlsrpt_tab_add(tlsrpt_proc, day, ev, 1);
+        tlsrpt_proc = tls_rpt_tab_new();
+    tls_rpt_tab_add(tlsrpt_proc, day, ev, 1);
 }
 
 
 void
-tlsrpt_record(const struct tlsrpt_event *ev)
+tls_rpt_record(const struct tls_rpt_event *ev)
 {
-    tlsrpt_record_day(ev, tlsrpt_day(util_wall_ms() / 1000));
+    tls_rpt_record_day(ev, tls_rpt_day(util_wall_ms() / 1000));
 }
 
 
 void
-tlsrpt_reset(void)
+tls_rpt_reset(void)
 {
-    tlsrpt_tab_free(tlsrpt_proc);
+    tls_rpt_tab_free(tlsrpt_proc);
     tlsrpt_proc = NULL;
 }
 
@@ -394,7 +393,7 @@ tlsrpt_put(struct buf *out, const char *s)
 void
 tlsrpt_pol_wire(const struct tlsrpt_pol *p, struct buf *out)
 {
-    buf_printf(out, "P %" PRIu32 " %s ", p->day, tlsrpt_type_name(p->type));
+    buf_printf(out, "P %" PRIu32 " %s ", p->day, tls_rpt_type_name(p->type));
     tlsrpt_put(out, p->domain);
     buf_printf(out, " %" PRIu64 " %" PRIu64 "\n", p->ok, p->fail);
     for (size_t i = 0; i < p->nstrings; i++) {
@@ -488,15 +487,15 @@ tlsrpt_u64(const char **sp, const char *end, uint64_t *v, uint64_t max)
 struct tlsrpt_rd {
     int                 have;           /* a P line was read */
     uint32_t            day;
-    struct tlsrpt_event ev;
-    char                domain[TLSRPT_DOMAIN_MAX];
-    char               *str[TLSRPT_MAX_STRINGS];
+    struct tls_rpt_event ev;
+    char                domain[TLS_RPT_DOMAIN_MAX];
+    char               *str[TLS_RPT_MAX_STRINGS];
     uint64_t            ok, fail, dsum;
     size_t              ndet;
     struct {
         char     result[64], mx[256], ip[64], reason[128];
         uint64_t n;
-    } det[TLSRPT_MAX_DETAILS];
+    } det[TLS_RPT_MAX_DETAILS];
 };
 
 
@@ -516,7 +515,7 @@ tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
     char *err, size_t errsz)
 {
     const char *line = s;
-    char        f[TLSRPT_MAX_STRING], shown[UTIL_ESC_ROOM(60)];
+    char        f[TLS_RPT_MAX_STRING], shown[UTIL_ESC_ROOM(60)];
     uint64_t    v;
 
     if (end - s < 2 || s[1] != ' ')
@@ -542,13 +541,13 @@ tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
         goto bad;
     if (s[0] == 's') {
         s += 2;
-        if (r->ndet > 0 || r->ev.nstrings == TLSRPT_MAX_STRINGS ||
+        if (r->ndet > 0 || r->ev.nstrings == TLS_RPT_MAX_STRINGS ||
             tlsrpt_field(&s, end, f, sizeof(f)) < 0 || s != end)
             goto bad;
         r->str[r->ev.nstrings++] = xstrdup(f);
         return 0;
     }
-    if (s[0] == 'd' && r->ndet < TLSRPT_MAX_DETAILS) {
+    if (s[0] == 'd' && r->ndet < TLS_RPT_MAX_DETAILS) {
         s += 2;
         if (tlsrpt_field(&s, end, r->det[r->ndet].result,
             sizeof(r->det[0].result)) < 0 || r->det[r->ndet].result[0] == 0 ||
@@ -577,7 +576,7 @@ bad:
  * with their details; failures without a detail (dropped where they were
  * counted) go to the summary only. */
 static void
-tlsrpt_rd_apply(struct tlsrpt_tab *t, struct tlsrpt_rd *r)
+tlsrpt_rd_apply(struct tls_rpt_tab *t, struct tlsrpt_rd *r)
 {
     struct tlsrpt_pol *p;
 
@@ -603,7 +602,7 @@ tlsrpt_rd_apply(struct tlsrpt_tab *t, struct tlsrpt_rd *r)
 /* tlsrpt_parse - read the blocks of text[0..n); each complete policy is
  * added to t (t NULL: only check).  0 or -1 with err. */
 static int
-tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n, char *err,
+tlsrpt_parse(struct tls_rpt_tab *t, const char *text, size_t n, char *err,
     size_t errsz)
 {
     struct tlsrpt_rd *r = xcalloc(1, sizeof(*r));
@@ -640,7 +639,7 @@ tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n, char *err,
 
 
 int
-tlsrpt_tab_merge(struct tlsrpt_tab *t, const char *text, size_t n,
+tls_rpt_tab_merge(struct tls_rpt_tab *t, const char *text, size_t n,
     char *err, size_t errsz)
 {
     /* check it all first: a bad line merges nothing */
@@ -669,7 +668,7 @@ tlsrpt_pol_cmp(const void *a, const void *b)
 
 
 struct tlsrpt_pol **
-tlsrpt_tab_sorted(const struct tlsrpt_tab *t, size_t *n)
+tlsrpt_tab_sorted(const struct tls_rpt_tab *t, size_t *n)
 {
     struct tlsrpt_pol **v = xcalloc(t->n + 1, sizeof(*v));
     size_t              k = 0;
@@ -684,7 +683,7 @@ tlsrpt_tab_sorted(const struct tlsrpt_tab *t, size_t *n)
 
 
 void
-tlsrpt_tab_dump(const struct tlsrpt_tab *t, struct buf *out)
+tls_rpt_tab_dump(const struct tls_rpt_tab *t, struct buf *out)
 {
     size_t              n;
     struct tlsrpt_pol **v = tlsrpt_tab_sorted(t, &n);
@@ -698,7 +697,7 @@ tlsrpt_tab_dump(const struct tlsrpt_tab *t, struct buf *out)
 static void
 tlsrpt_esc(struct buf *out, const char *s)
 {
-    char e[UTIL_ESC_ROOM(TLSRPT_MAX_STRING)];
+    char e[UTIL_ESC_ROOM(TLS_RPT_MAX_STRING)];
 
     util_escape(e, sizeof(e), s, strlen(s), 0, NULL);
     buf_printf(out, "%s", e);
@@ -706,7 +705,7 @@ tlsrpt_esc(struct buf *out, const char *s)
 
 
 void
-tlsrpt_tab_text(const struct tlsrpt_tab *t, const char *domain,
+tls_rpt_tab_text(const struct tls_rpt_tab *t, const char *domain,
     struct buf *out)
 {
     size_t              n;
@@ -718,11 +717,11 @@ tlsrpt_tab_text(const struct tlsrpt_tab *t, const char *domain,
 
         if (domain != NULL && strcasecmp(domain, p->domain) != 0)
             continue;
-        tlsrpt_day_str(p->day, day, sizeof(day));
+        tls_rpt_day_str(p->day, day, sizeof(day));
         buf_printf(out, "domain ");
         tlsrpt_esc(out, p->domain);
         buf_printf(out, " day=%s type=%s success=%" PRIu64 " failure=%"
-            PRIu64 "\n", day, tlsrpt_type_name(p->type), p->ok, p->fail);
+            PRIu64 "\n", day, tls_rpt_type_name(p->type), p->ok, p->fail);
         for (size_t k = 0; k < p->nstrings; k++) {
             buf_printf(out, "  policy-string: ");
             tlsrpt_esc(out, p->strings[k]);
@@ -750,7 +749,7 @@ tlsrpt_tab_text(const struct tlsrpt_tab *t, const char *domain,
 
 
 static void
-tlsrpt_unlink(struct tlsrpt_tab *t, struct tlsrpt_pol *p)
+tlsrpt_unlink(struct tls_rpt_tab *t, struct tlsrpt_pol *p)
 {
     struct tlsrpt_pol **pp = &t->bucket[p->hash % TLSRPT_BUCKETS];
 
@@ -764,8 +763,8 @@ tlsrpt_unlink(struct tlsrpt_tab *t, struct tlsrpt_pol *p)
 
 
 size_t
-tlsrpt_tab_take(struct tlsrpt_tab *t, uint32_t max_day,
-    tlsrpt_group_fn *emit, void *arg)
+tls_rpt_tab_take(struct tls_rpt_tab *t, uint32_t max_day,
+    tls_rpt_group_fn *emit, void *arg)
 {
     size_t              n, i = 0, j, groups = 0;
     struct tlsrpt_pol **v = tlsrpt_tab_sorted(t, &n);
@@ -797,7 +796,7 @@ tlsrpt_tab_take(struct tlsrpt_tab *t, uint32_t max_day,
 
 
 size_t
-tlsrpt_export(tlsrpt_emit_fn *emit, void *arg)
+tls_rpt_export(tls_rpt_emit_fn *emit, void *arg)
 {
     size_t              n, done = 0;
     struct tlsrpt_pol **v;
@@ -811,7 +810,7 @@ tlsrpt_export(tlsrpt_emit_fn *emit, void *arg)
         b.off = b.len = 0;
         buf_append(&b, "tlsrpt-add\n", 11);
         tlsrpt_pol_wire(v[i], &b);
-        if (buf_avail(&b) > TLSRPT_WIRE_MAX) {
+        if (buf_avail(&b) > TLS_RPT_WIRE_MAX) {
             /* too many long strings: the counts go without them */
             tlsrpt_proc->dropped += v[i]->fail;
             for (size_t k = 0; k < v[i]->nstrings; k++)

@@ -3,9 +3,9 @@
  * libcurl's multi-socket API driven by the worker's ev loop: libcurl's
  * socket callback becomes ev_watch(), its timer one ev_timer, readiness
  * goes back through curl_multi_socket_action(); no thread, no blocking
- * call.  Private to delivery/sts*.c (sts_int.h).
+ * call.  Private to tlspol/sts*.c (tlspol_int.h).
  *
- * SANDBOX   stsd_curl_init() runs in worker_init(), before Landlock and
+ * SANDBOX   tls_sts_curl_init() runs in worker_init(), before Landlock and
  *           seccomp: it reads the CA bundle into memory (CURLOPT_CAINFO_BLOB;
  *           no CA file or directory is opened later) and makes the multi
  *           handle (its wake-up socketpair).  A fetch then needs only what
@@ -13,7 +13,7 @@
  *           getsockopt, setsockopt, send/recv); libcurl's resolver is never
  *           used (CURLOPT_RESOLVE fills its DNS cache), so it starts no
  *           thread and reads no resolv.conf.
- * FAILURE   A failed fetch ends in stsd_failed() (sts.c), which logs it.
+ * FAILURE   A failed fetch ends in tls_sts_failed() (sts.c), which logs it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,12 +25,12 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "delivery/sts_int.h"
+#include "tlspol/tlspol_int.h"
 
 static size_t
-stsd_body(char *ptr, size_t size, size_t nmemb, void *arg)
+tls_sts_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
-    struct stsd_fetch *f = arg;
+    struct tls_sts_fetch *f = arg;
     size_t             n = size * nmemb;
 
     if (f->len + n > STS_POLICY_MAX) {
@@ -45,7 +45,7 @@ stsd_body(char *ptr, size_t size, size_t nmemb, void *arg)
 
 
 void
-stsd_fetch_free(struct stsd_fetch *f)
+tls_sts_fetch_free(struct tls_sts_fetch *f)
 {
     if (f == NULL)
         return;
@@ -59,12 +59,12 @@ stsd_fetch_free(struct stsd_fetch *f)
 }
 
 
-/* stsd_fetched - the transfer ended with rc: check and parse, then
+/* tls_sts_fetched - the transfer ended with rc: check and parse, then
  * complete the entry's waiters. */
 static void
-stsd_fetched(struct stsd_fetch *f, CURLcode rc)
+tls_sts_fetched(struct tls_sts_fetch *f, CURLcode rc)
 {
-    struct stsd_entry *e = f->e;
+    struct tls_sts_entry *e = f->e;
     struct sts_policy *p = &e->s->scratch;
     char               why[300], esc[UTIL_ESC_ROOM(200)];
     long               code = 0;
@@ -81,7 +81,7 @@ stsd_fetched(struct stsd_fetch *f, CURLcode rc)
         snprintf(why, sizeof(why), "fetch failed: %.250s", esc);
     } else if (code != 200) {
         snprintf(why, sizeof(why), "fetch failed: HTTP status %ld", code);
-    } else if (!stsd_content_type_ok(ct)) {
+    } else if (!tls_sts_content_type_ok(ct)) {
         util_escape(esc, sizeof(esc), ct ? ct : "none",
             strnlen(ct ? ct : "none", 100), 0, NULL);
         snprintf(why, sizeof(why), "fetch failed: Content-Type %.200s, not "
@@ -90,25 +90,25 @@ stsd_fetched(struct stsd_fetch *f, CURLcode rc)
         sizeof(esc)) != 0) {
         snprintf(why, sizeof(why), "invalid policy: %.250s", esc);
     } else {
-        stsd_store(e, p, ev_now(e->s->loop));
+        tls_sts_store(e, p, ev_now(e->s->loop));
         e->use = 1;
         snprintf(e->why, sizeof(e->why), "fetched policy id=%s mode=%s "
             "max_age=%u", e->id, sts_mode_name(e->mode), e->max_age);
         log_info("mta-sts: %s: %s", e->domain, e->why);
-        stsd_fetch_free(f);
-        stsd_complete(e);
+        tls_sts_fetch_free(f);
+        tls_sts_complete(e);
         return;
     }
-    stsd_fetch_free(f);
-    stsd_failed(e, why);
-    stsd_complete(e);
+    tls_sts_fetch_free(f);
+    tls_sts_failed(e, why);
+    tls_sts_complete(e);
 }
 
 
-/* stsd_resolve_list - "mta-sts.<domain>:port:addr,addr" for
+/* tls_sts_resolve_list - "mta-sts.<domain>:port:addr,addr" for
  * CURLOPT_RESOLVE (IPv6 in brackets). */
 static void
-stsd_resolve_list(const struct stsd_entry *e, const struct dns_host *h,
+tls_sts_resolve_list(const struct tls_sts_entry *e, const struct dns_host *h,
     char *out, size_t outsz)
 {
     size_t o, i;
@@ -126,10 +126,10 @@ stsd_resolve_list(const struct stsd_entry *e, const struct dns_host *h,
 
 
 int
-stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h)
+tls_sts_fetch_start(struct tls_sts_entry *e, const struct dns_host *h)
 {
-    struct stsd       *s = e->s;
-    struct stsd_fetch *f = xcalloc(1, sizeof(*f));
+    struct tls_sts       *s = e->s;
+    struct tls_sts_fetch *f = xcalloc(1, sizeof(*f));
     struct curl_blob   ca = { s->ca, s->calen, CURL_BLOB_NOCOPY };
     char               url[DNS_NAME_MAX + 80], res[DNS_NAME_MAX + 600];
     CURL              *c;
@@ -142,10 +142,10 @@ stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h)
     else
         snprintf(url, sizeof(url), "https://mta-sts.%s:%u/.well-known/"
             "mta-sts.txt", e->domain, s->port);
-    stsd_resolve_list(e, h, res, sizeof(res));
+    tls_sts_resolve_list(e, h, res, sizeof(res));
     if ((f->resolve = curl_slist_append(NULL, res)) == NULL ||
         (f->easy = c = curl_easy_init()) == NULL) {
-        stsd_fetch_free(f);
+        tls_sts_fetch_free(f);
         return -1;
     }
 #define SET(o, v) do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, o, v); } \
@@ -170,7 +170,7 @@ stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h)
     SET(CURLOPT_TIMEOUT_MS, (long)s->timeout_ms);
     SET(CURLOPT_CONNECTTIMEOUT_MS, (long)s->timeout_ms);
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)STS_POLICY_MAX);
-    SET(CURLOPT_WRITEFUNCTION, stsd_body);
+    SET(CURLOPT_WRITEFUNCTION, tls_sts_body);
     SET(CURLOPT_WRITEDATA, f);
     SET(CURLOPT_USERAGENT, "mtad (MTA-STS)");
 #undef SET
@@ -178,7 +178,7 @@ stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h)
         curl_multi_add_handle(s->multi, c) != CURLM_OK) {
         log_warn("mta-sts: %s: cannot set up the fetch: %s", e->domain,
             curl_easy_strerror(rc));
-        stsd_fetch_free(f);
+        tls_sts_fetch_free(f);
         return -1;
     }
     e->f = f;
@@ -190,27 +190,27 @@ stsd_fetch_start(struct stsd_entry *e, const struct dns_host *h)
 /* ---- libcurl on the ev loop ---- */
 
 static void
-stsd_check(struct stsd *s)
+tls_sts_check(struct tls_sts *s)
 {
     CURLMsg *m;
     int      left;
 
     while ((m = curl_multi_info_read(s->multi, &left)) != NULL) {
-        struct stsd_fetch *f = NULL;
+        struct tls_sts_fetch *f = NULL;
 
         if (m->msg != CURLMSG_DONE)
             continue;
         (void)curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &f);
         if (f != NULL)
-            stsd_fetched(f, m->data.result);
+            tls_sts_fetched(f, m->data.result);
     }
 }
 
 
 static void
-stsd_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
+tls_sts_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
 {
-    struct stsd *s = arg;
+    struct tls_sts *s = arg;
     int          flags = 0, running;
 
     (void)loop;
@@ -221,29 +221,29 @@ stsd_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
     if (ev & EV_ERROR)
         flags |= CURL_CSELECT_ERR;
     (void)curl_multi_socket_action(s->multi, fd, flags, &running);
-    stsd_check(s);
+    tls_sts_check(s);
 }
 
 
 static void
-stsd_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
+tls_sts_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
-    struct stsd *s = arg;
+    struct tls_sts *s = arg;
     int          running;
 
     (void)loop;
     (void)t;
     (void)curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0,
         &running);
-    stsd_check(s);
+    tls_sts_check(s);
 }
 
 
 static int
-stsd_sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
+tls_sts_sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
     void *socketp)
 {
-    struct stsd *s = userp;
+    struct tls_sts *s = userp;
     unsigned     mask = 0;
 
     (void)easy;
@@ -256,7 +256,7 @@ stsd_sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
         mask |= EV_READ;
     if (what & CURL_POLL_OUT)
         mask |= EV_WRITE;
-    if (ev_watch(s->loop, fd, mask, stsd_io, s) < 0) {
+    if (ev_watch(s->loop, fd, mask, tls_sts_io, s) < 0) {
         log_warn("mta-sts: epoll_ctl: %s", strerror(errno));
         return -1;                  /* libcurl fails the transfer */
     }
@@ -265,9 +265,9 @@ stsd_sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 
 
 static int
-stsd_timer_cb(CURLM *multi, long ms, void *userp)
+tls_sts_timer_cb(CURLM *multi, long ms, void *userp)
 {
-    struct stsd *s = userp;
+    struct tls_sts *s = userp;
 
     (void)multi;
     if (ms < 0)
@@ -278,9 +278,9 @@ stsd_timer_cb(CURLM *multi, long ms, void *userp)
 }
 
 
-/* stsd_ca_read - the whole CA bundle into memory (before the sandbox). */
+/* tls_sts_ca_read - the whole CA bundle into memory (before the sandbox). */
 static int
-stsd_ca_read(struct stsd *s, const char *path, char *why, size_t whysz)
+tls_sts_ca_read(struct tls_sts *s, const char *path, char *why, size_t whysz)
 {
     struct stat st;
     ssize_t     n;
@@ -292,7 +292,7 @@ stsd_ca_read(struct stsd *s, const char *path, char *why, size_t whysz)
         return -1;
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        st.st_size > STSD_CA_MAX) {
+        st.st_size > TLS_STS_CA_MAX) {
         snprintf(why, whysz, "CA bundle %s: not a regular file of 1 byte "
             "to 8 MiB", path);
         close(fd);
@@ -308,13 +308,14 @@ stsd_ca_read(struct stsd *s, const char *path, char *why, size_t whysz)
 }
 
 int
-stsd_curl_init(struct stsd *s, const char *ca_file, char *why, size_t whysz)
+tls_sts_curl_init(struct tls_sts *s, const char *ca_file, char *why,
+    size_t whysz)
 {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         snprintf(why, whysz, "curl_global_init failed");
         return -1;
     }
-    if (stsd_ca_read(s, ca_file != NULL ? ca_file : STSD_SYSTEM_CA, why,
+    if (tls_sts_ca_read(s, ca_file != NULL ? ca_file : TLS_STS_SYSTEM_CA, why,
         whysz) < 0)
         return -1;
     if ((s->multi = curl_multi_init()) == NULL) {
@@ -323,17 +324,17 @@ stsd_curl_init(struct stsd *s, const char *ca_file, char *why, size_t whysz)
         s->ca = NULL;
         return -1;
     }
-    ev_timer_init(&s->ctimer, stsd_timer, s);
-    (void)curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, stsd_sock_cb);
+    ev_timer_init(&s->ctimer, tls_sts_timer, s);
+    (void)curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, tls_sts_sock_cb);
     (void)curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s);
-    (void)curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, stsd_timer_cb);
+    (void)curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, tls_sts_timer_cb);
     (void)curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s);
     return 0;
 }
 
 
 void
-stsd_curl_free(struct stsd *s)
+tls_sts_curl_free(struct tls_sts *s)
 {
     ev_timer_stop(s->loop, &s->ctimer);
     curl_multi_cleanup(s->multi);

@@ -2,7 +2,7 @@
  * sts.c - MTA-STS policies for delivery (RFC 8461): the `_mta-sts` TXT
  * lookup, the per-domain cache and its waiters; the HTTPS fetch is
  * sts_fetch.c (libcurl on this worker's ev loop), the pure decisions
- * sts_policy.c.  See sts.h for the rules.
+ * sts_policy.c.  See tlspol.h (MTA-STS) for the rules.
  *
  * PURPOSE   resolve.c asks for the policy of a recipient domain in parallel
  *           with its MX lookup; the answer filters the MX hosts and sets
@@ -20,26 +20,26 @@
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "delivery/sts_int.h"
+#include "tlspol/tlspol_int.h"
 
-static void stsd_post_fire(struct ev_loop *loop, struct ev_timer *t,
+static void tls_sts_post_fire(struct ev_loop *loop, struct ev_timer *t,
     void *arg);
 
 /* ---- the cache ---- */
 
 static unsigned
-stsd_hash(const char *d)
+tls_sts_hash(const char *d)
 {
     uint32_t h = 2166136261u;
 
     for (; *d; d++)
         h = (h ^ (uint8_t)*d) * 16777619u;
-    return h % STSD_BUCKETS;
+    return h % TLS_STS_BUCKETS;
 }
 
 
 static void
-stsd_lru_unlink(struct stsd *s, struct stsd_entry *e)
+tls_sts_lru_unlink(struct tls_sts *s, struct tls_sts_entry *e)
 {
     if (e->older)
         e->older->newer = e->newer;
@@ -54,7 +54,7 @@ stsd_lru_unlink(struct stsd *s, struct stsd_entry *e)
 
 
 static void
-stsd_lru_front(struct stsd *s, struct stsd_entry *e)
+tls_sts_lru_front(struct tls_sts *s, struct tls_sts_entry *e)
 {
     e->older = s->newest;
     e->newer = NULL;
@@ -67,14 +67,14 @@ stsd_lru_front(struct stsd *s, struct stsd_entry *e)
 
 
 static void
-stsd_entry_free(struct stsd *s, struct stsd_entry *e)
+tls_sts_entry_free(struct tls_sts *s, struct tls_sts_entry *e)
 {
-    struct stsd_entry **pp = &s->bucket[stsd_hash(e->domain)];
+    struct tls_sts_entry **pp = &s->bucket[tls_sts_hash(e->domain)];
 
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
-    stsd_lru_unlink(s, e);
+    tls_sts_lru_unlink(s, e);
     ev_timer_stop(s->loop, &e->post);
     free(e->mx);
     free(e);
@@ -82,51 +82,51 @@ stsd_entry_free(struct stsd *s, struct stsd_entry *e)
 }
 
 
-/* stsd_evict - the least recently used idle entry, when the cache is
+/* tls_sts_evict - the least recently used idle entry, when the cache is
  * full; an entry with a lookup or waiters in flight is never dropped. */
 static void
-stsd_evict(struct stsd *s)
+tls_sts_evict(struct tls_sts *s)
 {
-    struct stsd_entry *e;
+    struct tls_sts_entry *e;
 
-    if (s->nentries < STSD_CACHE_MAX)
+    if (s->nentries < TLS_STS_CACHE_MAX)
         return;
     for (e = s->oldest; e != NULL; e = e->newer)
         if (e->state == E_IDLE && e->wait == NULL) {
-            stsd_entry_free(s, e);
+            tls_sts_entry_free(s, e);
             return;
         }
 }
 
 
-static struct stsd_entry *
-stsd_entry_get(struct stsd *s, const char *domain)
+static struct tls_sts_entry *
+tls_sts_entry_get(struct tls_sts *s, const char *domain)
 {
-    unsigned           h = stsd_hash(domain);
-    struct stsd_entry *e;
+    unsigned           h = tls_sts_hash(domain);
+    struct tls_sts_entry *e;
 
     for (e = s->bucket[h]; e != NULL; e = e->hnext)
         if (strcmp(e->domain, domain) == 0) {
-            stsd_lru_unlink(s, e);
-            stsd_lru_front(s, e);
+            tls_sts_lru_unlink(s, e);
+            tls_sts_lru_front(s, e);
             return e;
         }
-    stsd_evict(s);
+    tls_sts_evict(s);
     e = xcalloc(1, sizeof(*e));
     e->s = s;
-    ev_timer_init(&e->post, stsd_post_fire, e);
+    ev_timer_init(&e->post, tls_sts_post_fire, e);
     util_strlcpy(e->domain, domain, sizeof(e->domain));
     e->hnext = s->bucket[h];
     s->bucket[h] = e;
-    stsd_lru_front(s, e);
+    tls_sts_lru_front(s, e);
     s->nentries++;
     return e;
 }
 
 
-/* stsd_store - a freshly fetched policy into the entry (packed). */
+/* tls_sts_store - a freshly fetched policy into the entry (packed). */
 void
-stsd_store(struct stsd_entry *e, const struct sts_policy *p, uint64_t now)
+tls_sts_store(struct tls_sts_entry *e, const struct sts_policy *p, uint64_t now)
 {
     size_t i, n = 0, o = 0;
 
@@ -149,9 +149,9 @@ stsd_store(struct stsd_entry *e, const struct sts_policy *p, uint64_t now)
 }
 
 
-/* stsd_unpack - the entry's policy as a struct sts_policy (scratch). */
+/* tls_sts_unpack - the entry's policy as a struct sts_policy (scratch). */
 static const struct sts_policy *
-stsd_unpack(struct stsd_entry *e)
+tls_sts_unpack(struct tls_sts_entry *e)
 {
     struct sts_policy *p = &e->s->scratch;
     const char        *m = e->mx;
@@ -168,17 +168,17 @@ stsd_unpack(struct stsd_entry *e)
 }
 
 
-/* stsd_complete - every waiter gets the outcome in e->use / e->why.  A
- * callback may start another stsd_get() (it waits for the next lookup)
+/* tls_sts_complete - every waiter gets the outcome in e->use / e->why.  A
+ * callback may start another tls_sts_get() (it waits for the next lookup)
  * or cancel a waiter still on the list. */
 void
-stsd_complete(struct stsd_entry *e)
+tls_sts_complete(struct tls_sts_entry *e)
 {
-    struct stsd_req *r;
+    struct tls_sts_req *r;
 
     e->state = E_IDLE;
     while ((r = e->wait) != NULL) {
-        const struct sts_policy *p = e->use && e->have ? stsd_unpack(e) :
+        const struct sts_policy *p = e->use && e->have ? tls_sts_unpack(e) :
             NULL;
 
         e->wait = r->next;
@@ -191,17 +191,17 @@ stsd_complete(struct stsd_entry *e)
 
 
 static void
-stsd_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
+tls_sts_post_fire(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     (void)loop;
     (void)t;
-    stsd_complete(arg);
+    tls_sts_complete(arg);
 }
 
 
-/* stsd_fallback - no live policy (why): the cached one while unexpired. */
+/* tls_sts_fallback - no live policy (why): the cached one while unexpired. */
 void
-stsd_fallback(struct stsd_entry *e, const char *why)
+tls_sts_fallback(struct tls_sts_entry *e, const char *why)
 {
     uint64_t now = ev_now(e->s->loop);
 
@@ -217,23 +217,23 @@ stsd_fallback(struct stsd_entry *e, const char *why)
 }
 
 
-/* stsd_failed - a fetch of txt_id failed: not again for that id before
- * STSD_RETRY_MS (every message would wait for it: RFC 8461 3.3 lets
+/* tls_sts_failed - a fetch of txt_id failed: not again for that id before
+ * TLS_STS_RETRY_MS (every message would wait for it: RFC 8461 3.3 lets
  * senders limit refetches), the cached policy or none meanwhile. */
 void
-stsd_failed(struct stsd_entry *e, const char *why)
+tls_sts_failed(struct tls_sts_entry *e, const char *why)
 {
     util_strlcpy(e->fail_id, e->txt_id, sizeof(e->fail_id));
-    e->retry_ms = ev_now(e->s->loop) + STSD_RETRY_MS;
-    stsd_fallback(e, why);
+    e->retry_ms = ev_now(e->s->loop) + TLS_STS_RETRY_MS;
+    tls_sts_fallback(e, why);
     log_warn("mta-sts: %s: %s", e->domain, e->why);
 }
 
 
 static void
-stsd_addr_done(struct dns_dest *dest, void *arg)
+tls_sts_addr_done(struct dns_dest *dest, void *arg)
 {
-    struct stsd_entry *e = arg;
+    struct tls_sts_entry *e = arg;
     char               why[400];
 
     e->dreq = NULL;
@@ -241,15 +241,15 @@ stsd_addr_done(struct dns_dest *dest, void *arg)
         dest->host[0].naddr == 0) {
         snprintf(why, sizeof(why), "mta-sts.%.200s: %s %.150s", e->domain,
             dns_status_name(dest->status), dest->why);
-        stsd_failed(e, why);
+        tls_sts_failed(e, why);
         dns_dest_free(dest);
-        stsd_complete(e);
+        tls_sts_complete(e);
         return;
     }
-    if (stsd_fetch_start(e, &dest->host[0]) < 0) {
-        stsd_fallback(e, "fetch could not start");
+    if (tls_sts_fetch_start(e, &dest->host[0]) < 0) {
+        tls_sts_fallback(e, "fetch could not start");
         dns_dest_free(dest);
-        stsd_complete(e);
+        tls_sts_complete(e);
         return;
     }
     dns_dest_free(dest);
@@ -261,25 +261,25 @@ stsd_addr_done(struct dns_dest *dest, void *arg)
 /* ---- the TXT lookup ---- */
 
 static void
-stsd_txt_done(struct dns_rrset *set, void *arg)
+tls_sts_txt_done(struct dns_rrset *set, void *arg)
 {
-    struct stsd_entry *e = arg;
-    char               buf[STSD_TXT_MAX][1024], why[300] = "", name[300];
-    const char        *txt[STSD_TXT_MAX];
-    size_t             len[STSD_TXT_MAX], n = 0, i;
-    enum stsd_txt      t;
-    enum stsd_action   a;
+    struct tls_sts_entry *e = arg;
+    char               buf[TLS_STS_TXT_MAX][1024], why[300] = "", name[300];
+    const char        *txt[TLS_STS_TXT_MAX];
+    size_t             len[TLS_STS_TXT_MAX], n = 0, i;
+    enum tls_sts_txt      t;
+    enum tls_sts_action   a;
 
     e->dreq = NULL;
     if (set->status == DNS_TEMPFAIL) {
-        t = STSD_TXT_TEMPFAIL;
+        t = TLS_STS_TXT_TEMPFAIL;
         snprintf(why, sizeof(why), "TXT lookup failed: %.200s", set->why);
     } else if (set->status != DNS_OK) {
-        t = STSD_TXT_NONE;
+        t = TLS_STS_TXT_NONE;
         snprintf(why, sizeof(why), "no TXT record (%s)",
             dns_status_name(set->status));
     } else {
-        for (i = 0; i < set->n && n < STSD_TXT_MAX; i++) {
+        for (i = 0; i < set->n && n < TLS_STS_TXT_MAX; i++) {
             if (set->rr[i].type != DNS_T_TXT ||
                 dns_txt_join(&set->rr[i], buf[n], sizeof(buf[n])) != 0)
                 continue;
@@ -287,60 +287,60 @@ stsd_txt_done(struct dns_rrset *set, void *arg)
             len[n] = strlen(buf[n]);
             n++;
         }
-        t = stsd_txt_pick(txt, len, n, e->txt_id, why, sizeof(why));
+        t = tls_sts_txt_pick(txt, len, n, e->txt_id, why, sizeof(why));
     }
     dns_rrset_free(set);
-    a = stsd_decide(e->have, e->id, e->expires_ms, ev_now(e->s->loop), t,
+    a = tls_sts_decide(e->have, e->id, e->expires_ms, ev_now(e->s->loop), t,
         e->txt_id);
-    if (a == STSD_FETCH && strcmp(e->fail_id, e->txt_id) == 0 &&
+    if (a == TLS_STS_FETCH && strcmp(e->fail_id, e->txt_id) == 0 &&
         ev_now(e->s->loop) < e->retry_ms) {
         snprintf(why, sizeof(why), "the fetch of id=%s failed less than "
-            "%d minutes ago", e->txt_id, STSD_RETRY_MS / 60000);
-        stsd_fallback(e, why);
-    } else if (a == STSD_FETCH) {
+            "%d minutes ago", e->txt_id, TLS_STS_RETRY_MS / 60000);
+        tls_sts_fallback(e, why);
+    } else if (a == TLS_STS_FETCH) {
         snprintf(name, sizeof(name), "mta-sts.%s", e->domain);
         e->state = E_ADDR;
-        if (dns_host(e->s->dns, name, stsd_addr_done, e, &e->dreq) == 0)
+        if (dns_host(e->s->dns, name, tls_sts_addr_done, e, &e->dreq) == 0)
             return;
         e->dreq = NULL;
         snprintf(why, sizeof(why), "%.200s cannot be looked up", name);
-        stsd_fallback(e, why);
-    } else if (a == STSD_USE_CACHED && t == STSD_TXT_ID) {
+        tls_sts_fallback(e, why);
+    } else if (a == TLS_STS_USE_CACHED && t == TLS_STS_TXT_ID) {
         e->use = 1;
         snprintf(e->why, sizeof(e->why), "cached policy id=%s", e->id);
     } else {
-        stsd_fallback(e, why);
+        tls_sts_fallback(e, why);
     }
-    stsd_complete(e);
+    tls_sts_complete(e);
 }
 
 
-/* stsd_start - look the TXT record up (from the loop, always). */
+/* tls_sts_start - look the TXT record up (from the loop, always). */
 static void
-stsd_start(struct stsd_entry *e)
+tls_sts_start(struct tls_sts_entry *e)
 {
     char name[DNS_NAME_MAX + 16];
 
     snprintf(name, sizeof(name), "_mta-sts.%s", e->domain);
     e->state = E_TXT;
-    if (dns_query(e->s->dns, name, DNS_T_TXT, stsd_txt_done, e,
+    if (dns_query(e->s->dns, name, DNS_T_TXT, tls_sts_txt_done, e,
         &e->dreq) == 0)
         return;
     e->dreq = NULL;
-    stsd_fallback(e, "the TXT lookup could not start");
+    tls_sts_fallback(e, "the TXT lookup could not start");
     e->state = E_POST;
     ev_timer_start(e->s->loop, &e->post, 0);
 }
 
 
 int
-stsd_get(struct stsd *s, const char *domain, stsd_fn *fn, void *arg,
-    struct stsd_req **reqp)
+tls_sts_get(struct tls_sts *s, const char *domain, tls_sts_fn *fn, void *arg,
+    struct tls_sts_req **reqp)
 {
     char               d[DNS_NAME_MAX];
     size_t             n = strlen(domain), i;
-    struct stsd_entry *e;
-    struct stsd_req   *r;
+    struct tls_sts_entry *e;
+    struct tls_sts_req   *r;
 
     if (n > 0 && domain[n - 1] == '.')
         n--;
@@ -355,7 +355,7 @@ stsd_get(struct stsd *s, const char *domain, stsd_fn *fn, void *arg,
         d[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
     }
     d[n] = '\0';
-    e = stsd_entry_get(s, d);
+    e = tls_sts_entry_get(s, d);
     r = xcalloc(1, sizeof(*r));
     r->e = e;
     r->fn = fn;
@@ -367,15 +367,15 @@ stsd_get(struct stsd *s, const char *domain, stsd_fn *fn, void *arg,
     if (reqp != NULL)
         *reqp = r;
     if (e->state == E_IDLE)
-        stsd_start(e);
+        tls_sts_start(e);
     return 0;
 }
 
 
 void
-stsd_cancel(struct stsd_req *r)
+tls_sts_cancel(struct tls_sts_req *r)
 {
-    struct stsd_entry *e;
+    struct tls_sts_entry *e;
 
     if (r == NULL)
         return;
@@ -393,11 +393,11 @@ stsd_cancel(struct stsd_req *r)
 
 /* ---- setup ---- */
 
-struct stsd *
-stsd_new(struct ev_loop *loop, struct dns *dns, const struct stsd_options *o,
-    char *why, size_t whysz)
+struct tls_sts *
+tls_sts_new(struct ev_loop *loop, struct dns *dns,
+    const struct tls_sts_options *o, char *why, size_t whysz)
 {
-    struct stsd *s;
+    struct tls_sts *s;
 
     if (dns == NULL) {
         snprintf(why, whysz, "no resolver");
@@ -408,7 +408,7 @@ stsd_new(struct ev_loop *loop, struct dns *dns, const struct stsd_options *o,
     s->dns = dns;
     s->port = o->port ? o->port : 443;
     s->timeout_ms = o->fetch_timeout_ms ? o->fetch_timeout_ms : 10000;
-    if (stsd_curl_init(s, o->ca_file, why, whysz) < 0) {
+    if (tls_sts_curl_init(s, o->ca_file, why, whysz) < 0) {
         free(s);
         return NULL;
     }
@@ -417,20 +417,20 @@ stsd_new(struct ev_loop *loop, struct dns *dns, const struct stsd_options *o,
 
 
 void
-stsd_free(struct stsd *s)
+tls_sts_free(struct tls_sts *s)
 {
     if (s == NULL)
         return;
     while (s->oldest != NULL) {
-        struct stsd_entry *e = s->oldest;
+        struct tls_sts_entry *e = s->oldest;
 
         while (e->wait != NULL)
-            stsd_cancel(e->wait);
+            tls_sts_cancel(e->wait);
         if (e->dreq != NULL)
             dns_cancel(e->dreq);
-        stsd_fetch_free(e->f);
-        stsd_entry_free(s, e);
+        tls_sts_fetch_free(e->f);
+        tls_sts_entry_free(s, e);
     }
-    stsd_curl_free(s);
+    tls_sts_curl_free(s);
     free(s);
 }

@@ -10,7 +10,7 @@
 
 #include "common/util.h"
 #include "router/router.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 /* The level words live with the table that stores them (router.h); the
  * enum follows their order. */

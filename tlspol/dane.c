@@ -5,11 +5,11 @@
  * SSL_get0_dane_authority).
  *
  * PURPOSE   resolve.c, once the MX answer is back and secure, asks here for
- *           the TLSA records of each secure MX host (dane_lookup_*), and
+ *           the TLSA records of each secure MX host (tls_dane_lookup_*), and
  *           turns each host's state into its hops' TLS requirement
- *           (dane_decide).  The TLS client prepares the SSL with the usable
- *           records and asks dane_ssl_verdict() after the handshake.
- * CONTRACT  See dane.h.  OpenSSL does the matching and the chain (it
+ *           (tls_dane_decide).  The TLS client prepares the SSL with the usable
+ *           records and asks tls_dane_ssl_verdict() after the handshake.
+ * CONTRACT  See tlspol.h.  OpenSSL does the matching and the chain (it
  *           implements RFC 7671: DANE-EE ignores names and dates,
  *           DANE-TA builds the chain to the matched trust anchor); we
  *           only choose the records and the names, and read the result.
@@ -26,42 +26,42 @@
 #include <openssl/x509v3.h>
 
 #include "common/util.h"
-#include "delivery/dane.h"
-
-#define DANE_USAGE_TA    2          /* DANE-TA(2) */
-#define DANE_USAGE_EE    3          /* DANE-EE(3) */
-#define DANE_SEL_CERT    0
-#define DANE_SEL_SPKI    1
-#define DANE_MT_FULL     0
-#define DANE_MT_SHA256   1
-#define DANE_MT_SHA512   2
-
-#define DANE_MAX_HOSTS   32         /* as many as a txn has hops, and more */
+#include "tlspol/tlspol.h"
 
 
 const char *
-dane_state_name(enum dane_state s)
+tls_dane_state_name(enum tls_dane_state s)
 {
     switch (s) {
-    case DANE_NONE:     return "none";
-    case DANE_USABLE:   return "usable";
-    case DANE_UNUSABLE: return "unusable";
-    case DANE_TEMPFAIL: return "tempfail";
+    case TLS_DANE_NONE:     return "none";
+    case TLS_DANE_USABLE:   return "usable";
+    case TLS_DANE_UNUSABLE: return "unusable";
+    case TLS_DANE_TEMPFAIL: return "tempfail";
     }
     return "?";
 }
 
+#define TLS_DANE_USAGE_TA    2          /* DANE-TA(2) */
+#define TLS_DANE_USAGE_EE    3          /* DANE-EE(3) */
+#define TLS_DANE_SEL_CERT    0
+#define TLS_DANE_SEL_SPKI    1
+#define TLS_DANE_MT_FULL     0
+#define TLS_DANE_MT_SHA256   1
+#define TLS_DANE_MT_SHA512   2
 
-/* dane_full_ok - Full(0) data parses as what the selector names. */
+#define TLS_DANE_MAX_HOSTS 32   /* as many as a txn has hops, and more */
+
+
+/* tls_dane_full_ok - Full(0) data parses as what the selector names. */
 static int
-dane_full_ok(uint8_t selector, const unsigned char *p, size_t len)
+tls_dane_full_ok(uint8_t selector, const unsigned char *p, size_t len)
 {
     const unsigned char *q = p;
     int                  ok = 0;
 
     if (len == 0 || len > 65535)
         return 0;
-    if (selector == DANE_SEL_CERT) {
+    if (selector == TLS_DANE_SEL_CERT) {
         X509 *x = d2i_X509(NULL, &q, (long)len);
 
         ok = x != NULL && q == p + len;
@@ -78,38 +78,38 @@ dane_full_ok(uint8_t selector, const unsigned char *p, size_t len)
 
 
 int
-dane_usable(const struct dns_tlsa *t)
+tls_dane_usable(const struct dns_tlsa *t)
 {
-    if (t->usage != DANE_USAGE_TA && t->usage != DANE_USAGE_EE)
+    if (t->usage != TLS_DANE_USAGE_TA && t->usage != TLS_DANE_USAGE_EE)
         return 0;                   /* PKIX-TA/EE: RFC 7672 3.1.3 */
-    if (t->selector != DANE_SEL_CERT && t->selector != DANE_SEL_SPKI)
+    if (t->selector != TLS_DANE_SEL_CERT && t->selector != TLS_DANE_SEL_SPKI)
         return 0;
     switch (t->mtype) {
-    case DANE_MT_SHA256:
+    case TLS_DANE_MT_SHA256:
         return t->len == 32;
-    case DANE_MT_SHA512:
+    case TLS_DANE_MT_SHA512:
         return t->len == 64;
-    case DANE_MT_FULL:
-        return dane_full_ok(t->selector, t->data, t->len);
+    case TLS_DANE_MT_FULL:
+        return tls_dane_full_ok(t->selector, t->data, t->len);
     default:
         return 0;
     }
 }
 
 
-enum dane_state
-dane_classify(const struct dns_rrset *set, struct dns_rrset **usable)
+enum tls_dane_state
+tls_dane_classify(const struct dns_rrset *set, struct dns_rrset **usable)
 {
     struct dns_rrset *u;
     size_t            i;
 
     *usable = NULL;
     if (set == NULL)
-        return DANE_NONE;
+        return TLS_DANE_NONE;
     if (set->status == DNS_TEMPFAIL)
-        return DANE_TEMPFAIL;
+        return TLS_DANE_TEMPFAIL;
     if (!set->secure || set->status != DNS_OK || set->n == 0)
-        return DANE_NONE;           /* insecure, or denied: not DANE */
+        return TLS_DANE_NONE;           /* insecure, or denied: not DANE */
     u = xcalloc(1, sizeof(*u));
     u->status = DNS_OK;
     u->secure = 1;
@@ -119,7 +119,7 @@ dane_classify(const struct dns_rrset *set, struct dns_rrset **usable)
     for (i = 0; i < set->n; i++) {
         struct dns_tlsa t;
 
-        if (dns_tlsa_parse(&set->rr[i], &t) != 0 || !dane_usable(&t))
+        if (dns_tlsa_parse(&set->rr[i], &t) != 0 || !tls_dane_usable(&t))
             continue;
         u->rr[u->n] = set->rr[i];
         u->rr[u->n].rdata = xmalloc(set->rr[i].len);
@@ -128,15 +128,15 @@ dane_classify(const struct dns_rrset *set, struct dns_rrset **usable)
     }
     if (u->n == 0) {
         dns_rrset_free(u);
-        return DANE_UNUSABLE;
+        return TLS_DANE_UNUSABLE;
     }
     *usable = u;
-    return DANE_USABLE;
+    return TLS_DANE_USABLE;
 }
 
 
 int
-dane_base_domain(const char *tlsa_name, char *out, size_t outsz)
+tls_dane_base_domain(const char *tlsa_name, char *out, size_t outsz)
 {
     const char *p = tlsa_name;
 
@@ -153,26 +153,27 @@ dane_base_domain(const char *tlsa_name, char *out, size_t outsz)
 }
 
 
-enum dane_action
-dane_decide(int dane_only, enum dane_state st)
+enum tls_dane_action
+tls_dane_decide(int dane_only, enum tls_dane_state st)
 {
     switch (st) {
-    case DANE_USABLE:
-        return DANE_ACT_AUTH;
-    case DANE_UNUSABLE:
-        return dane_only ? DANE_ACT_FALLBACK : DANE_ACT_ENCRYPT;
-    case DANE_TEMPFAIL:
-        return DANE_ACT_SKIP;
-    case DANE_NONE:
+    case TLS_DANE_USABLE:
+        return TLS_DANE_ACT_AUTH;
+    case TLS_DANE_UNUSABLE:
+        return dane_only ? TLS_DANE_ACT_FALLBACK : TLS_DANE_ACT_ENCRYPT;
+    case TLS_DANE_TEMPFAIL:
+        return TLS_DANE_ACT_SKIP;
+    case TLS_DANE_NONE:
     default:
-        return DANE_ACT_FALLBACK;
+        return TLS_DANE_ACT_FALLBACK;
     }
 }
 
 
 int
-dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
-    char *reply, size_t replysz, const char **failure)
+tls_dane_refine(struct tls_req *r, const char *host,
+    const struct tls_dane_host *dh, char *reply, size_t replysz,
+    const char **failure)
 {
     int only = r->level == TLS_DANE_ONLY;
 
@@ -180,14 +181,14 @@ dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
     reply[0] = '\0';
     if (r->level != TLS_DANE && !only)
         return 0;
-    switch (dane_decide(only, dh != NULL ? dh->state : DANE_NONE)) {
-    case DANE_ACT_AUTH:
+    switch (tls_dane_decide(only, dh != NULL ? dh->state : TLS_DANE_NONE)) {
+    case TLS_DANE_ACT_AUTH:
         r->tlsa = dh->usable;
         return 0;
-    case DANE_ACT_ENCRYPT:
+    case TLS_DANE_ACT_ENCRYPT:
         r->level = TLS_ENCRYPT;
         return 0;
-    case DANE_ACT_FALLBACK:
+    case TLS_DANE_ACT_FALLBACK:
         if (!only) {
             r->level = TLS_MAY;
             return 0;
@@ -196,7 +197,7 @@ dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
             "TLSA record for %.200s (none DNSSEC-secure)", host);
         *failure = TLS_FAIL_DANE_REQUIRED;
         return -1;
-    case DANE_ACT_SKIP:
+    case TLS_DANE_ACT_SKIP:
     default:
         snprintf(reply, replysz, "451 4.7.5 %.200s: %.200s", host,
             dh != NULL ? dh->why : "TLSA lookup failed");
@@ -208,27 +209,27 @@ dane_refine(struct tls_req *r, const char *host, const struct dane_host *dh,
 
 /* ---- lookups ---- */
 
-struct dane_q {
-    struct dane_lookup *l;
-    struct dane_host    h;
+struct tls_dane_q {
+    struct tls_dane_lookup *l;
+    struct tls_dane_host    h;
     char                target[DNS_NAME_MAX]; /* CNAME-expanded, or "" */
     struct dns_req     *req;        /* while a lookup runs */
     int                 at_target;  /* the running lookup is at target */
 };
 
-struct dane_lookup {
+struct tls_dane_lookup {
     struct dns     *dns;
-    dane_done_fn   *fn;
+    tls_dane_done_fn   *fn;
     void           *arg;
     size_t          n, left;
-    struct dane_q   q[DANE_MAX_HOSTS];
+    struct tls_dane_q   q[TLS_DANE_MAX_HOSTS];
 };
 
 
-struct dane_lookup *
-dane_lookup_new(struct dns *d, dane_done_fn *fn, void *arg)
+struct tls_dane_lookup *
+tls_dane_lookup_new(struct dns *d, tls_dane_done_fn *fn, void *arg)
 {
-    struct dane_lookup *l = xcalloc(1, sizeof(*l));
+    struct tls_dane_lookup *l = xcalloc(1, sizeof(*l));
 
     l->dns = d;
     l->fn = fn;
@@ -238,66 +239,66 @@ dane_lookup_new(struct dns *d, dane_done_fn *fn, void *arg)
 
 
 void
-dane_lookup_add(struct dane_lookup *l, const struct dns_host *h,
+tls_dane_lookup_add(struct tls_dane_lookup *l, const struct dns_host *h,
     unsigned port)
 {
-    struct dane_q *q;
+    struct tls_dane_q *q;
     size_t         i;
 
     for (i = 0; i < l->n; i++)
         if (l->q[i].h.port == port && strcasecmp(l->q[i].h.name, h->name) == 0)
             return;
-    if (l->n == DANE_MAX_HOSTS)
+    if (l->n == TLS_DANE_MAX_HOSTS)
         return;                     /* beyond the hops a txn can have */
     q = &l->q[l->n++];
     q->l = l;
     util_strlcpy(q->h.name, h->name, sizeof(q->h.name));
     q->h.port = port;
-    q->h.state = DANE_NONE;
+    q->h.state = TLS_DANE_NONE;
     if (h->target[0] != '\0' && strcasecmp(h->target, h->name) != 0)
         util_strlcpy(q->target, h->target, sizeof(q->target));
 }
 
 
-static void dane_q_done(struct dns_rrset *set, void *arg);
+static void tls_dane_q_done(struct dns_rrset *set, void *arg);
 
 
-/* dane_q_ask - start the TLSA lookup of q at name; -1 when it could not
+/* tls_dane_q_ask - start the TLSA lookup of q at name; -1 when it could not
  * start (then q is settled as a temporary failure). */
 static int
-dane_q_ask(struct dane_q *q, const char *name)
+tls_dane_q_ask(struct tls_dane_q *q, const char *name)
 {
-    int rc = dns_tlsa(q->l->dns, name, q->h.port, dane_q_done, q, &q->req);
+    int rc = dns_tlsa(q->l->dns, name, q->h.port, tls_dane_q_done, q, &q->req);
 
     if (rc == 0)
         return 0;
     q->req = NULL;
-    q->h.state = DANE_TEMPFAIL;
+    q->h.state = TLS_DANE_TEMPFAIL;
     snprintf(q->h.why, sizeof(q->h.why), "TLSA lookup for _%u._tcp.%.200s "
         "could not start (%s)", q->h.port, name, dns_strerror(rc));
     return -1;
 }
 
 
-/* dane_q_done - one TLSA answer: settle the host, or after nothing at the
+/* tls_dane_q_done - one TLSA answer: settle the host, or after nothing at the
  * CNAME-expanded name ask again at the original name (RFC 7672 2.2.3). */
 static void
-dane_q_done(struct dns_rrset *set, void *arg)
+tls_dane_q_done(struct dns_rrset *set, void *arg)
 {
-    struct dane_q      *q = arg;
-    struct dane_lookup *l = q->l;
-    enum dane_state     st;
+    struct tls_dane_q      *q = arg;
+    struct tls_dane_lookup *l = q->l;
+    enum tls_dane_state     st;
 
     q->req = NULL;
-    st = dane_classify(set, &q->h.usable);
-    if (st == DANE_TEMPFAIL)
+    st = tls_dane_classify(set, &q->h.usable);
+    if (st == TLS_DANE_TEMPFAIL)
         snprintf(q->h.why, sizeof(q->h.why), "TLSA lookup failed: %.200s",
             set->why);
     dns_rrset_free(set);
     q->h.state = st;
-    if (st == DANE_NONE && q->at_target) {
+    if (st == TLS_DANE_NONE && q->at_target) {
         q->at_target = 0;
-        if (dane_q_ask(q, q->h.name) == 0)
+        if (tls_dane_q_ask(q, q->h.name) == 0)
             return;
     }
     if (--l->left == 0)
@@ -306,24 +307,24 @@ dane_q_done(struct dns_rrset *set, void *arg)
 
 
 int
-dane_lookup_start(struct dane_lookup *l)
+tls_dane_lookup_start(struct tls_dane_lookup *l)
 {
     size_t i;
 
     l->left = 1;                    /* no callback before all started */
     for (i = 0; i < l->n; i++) {
-        struct dane_q *q = &l->q[i];
+        struct tls_dane_q *q = &l->q[i];
 
         q->at_target = q->target[0] != '\0';
-        if (dane_q_ask(q, q->at_target ? q->target : q->h.name) == 0)
+        if (tls_dane_q_ask(q, q->at_target ? q->target : q->h.name) == 0)
             l->left++;
     }
     return --l->left > 0;
 }
 
 
-const struct dane_host *
-dane_lookup_find(const struct dane_lookup *l, const char *name,
+const struct tls_dane_host *
+tls_dane_lookup_find(const struct tls_dane_lookup *l, const char *name,
     unsigned port)
 {
     size_t i;
@@ -338,7 +339,7 @@ dane_lookup_find(const struct dane_lookup *l, const char *name,
 
 
 void
-dane_lookup_free(struct dane_lookup *l)
+tls_dane_lookup_free(struct tls_dane_lookup *l)
 {
     size_t i;
 
@@ -355,9 +356,9 @@ dane_lookup_free(struct dane_lookup *l)
 
 /* ---- OpenSSL ---- */
 
-/* dane_ssl_err - OpenSSL's last error (or what) into err. */
+/* tls_dane_ssl_err - OpenSSL's last error (or what) into err. */
 static void
-dane_ssl_err(const char *what, char *err, size_t errsz)
+tls_dane_ssl_err(const char *what, char *err, size_t errsz)
 {
     unsigned long e = ERR_get_error();
     char          buf[256];
@@ -373,19 +374,19 @@ dane_ssl_err(const char *what, char *err, size_t errsz)
 
 
 int
-dane_ctx_enable(SSL_CTX *ctx, char *err, size_t errsz)
+tls_dane_ctx_enable(SSL_CTX *ctx, char *err, size_t errsz)
 {
     if (SSL_CTX_dane_enable(ctx) <= 0) {
-        dane_ssl_err("SSL_CTX_dane_enable", err, errsz);
+        tls_dane_ssl_err("SSL_CTX_dane_enable", err, errsz);
         return -1;
     }
     return 0;
 }
 
 
-/* dane_add_name - one more reference name, unless empty or known. */
+/* tls_dane_add_name - one more reference name, unless empty or known. */
 static int
-dane_add_name(SSL *ssl, const char *name, const char *const *known,
+tls_dane_add_name(SSL *ssl, const char *name, const char *const *known,
     size_t nknown)
 {
     size_t i;
@@ -400,7 +401,7 @@ dane_add_name(SSL *ssl, const char *name, const char *const *known,
 
 
 int
-dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
+tls_dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
     const char *nexthop, char *err, size_t errsz)
 {
     char        base[DNS_NAME_MAX];
@@ -411,23 +412,23 @@ dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
         snprintf(err, errsz, "no TLSA records");
         return -1;
     }
-    if (dane_base_domain(tlsa->name, base, sizeof(base)) != 0)
+    if (tls_dane_base_domain(tlsa->name, base, sizeof(base)) != 0)
         util_strlcpy(base, mxname != NULL ? mxname : "", sizeof(base));
     /* the base domain is the first reference name, and the SNI (RFC 7672
      * 8.1: it differs from the MX host name when that is a CNAME) */
     if (base[0] != '\0' && SSL_set_tlsext_host_name(ssl, base) != 1) {
-        dane_ssl_err("SNI", err, errsz);
+        tls_dane_ssl_err("SNI", err, errsz);
         return -1;
     }
     if (SSL_dane_enable(ssl, base) <= 0) {
-        dane_ssl_err("SSL_dane_enable", err, errsz);
+        tls_dane_ssl_err("SSL_dane_enable", err, errsz);
         return -1;
     }
     known[0] = base;
     known[1] = mxname;
-    if (dane_add_name(ssl, mxname, known, 1) != 0 ||
-        dane_add_name(ssl, nexthop, known, 2) != 0) {
-        dane_ssl_err("SSL_add1_host", err, errsz);
+    if (tls_dane_add_name(ssl, mxname, known, 1) != 0 ||
+        tls_dane_add_name(ssl, nexthop, known, 2) != 0) {
+        tls_dane_ssl_err("SSL_add1_host", err, errsz);
         return -1;
     }
     SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
@@ -437,12 +438,12 @@ dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
         struct dns_tlsa t;
         int             rc;
 
-        if (dns_tlsa_parse(&tlsa->rr[i], &t) != 0 || !dane_usable(&t))
+        if (dns_tlsa_parse(&tlsa->rr[i], &t) != 0 || !tls_dane_usable(&t))
             continue;
         rc = SSL_dane_tlsa_add(ssl, t.usage, t.selector, t.mtype,
             t.data, t.len);
         if (rc < 0) {
-            dane_ssl_err("SSL_dane_tlsa_add", err, errsz);
+            tls_dane_ssl_err("SSL_dane_tlsa_add", err, errsz);
             return -1;
         }
         if (rc > 0)
@@ -461,7 +462,7 @@ dane_ssl_prepare(SSL *ssl, const struct dns_rrset *tlsa, const char *mxname,
 
 
 int
-dane_ssl_verdict(SSL *ssl, char *failure, size_t fsz, char *detail,
+tls_dane_ssl_verdict(SSL *ssl, char *failure, size_t fsz, char *detail,
     size_t dsz)
 {
     long        vr = SSL_get_verify_result(ssl);

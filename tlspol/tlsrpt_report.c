@@ -1,5 +1,5 @@
 /*
- * tlsrpt_report.c - the TLS-RPT report: the rua= of _smtp._tls TXT, the
+ * tls_rpt_report.c - the TLS-RPT report: the rua= of _smtp._tls TXT, the
  * JSON of RFC 8460 section 4, gzip, and the mail of section 5.3.
  *
  * PURPOSE   Turn one policy domain's day of counters into the message a
@@ -7,9 +7,9 @@
  * CONTRACT  Pure (buffers in, buffers out; zlib for gzip).  Text from the
  *           network (policy strings, MX names) is JSON-escaped; invalid
  *           UTF-8 becomes U+FFFD.  Header fields carry only names checked
- *           to be LDH domains and addresses checked by tlsrpt_rua_parse().
+ *           to be LDH domains and addresses checked by tls_rpt_rua_parse().
  *           https: reporting URIs are left out (counted, not used).
- * FAILURE   tlsrpt_rua_parse() says why a record is unusable; the gzip
+ * FAILURE   tls_rpt_rua_parse() says why a record is unusable; the gzip
  *           steps fail only when zlib does.
  */
 #include <ctype.h>
@@ -25,8 +25,7 @@
 
 #include "common/buf.h"
 #include "common/util.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 /* ---- rua= ------------------------------------------------------------- */
 
@@ -114,7 +113,7 @@ tlsrpt_rua_uris(const char *v, const char *end, char rua[][256], size_t *n,
         while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
             e--;
         if ((size_t)(e - p) > 7 && strncasecmp(p, "mailto:", 7) == 0) {
-            if (*n < TLSRPT_RUA_MAX &&
+            if (*n < TLS_RPT_RUA_MAX &&
                 tlsrpt_mailto(p, (size_t)(e - p), rua[*n], 256) == 0)
                 (*n)++;
         } else if ((size_t)(e - p) > 8 && strncasecmp(p, "https://", 8) == 0) {
@@ -130,7 +129,7 @@ tlsrpt_rua_uris(const char *v, const char *end, char rua[][256], size_t *n,
 
 
 int
-tlsrpt_rua_parse(const char *const *txt, size_t ntxt, char rua[][256],
+tls_rpt_rua_parse(const char *const *txt, size_t ntxt, char rua[][256],
     size_t *n, size_t *nhttps, char *err, size_t errsz)
 {
     const char *rec = NULL, *p, *end, *f, *fe, *eq;
@@ -267,7 +266,7 @@ tlsrpt_json_policy(const struct tlsrpt_pol *p, struct buf *out)
     int first = 1;
 
     buf_printf(out, "{\"policy\":{\"policy-type\":\"%s\",\"policy-string\":[",
-        tlsrpt_type_name(p->type));
+        tls_rpt_type_name(p->type));
     for (size_t i = 0; i < p->nstrings; i++) {
         if (i > 0)
             buf_append(out, ",", 1);
@@ -275,7 +274,7 @@ tlsrpt_json_policy(const struct tlsrpt_pol *p, struct buf *out)
     }
     buf_printf(out, "],\"policy-domain\":");
     tlsrpt_jstr(out, p->domain);
-    if (p->type == TLSRPT_STS) {
+    if (p->type == TLS_RPT_STS) {
         /* RFC 8460 4.4: mx-host, the "mx" patterns of the STS policy */
         buf_printf(out, ",\"mx-host\":[");
         for (size_t i = 0; i < p->nstrings; i++) {
@@ -324,8 +323,25 @@ tlsrpt_json_policy(const struct tlsrpt_pol *p, struct buf *out)
 }
 
 
+int
+tls_rpt_tab_domain(const struct tls_rpt_tab *t, char *out, size_t outsz)
+{
+    size_t              k, i;
+    struct tlsrpt_pol **v = tlsrpt_tab_sorted(t, &k);
+    int                 rc = k > 0 ? 0 : -1;
+
+    for (i = 1; i < k; i++)
+        if (strcmp(v[i]->domain, v[0]->domain) != 0)
+            rc = -1;
+    if (rc == 0)
+        util_strlcpy(out, v[0]->domain, outsz);
+    free(v);
+    return rc;
+}
+
+
 void
-tlsrpt_json(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
+tls_rpt_json(const struct tls_rpt_tab *t, const struct tls_rpt_info *in,
     struct buf *out)
 {
     char                s[32], e[32];
@@ -356,7 +372,7 @@ tlsrpt_json(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
 /* ---- gzip, base64, the mail ------------------------------------------ */
 
 int
-tlsrpt_gzip(const void *p, size_t n, struct buf *out)
+tls_rpt_gzip(const void *p, size_t n, struct buf *out)
 {
     z_stream z;
     int      rc;
@@ -407,7 +423,7 @@ tlsrpt_date(uint64_t ms, char *out, size_t outsz)
 
 
 int
-tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
+tls_rpt_mail(const struct tls_rpt_tab *t, const struct tls_rpt_info *in,
     struct buf *out)
 {
     struct buf json, gz;
@@ -416,8 +432,8 @@ tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
 
     buf_init(&json);
     buf_init(&gz);
-    tlsrpt_json(t, in, &json);
-    rc = tlsrpt_gzip(buf_head(&json), buf_avail(&json), &gz);
+    tls_rpt_json(t, in, &json);
+    rc = tls_rpt_gzip(buf_head(&json), buf_avail(&json), &gz);
     if (rc < 0)
         goto done;
     tlsrpt_date(in->now_ms, date, sizeof(date));

@@ -1,6 +1,6 @@
 /*
  * reqtls.c - REQUIRETLS (RFC 8689) at delivery: the decisions of
- * reqtls.h.  Pure: no I/O, no logging.
+ * tlspol.h.  Pure: no I/O, no logging.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -8,20 +8,20 @@
 
 #include "smtp/smtp.h"
 #include "spool/spool.h"
-#include "delivery/reqtls.h"
+#include "tlspol/tlspol.h"
 
 
-enum reqtls_mode
-reqtls_mode(const struct spool_env *env)
+enum tls_reqtls_mode
+tls_reqtls_mode(const struct spool_env *env)
 {
     if (env->requiretls)
-        return REQTLS_REQUIRE;
-    return env->tls_optional ? REQTLS_OPTIONAL : REQTLS_NONE;
+        return TLS_REQTLS_REQUIRE;
+    return env->tls_optional ? TLS_REQTLS_OPTIONAL : TLS_REQTLS_NONE;
 }
 
 
 void
-reqtls_raise(struct tls_req *r)
+tls_reqtls_raise(struct tls_req *r)
 {
     if (r->tlsa != NULL) {
         r->level = TLS_DANE_ONLY;       /* the records must match */
@@ -38,7 +38,7 @@ reqtls_raise(struct tls_req *r)
 
 
 int
-reqtls_hop(struct tls_req *r, int mx, int mx_secure, const char *host,
+tls_reqtls_hop(struct tls_req *r, int mx, int mx_secure, const char *host,
     char *why, size_t whysz)
 {
     /* RFC 8689 4.2.1 step 2: the MX answer must be DNSSEC-validated or
@@ -51,13 +51,13 @@ reqtls_hop(struct tls_req *r, int mx, int mx_secure, const char *host,
             "policy", host);
         return -1;
     }
-    reqtls_raise(r);
+    tls_reqtls_raise(r);
     return 0;
 }
 
 
 void
-reqtls_optional(struct tls_req *r)
+tls_reqtls_optional(struct tls_req *r)
 {
     if (r->level == TLS_DANE)           /* DANE on the domain's word only */
         r->level = TLS_MAY;
@@ -67,7 +67,7 @@ reqtls_optional(struct tls_req *r)
 
 
 int
-reqtls_session(const struct tls_outcome *o, unsigned caps, int null_sender,
+tls_reqtls_session(const struct tls_outcome *o, unsigned caps, int null_sender,
     const char *host, char *why, size_t whysz)
 {
     if (!o->used || o->auth == TLS_AUTH_NONE) {
@@ -85,9 +85,9 @@ reqtls_session(const struct tls_outcome *o, unsigned caps, int null_sender,
 }
 
 
-/* reqtls_skip_code - detail without a leading "451 " and "4.7.5 ". */
+/* tls_reqtls_skip_code - detail without a leading "451 " and "4.7.5 ". */
 static const char *
-reqtls_skip_code(const char *s)
+tls_reqtls_skip_code(const char *s)
 {
     if (isdigit((unsigned char)s[0]) && isdigit((unsigned char)s[1]) &&
         isdigit((unsigned char)s[2]) && (s[3] == ' ' || s[3] == '-'))
@@ -103,16 +103,16 @@ reqtls_skip_code(const char *s)
 
 
 void
-reqtls_tls_failed(const char *host, const char *detail, char *why,
+tls_reqtls_tls_failed(const char *host, const char *detail, char *why,
     size_t whysz)
 {
     snprintf(why, whysz, "550 5.7.10 REQUIRETLS: no authenticated TLS "
-        "session with %s: %s", host, reqtls_skip_code(detail));
+        "session with %s: %s", host, tls_reqtls_skip_code(detail));
 }
 
 
 const char *
-reqtls_mail_param(const struct spool_env *env, unsigned caps)
+tls_reqtls_mail_param(const struct spool_env *env, unsigned caps)
 {
     return env->requiretls && (caps & SMTP_CAP_REQUIRETLS) ?
         " REQUIRETLS" : "";

@@ -3,7 +3,7 @@
  * context (one per worker, built before the sandbox), the per-connection
  * set-up (SNI, the name to check) and the verdict after the handshake.
  *
- * CONTRACT  See tls_policy.h.  The chain is always verified (against
+ * CONTRACT  See tlspol.h.  The chain is always verified (against
  *           tls.ca_file, or the system's bundle) but the handshake never
  *           fails on it (SSL_VERIFY_NONE): the result is read afterwards
  *           and the level decides (tls_decide_handshake()), so that may
@@ -29,8 +29,7 @@
 
 #include "common/net.h"
 #include "common/util.h"
-#include "delivery/dane.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 
 /* tls_client_err - what failed, with OpenSSL's first queued reason. */
@@ -64,7 +63,7 @@ tls_client_ctx(const struct tls_client_opts *o, char *err, size_t errsz)
         SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     net_tls_ctx_io(ctx);
-    if (dane_ctx_enable(ctx, err, errsz) != 0)   /* RFC 7672 (dane.c) */
+    if (tls_dane_ctx_enable(ctx, err, errsz) != 0)   /* RFC 7672 (dane.c) */
         goto fail;
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
         SSL_CTX_set1_groups_list(ctx, NET_TLS_GROUPS) != 1) {
@@ -91,7 +90,7 @@ fail:
 }
 
 
-/* tls_client_dane - the peer is checked against TLSA records (dane.h). */
+/* tls_client_dane - the peer is checked against TLSA records (tlspol.h). */
 static int
 tls_client_dane(const struct tls_req *r)
 {
@@ -140,7 +139,7 @@ tls_client_prepare(struct ssl_st *ssl, const struct tls_req *r, char *err,
         return -1;
     }
     if (tls_client_dane(r))         /* names and records: RFC 7672 3.2 */
-        return dane_ssl_prepare(ssl, r->tlsa, host, r->policy_domain, err,
+        return tls_dane_ssl_prepare(ssl, r->tlsa, host, r->policy_domain, err,
             errsz);
     /* RFC 6125 6.4.3: a wildcard only as the whole left-most label */
     X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
@@ -194,7 +193,7 @@ tls_client_verdict(struct ssl_st *ssl, const struct tls_req *r,
     if (tls_client_dane(r)) {
         char detail[256];
 
-        if (dane_ssl_verdict(ssl, o->failure, sizeof(o->failure), detail,
+        if (tls_dane_ssl_verdict(ssl, o->failure, sizeof(o->failure), detail,
             sizeof(detail)) != 0)
             return -1;
         o->auth = TLS_AUTH_DANE;

@@ -1,17 +1,17 @@
 /*
- * tls_cache.c - the outbound TLS session cache of one worker (issue 20):
+ * tls_cache.c - the outbound TLS session cache of one worker:
  * the last SSL_SESSION per "destination|host[ip]:port|level", so the
  * next connection to the same host resumes instead of doing a full
  * handshake.
  *
- * CONTRACT  See tls_policy.h.  At most max entries; a put into a full
+ * CONTRACT  See tlspol.h.  At most max entries; a put into a full
  *           cache replaces the least recently used one; an entry older
  *           than ttl_s, or whose session OpenSSL says cannot be resumed,
  *           is dropped when looked up.  The level is part of the key: a
  *           session made under may (nothing verified) is never offered
  *           for a verify connection, whose check a resumption would skip.
  * COST      A linear scan: a lookup happens once per new TLS connection,
- *           next to a handshake that costs a thousand times more.
+ *           next to a handshake that costs far more.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@
 #include <openssl/ssl.h>
 
 #include "common/util.h"
-#include "delivery/tls_policy.h"
+#include "tlspol/tlspol.h"
 
 #define TLS_CACHE_KEY_MAX 768
 

@@ -1,10 +1,10 @@
 /*
- * tlsrpt_outcome.c - the TLS client's outcome (tls_policy.h) as a TLS-RPT
- * event (tlsrpt.h): which policy applied and its strings.
+ * tls_rpt_outcome.c - the TLS client's outcome (tlspol.h) as a TLS-RPT
+ * event (tlspol.h): which policy applied and its strings.
  *
  * PURPOSE   One call per connection attempt's TLS outcome from
- *           mta_session.c, so that the TLS code needs to know nothing of
- *           TLS-RPT's types.
+ *           delivery/mta_tls.c, so that the TLS code needs to know
+ *           nothing of TLS-RPT's types.
  * CONTRACT  The policy is "tlsa" when the host had usable TLSA records
  *           (their presentation form, "3 1 1 <hex>", are the policy
  *           strings), "sts" under an MTA-STS policy (enforce or testing;
@@ -18,9 +18,7 @@
 #include <string.h>
 
 #include "dns/dns.h"
-#include "delivery/tls_policy.h"
-#include "delivery/tlsrpt.h"
-#include "delivery/tlsrpt_int.h"
+#include "tlspol/tlspol_int.h"
 
 /* tlsrpt_tlsa_string - one TLSA record as "usage selector mtype hex". */
 static void
@@ -45,14 +43,14 @@ tlsrpt_tlsa_string(const struct dns_rr *rr, char *out, size_t outsz)
 
 
 void
-tlsrpt_outcome(const struct tls_req *r, const char *failure, const char *ip,
+tls_rpt_outcome(const struct tls_req *r, const char *failure, const char *ip,
     const char *reason)
 {
-    static char          s[TLSRPT_MAX_STRINGS][TLSRPT_MAX_STRING];
-    const char          *sv[TLSRPT_MAX_STRINGS];
-    struct tlsrpt_event  ev;
+    static char          s[TLS_RPT_MAX_STRINGS][TLS_RPT_MAX_STRING];
+    const char          *sv[TLS_RPT_MAX_STRINGS];
+    struct tls_rpt_event  ev;
 
-    if (!tlsrpt_enabled() || r->policy_domain[0] == '\0')
+    if (!tls_rpt_enabled() || r->policy_domain[0] == '\0')
         return;
     memset(&ev, 0, sizeof(ev));
     ev.domain = r->policy_domain;
@@ -61,17 +59,17 @@ tlsrpt_outcome(const struct tls_req *r, const char *failure, const char *ip,
     ev.ip = ip;
     ev.reason = failure != NULL && failure[0] != '\0' ? reason : NULL;
     if (r->tlsa != NULL && r->tlsa->n > 0) {
-        ev.type = TLSRPT_TLSA;
-        for (size_t i = 0; i < r->tlsa->n && i < TLSRPT_MAX_STRINGS; i++) {
+        ev.type = TLS_RPT_TLSA;
+        for (size_t i = 0; i < r->tlsa->n && i < TLS_RPT_MAX_STRINGS; i++) {
             tlsrpt_tlsa_string(&r->tlsa->rr[i], s[i], sizeof(s[i]));
             sv[i] = s[i];
             ev.nstrings++;
         }
         ev.strings = sv;
     } else if (r->sts_enforce || r->sts_testing) {
-        ev.type = TLSRPT_STS;
+        ev.type = TLS_RPT_STS;
     } else {
-        ev.type = TLSRPT_NOPOLICY;
+        ev.type = TLS_RPT_NOPOLICY;
     }
-    tlsrpt_record(&ev);
+    tls_rpt_record(&ev);
 }

@@ -1,0 +1,401 @@
+/*
+ * mta_txn.c - one transaction on a ready connection of the outbound
+ * client: the checks before any command (the envelope's bytes, SMTPUTF8,
+ * BINARYMIME), MAIL/RCPT with their ESMTP parameters, pipelined with
+ * DATA or BDAT when offered, and the replies to them: each recipient's
+ * verdict, the next command, the hand-back.  The phases and their
+ * dispatch are mta_session.c; the content goes out in mta_body.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/ev.h"
+#include "common/util.h"
+#include "smtp/smtp.h"
+#include "spool/spool.h"
+#include "delivery/mta.h"
+#include "tlspol/tlspol.h"
+
+/* mta_need_utf8 - does the envelope need SMTPUTF8 at the next hop? */
+static int
+mta_need_utf8(const struct mta_txn *t)
+{
+    return t->env->smtputf8 != 0;
+}
+
+
+/* mta_reject_all - a verdict for the whole txn before any command. */
+static void
+mta_reject_all(struct mta_conn *c, struct mta_txn *t, const char *why)
+{
+    size_t i;
+
+    for (i = 0; i < t->nrcpt; i++)
+        mta_set(t, i, MTA_BOUNCE, why, c->name);
+    mta_post(c->r, t);
+}
+
+
+/* mta_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
+static void
+mta_rcpt_cmd(struct mta_conn *c, size_t k)
+{
+    const struct spool_rcpt *rc = &c->txn->env->rcpt[c->txn->rcpt[k]];
+    char                     notify[64] = "";
+    char                     orcpt[8 + 3 * SMTP_ORCPT_MAX] = "";
+
+    if (c->caps & SMTP_CAP_DSN) {
+        if (rc->notify & SMTP_NOTIFY_NEVER) {
+            util_strlcpy(notify, " NOTIFY=NEVER", sizeof(notify));
+        } else if (rc->notify) {
+            snprintf(notify, sizeof(notify), " NOTIFY=%s%s%s%s%s",
+                rc->notify & SMTP_NOTIFY_SUCCESS ? "SUCCESS" : "",
+                (rc->notify & SMTP_NOTIFY_SUCCESS) &&
+                (rc->notify & (SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY)) ?
+                "," : "",
+                rc->notify & SMTP_NOTIFY_FAILURE ? "FAILURE" : "",
+                (rc->notify & SMTP_NOTIFY_FAILURE) &&
+                (rc->notify & SMTP_NOTIFY_DELAY) ? "," : "",
+                rc->notify & SMTP_NOTIFY_DELAY ? "DELAY" : "");
+        }
+        if (rc->orcpt != NULL) {
+            memcpy(orcpt, " ORCPT=", 7);
+            if (smtp_xtext_encode(rc->orcpt, orcpt + 7,
+                sizeof(orcpt) - 7) < 0)
+                orcpt[0] = '\0';   /* cannot be: ORCPT is capped at parse */
+        }
+    }
+    mta_cmd(c, "RCPT TO:<%s>%s%s", rc->addr, notify, orcpt);
+}
+
+
+/* mta_has_ctl - a control byte in s?  The SMTP parser never lets one into
+ * an address, but the spool keeps any byte, and a damaged or edited queue
+ * file must not turn an address into a second command line. */
+static int
+mta_has_ctl(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+
+/* mta_envelope_clean - no control byte in the sender or t's recipients,
+ * which MAIL FROM:<> and RCPT TO:<> carry as they are. */
+static int
+mta_envelope_clean(const struct mta_txn *t)
+{
+    size_t i;
+
+    if (mta_has_ctl(t->env->sender))
+        return 0;
+    for (i = 0; i < t->nrcpt; i++)
+        if (mta_has_ctl(t->env->rcpt[t->rcpt[i]].addr))
+            return 0;
+    return 1;
+}
+
+
+/* mta_precheck - can t go to this peer at all?  Returns 0, or -1 when t
+ * was finished (bounced) without a command; c stays usable. */
+int
+mta_precheck(struct mta_conn *c, struct mta_txn *t)
+{
+    const struct spool_env *env = t->env;
+    char                    why[SMTP_REPLY_MAX];
+
+    if (!mta_envelope_clean(t)) {
+        mta_reject_all(c, t, "554 5.1.3 a control character in the "
+            "envelope's addresses (a damaged queue file); not sent");
+        return -1;
+    }
+    if (mta_need_utf8(t) && !(c->caps & SMTP_CAP_SMTPUTF8)) {
+        snprintf(why, sizeof(why), "553 5.6.7 SMTPUTF8 is required, but "
+            "was not offered by host %s", c->name);
+        mta_reject_all(c, t, why);
+        return -1;
+    }
+    if (env->body == SMTP_BODY_BINARYMIME &&
+        (c->caps & (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) !=
+        (SMTP_CAP_CHUNKING | SMTP_CAP_BINARYMIME)) {
+        snprintf(why, sizeof(why), "554 5.6.3 binary content requires "
+            "BINARYMIME, but it was not offered by host %s", c->name);
+        mta_reject_all(c, t, why);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* mta_begin - queue the commands of t on c (session ready, prechecked),
+ * behind an RSET when rset is set (a reused connection with PIPELINING). */
+void
+mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
+{
+    const struct spool_env *env = t->env;
+    char                    size[40] = "", body[24] = "";
+    size_t                  k;
+
+    c->tx.rset_pending = rset;
+    if (rset)
+        mta_cmd(c, "RSET");
+    if (t->nrcpt > c->rst_cap) {
+        free(c->rst);
+        c->rst = xcalloc(t->nrcpt, 1);
+        c->rst_cap = t->nrcpt;
+    }
+    memset(c->rst, R_PENDING, t->nrcpt);
+    c->txn = t;
+    t->accepted = 0;
+    c->tx.nreply = 0;
+    c->tx.nsent = 0;
+    c->tx.mail_failed = 0;
+    c->tx.empty_data = 0;
+    c->tx.pipelining = (c->caps & SMTP_CAP_PIPELINING) != 0;
+    c->tx.bdat = (c->caps & SMTP_CAP_CHUNKING) != 0;
+    if (c->caps & SMTP_CAP_SIZE)
+        snprintf(size, sizeof(size), " SIZE=%llu",
+            (unsigned long long)env->body_size);
+    if (env->body == SMTP_BODY_BINARYMIME)
+        util_strlcpy(body, " BODY=BINARYMIME", sizeof(body));
+    else if (env->body == SMTP_BODY_8BITMIME &&
+        (c->caps & SMTP_CAP_8BITMIME))
+        util_strlcpy(body, " BODY=8BITMIME", sizeof(body));
+    {
+        char extra[16 + 3 * SMTP_ENVID_MAX] = "";
+
+        if (c->caps & SMTP_CAP_DSN) {
+            if (env->ret != SMTP_RET_NONE)
+                snprintf(extra, sizeof(extra), " RET=%s",
+                    env->ret == SMTP_RET_FULL ? "FULL" : "HDRS");
+            if (env->envid != NULL) {
+                size_t o = strlen(extra);
+
+                o += (size_t)snprintf(extra + o, sizeof(extra) - o,
+                    " ENVID=");
+                if (smtp_xtext_encode(env->envid, extra + o,
+                    sizeof(extra) - o) < 0)
+                    extra[o - 7] = '\0';   /* ENVID is capped at parse */
+            }
+        }
+        mta_cmd(c, "MAIL FROM:<%s>%s%s%s%s%s", env->sender, size, body,
+            mta_need_utf8(t) ? " SMTPUTF8" : "", extra,
+            tls_reqtls_mail_param(env, c->caps));
+    }
+    c->tx.nsent = 1;
+    c->tx.piped = 0;
+    if (c->tx.pipelining) {
+        for (k = 0; k < t->nrcpt; k++)
+            mta_rcpt_cmd(c, k);
+        c->tx.nsent += t->nrcpt;
+        if (!c->tx.bdat) {
+            mta_cmd(c, "DATA");
+            c->tx.nsent++;
+        } else if (env->body_size <= MTA_PIPE_BODY_MAX) {
+            /* RFC 3030 4.2 (BDAT may be pipelined): the body follows at
+             * once; the replies come in order (mta_piped_reply), a
+             * refused RCPT or MAIL makes the peer refuse the BDAT and
+             * drop its bytes, and the BDAT reply counts only for the
+             * recipients it accepted */
+            c->tx.piped = 1;
+            c->tx.nsent++;
+        }
+    }
+    if (rset)                   /* the first reply due is the RSET's */
+        mta_enter_for(c, C_TXN, c->r->t.helo_ms);
+    else
+        mta_enter(c, C_TXN);
+    if (c->tx.piped)
+        mta_body_start(c);
+}
+
+
+/* mta_idle - the transaction is over and every reply is in: hand the
+ * txn back and reuse c.  Returns 1 when c was closed. */
+int
+mta_idle(struct mta_conn *c)
+{
+    struct mta_txn *t = c->txn;
+
+    c->txn = NULL;
+    c->reused = 1;
+    if (t != NULL)
+        mta_post(c->r, t);
+    return mta_conn_next(c);
+}
+
+
+/* mta_final - apply a final reply to every accepted recipient. */
+void
+mta_final(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    struct mta_txn *t = c->txn;
+    size_t            i;
+
+    for (i = 0; i < t->nrcpt; i++) {
+        if (c->rst[i] == R_ACCEPTED) {
+            mta_set(t, i, mta_status_of(rp->code), rp->text, c->name);
+            c->rst[i] = R_FINAL;
+        }
+    }
+}
+
+
+/* mta_t_reply - the limit for reply k of a transaction: 0 MAIL, 1..nrcpt
+ * RCPT, then DATA. */
+static uint64_t
+mta_t_reply(const struct mta_conn *c, size_t k)
+{
+    if (k == 0)
+        return c->r->t.mail_ms;
+    return k <= c->txn->nrcpt ? c->r->t.rcpt_ms : c->r->t.data_ms;
+}
+
+
+/* mta_env_reply - reply k of a transaction, to MAIL (k 0) or to RCPT
+ * k-1: note its verdict. */
+static void
+mta_env_reply(struct mta_conn *c, const struct smtp_reply *rp, size_t k)
+{
+    struct mta_txn *t = c->txn;
+    size_t            i;
+
+    if (k == 0) {                           /* MAIL */
+        if (rp->code / 100 != 2) {
+            c->tx.mail_failed = 1;
+            for (i = 0; i < t->nrcpt; i++) {
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    } else if (k <= t->nrcpt) {             /* RCPT k-1 */
+        i = k - 1;
+        if (!c->tx.mail_failed) {
+            if (rp->code / 100 == 2) {
+                c->rst[i] = R_ACCEPTED;
+                t->accepted++;
+            } else {
+                mta_set(t, i, mta_status_of(rp->code), rp->text,
+                    c->name);
+                c->rst[i] = R_FINAL;
+            }
+        }
+    }
+}
+
+
+/* mta_piped_rset - the reply to an RSET pipelined ahead of MAIL (a
+ * reused connection).  Returns 1 when c was closed: a refused RSET (or
+ * none, mta_lost) starts the transaction over on a fresh connection. */
+static int
+mta_piped_rset(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    char why[1024];
+
+    c->tx.rset_pending = 0;
+    if (rp->code / 100 == 2)
+        return 0;
+    snprintf(why, sizeof(why), "host %s said: %s (in reply to RSET)",
+        c->name, rp->text);
+    c->tx.rset_pending = 1;                /* restart like a dead conn */
+    mta_lost(c, why);
+    return 1;
+}
+
+
+/* mta_piped_reply - a reply to RSET, MAIL or RCPT of a transaction whose
+ * BDAT went behind them (c->tx.piped): it comes while the body is still
+ * being written (C_BODY) or after (C_DOT).  Only the verdict is noted;
+ * the timer and the writing go on.  The BDAT's own reply, last, is the
+ * end-of-data reply (C_DOT in mta_reply).  Returns 1 when c was closed. */
+int
+mta_piped_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    if (c->tx.rset_pending)
+        return mta_piped_rset(c, rp);
+    mta_env_reply(c, rp, c->tx.nreply++);
+    return 0;
+}
+
+
+/* mta_txn_reply - one reply within RSET (pipelined ahead), MAIL, RCPT,
+ * DATA.  Returns 1 when c was closed. */
+int
+mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
+{
+    struct mta_txn *t = c->txn;
+    size_t            k;
+
+    if (c->tx.rset_pending)
+        return mta_piped_rset(c, rp);
+    k = c->tx.nreply++;
+
+    if (k <= t->nrcpt) {                    /* MAIL, RCPT */
+        mta_env_reply(c, rp, k);
+    } else {                                /* DATA */
+        if (rp->code == 354) {
+            if (t->accepted > 0) {
+                mta_body_start(c);
+                if (mta_body_write(c) < 0) {
+                    mta_lost(c, c->lasterr);
+                    return 1;
+                }
+                return 0;
+            }
+            /* nobody to send to, but the peer wants data: end it empty */
+            buf_append(&c->out, ".\r\n", 3);
+            c->expect++;
+            c->tx.empty_data = 1;
+            mta_enter(c, C_DOT);
+            return mta_push(c);
+        }
+        if (rp->code / 100 == 2 || rp->code / 100 == 3) {
+            /* a success that is not 354: no content went out, so it
+             * cannot be a delivery; the replies are out of step with the
+             * commands (a surplus reply earlier) or the hop is broken:
+             * defer, and drop the connection */
+            char why[1024];
+
+            snprintf(why, sizeof(why), "protocol error: host %s said: %s "
+                "(in reply to DATA)", c->name, rp->text);
+            mta_lost(c, why);
+            return 1;
+        }
+        mta_final(c, rp);
+    }
+    if (c->expect > 0) {
+        mta_arm(c, mta_t_reply(c, k + 1));
+        return 0;
+    }
+    /* every reply to what was sent is in: send the next step */
+    if (c->tx.mail_failed)
+        return mta_idle(c);
+    if (c->tx.nsent <= t->nrcpt) {             /* not pipelining: next RCPT */
+        mta_rcpt_cmd(c, c->tx.nsent - 1);
+        c->tx.nsent++;
+    } else if (c->tx.nsent == t->nrcpt + 1 && t->accepted > 0) {
+        c->tx.nsent++;
+        if (c->tx.bdat) {
+            mta_body_start(c);
+            if (mta_body_write(c) < 0) {
+                mta_lost(c, c->lasterr);
+                return 1;
+            }
+            return 0;
+        }
+        mta_cmd(c, "DATA");
+    } else {
+        return mta_idle(c);               /* done, or nobody accepted */
+    }
+    mta_arm(c, mta_t_reply(c, c->tx.nreply));
+    if (mta_flush(c) < 0) {
+        mta_lost(c, c->lasterr);
+        return 1;
+    }
+    return 0;
+}
