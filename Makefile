@@ -96,6 +96,7 @@ umod_tlsblast := common
 .SECONDARY:
 .PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean layering size deb
 all: $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
+	@:
 
 # Installs what a fresh Debian 12 lacks (nothing when all is there).
 # make run and make test call it, then build in a new make, which reads
@@ -229,17 +230,35 @@ $(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
 fuzz: $(FUZZ_BIN)
 	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
 
+# make run: mtad in the foreground on var/run.yaml, which is CONFIG with
+# two keys set (mk/runconf.sh), so that neither needs an edit of the
+# tracked relay.yaml and checkouts on one machine do not meet:
+#   CONFIG=FILE  the configuration (default relay.yaml; e.g. an untracked
+#                copy of it: var/ and *.local.yaml are ignored by git);
+#   PORT=N       server.listen becomes ["127.0.0.1:N"] (default: CONFIG's);
+#   SPOOL=DIR    spool.dir (default /dev/shm/mtad-<checkout>/spool, one per
+#                checkout, on the RAM disk).  mtad creates its missing
+#                parents root's and 0755: as root it refuses a spool whose
+#                parent the workers' user could change (docs/SECURITY.md).
+# mtactl reaches it with: build/mtactl -c var/run.yaml ...
 # As root, workers run as the system user mtad (created here if missing),
 # so the Maildir under var/ must be theirs; var/ itself (pid file, control
-# socket, routes) stays root's: mtad refuses them in a directory the
-# workers could change.
-run: all
+# socket, routes, run.yaml) stays root's: mtad refuses them in a directory
+# the workers could change.
+CONFIG = relay.yaml
+PORT   =
+SPOOL  = /dev/shm/mtad-$(shell printf '%s' '$(CURDIR)' | cksum | cut -d' ' -f1)/spool
+run: deps
+	@$(MAKE) --no-print-directory all
 	@mkdir -p var/Maildir
 	@if [ "$$(id -u)" = 0 ]; then \
 	    id mtad >/dev/null 2>&1 || { echo "run: creating system user mtad"; \
 	        useradd --system --no-create-home --shell /usr/sbin/nologin mtad; }; \
 	    chown root:root var && chmod 0755 var && chown mtad:mtad var/Maildir; fi
-	$(BUILD)/mtad -f -c relay.yaml
+	@sh mk/runconf.sh '$(CONFIG)' '$(SPOOL)' '$(PORT)' > var/run.yaml.new && \
+	    mv var/run.yaml.new var/run.yaml
+	@echo "run: var/run.yaml: $(CONFIG) with spool.dir $(SPOOL)$(if $(PORT), and listen 127.0.0.1:$(PORT))"
+	$(BUILD)/mtad -f -c var/run.yaml
 
 bench: all
 	@sh bench/run.sh

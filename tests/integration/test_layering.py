@@ -6,12 +6,11 @@ forbidden include, a forbidden call or a file over 1,000 lines: planted in
 a small tree of its own, or in a copy of the real one (never in the real
 tree)."""
 import os
-import shutil
 import subprocess
 
 import pytest
 
-from mtadtest import BUILD, ROOT
+from mtadtest import BUILD, ROOT, make_in, tree_copy
 
 SCRIPT = os.path.join(ROOT, "tests", "layering.sh")
 SIZE = os.path.join(ROOT, "tests", "size.sh")
@@ -47,46 +46,17 @@ def lines(n):
 
 
 def make(root, target, *opts):
-    """make TARGET in ROOT, with BUILD's directory name, as a fresh make
-    (not a sub-make of the `make test` running this suite)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
-    return subprocess.run(["make", "-s", "--no-print-directory", *opts,
-                           target, "BUILD=" + os.path.basename(BUILD)],
-                          cwd=root, env=env, capture_output=True, text=True,
-                          timeout=240)
+    return make_in(root, *opts, target)
 
 
 @pytest.fixture
 def copy(tmp_path):
-    """A copy of the real tree: its sources, and BUILD's objects and
-    libraries with their times, so that make rebuilds only what a test
-    plants."""
-    dst = str(tmp_path / "tree")
-    top = ("build", "build-asan", "build-fuzz", ".git", "var", os.path.basename(BUILD))
-
-    def sources(d, names):
-        return [n for n in names if n == "__pycache__" or
-                (os.path.samefile(d, ROOT) and n in top)]
-
-    def objects(d, names):
-        return [n for n in names if not os.path.isdir(os.path.join(d, n))
-                and not n.endswith((".o", ".d", ".a"))]
-
-    shutil.copytree(ROOT, dst, symlinks=True, ignore=sources)
-    shutil.copytree(BUILD, os.path.join(dst, os.path.basename(BUILD)),
-                    symlinks=True, ignore=objects)
-    return dst
+    return tree_copy(str(tmp_path / "tree"))
 
 
-def plant(root, path, text, where="end"):
-    p = os.path.join(root, path)
-    old = ""
-    if os.path.exists(p):
-        with open(p) as f:
-            old = f.read()
-    with open(p, "w") as f:
-        f.write(text + old if where == "start" else old + text)
+def plant(root, path, text):
+    with open(os.path.join(root, path), "a") as f:
+        f.write(text)
 
 
 # ---- the real tree --------------------------------------------------------
