@@ -286,6 +286,8 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
+	install -d $(DESTDIR)/etc/logrotate.d
+	install -m 0644 packaging/logrotate/mtad $(DESTDIR)/etc/logrotate.d/mtad
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
 	install -m 0644 packaging/systemd/mtad.sysusers $(DESTDIR)/usr/lib/sysusers.d/mtad.conf
 	install -m 0644 packaging/systemd/mtad.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/mtad.conf
@@ -295,9 +297,10 @@ install: all
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
 
 # A Debian package (build/mtad_<version>_<arch>.deb); tests/deb/test_deb.sh
-# installs it, sends a message through it and purges it.
+# installs it, sends a message through it and purges it.  build.sh runs
+# make install: "+" hands it this make's jobs.
 deb: all
-	@sh packaging/deb/build.sh $(BUILD)
+	+@sh packaging/deb/build.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-fuzz
