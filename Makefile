@@ -1,9 +1,16 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
-# Targets: all (mtad, mtactl), deps, run, test, unit, integration, asan,
-#          bench, fuzz, install, deb, clean.
+# Targets: all (the default: mtad, mtactl, mtad-sendmail, the bench tools),
+#          deps, run, test, unit, integration, layering, size, asan, bench,
+#          fuzz, install, deb, clean.
+# Only `make deps` installs packages (packaging/deps.sh holds the list);
+# `make run` and `make test` call it first, a compile never does.
+.DEFAULT_GOAL := all
 
-# Every core builds, unless the command line says -jN (which wins).
+# Every core builds, unless the command line says -jN (which wins); a
+# sub-make (make test, make run, make asan) shares its parent's jobs.
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
 
 PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
 PREFIX   ?= /usr/local
@@ -23,27 +30,10 @@ LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LDFLAGS  += $(SAN)
 CRIT_LIBS = $(shell pkg-config --libs criterion 2>/dev/null)
 
-# One static library per module; dependencies point down (see
-# docs/ARCHITECTURE.md and tests/layering.sh, which `make layering` runs):
-#   common <- smtp, dns, sts, proxy, dkim <- router, spool <- config <- tlspol <- delivery
-#   <- smtpd <- worker <- master; mtactl uses delivery and what it uses (tls
-#   check).  config uses dkim to check the DKIM keys at load.
-# MODS is the link order (a library before the ones it uses).
-MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts common
-deps_common   :=
-deps_dns      := common
-deps_sts      := common
-deps_proxy    := common
-deps_smtp     := common
-deps_router   := smtp common
-deps_spool    := smtp common
-deps_dkim     := common
-deps_config   := dkim router smtp proxy dns common
-deps_tlspol   := spool router smtp dns sts common
-deps_delivery := tlspol config dkim spool router smtp proxy dns sts common
-deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
+# One static library per module; the graph (MODS, deps_<m>, pub_<m>) is
+# mk/modules.mk, which tests/layering.sh (`make layering`) checks the tree
+# against.
+include mk/modules.mk
 # libs MODULES: the libraries for MODULES and what they use, in link order.
 libs = $(patsubst %,$(BUILD)/lib/lib%.a,$(filter $(sort $(1) \
        $(foreach m,$(1),$(deps_$(m)))),$(MODS)))
@@ -108,19 +98,18 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean check-deps layering deb
-all: check-deps $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
+.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean layering size deb
+all: $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
+	@:
 
-# Installs what a fresh Debian 12 lacks; make run / make test call it when
-# pkg-config cannot find a library.
+# Installs what a fresh Debian 12 lacks (nothing when all is there).
+# make run and make test call it, then build in a new make, which reads
+# pkg-config's flags after the install.
 deps:
 	@sh packaging/deps.sh
 
-check-deps:
-	@pkg-config --exists $(PKGS) criterion 2>/dev/null || sh packaging/deps.sh
-
 $(patsubst %,$(BUILD)/%.o,$(VERSION_USERS)): VERSION
-$(BUILD)/%.o: %.c | check-deps
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -134,21 +123,21 @@ $(BUILD)/mtad: $(BUILD)/master/main.o $(call libs,master)
 
 # mtactl's objects cannot live in $(BUILD)/mtactl/: that is the binary.
 MTACTL_OBJ := $(patsubst mtactl/%.c,$(BUILD)/obj-mtactl/%.o,$(MTACTL_SRC))
-$(BUILD)/obj-mtactl/%.o: mtactl/%.c | check-deps
+$(BUILD)/obj-mtactl/%.o: mtactl/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,delivery)
+$(BUILD)/mtactl: $(MTACTL_OBJ) $(call libs,$(deps_mtactl))
 	@if [ -d $@ ]; then rm -rf $@; fi
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# mtad-sendmail: a program using only common and config.
+# mtad-sendmail: a program using only common and config (deps_sendmail).
 SENDMAIL_OBJ := $(patsubst sendmail/%.c,$(BUILD)/obj-sendmail/%.o,$(wildcard sendmail/*.c))
-$(BUILD)/obj-sendmail/%.o: sendmail/%.c | check-deps
+$(BUILD)/obj-sendmail/%.o: sendmail/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/mtad-sendmail: $(SENDMAIL_OBJ) $(call libs,config)
+$(BUILD)/mtad-sendmail: $(SENDMAIL_OBJ) $(call libs,$(deps_sendmail))
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 .SECONDEXPANSION:
@@ -161,15 +150,22 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $$(call libs,$$(umod_$$*))
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Integration tests use the binaries in $(BUILD); unit tests come first.
-test: all layering $(UNIT_BIN)
+test: deps
+	@$(MAKE) --no-print-directory all layering size $(UNIT_BIN)
 	@sh tests/run-unit.sh $(UNIT_BIN)
 	@MTAD_BUILD=$(BUILD) sh tests/run-integration.sh
 
-# Fails when a file includes a header its module may not use.
-layering:
-	@sh tests/layering.sh .
+# Fails when a file includes a header, or an object calls a function, of
+# a module its own may not use (the graph: mk/modules.mk).
+layering: $(foreach m,$(MODS),$(BUILD)/lib/lib$(m).a) $(BUILD)/master/main.o \
+          $(MTACTL_OBJ) $(SENDMAIL_OBJ)
+	@sh tests/layering.sh . $(BUILD)
 
-unit: check-deps $(UNIT_BIN)
+# Fails when a C file outside tests/ is over 1,000 lines.
+size:
+	@sh tests/size.sh .
+
+unit: $(UNIT_BIN)
 	@sh tests/run-unit.sh $(UNIT_BIN)
 
 integration: all
@@ -226,12 +222,12 @@ fsrc = $(fsrc_$(1)) $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 fobj = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(call fsrc,$(1)))
 FUZZ_BIN     := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 
-$(FUZZ_BUILD)/obj/%.o: %.c | check-deps
+$(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
 
 define FUZZ_RULE
-$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(call fobj,$(1)) | check-deps
+$(FUZZ_BUILD)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $$(call fobj,$(1))
 	@mkdir -p $(FUZZ_BUILD)
 	$$(FUZZ_CC) $$(FUZZ_FLAGS) -fsanitize=fuzzer -o $$@ $$^ $$(LDLIBS)
 endef
@@ -240,17 +236,35 @@ $(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
 fuzz: $(FUZZ_BIN)
 	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
 
+# make run: mtad in the foreground on var/run.yaml, which is CONFIG with
+# two keys set (mk/runconf.sh), so that neither needs an edit of the
+# tracked relay.yaml and checkouts on one machine do not meet:
+#   CONFIG=FILE  the configuration (default relay.yaml; e.g. an untracked
+#                copy of it: var/ and *.local.yaml are ignored by git);
+#   PORT=N       server.listen becomes ["127.0.0.1:N"] (default: CONFIG's);
+#   SPOOL=DIR    spool.dir (default /dev/shm/mtad-<checkout>/spool, one per
+#                checkout, on the RAM disk).  mtad creates its missing
+#                parents root's and 0755: as root it refuses a spool whose
+#                parent the workers' user could change (docs/SECURITY.md).
+# mtactl reaches it with: build/mtactl -c var/run.yaml ...
 # As root, workers run as the system user mtad (created here if missing),
 # so the Maildir under var/ must be theirs; var/ itself (pid file, control
-# socket, routes) stays root's: mtad refuses them in a directory the
-# workers could change.
-run: all
+# socket, routes, run.yaml) stays root's: mtad refuses them in a directory
+# the workers could change.
+CONFIG = relay.yaml
+PORT   =
+SPOOL  = /dev/shm/mtad-$(shell printf '%s' '$(CURDIR)' | cksum | cut -d' ' -f1)/spool
+run: deps
+	@$(MAKE) --no-print-directory all
 	@mkdir -p var/Maildir
 	@if [ "$$(id -u)" = 0 ]; then \
 	    id mtad >/dev/null 2>&1 || { echo "run: creating system user mtad"; \
 	        useradd --system --no-create-home --shell /usr/sbin/nologin mtad; }; \
 	    chown root:root var && chmod 0755 var && chown mtad:mtad var/Maildir; fi
-	$(BUILD)/mtad -f -c relay.yaml
+	@sh mk/runconf.sh '$(CONFIG)' '$(SPOOL)' '$(PORT)' > var/run.yaml.new && \
+	    mv var/run.yaml.new var/run.yaml
+	@echo "run: var/run.yaml: $(CONFIG) with spool.dir $(SPOOL)$(if $(PORT), and listen 127.0.0.1:$(PORT))"
+	$(BUILD)/mtad -f -c var/run.yaml
 
 bench: all
 	@sh bench/run.sh
@@ -278,6 +292,8 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
+	install -d $(DESTDIR)/etc/logrotate.d
+	install -m 0644 packaging/logrotate/mtad $(DESTDIR)/etc/logrotate.d/mtad
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
 	install -m 0644 packaging/systemd/mtad.sysusers $(DESTDIR)/usr/lib/sysusers.d/mtad.conf
 	install -m 0644 packaging/systemd/mtad.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/mtad.conf
@@ -287,9 +303,10 @@ install: all
 	-install -m 0644 docs/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/ 2>/dev/null
 
 # A Debian package (build/mtad_<version>_<arch>.deb); tests/deb/test_deb.sh
-# installs it, sends a message through it and purges it.
+# installs it, sends a message through it and purges it.  build.sh runs
+# make install: "+" hands it this make's jobs.
 deb: all
-	@sh packaging/deb/build.sh $(BUILD)
+	+@sh packaging/deb/build.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-fuzz

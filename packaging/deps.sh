@@ -1,5 +1,7 @@
 #!/bin/sh
-# deps.sh - install what mtad needs to build, test and benchmark on Debian 12.
+# deps.sh - install what mtad needs to build, test and benchmark on Debian 12
+# (make deps; .ci/run).  The one list of the packages: the README and the
+# other scripts point here (bench/deps adds what only `make bench` needs).
 set -e
 PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
 libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev

@@ -6,6 +6,7 @@ the package purged whatever happens (try/finally).
 import grp
 import os
 import pwd
+import re
 import shutil
 import signal
 import smtplib
@@ -21,6 +22,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from sink import Sink  # noqa: E402
 
 CONF = "/etc/mtad/relay.yaml"
+EXAMPLE = "/etc/mtad/relay.yaml.example"
+LOGROTATE = "/etc/logrotate.d/mtad"
+TOP = os.path.join(HERE, "..", "..")
+WANTS = "/etc/systemd/system/multi-user.target.wants/mtad.service"
+# the commands postinst_calls() replaces by stubs
+STUBBED = ("systemctl", "deb-systemd-helper", "deb-systemd-invoke",
+           "systemd-sysusers", "systemd-tmpfiles")
 
 
 def run(*cmd, check=True):
@@ -73,8 +81,20 @@ def check_installed():
                  "/usr/share/man/man8/mtactl.8.gz",
                  "/usr/share/man/man5/relay.yaml.5.gz"):
         assert os.path.isfile(path), path
+    # the example relay.yaml(5) points to, and the logrotate snippet
+    for path, src in ((EXAMPLE, "packaging/relay.yaml.example"),
+                      (LOGROTATE, "packaging/logrotate/mtad")):
+        with open(path) as f, open(os.path.join(TOP, src)) as g:
+            assert f.read() == g.read(), path
     conff = run("dpkg-query", "-W", "-f=${Conffiles}", "mtad").stdout
-    assert CONF in conff, conff
+    for path in (CONF, EXAMPLE, LOGROTATE):
+        assert path + " " in conff, (path, conff)
+    fields = run("dpkg-query", "-W", "-f=${Maintainer}\n${Homepage}\n",
+                 "mtad").stdout.split("\n")
+    assert re.fullmatch(r"[^<>]+ <[^<>@ ]+@[^<>@ ]+\.[^<>@ .]+>", fields[0]) \
+        and "localhost" not in fields[0], fields
+    assert fields[1] == "" or (fields[1].startswith("https://") and
+                               "localhost" not in fields[1]), fields
     pw = pwd.getpwnam("mtad")               # sysusers.d made the user
     # tmpfiles.d made the dirs: root's where the master keeps its files
     # (it refuses a directory the workers could change), the workers' spool
@@ -94,6 +114,50 @@ def check_installed():
         print("test_deb: systemd-analyze absent: unit not verified")
 
 
+def postinst_calls(args, systemd, was_enabled=True):
+    """The commands of STUBBED that the installed postinst runs for ARGS,
+    with or without a running systemd: in a mount namespace of its own,
+    whose /run is an empty tmpfs (holding /run/systemd/system when
+    systemd), with stubs that log their arguments in front of PATH, so
+    that no unit of this machine is touched."""
+    with tempfile.TemporaryDirectory() as d:
+        calls = os.path.join(d, "calls")
+        for c in STUBBED:
+            with open(os.path.join(d, c), "w") as f:
+                f.write('#!/bin/sh\necho "%s $*" >> %s\n'
+                        'case "$*" in *was-enabled*) exit %d ;; esac\n'
+                        % (c, calls, 0 if was_enabled else 1))
+            os.chmod(os.path.join(d, c), 0o755)
+        run("unshare", "-m", "sh", "-c",
+            "mount --make-rprivate / && mount -t tmpfs tmpfs /run && "
+            + ("mkdir -p /run/systemd/system && " if systemd else "")
+            + 'PATH=%s:$PATH exec sh /var/lib/dpkg/info/mtad.postinst "$@"' % d,
+            "postinst", *args)
+        if not os.path.exists(calls):
+            return []
+        with open(calls) as f:
+            return f.read().splitlines()
+
+
+def check_postinst():
+    """An upgrade (configure OLD-VERSION) restarts a running mtad under
+    systemd, after the daemon-reload; a first install does not start it,
+    and without systemd nothing is restarted.  An admin's disable stays."""
+    restart = "deb-systemd-invoke try-restart mtad.service"
+    reload_ = "systemctl --system daemon-reload"
+    enable = "deb-systemd-helper enable mtad.service"
+    up = postinst_calls(["configure", "0.0.1"], systemd=True)
+    assert restart in up and up.index(reload_) < up.index(restart), up
+    first = postinst_calls(["configure", ""], systemd=True)
+    assert enable in first and reload_ in first, first
+    assert not [c for c in first if "try-restart" in c or " start" in c], first
+    bare = postinst_calls(["configure", "0.0.1"], systemd=False)
+    assert enable in bare, bare
+    assert not [c for c in bare if c.startswith(("systemctl", "deb-systemd-invoke"))], bare
+    off = postinst_calls(["configure", "0.0.1"], systemd=True, was_enabled=False)
+    assert enable not in off and restart in off, off
+
+
 def main(deb):
     port, mport = free_port(), free_port()
     sink = Sink().start()
@@ -101,6 +165,7 @@ def main(deb):
     try:
         run("dpkg", "-i", deb)
         check_installed()
+        check_postinst()
         with open(CONF) as f:
             text = f.read()
         # The packaged file, pointed at loopback ports and at the sink.
@@ -137,8 +202,9 @@ def main(deb):
             os.waitpid(pid, 0)
         sink.stop()
         run("dpkg", "--purge", "mtad", check=False)
-    for gone in ("/usr/sbin/mtad", "/usr/sbin/mtactl", CONF,
-                 "/lib/systemd/system/mtad.service", "/var/lib/mtad"):
+    for gone in ("/usr/sbin/mtad", "/usr/sbin/mtactl", CONF, EXAMPLE,
+                 LOGROTATE, WANTS, "/lib/systemd/system/mtad.service",
+                 "/var/lib/mtad", "/var/log/mtad"):
         assert not os.path.exists(gone), gone + " left after purge"
     r = run("dpkg-query", "-W", "-f=${Status}", "mtad", check=False)
     assert "installed" not in r.stdout.replace("not-installed", ""), r.stdout

@@ -2,7 +2,10 @@
 # test_deb.sh - build the .deb, install it with dpkg -i on this Debian 12
 # machine, run mtad from it with the packaged /etc/mtad/relay.yaml (pointed
 # at loopback ports), relay one message to a sink, stop mtad by its pid,
-# then purge the package and check it left nothing behind.
+# check what it ships (the example config, the logrotate snippet, its
+# conffiles, Maintainer and Homepage) and what its postinst runs on an
+# install and an upgrade (with stubs, in a mount namespace), then purge the
+# package and check it left nothing behind.
 #
 # Needs root (dpkg).  Refuses to run when an mtad package or /usr/sbin/mtad
 # is already there: it must not replace what someone installed.

@@ -1564,3 +1564,38 @@ class BioClient:
             if len(finals) >= nlines_last and got.endswith(b"\r\n"):
                 return got
             self.feed(self.wait_data())
+
+
+def tree_copy(dst, binaries=False):
+    """A copy of the real tree at dst, never the tree itself, for a test
+    that plants something in it: its sources, and BUILD's objects and
+    libraries (with the binaries too when binaries) with their times, so
+    that make there rebuilds only what the test changes."""
+    top = ("build", "build-asan", "build-fuzz", ".git", "var",
+           os.path.basename(BUILD))
+
+    def sources(d, names):
+        return [n for n in names if n == "__pycache__" or
+                (os.path.samefile(d, ROOT) and n in top)]
+
+    def objects(d, names):
+        return [n for n in names if not os.path.isdir(os.path.join(d, n))
+                and not n.endswith((".o", ".d", ".a"))]
+
+    shutil.copytree(ROOT, dst, symlinks=True, ignore=sources)
+    shutil.copytree(BUILD, os.path.join(dst, os.path.basename(BUILD)),
+                    symlinks=True, ignore=None if binaries else objects)
+    return dst
+
+
+def make_in(root, *args, timeout=240, **kw):
+    """make ARGS in root with BUILD's directory name, as a make of its own
+    (not a sub-make of the `make test` that may be running this suite)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    cmd = ["make", "-s", "--no-print-directory", *args,
+           "BUILD=" + os.path.basename(BUILD)]
+    if kw:
+        return subprocess.Popen(cmd, cwd=root, env=env, **kw)
+    return subprocess.run(cmd, cwd=root, env=env, capture_output=True,
+                          text=True, timeout=timeout)
