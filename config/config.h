@@ -219,4 +219,19 @@ struct config {
 struct config *config_load(const char *path, char *err, size_t errsz);
 void        config_free(struct config *cfg);   /* NULL ok */
 
+/* config_submit_listen - the listener local programs submit to (what
+ * mtad-sendmail connects to): the first server.listen entry on a loopback
+ * address with role mx, without implicit TLS or PROXY; NULL when none.
+ * A pointer into cfg. */
+const struct config_listen *config_submit_listen(const struct config *cfg);
+
+/* The submission hint: the master writes that listener's address,
+ * server.hostname and limits.max_message_size, one "key value" line
+ * each, to the file CONFIG_SUBMIT_NAME next to server.control_socket
+ * (mode 0644), so that mtad-sendmail, run by a user who may not read
+ * relay.yaml, finds them without it and without privileges.  The
+ * default control socket's directory makes CONFIG_SUBMIT_PATH. */
+#define CONFIG_SUBMIT_NAME  "submit"
+#define CONFIG_SUBMIT_PATH  "/run/mtad/submit"
+
 #endif /* MTAD_CONFIG_H */
