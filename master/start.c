@@ -253,6 +253,12 @@ master_start(struct master *m, struct config *cfg, int foreground)
     proctitle_set("mtad: master", "mtad: master -c %s", m->config_path);
     watchdog_init();                /* before notify_init() */
     notify_init();
+    /* what "mtad -t" checks, refused before anything is made */
+    if ((code = master_check(cfg, err, sizeof(err))) != EX_OK) {
+        fprintf(stderr, "mtad: %s\n", err);
+        config_free(cfg);
+        return code;
+    }
     m->cur = master_gen_prepare(cfg, &code, err, sizeof(err));
     if (m->cur == NULL) {
         fprintf(stderr, "mtad: %s\n", err);

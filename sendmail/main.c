@@ -236,7 +236,7 @@ sm_stuff(const char *msg, size_t len, size_t *olen)
 
 /* sm_compose - the message as submitted: a Received: line saying which
  * local user ran us (the real uid, from the kernel: the caller cannot
- * choose it, whatever -f says), then From:, Date: and Message-ID: when
+ * choose it, whatever -f says), then Date:, Message-ID: and From: when
  * the header section lacks them (as Postfix's cleanup adds them), then
  * msg, with the empty line that ends the header section put in when msg
  * has none there (a body piped in without headers, or a line that is
@@ -265,15 +265,6 @@ sm_compose(const char *msg, size_t len, const char *from,
     o += (size_t)snprintf(out + o, cap - o,
         "Received: by %s (mtad-sendmail, from userid %u);\n\t%s\n",
         hostname, (unsigned)getuid(), date);
-    if (!sm_has_header(msg, hend, "from:")) {
-        /* the null sender's From: is MAILER-DAEMON, as Postfix writes it */
-        if (fullname != NULL)
-            o += (size_t)snprintf(out + o, cap - o, "From: %s <%s%s%s>\n",
-                fullname, fa, at, ah);
-        else
-            o += (size_t)snprintf(out + o, cap - o, "From: %s%s%s\n", fa,
-                at, ah);
-    }
     if (!sm_has_header(msg, hend, "date:"))
         o += (size_t)snprintf(out + o, cap - o, "Date: %s\n", date);
     if (!sm_has_header(msg, hend, "message-id:")) {
@@ -282,6 +273,15 @@ sm_compose(const char *msg, size_t len, const char *from,
         o += (size_t)snprintf(out + o, cap - o,
             "Message-ID: <%s.%016llx@%s>\n", stamp, (unsigned long long)rnd,
             hostname);
+    }
+    if (!sm_has_header(msg, hend, "from:")) {
+        /* the null sender's From: is MAILER-DAEMON, as Postfix writes it */
+        if (fullname != NULL)
+            o += (size_t)snprintf(out + o, cap - o, "From: %s <%s%s%s>\n",
+                fullname, fa, at, ah);
+        else
+            o += (size_t)snprintf(out + o, cap - o, "From: %s%s%s\n", fa,
+                at, ah);
     }
     memcpy(out + o, msg, hend);
     o += hend;
