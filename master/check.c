@@ -123,7 +123,7 @@ check_spool(const char *dir, const struct privs *p, char *err, size_t errsz)
         snprintf(shown, sizeof(shown), "%s%s", dir, subs[i]);
         if (fstatat(pfd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
             errno == ENOENT)
-            break;                  /* made by the start */
+            continue;               /* made by the start */
         /* what is there: safefs_mkdir_open() judges it as the start's
          * does (it makes nothing for a name that exists) */
         fd = safefs_mkdir_open(pfd, rel, 0700, shown, &made, what,
@@ -148,23 +148,30 @@ master_check(const struct config *cfg, char *err, size_t errsz)
 {
     struct privs p;
     char         lock[PATH_MAX + 8];
-    int          code = EX_CANTCREAT;
+    int          code;
 
-    if (privs_resolve(cfg, &p, err, errsz) < 0)
+    /* in the order of the start's steps, with their exit codes */
+    if (privs_resolve(cfg, &p, err, errsz) < 0) {
+        privs_free(&p);
         return EX_NOUSER;
-    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
-    if (check_spool(cfg->spool_dir, &p, err, errsz) == 0 &&
-        check_runfile(cfg->routes_db, "routes.db", 1, 0, err, errsz) == 0 &&
-        check_runfile(lock, "routes.db", 1, 0, err, errsz) == 0 &&
-        check_runfile(cfg->pid_file, "server.pid_file", 1, 0, err,
-            errsz) == 0 &&
-        (strcmp(cfg->log_file, "-") == 0 ||
-        check_runfile(cfg->log_file, "log.file", 0, 0, err, errsz) == 0)) {
-        code = EX_UNAVAILABLE;
-        if (check_runfile(cfg->control_socket, "server.control_socket", 1,
-            1, err, errsz) == 0)
-            code = EX_OK;
     }
+    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
+    code = EX_CANTCREAT;
+    if (check_spool(cfg->spool_dir, &p, err, errsz) < 0 ||
+        check_runfile(cfg->routes_db, "routes.db", 1, 0, err, errsz) < 0 ||
+        check_runfile(lock, "routes.db", 1, 0, err, errsz) < 0)
+        goto out;
+    code = EX_UNAVAILABLE;
+    if (check_runfile(cfg->control_socket, "server.control_socket", 1, 1,
+        err, errsz) < 0)
+        goto out;
+    code = EX_CANTCREAT;
+    if (check_runfile(cfg->pid_file, "server.pid_file", 1, 0, err,
+        errsz) < 0 || (strcmp(cfg->log_file, "-") != 0 &&
+        check_runfile(cfg->log_file, "log.file", 0, 0, err, errsz) < 0))
+        goto out;
+    code = EX_OK;
+out:
     privs_free(&p);
     return code;
 }

@@ -12,10 +12,18 @@
  *           -S   mtad's address (default: the first server.listen entry on
  *                a loopback address without role: submission or implicit
  *                TLS); without -C the configuration is then not read
+ *           Without -C and -S, when the default relay.yaml is not
+ *           readable to the caller, the master's submission hint
+ *           (CONFIG_SUBMIT_PATH) gives the address: no privilege needed.
+ *           The message gets a Received: line with the real uid, and
+ *           Date:, Message-ID:, From: and the empty line after the
+ *           header section when it lacks them; a 452 to RCPT starts a
+ *           new transaction for the rest of the recipients.
  *           Other -o options and -B/-b/-O/-N/-R/-V/-X are accepted and
  *           ignored, as Postfix's sendmail does for compatibility.
  * CONTRACT  Exit 0 once mtad answered "250 queued".  EX_TEMPFAIL (75) when
- *           mtad cannot be reached or answers 4xx: the caller keeps the
+ *           mtad cannot be reached (or neither relay.yaml nor the hint can
+ *           be read) or answers 4xx: the caller keeps the
  *           message and retries (cron mails the output).  EX_NOUSER (67)
  *           when a recipient is refused, EX_UNAVAILABLE (69) on other 5xx,
  *           EX_USAGE (64), EX_CONFIG (78), EX_DATAERR (65) for a message
@@ -168,7 +176,8 @@ sm_sender(const char *f, char *out, size_t outsz)
 }
 
 
-/* sm_read_msg - stdin, LF or CRLF lines; without -i a "." line ends it. */
+/* sm_read_msg - stdin, LF or CRLF lines, leading "From " lines dropped;
+ * without -i a "." line ends it. */
 static char *
 sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
 {
@@ -179,6 +188,12 @@ sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
     *too_big = 0;
     while ((got = getline(&line, &lcap, stdin)) > 0) {
         size_t l = (size_t)got;
+
+        /* an mbox "From " line in front goes, as Postfix's sendmail
+         * drops it: it is no header field, and would end the header
+         * section before the first one */
+        if (n == 0 && l >= 5 && memcmp(line, "From ", 5) == 0)
+            continue;
 
         /* by length: a "." line followed by a NUL is not the end */
         if (dot_ends && line[0] == '.' && (l == 1 ||

@@ -161,10 +161,37 @@ def test_a_user_who_cannot_read_relay_yaml_submits(mtad_factory, workdir,
     assert r.stdout.strip() == b"3", (r.stdout, r.stderr)
 
 
-def test_master_removes_the_hint_at_stop(mtad_factory):
+def test_an_mbox_from_line_in_front_is_dropped(mtad_factory, hole):
+    """'From sender date' before the headers (mbox style) is dropped, as
+    Postfix's sendmail does: the headers after it stay headers."""
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "a@remote.test"],
+                       input=b"From app Thu Dec  3 10:00:00 2026\n"
+                             b"Subject: s\n\nbody\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (env, body), = queued(m, 1)
+    head, rest = header_and_body(body)
+    assert b"Subject: s" in head and rest == b"body\r\n", body
+    assert b"From app" not in body
+
+
+def test_the_hint_follows_reload_and_goes_at_stop(mtad_factory):
+    """The master rewrites the hint at a reload (a new listener, a new
+    host name) and removes it at stop: a stale one would send mail to an
+    address nothing or something else listens on."""
     m = mtad_factory()
     m.start()
     hint = os.path.join(os.path.dirname(m.sock), "submit")
-    assert os.path.exists(hint)
+    with open(hint) as f:
+        assert "hostname mx.test.example\n" in f.read()
+    m.cfg["server"]["hostname"] = "other.test.example"
+    m.write_config()
+    m.ctl("reload", check=True)
+    with open(hint) as f:
+        text = f.read()
+    assert "hostname other.test.example\n" in text, text
+    assert "listen 127.0.0.1:%d\n" % m.port in text, text
     m.stop()
     assert not os.path.exists(hint)
