@@ -1,5 +1,5 @@
 /*
- * main.c - mtad's main(): options, "mtad -t", then the master.
+ * main.c - mtad's main(): options, "mtad -t" and "mtad -n", then the master.
  *
  * PURPOSE   mtad -c FILE [-f] [-t] [-n] [-h].
  * CONTRACT  Exit codes (sysexits.h), also in the usage text:

@@ -55,33 +55,57 @@ master_mkparent(const char *path)
 /* master_write_runfile - path (the pid file, the submission hint)
  * opened without following a link and checked to be a plain file of ours
  * (O_TRUNC through a symlink truncated any file), in a directory only
- * root can change; its content replaced by text.  key names it in err. */
+ * root can change; its content replaced by text.  replace: written
+ * beside it and renamed over it, so a reader sees the old text or the
+ * new, never a part (rename follows no link either).  key names it in
+ * err. */
 static int
 master_write_runfile(const char *path, const char *key, const char *text,
-    char *err, size_t errsz)
+    int replace, char *err, size_t errsz)
 {
-    char        what[MASTER_ERR_MAX / 2];
-    const char *name;
-    int         dfd, fd = -1;
+    char        what[MASTER_ERR_MAX / 2], tmp[NAME_MAX + 1];
+    const char *name, *file;
+    int         dfd, fd = -1, rc = -1;
 
     master_mkparent(path);
-    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) >= 0) {
-        if (safefs_dir_trusted(dfd, path, what, sizeof(what)) == 0)
-            fd = safefs_open_file(dfd, name, O_WRONLY | O_CREAT, 0644, path,
-                what, sizeof(what));
-        close(dfd);
-    }
-    if (fd < 0) {
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) < 0) {
         snprintf(err, errsz, "%s: %s", key, what);
         return -1;
     }
-    if (ftruncate(fd, 0) < 0 || fchmod(fd, 0644) < 0 ||
-        util_write_all(fd, text, strlen(text)) < 0) {
-        snprintf(err, errsz, "%s: %s: %s", key, path, strerror(errno));
-        close(fd);
-        return -1;
+    file = name;
+    if (safefs_dir_trusted(dfd, path, what, sizeof(what)) < 0)
+        goto fail;
+    if (replace) {
+        if ((size_t)snprintf(tmp, sizeof(tmp), ".%s.tmp", name) >=
+            sizeof(tmp)) {
+            snprintf(what, sizeof(what), "%s: name too long", path);
+            goto fail;
+        }
+        (void)unlinkat(dfd, tmp, 0);
+        file = tmp;
     }
-    return close(fd);
+    if ((fd = safefs_open_file(dfd, file, O_WRONLY | O_CREAT |
+        (replace ? O_EXCL : 0), 0644, path, what, sizeof(what))) < 0)
+        goto fail;
+    if (ftruncate(fd, 0) < 0 || fchmod(fd, 0644) < 0 ||
+        util_write_all(fd, text, strlen(text)) < 0 ||
+        (replace && renameat(dfd, tmp, dfd, name) < 0)) {
+        snprintf(what, sizeof(what), "%s: %s", path, strerror(errno));
+        if (replace)
+            (void)unlinkat(dfd, tmp, 0);
+        goto fail;
+    }
+    rc = 0;
+    goto out;
+fail:
+    snprintf(err, errsz, "%s: %s", key, what);
+out:
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        snprintf(err, errsz, "%s: %s: %s", key, path, strerror(errno));
+        rc = -1;
+    }
+    close(dfd);
+    return rc;
 }
 
 
@@ -91,7 +115,8 @@ master_write_pidfile(const char *path, char *err, size_t errsz)
     char buf[32];
 
     snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-    return master_write_runfile(path, "server.pid_file", buf, err, errsz);
+    return master_write_runfile(path, "server.pid_file", buf, 0, err,
+        errsz);
 }
 
 
@@ -126,7 +151,7 @@ master_publish_submit(const struct config *cfg)
     snprintf(text, sizeof(text), "# mtad's submission listener, for "
         "mtad-sendmail\nlisten %s\nhostname %s\nmax_message_size %llu\n",
         l->spec, cfg->hostname, (unsigned long long)cfg->max_message_size);
-    if (master_write_runfile(path, "submission hint", text, err,
+    if (master_write_runfile(path, "submission hint", text, 1, err,
         sizeof(err)) < 0)
         log_warn("%s (mtad-sendmail for users who cannot read %s)", err,
             cfg->path);
