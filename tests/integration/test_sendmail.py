@@ -120,14 +120,14 @@ def _in_installed_layout(m, workdir, argv, msg):
 
 @pytest.mark.skipif(not IS_ROOT, reason="changes user and mounts")
 def test_a_user_who_cannot_read_relay_yaml_submits(mtad_factory, workdir,
-                                                   hole):
+                                                   sink):
     """As 'nobody', with no -C and no -S and relay.yaml unreadable: the
     master's hint (world-readable, next to the control socket) names the
-    listener; the message is queued with nobody's name as the sender and
-    nobody's uid in Received:.  Nobody can do no more than that: not read
-    the spool, not reach the control socket, not write the hint."""
+    listener; the message is delivered with nobody's name as the sender
+    and nobody's uid in Received:.  Nobody can do no more than that: not
+    read the spool, not reach the control socket, not write the hint."""
     os.chmod(workdir, 0o755)    # mtad's own modes must keep nobody out
-    m = mtad_factory({"routes": {"default": hole.route()}})
+    m = mtad_factory({"routes": {"default": sink.route}})
     m.start()
     hint = os.path.join(os.path.dirname(m.sock), "submit")
     st = os.stat(hint)
@@ -140,9 +140,10 @@ def test_a_user_who_cannot_read_relay_yaml_submits(mtad_factory, workdir,
     r = _in_installed_layout(m, workdir, [SENDMAIL, "a@remote.test"],
                              b"Subject: cron\n\nhi\n")
     assert r.returncode == 0, r.stderr
-    (env, body), = queued(m, 1)
-    assert env["sender"] == b"nobody@mx.test.example", env
-    assert b"(mtad-sendmail, from userid %d)" % nobody.pw_uid in body, body
+    got, = sink.wait_for(1)
+    assert got.mail_from == "nobody@mx.test.example", got.mail_from
+    assert b"(mtad-sendmail, from userid %d)" % nobody.pw_uid in got.data
+    assert got.data.endswith(b"\r\n\r\nhi\r\n"), got.data
     probe = ("import os, socket, sys\n"
              "fails = 0\n"
              "for f in (lambda: os.listdir(sys.argv[1]),\n"
