@@ -211,7 +211,7 @@ static const struct config_key config_submission[] = {
     END
 };
 
-static const struct config_key config_top[] = {
+const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
     SECTION("relay", config_relay),
@@ -291,6 +291,19 @@ config_key_list(const struct config_key *keys, char *buf, size_t bufsz)
     }
 }
 
+/* config_note_given - path was set by the file (for config_show). */
+static void
+config_note_given(struct config *cfg, const char *path)
+{
+    size_t have = cfg->given ? strlen(cfg->given) : 1, n = strlen(path);
+
+    cfg->given = xrealloc(cfg->given, have + n + 2);
+    if (have == 1)
+        cfg->given[0] = '\n';
+    memcpy(cfg->given + have, path, n);
+    memcpy(cfg->given + have + n, "\n", 2);
+}
+
 /*
  * Walk one mapping against its key table.  parent is the dotted path of
  * the mapping ("" at the top).
@@ -347,6 +360,8 @@ config_section(struct config_parse *p, const struct config_key *keys,
                 list);
             continue;
         }
+        if (k->type != CONFIG_SECTION)
+            config_note_given(p->cfg, path);
         if (k->sub == config_routes)
             p->routes_mark = kn->start_mark;
         if (k->off == OFF(tls_ciphers) && keys == config_tls)
@@ -803,6 +818,7 @@ config_free(struct config *cfg)
     if (cfg == NULL)
         return;
     free(cfg->path);
+    free(cfg->given);
     free(cfg->hostname);
     for (i = 0; i < cfg->nlisten; i++)
         config_listen_free(&cfg->listen[i]);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include "common/util.h"
@@ -57,6 +58,8 @@ struct config_dkim_key {
 
 struct config {
     char   *path;                   /* the file it came from */
+    char   *given;                  /* "\nserver.listen\nlog.level\n...":
+                                       the keys the file set (config_show) */
 
     /* server */
     char   *hostname;               /* default gethostname() */
@@ -222,5 +225,28 @@ struct config {
  * newline-separated, into err (always terminated, truncated if long). */
 struct config *config_load(const char *path, char *err, size_t errsz);
 void        config_free(struct config *cfg);   /* NULL ok */
+
+/* config_show - every key of relay.yaml with the value in force, one
+ * "section.key: value" line each in the order of the key tables (so a new
+ * key is shown without more code), "  # default" after those the file did
+ * not set; values YAML-quoted when needed, control characters escaped.
+ * No key holds a secret (passwords live in auth.password_file), so all
+ * are shown.  Returns 0, or -1 when writing to f failed. */
+int         config_show(const struct config *cfg, FILE *f);
+
+/* config_submit_listen - the listener local programs submit to (what
+ * mtad-sendmail connects to): the first server.listen entry on a loopback
+ * address with role mx, without implicit TLS or PROXY; NULL when none.
+ * A pointer into cfg. */
+const struct config_listen *config_submit_listen(const struct config *cfg);
+
+/* The submission hint: the master writes that listener's address,
+ * server.hostname and limits.max_message_size, one "key value" line
+ * each, to the file CONFIG_SUBMIT_NAME next to server.control_socket
+ * (mode 0644), so that mtad-sendmail, run by a user who may not read
+ * relay.yaml, finds them without it and without privileges.  The
+ * default control socket's directory makes CONFIG_SUBMIT_PATH. */
+#define CONFIG_SUBMIT_NAME  "submit"
+#define CONFIG_SUBMIT_PATH  "/run/mtad/submit"
 
 #endif /* MTAD_CONFIG_H */

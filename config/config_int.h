@@ -60,6 +60,9 @@ struct config_key {
 
 #define OFF(field)      offsetof(struct config, field)
 
+/* config.c: the top-level table, of which the others are sections */
+extern const struct config_key config_top[];
+
 #define CONFIG_LISTEN_MARKS 64       /* entries of server.listen placed */
 
 struct config_parse {
@@ -121,6 +124,10 @@ void config_set_listen(struct config_parse *p, const yaml_node_t *n,
     const char *path);
 
 /* config_set.c */
+/* log.level's words, in the order of enum log_level */
+#define CONFIG_NLEVELS 5
+struct config_level { const char *name; int level; };
+extern const struct config_level config_levels[CONFIG_NLEVELS];
 void config_set_dns_servers(struct config_parse *p, const yaml_node_t *n,
     const char *path);
 void config_set_retry(struct config_parse *p, const struct config_key *k,

@@ -277,3 +277,27 @@ config_set_listen(struct config_parse *p, const yaml_node_t *n,
     cfg->listen = l;
     cfg->nlisten = nl;
 }
+
+
+const struct config_listen *
+config_submit_listen(const struct config *cfg)
+{
+    size_t i;
+
+    for (i = 0; i < cfg->nlisten; i++) {
+        const struct config_listen *l = &cfg->listen[i];
+        const struct sockaddr *sa = (const struct sockaddr *)&l->addr;
+        int loop = 0;
+
+        if (sa->sa_family == AF_INET)
+            loop = (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr)
+                >> 24) == 127;
+        else if (sa->sa_family == AF_INET6)
+            loop = IN6_IS_ADDR_LOOPBACK(
+                &((const struct sockaddr_in6 *)sa)->sin6_addr);
+        if (loop && l->role == CONFIG_ROLE_MX && !l->tls_implicit &&
+            l->proxy == 0)
+            return l;
+    }
+    return NULL;
+}

@@ -31,7 +31,7 @@
 #include "config/config_int.h"
 
 /* Own table, so config does not depend on log.c (log_parse_level). */
-static const struct { const char *name; int level; } config_levels[] = {
+const struct config_level config_levels[CONFIG_NLEVELS] = {
     { "err", LOGL_ERR }, { "warn", LOGL_WARN }, { "notice", LOGL_NOTICE },
     { "info", LOGL_INFO }, { "debug", LOGL_DEBUG },
 };

@@ -12,12 +12,20 @@
 #ifndef MTAD_MASTER_H
 #define MTAD_MASTER_H
 
+#include <stddef.h>
+
 struct master_opts {
     const char *config_path;
     int         foreground;         /* -f: no fork/setsid */
 };
 
 int     master_run(const struct master_opts *o);
+
+/* master_check - what the start would refuse in cfg, checked without
+ * creating anything (master/check.c); "mtad -t" and the start both call
+ * it.  EX_OK, or the start's sysexits code with the reason in err. */
+struct config;
+int     master_check(const struct config *cfg, char *err, size_t errsz);
 
 /* Process titles ("mtad: worker 2 (generation 1)"), seen by ps; comm (the
  * first 15 bytes of name) is what tests and pgrep see.  proctitle_init()

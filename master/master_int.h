@@ -213,6 +213,10 @@ ev_io_fn master_logd_io;                  /* the log process's channel */
 /* start.c */
 int     master_start(struct master *m, struct config *cfg, int foreground);
 void    master_mkparent(const char *path);
+/* master_publish_submit - write (or remove) the submission hint of cfg
+ * (config.h) next to its control socket; logs when it cannot. */
+struct config;
+void    master_publish_submit(const struct config *cfg);
 void    master_cleanup(struct master *m);
 
 /* supervise.c */

@@ -419,6 +419,7 @@ master_finish_reload(struct master *m, int timed_out)
     m->next = NULL;
     log_level = g->cfg->log_level;
     log_set_format(g->cfg->log_format);
+    master_publish_submit(g->cfg);
     {
         char merr[512];
 

@@ -52,34 +52,111 @@ master_mkparent(const char *path)
         return;                     /* the open/bind that follows says why */
 }
 
-/* The pid file, opened without following a link and checked to be a
- * plain file of ours (O_TRUNC through a symlink truncated any file). */
+/* master_write_runfile - path (the pid file, the submission hint)
+ * opened without following a link and checked to be a plain file of ours
+ * (O_TRUNC through a symlink truncated any file), in a directory only
+ * root can change; its content replaced by text.  replace: written
+ * beside it and renamed over it, so a reader sees the old text or the
+ * new, never a part (rename follows no link either).  key names it in
+ * err. */
+static int
+master_write_runfile(const char *path, const char *key, const char *text,
+    int replace, char *err, size_t errsz)
+{
+    char        what[MASTER_ERR_MAX / 2], tmp[NAME_MAX + 1];
+    const char *name, *file;
+    int         dfd, fd = -1, rc = -1;
+
+    master_mkparent(path);
+    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) < 0) {
+        snprintf(err, errsz, "%s: %s", key, what);
+        return -1;
+    }
+    file = name;
+    if (safefs_dir_trusted(dfd, path, what, sizeof(what)) < 0)
+        goto fail;
+    if (replace) {
+        if ((size_t)snprintf(tmp, sizeof(tmp), ".%s.tmp", name) >=
+            sizeof(tmp)) {
+            snprintf(what, sizeof(what), "%s: name too long", path);
+            goto fail;
+        }
+        (void)unlinkat(dfd, tmp, 0);
+        file = tmp;
+    }
+    if ((fd = safefs_open_file(dfd, file, O_WRONLY | O_CREAT |
+        (replace ? O_EXCL : 0), 0644, path, what, sizeof(what))) < 0)
+        goto fail;
+    if (ftruncate(fd, 0) < 0 || fchmod(fd, 0644) < 0 ||
+        util_write_all(fd, text, strlen(text)) < 0 ||
+        (replace && renameat(dfd, tmp, dfd, name) < 0)) {
+        snprintf(what, sizeof(what), "%s: %s", path, strerror(errno));
+        if (replace)
+            (void)unlinkat(dfd, tmp, 0);
+        goto fail;
+    }
+    rc = 0;
+    goto out;
+fail:
+    snprintf(err, errsz, "%s: %s", key, what);
+out:
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        snprintf(err, errsz, "%s: %s: %s", key, path, strerror(errno));
+        rc = -1;
+    }
+    close(dfd);
+    return rc;
+}
+
+
 static int
 master_write_pidfile(const char *path, char *err, size_t errsz)
 {
-    char        buf[32], what[MASTER_ERR_MAX / 2];
-    const char *name;
-    int         dfd, fd = -1, n;
+    char buf[32];
 
-    master_mkparent(path);
-    if ((dfd = safefs_open_parent(path, &name, what, sizeof(what))) >= 0) {
-        if (safefs_dir_trusted(dfd, path, what, sizeof(what)) == 0)
-            fd = safefs_open_file(dfd, name, O_WRONLY | O_CREAT, 0644, path,
-                what, sizeof(what));
-        close(dfd);
-    }
-    if (fd < 0) {
-        snprintf(err, errsz, "server.pid_file: %s", what);
-        return -1;
-    }
-    n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) < 0 || util_write_all(fd, buf, (size_t)n) < 0) {
-        snprintf(err, errsz, "server.pid_file: %s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return close(fd);
+    snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+    return master_write_runfile(path, "server.pid_file", buf, 0, err,
+        errsz);
 }
+
+
+/* master_submit_path - CONFIG_SUBMIT_NAME next to the control socket. */
+static void
+master_submit_path(const char *ctl, char *path, size_t pathsz)
+{
+    const char *slash = strrchr(ctl, '/');
+    int         dn = slash == NULL ? 0 : (int)(slash - ctl + 1);
+
+    snprintf(path, pathsz, "%.*s%s", dn, ctl, CONFIG_SUBMIT_NAME);
+}
+
+
+/*
+ * master_publish_submit - the submission hint for mtad-sendmail (see
+ * config.h): written at start and by each reload, removed at stop.  Not
+ * fatal: without it only users who cannot read relay.yaml miss it, and
+ * they are told.  A config without such a listener removes it.
+ */
+void
+master_publish_submit(const struct config *cfg)
+{
+    const struct config_listen *l = config_submit_listen(cfg);
+    char path[4096], text[1024], err[MASTER_ERR_MAX];
+
+    master_submit_path(cfg->control_socket, path, sizeof(path));
+    if (l == NULL) {
+        (void)unlink(path);
+        return;
+    }
+    snprintf(text, sizeof(text), "# mtad's submission listener, for "
+        "mtad-sendmail\nlisten %s\nhostname %s\nmax_message_size %llu\n",
+        l->spec, cfg->hostname, (unsigned long long)cfg->max_message_size);
+    if (master_write_runfile(path, "submission hint", text, 1, err,
+        sizeof(err)) < 0)
+        log_warn("%s (mtad-sendmail for users who cannot read %s)", err,
+            cfg->path);
+}
+
 
 /* Forks; the parent waits until the daemon says it started (1 byte on the
  * pipe) and exits 0, or exits with the daemon's status when it failed. */
@@ -181,8 +258,13 @@ master_cleanup(struct master *m)
 {
     if (m->pid_path != NULL)
         (void)unlink(m->pid_path);
-    if (m->ctl_path != NULL && m->ctlfd >= 0)
+    if (m->ctl_path != NULL && m->ctlfd >= 0) {
+        char submit[4096];
+
+        master_submit_path(m->ctl_path, submit, sizeof(submit));
+        (void)unlink(submit);
         (void)unlink(m->ctl_path);
+    }
 }
 
 /* Start-up until the first generation is forked. */
@@ -203,6 +285,12 @@ master_start(struct master *m, struct config *cfg, int foreground)
     proctitle_set("mtad: master", "mtad: master -c %s", m->config_path);
     watchdog_init();                /* before notify_init() */
     notify_init();
+    /* what "mtad -t" checks, refused before anything is made */
+    if ((code = master_check(cfg, err, sizeof(err))) != EX_OK) {
+        fprintf(stderr, "mtad: %s\n", err);
+        config_free(cfg);
+        return code;
+    }
     m->cur = master_gen_prepare(cfg, &code, err, sizeof(err));
     if (m->cur == NULL) {
         fprintf(stderr, "mtad: %s\n", err);
@@ -275,6 +363,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
     log_notice("starting: generation %u, %d workers, %zu listeners%s",
         m->cur->id, cfg->workers, cfg->nlisten,
         m->cur->privs.drop ? "" : " (not root: no privilege drop)");
+    master_publish_submit(cfg);
     tlsagg_load(m);                 /* the day's TLS-RPT counts so far */
     (void)master_start_generation(m, m->cur);
     return EX_OK;

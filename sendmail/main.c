@@ -12,10 +12,18 @@
  *           -S   mtad's address (default: the first server.listen entry on
  *                a loopback address without role: submission or implicit
  *                TLS); without -C the configuration is then not read
+ *           Without -C and -S, when the default relay.yaml is not
+ *           readable to the caller, the master's submission hint
+ *           (CONFIG_SUBMIT_PATH) gives the address: no privilege needed.
+ *           The message gets a Received: line with the real uid, and
+ *           Date:, Message-ID:, From: and the empty line after the
+ *           header section when it lacks them; a 452 to RCPT starts a
+ *           new transaction for the rest of the recipients.
  *           Other -o options and -B/-b/-O/-N/-R/-V/-X are accepted and
  *           ignored, as Postfix's sendmail does for compatibility.
  * CONTRACT  Exit 0 once mtad answered "250 queued".  EX_TEMPFAIL (75) when
- *           mtad cannot be reached or answers 4xx: the caller keeps the
+ *           mtad cannot be reached (or neither relay.yaml nor the hint can
+ *           be read) or answers 4xx: the caller keeps the
  *           message and retries (cron mails the output).  EX_NOUSER (67)
  *           when a recipient is refused, EX_UNAVAILABLE (69) on other 5xx,
  *           EX_USAGE (64), EX_CONFIG (78), EX_DATAERR (65) for a message
@@ -29,13 +37,16 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sysexits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -60,15 +71,17 @@ sm_usage(void)
 }
 
 
+/* sm_has_header - a field called name (with its colon, lower case) in
+ * the header section msg[0..hlen). */
 static int
-sm_has_header(const char *msg, size_t len, const char *name)
+sm_has_header(const char *msg, size_t hlen, const char *name)
 {
     size_t i = 0, n = strlen(name);
 
-    while (i < len && msg[i] != '\n' && msg[i] != '\r') {
-        if (len - i > n && strncasecmp(msg + i, name, n) == 0)
+    while (i < hlen) {
+        if (hlen - i > n && strncasecmp(msg + i, name, n) == 0)
             return 1;
-        while (i < len && msg[i] != '\n')
+        while (i < hlen && msg[i] != '\n')
             i++;
         i++;
     }
@@ -163,32 +176,8 @@ sm_sender(const char *f, char *out, size_t outsz)
 }
 
 
-/* sm_pick - the listener to use. */
-static const struct config_listen *
-sm_pick(const struct config *cfg)
-{
-    size_t i;
-
-    for (i = 0; i < cfg->nlisten; i++) {
-        const struct config_listen *l = &cfg->listen[i];
-        const struct sockaddr *sa = (const struct sockaddr *)&l->addr;
-        int loop = 0;
-
-        if (sa->sa_family == AF_INET)
-            loop = (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr)
-                >> 24) == 127;
-        else if (sa->sa_family == AF_INET6)
-            loop = IN6_IS_ADDR_LOOPBACK(
-                &((const struct sockaddr_in6 *)sa)->sin6_addr);
-        if (loop && l->role == CONFIG_ROLE_MX && !l->tls_implicit &&
-            l->proxy == 0)
-            return l;
-    }
-    return NULL;
-}
-
-
-/* sm_read_msg - stdin, LF or CRLF lines; without -i a "." line ends it. */
+/* sm_read_msg - stdin, LF or CRLF lines, leading "From " lines dropped;
+ * without -i a "." line ends it. */
 static char *
 sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
 {
@@ -199,6 +188,12 @@ sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
     *too_big = 0;
     while ((got = getline(&line, &lcap, stdin)) > 0) {
         size_t l = (size_t)got;
+
+        /* an mbox "From " line in front goes, as Postfix's sendmail
+         * drops it: it is no header field, and would end the header
+         * section before the first one */
+        if (n == 0 && l >= 5 && memcmp(line, "From ", 5) == 0)
+            continue;
 
         /* by length: a "." line followed by a NUL is not the end */
         if (dot_ends && line[0] == '.' && (l == 1 ||
@@ -224,13 +219,14 @@ sm_read_msg(int dot_ends, size_t max, size_t *len, int *too_big)
 }
 
 
-/* sm_send_data - the message with CRLF line ends and dot-stuffing. */
-static int
-sm_send_data(struct sm *s, const char *msg, size_t len)
+/* sm_stuff - the DATA bytes of msg: CRLF line ends, dot-stuffing and the
+ * final ".", made once for every transaction (*olen: their length). */
+static char *
+sm_stuff(const char *msg, size_t len, size_t *olen)
 {
     char  *out = xmalloc(2 * len + 8);
     size_t i, o = 0;
-    int    bol = 1, rc;
+    int    bol = 1;
 
     for (i = 0; i < len; i++) {
         if (bol && msg[i] == '.')
@@ -248,10 +244,128 @@ sm_send_data(struct sm *s, const char *msg, size_t len)
         out[o++] = '\n';
     }
     memcpy(out + o, ".\r\n", 3);
-    o += 3;
-    rc = util_write_all(s->fd, out, o);
-    free(out);
-    return rc;
+    *olen = o + 3;
+    return out;
+}
+
+
+/* sm_compose - the message as submitted: a Received: line saying which
+ * local user ran us (the real uid, from the kernel: the caller cannot
+ * choose it, whatever -f says), then Date:, Message-ID: and From: when
+ * the header section lacks them (as Postfix's cleanup adds them), then
+ * msg, with the empty line that ends the header section put in when msg
+ * has none there (a body piped in without headers, or a line that is
+ * no header field): without it the body would be read as headers. */
+static char *
+sm_compose(const char *msg, size_t len, const char *from,
+    const char *fullname, const char *hostname, size_t *outlen)
+{
+    size_t      hend = sm_header_end(msg, len);
+    int         blank = hend < len && (msg[hend] == '\n' ||
+        (msg[hend] == '\r' && hend + 1 < len && msg[hend + 1] == '\n'));
+    const char *fa = from[0] != '\0' ? from : "MAILER-DAEMON";
+    const char *at = from[0] != '\0' ? "" : "@";
+    const char *ah = from[0] != '\0' ? "" : hostname;
+    char        date[64], stamp[32];
+    size_t      cap = len + strlen(fa) + 3 * strlen(hostname) +
+        (fullname ? strlen(fullname) : 0) + 512, o = 0;
+    char       *out = xmalloc(cap);
+    uint64_t    rnd = 0;
+    time_t      now = time(NULL);
+    struct tm   tm;
+
+    localtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S %z", &tm);
+    strftime(stamp, sizeof(stamp), "%Y%m%d%H%M%S", &tm);
+    o += (size_t)snprintf(out + o, cap - o,
+        "Received: by %s (mtad-sendmail, from userid %u);\n\t%s\n",
+        hostname, (unsigned)getuid(), date);
+    if (!sm_has_header(msg, hend, "date:"))
+        o += (size_t)snprintf(out + o, cap - o, "Date: %s\n", date);
+    if (!sm_has_header(msg, hend, "message-id:")) {
+        if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+            rnd = (uint64_t)getpid() << 32 ^ (uint64_t)now;
+        o += (size_t)snprintf(out + o, cap - o,
+            "Message-ID: <%s.%016llx@%s>\n", stamp, (unsigned long long)rnd,
+            hostname);
+    }
+    if (!sm_has_header(msg, hend, "from:")) {
+        /* the null sender's From: is MAILER-DAEMON, as Postfix writes it */
+        if (fullname != NULL)
+            o += (size_t)snprintf(out + o, cap - o, "From: %s <%s%s%s>\n",
+                fullname, fa, at, ah);
+        else
+            o += (size_t)snprintf(out + o, cap - o, "From: %s%s%s\n", fa,
+                at, ah);
+    }
+    memcpy(out + o, msg, hend);
+    o += hend;
+    if (hend < len && !blank)
+        out[o++] = '\n';
+    memcpy(out + o, msg + hend, len - hend);
+    *outlen = o + len - hend;
+    return out;
+}
+
+
+/* sm_submit_file - the listener, host name and size limit the master
+ * published (CONFIG_SUBMIT_PATH), for a user who may not read relay.yaml.
+ * 0, or -1 with errno (ENOENT: mtad does not run; EINVAL: no address). */
+static int
+sm_submit_file(struct sockaddr_storage *ss, socklen_t *sslen, char *host,
+    size_t hostsz, size_t *max)
+{
+    char  line[512], v[300];
+    FILE *f = fopen(CONFIG_SUBMIT_PATH, "re");
+    int   have = 0;
+
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long n;
+
+        if (sscanf(line, "listen %299s", v) == 1)
+            have = util_parse_hostport(v, ss, sslen) == 0;
+        else if (sscanf(line, "hostname %299s", v) == 1 && sm_clean(v))
+            util_strlcpy(host, v, hostsz);
+        else if (sscanf(line, "max_message_size %llu", &n) == 1)
+            *max = (size_t)n;
+    }
+    fclose(f);
+    if (!have)
+        errno = EINVAL;
+    return have ? 0 : -1;
+}
+
+
+/* sm_txn - one transaction from recipient *next on: MAIL, RCPT until the
+ * list ends or the server says 452 (too many recipients in one
+ * transaction, RFC 5321 4.5.3.1.10: the rest go in the next), DATA.
+ * 0 with *next moved past those sent, or the exit code. */
+static int
+sm_txn(struct sm *s, const char *from, const char *data, size_t dlen,
+    size_t *next)
+{
+    size_t i = *next;
+    int    rc;
+
+    if ((rc = sm_cmd(s, "MAIL FROM:<%s>\r\n", from)) != 250)
+        return sm_fail(s, "MAIL", rc);
+    for (; i < s->rcpt.n; i++) {
+        rc = sm_cmd(s, "RCPT TO:<%s>\r\n", s->rcpt.v[i]);
+        if (rc == 452 && i > *next)
+            break;                  /* the first one refused: a real 4xx */
+        if (rc != 250 && rc != 251)
+            return sm_fail(s, "RCPT", rc);
+    }
+    if ((rc = sm_cmd(s, "%sDATA\r\n", "")) != 354)
+        return sm_fail(s, "DATA", rc);
+    if (util_write_all(s->fd, data, dlen) != 0)
+        return sm_fail(s, "DATA", -1);
+    if ((rc = sm_reply(s)) != 250)
+        return sm_fail(s, "message", rc);
+    *next = i;
+    return 0;
 }
 
 
@@ -264,13 +378,13 @@ main(int argc, char **argv)
     size_t      max = 50 * 1024 * 1024;     /* limits.max_message_size */
     int         cfg_given = 0;
     int         opt_t = 0, dot_ends = 1, too_big, rc, ch;
-    struct config *cfg;
+    struct config *cfg = NULL;
     const struct config_listen *l;
     struct sockaddr_storage ss;
-    socklen_t   sslen;
+    socklen_t   sslen = 0;
     struct timeval tv = { SM_TIMEOUT_S, 0 };
-    char        err[8192], who[300], sender[1024], *msg, *hdr;
-    size_t      len, i;
+    char        err[8192], who[300], sender[1024], *msg, *full, *data;
+    size_t      len, flen, dlen, i, next;
     struct sm   s;
 
     memset(&s, 0, sizeof(s));
@@ -312,20 +426,32 @@ main(int argc, char **argv)
             fprintf(stderr, "mtad-sendmail: bad recipient address\n");
             return EX_USAGE;
         }
-    /* With -S the configuration is not read: a user who may not read
-     * relay.yaml (or the key files its check opens) can still send. */
-    cfg = server == NULL || cfg_given ?
-        config_load(cfgpath, err, sizeof(err)) : NULL;
-    if (cfg == NULL && (server == NULL || cfg_given)) {
-        fprintf(stderr, "mtad-sendmail: %s: %s\n", cfgpath, err);
-        return EX_CONFIG;
-    }
-    if (cfg != NULL) {
-        hostname = cfg->hostname;
-        max = cfg->max_message_size;
-    } else if (gethostname(host, sizeof(host) - 1) == 0) {
+    if (gethostname(host, sizeof(host) - 1) == 0 && sm_clean(host)) {
         host[sizeof(host) - 1] = '\0';
         hostname = host;
+    }
+    /* With -S the configuration is not read: a user who may not read
+     * relay.yaml (or the key files its check opens) can still send.  So
+     * can one who gives nothing, when the default relay.yaml is not
+     * readable to them (root:mtad 0640 on an installed system): the
+     * master's submission hint says where to go, and nothing here needs
+     * a privilege (no setgid): the loopback listener takes the same
+     * SMTP from any local user's connection. */
+    if (server == NULL && !cfg_given && access(cfgpath, R_OK) != 0) {
+        if (sm_submit_file(&ss, &sslen, host, sizeof(host), &max) != 0) {
+            fprintf(stderr, "mtad-sendmail: cannot read %s, nor %s: %s "
+                "(is mtad running?); message not sent\n", cfgpath,
+                CONFIG_SUBMIT_PATH, strerror(errno));
+            return EX_TEMPFAIL;
+        }
+        hostname = host;
+    } else if (server == NULL || cfg_given) {
+        if ((cfg = config_load(cfgpath, err, sizeof(err))) == NULL) {
+            fprintf(stderr, "mtad-sendmail: %s: %s\n", cfgpath, err);
+            return EX_CONFIG;
+        }
+        hostname = cfg->hostname;
+        max = cfg->max_message_size;
     }
     if (server != NULL) {
         if (util_parse_hostport(server, &ss, &sslen) != 0) {
@@ -333,13 +459,15 @@ main(int argc, char **argv)
                 server);
             return EX_USAGE;
         }
-    } else if ((l = sm_pick(cfg)) != NULL) {
+    } else if (cfg != NULL) {
+        if ((l = config_submit_listen(cfg)) == NULL) {
+            fprintf(stderr, "mtad-sendmail: %s: no server.listen entry on "
+                "a loopback address with role mx (give -S HOST:PORT)\n",
+                cfgpath);
+            return EX_CONFIG;
+        }
         ss = l->addr;
         sslen = l->addrlen;
-    } else {
-        fprintf(stderr, "mtad-sendmail: %s: no server.listen entry on a "
-            "loopback address with role mx (give -S HOST:PORT)\n", cfgpath);
-        return EX_CONFIG;
     }
     if (from == NULL) {
         struct passwd *pw = getpwuid(getuid());
@@ -366,6 +494,10 @@ main(int argc, char **argv)
             "arguments, or -t)\n");
         return EX_USAGE;
     }
+    full = sm_compose(msg, len, from, fullname, hostname, &flen);
+    data = sm_stuff(full, flen, &dlen);
+    free(full);
+    free(msg);
     util_sockaddr_str((struct sockaddr *)&ss, who, sizeof(who));
     s.fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s.fd < 0 || setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
@@ -384,40 +516,15 @@ main(int argc, char **argv)
         return sm_fail(&s, "connection", rc);
     if ((rc = sm_cmd(&s, "EHLO %s\r\n", "localhost")) != 250)
         return sm_fail(&s, "EHLO", rc);
-    if ((rc = sm_cmd(&s, "MAIL FROM:<%s>\r\n", from)) != 250)
-        return sm_fail(&s, "MAIL", rc);
-    for (i = 0; i < s.rcpt.n; i++)
-        if ((rc = sm_cmd(&s, "RCPT TO:<%s>\r\n", s.rcpt.v[i])) != 250 &&
-            rc != 251)
-            return sm_fail(&s, "RCPT", rc);
-    if ((rc = sm_cmd(&s, "%sDATA\r\n", "")) != 354)
-        return sm_fail(&s, "DATA", rc);
-    if (!sm_has_header(msg, len, "from:")) {
-        /* like sendmail: a From: for a message that has none (the null
-         * sender's is MAILER-DAEMON, as Postfix's cleanup writes it) */
-        const char *fa = from[0] != '\0' ? from : "MAILER-DAEMON";
-        size_t hn = strlen(fa) + strlen(hostname) +
-            (fullname ? strlen(fullname) : 0) + 24;
-
-        hdr = xmalloc(hn);
-        if (fullname != NULL)
-            snprintf(hdr, hn, "From: %s <%s%s%s>\r\n", fullname, fa,
-                from[0] ? "" : "@", from[0] ? "" : hostname);
-        else
-            snprintf(hdr, hn, "From: %s%s%s\r\n", fa,
-                from[0] ? "" : "@", from[0] ? "" : hostname);
-        if (util_write_all(s.fd, hdr, strlen(hdr)) != 0) {
-            free(hdr);
-            return sm_fail(&s, "DATA", -1);
+    for (next = 0; next < s.rcpt.n;)
+        if ((rc = sm_txn(&s, from, data, dlen, &next)) != 0) {
+            if (next > 0)
+                fprintf(stderr, "mtad-sendmail: queued for the first %zu "
+                    "of %zu recipients only\n", next, s.rcpt.n);
+            return rc;
         }
-        free(hdr);
-    }
-    if (sm_send_data(&s, msg, len) != 0)
-        return sm_fail(&s, "DATA", -1);
-    if ((rc = sm_reply(&s)) != 250)
-        return sm_fail(&s, "message", rc);
     (void)sm_cmd(&s, "%sQUIT\r\n", "");
-    free(msg);
+    free(data);
     config_free(cfg);
     return 0;
 }

@@ -151,19 +151,57 @@ sm_field_is(const char *msg, size_t start, size_t len, const char *name)
 }
 
 
+/* sm_line_is_field - the line at msg[i..len) starts a header field: one
+ * or more printable characters other than ':', blanks (the obsolete
+ * "Bcc :"), then the colon. */
+static int
+sm_line_is_field(const char *msg, size_t i, size_t len)
+{
+    size_t start = i;
+
+    while (i < len && (unsigned char)msg[i] > ' ' &&
+        (unsigned char)msg[i] < 0x7f && msg[i] != ':')
+        i++;
+    if (i == start)
+        return 0;
+    while (i < len && (msg[i] == ' ' || msg[i] == '\t'))
+        i++;
+    return i < len && msg[i] == ':';
+}
+
+
+size_t
+sm_header_end(const char *msg, size_t len)
+{
+    size_t i = 0;
+    int    first = 1;
+
+    while (i < len) {
+        /* a blank first is the folded rest of the field above; on the
+         * first line there is none: the body starts there */
+        if (msg[i] == ' ' || msg[i] == '\t' ? first :
+            !sm_line_is_field(msg, i, len))
+            return i;
+        first = 0;
+        while (i < len && msg[i] != '\n')
+            i++;
+        if (i < len)
+            i++;
+    }
+    return len;
+}
+
+
 int
 sm_scan_headers(struct sm_rcpts *r, char *msg, size_t *lenp, int want_rcpt)
 {
-    size_t i = 0, o = 0, len = *lenp;
+    size_t i = 0, o = 0, len = *lenp, hend = sm_header_end(msg, *lenp);
     int    bad = 0;
 
-    while (i < len) {
+    while (i < hend) {
         size_t start = i, end, val;
         int    bcc;
 
-        if (msg[i] == '\n' || (msg[i] == '\r' && i + 1 < len &&
-            msg[i + 1] == '\n'))
-            break;                  /* the empty line: the body follows */
         end = i;
         do {
             while (end < len && msg[end] != '\n')

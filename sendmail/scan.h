@@ -17,6 +17,11 @@
  *           Returns the number of addresses refused by that rule (none
  *           of them added; the caller refuses the message).
  *           r's strings are malloc'd and owned by r.
+ *           The header section ends at the first empty line, or at the
+ *           first line that is neither a field ("name:", RFC 5322 2.2)
+ *           nor the folded rest of one: sm_header_end() says where (a
+ *           message piped in without headers has none), and the scan
+ *           reads no further.
  */
 #ifndef MTAD_SENDMAIL_SCAN_H
 #define MTAD_SENDMAIL_SCAN_H
@@ -36,6 +41,9 @@ int     sm_rcpt_ok(const char *a);
  * empty one is skipped). */
 void    sm_rcpt_add(struct sm_rcpts *r, const char *a, size_t n);
 void    sm_rcpt_free(struct sm_rcpts *r);
+/* sm_header_end - the offset where msg's header section ends: the start
+ * of its empty line, of the first line that is no header field, or len. */
+size_t  sm_header_end(const char *msg, size_t len);
 int     sm_scan_headers(struct sm_rcpts *r, char *msg, size_t *len,
             int want_rcpt);
 

@@ -193,6 +193,16 @@ def main(deb):
         assert b"from the package" in msgs[0].data
         st = run("/usr/sbin/mtactl", "-c", CONF, "status").stdout
         assert "msgs_out=1" in st, st
+        # a local user, who may not read relay.yaml (root:mtad 0640), and
+        # an unprivileged mtad-sendmail: the master's /run/mtad/submit
+        # names the listener
+        r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                            "--clear-groups", "/usr/sbin/mtad-sendmail",
+                            "someone@example.net"], input=b"from nobody\n",
+                           capture_output=True, timeout=60, cwd="/")
+        assert r.returncode == 0, r.stderr
+        msgs = sink.wait_for(2, timeout=20)
+        assert any(b"\r\n\r\nfrom nobody\r\n" in x.data for x in msgs)
         os.kill(pid, signal.SIGTERM)
         assert proc.wait(30) == 0, log_of(err)
         pid = None

@@ -11,9 +11,9 @@
  * other control byte, blank, '<' or '>' (nothing that would change the
  * "RCPT TO:<%s>" command), no longer than the message; without -t none
  * is collected and none refused; the bytes after the header section (the
- * body) are kept as they were; the new length is at most the old; the
- * result is the same with and without -t; and scanning the result again
- * changes nothing (no Bcc: field is left, none is made by the removal).
+ * body: from the first line that is no header field) are kept as they
+ * were; the new length is at most the old; the result is the same with
+ * and without -t; and scanning the result again changes nothing (no Bcc: field is left, none is made by the removal).
  * Build and run: make fuzz (see tests/fuzz/run.sh).
  */
 #include <stdint.h>
@@ -24,8 +24,26 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* ref_body - where the body starts: after the first empty line (LF or
- * CRLF) at the start of a line, else n. */
+/* ref_field - the line at p[i..n) starts with a field name and its colon
+ * (printable characters but ':', then blanks). */
+static int
+ref_field(const char *p, size_t i, size_t n)
+{
+    size_t s = i;
+
+    while (i < n && p[i] > ' ' && p[i] < 0x7f && p[i] != ':')
+        i++;
+    if (i == s)
+        return 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    return i < n && p[i] == ':';
+}
+
+
+/* ref_body - where the body starts: at the first line that is neither a
+ * field nor (after the first line) a folded one -- the empty line among
+ * them -- else n. */
 static size_t
 ref_body(const char *p, size_t n)
 {
@@ -34,7 +52,9 @@ ref_body(const char *p, size_t n)
     for (i = 0; i < n; i++) {
         if (i > 0 && p[i - 1] != '\n')
             continue;
-        if (p[i] == '\n' || (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n'))
+        if ((p[i] == ' ' || p[i] == '\t') && i > 0)
+            continue;
+        if (!ref_field(p, i, n))
             return i;
     }
     return n;
