@@ -1,5 +1,6 @@
 """mtad -t and mtad -n: the configuration as the start will take it."""
 import os
+import re
 import pwd
 import subprocess
 
@@ -157,3 +158,36 @@ def test_n_invalid_config(mtad_factory):
     r = run("-n", "-c", m.cfg_path)
     assert r.returncode == 1 and "limits.max_recipients" in r.stderr
     assert r.stdout == ""
+
+
+def test_every_key_is_documented_in_the_man_page_and_the_example(
+        mtad_factory):
+    """relay.yaml(5) is the reference and packaging/relay.yaml.example the
+    annotated file: every key -n knows (the parser's own tables) has its
+    entry in both, so a new key cannot ship undocumented.  A key is found
+    under its section's heading (.SH SECTION, a "section:" block)."""
+    m = mtad_factory({})
+    keys = [k for k, _, _ in parse(run("-n", "-c", m.cfg_path).stdout)]
+    assert len(keys) > 60, keys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "relay.yaml.5")) as f:
+        man = f.read().replace("\\-", "-").replace("\\_", "_")
+    with open(os.path.join(root, "packaging", "relay.yaml.example")) as f:
+        example = f.read()
+    missing = []
+    for key in keys:
+        section, _, rest = key.partition(".")
+        leaf = rest.rpartition(".")[2]
+        head = "\n.SH " + section.upper() + "\n"
+        assert head in man, head
+        body = man.split(head, 1)[1].split("\n.SH ", 1)[0]
+        if not re.search(r"^\.BR? (%s|%s)[: ]" % (re.escape(rest),
+                                                   re.escape(leaf)), body, re.M):
+            missing.append("relay.yaml(5) " + key)
+        block = re.search(r"^#? ?%s:\n((?:#?[ \t].*\n|#\n|\n)*)" %
+                          re.escape(section), example, re.M)
+        if block is None or not re.search(r"^\s*#?\s*%s:" % re.escape(leaf),
+                                          block.group(1), re.M):
+            missing.append("relay.yaml.example " + key)
+    assert not missing, "\n".join(missing)
