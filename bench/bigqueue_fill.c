@@ -1,7 +1,7 @@
 /*
  * bigqueue_fill.c - fill a spool with N deferred messages, straight
  * through the spool API (no SMTP), for the big-queue scenario
- * (bench/bigqueue.py, issue 16).
+ * (bench/bigqueue.py).
  *
  * Usage: bigqueue_fill DIR N SHARDS [DOMAINS]
  *   Prepares DIR (spool_prepare), then commits N messages of 1 KiB, each

@@ -1,7 +1,7 @@
 /*
  * bench/relay_floor.c - the least CPU a spooling relay spends per message.
  *
- * PURPOSE   A floor for the 1 MiB row of `make bench` (issue 16): whatever
+ * PURPOSE   A floor for the 1 MiB row of `make bench`: whatever
  *           else it does, a relay that commits a message to a tmpfs spool
  *           before it acknowledges it, and then sends it on, has to take
  *           the bytes off a socket, write them into a file, read them back

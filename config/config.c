@@ -385,7 +385,7 @@ config_section(struct config_parse *p, const struct config_key *keys,
     }
 }
 
-/* Every default of issue 2, before the file is read. */
+/* Every default, before the file is read. */
 static struct config *
 config_defaults(const char *path)
 {

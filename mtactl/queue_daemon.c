@@ -1,7 +1,7 @@
 /*
  * queue_daemon.c - `mtactl queue` while mtad runs: the listing comes from
  * the workers' in-memory index (delivery/qindex.c) instead of a million
- * files (issue 16).
+ * files.
  *
  * PURPOSE   Ask the master for "queue-stream": it answers with one socket
  *           per worker (SCM_RIGHTS), on which that worker writes the

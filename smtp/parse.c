@@ -147,7 +147,7 @@ smtp_is_qtext(unsigned char c)
  * Length of one well-formed UTF-8 sequence of 2..4 bytes at p (no overlong
  * forms, no surrogates, nothing above U+10FFFF), or 0.  C1 controls
  * (U+0080..U+009F) count as malformed: they are never part of a name, and
- * U+009B is a terminal's CSI (issue 10).
+ * U+009B is a terminal's CSI.
  */
 static size_t
 smtp_utf8_len(const unsigned char *p, size_t n)

@@ -203,7 +203,7 @@ int     spool_commit(struct spool_msg *m);               /* fsync?, rename; free
 int     spool_commit_batch(struct spool *sp, struct spool_msg **ms, size_t n,
             int *rcs);                                   /* one syncfs */
 /* The same in steps, for a loop that must not block on the sync (the
- * group commit of spool.fsync, issue 16):
+ * group commit of spool.fsync):
  *   spool_commit_rename(): finish, close (unless kept) and rename each
  *     message into queue/; rcs[i] per message, returns the first failure.
  *     A renamed message is NOT committed yet: no 250 for it.
@@ -232,8 +232,8 @@ int     spool_sync_busy(const struct spool *sp);
 void    spool_sync_wait(struct spool *sp);
 void    spool_sync_free(struct spool *sp);                  /* spool_close */
 
-/* The last close of a removed queue file, off the loop (spool_reap.c,
- * issue 16): on a disk file system that close frees the file's blocks in
+/* The last close of a removed queue file, off the loop (spool_reap.c):
+ * on a disk file system that close frees the file's blocks in
  * the caller (ext4 with "discard": a wait for the device, ~60 us).
  *   spool_reap_init() once, before the sandbox (it makes a pipe): on
  *     tmpfs or ramfs it does nothing, and every close stays inline.
@@ -248,7 +248,7 @@ void    spool_close_removed(struct spool *sp, int fd);
 void    spool_reap_free(struct spool *sp);
 void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL ok */
 
-/* Hand-off to the reader (issue 16): the worker that accepts a message
+/* Hand-off to the reader: the worker that accepts a message
  * delivers it from the file it wrote, not by reopening, relocking and
  * re-reading it (spool_msg_open(): open, flock, fstat, pread, close).
  * spool_keep(), right after spool_create() and before any spool_write():
@@ -266,7 +266,7 @@ void    spool_abort(struct spool_msg *m);                /* unlink, free; NULL o
  * spool_abort) closes it as before, and the caller must not touch it.
  * spool_finish() also sets (*envp)->body_copy when the whole message
  * went to the file in its one write and the body is at most 16 KiB: the
- * reader sends it from memory, without a pread() (issue 16).
+ * reader sends it from memory, without a pread().
  * SPOOL_EFORMAT when not possible here (the envelope no longer in the
  * write buffer, or a file system whose close() may report a delayed write
  * error, NFS-like, without spool.fsync: there the commit must close
@@ -299,7 +299,7 @@ void    spool_env_free(struct spool_env *env);           /* NULL ok */
  * before the mark existed.  SPOOL_ENOENT when queue/<id> is gone. */
 int     spool_state_save(struct spool *sp, const struct spool_env *env);
 /* What a schedule needs without opening anything (start-up recovery of a
- * big queue, issue 16): one fstatat() of queue/<id>.  spool_state_save()
+ * big queue): one fstatat() of queue/<id>.  spool_state_save()
  * also records the next retry as the queue file's mtime and the held flag
  * in its mode (group and other execute bits; the spool is 0700), with a
  * bit saying they are valid, cleared while a state is being replaced.
@@ -312,7 +312,7 @@ int     spool_sched_peek(struct spool *sp, const char *id,
                         /* *marked (may be NULL): the file has the mark */
 /* The orphan purge and the old-state marking of spool_prepare(), one id
  * at a time, for a worker's start-up recovery (spool_prepare_tree() leaves
- * them out of the master's serial start; issue 16):
+ * them out of the master's serial start):
  * spool_state_list() - every id in state/, sorted;
  * spool_state_adopt() - mark queue/<id> as having a state (a state saved
  *   before the mark existed), through an fd opened without following
@@ -333,7 +333,7 @@ int     spool_remove_env(struct spool *sp, const struct spool_env *env);
  * fd is the spool's, else still the caller's.  A file handed out by
  * spool_keep() (env->kept) on a spool in memory (tmpfs or ramfs) without
  * fsync, never given a state, moves to tmp/ instead of being unlinked,
- * fd and lock kept: the next spool_create() writes over it (issue 16: a
+ * fd and lock kept: the next spool_create() writes over it (a
  * 1 MiB write into pages tmpfs already has costs a third of one into new
  * pages, and a small message saves the open, the flock, the unlink and
  * the close).  Otherwise spool_remove_env(), then spool_close_removed().
@@ -362,7 +362,7 @@ void    spool_new_id(struct spool *sp, char *id);        /* id[SPOOL_ID_SIZE] */
 uint64_t spool_id_ms(const char *id);
 unsigned spool_id_shard(const char *id);
 
-/* Listing records (spool_wire.c; issue 16): one message as `mtactl queue`
+/* Listing records (spool_wire.c): one message as `mtactl queue`
  * shows it, for a worker to keep and stream.  All integers little-endian:
  *   u32 len (of what follows; 0 ends a stream), id[16], u8 state (0
  *   queued, 1 active, 2 deferred, 3 held) -- the head -- then the body:

@@ -1,7 +1,7 @@
 /*
  * spool_index.c - a worker's queue index saved at a clean stop
  * (state/index-<shard>), so that the next start has its listing records
- * without reading a million files (issue 16; delivery/qindex.c).
+ * without reading a million files (delivery/qindex.c).
  *
  * PURPOSE   spool_index_save() writes the records (spool.h "Listing
  *           records") after a magic line, through a temporary name and a

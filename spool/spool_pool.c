@@ -2,7 +2,7 @@
  * spool_pool.c - delivered files kept to carry the next messages.  See
  * the CONTRACT in spool.h (spool_remove_fd, spool_pool_trim).
  *
- * Why (issue 16, bench/relay_floor on the bench VM): writing 1 MiB into a
+ * Why (bench/relay_floor on the bench VM): writing 1 MiB into a
  * new tmpfs file cost 0.27-0.36 ms of CPU, allocating and charging 256
  * pages, and its unlink another 0.06 to free them; written over an old
  * file of that size, 0.11-0.14 and nothing.  A small message saves three

@@ -7,7 +7,7 @@
  * "discard" mount option (common on virtual machines) it also waits for a
  * discard request to the device.  On the bench machine that close took
  * 60 us, blocking; every delivered message stalled its worker's loop that
- * long (issue 16: perf's sched_switch stacks of the durable row, one
+ * long (perf's sched_switch stacks of the durable row, one
  * blk_issue_discard wait per message).  Here a helper thread makes those
  * closes: the loop writes the descriptor's number into a pipe and goes
  * on.  The file is no longer in queue/, so nobody can open it by name;

@@ -1,5 +1,5 @@
 /*
- * spool_wire.c - one queued message as a listing record (issue 16): what
+ * spool_wire.c - one queued message as a listing record: what
  * `mtactl queue` prints of it, in a length-prefixed binary form that a
  * worker keeps in memory for each message it owns and streams to mtactl.
  *

@@ -107,7 +107,7 @@ spool_write_all(struct spool_msg *m, const char *p, size_t n)
  * written out before (m->written > 0): the envelope and the start of the
  * body, which spool_mark_tls_optional() and spool_head_reserve() change in
  * place, are on disk by then, and everything that looks there already
- * goes by m->written (issue 16: a 1 MiB message copied 1 MiB for
+ * goes by m->written (a 1 MiB message copied 1 MiB for
  * nothing). */
 static int
 spool_write_direct(struct spool_msg *m, const char *p, size_t n)

@@ -19,7 +19,7 @@
  * is CRLF lines without any other control byte except the TAB of the one
  * folded field, and as many lines as the same DSN made with harmless
  * values (each string "x"), so nothing in a spool file or a peer's reply
- * can start a header or a MIME part of its own (issue 10); dsn_headers_len() agrees
+ * can start a header or a MIME part of its own; dsn_headers_len() agrees
  * with a naive reference; maildir_unix_lines() gives the same bytes
  * whole and split, and the same as a reference (CRLF -> LF, any other CR
  * kept).  Build and run: make fuzz (see tests/fuzz/run.sh).

@@ -5,7 +5,7 @@
  *
  * Checks: smtp_reply_parse() returns -1, 0 or 1; on 1 the reply length is
  * within the input and the limit, the code is 100..999 and the text is
- * terminated and holds no control byte (issue 10: a hostile reply must not
+ * terminated and holds no control byte (a hostile reply must not
  * reach a log, a DSN or a terminal raw); the same input split in two gives
  * the same answer once whole (parsing is stateless: a prefix never claims
  * a complete reply the whole input does not have); smtp_enhanced() gives

@@ -4,7 +4,7 @@
  * (smtp/reply.c) read back by the DATA byte machine
  * (smtp/data.c), and util_escape() (common/util.c).
  *
- * Checks (issue 10, finding 2 and 8):
+ * Checks:
  *  - whatever bytes are stored, smtp_stuff() + smtp_stuff_end() give a
  *    stream in which a strict receiver (smtp_data_feed) finds the end of
  *    data exactly at the end and gets the stored bytes back (plus CRLF

@@ -1,6 +1,6 @@
 /*
  * fuzz_wire.c - libFuzzer target over the listing records a worker
- * streams to mtactl (spool/spool_wire.c, issue 16).  mtactl may run as
+ * streams to mtactl (spool/spool_wire.c).  mtactl may run as
  * root; the worker that wrote the bytes runs sandboxed as the mtad user
  * and may be compromised, so the decoder must refuse anything malformed
  * (SPOOL_EFORMAT), never read past the record.

@@ -378,7 +378,7 @@ Test(config, unknown_key_nested)
         "shutdown_timeout, admin_group, sandbox)");
 }
 
-/* delivery.timeouts and spool.reserve (issue 19) */
+/* delivery.timeouts and spool.reserve */
 Test(config, delivery_timeouts)
 {
     struct config *c = tc_load_ok("routes:\n  default: discard\n"
@@ -934,7 +934,7 @@ Test(config, dns_bad_values)
 }
 
 
-/* Issue 10 finding 7: the resource limits, their defaults and errors. */
+/* The resource limits, their defaults and errors. */
 Test(config, session_resource_limits)
 {
     struct config *c = tc_load_ok("routes:\n  default: discard\n");
@@ -1037,7 +1037,7 @@ Test(config, dkim_sign_keys_and_networks)
 }
 
 
-/* --- operations keys (issue 13) ------------------------------------------ */
+/* --- operations keys ------------------------------------------ */
 
 Test(config, ops_keys_defaults)
 {

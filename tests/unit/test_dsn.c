@@ -237,7 +237,7 @@ Test(dsn, date_format)
 }
 
 
-/* Issue 10 finding 8: reply text from a state file written before replies
+/* Reply text from a state file written before replies
  * were escaped, or by hand, still leaves no control byte in the DSN. */
 Test(dsn, reply_control_bytes_are_escaped)
 {

@@ -84,7 +84,7 @@ Test(log, one_line_per_record)
     char big[LOG_RECORD_MAX * 2];
     ssize_t n;
 
-    /* line ends and every other control byte are escaped (issue 10) */
+    /* line ends and every other control byte are escaped */
     log_info("a\nb\rc\x1b[2J\xc2\x9b" "1m \xc3\xa9");
     cr_assert_gt(next_record(rec, sizeof(rec)), 0);
     cr_assert_not_null(strstr(rec, ": a\\x0ab\\x0dc\\x1b[2J\\xc2\\x9b1m "

@@ -1,6 +1,6 @@
 /*
  * test_safefs.c - common/safefs: what the master (root) refuses to follow
- * or adopt (issue 10, finding 1).
+ * or adopt.
  */
 #include <errno.h>
 #include <fcntl.h>

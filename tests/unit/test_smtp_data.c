@@ -549,7 +549,7 @@ bare_split(const char *in, size_t n, size_t cut)
 }
 
 
-/* Issue 10 finding 2: the BDAT path's bare-newline check, at every split. */
+/* The BDAT path's bare-newline check, at every split. */
 Test(smtp_data, bare_check_for_bdat)
 {
     static const struct { const char *in; int bare; } cases[] = {

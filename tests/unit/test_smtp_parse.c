@@ -784,7 +784,7 @@ Test(smtp_parse, pipeline_lines)
     cr_expect_eq(r.notify, SMTP_NOTIFY_NEVER);
 }
 
-/* Issue 10 finding 8: C1 controls (U+0080..U+009F, "\xc2\x80".."\xc2\x9f";
+/* C1 controls (U+0080..U+009F, "\xc2\x80".."\xc2\x9f";
  * U+009B is the 8-bit CSI of a terminal) are never part of a name, in
  * HELO or in an address, with or without SMTPUTF8. */
 Test(smtp_parse, c1_controls_are_refused)

@@ -343,7 +343,7 @@ Test(smtp_stuff, worst_case_fits_the_room)
 }
 
 
-/* Issue 10 finding 2: a receiver that takes a bare CR as a line end must
+/* A receiver that takes a bare CR as a line end must
  * not find an end of data in "line1\r.\r\n": the dot after a bare CR is
  * doubled too, so no stored byte sequence ends the data early anywhere. */
 Test(smtp_stuff, bare_cr_is_a_line_start_too)
@@ -356,7 +356,7 @@ Test(smtp_stuff, bare_cr_is_a_line_start_too)
 }
 
 
-/* Issue 10 finding 8: a hostile next hop's reply keeps no control byte:
+/* A hostile next hop's reply keeps no control byte:
  * ESC, a bare CR, NUL, DEL and C1 controls are escaped as \xHH. */
 Test(smtp_reply, control_bytes_are_escaped)
 {

@@ -763,7 +763,7 @@ Test(spool_write, create_skips_an_id_already_queued)
 }
 
 
-/* ---- writer numbers: two generations of one shard (issue 16) ---------- */
+/* ---- writer numbers: two generations of one shard ---------- */
 
 /* t_id_seq - an id without its writer number: milliseconds, shard and the
  * 5-bit counter, as one number (what would collide without the writer). */
@@ -1170,7 +1170,7 @@ Test(spool_prepare, purges_tmp_and_orphan_state)
 
 /* The master's start (spool_prepare_tree) leaves state/ to the workers
  * but for half-written leftovers; a worker then removes the orphans and
- * marks old states one id at a time (issue 16: no serial pass over a
+ * marks old states one id at a time (no serial pass over a
  * million state files before the workers start). */
 Test(spool_prepare, tree_leaves_states_to_the_workers)
 {

@@ -1,6 +1,6 @@
 /*
- * test_spool_wire.c - unit tests for the listing records of spool_wire.c
- * (issue 16): what a worker streams to mtactl, which may run as root and
+ * test_spool_wire.c - unit tests for the listing records of spool_wire.c:
+ * what a worker streams to mtactl, which may run as root and
  * must not trust it.  A record survives the round trip field by field;
  * every truncation, a string without its NUL, a count larger than the
  * bytes behind it, a bad id or state, and trailing bytes are refused.

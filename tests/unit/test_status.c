@@ -141,7 +141,7 @@ Test(status, many_addresses_in_one_slot_count_separately)
 }
 
 
-/* Issue 10 finding 7: IPv6 clients count per limits.ipv6_prefix network,
+/* IPv6 clients count per limits.ipv6_prefix network,
  * so the addresses of one /64 share one per-address limit. */
 Test(status, ipv6_clients_grouped_by_prefix)
 {

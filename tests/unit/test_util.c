@@ -410,7 +410,7 @@ Test(util, fatal_messages)
 }
 
 
-/* util_escape (issue 10): what may reach a log, a DSN or a terminal. */
+/* util_escape: what may reach a log, a DSN or a terminal. */
 Test(util, escape)
 {
     char   out[64];
