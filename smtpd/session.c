@@ -18,7 +18,8 @@
  * FILES     This file: the life cycle, I/O, reply buffers, timers and
  *           stop handling.  session_cmd.c: the command table and the
  *           commands outside a transaction; session_msg.c: MAIL, RCPT,
- *           DATA, BDAT, the spool writer and the commit (COMMIT there);
+ *           DATA, BDAT and the spool writer; session_commit.c: the
+ *           commit and the 250 (COMMIT there);
  *           session_tls.c: STARTTLS; session_dkim.c: signing.  State
  *           changes go through sess_enter() (smtpd_int.h).
  * STOP      Graceful stop (smtpd.h STOP): sessions go on as usual,
@@ -27,7 +28,7 @@
  *           for SMTPD_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
  *           session checks itself (sess_process, its timer), so a stop costs
  *           nothing per turn.
- * LIMITS    (issue 10) A session ends at limits.session_lifetime however
+ * LIMITS    A session ends at limits.session_lifetime however
  *           busy the client keeps it (its own timer, from accept); more
  *           than limits.max_junk_commands NOOP/RSET/VRFY/HELP since the
  *           last accepted message end it too (421; session_cmd.c); the
@@ -206,8 +207,8 @@ sess_error(struct sess *s)
     SESS_REJECT(s, STATUS_REJ_TOO_MANY_ERRORS);
     log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),
         LKV_S("reason", "too_many_errors"), LKV_S("dsn", "4.7.0")),
-        "too many errors from [%s]:%u after %u errors", s->ip,
-        (unsigned)s->port, (unsigned)s->nerrors);
+        "too many errors from [%s]:%u after %u errors; session=%s", s->ip,
+        (unsigned)s->port, (unsigned)s->nerrors, s->sid);
     sess_enter(s, SS_CLOSING);
 }
 
@@ -423,7 +424,7 @@ sess_read(struct sess *s)
 
 /* sess_push - one write of what is queued, at once: a 250 after the
  * commit must not wait behind the rest of the turn (other sessions, the
- * delivery it hands the message to, log batches: issue 16's tail).
+ * delivery it hands the message to, log batches).
  * Nothing else: s stays pending, so the flush hook's sess_write() does
  * the bookkeeping, retries what the socket did not take, and frees s on
  * an error; s is never freed here (the caller is inside sess_process). */
@@ -539,7 +540,8 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     }
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
         /* No clear-text 421 in the middle of a handshake. */
-        log_info("STARTTLS from [%s]:%u: timeout", s->ip, (unsigned)s->port);
+        SESS_LOG_INFO(s, "STARTTLS from [%s]:%u: timeout; session=%s",
+            s->ip, (unsigned)s->port, s->sid);
         sess_free(s, "timeout during TLS handshake");
         return;
     }
@@ -554,9 +556,9 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
         sess_stop_check(s);         /* closes, or re-arms for the rest */
         return;
     }
-    log_info("timeout after %s from [%s]:%u",
+    SESS_LOG_INFO(s, "timeout after %s from [%s]:%u; session=%s",
         s->state == SS_DATA || s->state == SS_BDAT ? "DATA" : "command",
-        s->ip, (unsigned)s->port);
+        s->ip, (unsigned)s->port, s->sid);
     snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
         s->d->cfg->hostname);
     sess_close_after(s, text);
@@ -583,8 +585,8 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
         ev_timer_start(loop, &s->life, (s->flags & SF_SYNCQ) ? 10 : 0);
         return;
     }
-    log_info("session lifetime exceeded from [%s]:%u", s->ip,
-        (unsigned)s->port);
+    SESS_LOG_INFO(s, "session lifetime exceeded from [%s]:%u; session=%s",
+        s->ip, (unsigned)s->port, s->sid);
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
         sess_free(s, "session lifetime exceeded");
         return;
@@ -597,6 +599,33 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 
 /* --- life cycle ------------------------------------------------------- */
+
+/* sess_sid_next - a new session id into sid: 12 lower-case hex digits,
+ * 7 of the wall-clock millisecond of the UTC day, 2 of the worker's
+ * slot, 3 of a count within that millisecond.  Unique for a day:
+ * workers alive at once hold different slots; within a worker
+ * (millisecond, count) only grows (4096 sessions in one millisecond
+ * borrow the next, which accept() cannot reach); a worker that replaces
+ * a dead one in its slot starts after it ended, so its milliseconds are
+ * later than every id the dead one gave.  A wall clock set back can
+ * repeat ids, as it can repeat log times. */
+static void
+sess_sid_next(struct smtpd *d, char *sid)
+{
+    uint64_t now = util_wall_ms();
+
+    if (now > d->sid_ms) {
+        d->sid_ms = now;
+        d->sid_count = 0;
+    } else if (++d->sid_count > 0xfffu) {
+        d->sid_ms++;
+        d->sid_count = 0;
+    }
+    snprintf(sid, SESS_SID_SIZE, "%07llx%02x%03x",
+        (unsigned long long)(d->sid_ms % (24ull * 3600 * 1000)),
+        d->sid_slot, (unsigned)d->sid_count);
+}
+
 
 void
 sess_free(struct sess *s, const char *why)
@@ -623,8 +652,8 @@ sess_free(struct sess *s, const char *why)
     counts[off] = '\0';
     log_ev(LOGL_INFO, "disconnect", LOG_KVS(SESS_CLIENT(s),
         LKV_I("commands", total), LKV_S("reason", why)),
-        "disconnect from [%s]:%u %scommands=%zu%s%s", s->ip,
-        (unsigned)s->port, counts, total, why ? " reason=" : "",
+        "disconnect from [%s]:%u session=%s %scommands=%zu%s%s", s->ip,
+        (unsigned)s->port, s->sid, counts, total, why ? " reason=" : "",
         why ? why : "");
 
     sess_pending_del(s);
@@ -721,11 +750,13 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
 
     s->d = d;
     net_init(&s->tp, fd);
+    sess_sid_next(d, s->sid);
     sess_peer(s, sa, salen);
     s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     s->flags |= sess_net_flags(s);
     if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
-        log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
+        log_warn("epoll_ctl for %s: %s; session=%s", s->ip,
+            strerror(errno), s->sid);
         net_close(&s->tp);
         peer = s->peer;
         free(s);
@@ -745,7 +776,8 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     ev_timer_start(d->loop, &s->life, cfg->session_lifetime_ms);
     s->active_ms = ev_now(d->loop);
     log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
-        "connect from [%s]:%u", s->ip, (unsigned)s->port);
+        "connect from [%s]:%u session=%s", s->ip, (unsigned)s->port,
+        s->sid);
     if (l != NULL && l->tls_implicit && d->tls_ctx != NULL) {
         /* RFC 8314: TLS from the first byte, the 220 inside it */
         s->greet_tls = 1;
@@ -776,7 +808,7 @@ sess_flush_hook(struct ev_loop *loop, void *arg)
             sess_pending_del(s);
             (void)sess_write(s);
         }
-    } while (d->ncommit > 0);
+    } while (d->cq_commit.n > 0);
 }
 
 
@@ -840,11 +872,12 @@ smtpd_new(const struct smtpd_env *env)
     d->auth = env->auth;
     d->gone = env->gone;
     d->arg = env->arg;
+    d->sid_slot = env->slot & 0xffu;
     ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);
     /* Order matters: the group commit queues its 250s before the flush. */
     ev_before_sleep(d->loop, sess_commit_hook, d);
     ev_before_sleep(d->loop, sess_flush_hook, d);
-    sess_sync_setup(d);
+    sess_commit_setup(d);
     return d;
 }
 
@@ -858,12 +891,11 @@ smtpd_free(struct smtpd *d)
         return;
     while (d->sessions != NULL)
         sess_free(d->sessions, "worker exit");
-    sess_sync_free(d);
+    sess_commit_free(d);
     ev_timer_stop(d->loop, &d->tls_timer);
     free(d->tls_ready);
     for (i = 0; i < d->nout_spare; i++)
         free(d->out_spare[i]);
     free(d->out_spare);
-    free(d->commit);
     free(d);
 }
