@@ -602,17 +602,20 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 /* sess_sid_next - a new session id into sid: 12 lower-case hex digits,
  * 7 of the wall-clock millisecond of the UTC day, 2 of the worker's
- * slot, 3 of a count within that millisecond.  Unique for a day:
- * workers alive at once hold different slots; within a worker
- * (millisecond, count) only grows (4096 sessions in one millisecond
- * borrow the next, which accept() cannot reach); a worker that replaces
- * a dead one in its slot starts after it ended, so its milliseconds are
- * later than every id the dead one gave.  A wall clock set back can
- * repeat ids, as it can repeat log times. */
+ * slot, 3 of a count within that millisecond.  Unique within a day
+ * without a shared counter: workers alive at once hold different slots;
+ * within a worker (millisecond, count) only grows (the 4097th session of
+ * a millisecond borrows the next one, a rate accept() cannot reach, so
+ * ids never run ahead of the clock); a worker that takes the slot of a
+ * dead one is forked after the master reaped it and starts milliseconds
+ * later (spool, routes, TLS), so its ids are later than the dead one's.
+ * A wall clock set back can repeat ids, as it repeats log times. */
 static void
 sess_sid_next(struct smtpd *d, char *sid)
 {
-    uint64_t now = util_wall_ms();
+    static const char hex[] = "0123456789abcdef";
+    uint64_t          now = util_wall_ms(), v;
+    int               i;
 
     if (now > d->sid_ms) {
         d->sid_ms = now;
@@ -621,9 +624,11 @@ sess_sid_next(struct smtpd *d, char *sid)
         d->sid_ms++;
         d->sid_count = 0;
     }
-    snprintf(sid, SESS_SID_SIZE, "%07llx%02x%03x",
-        (unsigned long long)(d->sid_ms % (24ull * 3600 * 1000)),
-        d->sid_slot, (unsigned)d->sid_count);
+    v = (d->sid_ms % (24ull * 3600 * 1000)) << 20 |
+        (uint64_t)(d->sid_slot & 0xffu) << 12 | d->sid_count;
+    for (i = SESS_SID_SIZE - 2; i >= 0; i--, v >>= 4)
+        sid[i] = hex[v & 15];
+    sid[SESS_SID_SIZE - 1] = '\0';
 }
 
 

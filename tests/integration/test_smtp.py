@@ -948,8 +948,8 @@ def test_an_oversized_message_is_logged_by_data_and_bdat_alike(mk):
         assert r.code == 552, r
         port = c.local_port
     text = m.wait_log("disconnect from [127.0.0.1]:%d " % port)
-    lines = [l for l in text.splitlines()
-             if ": reject: message too large from 127.0.0.1:%d " % port in l]
+    lines = re.findall(r": reject: message too large from 127\.0\.0\.1:%d\b"
+                       % port, text)
     assert len(lines) == 2, text[-3000:]
     assert m.queue_ids() == []
 
