@@ -317,8 +317,8 @@ sess_stop_check(struct sess *s)
 
 /* --- input ------------------------------------------------------------ */
 
-/* sess_cmd_step - run one command line from the buffer; 0 when more input
- * is needed. */
+/* sess_cmd_step - run one command line from the buffer: 0, or MTA_AGAIN
+ * when more input is needed. */
 static int
 sess_cmd_step(struct sess *s)
 {
@@ -331,11 +331,11 @@ sess_cmd_step(struct sess *s)
         lf = memchr(buf_head(&s->in), '\n', buf_avail(&s->in));
         if (lf == NULL) {
             buf_consume(&s->in, buf_avail(&s->in));
-            return 0;
+            return MTA_AGAIN;
         }
         buf_consume(&s->in, (size_t)(lf - buf_head(&s->in)) + 1);
         s->flags &= ~SF_DISCARD;
-        return 1;
+        return 0;
     }
     if (buf_getline(&s->in, &line, &bare_lf) < 0) {
         /* +1: a line of exactly SMTP_LINE_MAX may wait for its LF. */
@@ -344,10 +344,10 @@ sess_cmd_step(struct sess *s)
             buf_consume(&s->in, buf_avail(&s->in));
             s->flags |= SF_DISCARD;
         }
-        return 0;
+        return MTA_AGAIN;
     }
     sess_command(s, line, bare_lf);
-    return 1;
+    return 0;
 }
 
 
@@ -363,13 +363,14 @@ sess_process(struct sess *s)
         case SS_CMD:
             /* A client that pipelines without reading its replies: pause
              * here; the flush resumes once the replies are written. */
-            more = buf_avail(&s->out) < SESS_OUT_HIGH && sess_cmd_step(s);
+            more = buf_avail(&s->out) < SESS_OUT_HIGH &&
+                sess_cmd_step(s) == 0;
             break;
         case SS_DATA:
-            more = sess_data_step(s);
+            more = sess_data_step(s) == 0;
             break;
         case SS_BDAT:
-            more = sess_bdat_step(s);
+            more = sess_bdat_step(s) == 0;
             break;
         default:
             more = 0;               /* SS_COMMIT, SS_CLOSING */

@@ -601,13 +601,13 @@ sess_data_step(struct sess *s)
     int    r;
 
     if (buf_avail(&s->in) == 0)
-        return 0;
+        return MTA_AGAIN;
     r = smtp_data_feed(&s->txn->dp, buf_head(&s->in), buf_avail(&s->in),
         &used, sess_emit, s);
     buf_consume(&s->in, r == 1 ? used : buf_avail(&s->in));
     if (r == 1)
         sess_data_end(s);
-    return 1;
+    return 0;
 }
 
 
@@ -618,7 +618,7 @@ sess_bdat_step(struct sess *s)
     size_t n = buf_avail(&s->in);
 
     if (n == 0)
-        return 0;
+        return MTA_AGAIN;
     if (n > s->bdat_left)
         n = (size_t)s->bdat_left;
     if (s->bdat_err == NULL) {
@@ -637,5 +637,5 @@ sess_bdat_step(struct sess *s)
     s->bdat_left -= n;
     if (s->bdat_left == 0)
         sess_bdat_end(s);
-    return 1;
+    return 0;
 }

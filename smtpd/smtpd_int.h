@@ -260,8 +260,9 @@ void    sess_mail(struct sess *s, struct str arg);
 void    sess_rcpt(struct sess *s, struct str arg);
 void    sess_data(struct sess *s, struct str arg);
 void    sess_bdat(struct sess *s, struct str arg);
-int     sess_data_step(struct sess *s);     /* 0: needs more input */
-int     sess_bdat_step(struct sess *s);     /* 0: needs more input */
+/* Consume buffered content: 0, or MTA_AGAIN when more input is needed. */
+int     sess_data_step(struct sess *s);
+int     sess_bdat_step(struct sess *s);
 void    sess_txn_free(struct sess *s);      /* NULL txn ok; aborts */
 /* Free a transaction no session holds, aborting its message (one
  * renamed into queue/ stays there). */
