@@ -87,9 +87,11 @@ sess_cq_take(struct sess_cqueue *to, struct sess_cqueue *from)
 static void
 sess_gone_queued(struct smtpd *d, struct sess_txn *t, uint64_t size)
 {
-    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu: queued after its "
-        "client left (no 250 was seen)", t->id, t->env.sender,
-        (unsigned long long)size, t->env.nrcpt);
+    log_ev(LOGL_INFO, "log", LOG_KVS(LKV_S("queue_id", t->id),
+        LKV_S("session", t->sid)),
+        "%s: from=<%s>, size=%llu, nrcpt=%zu, session=%s: queued after "
+        "its client left (no 250 was seen)", t->id, t->env.sender,
+        (unsigned long long)size, t->env.nrcpt, t->sid);
     STATUS_ADD(d->st->msgs_in, 1);
     if (t->kenv != NULL) {
         t->kenv->body_size = size;

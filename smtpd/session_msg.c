@@ -437,6 +437,7 @@ sess_mail(struct sess *s, struct str arg)
     t->env.client_ip = s->ip;
     t->env.client_port = s->port;
     t->env.helo = s->helo;
+    memcpy(t->sid, s->sid, sizeof(t->sid));
     s->txn = t;
     sess_reply(s, "250 2.1.0 Ok");
 }

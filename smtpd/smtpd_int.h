@@ -157,6 +157,8 @@ struct sess_txn {
     size_t            rcap;
     struct spool_msg *msg;          /* created at DATA / first BDAT */
     char              id[SPOOL_ID_SIZE];
+    char              sid[SESS_SID_SIZE];   /* its session's id, for a
+                                       message whose client left */
     struct smtp_data  dp;
     uint64_t          bytes;        /* content bytes from the client */
     int               used_bdat;
