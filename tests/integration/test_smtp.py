@@ -994,6 +994,31 @@ def test_a_session_id_ties_the_records_of_a_session(one):
     assert sids[0] != sids[1], sids
 
 
+def test_session_ids_stay_unique_across_a_worker_restart(mk):
+    """A worker killed and replaced in its slot does not give its
+    predecessor's session ids again (they carry the slot and the time,
+    not a count from zero)."""
+    import signal
+    from mtadtest import workers
+    m = mk()
+    sids, gone = [], None
+    for k in range(2):
+        w = wait_for(lambda: (lambda ws: ws if len(ws) == 1 and gone not in
+                              ws else None)(workers(m.pid)), what="a worker")
+        ports = []
+        for _ in range(3):
+            with Client(m.port) as c:
+                c.greet()
+                ports.append(c.local_port)
+        text = m.wait_log("disconnect from [127.0.0.1]:%d " % ports[-1])
+        sids += [session_lines(text, p)[0] for p in ports]
+        if k == 0:
+            gone = w[0]
+            os.kill(gone, signal.SIGKILL)
+    assert len(set(sids)) == len(sids), sids
+    assert len({sid[7:9] for sid in sids}) == 1, sids     # one slot
+
+
 def test_the_session_id_in_json_records(mk):
     """log.format: json: the connect, reject, received and disconnect
     records of one session have the same "session" field."""
