@@ -18,7 +18,8 @@
  * FILES     This file: the life cycle, I/O, reply buffers, timers and
  *           stop handling.  session_cmd.c: the command table and the
  *           commands outside a transaction; session_msg.c: MAIL, RCPT,
- *           DATA, BDAT, the spool writer and the commit (COMMIT there);
+ *           DATA, BDAT and the spool writer; session_commit.c: the
+ *           commit and the 250 (COMMIT there);
  *           session_tls.c: STARTTLS; session_dkim.c: signing.  State
  *           changes go through sess_enter() (smtpd_int.h).
  * STOP      Graceful stop (smtpd.h STOP): sessions go on as usual,
@@ -27,7 +28,7 @@
  *           for SMTPD_STOP_GRACE_MS is told "421 4.3.2" and closed.  Each
  *           session checks itself (sess_process, its timer), so a stop costs
  *           nothing per turn.
- * LIMITS    (issue 10) A session ends at limits.session_lifetime however
+ * LIMITS    A session ends at limits.session_lifetime however
  *           busy the client keeps it (its own timer, from accept); more
  *           than limits.max_junk_commands NOOP/RSET/VRFY/HELP since the
  *           last accepted message end it too (421; session_cmd.c); the
@@ -206,8 +207,8 @@ sess_error(struct sess *s)
     SESS_REJECT(s, STATUS_REJ_TOO_MANY_ERRORS);
     log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),
         LKV_S("reason", "too_many_errors"), LKV_S("dsn", "4.7.0")),
-        "too many errors from [%s]:%u after %u errors", s->ip,
-        (unsigned)s->port, (unsigned)s->nerrors);
+        "too many errors from [%s]:%u after %u errors; session=%s", s->ip,
+        (unsigned)s->port, (unsigned)s->nerrors, s->sid);
     sess_enter(s, SS_CLOSING);
 }
 
@@ -316,8 +317,8 @@ sess_stop_check(struct sess *s)
 
 /* --- input ------------------------------------------------------------ */
 
-/* sess_cmd_step - run one command line from the buffer; 0 when more input
- * is needed. */
+/* sess_cmd_step - run one command line from the buffer: 0, or MTA_AGAIN
+ * when more input is needed. */
 static int
 sess_cmd_step(struct sess *s)
 {
@@ -330,11 +331,11 @@ sess_cmd_step(struct sess *s)
         lf = memchr(buf_head(&s->in), '\n', buf_avail(&s->in));
         if (lf == NULL) {
             buf_consume(&s->in, buf_avail(&s->in));
-            return 0;
+            return MTA_AGAIN;
         }
         buf_consume(&s->in, (size_t)(lf - buf_head(&s->in)) + 1);
         s->flags &= ~SF_DISCARD;
-        return 1;
+        return 0;
     }
     if (buf_getline(&s->in, &line, &bare_lf) < 0) {
         /* +1: a line of exactly SMTP_LINE_MAX may wait for its LF. */
@@ -343,10 +344,10 @@ sess_cmd_step(struct sess *s)
             buf_consume(&s->in, buf_avail(&s->in));
             s->flags |= SF_DISCARD;
         }
-        return 0;
+        return MTA_AGAIN;
     }
     sess_command(s, line, bare_lf);
-    return 1;
+    return 0;
 }
 
 
@@ -362,13 +363,14 @@ sess_process(struct sess *s)
         case SS_CMD:
             /* A client that pipelines without reading its replies: pause
              * here; the flush resumes once the replies are written. */
-            more = buf_avail(&s->out) < SESS_OUT_HIGH && sess_cmd_step(s);
+            more = buf_avail(&s->out) < SESS_OUT_HIGH &&
+                sess_cmd_step(s) == 0;
             break;
         case SS_DATA:
-            more = sess_data_step(s);
+            more = sess_data_step(s) == 0;
             break;
         case SS_BDAT:
-            more = sess_bdat_step(s);
+            more = sess_bdat_step(s) == 0;
             break;
         default:
             more = 0;               /* SS_COMMIT, SS_CLOSING */
@@ -423,7 +425,7 @@ sess_read(struct sess *s)
 
 /* sess_push - one write of what is queued, at once: a 250 after the
  * commit must not wait behind the rest of the turn (other sessions, the
- * delivery it hands the message to, log batches: issue 16's tail).
+ * delivery it hands the message to, log batches).
  * Nothing else: s stays pending, so the flush hook's sess_write() does
  * the bookkeeping, retries what the socket did not take, and frees s on
  * an error; s is never freed here (the caller is inside sess_process). */
@@ -539,7 +541,8 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     }
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
         /* No clear-text 421 in the middle of a handshake. */
-        log_info("STARTTLS from [%s]:%u: timeout", s->ip, (unsigned)s->port);
+        SESS_LOG_INFO(s, "STARTTLS from [%s]:%u: timeout; session=%s",
+            s->ip, (unsigned)s->port, s->sid);
         sess_free(s, "timeout during TLS handshake");
         return;
     }
@@ -554,9 +557,9 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
         sess_stop_check(s);         /* closes, or re-arms for the rest */
         return;
     }
-    log_info("timeout after %s from [%s]:%u",
+    SESS_LOG_INFO(s, "timeout after %s from [%s]:%u; session=%s",
         s->state == SS_DATA || s->state == SS_BDAT ? "DATA" : "command",
-        s->ip, (unsigned)s->port);
+        s->ip, (unsigned)s->port, s->sid);
     snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
         s->d->cfg->hostname);
     sess_close_after(s, text);
@@ -583,8 +586,8 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
         ev_timer_start(loop, &s->life, (s->flags & SF_SYNCQ) ? 10 : 0);
         return;
     }
-    log_info("session lifetime exceeded from [%s]:%u", s->ip,
-        (unsigned)s->port);
+    SESS_LOG_INFO(s, "session lifetime exceeded from [%s]:%u; session=%s",
+        s->ip, (unsigned)s->port, s->sid);
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
         sess_free(s, "session lifetime exceeded");
         return;
@@ -597,6 +600,38 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 
 /* --- life cycle ------------------------------------------------------- */
+
+/* sess_sid_next - a new session id into sid: 12 lower-case hex digits,
+ * 7 of the wall-clock millisecond of the UTC day, 2 of the worker's
+ * slot, 3 of a count within that millisecond.  Unique within a day
+ * without a shared counter: workers alive at once hold different slots;
+ * within a worker (millisecond, count) only grows (the 4097th session of
+ * a millisecond borrows the next one, a rate accept() cannot reach, so
+ * ids never run ahead of the clock); a worker that takes the slot of a
+ * dead one is forked after the master reaped it and starts milliseconds
+ * later (spool, routes, TLS), so its ids are later than the dead one's.
+ * A wall clock set back can repeat ids, as it repeats log times. */
+static void
+sess_sid_next(struct smtpd *d, char *sid)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint64_t          now = util_wall_ms(), v;
+    int               i;
+
+    if (now > d->sid_ms) {
+        d->sid_ms = now;
+        d->sid_count = 0;
+    } else if (++d->sid_count > 0xfffu) {
+        d->sid_ms++;
+        d->sid_count = 0;
+    }
+    v = (d->sid_ms % (24ull * 3600 * 1000)) << 20 |
+        (uint64_t)(d->sid_slot & 0xffu) << 12 | d->sid_count;
+    for (i = SESS_SID_SIZE - 2; i >= 0; i--, v >>= 4)
+        sid[i] = hex[v & 15];
+    sid[SESS_SID_SIZE - 1] = '\0';
+}
+
 
 void
 sess_free(struct sess *s, const char *why)
@@ -623,8 +658,8 @@ sess_free(struct sess *s, const char *why)
     counts[off] = '\0';
     log_ev(LOGL_INFO, "disconnect", LOG_KVS(SESS_CLIENT(s),
         LKV_I("commands", total), LKV_S("reason", why)),
-        "disconnect from [%s]:%u %scommands=%zu%s%s", s->ip,
-        (unsigned)s->port, counts, total, why ? " reason=" : "",
+        "disconnect from [%s]:%u session=%s %scommands=%zu%s%s", s->ip,
+        (unsigned)s->port, s->sid, counts, total, why ? " reason=" : "",
         why ? why : "");
 
     sess_pending_del(s);
@@ -721,11 +756,13 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
 
     s->d = d;
     net_init(&s->tp, fd);
+    sess_sid_next(d, s->sid);
     sess_peer(s, sa, salen);
     s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     s->flags |= sess_net_flags(s);
     if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
-        log_warn("epoll_ctl for %s: %s", s->ip, strerror(errno));
+        log_warn("epoll_ctl for %s: %s; session=%s", s->ip,
+            strerror(errno), s->sid);
         net_close(&s->tp);
         peer = s->peer;
         free(s);
@@ -745,7 +782,8 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     ev_timer_start(d->loop, &s->life, cfg->session_lifetime_ms);
     s->active_ms = ev_now(d->loop);
     log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
-        "connect from [%s]:%u", s->ip, (unsigned)s->port);
+        "connect from [%s]:%u session=%s", s->ip, (unsigned)s->port,
+        s->sid);
     if (l != NULL && l->tls_implicit && d->tls_ctx != NULL) {
         /* RFC 8314: TLS from the first byte, the 220 inside it */
         s->greet_tls = 1;
@@ -776,7 +814,7 @@ sess_flush_hook(struct ev_loop *loop, void *arg)
             sess_pending_del(s);
             (void)sess_write(s);
         }
-    } while (d->ncommit > 0);
+    } while (d->cq_commit.n > 0);
 }
 
 
@@ -840,11 +878,12 @@ smtpd_new(const struct smtpd_env *env)
     d->auth = env->auth;
     d->gone = env->gone;
     d->arg = env->arg;
+    d->sid_slot = env->slot & 0xffu;
     ev_timer_init(&d->tls_timer, sess_tls_ready_run, d);
     /* Order matters: the group commit queues its 250s before the flush. */
     ev_before_sleep(d->loop, sess_commit_hook, d);
     ev_before_sleep(d->loop, sess_flush_hook, d);
-    sess_sync_setup(d);
+    sess_commit_setup(d);
     return d;
 }
 
@@ -858,12 +897,11 @@ smtpd_free(struct smtpd *d)
         return;
     while (d->sessions != NULL)
         sess_free(d->sessions, "worker exit");
-    sess_sync_free(d);
+    sess_commit_free(d);
     ev_timer_stop(d->loop, &d->tls_timer);
     free(d->tls_ready);
     for (i = 0; i < d->nout_spare; i++)
         free(d->out_spare[i]);
     free(d->out_spare);
-    free(d->commit);
     free(d);
 }

@@ -9,7 +9,7 @@
  *           table, then calls the handler, so no handler repeats a phase
  *           check (like OpenSMTPD's smtp_session.c, Postfix's
  *           smtpd_cmd_table[]).
- * LIMITS    (issue 10) more than limits.max_junk_commands NOOP/RSET/VRFY/
+ * LIMITS    More than limits.max_junk_commands NOOP/RSET/VRFY/
  *           HELP since the last accepted message end the session (421).
  */
 #include <errno.h>
@@ -46,6 +46,7 @@ sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
 
     c->ip = s->ip;
     c->port = s->port;
+    c->sid = s->sid;
     c->tls = s->tp.ssl != NULL;
     c->loopback = (s->peer.sa.sa_family == AF_INET &&
         (ntohl(s->peer.sin.sin_addr.s_addr) >> 24) == 127) ||
@@ -191,7 +192,7 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
 
 /* sess_junk - NOOP, RSET, VRFY and HELP cost nothing to send and keep a
  * session alive: past limits.max_junk_commands since the last message the
- * session is closed with 421.  Returns 1 when it was. */
+ * session is closed with 421.  Returns -1 when it was, else 0. */
 static int
 sess_junk(struct sess *s)
 {
@@ -199,13 +200,13 @@ sess_junk(struct sess *s)
 
     if (++s->njunk <= (uint32_t)s->d->cfg->max_junk_commands)
         return 0;
-    log_info("too many junk commands from [%s]:%u", s->ip,
-        (unsigned)s->port);
+    SESS_LOG_INFO(s, "too many junk commands from [%s]:%u; session=%s",
+        s->ip, (unsigned)s->port, s->sid);
     STATUS_ADD(s->d->st->errors, 1);
     snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many junk "
         "commands", s->d->cfg->hostname);
     sess_close_after(s, text);
-    return 1;
+    return -1;
 }
 
 
@@ -415,7 +416,7 @@ sess_command(struct sess *s, struct str line, int bare_lf)
     if (s->ncmd[verb] < UINT16_MAX)
         s->ncmd[verb]++;
     c = &sess_cmds[verb];
-    if (c->junk && sess_junk(s))
+    if (c->junk && sess_junk(s) < 0)
         return;
     if (c->noarg != NULL && arg.n > 0) {
         sess_reply(s, c->noarg);

@@ -1,16 +1,20 @@
 /*
  * session_msg.c - the mail transaction of an inbound session: MAIL, RCPT,
- * DATA and BDAT, the envelope, the spool writer, the commit and the
- * hand-off to delivery (split from session.c; DKIM is session_dkim.c).
+ * DATA and BDAT, the envelope, the spool writer and the verdict on the
+ * content (split from session.c; the commit is session_commit.c, DKIM
+ * session_dkim.c).
  *
  * PURPOSE   DATA content streams from the read buffer through
  *           smtp_data_feed() straight into spool_write(): no line
  *           splitting, no allocation per line.  The transaction (struct
  *           sess_txn) exists from MAIL to the end of the message.
- * COMMIT    250 after the final dot only once spool_commit() (or the group
- *           commit in sess_commit_hook(), with spool.fsync) returned OK.
- *           A session waiting for the group commit parses no more input;
- *           the hook resumes it after queueing its reply.
+ * VERDICT   DATA's final dot and each BDAT chunk end in one function,
+ *           sess_msg_verdict(): bare newlines, size and hops are refused
+ *           (and logged) alike for both.
+ * COMMIT    250 after the final dot only once spool_commit() returned OK;
+ *           with spool.fsync the message joins the group commit instead
+ *           (session_commit.c) and its session parses no more input
+ *           until it is answered.
  * LIMITS    A transaction's envelope memory stops at
  *           limits.max_envelope_size and its recipients at max_recipients,
  *           both answered 452 4.5.3 as flow control, not counted toward
@@ -50,14 +54,6 @@
  * MTAs is looping, and is refused instead of being relayed once more. */
 #define SESS_MAX_HOPS  50
 
-static void sess_commit_del(struct sess *s);
-
-
-static void sess_txn_release(struct sess_txn *t);
-static int  sess_sync_detach(struct sess *s);
-static void sess_sync_settle(struct smtpd *d, int sync_rc);
-static void sess_commit_async(struct smtpd *d);
-
 
 void
 sess_txn_free(struct sess *s)
@@ -66,8 +62,7 @@ sess_txn_free(struct sess *s)
 
     if (t == NULL)
         return;
-    sess_commit_del(s);
-    if (sess_sync_detach(s))
+    if (sess_commit_leave(s))
         return;                     /* the group commit ends it */
     sess_txn_release(t);
     s->txn = NULL;
@@ -76,7 +71,7 @@ sess_txn_free(struct sess *s)
 
 /* sess_txn_release - free a transaction and abort its message (a renamed
  * one stays in queue/: spool_abort removes only tmp/<id>). */
-static void
+void
 sess_txn_release(struct sess_txn *t)
 {
     size_t i;
@@ -148,7 +143,7 @@ sess_received(struct sess *s, struct sess_txn *t)
 
 
 /* sess_spool_fail - log a spool failure once per message. */
-static void
+void
 sess_spool_fail(struct sess *s, const char *what, int rc)
 {
     struct smtpd *d = s->d;
@@ -157,17 +152,15 @@ sess_spool_fail(struct sess *s, const char *what, int rc)
      * episode (sess_queued() ends it), not one per message */
     if (rc == SPOOL_ENOSPC) {
         if (d->nospace++ == 0)
-            log_warn("%s: %s failed for client [%s]:%u: no space (%s); new "
-                "mail gets 452 until there is room again",
+            log_warn("%s: %s failed for client [%s]:%u session=%s: no "
+                "space (%s); new mail gets 452 until there is room again",
                 s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
-                (unsigned)s->port, spool_errstr(d->spool));
+                (unsigned)s->port, s->sid, spool_errstr(d->spool));
         return;
     }
-    log_warn("%s: %s failed for client [%s]:%u: %s (%s)",
+    log_warn("%s: %s failed for client [%s]:%u session=%s: error (%s)",
         s->txn && s->txn->id[0] ? s->txn->id : "-", what, s->ip,
-        (unsigned)s->port,
-        rc == SPOOL_ENOSPC ? "no space" : "error",
-        spool_errstr(s->d->spool));
+        (unsigned)s->port, s->sid, spool_errstr(d->spool));
 }
 
 
@@ -187,7 +180,7 @@ sess_msg_open(struct sess *s)
     }
     util_strlcpy(t->id, spool_msg_id(t->msg), sizeof(t->id));
     /* Hand the file to delivery at the commit instead of having it
-     * reopened, relocked and re-read (issue 16); where the spool cannot,
+     * reopened, relocked and re-read; where the spool cannot,
      * kenv stays NULL and delivery opens queue/<id> as before. */
     spool_env_free(t->kenv);
     t->kenv = NULL;
@@ -226,7 +219,7 @@ sess_tls_required(struct sess *s)
         t->env.tls_optional = 1;
     } else if (rc == SPOOL_ELATE) {
         log_info("%s: TLS-Required: No ignored: header section larger "
-            "than the spool's write buffer", t->id);
+            "than the spool's write buffer; session=%s", t->id, s->sid);
     } else {
         t->spool_rc = rc;
         sess_spool_fail(s, "spool_mark", rc);
@@ -234,47 +227,7 @@ sess_tls_required(struct sess *s)
 }
 
 
-/* sess_queued - the message is committed: 250, log, hand to delivery. */
-static void
-sess_queued(struct sess *s, uint64_t size)
-{
-    struct sess_txn *t = s->txn;
-    struct smtpd   *d = s->d;
-
-    t->msg = NULL;                  /* spool_commit freed it */
-    if (d->nospace > 0) {
-        log_notice("spool has room again: %llu spool writes refused for "
-            "lack of space meanwhile", (unsigned long long)d->nospace);
-        d->nospace = 0;
-    }
-    sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
-    log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", t->id),
-        LKV_S("from", t->env.sender), LKV_I("size", size),
-        LKV_I("nrcpt", t->env.nrcpt), SESS_CLIENT(s),
-        LKV_S("dkim", t->dkim_domain), LKV_S("tls_required",
-        t->env.requiretls ? "requiretls" : t->env.tls_optional ? "no" :
-        NULL)),
-        "%s: from=<%s>, size=%llu, nrcpt=%zu, client=[%s]:%u%s%s%s",
-        t->id, t->env.sender, (unsigned long long)size, t->env.nrcpt, s->ip,
-        (unsigned)s->port, t->dkim_domain ? ", dkim=" : "",
-        t->dkim_domain ? t->dkim_domain : "", t->env.requiretls ?
-        ", tls_required=requiretls" : t->env.tls_optional ?
-        ", tls_required=no" : "");
-    STATUS_ADD(d->st->msgs_in, 1);
-    s->njunk = 0;                   /* a client that sends mail is no idler */
-    sess_push(s);                   /* the 250 first, then the delivery */
-    if (t->kenv != NULL) {
-        t->kenv->body_size = size;
-        deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
-        t->kenv = NULL;             /* delivery's now, and the fd too */
-    } else {
-        deliver_submit(d->deliver, t->id);
-    }
-    sess_txn_free(s);
-}
-
-
-static void
+void
 sess_storage_fail(struct sess *s)
 {
     sess_reply(s, "452 4.3.1 Insufficient system storage");
@@ -325,13 +278,7 @@ sess_finish_msg(struct sess *s)
         sess_queued(s, size);
         return;
     }
-    if (d->ncommit == d->commitcap) {
-        d->commitcap = d->commitcap ? d->commitcap * 2 : 16;
-        d->commit = xrealloc(d->commit, d->commitcap * sizeof(*d->commit));
-    }
-    d->commit[d->ncommit++] = s;
-    s->flags |= SF_COMMITQ;
-    sess_enter(s, SS_COMMIT);
+    sess_commit_add(s);
 }
 
 
@@ -371,90 +318,86 @@ sess_emit(void *arg, const char *p, size_t n)
 }
 
 
-/* sess_reject_loop - too many Received: headers: a mail loop. */
+/* sess_msg_reject - refuse the message for a policy verdict: count it,
+ * log it (what: the reason in words), answer reply, end the txn. */
 static void
-sess_reject_loop(struct sess *s)
+sess_msg_reject(struct sess *s, enum status_reject why, const char *reason,
+    const char *what, const char *reply)
 {
-    SESS_REJECT(s, STATUS_REJ_LOOP);
-    log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", s->txn->id),
-        SESS_CLIENT(s), LKV_S("reason", "mail_loop"), LKV_S("dsn", "5.4.6")),
-        "%s: reject: too many hops (%u Received: headers) from %s:%u",
-        s->txn->id, s->txn->hops.hops, s->ip, (unsigned)s->port);
-    sess_reply(s, "554 5.4.6 Error: too many hops (mail loop?)");
+    struct sess_txn *t = s->txn;
+    char             dsn[16];
+
+    SESS_REJECT(s, why);
+    log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
+        SESS_CLIENT(s), LKV_S("reason", reason),
+        LKV_S("dsn", logfmt_dsn(reply, dsn, sizeof(dsn)))),
+        "%s: reject: %s from %s:%u session=%s", t->id, what, s->ip,
+        (unsigned)s->port, s->sid);
+    sess_reply(s, reply);
     sess_txn_free(s);
 }
 
 
-/* sess_data_end - the final dot was read: answer for the message. */
+/* sess_msg_verdict - the one answer to the end of DATA content (last) or
+ * of a BDAT chunk: a refusal, a storage failure, the commit of the
+ * message (last), or the count of a chunk.  bare: a bare CR or LF the
+ * policy refuses was seen.  The hop count is whole only at the end. */
 static void
-sess_data_end(struct sess *s)
+sess_msg_verdict(struct sess *s, int bare, int last)
 {
     struct sess_txn *t = s->txn;
+    char             what[64];
 
     sess_enter(s, SS_CMD);
-    if (t->dp.bad_newline && !s->d->cfg->bare_newline_accept) {
-        SESS_REJECT(s, STATUS_REJ_BARE_NEWLINE);
-        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
-            SESS_CLIENT(s), LKV_S("reason", "bare_newline"),
-            LKV_S("dsn", "5.5.2")),
-            "%s: reject: bare <CR> or <LF> in message from %s:%u",
-            t->id, s->ip, (unsigned)s->port);
-        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
-        sess_txn_free(s);
+    if (bare) {
+        sess_msg_reject(s, STATUS_REJ_BARE_NEWLINE, "bare_newline",
+            "bare <CR> or <LF> in message",
+            "550 5.5.2 Error: bare <CR> or <LF> received");
     } else if (t->too_big) {
-        SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
-        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
-            SESS_CLIENT(s), LKV_S("reason", "too_large"),
-            LKV_S("dsn", "5.3.4")),
-            "%s: reject: message too large from %s:%u", t->id, s->ip,
-            (unsigned)s->port);
-        sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-        sess_txn_free(s);
-    } else if (t->hops.hops > SESS_MAX_HOPS) {
-        sess_reject_loop(s);
+        sess_msg_reject(s, STATUS_REJ_TOO_LARGE, "too_large",
+            "message too large", "552 5.3.4 Message size exceeds fixed "
+            "limit");
+    } else if (last && t->hops.hops > SESS_MAX_HOPS) {
+        snprintf(what, sizeof(what), "too many hops (%u Received: headers)",
+            t->hops.hops);
+        sess_msg_reject(s, STATUS_REJ_LOOP, "mail_loop", what,
+            "554 5.4.6 Error: too many hops (mail loop?)");
     } else if (t->spool_rc != 0) {
         sess_storage_fail(s);
-    } else {
-        sess_finish_msg(s);
-    }
-}
-
-
-/* sess_bdat_end - a whole chunk was read. */
-static void
-sess_bdat_end(struct sess *s)
-{
-    struct sess_txn *t = s->txn;
-
-    sess_enter(s, SS_CMD);
-    if (s->bdat_err != NULL) {
-        sess_reply(s, s->bdat_err);
-        s->bdat_err = NULL;
-        return;
-    }
-    if (t->bdat_bare || (s->bdat_last && t->bdat_cr)) {
-        SESS_REJECT(s, STATUS_REJ_BARE_NEWLINE);
-        log_ev(LOGL_INFO, "reject", LOG_KVS(LKV_S("queue_id", t->id),
-            SESS_CLIENT(s), LKV_S("reason", "bare_newline"),
-            LKV_S("dsn", "5.5.2")),
-            "%s: reject: bare <CR> or <LF> in message from %s:%u",
-            t->id, s->ip, (unsigned)s->port);
-        sess_reply(s, "550 5.5.2 Error: bare <CR> or <LF> received");
-        sess_txn_free(s);
-    } else if (t->too_big) {
-        SESS_REJECT(s, STATUS_REJ_TOO_LARGE);
-        sess_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-        sess_txn_free(s);
-    } else if (s->bdat_last && t->hops.hops > SESS_MAX_HOPS) {
-        sess_reject_loop(s);
-    } else if (t->spool_rc != 0) {
-        sess_storage_fail(s);
-    } else if (s->bdat_last) {
+    } else if (last) {
         sess_finish_msg(s);
     } else {
         sess_replyf(s, "250 2.0.0 Ok: %llu octets received",
             (unsigned long long)t->bytes);
     }
+}
+
+
+/* sess_data_end - the final dot was read. */
+static void
+sess_data_end(struct sess *s)
+{
+    sess_msg_verdict(s, s->txn->dp.bad_newline &&
+        !s->d->cfg->bare_newline_accept, 1);
+}
+
+
+/* sess_bdat_end - a whole chunk was read: the 503 or 452 decided at the
+ * BDAT command (the chunk was dropped), else the verdict.  A CR that
+ * ends the last chunk is bare too. */
+static void
+sess_bdat_end(struct sess *s)
+{
+    struct sess_txn *t = s->txn;
+
+    if (s->bdat_err != NULL) {
+        sess_enter(s, SS_CMD);
+        sess_reply(s, s->bdat_err);
+        s->bdat_err = NULL;
+        return;
+    }
+    sess_msg_verdict(s, t->bdat_bare || (s->bdat_last && t->bdat_cr),
+        s->bdat_last);
 }
 
 
@@ -494,6 +437,7 @@ sess_mail(struct sess *s, struct str arg)
     t->env.client_ip = s->ip;
     t->env.client_port = s->port;
     t->env.helo = s->helo;
+    memcpy(t->sid, s->sid, sizeof(t->sid));
     s->txn = t;
     sess_reply(s, "250 2.1.0 Ok");
 }
@@ -513,8 +457,8 @@ sess_rcpt_route(struct sess *s, const char *addr)
 
     rc = router_lookup(d->router, addr, res);
     if (rc != ROUTER_OK) {
-        log_warn("route lookup for <%s> failed: %s", addr,
-            router_errstr(d->router));
+        log_warn("route lookup for <%s> failed: %s; session=%s", addr,
+            router_errstr(d->router), s->sid);
         sess_reply(s, "451 4.3.0 Error: route lookup failed");
         return -1;
     }
@@ -526,8 +470,9 @@ sess_rcpt_route(struct sess *s, const char *addr)
             LKV_S("from", s->txn->env.sender), LKV_S("to", addr),
             LKV_S("helo", s->helo)),
             "reject: RCPT from [%s]:%u: 554 5.7.1 <%s>: Relay access "
-            "denied; from=<%s> to=<%s> helo=<%s>", s->ip, (unsigned)s->port,
-            addr, s->txn->env.sender, addr, s->helo ? s->helo : "");
+            "denied; from=<%s> to=<%s> helo=<%s> session=%s", s->ip,
+            (unsigned)s->port, addr, s->txn->env.sender, addr,
+            s->helo ? s->helo : "", s->sid);
         sess_replyf(s, "554 5.7.1 <%s>: Relay access denied", addr);
         return -1;
     }
@@ -541,8 +486,9 @@ sess_rcpt_route(struct sess *s, const char *addr)
                 "route_reject" : "route_defer"),
             LKV_S("dsn", logfmt_dsn(res->route.text, dsn, sizeof(dsn))),
             LKV_S("from", s->txn->env.sender), LKV_S("to", addr)),
-            "reject: RCPT from [%s]:%u: %d %s; to=<%s>", s->ip,
-            (unsigned)s->port, res->route.code, res->route.text, addr);
+            "reject: RCPT from [%s]:%u: %d %s; to=<%s> session=%s", s->ip,
+            (unsigned)s->port, res->route.code, res->route.text, addr,
+            s->sid);
         sess_replyf(s, "%d %s", res->route.code, res->route.text);
         return -1;
     }
@@ -656,13 +602,13 @@ sess_data_step(struct sess *s)
     int    r;
 
     if (buf_avail(&s->in) == 0)
-        return 0;
+        return MTA_AGAIN;
     r = smtp_data_feed(&s->txn->dp, buf_head(&s->in), buf_avail(&s->in),
         &used, sess_emit, s);
     buf_consume(&s->in, r == 1 ? used : buf_avail(&s->in));
     if (r == 1)
         sess_data_end(s);
-    return 1;
+    return 0;
 }
 
 
@@ -673,7 +619,7 @@ sess_bdat_step(struct sess *s)
     size_t n = buf_avail(&s->in);
 
     if (n == 0)
-        return 0;
+        return MTA_AGAIN;
     if (n > s->bdat_left)
         n = (size_t)s->bdat_left;
     if (s->bdat_err == NULL) {
@@ -692,322 +638,5 @@ sess_bdat_step(struct sess *s)
     s->bdat_left -= n;
     if (s->bdat_left == 0)
         sess_bdat_end(s);
-    return 1;
-}
-
-
-/* --- the group commit ------------------------------------------------ */
-
-static void
-sess_commit_del(struct sess *s)
-{
-    struct smtpd *d = s->d;
-    size_t         i;
-
-    if (!(s->flags & SF_COMMITQ))
-        return;
-    for (i = 0; i < d->ncommit; i++)
-        if (d->commit[i] == s) {
-            d->commit[i] = d->commit[--d->ncommit];
-            break;
-        }
-    s->flags &= ~SF_COMMITQ;
-}
-
-
-/* --- the group commit off the loop (spool_sync_start) ----------------- */
-
-static void
-sess_cq_push(struct sess_cq **q, size_t *n, size_t *cap, struct sess_cq e)
-{
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        *q = xrealloc(*q, *cap * sizeof(**q));
-    }
-    (*q)[(*n)++] = e;
-}
-
-
-/* sess_sync_detach - s is leaving while its message waits for the sync:
- * the entry keeps the transaction (the file is in queue/ already) and
- * ends it when the sync is done.  1 if s was waiting, else 0. */
-static int
-sess_sync_detach(struct sess *s)
-{
-    struct smtpd *d = s->d;
-    size_t         i;
-
-    if (!(s->flags & SF_SYNCQ))
-        return 0;
-    s->flags &= ~SF_SYNCQ;
-    for (i = 0; i < d->nwait; i++)
-        if (d->cq_wait[i].s == s)
-            d->cq_wait[i].s = NULL;
-    for (i = 0; i < d->nsync; i++)
-        if (d->cq_sync[i].s == s)
-            d->cq_sync[i].s = NULL;
-    s->txn = NULL;
-    return 1;
-}
-
-
-/* sess_sync_next - start a sync for the messages renamed so far, unless
- * one runs (they wait for the next). */
-static void
-sess_sync_next(struct smtpd *d)
-{
-    struct sess_cq *q;
-    size_t          cap;
-    int             rc;
-
-    if (d->nwait == 0 || d->nsync > 0 || spool_sync_busy(d->spool))
-        return;
-    q = d->cq_sync;                 /* swap: cq_sync is empty */
-    cap = d->synccap;
-    d->cq_sync = d->cq_wait;
-    d->synccap = d->waitcap;
-    d->nsync = d->nwait;
-    d->cq_wait = q;
-    d->waitcap = cap;
-    d->nwait = 0;
-    if ((rc = spool_sync_start(d->spool)) != SPOOL_OK) {
-        /* none of them is durable: each gets its 4xx from the settle */
-        log_warn("group commit: %s", spool_errstr(d->spool));
-        for (size_t i = 0; i < d->nsync; i++)
-            d->cq_sync[i].rc = rc;
-        sess_sync_settle(d, rc);
-    }
-}
-
-
-/* sess_gone_queued - the message of a client that left before its 250 is
- * durable in queue/: deliver it (the client may send it again: a
- * duplicate, never a loss). */
-static void
-sess_gone_queued(struct smtpd *d, struct sess_txn *t, uint64_t size)
-{
-    t->msg = NULL;
-    log_info("%s: from=<%s>, size=%llu, nrcpt=%zu: queued after its "
-        "client left (no 250 was seen)", t->id, t->env.sender,
-        (unsigned long long)size, t->env.nrcpt);
-    STATUS_ADD(d->st->msgs_in, 1);
-    if (t->kenv != NULL) {
-        t->kenv->body_size = size;
-        deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
-        t->kenv = NULL;
-    } else {
-        deliver_submit(d->deliver, t->id);
-    }
-}
-
-
-/* sess_sync_settle - the running sync ended with sync_rc: answer (or
- * end) every message it covered, resume their sessions, start the next. */
-static void
-sess_sync_settle(struct smtpd *d, int sync_rc)
-{
-    struct sess_cq    *q = d->cq_sync;
-    size_t             i, n = d->nsync;
-    struct spool_msg **ms = xmalloc((n ? n : 1) * sizeof(*ms));
-    int               *rcs = xmalloc((n ? n : 1) * sizeof(*rcs));
-    struct sess      **ss = xmalloc((n ? n : 1) * sizeof(*ss));
-
-    for (i = 0; i < n; i++) {
-        ms[i] = q[i].t->msg;
-        rcs[i] = q[i].rc;
-    }
-    (void)spool_commit_settle(d->spool, ms, n, rcs, sync_rc);
-    d->nsync = 0;                   /* q stays valid until the next swap */
-    for (i = 0; i < n; i++) {
-        struct sess     *s = q[i].s;
-        struct sess_txn *t = q[i].t;
-
-        ss[i] = s;
-        if (s == NULL) {
-            if (rcs[i] == SPOOL_OK)
-                sess_gone_queued(d, t, q[i].size);
-            sess_txn_release(t);    /* aborts a message not committed */
-            continue;
-        }
-        s->flags &= ~SF_SYNCQ;
-        sess_enter(s, SS_CMD);
-        if (rcs[i] == SPOOL_OK) {
-            sess_queued(s, q[i].size);
-        } else {
-            sess_spool_fail(s, "spool_commit", rcs[i]);
-            sess_storage_fail(s);
-        }
-    }
-    /* Resume after every reply is queued (as sess_commit_hook does). */
-    for (i = 0; i < n; i++)
-        if (ss[i] != NULL && ss[i]->state == SS_CMD)
-            sess_process(ss[i]);
-    free(ms);
-    free(rcs);
-    free(ss);
-    sess_sync_next(d);
-}
-
-
-/* sess_on_sync - the spool's eventfd: the sync thread is done. */
-static void
-sess_on_sync(struct ev_loop *loop, int fd, unsigned events, void *arg)
-{
-    struct smtpd *d = arg;
-    int           rc;
-
-    (void)loop;
-    (void)fd;
-    (void)events;
-    if ((rc = spool_sync_reap(d->spool)) == MTA_AGAIN)
-        return;
-    if (rc != SPOOL_OK)
-        log_warn("group commit: %s", spool_errstr(d->spool));
-    sess_sync_settle(d, rc);
-}
-
-
-/* sess_commit_async - the hook's work with the sync off the loop: rename
- * what finished this turn into queue/ now (a rename failure is answered
- * at once), and start a sync unless one runs.  The sessions stay in
- * SS_COMMIT, parsing nothing, until sess_sync_settle answers them. */
-static void
-sess_commit_async(struct smtpd *d)
-{
-    struct sess      **ss;
-    struct spool_msg **ms;
-    int               *rcs;
-    size_t             i, n;
-
-    while (d->ncommit > 0) {
-        n = d->ncommit;
-        ss = xmalloc(n * sizeof(*ss));
-        ms = xmalloc(n * sizeof(*ms));
-        rcs = xcalloc(n, sizeof(*rcs));
-        for (i = 0; i < n; i++) {
-            ss[i] = d->commit[i];
-            ss[i]->flags &= ~SF_COMMITQ;
-            ms[i] = ss[i]->txn->msg;
-        }
-        d->ncommit = 0;
-        (void)spool_commit_rename(d->spool, ms, n, rcs);
-        for (i = 0; i < n; i++) {
-            struct sess *s = ss[i];
-
-            if (rcs[i] == SPOOL_OK) {
-                sess_cq_push(&d->cq_wait, &d->nwait, &d->waitcap,
-                    (struct sess_cq){ s, s->txn, spool_msg_size(ms[i]),
-                    SPOOL_OK });
-                /* parses nothing until its 250; input that arrives
-                 * meanwhile is unwatched then (sess_on_io) */
-                s->flags |= SF_SYNCQ;
-                ss[i] = NULL;
-                continue;
-            }
-            sess_enter(s, SS_CMD);
-            sess_spool_fail(s, "spool_commit", rcs[i]);
-            sess_storage_fail(s);
-        }
-        for (i = 0; i < n; i++)
-            if (ss[i] != NULL && ss[i]->state == SS_CMD)
-                sess_process(ss[i]);
-        free(ss);
-        free(ms);
-        free(rcs);
-    }
-    sess_sync_next(d);
-}
-
-
-void
-sess_sync_setup(struct smtpd *d)
-{
-    d->sync_fd = -1;
-    if (!d->cfg->spool_fsync || spool_sync_fd(d->spool) < 0)
-        return;
-    if (ev_watch(d->loop, spool_sync_fd(d->spool), EV_READ, sess_on_sync,
-        d) != 0) {
-        log_warn("group commit: watching the sync eventfd: %s; syncing "
-            "inline", strerror(errno));
-        return;
-    }
-    d->sync_fd = spool_sync_fd(d->spool);
-}
-
-
-/* sess_sync_free - the worker's exit (sessions already freed): messages
- * still waiting stay in queue/ for the next start, unanswered. */
-void
-sess_sync_free(struct smtpd *d)
-{
-    size_t i;
-
-    spool_sync_wait(d->spool);
-    for (i = 0; i < d->nwait; i++)
-        sess_txn_release(d->cq_wait[i].t);
-    for (i = 0; i < d->nsync; i++)
-        sess_txn_release(d->cq_sync[i].t);
-    d->nwait = d->nsync = 0;
-    if (d->sync_fd >= 0)
-        ev_unwatch(d->loop, d->sync_fd);
-    d->sync_fd = -1;
-    free(d->cq_wait);
-    free(d->cq_sync);
-    d->cq_wait = d->cq_sync = NULL;
-}
-
-
-/* sess_commit_hook - the group commit (spool.fsync): one syncfs for every
- * message finished this turn, then their 250s, then the input they had
- * pipelined behind the dot.  Runs before sess_flush_hook. */
-void
-sess_commit_hook(struct ev_loop *loop, void *arg)
-{
-    struct smtpd     *d = arg;
-    struct sess      **ss;
-    struct spool_msg **ms;
-    int               *rcs;
-    uint64_t          *sizes;
-    size_t             i, n;
-
-    (void)loop;
-    if (d->sync_fd >= 0) {
-        sess_commit_async(d);
-        return;
-    }
-    while (d->ncommit > 0) {
-        n = d->ncommit;
-        ss = xmalloc(n * sizeof(*ss));
-        ms = xmalloc(n * sizeof(*ms));
-        rcs = xcalloc(n, sizeof(*rcs));
-        sizes = xmalloc(n * sizeof(*sizes));
-        for (i = 0; i < n; i++) {
-            ss[i] = d->commit[i];
-            ss[i]->flags &= ~SF_COMMITQ;
-            ms[i] = ss[i]->txn->msg;
-            sizes[i] = spool_msg_size(ms[i]);
-        }
-        d->ncommit = 0;
-        (void)spool_commit_batch(d->spool, ms, n, rcs);
-        for (i = 0; i < n; i++) {
-            struct sess *s = ss[i];
-
-            sess_enter(s, SS_CMD);
-            if (rcs[i] == SPOOL_OK) {
-                sess_queued(s, sizes[i]);
-            } else {
-                sess_spool_fail(s, "spool_commit", rcs[i]);
-                sess_storage_fail(s);
-            }
-        }
-        /* Resume after every reply is queued: a resumed session may finish
-         * another message and land in d->commit for the next round. */
-        for (i = 0; i < n; i++)
-            if (ss[i]->state == SS_CMD)
-                sess_process(ss[i]);
-        free(ss);
-        free(ms);
-        free(rcs);
-        free(sizes);
-    }
+    return 0;
 }

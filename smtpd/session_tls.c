@@ -148,9 +148,9 @@ sess_tls_reset(struct sess *s)
         LKV_S("tls_version", net_tls_version(&s->tp)),
         LKV_S("cipher", cipher), LKV_I("bits", bits),
         LKV_I("resumed", net_tls_resumed(&s->tp))),
-        "STARTTLS from [%s]:%u: %s %s (%d bits)%s", s->ip,
+        "STARTTLS from [%s]:%u: %s %s (%d bits)%s; session=%s", s->ip,
         (unsigned)s->port, net_tls_version(&s->tp), cipher, bits,
-        net_tls_resumed(&s->tp) ? ", session resumed" : "");
+        net_tls_resumed(&s->tp) ? ", session resumed" : "", s->sid);
     sess_txn_free(s);
     free(s->helo);
     s->helo = NULL;
@@ -192,8 +192,8 @@ sess_tls_step(struct sess *s)
         STATUS_ADD(s->d->st->ops.tls_failed, 1);
         log_ev(LOGL_INFO, "tls_failed", LOG_KVS(SESS_CLIENT(s),
             LKV_S("error", err)),
-            "STARTTLS from [%s]:%u failed: %s", s->ip,
-            (unsigned)s->port, err);
+            "STARTTLS from [%s]:%u failed: %s; session=%s", s->ip,
+            (unsigned)s->port, err, s->sid);
         STATUS_ADD(s->d->st->errors, 1);
         sess_free(s, "TLS handshake failed");
         return -1;
@@ -214,8 +214,8 @@ sess_tls_begin(struct sess *s)
     s->in.off = s->in.len = 0;
     buf_pool_give(&s->in);
     if (net_tls_start(&s->tp, s->d->tls_ctx, err, sizeof(err)) < 0) {
-        log_warn("STARTTLS from [%s]:%u: %s", s->ip, (unsigned)s->port,
-            err);
+        log_warn("STARTTLS from [%s]:%u: %s; session=%s", s->ip,
+            (unsigned)s->port, err, s->sid);
         sess_free(s, "TLS setup failed");
         return -1;
     }

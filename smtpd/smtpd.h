@@ -18,7 +18,8 @@
  *           most linger_ms.  smtpd_free() closes what is left (aborting
  *           messages in progress; nothing acknowledged is lost).
  * FAILURE   Never crashes on input and never blocks; logs one line per
- *           decision (connect, reject, queued, disconnect).
+ *           decision (connect, reject, queued, disconnect), each with the
+ *           session's id ("session=<12 hex>", the JSON field "session").
  */
 #ifndef MTAD_SMTPD_H
 #define MTAD_SMTPD_H
@@ -52,6 +53,9 @@ struct smtpd_env {
     struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
     struct dkim_keys     *dkim;     /* dkim.sign keys; NULL: no signing */
     struct smtpd_auth    *auth;     /* auth.password_file; NULL: no AUTH */
+    /* The worker's slot (0..255), held by no other live worker: part of
+     * every session id, which makes them unique across workers. */
+    unsigned              slot;
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;

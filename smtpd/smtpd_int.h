@@ -14,6 +14,7 @@
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/net.h"
+#include "common/util.h"
 #include "router/router.h"
 #include "smtp/smtp.h"
 #include "spool/spool.h"
@@ -22,6 +23,21 @@
 struct sess;
 struct spool_msg;
 struct dkim_keys;
+
+/* A message in the group commit: once renamed, its transaction stays
+ * alive even if its client leaves (s = NULL): the file is in queue/. */
+struct sess_cq {
+    struct sess      *s;
+    struct sess_txn  *t;
+    uint64_t          size;
+    int               rc;
+};
+
+/* A list of them, kept and grown (session_commit.c). */
+struct sess_cqueue {
+    struct sess_cq   *q;
+    size_t            n, cap;
+};
 
 struct smtpd {
     /* from struct smtpd_env */
@@ -45,15 +61,23 @@ struct smtpd {
 
     struct sess          *sessions; /* every session (doubly linked) */
     struct sess          *pending;  /* replies to flush this turn */
-    struct sess         **commit;   /* waiting for the group commit */
-    size_t                ncommit, commitcap;
-    /* The group commit off the loop (spool.fsync, spool_sync_start):
-     * renamed messages wait in cq_wait for the next sync; cq_sync holds
-     * those the running one covers.  sync_fd: the spool's eventfd, -1
-     * when the commit is inline (spool_commit_batch). */
-    struct sess_cq       *cq_wait, *cq_sync;
-    size_t                nwait, waitcap, nsync, synccap;
+    /* The group commit (spool.fsync; session_commit.c).  cq_commit: the
+     * messages finished this turn; cq_run: the round being answered;
+     * off the loop, cq_wait: renamed, waiting for the next sync, and
+     * cq_sync: those the running sync covers.  cq_ms, cq_rc: a round as
+     * the spool's calls take it.  All live as long as d, grown to the
+     * largest round: nothing is allocated per turn.  sync_fd: the
+     * spool's eventfd, -1 when the commit is inline. */
+    struct sess_cqueue    cq_commit, cq_run, cq_wait, cq_sync;
+    struct spool_msg    **cq_ms;
+    int                  *cq_rc;
+    size_t                cq_argcap;
     int                   sync_fd;
+    /* Session ids (session.c, sess_sid_next): the worker's slot, and
+     * the wall-clock millisecond and count of the last id given. */
+    unsigned              sid_slot;
+    uint64_t              sid_ms;
+    uint32_t              sid_count;
 
     char                **out_spare; /* recycled reply buffers */
     size_t                nout_spare;
@@ -86,8 +110,16 @@ int     smtpd_dkim_end(struct smtpd_dkim *sd, struct spool_msg *m,
 
 /* --- sessions (session.c, session_cmd.c, session_msg.c, session_tls.c) */
 
-/* Structured log fields of the session's client (log.format: json). */
-#define SESS_CLIENT(s) LKV_S("client", (s)->ip), LKV_I("client_port", (s)->port)
+/* Structured log fields of the session's client (log.format: json):
+ * its address and the session id (text records say "session=<sid>"). */
+#define SESS_CLIENT(s) LKV_S("client", (s)->ip), \
+    LKV_I("client_port", (s)->port), LKV_S("session", (s)->sid)
+/* A session id: 12 lower-case hex digits (session.c) and its NUL. */
+#define SESS_SID_SIZE   13
+/* A record of the session that is no event of its own ("log"), with
+ * the session's fields; the text must say "session=%s" itself. */
+#define SESS_LOG_INFO(s, ...) \
+    log_ev(LOGL_INFO, "log", LOG_KVS(SESS_CLIENT(s)), __VA_ARGS__)
 #define SESS_REJECT(s, why) STATUS_ADD((s)->d->st->ops.rejects[why], 1)
 
 #define SESS_OUT_HIGH   (64 * 1024) /* stop running commands above this */
@@ -110,7 +142,7 @@ enum sess_state {
 #define SF_WBLOCK    0x04u          /* a write left bytes behind: EPOLLOUT */
 #define SF_DISCARD   0x08u          /* dropping an over-long line to its LF */
 #define SF_RELAY     0x10u          /* client in relay.allow_networks */
-#define SF_COMMITQ   0x20u          /* on d->commit */
+#define SF_COMMITQ   0x20u          /* on d->cq_commit */
 #define SF_TLSREADY  0x40u          /* on d->tls_ready */
 /* Mail from this session is DKIM-signed (when its From: domain has keys):
  * set at connect for a client in dkim.sign_networks; AUTH sets it for an
@@ -119,21 +151,14 @@ enum sess_state {
 #define SF_SYNCQ     0x100u         /* renamed, waiting for the async
                                        group commit (d->cq_wait/cq_sync) */
 
-/* A message in the asynchronous group commit: its transaction stays
- * alive even if its client leaves (s = NULL): the file is in queue/. */
-struct sess_cq {
-    struct sess      *s;
-    struct sess_txn  *t;
-    uint64_t          size;
-    int               rc;
-};
-
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
     struct spool_env  env;          /* client_ip/helo point into the session */
     size_t            rcap;
     struct spool_msg *msg;          /* created at DATA / first BDAT */
     char              id[SPOOL_ID_SIZE];
+    char              sid[SESS_SID_SIZE];   /* its session's id, for a
+                                       message whose client left */
     struct smtp_data  dp;
     uint64_t          bytes;        /* content bytes from the client */
     int               used_bdat;
@@ -176,6 +201,7 @@ struct sess {
         struct sockaddr_in6 sin6;
     } peer;
     char              ip[INET6_ADDRSTRLEN];
+    char              sid[SESS_SID_SIZE];  /* in its every log record */
     uint16_t          port;
     uint8_t           state;
     uint8_t           bdat_last;
@@ -236,15 +262,35 @@ void    sess_mail(struct sess *s, struct str arg);
 void    sess_rcpt(struct sess *s, struct str arg);
 void    sess_data(struct sess *s, struct str arg);
 void    sess_bdat(struct sess *s, struct str arg);
-int     sess_data_step(struct sess *s);     /* 0: needs more input */
-int     sess_bdat_step(struct sess *s);     /* 0: needs more input */
+/* Consume buffered content: 0, or MTA_AGAIN when more input is needed. */
+int     sess_data_step(struct sess *s);
+int     sess_bdat_step(struct sess *s);
 void    sess_txn_free(struct sess *s);      /* NULL txn ok; aborts */
+/* Free a transaction no session holds, aborting its message (one
+ * renamed into queue/ stays there). */
+void    sess_txn_release(struct sess_txn *t);
+/* Log a failed spool call for s's message (a full spool: once). */
+void    sess_spool_fail(struct sess *s, const char *what, int rc);
+void    sess_storage_fail(struct sess *s);  /* 452 4.3.1, txn freed */
+
+/* session_commit.c: from a finished message to its 250 and delivery */
+/* The message is in queue/ (and synced with spool.fsync), size bytes:
+ * 250, the log record, the hand-off to delivery; the txn is freed. */
+void    sess_queued(struct sess *s, uint64_t size);
+/* s's message is complete: it joins this turn's group commit and s
+ * waits in SS_COMMIT for its answer. */
+void    sess_commit_add(struct sess *s);
+/* s gives up its transaction: off this turn's commit; 1 when its
+ * message waits for a sync, which then ends the transaction (s->txn is
+ * NULL then), else 0. */
+int     sess_commit_leave(struct sess *s);
 /* The group commit, an ev_before_sleep hook (arg: struct smtpd). */
 void    sess_commit_hook(struct ev_loop *loop, void *arg);
-/* Set up the asynchronous group commit (smtpd_new, with spool.fsync and
- * spool_sync_init() done); drop it at smtpd_free. */
-void    sess_sync_setup(struct smtpd *d);
-void    sess_sync_free(struct smtpd *d);
+/* Set up the group commit (smtpd_new: with spool.fsync and
+ * spool_sync_init() done, its sync goes off the loop); end it at
+ * smtpd_free, sessions already freed. */
+void    sess_commit_setup(struct smtpd *d);
+void    sess_commit_free(struct smtpd *d);
 
 /* session_tls.c: STARTTLS */
 void    sess_starttls(struct sess *s, struct str arg);
@@ -266,12 +312,14 @@ int     sess_tls_step(struct sess *s);      /* -1: s was freed */
  * smtpd_auth_hold_ms(sa) the session calls smtpd_auth_release(), which
  * writes the reply and returns FAIL or CLOSE).
  * smtpd_auth_mail: 0, or -1 with the reply for MAIL FROM:<sender>. */
-enum { SMTPD_AUTH_OK = 0, SMTPD_AUTH_CONT, SMTPD_AUTH_FAIL,
-       SMTPD_AUTH_CLOSE, SMTPD_AUTH_HOLD };
+enum { SMTPD_AUTH_OK = 0, SMTPD_AUTH_FAIL = -1,
+       SMTPD_AUTH_CONT = MTA_AGAIN,     /* more input, like MTA_AGAIN */
+       SMTPD_AUTH_CLOSE = -3, SMTPD_AUTH_HOLD = -4 };
 struct smtpd_sauth;
 struct smtpd_auth_ctx {
     const char         *ip;
     unsigned            port;
+    const char         *sid;        /* the session id, for the log */
     int                 tls;        /* TLS is on */
     int                 loopback;   /* the client is 127/8 or ::1 */
     int                 esmtp;      /* EHLO was given */

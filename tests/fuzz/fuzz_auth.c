@@ -151,7 +151,8 @@ fuzz_answer(struct smtpd *d, struct smtpd_sauth *sa, int rc, char *reply,
         rc = smtpd_auth_release(d, sa, reply, rsz);
         if (rc != SMTPD_AUTH_FAIL && rc != SMTPD_AUTH_CLOSE)
             abort();
-    } else if (rc < SMTPD_AUTH_OK || rc > SMTPD_AUTH_CLOSE) {
+    } else if (rc != SMTPD_AUTH_OK && rc != SMTPD_AUTH_CONT &&
+        rc != SMTPD_AUTH_FAIL && rc != SMTPD_AUTH_CLOSE) {
         abort();
     }
     fuzz_reply(rc, reply, rsz);
@@ -230,6 +231,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&c, 0, sizeof(c));
     c.ip = "192.0.2.1";
     c.port = 2525;
+    c.sid = "0123456789ab";
     c.tls = data[0] & 1;
     c.loopback = (data[0] >> 1) & 1;
     c.esmtp = (data[0] >> 2) & 1;

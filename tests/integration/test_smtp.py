@@ -930,3 +930,115 @@ def test_mail_loop_is_refused_after_too_many_hops(one):
     finally:
         s.close()
     assert "too many hops (51 Received: headers)" in one.wait_log("too many hops")
+
+
+def test_an_oversized_message_is_logged_by_data_and_bdat_alike(mk):
+    """The reject of a message over limits.max_message_size is logged
+    whether it came by DATA or by BDAT (one verdict for both)."""
+    m = mk({"limits": {"max_message_size": "10K"}})
+    big = (b"y" * 998 + b"\r\n") * 20
+    with Client(m.port) as c:
+        c.greet()
+        r = send_message(c, "a@x.test", ["r@y.test"], big)
+        assert r.code == 552, r
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<r@y.test>").code == 250
+        c.send(b"BDAT %d LAST\r\n" % len(big) + big)
+        r = c.reply()
+        assert r.code == 552, r
+        port = c.local_port
+    text = m.wait_log("disconnect from [127.0.0.1]:%d " % port)
+    lines = re.findall(r": reject: message too large from 127\.0\.0\.1:%d\b"
+                       % port, text)
+    assert len(lines) == 2, text[-3000:]
+    assert m.queue_ids() == []
+
+
+SID = r"session=([0-9a-f]{12})\b"
+
+
+def session_lines(text, port):
+    """The session id of the client at port (its connect line), and every
+    line that carries it."""
+    m = re.search(r": connect from \[127\.0\.0\.1\]:%d %s" % (port, SID), text)
+    assert m, text[-3000:]
+    sid = m.group(1)
+    return sid, [l for l in text.splitlines() if "session=%s" % sid in l]
+
+
+def test_a_session_id_ties_the_records_of_a_session(one):
+    """Each session's connect line carries an id that its reject, received
+    (with the queue id) and disconnect lines carry too; two sessions get
+    different ids."""
+    ports, qids = [], []
+    for k in range(2):
+        with Client(one.port) as c:
+            c.greet()
+            assert c.cmd("RCPT TO:<a@b.test>").code == 503
+            qids.append(queued_id(send_message(
+                c, "a@x.test", ["r@y.test"], b"Subject: %d\r\n\r\nhi\r\n" % k)))
+            ports.append(c.local_port)
+            assert c.cmd("QUIT").code == 221
+    text = one.wait_log("disconnect from [127.0.0.1]:%d " % ports[1])
+    sids = []
+    for port, qid in zip(ports, qids):
+        sid, lines = session_lines(text, port)
+        sids.append(sid)
+        assert len(lines) == 3, lines       # connect, received, disconnect
+        assert ": connect from [127.0.0.1]:%d session=" % port in lines[0]
+        assert re.search(r": %s: from=<a@x\.test>, size=\d+, nrcpt=1, "
+                         r"client=\[127\.0\.0\.1\]:%d, session=%s"
+                         % (qid, port, sid), lines[1]), lines
+        assert ": disconnect from [127.0.0.1]:%d session=%s " % (port, sid) \
+            in lines[2], lines
+    assert sids[0] != sids[1], sids
+
+
+def test_session_ids_stay_unique_across_a_worker_restart(mk):
+    """A worker killed and replaced in its slot does not give its
+    predecessor's session ids again (they carry the slot and the time,
+    not a count from zero)."""
+    import signal
+    from mtadtest import workers
+    m = mk()
+    sids, gone = [], None
+    for k in range(2):
+        w = wait_for(lambda: (lambda ws: ws if len(ws) == 1 and gone not in
+                              ws else None)(workers(m.pid)), what="a worker")
+        ports = []
+        for _ in range(3):
+            with Client(m.port) as c:
+                c.greet()
+                ports.append(c.local_port)
+        text = m.wait_log("disconnect from [127.0.0.1]:%d " % ports[-1])
+        sids += [session_lines(text, p)[0] for p in ports]
+        if k == 0:
+            gone = w[0]
+            os.kill(gone, signal.SIGKILL)
+    assert len(set(sids)) == len(sids), sids
+    assert len({sid[7:9] for sid in sids}) == 1, sids     # one slot
+
+
+def test_the_session_id_in_json_records(mk):
+    """log.format: json: the connect, reject, received and disconnect
+    records of one session have the same "session" field."""
+    import json
+    m = mk({"log": {"format": "json"}, "routes": {"static": {
+        "nouser.test": "reject:550 5.1.1 no such user"}}})
+    with Client(m.port) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@x.test>").code == 250
+        assert c.cmd("RCPT TO:<x@nouser.test>").code == 550
+        assert c.cmd("RSET").code == 250
+        qid = queued_id(send_message(c, "a@x.test", ["r@y.test"],
+                                     b"Subject: j\r\n\r\nhi\r\n"))
+        port = c.local_port
+    m.wait_log('"event":"disconnect"')
+    recs = [json.loads(l) for l in m.log_text().splitlines() if l]
+    mine = [r for r in recs if r.get("client_port") == port]
+    events = [r["event"] for r in mine]
+    for ev in ("connect", "reject", "received", "disconnect"):
+        assert ev in events, events
+    sids = {r.get("session") for r in mine}
+    assert len(sids) == 1 and re.match(r"[0-9a-f]{12}$", sids.pop()), mine
+    assert [r for r in mine if r["event"] == "received"][0]["queue_id"] == qid
