@@ -503,8 +503,16 @@ def test_queue_summary_buckets_messages_by_age_like_qshape(kq):
     for bad in ("0", "x", "-1", ""):
         r = m.ctl("queue", "--summary", "--top", bad)
         assert r.returncode == 2 and "--top" in r.stderr, (bad, r.stderr)
-    # the running workers read the arrival from the files at start
+    # the running workers read the arrival from the files at start: the
+    # listener answers before the workers report ready, and each worker's
+    # index is complete only once it logged its "queue index" line
+    before = len(m.log_text())
     m.start()
+    wait_for(lambda: m.ctl("queue", "--daemon").returncode == 0,
+             what="the workers answering")
+    wait_for(lambda: len(re.findall(r"queue index: \d+ messages",
+                                    m.log_text()[before:])) >= 2,
+             what="both workers' queue index lines")
     assert_sources_agree(m, [("--summary",), ("--summary", "--json"),
                              ("--summary", "--top", "2")])
 
