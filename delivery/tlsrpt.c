@@ -809,7 +809,6 @@ tlsrpt_export(tlsrpt_emit_fn *emit, void *arg)
     buf_init(&b);
     for (size_t i = 0; i < n; i++) {
         b.off = b.len = 0;
-        buf_append(&b, "tlsrpt-add\n", 11);
         tlsrpt_pol_wire(v[i], &b);
         if (buf_avail(&b) > TLSRPT_WIRE_MAX) {
             /* too many long strings: the counts go without them */
@@ -819,7 +818,6 @@ tlsrpt_export(tlsrpt_emit_fn *emit, void *arg)
             v[i]->nstrings = 0;
             v[i]->ndet = 0;
             b.off = b.len = 0;
-            buf_append(&b, "tlsrpt-add\n", 11);
             tlsrpt_pol_wire(v[i], &b);
         }
         if (emit(buf_head(&b), buf_avail(&b), arg) != 0)

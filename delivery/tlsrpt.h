@@ -13,8 +13,8 @@
  *           allocation once the policy is known) for the current UTC day.
  *           Nothing is recorded until tlsrpt_enable(1).
  *           Aggregation: the worker's tick calls tlsrpt_export(), which
- *           hands each policy's counts to emit() as one wire message
- *           ("tlsrpt-add\n" then a policy block) and forgets the counts
+ *           hands each policy's counts to emit() as one policy block
+ *           (a CHAN_TLSRPT_ADD payload, common/chan.h) and forgets the counts
  *           emit() took; the master merges them into its day table
  *           (tlsrpt_tab_merge()), shows it (tlsrpt_tab_text()), keeps it
  *           in a file (tlsrpt_tab_dump()/merge) and, once a day, hands
@@ -83,8 +83,7 @@ void    tlsrpt_record(const struct tlsrpt_event *ev);
 /* The same for a given day (tests; the clock is read once per call in
  * tlsrpt_record()). */
 void    tlsrpt_record_day(const struct tlsrpt_event *ev, uint32_t day);
-/* Hand every policy with counts to emit (msg, n: one wire message,
- * "tlsrpt-add\n" + block); a policy emit() took (returned 0) is removed,
+/* Hand every policy with counts to emit (msg, n: its block); a policy emit() took (returned 0) is removed,
  * the others kept for the next call.  Stops at the first refusal.
  * Returns the number emitted. */
 typedef int tlsrpt_emit_fn(const char *msg, size_t n, void *arg);
@@ -165,7 +164,7 @@ int     tlsrpt_mail(const struct tlsrpt_tab *t, const struct tlsrpt_info *in,
 /* ---- sending (tlsrpt_send.c, in a worker) ---- */
 
 struct deliver;
-/* A "tlsrpt-send <start_s> <end_s>\n" + blocks message from the master:
+/* A "<start_s> <end_s>\n" + blocks message from the master:
  * look up _smtp._tls.<domain> TXT, and queue the report to its rua=
  * mailto: addresses from tlsrpt.sender.  Logs the outcome. */
 void    tlsrpt_send(struct deliver *d, const char *msg, size_t n);

@@ -65,7 +65,7 @@ master_request_drain(struct master *m, uint64_t timeout_ms, char *err,
         struct slot *s = &m->slots[i];
 
         if (s->role == ROLE_WORKER && s->state == SLOT_RUNNING) {
-            master_send(s, "drain");
+            master_send(s, CHAN_DRAIN);
             n++;
         }
     }

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 
+#include "common/chan.h"
 #include "common/ev.h"
 #include "common/status.h"
 
@@ -28,6 +29,7 @@ struct config;
 #define LOGD_STOP_TIMEOUT     3000u
 #define MASTER_PING_MS        5000u     /* a stopping worker past its deadline
                                            must answer "ping" within this */
+#define MASTER_CHAN_BATCH     32u       /* messages per child per wakeup */
 
 /* The user the children run as; drop is 0 when the master is not root.
  * admin_gid: server.admin_group, whose members may use the control socket
@@ -115,7 +117,6 @@ void    listen_release(int *fds, size_t n);
 void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms)
             __attribute__((noreturn));
 int     logd_open_file(const char *path, char *err, size_t errsz);
-int     logd_send_fd(int chan, const char *cmd, int fd);
 
 /* systemd notification (no-op without NOTIFY_SOCKET). */
 void    notify_init(void);
@@ -185,7 +186,9 @@ void    master_request_stop(struct master *m);
 int     master_kick(struct master *m, const char *arg);
 /* qstream.c: answer "queue-stream" on control connection cfd (closed). */
 void    master_qstream(struct master *m, int cfd);
-void    master_send(struct slot *s, const char *cmd);
+/* A command without payload to a child (common/chan.h); a worker whose
+ * channel does not take it gets SIGTERM instead. */
+void    master_send(struct slot *s, enum chan_cmd cmd);
 
 /* drain.c */
 int     master_request_drain(struct master *m, uint64_t timeout_ms,

@@ -57,7 +57,7 @@ void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
 void    audit_request(int fd, const char *line);
 
 /* tlsrpt_agg.c: TLS-RPT day totals (delivery/tlsrpt.h).  load at start,
- * add a worker's "tlsrpt-add" message (without that first line), tick
+ * add a worker's CHAN_TLSRPT_ADD payload, tick
  * once a second (saves, the daily reports), save at stop; ctl answers
  * "tls report [DOMAIN]" and "tls report-send" (arg after "tls "). */
 void    tlsagg_load(struct master *m);

@@ -292,7 +292,7 @@ master_reopen_log(struct master *m, const char *newpath)
         return;
     }
     if (m->logd.chan >= 0 && fd != STDERR_FILENO) {
-        if (logd_send_fd(m->logd.chan, "reopen", fd) < 0)
+        if (chan_send(m->logd.chan, CHAN_LOG_REOPEN, NULL, 0, fd) < 0)
             log_err("log reopen: cannot reach the log process: %s",
                 strerror(errno));
         else if (m->log_send >= 0)
@@ -430,11 +430,9 @@ master_finish_reload(struct master *m, int timed_out)
         master_reopen_log(m, g->cfg->log_file);
     if (g->cfg->log_flush_interval_ms != old->cfg->log_flush_interval_ms &&
         m->logd.chan >= 0) {
-        char cmd[48];
+        uint64_t ms = g->cfg->log_flush_interval_ms;
 
-        snprintf(cmd, sizeof(cmd), "interval %" PRIu64,
-            g->cfg->log_flush_interval_ms);
-        (void)logd_send_fd(m->logd.chan, cmd, -1);
+        (void)chan_send(m->logd.chan, CHAN_LOG_INTERVAL, &ms, sizeof(ms), -1);
     }
     master_gen_free(old);           /* closes listeners no longer in use */
     m->status->generation = g->id;

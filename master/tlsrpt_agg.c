@@ -5,7 +5,7 @@
  *
  * PURPOSE   Workers count TLS outcomes per policy (delivery/tlsrpt.h) and
  *           send their counts once a second over their channel
- *           ("tlsrpt-add"); the master adds them to one table, so a
+ *           (CHAN_TLSRPT_ADD); the master adds them to one table, so a
  *           worker that dies loses at most its last second.
  * CONTRACT  The table is saved to <dir of routes.db>/tlsrpt.state (the
  *           state directory, root's): written as tlsrpt.state.tmp with
@@ -15,8 +15,8 @@
  *           run, and at stop.  It is read back at start.
  *           Once a UTC day has ended (TLSAGG_GRACE_S later, for the
  *           workers' last counts) every (day, domain) of it goes to a
- *           running worker of the current generation as "tlsrpt-send
- *           <start> <end>" with its policy blocks; the worker looks up the
+ *           running worker of the current generation as
+ *           CHAN_TLSRPT_SEND ("<start> <end>\n" and its policy blocks); the worker looks up the
  *           rua= and queues the mail (delivery/tlsrpt_send.c).  "mtactl
  *           tls report --send" does the same now, for today as well (the
  *           range then ends now).  What a worker took is forgotten here.
@@ -201,14 +201,13 @@ tlsagg_emit(uint32_t day, const char *domain, const char *blocks, size_t n,
     struct tlsagg_send *x = arg;
     struct buf          b;
     uint64_t            start = (uint64_t)day * 86400, end = start + 86399;
-    size_t              len;
-    ssize_t             r;
+    int                 r;
 
     (void)domain;
     if (end > x->now_s)
         end = x->now_s;             /* today's, sent early */
     buf_init(&b);
-    buf_printf(&b, "tlsrpt-send %" PRIu64 " %" PRIu64 "\n", start, end);
+    buf_printf(&b, "%" PRIu64 " %" PRIu64 "\n", start, end);
     buf_append(&b, blocks, n);
     if (buf_avail(&b) > TLSRPT_WIRE_MAX) {
         buf_free(&b);
@@ -216,10 +215,10 @@ tlsagg_emit(uint32_t day, const char *domain, const char *blocks, size_t n,
             domain);
         return 0;                   /* taken: it would never fit */
     }
-    len = buf_avail(&b);
-    r = send(x->s->chan, buf_head(&b), len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    r = chan_send(x->s->chan, CHAN_TLSRPT_SEND, buf_head(&b), buf_avail(&b),
+        -1);
     buf_free(&b);
-    return r == (ssize_t)len ? 0 : -1;
+    return r;
 }
 
 

@@ -116,10 +116,10 @@ watchdog_ping(struct master *m)
 
         if (s->role == ROLE_WORKER && s->state == SLOT_RUNNING &&
             s->chan >= 0)
-            (void)send(s->chan, "ping", 4, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)chan_send(s->chan, CHAN_PING, NULL, 0, -1);
     }
     if (m->logd.state == SLOT_RUNNING && m->logd.chan >= 0)
-        (void)logd_send_fd(m->logd.chan, "ping", -1);
+        (void)chan_send(m->logd.chan, CHAN_PING, NULL, 0, -1);
 }
 
 /* watchdog_status_text - STATUS=: what an operator sees in systemctl. */
