@@ -230,6 +230,13 @@ tlsrpt_tab_count(const struct tlsrpt_tab *t)
 }
 
 
+size_t
+tlsrpt_tab_bytes(const struct tlsrpt_tab *t)
+{
+    return t->bytes;
+}
+
+
 uint64_t
 tlsrpt_tab_dropped(const struct tlsrpt_tab *t)
 {
@@ -484,9 +491,16 @@ tlsrpt_u64(const char **sp, const char *end, uint64_t *v, uint64_t max)
 }
 
 
+/* The days a merge takes (tlsrpt_tab_merge_days). */
+struct tlsrpt_win {
+    uint32_t lo, hi;
+    size_t  *skipped;               /* NULL: another day is an error */
+};
+
 /* A policy block being read (tlsrpt_read_line), before it is added. */
 struct tlsrpt_rd {
     int                 have;           /* a P line was read */
+    int                 out;            /* its day is outside the window */
     uint32_t            day;
     struct tlsrpt_event ev;
     char                domain[TLSRPT_DOMAIN_MAX];
@@ -512,8 +526,8 @@ tlsrpt_rd_free(struct tlsrpt_rd *r)
 #define TLSRPT_COUNT_MAX ((uint64_t)1 << 48)
 
 static int
-tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
-    char *err, size_t errsz)
+tlsrpt_read_line(struct tlsrpt_rd *r, const struct tlsrpt_win *w,
+    const char *s, const char *end, char *err, size_t errsz)
 {
     const char *line = s;
     char        f[TLSRPT_MAX_STRING], shown[UTIL_ESC_ROOM(60)];
@@ -535,6 +549,17 @@ tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
             tlsrpt_u64(&s, end, &r->ok, TLSRPT_COUNT_MAX) < 0 ||
             tlsrpt_u64(&s, end, &r->fail, TLSRPT_COUNT_MAX) < 0 || s != end)
             goto bad;
+        /* a day far off would stay in the master's table (and its state
+         * file) for ever: it is never reported */
+        if (r->day < w->lo || r->day > w->hi) {
+            if (w->skipped == NULL) {
+                snprintf(err, errsz, "TLS-RPT record of day %" PRIu32
+                    " (accepted: %" PRIu32 "..%" PRIu32 ")", r->day, w->lo,
+                    w->hi);
+                return -1;
+            }
+            r->out = 1;
+        }
         r->have = 1;
         return 0;
     }
@@ -603,8 +628,8 @@ tlsrpt_rd_apply(struct tlsrpt_tab *t, struct tlsrpt_rd *r)
 /* tlsrpt_parse - read the blocks of text[0..n); each complete policy is
  * added to t (t NULL: only check).  0 or -1 with err. */
 static int
-tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n, char *err,
-    size_t errsz)
+tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n,
+    const struct tlsrpt_win *w, char *err, size_t errsz)
 {
     struct tlsrpt_rd *r = xcalloc(1, sizeof(*r));
     const char       *s = text, *end = text + n, *nl;
@@ -623,13 +648,15 @@ tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n, char *err,
                 rc = -1;
                 break;
             }
-            if (t != NULL)
+            if (t != NULL && r->out)
+                (*w->skipped)++;
+            else if (t != NULL)
                 tlsrpt_rd_apply(t, r);
             tlsrpt_rd_free(r);
         }
         if (s == end)
             break;
-        if ((rc = tlsrpt_read_line(r, s, nl, err, errsz)) < 0)
+        if ((rc = tlsrpt_read_line(r, w, s, nl, err, errsz)) < 0)
             break;
         s = nl + 1;
     }
@@ -640,13 +667,26 @@ tlsrpt_parse(struct tlsrpt_tab *t, const char *text, size_t n, char *err,
 
 
 int
+tlsrpt_tab_merge_days(struct tlsrpt_tab *t, const char *text, size_t n,
+    uint32_t lo, uint32_t hi, size_t *skipped, char *err, size_t errsz)
+{
+    struct tlsrpt_win w = { lo, hi, skipped };
+
+    /* check it all first: a bad line merges nothing */
+    if (tlsrpt_parse(NULL, text, n, &w, err, errsz) < 0)
+        return -1;
+    if (skipped != NULL)
+        *skipped = 0;
+    return tlsrpt_parse(t, text, n, &w, err, errsz);
+}
+
+
+int
 tlsrpt_tab_merge(struct tlsrpt_tab *t, const char *text, size_t n,
     char *err, size_t errsz)
 {
-    /* check it all first: a bad line merges nothing */
-    if (tlsrpt_parse(NULL, text, n, err, errsz) < 0)
-        return -1;
-    return tlsrpt_parse(t, text, n, err, errsz);
+    return tlsrpt_tab_merge_days(t, text, n, 0, UINT32_MAX, NULL, err,
+        errsz);
 }
 
 /* ---- listing, dumping, taking ---------------------------------------- */

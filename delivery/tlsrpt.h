@@ -101,10 +101,17 @@ void    tlsrpt_tab_free(struct tlsrpt_tab *t);          /* NULL ok */
 void    tlsrpt_tab_add(struct tlsrpt_tab *t, uint32_t day,
             const struct tlsrpt_event *ev, uint64_t n);
 size_t  tlsrpt_tab_count(const struct tlsrpt_tab *t);   /* policies */
+size_t  tlsrpt_tab_bytes(const struct tlsrpt_tab *t);   /* what they hold */
 uint64_t tlsrpt_tab_dropped(const struct tlsrpt_tab *t);
 /* Merge the policy blocks of text[0..n) (wire form).  0, or -1 with err
  * (nothing merged then). */
 int     tlsrpt_tab_merge(struct tlsrpt_tab *t, const char *text, size_t n,
+            char *err, size_t errsz);
+/* The same, for the days lo..hi only.  skipped NULL: a policy of another
+ * day fails the whole text (a worker's message); else such policies are
+ * left out and counted in *skipped (the state file read back). */
+int     tlsrpt_tab_merge_days(struct tlsrpt_tab *t, const char *text,
+            size_t n, uint32_t lo, uint32_t hi, size_t *skipped,
             char *err, size_t errsz);
 /* Every policy as blocks (the state file), ordered. */
 void    tlsrpt_tab_dump(const struct tlsrpt_tab *t, struct buf *out);

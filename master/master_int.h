@@ -178,6 +178,7 @@ struct master {
     uint64_t           ring_in[MASTER_RATE_RING], ring_out[MASTER_RATE_RING];
     uint64_t           ring_ms[MASTER_RATE_RING];
     unsigned           ring_head, ring_n;
+    struct tlsagg     *tlsagg;          /* TLS-RPT day table (tlsrpt_agg.c) */
 };
 
 /* master.c services used by ctl.c */

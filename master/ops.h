@@ -56,7 +56,8 @@ void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
 /* A control request line: logged as an admin action unless read-only. */
 void    audit_request(int fd, const char *line);
 
-/* tlsrpt_agg.c: TLS-RPT day totals (delivery/tlsrpt.h).  load at start,
+/* tlsrpt_agg.c: TLS-RPT day totals (delivery/tlsrpt.h), in the struct
+ * tlsagg the master owns (m->tlsagg, made at first use).  load at start,
  * add a worker's CHAN_TLSRPT_ADD payload, tick
  * once a second (saves, the daily reports), save at stop; ctl answers
  * "tls report [DOMAIN]" and "tls report-send" (arg after "tls "). */
@@ -65,6 +66,8 @@ void    tlsagg_add(struct master *m, unsigned shard, const char *msg,
             size_t n);
 void    tlsagg_tick(struct master *m, uint64_t now_ms);
 void    tlsagg_save(struct master *m);
+/* master_reap(): 1 when pid was the child saving the table (taken). */
+int     tlsagg_reaped(struct master *m, pid_t pid, int status);
 void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */

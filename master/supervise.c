@@ -381,6 +381,8 @@ master_reap(struct master *m)
             master_logd_exited(m, st);
             continue;
         }
+        if (tlsagg_reaped(m, pid, st))
+            continue;
         i = master_find_pid(m, pid);
         if (i >= 0)
             master_worker_exited(m, &m->slots[i], st);
