@@ -71,7 +71,7 @@ master_request_drain(struct master *m, uint64_t timeout_ms, char *err,
     }
     /* The master's references go last: the workers' copies are closed by
      * themselves, and with these the port refuses connections. */
-    listen_release(g->lfds, g->nlisten);
+    listen_release(m, g->lfds, g->nlisten);
     g->nlisten = 0;
     log_notice("draining: %d workers told to stop accepting and deliver "
         "what is queued (%ld messages)%s", n,

@@ -48,8 +48,6 @@
 #include "master/master_int.h"
 #include "master/ops.h"
 
-static struct master master_self;
-
 void
 master_watch(struct master *m, int fd, unsigned events, ev_io_fn *fn)
 {
@@ -69,7 +67,7 @@ master_close_chan(struct master *m, struct slot *s)
     if (s->chan < 0)
         return;
     master_unwatch(m, s->chan);
-    child_unregister_master_fd(s->chan);
+    child_unregister_master_fd(m, s->chan);
     close(s->chan);
     s->chan = -1;
 }
@@ -384,12 +382,11 @@ master_loop(struct master *m)
 int
 master_run(const struct master_opts *o)
 {
-    struct master *m = &master_self;
+    struct master *m = xcalloc(1, sizeof(*m));   /* lives until exit */
     struct config *cfg;
     char           err[MASTER_ERR_MAX] = "";
     int            rc;
 
-    memset(m, 0, sizeof(*m));
     m->ctlfd = m->sigfd = -1;
     m->log_send = m->log_recv = m->log_file = -1;
     m->logd.chan = -1;
@@ -398,6 +395,8 @@ master_run(const struct master_opts *o)
     for (size_t i = 0; i < MASTER_MAX_CLIENTS; i++)
         m->clients[i].fd = -1;
     m->config_path = o->config_path;
+    m->title = o->title;
+    m->notify.fd = -1;
     cfg = config_load(o->config_path, err, sizeof(err));
     if (cfg == NULL) {
         fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ?

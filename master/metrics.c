@@ -85,7 +85,7 @@ metrics_close_listener(struct master *m)
     if (metrics_fd < 0)
         return;
     master_unwatch(m, metrics_fd);
-    child_unregister_master_fd(metrics_fd);
+    child_unregister_master_fd(m, metrics_fd);
     close(metrics_fd);
     metrics_fd = -1;
     free(metrics_spec);
@@ -119,7 +119,7 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
     metrics_close_listener(m);
     metrics_fd = fd;
     metrics_spec = xstrdup(cfg->metrics_listen);
-    child_register_master_fd(fd);
+    child_register_master_fd(m, fd);
     master_watch(m, fd, EV_READ, metrics_accept_event);
     log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
     return 0;
@@ -309,7 +309,7 @@ metrics_client_close(struct master *m, struct metrics_client *c)
     if (c->fd < 0)
         return;
     master_unwatch(m, c->fd);
-    child_unregister_master_fd(c->fd);
+    child_unregister_master_fd(m, c->fd);
     close(c->fd);
     c->fd = -1;
     free(c->out);
@@ -336,7 +336,7 @@ metrics_accept(struct master *m)
         memset(c, 0, sizeof(*c));
         c->fd = fd;
         c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
-        child_register_master_fd(fd);
+        child_register_master_fd(m, fd);
         master_watch(m, fd, EV_READ, metrics_client_io);
     }
 }

@@ -42,7 +42,7 @@ long    metrics_queue_size(const char *spool_dir);
  * notify_init()); watchdog_tick() once a second: pings every worker and
  * the log process, sends WATCHDOG=1 only while each of them answered
  * within WatchdogSec, and keeps STATUS= current. */
-void    watchdog_init(void);
+void    watchdog_init(struct master *m);
 void    watchdog_tick(struct master *m, uint64_t now);
 void    watchdog_pong(struct master *m, unsigned sidx);
 void    watchdog_logd_pong(struct master *m);

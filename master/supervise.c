@@ -133,8 +133,7 @@ master_spawn_logd(struct master *m)
     pid_t        pid;
 
     s->role = ROLE_LOGD;
-    pid = child_spawn_logd(s, &m->cur->privs, m->log_recv, m->log_file,
-        m->cur->cfg->log_flush_interval_ms, m->cur->cfg->sandbox);
+    pid = child_spawn_logd(m, s);
     if (pid < 0) {
         log_err("cannot start the log process: %s", strerror(errno));
         s->state = SLOT_BACKOFF;
@@ -144,7 +143,7 @@ master_spawn_logd(struct master *m)
     s->pid = pid;
     s->state = SLOT_RUNNING;
     s->started_ms = util_now_ms();
-    child_register_master_fd(s->chan);
+    child_register_master_fd(m, s->chan);
     master_watch(m, s->chan, EV_READ, master_logd_io);
 }
 
@@ -164,7 +163,7 @@ master_spawn(struct master *m, struct slot *s)
     status_slot_clear(m->status, s->sidx);
     w->generation = g->id;
     w->started_ms = util_wall_ms();
-    pid = child_spawn_worker(s, g, m->status, m->log_send);
+    pid = child_spawn_worker(m, s, g);
     if (pid < 0) {
         log_err("worker %u: fork: %s; retrying in %ums", s->shard,
             strerror(errno), MASTER_BACKOFF_MAX);
@@ -177,7 +176,7 @@ master_spawn(struct master *m, struct slot *s)
     s->state = SLOT_RUNNING;
     s->ready = 0;
     s->started_ms = util_now_ms();
-    child_register_master_fd(s->chan);
+    child_register_master_fd(m, s->chan);
     master_watch(m, s->chan, EV_READ, master_chan_io);
     log_debug("worker %u (pid %d, generation %u) started", s->shard,
         (int)pid, g->id);

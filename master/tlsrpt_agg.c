@@ -262,7 +262,7 @@ tlsagg_save_forked(struct master *m, uint64_t now_ms)
         return;
     }
     if (pid == 0) {
-        proctitle_set("mtad: tlsrpt", "mtad: master: saving %s", TLSAGG_FILE);
+        proctitle_set(&m->title, "mtad: tlsrpt", "mtad: master: saving %s", TLSAGG_FILE);
         _exit(tlsagg_write(m) == 0 ? 0 : 1);
     }
     ag->saver = pid;

@@ -495,3 +495,53 @@ def test_a_worker_over_its_quota_is_cut_off_with_one_line(
     assert "after.test" not in out
     time.sleep(0.5)
     assert m.log_text().count("is over its quota") == 1
+
+
+def test_a_flooding_worker_does_not_hold_the_control_socket(
+        mtad_factory, sink_factory, rpt_dns):
+    """A worker that writes valid counts to its channel as fast as it can
+    gets a bounded number of messages per loop turn (MASTER_CHAN_BATCH),
+    so control requests are still answered while the flood lasts.  What
+    it shows: with the channel kept full, every `mtactl status` in the
+    flood gets its answer, each within a second, and the counts keep
+    arriving.  The bound itself is shown exactly by the unit test
+    (test_chan.c: a_flooded_channel_does_not_starve_another_fd)."""
+    import threading
+    sink = sink_factory()
+    m = start(mtad_factory, rpt_dns, sink)
+    m.start()
+    d = today()
+    sock = worker_chan(m)
+    sock.settimeout(5)
+    stop = threading.Event()
+    sent = [0]
+    msg = "P %d no-policy-found flood.test 1 0\n" % d
+
+    def flood():
+        payload = msg.encode()
+        pkt = struct.pack("=II", CHAN_TLSRPT_ADD, len(payload)) + payload
+        while not stop.is_set():
+            sock.send(pkt)              # blocks while the channel is full
+            sent[0] += 1
+    t = threading.Thread(target=flood)
+    t.start()
+    slow = []
+    try:
+        time.sleep(0.3)                 # the channel is full by now
+        for _ in range(10):
+            t0 = time.monotonic()
+            r = m.ctl("status", timeout=10)
+            dt = time.monotonic() - t0
+            assert r.returncode == 0, r.stderr
+            if dt > 1.0:
+                slow.append(dt)
+        assert t.is_alive(), "the flood stopped early"
+    finally:
+        stop.set()
+        t.join(10)
+        sock.close()
+    assert not slow, slow
+    assert sent[0] > 1000, sent[0]
+    m2 = re.search(r"domain flood\.test day=\S+ type=no-policy-found "
+                   r"success=(\d+)", report(m))
+    assert m2 and int(m2.group(1)) > 1000, report(m)
