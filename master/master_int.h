@@ -207,6 +207,7 @@ struct master {
     uint64_t           ring_ms[MASTER_RATE_RING];
     unsigned           ring_head, ring_n;
     struct tlsagg     *tlsagg;          /* TLS-RPT day table (tlsrpt_agg.c) */
+    struct metrics    *metrics;         /* the /metrics endpoint (metrics.c) */
     struct master_fds  master_fds;      /* child.c */
     struct listener    listeners[LISTEN_MAX];   /* listen.c */
     unsigned           gen_seq;         /* generation ids (reload.c) */

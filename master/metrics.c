@@ -54,12 +54,14 @@ struct metrics_client {
     size_t   outlen, outoff;
 };
 
-static int                   metrics_fd = -1;
-static char                 *metrics_spec;
-static struct metrics_client metrics_clients[METRICS_MAX_CLIENTS];
-static int                   metrics_inited;
-static long                  metrics_qsize = -1;
-static uint64_t              metrics_qsize_ms;
+/* The endpoint's state, owned by the master (m->metrics). */
+struct metrics {
+    int                   fd;           /* the listener, -1: none */
+    char                 *spec;         /* metrics.listen it is bound to */
+    struct metrics_client clients[METRICS_MAX_CLIENTS];
+    long                  qsize;        /* queue/ entries, cached; -1 */
+    uint64_t              qsize_ms;
+};
 
 static ev_io_fn metrics_accept_event, metrics_client_io;
 
@@ -69,41 +71,48 @@ static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "connection_limit", "connection_limit_per_ip", "overload"
 };
 
-static void
-metrics_init_clients(void)
+static struct metrics *
+metrics_of(struct master *m)
 {
-    if (metrics_inited)
-        return;
-    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        metrics_clients[i].fd = -1;
-    metrics_inited = 1;
+    struct metrics *mt = m->metrics;
+
+    if (mt == NULL) {
+        mt = m->metrics = xcalloc(1, sizeof(*mt));
+        mt->fd = -1;
+        mt->qsize = -1;
+        for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+            mt->clients[i].fd = -1;
+    }
+    return mt;
 }
 
 static void
 metrics_close_listener(struct master *m)
 {
-    if (metrics_fd < 0)
+    struct metrics *mt = metrics_of(m);
+
+    if (mt->fd < 0)
         return;
-    master_unwatch(m, metrics_fd);
-    child_unregister_master_fd(m, metrics_fd);
-    close(metrics_fd);
-    metrics_fd = -1;
-    free(metrics_spec);
-    metrics_spec = NULL;
+    master_unwatch(m, mt->fd);
+    child_unregister_master_fd(m, mt->fd);
+    close(mt->fd);
+    mt->fd = -1;
+    free(mt->spec);
+    mt->spec = NULL;
 }
 
 int
 metrics_apply(struct master *m, const struct config *cfg, char *err,
     size_t errsz)
 {
-    int fd, on = 1;
+    struct metrics *mt = metrics_of(m);
+    int             fd, on = 1;
 
-    metrics_init_clients();
     if (cfg->metrics_listen == NULL) {
         metrics_close_listener(m);
         return 0;
     }
-    if (metrics_spec != NULL && strcmp(metrics_spec, cfg->metrics_listen) == 0)
+    if (mt->spec != NULL && strcmp(mt->spec, cfg->metrics_listen) == 0)
         return 0;                   /* unchanged across a reload */
     fd = socket(cfg->metrics_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
         SOCK_CLOEXEC, 0);
@@ -117,8 +126,8 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
         return -1;
     }
     metrics_close_listener(m);
-    metrics_fd = fd;
-    metrics_spec = xstrdup(cfg->metrics_listen);
+    mt->fd = fd;
+    mt->spec = xstrdup(cfg->metrics_listen);
     child_register_master_fd(m, fd);
     master_watch(m, fd, EV_READ, metrics_accept_event);
     log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
@@ -143,18 +152,19 @@ mt_one(struct buf *t, const char *name, const char *type,
 }
 
 long
-metrics_queue_size(const char *spool_dir)
+metrics_queue_size(struct master *m, const char *spool_dir)
 {
-    long     n;
-    uint64_t now = util_now_ms();
+    struct metrics *mt = metrics_of(m);
+    long            n;
+    uint64_t        now = util_now_ms();
 
-    if (metrics_qsize >= 0 && now - metrics_qsize_ms < METRICS_QUEUE_CACHE_MS)
-        return metrics_qsize;
+    if (mt->qsize >= 0 && now - mt->qsize_ms < METRICS_QUEUE_CACHE_MS)
+        return mt->qsize;
     /* the workers' directory: a link planted there is not followed */
     if ((n = safefs_count_entries(spool_dir, "queue")) < 0)
         return -1;
-    metrics_qsize = n;
-    metrics_qsize_ms = now;
+    mt->qsize = n;
+    mt->qsize_ms = now;
     return n;
 }
 
@@ -258,7 +268,7 @@ metrics_render(struct master *m)
         "queued (due, waiting for a slot or held by limits.load), deferred "
         "(waiting for a retry), other (the rest of spool/queue: held by "
         "mtactl, or not yet scheduled).");
-    qn = metrics_queue_size(m->cur->cfg->spool_dir);
+    qn = metrics_queue_size(m, m->cur->cfg->spool_dir);
     buf_printf(&t, "mtad_queue_messages{state=\"active\"} %" PRIu64 "\n",
         q_act);
     buf_printf(&t, "mtad_queue_messages{state=\"queued\"} %" PRIu64 "\n",
@@ -319,20 +329,21 @@ metrics_client_close(struct master *m, struct metrics_client *c)
 static void
 metrics_accept(struct master *m)
 {
+    struct metrics        *mt = metrics_of(m);
     struct metrics_client *c;
     size_t                 i;
     int                    fd;
 
-    while ((fd = accept4(metrics_fd, NULL, NULL,
+    while ((fd = accept4(mt->fd, NULL, NULL,
         SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        for (i = 0; i < METRICS_MAX_CLIENTS && metrics_clients[i].fd >= 0;
+        for (i = 0; i < METRICS_MAX_CLIENTS && mt->clients[i].fd >= 0;
             i++)
             ;
         if (i == METRICS_MAX_CLIENTS) {
             close(fd);              /* busy: the scraper retries */
             continue;
         }
-        c = &metrics_clients[i];
+        c = &mt->clients[i];
         memset(c, 0, sizeof(*c));
         c->fd = fd;
         c->deadline = util_now_ms() + METRICS_TIMEOUT_MS;
@@ -439,7 +450,7 @@ metrics_accept_event(struct ev_loop *loop, int fd, unsigned events,
     void *arg)
 {
     (void)loop; (void)fd; (void)events;
-    if (metrics_fd >= 0)
+    if (metrics_of(arg)->fd >= 0)
         metrics_accept(arg);
 }
 
@@ -447,10 +458,12 @@ metrics_accept_event(struct ev_loop *loop, int fd, unsigned events,
 static void
 metrics_client_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
+    struct metrics *mt = metrics_of(arg);
+
     (void)loop; (void)events;
     for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        if (metrics_clients[i].fd == fd) {
-            metrics_client_event(arg, &metrics_clients[i]);
+        if (mt->clients[i].fd == fd) {
+            metrics_client_event(arg, &mt->clients[i]);
             return;
         }
 }
@@ -458,9 +471,11 @@ metrics_client_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 void
 metrics_expire(struct master *m, uint64_t now)
 {
-    if (!metrics_inited)
+    struct metrics *mt = m->metrics;
+
+    if (mt == NULL)
         return;
     for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        if (metrics_clients[i].fd >= 0 && now >= metrics_clients[i].deadline)
-            metrics_client_close(m, &metrics_clients[i]);
+        if (mt->clients[i].fd >= 0 && now >= mt->clients[i].deadline)
+            metrics_client_close(m, &mt->clients[i]);
 }

@@ -36,7 +36,7 @@ void    metrics_expire(struct master *m, uint64_t now);
 char   *metrics_render(struct master *m);
 /* Files in <spool_dir>/queue, counted at most once a second; -1 (errno)
  * when the directory cannot be read. */
-long    metrics_queue_size(const char *spool_dir);
+long    metrics_queue_size(struct master *m, const char *spool_dir);
 
 /* watchdog.c: WATCHDOG_USEC/WATCHDOG_PID from systemd (read once, before
  * notify_init()); watchdog_tick() once a second: pings every worker and
