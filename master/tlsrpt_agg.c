@@ -69,7 +69,6 @@
 struct tlsagg_quota {
     uint32_t day;
     size_t   policies, bytes;
-    uint64_t refused;               /* messages dropped over the quota */
     uint64_t bad;                   /* malformed messages */
     int      over;                  /* the episode was logged */
 };
@@ -216,29 +215,20 @@ tlsagg_write(struct master *m)
 }
 
 
-/* tlsagg_wait_saver - let a saving child finish (it only writes a file):
- * two writers of the one temp file must not overlap. */
-static void
-tlsagg_wait_saver(struct tlsagg *ag)
-{
-    int st;
-
-    if (ag->saver <= 0)
-        return;
-    while (waitpid(ag->saver, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        ag->dirty = 1;
-    ag->saver = 0;
-}
-
-
 void
 tlsagg_save(struct master *m)
 {
     struct tlsagg *ag = tlsagg_of(m);
+    pid_t          r;
+    int            st = 0;
 
-    tlsagg_wait_saver(ag);
+    /* a saving child only writes a file: let it finish, as two writers
+     * of the one temp file must not overlap */
+    while (ag->saver > 0 && (r = waitpid(ag->saver, &st, 0)) != ag->saver)
+        if (r < 0 && errno != EINTR)
+            ag->saver = 0;          /* reaped elsewhere */
+    if (ag->saver > 0)
+        (void)tlsagg_reaped(m, ag->saver, st);
     if (!ag->dirty)
         return;
     if (tlsagg_write(m) == 0)
@@ -262,7 +252,8 @@ tlsagg_save_forked(struct master *m, uint64_t now_ms)
         return;
     }
     if (pid == 0) {
-        proctitle_set(&m->title, "mtad: tlsrpt", "mtad: master: saving %s", TLSAGG_FILE);
+        proctitle_set(&m->title, "mtad: tlsrpt", "mtad: master: saving %s",
+            TLSAGG_FILE);
         _exit(tlsagg_write(m) == 0 ? 0 : 1);
     }
     ag->saver = pid;
@@ -319,7 +310,6 @@ tlsagg_add(struct master *m, unsigned shard, const char *msg, size_t n)
                 "new policies, %zu bytes); its counts are dropped until "
                 "the UTC day ends", shard, max_pol, max_bytes);
         q->over = 1;
-        q->refused++;
         return;
     }
     if (tlsrpt_tab_merge_days(ag->tab, msg, n, today > 0 ? today - 1 : 0,
