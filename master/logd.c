@@ -227,7 +227,7 @@ logd_command(struct logd *d)
     int  rc;
 
     rc = chan_serve(d->chan, &logd_chan, 1, buf, sizeof(buf), d);
-    if (rc == CHAN_EOF || (rc == CHAN_ESYS && errno != EINTR))
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
         return 1;                   /* the master is gone */
     return d->stop_cmd;
 }

@@ -177,7 +177,7 @@ master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
         return;
     rc = chan_serve(fd, &master_worker_chan, MASTER_CHAN_BATCH, buf,
         sizeof(buf), &f);
-    if (rc == CHAN_EOF || (rc == CHAN_ESYS && errno != EINTR))
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
         master_close_chan(m, f.s);     /* exiting; SIGCHLD follows */
     master_check_ready(m);
 }
@@ -217,7 +217,7 @@ master_logd_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
         return;
     rc = chan_serve(fd, &master_logd_chan, MASTER_CHAN_BATCH, buf,
         sizeof(buf), m);
-    if (rc == CHAN_EOF || (rc == CHAN_ESYS && errno != EINTR))
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
         master_close_chan(m, &m->logd);
 }
 

@@ -585,7 +585,7 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
     (void)events;
     rc = chan_serve(fd, &worker_chan, WORKER_CHAN_BATCH, buf, sizeof(buf),
         w);
-    if (rc == CHAN_EOF || (rc == CHAN_ESYS && errno != EINTR)) {
+    if (rc == CHAN_EOF || rc == CHAN_ESYS) {
         /* The master is gone: end at once, the next one recovers. */
         log_notice("master channel closed; exiting");
         ev_unwatch(loop, fd);
