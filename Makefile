@@ -52,6 +52,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 umod_test_buf := common
 umod_test_ctl := common
 umod_test_ev := common
+umod_test_chan := common
 umod_test_log := common
 umod_test_status := common
 umod_test_util := common
@@ -191,7 +192,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
-                auth dsn stsd metrics sendmail routeline control
+                auth dsn stsd metrics sendmail routeline control chan
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -208,6 +209,7 @@ fmod_sts := sts
 fmod_auth := smtpd
 fmod_dsn := delivery
 fmod_stsd := delivery
+fmod_chan := common
 # A parser inside a program or a big module: its own file (fsrc_T) and the
 # modules it uses.
 fsrc_metrics := master/metrics_req.c

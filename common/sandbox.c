@@ -83,6 +83,7 @@ static const int sandbox_logd_calls[] = {
     SCMP_SYS(epoll_pwait), SCMP_SYS(read), SCMP_SYS(write),
     SCMP_SYS(writev), SCMP_SYS(recvfrom), SCMP_SYS(recvmsg),
     SCMP_SYS(recvmmsg), SCMP_SYS(sendto), SCMP_SYS(close), SCMP_SYS(fstat),
+    SCMP_SYS(sendmsg),              /* its channel's "pong" (common/chan.c) */
     SCMP_SYS(newfstatat), SCMP_SYS(openat), SCMP_SYS(lseek),
     SCMP_SYS(fcntl), SCMP_SYS(fsync), SCMP_SYS(fdatasync),
     SCMP_SYS(signalfd4), SCMP_SYS(brk), SCMP_SYS(mmap), SCMP_SYS(munmap),

@@ -75,7 +75,7 @@ void    deliver_tidy(struct deliver *d);
  * marking its recipients (results already in are saved), release every
  * message, start nothing more: the next generation delivers them. */
 void    deliver_giveback(struct deliver *d);
-/* A "tlsrpt-send <start_s> <end_s>\n" + blocks message from the master
+/* A "<start_s> <end_s>\n" + blocks message from the master (CHAN_TLSRPT_SEND)
  * (tlsrpt_send.c): look up _smtp._tls.<domain> TXT, and queue the TLS-RPT
  * report to its rua= mailto: addresses from tlsrpt.sender.  Logs the
  * outcome. */

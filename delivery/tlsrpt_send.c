@@ -7,8 +7,8 @@
  *           _smtp._tls.<domain> TXT with its own resolver and queues the
  *           report like a bounce: a new message in its spool, delivered
  *           by the normal path (routes, retries, DSNs to tlsrpt.sender).
- * CONTRACT  "tlsrpt-send <start_s> <end_s>\n" then the policy blocks of
- *           one domain (tlspol.h: WIRE).  At most one report per message;
+ * CONTRACT  A CHAN_TLSRPT_SEND payload (common/chan.h): "<start_s>
+ *           <end_s>\n" then the policy blocks of one domain (tlsrpt.h WIRE).  At most one report per message;
  *           recipients are the rua= mailto: addresses (at most
  *           TLS_RPT_RUA_MAX); https: ones are left out and logged.
  * FAILURE   Logged once, and the report dropped: no record, a bad record,
@@ -194,7 +194,7 @@ deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n)
 
     j->d = d;
     j->tab = tls_rpt_tab_new();
-    if (nl == NULL || sscanf(msg, "tlsrpt-send %" SCNu64 " %" SCNu64 "%n",
+    if (nl == NULL || sscanf(msg, "%" SCNu64 " %" SCNu64 "%n",
         &j->start_s, &j->end_s, &got) != 2 || msg + got != nl ||
         j->end_s < j->start_s) {
         log_warn("tlsrpt: bad request from the master");

@@ -39,39 +39,24 @@
 #include "master/master.h"
 #include "master/master_int.h"
 
-static pid_t  child_master_pid;
-static struct tlskey_ring *child_tickets;   /* handed to every worker */
-static int    child_master_fds[MASTER_MAX_SLOTS * 2 + 64];
-static size_t child_nmaster_fds;
-
 void
-child_set_tickets(struct tlskey_ring *r)
+child_register_master_fd(struct master *m, int fd)
 {
-    child_tickets = r;
-}
+    struct master_fds *f = &m->master_fds;
 
-
-void
-child_set_master_pid(pid_t pid)
-{
-    child_master_pid = pid;
+    if (fd >= 0 && f->n < ARRAY_LEN(f->fd))
+        f->fd[f->n++] = fd;
 }
 
 void
-child_register_master_fd(int fd)
+child_unregister_master_fd(struct master *m, int fd)
 {
-    if (fd >= 0 && child_nmaster_fds < ARRAY_LEN(child_master_fds))
-        child_master_fds[child_nmaster_fds++] = fd;
-}
+    struct master_fds *f = &m->master_fds;
+    size_t             i;
 
-void
-child_unregister_master_fd(int fd)
-{
-    size_t i;
-
-    for (i = 0; i < child_nmaster_fds; i++) {
-        if (child_master_fds[i] == fd) {
-            child_master_fds[i] = child_master_fds[--child_nmaster_fds];
+    for (i = 0; i < f->n; i++) {
+        if (f->fd[i] == fd) {
+            f->fd[i] = f->fd[--f->n];
             return;
         }
     }
@@ -103,13 +88,14 @@ child_null_stdio(void)
 /* First steps of every child: die with the master, plain signals, only
  * the fds it needs. */
 static void
-child_common(const int *keep, size_t nkeep)
+child_common(struct master *m, const int *keep, size_t nkeep)
 {
-    struct sigaction sa;
-    sigset_t         none;
-    int              sig;
+    struct master_fds *f = &m->master_fds;
+    struct sigaction   sa;
+    sigset_t           none;
+    int                sig;
 
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != child_master_pid)
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != m->pid)
         _exit(1);                   /* the master is already gone */
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = SIG_DFL;
@@ -128,10 +114,10 @@ child_common(const int *keep, size_t nkeep)
     (void)sigaction(SIGUSR2, &sa, NULL);
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
-    for (size_t i = 0; i < child_nmaster_fds; i++)
-        if (!child_kept(child_master_fds[i], keep, nkeep))
-            (void)close(child_master_fds[i]);
-    child_nmaster_fds = 0;
+    for (size_t i = 0; i < f->n; i++)
+        if (!child_kept(f->fd[i], keep, nkeep))
+            (void)close(f->fd[i]);
+    f->n = 0;
     /* No child reads stdin or writes stdout; under -f they are root's
      * terminal, which a compromised worker could read or write.  stderr
      * stays (log.file "-", a sanitizer's report). */
@@ -292,9 +278,9 @@ child_sandbox_worker(const struct config *cfg, const struct privs *p,
 }
 
 pid_t
-child_spawn_worker(struct slot *s, struct generation *g,
-    struct status_page *st, int log_send_fd)
+child_spawn_worker(struct master *m, struct slot *s, struct generation *g)
 {
+    struct status_page *st = m->status;
     struct worker_args a;
     struct worker     *w;
     char               ident[32], err[256];
@@ -304,12 +290,12 @@ child_spawn_worker(struct slot *s, struct generation *g,
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(g->lfds, g->nlisten);
+    child_common(m, g->lfds, g->nlisten);
     (void)close(sv[0]);
     snprintf(ident, sizeof(ident), "worker %u", s->shard);
-    proctitle_set("mtad: worker", "mtad: worker %u (generation %u)",
+    proctitle_set(&m->title, "mtad: worker", "mtad: worker %u (generation %u)",
         s->shard, g->id);
-    log_open(ident, log_send_fd, g->cfg->log_level);
+    log_open(ident, m->log_send, g->cfg->log_level);
     log_set_format(g->cfg->log_format);
     log_set_dropped_counter(&st->w[s->sidx].log_dropped);
     memset(&a, 0, sizeof(a));
@@ -322,7 +308,7 @@ child_spawn_worker(struct slot *s, struct generation *g,
     a.listen_fds = g->lfds;
     a.nlisten = g->nlisten;
     a.status = st;
-    a.tickets = child_tickets;
+    a.tickets = m->tickets;
     a.gid = g->privs.drop ? g->privs.gid : getegid();
     a.admin_gid = g->privs.has_admin ? g->privs.admin_gid : a.gid;
     w = worker_init(&a);            /* still privileged: LMDB, spool */
@@ -342,32 +328,34 @@ child_spawn_worker(struct slot *s, struct generation *g,
 }
 
 pid_t
-child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
-    int log_file_fd, uint64_t flush_ms, int sandbox)
+child_spawn_logd(struct master *m, struct slot *s)
 {
     /* logd writes only to the fd it is given; it reads the time zone */
     static const char *ro[] = { "/etc/localtime", "/usr/share/zoneinfo" };
     static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro),
         NULL, 0 };
-    int   keep[2] = { log_recv_fd, log_file_fd };
+    const struct privs *p = &m->cur->privs;
+    int   sandbox = m->cur->cfg->sandbox;
+    int   keep[2] = { m->log_recv, m->log_file };
     char  err[256];
     pid_t pid;
     int   sv[2];
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(keep, 2);
+    child_common(m, keep, 2);
     (void)close(sv[0]);
-    if (child_tickets != NULL)
-        tlskey_forget(child_tickets);   /* no TLS here: no ticket keys */
+    if (m->tickets != NULL)
+        tlskey_forget(m->tickets);      /* no TLS here: no ticket keys */
     log_open("logd", -1, LOGL_INFO);    /* its own troubles: stderr */
     if (sandbox && sandbox_landlock(&logd_fs, err, sizeof(err)) < 0)
         fatalx("logd: sandbox: %s", err);   /* > 0: no Landlock, go on */
     privs_drop(p);
-    proctitle_set("mtad: logd", "mtad: log process");  /* after the drop */
+    proctitle_set(&m->title, "mtad: logd", "mtad: log process"); /* dropped */
     if (sandbox && sandbox_seccomp(SANDBOX_LOGD, err, sizeof(err)) < 0)
         fatalx("logd: sandbox: %s", err);
-    logd_main(log_recv_fd, sv[1], log_file_fd, flush_ms, child_master_pid);
+    logd_main(m->log_recv, sv[1], m->log_file,
+        m->cur->cfg->log_flush_interval_ms, m->pid);
 }
 
 int

@@ -177,7 +177,7 @@ ctl_client_close(struct master *m, struct ctl_client *c)
     if (c->fd < 0)
         return;
     master_unwatch(m, c->fd);
-    child_unregister_master_fd(c->fd);
+    child_unregister_master_fd(m, c->fd);
     close(c->fd);
     c->fd = -1;
     c->waiting_reload = 0;
@@ -187,7 +187,7 @@ static void
 ctl_client_reply(struct master *m, struct ctl_client *c, const char *text)
 {
     master_unwatch(m, c->fd);
-    child_unregister_master_fd(c->fd);
+    child_unregister_master_fd(m, c->fd);
     ctl_reply_fd(c->fd, text);
     c->fd = -1;
     c->waiting_reload = 0;
@@ -220,7 +220,7 @@ ctl_accept_event(struct ev_loop *loop, int lfd, unsigned events, void *arg)
         c->refused = ctl_peer_allowed(m, fd, c->who, sizeof(c->who)) < 0;
         c->fd = fd;
         c->deadline = util_now_ms() + CTL_CLIENT_TIMEOUT_MS;
-        child_register_master_fd(fd);
+        child_register_master_fd(m, fd);
         master_watch(m, fd, EV_READ, ctl_client_event);
     }
 }
@@ -434,7 +434,7 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
     case CTL_REQ_QUEUE_STREAM:
         /* mtactl queue: descriptors of the workers' streams (qstream.c) */
         master_unwatch(m, c->fd);
-        child_unregister_master_fd(c->fd);
+        child_unregister_master_fd(m, c->fd);
         master_qstream(m, c->fd);
         c->fd = -1;
         break;

@@ -65,13 +65,13 @@ master_request_drain(struct master *m, uint64_t timeout_ms, char *err,
         struct slot *s = &m->slots[i];
 
         if (s->role == ROLE_WORKER && s->state == SLOT_RUNNING) {
-            master_send(s, "drain");
+            master_send(s, CHAN_DRAIN);
             n++;
         }
     }
     /* The master's references go last: the workers' copies are closed by
      * themselves, and with these the port refuses connections. */
-    listen_release(g->lfds, g->nlisten);
+    listen_release(m, g->lfds, g->nlisten);
     g->nlisten = 0;
     log_notice("draining: %d workers told to stop accepting and deliver "
         "what is queued (%ld messages)%s", n,

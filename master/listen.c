@@ -34,10 +34,7 @@
 #include "config/config.h"
 #include "master/master_int.h"
 
-#define LISTEN_MAX       64
 #define LISTEN_BACKLOG   4096
-
-static struct listener listen_tab[LISTEN_MAX];
 
 static int
 listen_backlog(void)
@@ -60,10 +57,10 @@ listen_backlog(void)
 }
 
 static struct listener *
-listen_find(const struct config_listen *cl)
+listen_find(struct master *m, const struct config_listen *cl)
 {
     for (size_t i = 0; i < LISTEN_MAX; i++) {
-        struct listener *l = &listen_tab[i];
+        struct listener *l = &m->listeners[i];
 
         if (l->refs > 0 && l->addrlen == cl->addrlen &&
             memcmp(&l->addr, &cl->addr, cl->addrlen) == 0)
@@ -104,14 +101,14 @@ fail:
 }
 
 static void
-listen_unref(int fd)
+listen_unref(struct master *m, int fd)
 {
     for (size_t i = 0; i < LISTEN_MAX; i++) {
-        struct listener *l = &listen_tab[i];
+        struct listener *l = &m->listeners[i];
 
         if (l->refs > 0 && l->fd == fd) {
             if (--l->refs == 0) {
-                child_unregister_master_fd(l->fd);
+                child_unregister_master_fd(m, l->fd);
                 close(l->fd);
                 free(l->spec);
                 memset(l, 0, sizeof(*l));
@@ -122,31 +119,32 @@ listen_unref(int fd)
 }
 
 int
-listen_acquire(const struct config *cfg, int **fdsp, char *err, size_t errsz)
+listen_acquire(struct master *m, const struct config *cfg, int **fdsp,
+    char *err, size_t errsz)
 {
     int   *fds = xcalloc(cfg->nlisten ? cfg->nlisten : 1, sizeof(int));
     size_t i, j;
 
     for (i = 0; i < cfg->nlisten; i++) {
         const struct config_listen *cl = &cfg->listen[i];
-        struct listener            *l = listen_find(cl);
+        struct listener            *l = listen_find(m, cl);
 
         if (l == NULL) {
-            for (j = 0; j < LISTEN_MAX && listen_tab[j].refs > 0; j++)
+            for (j = 0; j < LISTEN_MAX && m->listeners[j].refs > 0; j++)
                 ;
             if (j == LISTEN_MAX) {
                 snprintf(err, errsz, "cannot listen on %s: more than %d "
                     "addresses", cl->spec, LISTEN_MAX);
                 goto fail;
             }
-            l = &listen_tab[j];
+            l = &m->listeners[j];
             l->fd = listen_bind(cl, err, errsz);
             if (l->fd < 0)
                 goto fail;
             l->addr = cl->addr;
             l->addrlen = cl->addrlen;
             l->spec = xstrdup(cl->spec);
-            child_register_master_fd(l->fd);
+            child_register_master_fd(m, l->fd);
         }
         l->refs++;
         fds[i] = l->fd;
@@ -154,14 +152,14 @@ listen_acquire(const struct config *cfg, int **fdsp, char *err, size_t errsz)
     *fdsp = fds;
     return 0;
 fail:
-    listen_release(fds, i);
+    listen_release(m, fds, i);
     free(fds);
     return -1;
 }
 
 void
-listen_release(int *fds, size_t n)
+listen_release(struct master *m, int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        listen_unref(fds[i]);
+        listen_unref(m, fds[i]);
 }

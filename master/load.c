@@ -31,8 +31,6 @@
 #include "master/master_int.h"
 #include "master/ops.h"
 
-static int load_failing;
-
 /* load_read - the first field of path as load * 100; -1 on failure. */
 static long
 load_read(const char *path)
@@ -99,17 +97,17 @@ load_sample(struct master *m)
     uint32_t             load, was, state = 0;
 
     if (v < 0) {
-        if (!load_failing)
+        if (!m->load_failing)
             log_warn("limits.load.file: cannot read a load average from %s:"
                 " %s; keeping the last value", cfg->load_file,
                 strerror(errno));
-        load_failing = 1;
+        m->load_failing = 1;
         load = __atomic_load_n(&st->load_x100, __ATOMIC_RELAXED);
     } else {
-        if (load_failing)
+        if (m->load_failing)
             log_notice("limits.load.file: %s readable again",
                 cfg->load_file);
-        load_failing = 0;
+        m->load_failing = 0;
         load = v > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
         __atomic_store_n(&st->load_x100, load, __ATOMIC_RELAXED);
     }

@@ -8,10 +8,10 @@
  *           record, and at the end.  A worker never waits for the disk.
  * CONTRACT  The master keeps the receiving end and the log file open, so a
  *           restarted log process continues with both.  Channel commands
- *           from the master (SOCK_SEQPACKET): "reopen" carrying a new file
- *           fd (SCM_RIGHTS; the master, still root, opened it),
- *           "interval <ms>" (a new flush interval), "stop" (drain, write,
- *           exit 0).  After a "reopen" the master sends an empty record,
+ *           from the master (common/chan.h): CHAN_LOG_REOPEN carrying a
+ *           new file fd (the master, still root, opened it),
+ *           CHAN_LOG_INTERVAL (a new flush interval), CHAN_STOP (drain,
+ *           write, exit 0), CHAN_PING.  After a "reopen" the master sends an empty record,
  *           the mark: the records before it go to the old file, those
  *           after it to the new one (the channel is read when the mark
  *           comes, not on every wakeup; an empty record from anyone else
@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "common/chan.h"
 #include "common/ev.h"
 #include "common/util.h"
 #include "common/log.h"
@@ -67,6 +68,7 @@ struct logd {
     uint64_t write_errors;
     int      stop;                  /* a mark found "stop" or EOF */
     pid_t    master;                /* whose records are not checked */
+    int      stop_cmd;              /* CHAN_STOP came */
     struct ev_timer flush;          /* first_ms + flush_ms */
     char     notes[LOGD_BATCH * LOGD_NOTE_MAX]; /* one batch's refusals */
     size_t   notes_len;
@@ -271,55 +273,77 @@ logd_exit(struct logd *d)
     _exit(0);
 }
 
-/* One command from the master; a "reopen" carries the new file's fd.
- * Returns 1 when logd is to stop (asked to, or the master is gone). */
+/* --- the channel from the master (common/chan.h) ---------------------- */
+
+static void
+logd_chan_stop(const struct chan_msg *m, void *arg)
+{
+    struct logd *d = arg;
+
+    (void)m;
+    d->stop_cmd = 1;
+}
+
+
+static void
+logd_chan_ping(const struct chan_msg *m, void *arg)
+{
+    struct logd *d = arg;
+
+    (void)m;
+    (void)chan_send(d->chan, CHAN_PONG, NULL, 0, -1);  /* the watchdog */
+}
+
+
+static void
+logd_chan_interval(const struct chan_msg *m, void *arg)
+{
+    struct logd *d = arg;
+
+    memcpy(&d->flush_ms, m->data, sizeof(d->flush_ms));  /* after a reload */
+}
+
+
+/* logd_chan_reopen - what is gathered goes to the old file; what still
+ * waits in the socket (sent after the command, or about then) to the new
+ * one. */
+static void
+logd_chan_reopen(const struct chan_msg *m, void *arg)
+{
+    struct logd *d = arg;
+
+    logd_flush(d);
+    if (d->file_fd != STDERR_FILENO)
+        close(d->file_fd);
+    d->file_fd = m->fd;
+    d->write_errors = 0;
+}
+
+
+static const struct chan_side logd_chan = {
+    CHAN_LOGD,
+    {
+        [CHAN_STOP] = logd_chan_stop,
+        [CHAN_PING] = logd_chan_ping,
+        [CHAN_LOG_REOPEN] = logd_chan_reopen,
+        [CHAN_LOG_INTERVAL] = logd_chan_interval,
+    },
+    NULL                            /* from the master: nothing to tell */
+};
+
+
+/* One command from the master.  Returns 1 when logd is to stop (asked to,
+ * or the master is gone). */
 static int
 logd_command(struct logd *d)
 {
-    char           cmd[64];
-    char           cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec   iov = { cmd, sizeof(cmd) - 1 };
-    struct msghdr  mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                          .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-    struct cmsghdr *c;
-    ssize_t        r;
-    int            newfd = -1;
+    char buf[CHAN_MSG_MAX + 1];
+    int  rc;
 
-    r = recvmsg(d->chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    if (r <= 0)
+    rc = chan_serve(d->chan, &logd_chan, 1, buf, sizeof(buf), d);
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
         return 1;                   /* the master is gone */
-    cmd[r] = '\0';
-    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(&newfd, CMSG_DATA(c), sizeof(int));
-    if (strcmp(cmd, "stop") == 0) {
-        if (newfd >= 0)
-            close(newfd);
-        return 1;
-    }
-    if (strcmp(cmd, "ping") == 0) {             /* the master's watchdog */
-        (void)send(d->chan, "pong", 4, MSG_DONTWAIT | MSG_NOSIGNAL);
-        return 0;
-    }
-    if (strncmp(cmd, "interval ", 9) == 0) {
-        d->flush_ms = strtoull(cmd + 9, NULL, 10);    /* after a reload */
-        return 0;
-    }
-    if (strcmp(cmd, "reopen") == 0 && newfd >= 0) {
-        /* What is gathered goes to the old file; what still waits in the
-         * socket (sent after the command, or about then) to the new one. */
-        logd_flush(d);
-        if (d->file_fd != STDERR_FILENO)
-            close(d->file_fd);
-        d->file_fd = newfd;
-        d->write_errors = 0;
-        return 0;
-    }
-    if (newfd >= 0)
-        close(newfd);
-    return 0;
+    return d->stop_cmd;
 }
 
 /* The channel: a command from the master. */
@@ -433,26 +457,4 @@ logd_open_file(const char *path, char *err, size_t errsz)
         return -1;
     }
     return fd;
-}
-
-/* Sends cmd (and fd when >= 0) to the log process. */
-int
-logd_send_fd(int chan, const char *cmd, int fd)
-{
-    char           cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec   iov = { (void *)cmd, strlen(cmd) };
-    struct msghdr  mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-    struct cmsghdr *c;
-
-    if (fd >= 0) {
-        memset(cbuf, 0, sizeof(cbuf));
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof(cbuf);
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    return sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -1 : 0;
 }

@@ -100,10 +100,10 @@ check_config(const char *path, int show)
 int
 main(int argc, char **argv)
 {
-    struct master_opts o = { MTAD_DEFAULT_CONFIG, 0 };
+    struct master_opts o = { MTAD_DEFAULT_CONFIG, 0, { NULL, 0 } };
     int                c, test = 0, show = 0;
 
-    proctitle_init(argc, argv);
+    proctitle_init(&o.title, argc, argv);
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         usage(stdout);          /* as GNU tools take it */
         return EX_OK;

@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "common/chan.h"
 #include "common/util.h"
 #include "common/log.h"
 #include "common/safefs.h"
@@ -46,8 +47,6 @@
 #include "master/master.h"
 #include "master/master_int.h"
 #include "master/ops.h"
-
-static struct master master_self;
 
 void
 master_watch(struct master *m, int fd, unsigned events, ev_io_fn *fn)
@@ -68,7 +67,7 @@ master_close_chan(struct master *m, struct slot *s)
     if (s->chan < 0)
         return;
     master_unwatch(m, s->chan);
-    child_unregister_master_fd(s->chan);
+    child_unregister_master_fd(m, s->chan);
     close(s->chan);
     s->chan = -1;
 }
@@ -89,72 +88,137 @@ master_log_lines(int level, const char *prefix, const char *text)
     }
 }
 
-/* A worker's channel is readable ("ready", "pong"); its slot is found by
- * the fd. */
+/* --- the children's channels (common/chan.h) -------------------------- */
+
+/* What a worker's message handler gets: the master and the sender. */
+struct master_from {
+    struct master *m;
+    struct slot   *s;
+    unsigned       idx;
+};
+
+
+static void
+master_chan_ready(const struct chan_msg *msg, void *arg)
+{
+    struct master_from *f = arg;
+
+    (void)msg;
+    f->s->ready = 1;
+}
+
+
+static void
+master_chan_pong(const struct chan_msg *msg, void *arg)
+{
+    struct master_from *f = arg;
+
+    (void)msg;
+    watchdog_pong(f->m, f->idx);
+    /* alive past its deadline (a message in DATA, a state write): ask
+     * again later, never kill a worker that answers */
+    f->s->pinged = 0;
+    if (f->s->state == SLOT_STOPPING)
+        f->s->stop_deadline = util_now_ms() + MASTER_PING_MS;
+}
+
+
+static void
+master_chan_tlsrpt(const struct chan_msg *msg, void *arg)
+{
+    struct master_from *f = arg;
+
+    tlsagg_add(f->m, f->s->shard, msg->data, msg->len);
+}
+
+
+static void
+master_chan_bad(const char *why, void *arg)
+{
+    struct master_from *f = arg;
+
+    log_warn("worker %u: message on the channel dropped: %s", f->s->shard,
+        why);
+}
+
+
+static const struct chan_side master_worker_chan = {
+    CHAN_MASTER,
+    {
+        [CHAN_READY] = master_chan_ready,
+        [CHAN_PONG] = master_chan_pong,
+        [CHAN_TLSRPT_ADD] = master_chan_tlsrpt,
+    },
+    master_chan_bad
+};
+
+
+/* A worker's channel is readable; its slot is found by the fd.  At most
+ * MASTER_CHAN_BATCH messages per wakeup: the loop is level-triggered, so
+ * the rest waits for the next turn, after the control socket, the other
+ * channels and the timers had theirs; a worker flooding its channel
+ * cannot hold the master. */
 void
 master_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
-    struct master *m = arg;
-    struct slot   *s = NULL;
-    unsigned       idx = 0;
-    static char    msg[TLS_RPT_WIRE_MAX + 256];   /* "tlsrpt-add" */
-    ssize_t        r;
+    struct master     *m = arg;
+    struct master_from f = { m, NULL, 0 };
+    char               buf[CHAN_MSG_MAX + 1];
+    int                rc;
 
     (void)loop; (void)events;
-    for (idx = 0; idx < MASTER_MAX_SLOTS; idx++)
-        if (m->slots[idx].chan == fd && m->slots[idx].role == ROLE_WORKER) {
-            s = &m->slots[idx];
+    for (f.idx = 0; f.idx < MASTER_MAX_SLOTS; f.idx++)
+        if (m->slots[f.idx].chan == fd &&
+            m->slots[f.idx].role == ROLE_WORKER) {
+            f.s = &m->slots[f.idx];
             break;
         }
-    if (s == NULL)
+    if (f.s == NULL)
         return;
-
-    while (s->chan >= 0) {
-        r = recv(s->chan, msg, sizeof(msg) - 1, MSG_DONTWAIT);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == EAGAIN)
-            break;
-        if (r <= 0) {
-            master_close_chan(m, s);   /* exiting; SIGCHLD follows */
-            break;
-        }
-        msg[r] = '\0';
-        if (strcmp(msg, "ready") == 0) {
-            s->ready = 1;
-        } else if (strncmp(msg, "tlsrpt-add\n", 11) == 0) {
-            tlsagg_add(m, s->shard, msg + 11, (size_t)r - 11);
-        } else if (strcmp(msg, "pong") == 0) {
-            watchdog_pong(m, idx);
-            /* alive past its deadline (a message in DATA, a state
-             * write): ask again later, never kill a worker that answers */
-            s->pinged = 0;
-            if (s->state == SLOT_STOPPING)
-                s->stop_deadline = util_now_ms() + MASTER_PING_MS;
-        } else {
-            log_warn("worker %u: unknown message on the channel: %.40s",
-                s->shard, msg);
-        }
-    }
+    rc = chan_serve(fd, &master_worker_chan, MASTER_CHAN_BATCH, buf,
+        sizeof(buf), &f);
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
+        master_close_chan(m, f.s);     /* exiting; SIGCHLD follows */
     master_check_ready(m);
 }
+
+
+static void
+master_logd_pong(const struct chan_msg *msg, void *arg)
+{
+    (void)msg;
+    watchdog_logd_pong(arg);
+}
+
+
+static void
+master_logd_bad(const char *why, void *arg)
+{
+    (void)arg;
+    log_warn("log process: message on the channel dropped: %s", why);
+}
+
+
+static const struct chan_side master_logd_chan = {
+    CHAN_MASTER, { [CHAN_PONG] = master_logd_pong }, master_logd_bad
+};
+
 
 /* The log process's channel: "pong" for the watchdog, or EOF. */
 void
 master_logd_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct master *m = arg;
-    char           b[64];
-    ssize_t        r;
+    char           buf[CHAN_MSG_MAX + 1];
+    int            rc;
 
     (void)loop; (void)events;
     if (fd != m->logd.chan)
         return;
-    r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-    if (r == 0)
+    rc = chan_serve(fd, &master_logd_chan, MASTER_CHAN_BATCH, buf,
+        sizeof(buf), m);
+    if (rc == CHAN_EOF || rc == CHAN_ESYS)
         master_close_chan(m, &m->logd);
-    else if (r == 4 && memcmp(b, "pong", 4) == 0)
-        watchdog_logd_pong(m);
 }
 
 static void
@@ -318,12 +382,11 @@ master_loop(struct master *m)
 int
 master_run(const struct master_opts *o)
 {
-    struct master *m = &master_self;
+    struct master *m = xcalloc(1, sizeof(*m));   /* lives until exit */
     struct config *cfg;
     char           err[MASTER_ERR_MAX] = "";
     int            rc;
 
-    memset(m, 0, sizeof(*m));
     m->ctlfd = m->sigfd = -1;
     m->log_send = m->log_recv = m->log_file = -1;
     m->logd.chan = -1;
@@ -332,6 +395,8 @@ master_run(const struct master_opts *o)
     for (size_t i = 0; i < MASTER_MAX_CLIENTS; i++)
         m->clients[i].fd = -1;
     m->config_path = o->config_path;
+    m->title = o->title;
+    m->notify.fd = -1;
     cfg = config_load(o->config_path, err, sizeof(err));
     if (cfg == NULL) {
         fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ?

@@ -14,9 +14,16 @@
 
 #include <stddef.h>
 
+/* Where main()'s argv strings lie, to be overwritten by process titles. */
+struct proctitle {
+    char   *area;
+    size_t  size;
+};
+
 struct master_opts {
-    const char *config_path;
-    int         foreground;         /* -f: no fork/setsid */
+    const char      *config_path;
+    int              foreground;    /* -f: no fork/setsid */
+    struct proctitle title;         /* from proctitle_init() */
 };
 
 int     master_run(const struct master_opts *o);
@@ -30,8 +37,8 @@ int     master_check(const struct config *cfg, char *err, size_t errsz);
 /* Process titles ("mtad: worker 2 (generation 1)"), seen by ps; comm (the
  * first 15 bytes of name) is what tests and pgrep see.  proctitle_init()
  * must get main()'s argv before anything else reads it. */
-void    proctitle_init(int argc, char **argv);
-void    proctitle_set(const char *comm, const char *fmt, ...)
-            __attribute__((format(printf, 2, 3)));
+void    proctitle_init(struct proctitle *t, int argc, char **argv);
+void    proctitle_set(const struct proctitle *t, const char *comm,
+            const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif /* MTAD_MASTER_H */

@@ -11,9 +11,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
+#include "common/chan.h"
 #include "common/ev.h"
 #include "common/status.h"
+#include "master/master.h"
 
 struct config;
 
@@ -28,6 +31,7 @@ struct config;
 #define LOGD_STOP_TIMEOUT     3000u
 #define MASTER_PING_MS        5000u     /* a stopping worker past its deadline
                                            must answer "ping" within this */
+#define MASTER_CHAN_BATCH     32u       /* messages per child per wakeup */
 
 /* The user the children run as; drop is 0 when the master is not root.
  * admin_gid: server.admin_group, whose members may use the control socket
@@ -83,21 +87,23 @@ struct slot {
     unsigned        quick_exits;
 };
 
-/* Children: fork a worker or the log process into the slot.  Return the
- * pid or -1 (errno) in the master; never return in the child. */
-pid_t   child_spawn_worker(struct slot *s, struct generation *g,
-            struct status_page *st, int log_send_fd);
-pid_t   child_spawn_logd(struct slot *s, const struct privs *p,
-            int log_recv_fd, int log_file_fd, uint64_t flush_ms,
-            int sandbox);
+struct master;
+
+/* Children: fork a worker (of generation g) or the log process into the
+ * slot.  Return the pid or -1 (errno) in the master; never return in the
+ * child.  A worker gets m->status, m->log_send and m->tickets. */
+pid_t   child_spawn_worker(struct master *m, struct slot *s,
+            struct generation *g);
+pid_t   child_spawn_logd(struct master *m, struct slot *s);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
-void    child_register_master_fd(int fd);
-void    child_unregister_master_fd(int fd);
-void    child_set_master_pid(pid_t pid);
-/* The TLS session-ticket keys (common/tlskey.h) every worker gets. */
-struct tlskey_ring;
-void    child_set_tickets(struct tlskey_ring *r);
+#define MASTER_MAX_FDS (MASTER_MAX_SLOTS * 2 + 64)
+struct master_fds {
+    int    fd[MASTER_MAX_FDS];
+    size_t n;
+};
+void    child_register_master_fd(struct master *m, int fd);
+void    child_unregister_master_fd(struct master *m, int fd);
 
 /* Privileges. */
 int     privs_resolve(const struct config *cfg, struct privs *p,
@@ -106,25 +112,42 @@ void    privs_free(struct privs *p);
 void    privs_drop(const struct privs *p);        /* fatal on failure */
 
 /* Listeners: acquire one fd per cfg->listen entry, sharing the fd of an
- * address that is already bound.  On failure nothing is held. */
-int     listen_acquire(const struct config *cfg, int **fds,
+ * address that is already bound (m->listeners).  On failure nothing is
+ * held. */
+#define LISTEN_MAX 64
+int     listen_acquire(struct master *m, const struct config *cfg, int **fds,
             char *err, size_t errsz);
-void    listen_release(int *fds, size_t n);
+void    listen_release(struct master *m, int *fds, size_t n);
 
 /* The log process; master: the pid whose records it writes unchecked. */
 void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
             pid_t master) __attribute__((noreturn));
 int     logd_open_file(const char *path, char *err, size_t errsz);
-int     logd_send_fd(int chan, const char *cmd, int fd);
 
 /* systemd notification (no-op without NOTIFY_SOCKET). */
-void    notify_init(void);
-void    notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+struct master_notify {
+    struct sockaddr_un addr;
+    socklen_t          len;
+    int                fd;          /* -1: none */
+};
+void    notify_init(struct master *m);
+void    notify_send(struct master *m, const char *fmt, ...)
+            __attribute__((format(printf, 2, 3)));
+
+/* The systemd watchdog (watchdog.c; see ops.h). */
+struct master_watchdog {
+    uint64_t ms;                        /* 0: off */
+    uint64_t answer[MASTER_MAX_SLOTS];  /* last pong (monotonic) */
+    pid_t    pid[MASTER_MAX_SLOTS];
+    uint64_t logd_answer;
+    pid_t    logd_pid;
+    int      failing;
+    char     status[256];               /* the last STATUS= sent */
+};
 
 /* Control socket server. */
 int     ctl_listen(const char *path, const struct privs *p,
             char *err, size_t errsz);
-struct master;
 ev_io_fn ctl_accept_event;                /* the control socket */
 void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
 void    ctl_expire(struct master *m, uint64_t now);
@@ -144,8 +167,14 @@ struct ctl_client {
 #define MASTER_MAX_CLIENTS 16
 #define MASTER_RATE_RING   (MASTER_RATE_WINDOW + 1)
 
+/* The master's whole state: one per process, made by master_run(); no
+ * master/ file keeps state of its own. */
+struct metrics;
+struct tlsagg;
 struct master {
     const char        *config_path;
+    struct proctitle   title;           /* main()'s argv area (proctitle.c) */
+    pid_t              pid;             /* the master's, for the children */
     struct generation *cur;
     struct generation *next;        /* a reload in progress */
     uint64_t           reload_deadline;
@@ -177,6 +206,16 @@ struct master {
     uint64_t           ring_in[MASTER_RATE_RING], ring_out[MASTER_RATE_RING];
     uint64_t           ring_ms[MASTER_RATE_RING];
     unsigned           ring_head, ring_n;
+    struct tlsagg     *tlsagg;          /* TLS-RPT day table (tlsrpt_agg.c) */
+    struct metrics    *metrics;         /* the /metrics endpoint (metrics.c) */
+    struct master_fds  master_fds;      /* child.c */
+    struct listener    listeners[LISTEN_MAX];   /* listen.c */
+    unsigned           gen_seq;         /* generation ids (reload.c) */
+    char             **spool_done;      /* spool trees prepared (reload.c) */
+    size_t             nspool_done;
+    int                load_failing;    /* load.c: the file was unreadable */
+    struct master_notify   notify;      /* notify.c */
+    struct master_watchdog wd;          /* watchdog.c */
 };
 
 /* master.c services used by ctl.c */
@@ -185,7 +224,9 @@ void    master_request_stop(struct master *m);
 int     master_kick(struct master *m, const char *arg);
 /* qstream.c: answer "queue-stream" on control connection cfd (closed). */
 void    master_qstream(struct master *m, int cfd);
-void    master_send(struct slot *s, const char *cmd);
+/* A command without payload to a child (common/chan.h); a worker whose
+ * channel does not take it gets SIGTERM instead. */
+void    master_send(struct slot *s, enum chan_cmd cmd);
 
 /* drain.c */
 int     master_request_drain(struct master *m, uint64_t timeout_ms,
@@ -231,8 +272,8 @@ int     master_shutdown_step(struct master *m);   /* 1: all gone */
 
 /* reload.c */
 struct generation *master_gen_by_id(struct master *m, unsigned id);
-struct generation *master_gen_prepare(struct config *cfg, int *exit_code,
-            char *err, size_t errsz);
+struct generation *master_gen_prepare(struct master *m, struct config *cfg,
+            int *exit_code, char *err, size_t errsz);
 unsigned master_gen_nready(struct master *m, const struct generation *g);
 void    master_handover(struct master *m, unsigned gen);
 void    master_check_ready(struct master *m);

@@ -61,12 +61,14 @@ struct metrics_client {
     size_t   outlen, outoff;
 };
 
-static int                   metrics_fd = -1;
-static char                 *metrics_spec;
-static struct metrics_client metrics_clients[METRICS_MAX_CLIENTS];
-static int                   metrics_inited;
-static long                  metrics_qsize = -1;
-static uint64_t              metrics_qsize_ms;
+/* The endpoint's state, owned by the master (m->metrics). */
+struct metrics {
+    int                   fd;           /* the listener, -1: none */
+    char                 *spec;         /* metrics.listen it is bound to */
+    struct metrics_client clients[METRICS_MAX_CLIENTS];
+    long                  qsize;        /* queue/ entries, cached; -1 */
+    uint64_t              qsize_ms;
+};
 
 static ev_io_fn metrics_accept_event, metrics_client_io;
 
@@ -76,27 +78,34 @@ static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "connection_limit", "connection_limit_per_ip", "overload"
 };
 
-static void
-metrics_init_clients(void)
+static struct metrics *
+metrics_of(struct master *m)
 {
-    if (metrics_inited)
-        return;
-    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        metrics_clients[i].fd = -1;
-    metrics_inited = 1;
+    struct metrics *mt = m->metrics;
+
+    if (mt == NULL) {
+        mt = m->metrics = xcalloc(1, sizeof(*mt));
+        mt->fd = -1;
+        mt->qsize = -1;
+        for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+            mt->clients[i].fd = -1;
+    }
+    return mt;
 }
 
 static void
 metrics_close_listener(struct master *m)
 {
-    if (metrics_fd < 0)
+    struct metrics *mt = metrics_of(m);
+
+    if (mt->fd < 0)
         return;
-    master_unwatch(m, metrics_fd);
-    child_unregister_master_fd(metrics_fd);
-    close(metrics_fd);
-    metrics_fd = -1;
-    free(metrics_spec);
-    metrics_spec = NULL;
+    master_unwatch(m, mt->fd);
+    child_unregister_master_fd(m, mt->fd);
+    close(mt->fd);
+    mt->fd = -1;
+    free(mt->spec);
+    mt->spec = NULL;
 }
 
 /* metrics_is_loopback - 1 when sa is 127.0.0.0/8 or ::1 (a wildcard
@@ -117,14 +126,14 @@ int
 metrics_apply(struct master *m, const struct config *cfg, char *err,
     size_t errsz)
 {
-    int fd, on = 1;
+    struct metrics *mt = metrics_of(m);
+    int             fd, on = 1;
 
-    metrics_init_clients();
     if (cfg->metrics_listen == NULL) {
         metrics_close_listener(m);
         return 0;
     }
-    if (metrics_spec != NULL && strcmp(metrics_spec, cfg->metrics_listen) == 0)
+    if (mt->spec != NULL && strcmp(mt->spec, cfg->metrics_listen) == 0)
         return 0;                   /* unchanged across a reload */
     fd = socket(cfg->metrics_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
         SOCK_CLOEXEC, 0);
@@ -138,9 +147,9 @@ metrics_apply(struct master *m, const struct config *cfg, char *err,
         return -1;
     }
     metrics_close_listener(m);
-    metrics_fd = fd;
-    metrics_spec = xstrdup(cfg->metrics_listen);
-    child_register_master_fd(fd);
+    mt->fd = fd;
+    mt->spec = xstrdup(cfg->metrics_listen);
+    child_register_master_fd(m, fd);
     master_watch(m, fd, EV_READ, metrics_accept_event);
     log_notice("metrics on http://%s/metrics", cfg->metrics_listen);
     if (!metrics_is_loopback((const struct sockaddr *)&cfg->metrics_addr))
@@ -168,18 +177,19 @@ mt_one(struct buf *t, const char *name, const char *type,
 }
 
 long
-metrics_queue_size(const char *spool_dir)
+metrics_queue_size(struct master *m, const char *spool_dir)
 {
-    long     n;
-    uint64_t now = util_now_ms();
+    struct metrics *mt = metrics_of(m);
+    long            n;
+    uint64_t        now = util_now_ms();
 
-    if (metrics_qsize >= 0 && now - metrics_qsize_ms < METRICS_QUEUE_CACHE_MS)
-        return metrics_qsize;
+    if (mt->qsize >= 0 && now - mt->qsize_ms < METRICS_QUEUE_CACHE_MS)
+        return mt->qsize;
     /* the workers' directory: a link planted there is not followed */
     if ((n = safefs_count_entries(spool_dir, "queue")) < 0)
         return -1;
-    metrics_qsize = n;
-    metrics_qsize_ms = now;
+    mt->qsize = n;
+    mt->qsize_ms = now;
     return n;
 }
 
@@ -289,7 +299,7 @@ metrics_render(struct master *m)
         "queued (due, waiting for a slot or held by limits.load), deferred "
         "(waiting for a retry), other (the rest of spool/queue: held by "
         "mtactl, or not yet scheduled).");
-    qn = metrics_queue_size(m->cur->cfg->spool_dir);
+    qn = metrics_queue_size(m, m->cur->cfg->spool_dir);
     buf_printf(&t, "mtad_queue_messages{state=\"active\"} %" PRIu64 "\n",
         q_act);
     buf_printf(&t, "mtad_queue_messages{state=\"queued\"} %" PRIu64 "\n",
@@ -354,7 +364,7 @@ metrics_client_close(struct master *m, struct metrics_client *c)
     if (c->fd < 0)
         return;
     master_unwatch(m, c->fd);
-    child_unregister_master_fd(c->fd);
+    child_unregister_master_fd(m, c->fd);
     close(c->fd);
     c->fd = -1;
     free(c->out);
@@ -384,8 +394,8 @@ metrics_same_peer(const struct sockaddr_storage *a,
  * or none is free.  A limit per address keeps one slow host (or a
  * slowloris) from taking every slot from the scraper. */
 static struct metrics_client *
-metrics_admit(const struct config *cfg, const struct sockaddr *sa,
-    struct sockaddr_storage *peer)
+metrics_admit(struct metrics *mt, const struct config *cfg,
+    const struct sockaddr *sa, struct sockaddr_storage *peer)
 {
     struct metrics_client *free_c = NULL;
     size_t                 i;
@@ -397,7 +407,7 @@ metrics_admit(const struct config *cfg, const struct sockaddr *sa,
         return NULL;
     (void)status_addr_group(sa, (unsigned)cfg->ipv6_prefix, peer);
     for (i = 0; i < METRICS_MAX_CLIENTS; i++) {
-        struct metrics_client *c = &metrics_clients[i];
+        struct metrics_client *c = &mt->clients[i];
 
         if (c->fd < 0)
             free_c = free_c != NULL ? free_c : c;
@@ -412,14 +422,15 @@ static void
 metrics_accept(struct master *m)
 {
     const struct config    *cfg = m->cur->cfg;
+    struct metrics         *mt = metrics_of(m);
     struct metrics_client  *c;
     struct sockaddr_storage ss, peer;
     socklen_t               sslen = sizeof(ss);
     int                     fd;
 
-    while ((fd = accept4(metrics_fd, (struct sockaddr *)&ss, &sslen,
+    while ((fd = accept4(mt->fd, (struct sockaddr *)&ss, &sslen,
         SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        c = metrics_admit(cfg, (const struct sockaddr *)&ss, &peer);
+        c = metrics_admit(mt, cfg, (const struct sockaddr *)&ss, &peer);
         sslen = sizeof(ss);
         if (c == NULL) {
             close(fd);              /* refused, or busy: a scraper retries */
@@ -429,7 +440,7 @@ metrics_accept(struct master *m)
         c->fd = fd;
         c->peer = peer;
         c->deadline = util_now_ms() + cfg->metrics_header_timeout_ms;
-        child_register_master_fd(fd);
+        child_register_master_fd(m, fd);
         master_watch(m, fd, EV_READ, metrics_client_io);
     }
 }
@@ -533,7 +544,7 @@ metrics_accept_event(struct ev_loop *loop, int fd, unsigned events,
     void *arg)
 {
     (void)loop; (void)fd; (void)events;
-    if (metrics_fd >= 0)
+    if (metrics_of(arg)->fd >= 0)
         metrics_accept(arg);
 }
 
@@ -541,10 +552,12 @@ metrics_accept_event(struct ev_loop *loop, int fd, unsigned events,
 static void
 metrics_client_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
+    struct metrics *mt = metrics_of(arg);
+
     (void)loop; (void)events;
     for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        if (metrics_clients[i].fd == fd) {
-            metrics_client_event(arg, &metrics_clients[i]);
+        if (mt->clients[i].fd == fd) {
+            metrics_client_event(arg, &mt->clients[i]);
             return;
         }
 }
@@ -552,9 +565,11 @@ metrics_client_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 void
 metrics_expire(struct master *m, uint64_t now)
 {
-    if (!metrics_inited)
+    struct metrics *mt = m->metrics;
+
+    if (mt == NULL)
         return;
     for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
-        if (metrics_clients[i].fd >= 0 && now >= metrics_clients[i].deadline)
-            metrics_client_close(m, &metrics_clients[i]);
+        if (mt->clients[i].fd >= 0 && now >= mt->clients[i].deadline)
+            metrics_client_close(m, &mt->clients[i]);
 }

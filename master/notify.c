@@ -5,7 +5,7 @@
  *           namespace), send "READY=1", "RELOADING=1", "STOPPING=1",
  *           "STATUS=..." as single datagrams to systemd.
  * CONTRACT  notify_init() reads the variable once (and unsets it so that
- *           nothing else sends by mistake); notify_send() is a no-op when
+ *           nothing else sends by mistake); notify_send(m, ) is a no-op when
  *           it was not set.
  * FAILURE   Best effort: a lost datagram is not an error for the relay.
  */
@@ -21,42 +21,40 @@
 #include "common/util.h"
 #include "master/master_int.h"
 
-static struct sockaddr_un notify_addr;
-static socklen_t          notify_len;
-static int                notify_fd = -1;
-
 void
-notify_init(void)
+notify_init(struct master *m)
 {
+    struct master_notify *nt = &m->notify;
     const char *p = getenv("NOTIFY_SOCKET");
     size_t      n;
 
     if (p == NULL || (p[0] != '/' && p[0] != '@'))
         return;
     n = strlen(p);
-    if (n >= sizeof(notify_addr.sun_path))
+    if (n >= sizeof(nt->addr.sun_path))
         return;
-    memset(&notify_addr, 0, sizeof(notify_addr));
-    notify_addr.sun_family = AF_UNIX;
-    memcpy(notify_addr.sun_path, p, n);
+    memset(&nt->addr, 0, sizeof(nt->addr));
+    nt->addr.sun_family = AF_UNIX;
+    memcpy(nt->addr.sun_path, p, n);
     if (p[0] == '@')
-        notify_addr.sun_path[0] = '\0';
-    notify_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
+        nt->addr.sun_path[0] = '\0';
+    nt->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
         (p[0] == '/' ? 1 : 0));
-    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (notify_fd >= 0)
-        child_register_master_fd(notify_fd);
+    nt->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (nt->fd >= 0)
+        child_register_master_fd(m, nt->fd);
     unsetenv("NOTIFY_SOCKET");
 }
 
 void
-notify_send(const char *fmt, ...)
+notify_send(struct master *m, const char *fmt, ...)
 {
+    struct master_notify *nt = &m->notify;
     char    msg[512];
     va_list ap;
     int     n;
 
-    if (notify_fd < 0)
+    if (nt->fd < 0)
         return;
     va_start(ap, fmt);
     n = vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -65,6 +63,6 @@ notify_send(const char *fmt, ...)
         return;
     if ((size_t)n >= sizeof(msg))
         n = sizeof(msg) - 1;
-    (void)sendto(notify_fd, msg, (size_t)n, MSG_NOSIGNAL,
-        (struct sockaddr *)&notify_addr, notify_len);
+    (void)sendto(nt->fd, msg, (size_t)n, MSG_NOSIGNAL,
+        (struct sockaddr *)&nt->addr, nt->len);
 }

@@ -36,13 +36,13 @@ void    metrics_expire(struct master *m, uint64_t now);
 char   *metrics_render(struct master *m);
 /* Files in <spool_dir>/queue, counted at most once a second; -1 (errno)
  * when the directory cannot be read. */
-long    metrics_queue_size(const char *spool_dir);
+long    metrics_queue_size(struct master *m, const char *spool_dir);
 
 /* watchdog.c: WATCHDOG_USEC/WATCHDOG_PID from systemd (read once, before
  * notify_init()); watchdog_tick() once a second: pings every worker and
  * the log process, sends WATCHDOG=1 only while each of them answered
  * within WatchdogSec, and keeps STATUS= current. */
-void    watchdog_init(void);
+void    watchdog_init(struct master *m);
 void    watchdog_tick(struct master *m, uint64_t now);
 void    watchdog_pong(struct master *m, unsigned sidx);
 void    watchdog_logd_pong(struct master *m);
@@ -56,8 +56,9 @@ void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
 /* A control request line: logged as an admin action unless read-only. */
 void    audit_request(int fd, const char *line);
 
-/* tlsrpt_agg.c: TLS-RPT day totals (tlspol/tlspol.h).  load at start,
- * add a worker's "tlsrpt-add" message (without that first line), tick
+/* tlsrpt_agg.c: TLS-RPT day totals (tlspol/tlspol.h), in the struct
+ * tlsagg the master owns (m->tlsagg, made at first use).  load at start,
+ * add a worker's CHAN_TLSRPT_ADD payload, tick
  * once a second (saves, the daily reports), save at stop; ctl answers
  * "tls report [DOMAIN]" and "tls report-send" (arg after "tls "). */
 void    tlsagg_load(struct master *m);
@@ -65,6 +66,8 @@ void    tlsagg_add(struct master *m, unsigned shard, const char *msg,
             size_t n);
 void    tlsagg_tick(struct master *m, uint64_t now_ms);
 void    tlsagg_save(struct master *m);
+/* master_reap(): 1 when pid was the child saving the table (taken). */
+int     tlsagg_reaped(struct master *m, pid_t pid, int status);
 void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */

@@ -16,11 +16,8 @@
 #include "common/util.h"
 #include "master/master.h"
 
-static char  *proctitle_area;
-static size_t proctitle_size;
-
 void
-proctitle_init(int argc, char **argv)
+proctitle_init(struct proctitle *t, int argc, char **argv)
 {
     char *end;
     int   i;
@@ -33,22 +30,23 @@ proctitle_init(int argc, char **argv)
             break;                  /* only the contiguous part */
         end = argv[i] + strlen(argv[i]);
     }
-    proctitle_area = argv[0];
-    proctitle_size = (size_t)(end - argv[0]) + 1;
+    t->area = argv[0];
+    t->size = (size_t)(end - argv[0]) + 1;
     for (i = 0; i < argc; i++)
         argv[i] = xstrdup(argv[i]);
 }
 
 void
-proctitle_set(const char *comm, const char *fmt, ...)
+proctitle_set(const struct proctitle *t, const char *comm, const char *fmt,
+    ...)
 {
     va_list ap;
 
     (void)prctl(PR_SET_NAME, comm, 0, 0, 0);
-    if (proctitle_area == NULL || proctitle_size < 2)
+    if (t->area == NULL || t->size < 2)
         return;
-    memset(proctitle_area, 0, proctitle_size);
+    memset(t->area, 0, t->size);
     va_start(ap, fmt);
-    vsnprintf(proctitle_area, proctitle_size - 1, fmt, ap);
+    vsnprintf(t->area, t->size - 1, fmt, ap);
     va_end(ap);
 }

@@ -3,8 +3,8 @@
  * mtad runs gets its listing from the workers (issue 16).
  *
  * PURPOSE   For each worker of the current generation, a socketpair: one
- *           end goes to the worker over its channel ("qstream" with the
- *           descriptor, SCM_RIGHTS), the other to mtactl with the reply
+ *           end goes to the worker over its channel (CHAN_QSTREAM with the
+ *           descriptor, common/chan.h), the other to mtactl with the reply
  *           ("ok\nqstream N\n" and N descriptors).  The workers write their
  *           listing records (spool.h) straight to mtactl: the master checks
  *           who asks (control.c, as for every request) and relays no byte,
@@ -68,7 +68,8 @@ qstream_workers(struct master *m, struct slot **by_shard, unsigned nshards,
 }
 
 
-/* qstream_send - text and the descriptors fds[0..n) in one message. */
+/* qstream_send - text and the descriptors fds[0..n) in one message, to
+ * mtactl (the control socket, not a channel). */
 static int
 qstream_send(int fd, const char *text, const int *fds, unsigned n)
 {
@@ -116,7 +117,7 @@ master_qstream(struct master *m, int cfd)
             why = strerror(errno);
             break;
         }
-        if (qstream_send(by_shard[i]->chan, "qstream", &sv[1], 1) < 0) {
+        if (chan_send(by_shard[i]->chan, CHAN_QSTREAM, NULL, 0, sv[1]) < 0) {
             why = "a worker's channel is full";
             close(sv[0]);
             close(sv[1]);

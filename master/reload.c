@@ -41,8 +41,6 @@
 #include "master/master_int.h"
 #include "master/ops.h"
 
-static unsigned master_gen_seq;
-
 static void master_reload_begin(struct master *m);
 
 struct generation *
@@ -119,11 +117,11 @@ master_load_routes(const struct config *cfg, char *err, size_t errsz)
 }
 
 static void
-master_gen_free(struct generation *g)
+master_gen_free(struct master *m, struct generation *g)
 {
     if (g == NULL)
         return;
-    listen_release(g->lfds, g->nlisten);
+    listen_release(m, g->lfds, g->nlisten);
     free(g->lfds);
     privs_free(&g->privs);
     config_free(g->cfg);
@@ -136,22 +134,22 @@ master_gen_free(struct generation *g)
  * generation may still be receiving into tmp/ while it retires.
  */
 static int
-master_spool_prepare(const struct config *cfg, const struct privs *p)
+master_spool_prepare(struct master *m, const struct config *cfg,
+    const struct privs *p)
 {
-    static char **done;
-    static size_t ndone;
-    size_t        i;
-    int           rc;
+    size_t i;
+    int    rc;
 
-    for (i = 0; i < ndone; i++)
-        if (strcmp(done[i], cfg->spool_dir) == 0)
+    for (i = 0; i < m->nspool_done; i++)
+        if (strcmp(m->spool_done[i], cfg->spool_dir) == 0)
             return SPOOL_OK;
     /* state/ is the workers' to clean, shard by shard (deliver_load) */
     rc = spool_prepare_tree(cfg->spool_dir, p->drop ? p->uid : (uid_t)-1,
         p->drop ? p->gid : (gid_t)-1);
     if (rc == SPOOL_OK) {
-        done = xrealloc(done, (ndone + 1) * sizeof(*done));
-        done[ndone++] = xstrdup(cfg->spool_dir);
+        m->spool_done = xrealloc(m->spool_done, (m->nspool_done + 1) *
+            sizeof(*m->spool_done));
+        m->spool_done[m->nspool_done++] = xstrdup(cfg->spool_dir);
     }
     return rc;
 }
@@ -161,8 +159,8 @@ master_spool_prepare(const struct config *cfg, const struct privs *p)
  * EX_NOUSER (server.user, group, admin_group), EX_UNAVAILABLE (a listen
  * address), EX_CANTCREAT (spool tree, routes db). */
 struct generation *
-master_gen_prepare(struct config *cfg, int *exit_code, char *err,
-    size_t errsz)
+master_gen_prepare(struct master *m, struct config *cfg, int *exit_code,
+    char *err, size_t errsz)
 {
     struct generation *g = xcalloc(1, sizeof(*g));
     int                rc;
@@ -172,11 +170,11 @@ master_gen_prepare(struct config *cfg, int *exit_code, char *err,
     if (privs_resolve(cfg, &g->privs, err, errsz) < 0)
         goto fail;
     *exit_code = EX_UNAVAILABLE;
-    if (listen_acquire(cfg, &g->lfds, err, errsz) < 0)
+    if (listen_acquire(m, cfg, &g->lfds, err, errsz) < 0)
         goto fail;
     g->nlisten = cfg->nlisten;
     *exit_code = EX_CANTCREAT;
-    rc = master_spool_prepare(cfg, &g->privs);
+    rc = master_spool_prepare(m, cfg, &g->privs);
     if (rc != SPOOL_OK) {
         snprintf(err, errsz, "spool.dir: %s", spool_errstr(NULL));
         goto fail;
@@ -185,12 +183,12 @@ master_gen_prepare(struct config *cfg, int *exit_code, char *err,
     if (master_routes_files(cfg, err, errsz) < 0 ||
         master_load_routes(cfg, err, errsz) < 0)
         goto fail;
-    g->id = ++master_gen_seq;
+    g->id = ++m->gen_seq;
     *exit_code = EX_OK;
     return g;
 fail:
     g->cfg = NULL;                  /* the caller still owns it */
-    master_gen_free(g);
+    master_gen_free(m, g);
     return NULL;
 }
 
@@ -256,7 +254,7 @@ master_gen_nready(struct master *m, const struct generation *g)
 static void
 master_notify_status(struct master *m)
 {
-    notify_send("STATUS=serving: generation %u, %d workers", m->cur->id,
+    notify_send(m, "STATUS=serving: generation %u, %d workers", m->cur->id,
         m->cur->cfg->workers);
 }
 
@@ -270,7 +268,7 @@ master_check_ready(struct master *m)
     }
     if (!m->cur->notified && master_gen_ready(m, m->cur)) {
         m->cur->notified = 1;
-        notify_send("READY=1");
+        notify_send(m, "READY=1");
         master_notify_status(m);
         log_notice("ready: generation %u, %d workers", m->cur->id,
             m->cur->cfg->workers);
@@ -292,7 +290,7 @@ master_reopen_log(struct master *m, const char *newpath)
         return;
     }
     if (m->logd.chan >= 0 && fd != STDERR_FILENO) {
-        if (logd_send_fd(m->logd.chan, "reopen", fd) < 0)
+        if (chan_send(m->logd.chan, CHAN_LOG_REOPEN, NULL, 0, fd) < 0)
             log_err("log reopen: cannot reach the log process: %s",
                 strerror(errno));
         else if (m->log_send >= 0)
@@ -301,12 +299,12 @@ master_reopen_log(struct master *m, const char *newpath)
             (void)send(m->log_send, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
     if (m->log_file != STDERR_FILENO) {
-        child_unregister_master_fd(m->log_file);
+        child_unregister_master_fd(m, m->log_file);
         close(m->log_file);
     }
     m->log_file = fd;
     if (fd != STDERR_FILENO)
-        child_register_master_fd(fd);
+        child_register_master_fd(m, fd);
     free(m->log_path);
     m->log_path = path;
     log_notice("log file %s (re)opened", path);
@@ -336,7 +334,7 @@ master_reload_done(struct master *m, const char *err)
 
         if (c->fd >= 0 && c->waiting_reload == 1) {
             master_unwatch(m, c->fd);
-            child_unregister_master_fd(c->fd);
+            child_unregister_master_fd(m, c->fd);
             ctl_reply_fd(c->fd, text);
             c->fd = -1;
             c->waiting_reload = 0;
@@ -356,7 +354,7 @@ master_reload_reject(struct master *m, const char *err)
 {
     master_log_lines(LOGL_ERR, "reload rejected: ", err);
     log_err("reload rejected; generation %u keeps serving", m->cur->id);
-    notify_send("READY=1");
+    notify_send(m, "READY=1");
     master_notify_status(m);
     master_reload_done(m, err);
 }
@@ -369,7 +367,7 @@ master_reload_begin(struct master *m)
     struct generation *g;
     int                code;
 
-    notify_send("RELOADING=1");
+    notify_send(m, "RELOADING=1");
     log_notice("reloading %s", m->config_path);
     cfg = config_load(m->config_path, err, sizeof(err));
     if (cfg == NULL) {
@@ -385,7 +383,7 @@ master_reload_begin(struct master *m)
         master_reload_reject(m, err);
         return;
     }
-    g = master_gen_prepare(cfg, &code, err, sizeof(err));
+    g = master_gen_prepare(m, cfg, &code, err, sizeof(err));
     if (g == NULL) {
         config_free(cfg);
         master_reload_reject(m, err);
@@ -431,17 +429,15 @@ master_finish_reload(struct master *m, int timed_out)
         master_reopen_log(m, g->cfg->log_file);
     if (g->cfg->log_flush_interval_ms != old->cfg->log_flush_interval_ms &&
         m->logd.chan >= 0) {
-        char cmd[48];
+        uint64_t ms = g->cfg->log_flush_interval_ms;
 
-        snprintf(cmd, sizeof(cmd), "interval %" PRIu64,
-            g->cfg->log_flush_interval_ms);
-        (void)logd_send_fd(m->logd.chan, cmd, -1);
+        (void)chan_send(m->logd.chan, CHAN_LOG_INTERVAL, &ms, sizeof(ms), -1);
     }
-    master_gen_free(old);           /* closes listeners no longer in use */
+    master_gen_free(m, old);           /* closes listeners no longer in use */
     m->status->generation = g->id;
     m->status->nworkers = (uint32_t)g->cfg->workers;
     g->notified = 1;
-    notify_send("READY=1");
+    notify_send(m, "READY=1");
     master_notify_status(m);
     log_notice("reload done: generation %u serving with %d workers%s; "
         "%d old workers told to stop", g->id, g->cfg->workers,
@@ -466,7 +462,7 @@ master_abort_reload(struct master *m)
     snprintf(err, sizeof(err), "no worker of generation %u became ready "
         "within %ums", g->id, MASTER_READY_TIMEOUT);
     m->next = NULL;
-    master_gen_free(g);
+    master_gen_free(m, g);
     master_reload_reject(m, err);
 }
 
@@ -493,7 +489,7 @@ master_request_stop(struct master *m)
     if (m->stopping)
         return;
     m->stopping = 1;
-    notify_send("STOPPING=1");
+    notify_send(m, "STOPPING=1");
     log_notice("stopping: telling the workers to finish (at most %" PRIu64
         "ms)", timeout);
     if (m->next != NULL)

@@ -220,7 +220,7 @@ master_setup_signals(struct master *m)
     m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (m->sigfd < 0)
         return -1;
-    child_register_master_fd(m->sigfd);
+    child_register_master_fd(m, m->sigfd);
     return 0;
 }
 
@@ -249,7 +249,7 @@ master_log_socket(struct master *m)
     }
     m->log_send = sv[0];
     m->log_recv = sv[1];
-    child_register_master_fd(m->log_recv);
+    child_register_master_fd(m, m->log_recv);
     return 0;
 }
 
@@ -281,17 +281,17 @@ master_start(struct master *m, struct config *cfg, int foreground)
     if (!foreground)
         ok_fd = master_daemonize();
     m->started_ms = util_now_ms();
-    child_set_master_pid(getpid());
-    proctitle_set("mtad: master", "mtad: master -c %s", m->config_path);
-    watchdog_init();                /* before notify_init() */
-    notify_init();
+    m->pid = getpid();
+    proctitle_set(&m->title, "mtad: master", "mtad: master -c %s", m->config_path);
+    watchdog_init(m);               /* before notify_init() */
+    notify_init(m);
     /* what "mtad -t" checks, refused before anything is made */
     if ((code = master_check(cfg, err, sizeof(err))) != EX_OK) {
         fprintf(stderr, "mtad: %s\n", err);
         config_free(cfg);
         return code;
     }
-    m->cur = master_gen_prepare(cfg, &code, err, sizeof(err));
+    m->cur = master_gen_prepare(m, cfg, &code, err, sizeof(err));
     if (m->cur == NULL) {
         fprintf(stderr, "mtad: %s\n", err);
         config_free(cfg);
@@ -316,7 +316,6 @@ master_start(struct master *m, struct config *cfg, int foreground)
         fprintf(stderr, "mtad: TLS ticket keys: %s\n", strerror(errno));
         return EX_OSERR;
     }
-    child_set_tickets(m->tickets);
     master_mkparent(cfg->control_socket);
     m->ctlfd = ctl_listen(cfg->control_socket, &m->cur->privs, err,
         sizeof(err));
@@ -325,7 +324,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return EX_UNAVAILABLE;
     }
     m->ctl_path = xstrdup(cfg->control_socket);
-    child_register_master_fd(m->ctlfd);
+    child_register_master_fd(m, m->ctlfd);
     if (master_write_pidfile(cfg->pid_file, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);
@@ -339,7 +338,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return EX_CANTCREAT;
     }
     if (m->log_file != STDERR_FILENO)
-        child_register_master_fd(m->log_file);
+        child_register_master_fd(m, m->log_file);
     m->log_path = xstrdup(cfg->log_file);
     m->loop = ev_new();
     if (m->loop == NULL || master_setup_signals(m) < 0 ||
@@ -348,7 +347,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
         master_cleanup(m);
         return EX_OSERR;
     }
-    child_register_master_fd(ev_fd(m->loop));
+    child_register_master_fd(m, ev_fd(m->loop));
     if (metrics_apply(m, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);

@@ -64,7 +64,7 @@ status_json_report(struct master *m, char **out)
     struct status_page  *st = m->status;
     uint64_t             now = util_now_ms(), wall = util_wall_ms();
     double               in_ps, out_ps;
-    long                 q = metrics_queue_size(m->cur->cfg->spool_dir);
+    long                 q = metrics_queue_size(m, m->cur->cfg->spool_dir);
     unsigned             load = __atomic_load_n(&st->load_x100,
                              __ATOMIC_RELAXED);
     unsigned             thr = __atomic_load_n(&st->throttle,

@@ -133,8 +133,7 @@ master_spawn_logd(struct master *m)
     pid_t        pid;
 
     s->role = ROLE_LOGD;
-    pid = child_spawn_logd(s, &m->cur->privs, m->log_recv, m->log_file,
-        m->cur->cfg->log_flush_interval_ms, m->cur->cfg->sandbox);
+    pid = child_spawn_logd(m, s);
     if (pid < 0) {
         log_err("cannot start the log process: %s", strerror(errno));
         s->state = SLOT_BACKOFF;
@@ -144,7 +143,7 @@ master_spawn_logd(struct master *m)
     s->pid = pid;
     s->state = SLOT_RUNNING;
     s->started_ms = util_now_ms();
-    child_register_master_fd(s->chan);
+    child_register_master_fd(m, s->chan);
     master_watch(m, s->chan, EV_READ, master_logd_io);
 }
 
@@ -164,7 +163,7 @@ master_spawn(struct master *m, struct slot *s)
     status_slot_clear(m->status, s->sidx);
     w->generation = g->id;
     w->started_ms = util_wall_ms();
-    pid = child_spawn_worker(s, g, m->status, m->log_send);
+    pid = child_spawn_worker(m, s, g);
     if (pid < 0) {
         log_err("worker %u: fork: %s; retrying in %ums", s->shard,
             strerror(errno), MASTER_BACKOFF_MAX);
@@ -177,7 +176,7 @@ master_spawn(struct master *m, struct slot *s)
     s->state = SLOT_RUNNING;
     s->ready = 0;
     s->started_ms = util_now_ms();
-    child_register_master_fd(s->chan);
+    child_register_master_fd(m, s->chan);
     master_watch(m, s->chan, EV_READ, master_chan_io);
     log_debug("worker %u (pid %d, generation %u) started", s->shard,
         (int)pid, g->id);
@@ -207,10 +206,9 @@ master_start_generation(struct master *m, struct generation *g)
 }
 
 void
-master_send(struct slot *s, const char *cmd)
+master_send(struct slot *s, enum chan_cmd cmd)
 {
-    if (s->chan < 0 || send(s->chan, cmd, strlen(cmd),
-        MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+    if (s->chan < 0 || chan_send(s->chan, cmd, NULL, 0, -1) < 0) {
         if (s->pid > 0)
             (void)kill(s->pid, SIGTERM);    /* the fallback to the channel */
     }
@@ -228,7 +226,7 @@ master_stop_worker(struct slot *s, uint64_t timeout_ms)
     }
     if (s->state != SLOT_RUNNING)
         return;
-    master_send(s, "stop");
+    master_send(s, CHAN_STOP);
     s->state = SLOT_STOPPING;
     s->pinged = 0;
     s->stop_deadline = util_now_ms() + timeout_ms;
@@ -237,16 +235,15 @@ master_stop_worker(struct slot *s, uint64_t timeout_ms)
 int
 master_kick(struct master *m, const char *arg)
 {
-    char cmd[128];
-    int  n = 0;
+    /* "*": every message, an empty payload (common/chan.h) */
+    size_t len = strcmp(arg, "*") == 0 ? 0 : strlen(arg);
+    int    n = 0;
 
-    snprintf(cmd, sizeof(cmd), "kick %s", arg);
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         struct slot *s = &m->slots[i];
 
         if (s->state == SLOT_RUNNING && s->generation == m->cur->id &&
-            s->chan >= 0 && send(s->chan, cmd, strlen(cmd),
-            MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)strlen(cmd))
+            s->chan >= 0 && chan_send(s->chan, CHAN_KICK, arg, len, -1) == 0)
             n++;
     }
     return n;
@@ -258,15 +255,12 @@ master_kick(struct master *m, const char *arg)
 pid_t
 master_sandbox_test(struct master *m)
 {
-    static const char cmd[] = "sandbox-test";
-
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         struct slot *s = &m->slots[i];
 
         if (s->state == SLOT_RUNNING && s->ready &&
             s->generation == m->cur->id && s->chan >= 0 &&
-            send(s->chan, cmd, sizeof(cmd) - 1,
-            MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(cmd) - 1)
+            chan_send(s->chan, CHAN_SANDBOX_TEST, NULL, 0, -1) == 0)
             return s->pid;
     }
     return -1;
@@ -386,6 +380,8 @@ master_reap(struct master *m)
             master_logd_exited(m, st);
             continue;
         }
+        if (tlsagg_reaped(m, pid, st))
+            continue;
         i = master_find_pid(m, pid);
         if (i >= 0)
             master_worker_exited(m, &m->slots[i], st);
@@ -404,7 +400,7 @@ master_deadlines(struct master *m, uint64_t now)
             s->pid > 0 && !s->pinged) {
             /* a stopping worker gives its work back and exits by itself
              * at its own deadline; past ours it only has to answer */
-            master_send(s, "ping");
+            master_send(s, CHAN_PING);
             s->pinged = 1;
             s->stop_deadline = now + MASTER_PING_MS;
         } else if (s->state == SLOT_STOPPING && now >= s->stop_deadline &&
@@ -454,7 +450,7 @@ master_shutdown_step(struct master *m)
         m->logd.state = SLOT_STOPPING;
         m->logd.stop_deadline = util_now_ms() + LOGD_STOP_TIMEOUT;
         if (m->logd.chan < 0 ||
-            logd_send_fd(m->logd.chan, "stop", -1) < 0)
+            chan_send(m->logd.chan, CHAN_STOP, NULL, 0, -1) < 0)
             (void)kill(m->logd.pid, SIGTERM);
         return 0;
     }

@@ -5,18 +5,30 @@
  *
  * PURPOSE   Workers count TLS outcomes per policy (tlspol/tlspol.h) and
  *           send their counts once a second over their channel
- *           ("tlsrpt-add"); the master adds them to one table, so a
+ *           (CHAN_TLSRPT_ADD); the master adds them to one table, so a
  *           worker that dies loses at most its last second.
- * CONTRACT  The table is saved to <dir of routes.db>/tlsrpt.state (the
+ * CONTRACT  A worker is less trusted than the master: its counts are taken
+ *           only for today and yesterday (UTC), and only up to its quota
+ *           of new policies and bytes a day (an equal share of the
+ *           table's limits for each worker over two days, so that no
+ *           worker can push the others' counts out); past it, what it
+ *           sends is dropped until the day ends, with one log line.  A bad
+ *           message is logged once a day per worker, then only counted.
+ *           The table is saved to <dir of routes.db>/tlsrpt.state (the
  *           state directory, root's): written as tlsrpt.state.tmp with
  *           fsync and renamed, all by descriptor in a directory checked
- *           with safefs (never a path in a worker-writable directory); at
- *           most every TLSAGG_SAVE_MS while it changes, after a report
- *           run, and at stop.  It is read back at start.
+ *           with safefs (never a path in a worker-writable directory).
+ *           While counts arrive a forked child writes its copy of the
+ *           table (copy-on-write: a consistent snapshot), at most every
+ *           TLSAGG_SAVE_MS and one at a time, so no dump, write or fsync
+ *           runs on the master's loop; after a report run the next tick
+ *           starts one; at stop the master writes it itself.  It is read
+ *           back at start: policies of days other than today and
+ *           yesterday are dropped.
  *           Once a UTC day has ended (TLSAGG_GRACE_S later, for the
  *           workers' last counts) every (day, domain) of it goes to a
- *           running worker of the current generation as "tlsrpt-send
- *           <start> <end>" with its policy blocks; the worker looks up the
+ *           running worker of the current generation as
+ *           CHAN_TLSRPT_SEND ("<start> <end>\n" and its policy blocks); the worker looks up the
  *           rua= and queues the mail (delivery/tlsrpt_send.c).  "mtactl
  *           tls report --send" does the same now, for today as well (the
  *           range then ends now).  What a worker took is forgotten here.
@@ -34,6 +46,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "common/buf.h"
 #include "common/log.h"
@@ -41,6 +54,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "tlspol/tlspol.h"
+#include "master/master.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -51,17 +65,39 @@
 #define TLSAGG_GRACE_S   5u
 #define TLSAGG_FILE_MAX  ((size_t)64 << 20)
 
-static struct tls_rpt_tab *tlsagg_tab;
-static int                tlsagg_dirty;
-static uint64_t           tlsagg_saved_ms;
-static uint32_t           tlsagg_sent_day;   /* the daily run was done */
+/* What one worker (by shard) added on one UTC day. */
+struct tlsagg_quota {
+    uint32_t day;
+    size_t   policies, bytes;
+    uint64_t bad;                   /* malformed messages */
+    int      over;                  /* the episode was logged */
+};
+
+struct tlsagg {
+    struct tls_rpt_tab  *tab;
+    int                 dirty;
+    uint64_t            saved_ms;
+    uint32_t            sent_day;   /* the daily run was done */
+    pid_t               saver;      /* the child writing the file, or 0 */
+    struct tlsagg_quota quota[MASTER_MAX_SLOTS];
+};
+
+
+static struct tlsagg *
+tlsagg_of(struct master *m)
+{
+    if (m->tlsagg == NULL) {
+        m->tlsagg = xcalloc(1, sizeof(*m->tlsagg));
+        m->tlsagg->tab = tls_rpt_tab_new();
+    }
+    return m->tlsagg;
+}
+
 
 static struct tls_rpt_tab *
-tlsagg_table(void)
+tlsagg_table(struct master *m)
 {
-    if (tlsagg_tab == NULL)
-        tlsagg_tab = tls_rpt_tab_new();
-    return tlsagg_tab;
+    return tlsagg_of(m)->tab;
 }
 
 
@@ -90,6 +126,8 @@ tlsagg_load(struct master *m)
     struct buf  b;
     struct stat st;
     ssize_t     r;
+    size_t      skipped = 0;
+    uint32_t    today = tls_rpt_day(util_wall_ms() / 1000);
     int         dfd, fd;
 
     if ((dfd = tlsagg_dir(m->cur->cfg, err, sizeof(err))) < 0) {
@@ -119,36 +157,43 @@ tlsagg_load(struct master *m)
             "start from zero", TLSAGG_FILE);
         goto out;
     }
-    if (tls_rpt_tab_merge(tlsagg_table(), b.data + sizeof(TLSAGG_MAGIC) - 1,
-        buf_avail(&b) - (sizeof(TLSAGG_MAGIC) - 1), err, sizeof(err)) < 0) {
+    if (tls_rpt_tab_merge_days(tlsagg_table(m),
+        b.data + sizeof(TLSAGG_MAGIC) - 1,
+        buf_avail(&b) - (sizeof(TLSAGG_MAGIC) - 1), today - 1, today,
+        &skipped, err, sizeof(err)) < 0) {
         log_warn("tlsrpt: %s: %s; the day's counts start from zero",
             TLSAGG_FILE, err);
         goto out;
     }
-    log_info("tlsrpt: %zu policies read back from %s",
-        tls_rpt_tab_count(tlsagg_tab), TLSAGG_FILE);
+    log_info("tlsrpt: %zu policies read back from %s", tls_rpt_tab_count(
+        tlsagg_table(m)), TLSAGG_FILE);
+    if (skipped > 0) {
+        log_notice("tlsrpt: %s: %zu policies of days other than today and "
+            "yesterday dropped", TLSAGG_FILE, skipped);
+        tlsagg_of(m)->dirty = 1;    /* the next save leaves them out */
+    }
 out:
     buf_free(&b);
     close(fd);
 }
 
 
-void
-tlsagg_save(struct master *m)
+/* tlsagg_write - the table to the state file (temp file, fsync, rename);
+ * 0, or -1 (logged). */
+static int
+tlsagg_write(struct master *m)
 {
     char       err[512];
     struct buf b;
     int        dfd, fd = -1, ok = 0;
 
-    if (!tlsagg_dirty)
-        return;
     buf_init(&b);
     buf_append(&b, TLSAGG_MAGIC, sizeof(TLSAGG_MAGIC) - 1);
-    tls_rpt_tab_dump(tlsagg_table(), &b);
+    tls_rpt_tab_dump(tlsagg_table(m), &b);
     if ((dfd = tlsagg_dir(m->cur->cfg, err, sizeof(err))) < 0) {
         log_warn("tlsrpt: state directory: %s; counts kept in memory", err);
         buf_free(&b);
-        return;
+        return -1;
     }
     (void)unlinkat(dfd, TLSAGG_TMP, 0);     /* a left-over of a crash */
     fd = safefs_open_file(dfd, TLSAGG_TMP, O_WRONLY | O_CREAT | O_EXCL,
@@ -163,25 +208,122 @@ tlsagg_save(struct master *m)
     if (!ok) {
         (void)unlinkat(dfd, TLSAGG_TMP, 0);
         log_warn("tlsrpt: cannot save the counts: %s", err);
-    } else {
-        tlsagg_dirty = 0;
     }
     close(dfd);
     buf_free(&b);
+    return ok ? 0 : -1;
+}
+
+
+void
+tlsagg_save(struct master *m)
+{
+    struct tlsagg *ag = tlsagg_of(m);
+    pid_t          r;
+    int            st = 0;
+
+    /* a saving child only writes a file: let it finish, as two writers
+     * of the one temp file must not overlap */
+    while (ag->saver > 0 && (r = waitpid(ag->saver, &st, 0)) != ag->saver)
+        if (r < 0 && errno != EINTR)
+            ag->saver = 0;          /* reaped elsewhere */
+    if (ag->saver > 0)
+        (void)tlsagg_reaped(m, ag->saver, st);
+    if (!ag->dirty)
+        return;
+    if (tlsagg_write(m) == 0)
+        ag->dirty = 0;
+}
+
+
+/* tlsagg_save_forked - the save in a child, off the master's loop; the
+ * child's copy of the table is the snapshot it writes.  A failed fork
+ * keeps it dirty for the next period. */
+static void
+tlsagg_save_forked(struct master *m, uint64_t now_ms)
+{
+    struct tlsagg *ag = tlsagg_of(m);
+    pid_t          pid;
+
+    ag->saved_ms = now_ms;
+    if ((pid = fork()) < 0) {
+        log_warn("tlsrpt: cannot fork to save the counts: %s; kept in "
+            "memory", strerror(errno));
+        return;
+    }
+    if (pid == 0) {
+        proctitle_set(&m->title, "mtad: tlsrpt", "mtad: master: saving %s",
+            TLSAGG_FILE);
+        _exit(tlsagg_write(m) == 0 ? 0 : 1);
+    }
+    ag->saver = pid;
+    ag->dirty = 0;
+}
+
+
+int
+tlsagg_reaped(struct master *m, pid_t pid, int status)
+{
+    struct tlsagg *ag = m->tlsagg;
+
+    if (ag == NULL || ag->saver <= 0 || pid != ag->saver)
+        return 0;
+    ag->saver = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        ag->dirty = 1;              /* logged by the child; try again */
+    return 1;
+}
+
+
+/* tlsagg_quota_of - shard's account for today (a new day starts it
+ * afresh). */
+static struct tlsagg_quota *
+tlsagg_quota_of(struct master *m, unsigned shard, uint32_t today)
+{
+    struct tlsagg_quota *q = &tlsagg_of(m)->quota[shard % MASTER_MAX_SLOTS];
+
+    if (q->day != today) {
+        memset(q, 0, sizeof(*q));
+        q->day = today;
+    }
+    return q;
 }
 
 
 void
 tlsagg_add(struct master *m, unsigned shard, const char *msg, size_t n)
 {
-    char err[160];
+    struct tlsagg       *ag = tlsagg_of(m);
+    uint32_t             today = tls_rpt_day(util_wall_ms() / 1000);
+    struct tlsagg_quota *q = tlsagg_quota_of(m, shard, today);
+    size_t               workers = m->cur->cfg->workers > 0 ?
+                                   (size_t)m->cur->cfg->workers : 1;
+    size_t               max_pol = TLS_RPT_MAX_POLICIES / (2 * workers),
+                         max_bytes = TLS_RPT_TAB_BYTES / (2 * workers);
+    size_t               pol0 = tls_rpt_tab_count(ag->tab),
+                         bytes0 = tls_rpt_tab_bytes(ag->tab);
+    char                 err[160];
 
-    (void)m;
-    if (tls_rpt_tab_merge(tlsagg_table(), msg, n, err, sizeof(err)) < 0) {
-        log_warn("tlsrpt: worker %u: %s; ignored", shard, err);
+    if (q->policies >= max_pol || q->bytes >= max_bytes) {
+        if (!q->over)
+            log_warn("tlsrpt: worker %u is over its quota for today (%zu "
+                "new policies, %zu bytes); its counts are dropped until "
+                "the UTC day ends", shard, max_pol, max_bytes);
+        q->over = 1;
         return;
     }
-    tlsagg_dirty = 1;
+    if (tls_rpt_tab_merge_days(ag->tab, msg, n, today > 0 ? today - 1 : 0,
+        today, NULL, err, sizeof(err)) < 0) {
+        if (q->bad++ == 0)
+            log_warn("tlsrpt: worker %u: %s; ignored (further bad messages "
+                "today are counted, not logged)", shard, err);
+        return;
+    }
+    if (tls_rpt_tab_count(ag->tab) > pol0)
+        q->policies += tls_rpt_tab_count(ag->tab) - pol0;
+    if (tls_rpt_tab_bytes(ag->tab) > bytes0)
+        q->bytes += tls_rpt_tab_bytes(ag->tab) - bytes0;
+    ag->dirty = 1;
 }
 
 /* ---- sending ---------------------------------------------------------- */
@@ -201,14 +343,13 @@ tlsagg_emit(uint32_t day, const char *domain, const char *blocks, size_t n,
     struct tlsagg_send *x = arg;
     struct buf          b;
     uint64_t            start = (uint64_t)day * 86400, end = start + 86399;
-    size_t              len;
-    ssize_t             r;
+    int                 r;
 
     (void)domain;
     if (end > x->now_s)
         end = x->now_s;             /* today's, sent early */
     buf_init(&b);
-    buf_printf(&b, "tlsrpt-send %" PRIu64 " %" PRIu64 "\n", start, end);
+    buf_printf(&b, "%" PRIu64 " %" PRIu64 "\n", start, end);
     buf_append(&b, blocks, n);
     if (buf_avail(&b) > TLS_RPT_WIRE_MAX) {
         buf_free(&b);
@@ -216,10 +357,10 @@ tlsagg_emit(uint32_t day, const char *domain, const char *blocks, size_t n,
             domain);
         return 0;                   /* taken: it would never fit */
     }
-    len = buf_avail(&b);
-    r = send(x->s->chan, buf_head(&b), len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    r = chan_send(x->s->chan, CHAN_TLSRPT_SEND, buf_head(&b), buf_avail(&b),
+        -1);
     buf_free(&b);
-    return r == (ssize_t)len ? 0 : -1;
+    return r;
 }
 
 
@@ -248,11 +389,13 @@ tlsagg_send_upto(struct master *m, uint32_t max_day, uint64_t now_s)
 
     if (x.s == NULL)
         return -1;
-    n = tls_rpt_tab_take(tlsagg_table(), max_day, tlsagg_emit, &x);
+    n = tls_rpt_tab_take(tlsagg_table(m), max_day, tlsagg_emit, &x);
     if (n > 0) {
-        tlsagg_dirty = 1;
+        /* saved at the next tick: what was handed over must not be
+         * handed over again after a restart */
+        tlsagg_of(m)->dirty = 1;
+        tlsagg_of(m)->saved_ms = 0;
         log_info("tlsrpt: %zu reports handed to worker %u", n, x.s->shard);
-        tlsagg_save(m);
     }
     return (long)n;
 }
@@ -261,20 +404,19 @@ tlsagg_send_upto(struct master *m, uint32_t max_day, uint64_t now_s)
 void
 tlsagg_tick(struct master *m, uint64_t now_ms)
 {
-    uint64_t now_s = util_wall_ms() / 1000;
-    uint32_t today = tls_rpt_day(now_s);
+    struct tlsagg *ag = tlsagg_of(m);
+    uint64_t       now_s = util_wall_ms() / 1000;
+    uint32_t       today = tls_rpt_day(now_s);
 
     /* the days before today, once the workers' last counts are in;
      * once a day (counts of an ended day that come later wait for the
      * next day's run) */
-    if (today != tlsagg_sent_day && tlsagg_tab != NULL &&
-        m->cur->cfg->tlsrpt_enabled && now_s % 86400 >= TLSAGG_GRACE_S &&
-        today > 0 && tlsagg_send_upto(m, today - 1, now_s) >= 0)
-        tlsagg_sent_day = today;
-    if (tlsagg_dirty && now_ms - tlsagg_saved_ms >= TLSAGG_SAVE_MS) {
-        tlsagg_saved_ms = now_ms;
-        tlsagg_save(m);
-    }
+    if (today != ag->sent_day && m->cur->cfg->tlsrpt_enabled &&
+        now_s % 86400 >= TLSAGG_GRACE_S && today > 0 &&
+        tlsagg_send_upto(m, today - 1, now_s) >= 0)
+        ag->sent_day = today;
+    if (ag->dirty && ag->saver <= 0 && now_ms - ag->saved_ms >= TLSAGG_SAVE_MS)
+        tlsagg_save_forked(m, now_ms);
 }
 
 /* ---- mtactl tls report ------------------------------------------------ */
@@ -312,7 +454,7 @@ tlsagg_ctl(struct master *m, const char *arg, char **out)
     buf_printf(&b, "ok\ntoday: %s (UTC)\nenabled: %s\n", day,
         m->cur->cfg->tlsrpt_enabled ? "yes" : "no");
     buf_printf(&b, "not detailed: %" PRIu64 "\n",
-        tls_rpt_tab_dropped(tlsagg_table()));
-    tls_rpt_tab_text(tlsagg_table(), *arg != '\0' ? arg : NULL, &b);
+        tls_rpt_tab_dropped(tlsagg_table(m)));
+    tls_rpt_tab_text(tlsagg_table(m), *arg != '\0' ? arg : NULL, &b);
     *out = b.data;
 }

@@ -36,17 +36,10 @@
 #include "master/master_int.h"
 #include "master/ops.h"
 
-static uint64_t wd_ms;                          /* 0: off */
-static uint64_t wd_answer[MASTER_MAX_SLOTS];    /* last pong (monotonic) */
-static pid_t    wd_pid[MASTER_MAX_SLOTS];
-static uint64_t wd_logd_answer;
-static pid_t    wd_logd_pid;
-static int      wd_failing;
-static char     wd_status[256];
-
 void
-watchdog_init(void)
+watchdog_init(struct master *m)
 {
+    struct master_watchdog *wd = &m->wd;
     const char *us = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
     char       *end;
     unsigned long long v;
@@ -57,7 +50,7 @@ watchdog_init(void)
         return;                     /* meant for another process */
     v = strtoull(us, &end, 10);
     if (end != us && *end == '\0' && v > 0)
-        wd_ms = v / 1000;
+        wd->ms = v / 1000;
     unsetenv("WATCHDOG_USEC");      /* not for the children */
     unsetenv("WATCHDOG_PID");
 }
@@ -65,43 +58,49 @@ watchdog_init(void)
 void
 watchdog_pong(struct master *m, unsigned sidx)
 {
-    if (sidx < MASTER_MAX_SLOTS && m->slots[sidx].pid == wd_pid[sidx])
-        wd_answer[sidx] = util_now_ms();
+    struct master_watchdog *wd = &m->wd;
+
+    if (sidx < MASTER_MAX_SLOTS && m->slots[sidx].pid == wd->pid[sidx])
+        wd->answer[sidx] = util_now_ms();
 }
 
 void
 watchdog_logd_pong(struct master *m)
 {
-    if (m->logd.pid == wd_logd_pid)
-        wd_logd_answer = util_now_ms();
+    struct master_watchdog *wd = &m->wd;
+
+    if (m->logd.pid == wd->logd_pid)
+        wd->logd_answer = util_now_ms();
 }
 
-/* watchdog_fresh - 1 when every process answered within wd_ms; else 0
+/* watchdog_fresh - 1 when every process answered within wd->ms; else 0
  * with *who naming the first that did not. */
 static int
 watchdog_fresh(struct master *m, uint64_t now, char *who, size_t whosz)
 {
+    struct master_watchdog *wd = &m->wd;
+
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         struct slot *s = &m->slots[i];
 
         if (s->role != ROLE_WORKER || s->generation != m->cur->id ||
             (s->state != SLOT_RUNNING && s->state != SLOT_BACKOFF))
             continue;
-        if (s->pid > 0 && s->pid != wd_pid[i]) {
-            wd_pid[i] = s->pid;     /* a new process: its grace starts */
-            wd_answer[i] = now;
+        if (s->pid > 0 && s->pid != wd->pid[i]) {
+            wd->pid[i] = s->pid;     /* a new process: its grace starts */
+            wd->answer[i] = now;
         }
-        if (now - wd_answer[i] > wd_ms) {
+        if (now - wd->answer[i] > wd->ms) {
             snprintf(who, whosz, "worker %u (pid %d)", s->shard,
                 (int)s->pid);
             return 0;
         }
     }
-    if (m->logd.pid > 0 && m->logd.pid != wd_logd_pid) {
-        wd_logd_pid = m->logd.pid;
-        wd_logd_answer = now;
+    if (m->logd.pid > 0 && m->logd.pid != wd->logd_pid) {
+        wd->logd_pid = m->logd.pid;
+        wd->logd_answer = now;
     }
-    if (!m->stopping && now - wd_logd_answer > wd_ms) {
+    if (!m->stopping && now - wd->logd_answer > wd->ms) {
         snprintf(who, whosz, "the log process (pid %d)", (int)m->logd.pid);
         return 0;
     }
@@ -116,10 +115,10 @@ watchdog_ping(struct master *m)
 
         if (s->role == ROLE_WORKER && s->state == SLOT_RUNNING &&
             s->chan >= 0)
-            (void)send(s->chan, "ping", 4, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)chan_send(s->chan, CHAN_PING, NULL, 0, -1);
     }
     if (m->logd.state == SLOT_RUNNING && m->logd.chan >= 0)
-        (void)logd_send_fd(m->logd.chan, "ping", -1);
+        (void)chan_send(m->logd.chan, CHAN_PING, NULL, 0, -1);
 }
 
 /* watchdog_status_text - STATUS=: what an operator sees in systemctl. */
@@ -149,25 +148,26 @@ watchdog_status_text(struct master *m, char *out, size_t outsz)
 void
 watchdog_tick(struct master *m, uint64_t now)
 {
-    char who[96], text[sizeof(wd_status)];
+    struct master_watchdog *wd = &m->wd;
+    char                    who[96], text[sizeof(wd->status)];
 
     watchdog_status_text(m, text, sizeof(text));
-    if (strcmp(text, wd_status) != 0) {
-        memcpy(wd_status, text, sizeof(text));
-        notify_send("STATUS=%s", text);
+    if (strcmp(text, wd->status) != 0) {
+        memcpy(wd->status, text, sizeof(text));
+        notify_send(m, "STATUS=%s", text);
     }
-    if (wd_ms == 0)
+    if (wd->ms == 0)
         return;
     if (watchdog_fresh(m, now, who, sizeof(who))) {
-        notify_send("WATCHDOG=1");
-        if (wd_failing)
+        notify_send(m, "WATCHDOG=1");
+        if (wd->failing)
             log_notice("watchdog: every process answers again; notifying "
                 "systemd");
-        wd_failing = 0;
-    } else if (!wd_failing) {
+        wd->failing = 0;
+    } else if (!wd->failing) {
         log_err("watchdog: %s has not answered for more than %" PRIu64
-            "ms; no WATCHDOG=1 to systemd until it does", who, wd_ms);
-        wd_failing = 1;
+            "ms; no WATCHDOG=1 to systemd until it does", who, wd->ms);
+        wd->failing = 1;
     }
     watchdog_ping(m);
 }

@@ -586,8 +586,8 @@ const char *tls_reqtls_mail_param(const struct spool_env *env, unsigned caps);
  *           allocation once the policy is known) for the current UTC day.
  *           Nothing is recorded until tls_rpt_enable(1).
  *           Aggregation: the worker's tick calls tls_rpt_export(), which
- *           hands each policy's counts to emit() as one wire message
- *           ("tlsrpt-add\n" then a policy block) and forgets the counts
+ *           hands each policy's counts to emit() as one policy block
+ *           (a CHAN_TLSRPT_ADD payload, common/chan.h) and forgets the counts
  *           emit() took; the master merges them into its day table
  *           (tls_rpt_tab_merge()), shows it (tls_rpt_tab_text()), keeps it
  *           in a file (tls_rpt_tab_dump()/merge) and, once a day, hands
@@ -651,8 +651,8 @@ void    tls_rpt_record(const struct tls_rpt_event *ev);
 /* The same for a given day (tests; the clock is read once per call in
  * tls_rpt_record()). */
 void    tls_rpt_record_day(const struct tls_rpt_event *ev, uint32_t day);
-/* Hand every policy with counts to emit (msg, n: one wire message,
- * "tlsrpt-add\n" + block); a policy emit() took (returned 0) is removed,
+/* Hand every policy with counts to emit (msg, n: its block); a policy
+ * emit() took (returned 0) is removed,
  * the others kept for the next call.  Stops at the first refusal.
  * Returns the number emitted. */
 typedef int tls_rpt_emit_fn(const char *msg, size_t n, void *arg);
@@ -670,10 +670,17 @@ void    tls_rpt_tab_free(struct tls_rpt_tab *t);          /* NULL ok */
 void    tls_rpt_tab_add(struct tls_rpt_tab *t, uint32_t day,
             const struct tls_rpt_event *ev, uint64_t n);
 size_t  tls_rpt_tab_count(const struct tls_rpt_tab *t);   /* policies */
+size_t  tls_rpt_tab_bytes(const struct tls_rpt_tab *t);   /* what they hold */
 uint64_t tls_rpt_tab_dropped(const struct tls_rpt_tab *t);
 /* Merge the policy blocks of text[0..n) (wire form).  0, or -1 with err
  * (nothing merged then). */
 int     tls_rpt_tab_merge(struct tls_rpt_tab *t, const char *text, size_t n,
+            char *err, size_t errsz);
+/* The same, for the days lo..hi only.  skipped NULL: a policy of another
+ * day fails the whole text (a worker's message); else such policies are
+ * left out and counted in *skipped (the state file read back). */
+int     tls_rpt_tab_merge_days(struct tls_rpt_tab *t, const char *text,
+            size_t n, uint32_t lo, uint32_t hi, size_t *skipped,
             char *err, size_t errsz);
 /* The one domain all of t's policies are for, into out: 0, or -1 when t
  * is empty or holds policies of more than one domain. */

@@ -229,6 +229,13 @@ tls_rpt_tab_count(const struct tls_rpt_tab *t)
 }
 
 
+size_t
+tls_rpt_tab_bytes(const struct tls_rpt_tab *t)
+{
+    return t->bytes;
+}
+
+
 uint64_t
 tls_rpt_tab_dropped(const struct tls_rpt_tab *t)
 {
@@ -483,9 +490,16 @@ tlsrpt_u64(const char **sp, const char *end, uint64_t *v, uint64_t max)
 }
 
 
+/* The days a merge takes (tls_rpt_tab_merge_days). */
+struct tlsrpt_win {
+    uint32_t lo, hi;
+    size_t  *skipped;               /* NULL: another day is an error */
+};
+
 /* A policy block being read (tlsrpt_read_line), before it is added. */
 struct tlsrpt_rd {
     int                 have;           /* a P line was read */
+    int                 out;            /* its day is outside the window */
     uint32_t            day;
     struct tls_rpt_event ev;
     char                domain[TLS_RPT_DOMAIN_MAX];
@@ -511,8 +525,8 @@ tlsrpt_rd_free(struct tlsrpt_rd *r)
 #define TLSRPT_COUNT_MAX ((uint64_t)1 << 48)
 
 static int
-tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
-    char *err, size_t errsz)
+tlsrpt_read_line(struct tlsrpt_rd *r, const struct tlsrpt_win *w,
+    const char *s, const char *end, char *err, size_t errsz)
 {
     const char *line = s;
     char        f[TLS_RPT_MAX_STRING], shown[UTIL_ESC_ROOM(60)];
@@ -534,6 +548,17 @@ tlsrpt_read_line(struct tlsrpt_rd *r, const char *s, const char *end,
             tlsrpt_u64(&s, end, &r->ok, TLSRPT_COUNT_MAX) < 0 ||
             tlsrpt_u64(&s, end, &r->fail, TLSRPT_COUNT_MAX) < 0 || s != end)
             goto bad;
+        /* a day far off would stay in the master's table (and its state
+         * file) for ever: it is never reported */
+        if (r->day < w->lo || r->day > w->hi) {
+            if (w->skipped == NULL) {
+                snprintf(err, errsz, "TLS-RPT record of day %" PRIu32
+                    " (accepted: %" PRIu32 "..%" PRIu32 ")", r->day, w->lo,
+                    w->hi);
+                return -1;
+            }
+            r->out = 1;
+        }
         r->have = 1;
         return 0;
     }
@@ -602,8 +627,8 @@ tlsrpt_rd_apply(struct tls_rpt_tab *t, struct tlsrpt_rd *r)
 /* tlsrpt_parse - read the blocks of text[0..n); each complete policy is
  * added to t (t NULL: only check).  0 or -1 with err. */
 static int
-tlsrpt_parse(struct tls_rpt_tab *t, const char *text, size_t n, char *err,
-    size_t errsz)
+tlsrpt_parse(struct tls_rpt_tab *t, const char *text, size_t n,
+    const struct tlsrpt_win *w, char *err, size_t errsz)
 {
     struct tlsrpt_rd *r = xcalloc(1, sizeof(*r));
     const char       *s = text, *end = text + n, *nl;
@@ -622,13 +647,15 @@ tlsrpt_parse(struct tls_rpt_tab *t, const char *text, size_t n, char *err,
                 rc = -1;
                 break;
             }
-            if (t != NULL)
+            if (t != NULL && r->out)
+                (*w->skipped)++;
+            else if (t != NULL)
                 tlsrpt_rd_apply(t, r);
             tlsrpt_rd_free(r);
         }
         if (s == end)
             break;
-        if ((rc = tlsrpt_read_line(r, s, nl, err, errsz)) < 0)
+        if ((rc = tlsrpt_read_line(r, w, s, nl, err, errsz)) < 0)
             break;
         s = nl + 1;
     }
@@ -639,13 +666,26 @@ tlsrpt_parse(struct tls_rpt_tab *t, const char *text, size_t n, char *err,
 
 
 int
+tls_rpt_tab_merge_days(struct tls_rpt_tab *t, const char *text, size_t n,
+    uint32_t lo, uint32_t hi, size_t *skipped, char *err, size_t errsz)
+{
+    struct tlsrpt_win w = { lo, hi, skipped };
+
+    /* check it all first: a bad line merges nothing */
+    if (tlsrpt_parse(NULL, text, n, &w, err, errsz) < 0)
+        return -1;
+    if (skipped != NULL)
+        *skipped = 0;
+    return tlsrpt_parse(t, text, n, &w, err, errsz);
+}
+
+
+int
 tls_rpt_tab_merge(struct tls_rpt_tab *t, const char *text, size_t n,
     char *err, size_t errsz)
 {
-    /* check it all first: a bad line merges nothing */
-    if (tlsrpt_parse(NULL, text, n, err, errsz) < 0)
-        return -1;
-    return tlsrpt_parse(t, text, n, err, errsz);
+    return tls_rpt_tab_merge_days(t, text, n, 0, UINT32_MAX, NULL, err,
+        errsz);
 }
 
 /* ---- listing, dumping, taking ---------------------------------------- */
@@ -808,7 +848,6 @@ tls_rpt_export(tls_rpt_emit_fn *emit, void *arg)
     buf_init(&b);
     for (size_t i = 0; i < n; i++) {
         b.off = b.len = 0;
-        buf_append(&b, "tlsrpt-add\n", 11);
         tlsrpt_pol_wire(v[i], &b);
         if (buf_avail(&b) > TLS_RPT_WIRE_MAX) {
             /* too many long strings: the counts go without them */
@@ -818,7 +857,6 @@ tls_rpt_export(tls_rpt_emit_fn *emit, void *arg)
             v[i]->nstrings = 0;
             v[i]->ndet = 0;
             b.off = b.len = 0;
-            buf_append(&b, "tlsrpt-add\n", 11);
             tlsrpt_pol_wire(v[i], &b);
         }
         if (emit(buf_head(&b), buf_avail(&b), arg) != 0)

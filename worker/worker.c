@@ -58,6 +58,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "common/chan.h"
 #include "common/ev.h"
 #include "common/log.h"
 #include "common/safefs.h"
@@ -82,6 +83,7 @@
 #define WORKER_STOP_MARGIN_MS 1000  /* stop deadline before the SIGKILL */
 #define WORKER_LOG_DELAY_MS   10    /* staged records wait at most this */
 #define WORKER_LOG_BATCH      32    /* ...or go at once when this many */
+#define WORKER_CHAN_BATCH     64    /* channel messages per wakeup */
 
 
 
@@ -472,98 +474,124 @@ worker_tlsrpt_emit(const char *msg, size_t n, void *arg)
 {
     struct worker *w = arg;
 
-    return send(w->a.chan_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL) ==
-        (ssize_t)n ? 0 : -1;
+    return chan_send(w->a.chan_fd, CHAN_TLSRPT_ADD, msg, n, -1);
 }
 
+/* --- the channel: one handler per command (common/chan.h) ------------- */
 
-/* worker_chan_recv - one message from the master, and the descriptor it
- * carries, if any (*passed, else -1; more than one: all closed). */
-static ssize_t
-worker_chan_recv(int fd, char *msg, size_t cap, int *passed)
+static void
+worker_chan_ping(const struct chan_msg *m, void *arg)
 {
-    union {
-        struct cmsghdr h;
-        char           b[CMSG_SPACE(sizeof(int))];
-    }               cm;
-    struct iovec    iov = { msg, cap };
-    struct msghdr   mh;
-    struct cmsghdr *c;
-    ssize_t         n;
+    struct worker *w = arg;
 
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cm.b;
-    mh.msg_controllen = sizeof(cm.b);
-    *passed = -1;
-    n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0)
-        return n;
-    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-            c->cmsg_len == CMSG_LEN(sizeof(int)) && *passed < 0)
-            memcpy(passed, CMSG_DATA(c), sizeof(int));
-    }
-    if (mh.msg_flags & MSG_CTRUNC) {
-        /* more descriptors than one: the kernel closed the extra */
-        if (*passed >= 0)
-            close(*passed);
-        *passed = -1;
-    }
-    return n;
+    (void)m;
+    (void)chan_send(w->a.chan_fd, CHAN_PONG, NULL, 0, -1);  /* watchdog */
 }
+
+
+static void
+worker_chan_stop(const struct chan_msg *m, void *arg)
+{
+    (void)m;
+    worker_stop(arg);
+}
+
+
+static void
+worker_chan_drain(const struct chan_msg *m, void *arg)
+{
+    (void)m;
+    worker_drain(arg);
+}
+
+
+/* worker_chan_kick - a queue id, or every message we own (empty). */
+static void
+worker_chan_kick(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    if (m->len == 0)
+        deliver_kick(w->deliver, NULL);
+    else if (strlen(m->data) == m->len && spool_id_valid(m->data))
+        deliver_kick(w->deliver, m->data);
+    else
+        log_warn("channel: kick with a malformed queue id ignored");
+}
+
+
+/* worker_chan_qstream - mtactl queue: the master passed one end of a
+ * socketpair, on which deliver_qstream() writes the listing. */
+static void
+worker_chan_qstream(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)deliver_qstream(w->deliver, m->fd);
+}
+
+
+static void
+worker_chan_tlsrpt_send(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    deliver_tlsrpt_send(w->deliver, m->data, m->len);
+}
+
+
+static void
+worker_chan_sandbox_test(const struct chan_msg *m, void *arg)
+{
+    (void)m;
+    (void)arg;
+    log_notice("sandbox test: making a forbidden system call");
+    log_flush();
+    sandbox_selftest();             /* under the filter: SIGSYS, gone */
+    log_warn("sandbox test: the forbidden call returned; no filter");
+}
+
+
+static void
+worker_chan_bad(const char *why, void *arg)
+{
+    (void)arg;
+    log_warn("channel: message from the master dropped: %s", why);
+}
+
+
+static const struct chan_side worker_chan = {
+    CHAN_WORKER,
+    {
+        [CHAN_STOP] = worker_chan_stop,
+        [CHAN_PING] = worker_chan_ping,
+        [CHAN_DRAIN] = worker_chan_drain,
+        [CHAN_KICK] = worker_chan_kick,
+        [CHAN_QSTREAM] = worker_chan_qstream,
+        [CHAN_TLSRPT_SEND] = worker_chan_tlsrpt_send,
+        [CHAN_SANDBOX_TEST] = worker_chan_sandbox_test,
+    },
+    worker_chan_bad
+};
 
 
 static void
 worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct worker *w = arg;
-    /* "tlsrpt-send" carries a day of one domain's counters */
-    static char    msg[TLS_RPT_WIRE_MAX + 256];
-    ssize_t        n;
-    int            passed = -1;
+    char           buf[CHAN_MSG_MAX + 1];
+    int            rc;
 
     (void)events;
-    n = worker_chan_recv(fd, msg, sizeof(msg) - 1, &passed);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (passed >= 0 && (n != 7 || memcmp(msg, "qstream", 7) != 0)) {
-        close(passed);              /* only "qstream" carries a socket */
-        passed = -1;
-    }
-    if (n <= 0) {
+    rc = chan_serve(fd, &worker_chan, WORKER_CHAN_BATCH, buf, sizeof(buf),
+        w);
+    if (rc == CHAN_EOF || rc == CHAN_ESYS) {
         /* The master is gone: end at once, the next one recovers. */
         log_notice("master channel closed; exiting");
         ev_unwatch(loop, fd);
         w->exit_code = 0;
         ev_stop(loop);
-        return;
     }
-    msg[n] = '\0';
-    if (strcmp(msg, "ping") == 0)
-        (void)send(fd, "pong", 4, MSG_DONTWAIT | MSG_NOSIGNAL); /* watchdog */
-    else if (strcmp(msg, "stop") == 0)
-        worker_stop(w);
-    else if (strcmp(msg, "drain") == 0)
-        worker_drain(w);
-    else if (strcmp(msg, "kick *") == 0)
-        deliver_kick(w->deliver, NULL);
-    else if (strncmp(msg, "kick ", 5) == 0 && spool_id_valid(msg + 5))
-        deliver_kick(w->deliver, msg + 5);
-    else if (strcmp(msg, "qstream") == 0) {
-        /* mtactl queue: the master passed one end of a socketpair */
-        if (passed >= 0)
-            (void)deliver_qstream(w->deliver, passed);
-    } else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
-        deliver_tlsrpt_send(w->deliver, msg, (size_t)n);
-    else if (strcmp(msg, "sandbox-test") == 0) {
-        log_notice("sandbox test: making a forbidden system call");
-        log_flush();
-        sandbox_selftest();         /* under the filter: SIGSYS, gone */
-        log_warn("sandbox test: the forbidden call returned; no filter");
-    } else
-        log_warn("unknown channel command '%.64s'", msg);
 }
 
 
@@ -832,7 +860,7 @@ worker_run(struct worker *w)
         return 1;
     }
     ev_timer_start(w->loop, &w->tick, WORKER_TICK_MS);
-    if (send(w->a.chan_fd, "ready", 5, MSG_NOSIGNAL) < 0)
+    if (chan_send(w->a.chan_fd, CHAN_READY, NULL, 0, -1) < 0)
         log_warn("channel: ready: %s", strerror(errno));
     if (deliver_recover(w->deliver) < 0)
         log_warn("delivery recovery was incomplete");

@@ -7,15 +7,14 @@
  *           spool, the loop), drops privileges, then worker_run(), and
  *           exits with its return value.  A worker never execs.
  *
- * CHANNEL   chan_fd is one end of a SOCK_SEQPACKET socketpair with the
- *           master; each packet is one text command:
- *             master -> worker:  "stop"          graceful: close listeners,
- *                                                finish sessions and
- *                                                deliveries, then exit 0
- *                                "kick <id>"     deliver <id> now if ours
- *                                "kick *"        every message we own, now
- *             worker -> master:  "ready"         after worker_run() started
- *           EOF on the channel (master gone) ends the worker at once.
+ * CHANNEL   chan_fd is the worker's end of its channel with the master
+ *           (common/chan.h: the commands, their payloads, who sends
+ *           which).  The worker takes CHAN_STOP, CHAN_PING, CHAN_DRAIN,
+ *           CHAN_KICK, CHAN_QSTREAM, CHAN_TLSRPT_SEND and
+ *           CHAN_SANDBOX_TEST (one handler each, worker.c's table) and
+ *           sends CHAN_READY once its loop runs, CHAN_PONG, and
+ *           CHAN_TLSRPT_ADD each tick.  EOF on the channel (master gone)
+ *           ends the worker at once.
  *
  * OWNERSHIP Queue shard: ids carry the accepting worker's shard index; a
  *           worker owns the queued messages whose shard % nshards is its own

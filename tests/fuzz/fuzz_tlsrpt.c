@@ -7,7 +7,8 @@
  * The first byte picks the parser.  Wire: merge into a table; on success
  * the table's dump must merge again into a second table whose dump is the
  * same bytes (the format round-trips), and the listing and the JSON of
- * every domain must be built without a crash.  TXT: the input split at
+ * every domain must be built without a crash; merged for two days only
+ * (skipping the others), it must succeed too and hold no other day.  TXT: the input split at
  * NUL bytes into records; on success 1..TLSRPT_RUA_MAX addresses, each
  * printable ASCII with one '@'; on failure a non-empty reason.
  */
@@ -19,6 +20,7 @@
 #include "tlspol/tlspol.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static void fuzz_window(const char *p, size_t n);
 
 static void
 fuzz_wire(const char *p, size_t n)
@@ -36,6 +38,7 @@ fuzz_wire(const char *p, size_t n)
             abort();
         goto out;
     }
+    fuzz_window(p, n);
     tls_rpt_tab_dump(a, &d1);
     buf_append(&d1, "", 1);             /* never an empty (NULL) buffer */
     if (tls_rpt_tab_merge(b, d1.data, d1.len - 1, err, sizeof(err)) < 0)
@@ -56,6 +59,37 @@ out:
     tls_rpt_tab_free(a);
     tls_rpt_tab_free(b);
 }
+
+static int
+take_any(uint32_t day, const char *domain, const char *blocks, size_t n,
+    void *arg)
+{
+    (void)day; (void)domain; (void)blocks; (void)n; (void)arg;
+    return 0;
+}
+
+
+/* fuzz_window - text merged fine as a whole: for days lo..hi it merges
+ * too, and nothing outside lo..hi is kept. */
+static void
+fuzz_window(const char *p, size_t n)
+{
+    struct tls_rpt_tab *c = tls_rpt_tab_new();
+    const uint32_t     lo = 20000, hi = 20001;
+    size_t             skipped;
+    char               err[256];
+
+    if (tls_rpt_tab_merge_days(c, p, n, lo, hi, &skipped, err,
+        sizeof(err)) < 0)
+        abort();
+    if (tls_rpt_tab_take(c, lo - 1, take_any, NULL) != 0)
+        abort();                        /* a day before lo was kept */
+    (void)tls_rpt_tab_take(c, hi, take_any, NULL);
+    if (tls_rpt_tab_count(c) != 0)
+        abort();                        /* a day after hi was kept */
+    tls_rpt_tab_free(c);
+}
+
 
 static void
 fuzz_txt(const char *p, size_t n)

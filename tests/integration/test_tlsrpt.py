@@ -6,12 +6,16 @@ delivered to the rua= mailto: address (a sink), decompressed and checked
 here.  The outcomes themselves come from the TLS client (tests below
 deliver to a STARTTLS sink and to one that breaks the handshake)."""
 import base64
+import ctypes
 import email
 import email.policy
 import gzip
 import json
 import os
 import re
+import signal
+import socket
+import struct
 import time
 
 import pytest
@@ -219,9 +223,12 @@ def test_send_mails_the_rfc8460_report_to_the_rua_address(
     # and saved so: the state file was rewritten (root's, 0600), and a
     # restart does not bring the sent counts back
     path = os.path.join(m.dir, "tlsrpt.state")
-    with open(path) as f:
-        text = f.read()
-    assert text.startswith("mtad-tlsrpt 1\n") and "." + ZONE not in text
+
+    def saved():
+        with open(path) as f:
+            text = f.read()
+        return text.startswith("mtad-tlsrpt 1\n") and "." + ZONE not in text
+    wait_for(saved, 10, what="the state file saved without the sent days")
     st = os.stat(path)
     assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o600
     m.stop()
@@ -381,3 +388,163 @@ def test_tls_outcomes_are_counted_shown_kept_and_reported(
     assert sum(det["failed-session-count"] for det in dets) == 2, dets
     m.wait_log("tlsrpt: %s: no report sent: _smtp._tls.%s TXT: no record"
                % (pln, pln))
+
+
+# ---- a worker that lies: what a compromised worker can write ----------
+
+CHAN_TLSRPT_ADD = 8                     # common/chan.h
+
+
+def worker_chan(m):
+    """A copy of a worker's end of its channel to the master (taken with
+    pidfd_getfd(2)): the test writes what a compromised worker could."""
+    worker = [p for p in m.children()
+              if "worker" in open("/proc/%d/cmdline" % p).read()][0]
+    seq = set()
+    with open("/proc/net/unix") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[4] == "0005":      # SOCK_SEQPACKET
+                seq.add(parts[6])
+    fd = None
+    for name in os.listdir("/proc/%d/fd" % worker):
+        link = os.readlink("/proc/%d/fd/%s" % (worker, name))
+        if link.startswith("socket:[") and link[8:-1] in seq:
+            fd = int(name)
+    assert fd is not None, "no channel among the worker's descriptors"
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(worker)
+    try:
+        mine = libc.syscall(438, pidfd, fd, 0)      # SYS_pidfd_getfd
+        assert mine >= 0, os.strerror(ctypes.get_errno())
+    finally:
+        os.close(pidfd)
+    return socket.socket(fileno=mine)
+
+
+def chan_add(sock, text):
+    payload = text.encode()
+    sock.send(struct.pack("=II", CHAN_TLSRPT_ADD, len(payload)) + payload)
+
+
+def test_a_worker_cannot_plant_far_days(mtad_factory, sink_factory, rpt_dns):
+    """Counts of a day a worker cannot have seen (a future one, one long
+    gone) are refused: they would never be reported, so they would stay
+    in the table and its state file for ever; a state file that holds
+    some has them dropped when read back."""
+    sink = sink_factory()
+    m = start(mtad_factory, rpt_dns, sink)
+    d = today()
+    seed(m, "P %d sts old.test 5 0\nP %d sts future.test 6 0\n"
+            "P %d sts kept.test 7 0\nP %d sts yesterday.test 8 0\n"
+            % (d - 30, d + 400, d, d - 1))
+    m.start()
+    out = report(m)
+    assert "domain kept.test day=%s" % day_str(d) in out, out
+    assert "domain yesterday.test day=%s" % day_str(d - 1) in out, out
+    assert "old.test" not in out and "future.test" not in out, out
+    m.wait_log("tlsrpt.state: 2 policies of days other than today and "
+               "yesterday dropped")
+    sock = worker_chan(m)
+    try:
+        chan_add(sock, "P %d sts planted.test 1 0\n" % (d + 3650))
+        chan_add(sock, "P %d sts stale.test 1 0\n" % (d - 2))
+        chan_add(sock, "P %d sts fresh.test 2 0\n" % d)
+    finally:
+        sock.close()
+    wait_for(lambda: "fresh.test" in report(m), 10, what="today's counts")
+    out = report(m)
+    assert "planted.test" not in out and "stale.test" not in out, out
+    text = m.wait_log("TLS-RPT record of day %d (accepted: %d..%d)"
+                      % (d + 3650, d - 1, d))
+    # one line for the day, not one per bad message
+    assert "stale.test" not in text and text.count("TLS-RPT record of day") == 1
+    # and what is saved no longer holds them
+    path = os.path.join(m.dir, "tlsrpt.state")
+    wait_for(lambda: "fresh.test" in open(path).read(), 10,
+             what="the state file saved")
+    saved = open(path).read()
+    assert "old.test" not in saved and "future.test" not in saved
+    assert "planted.test" not in saved
+
+
+def test_a_worker_over_its_quota_is_cut_off_with_one_line(
+        mtad_factory, sink_factory, rpt_dns):
+    """A worker may add at most its share of the table a day (two workers,
+    two days held: a quarter of TLS_RPT_MAX_POLICIES each): past it, what
+    it sends is dropped, with one log line for the episode."""
+    sink = sink_factory()
+    m = start(mtad_factory, rpt_dns, sink)
+    m.start()
+    d = today()
+    sock = worker_chan(m)
+    try:
+        n = 0
+        for batch in range(5):          # 5 x 1,000 > 2,048
+            chan_add(sock, "".join("P %d no-policy-found j%d.test 1 0\n"
+                                   % (d, n + i) for i in range(1000)))
+            n += 1000
+        chan_add(sock, "P %d no-policy-found after.test 1 0\n" % d)
+    finally:
+        sock.close()
+    m.wait_log("is over its quota for today (2048 new policies")
+    # messages are taken in order: the ones after the line were dropped
+    out = report(m)
+    got = out.count("domain j")
+    assert got == 3000, got             # the message that crossed it counts
+    assert "after.test" not in out
+    time.sleep(0.5)
+    assert m.log_text().count("is over its quota") == 1
+
+
+def test_a_flooding_worker_does_not_hold_the_control_socket(
+        mtad_factory, sink_factory, rpt_dns):
+    """A worker's channel full of valid counts and a control request
+    waiting behind it: the master answers the request after a few loop
+    turns of at most MASTER_CHAN_BATCH messages, not after the whole flood
+    (reading until EAGAIN, it took every message first, and a worker that
+    kept the channel full kept the master from its control socket).  The
+    master is stopped while the flood and the request are queued, so the
+    order is the kernel's, not a race; the report it answers with tells
+    how many messages it had taken."""
+    import subprocess
+    from mtadtest import MTACTL
+    sink = sink_factory()
+    m = start(mtad_factory, rpt_dns, sink)
+    m.start()
+    d = today()
+    sock = worker_chan(m)
+    # room for thousands of queued messages (root: past wmem_max)
+    sock.setsockopt(socket.SOL_SOCKET, 32, 16 << 20)     # SO_SNDBUFFORCE
+    sock.setblocking(False)
+    payload = ("P %d no-policy-found flood.test 1 0\n" % d).encode()
+    pkt = struct.pack("=II", CHAN_TLSRPT_ADD, len(payload)) + payload
+    sent = 0
+    os.kill(m.pid, signal.SIGSTOP)
+    try:
+        try:
+            while sent < 5000:
+                sock.send(pkt)
+                sent += 1
+        except BlockingIOError:
+            pass
+        ctl = subprocess.Popen([MTACTL, "-c", m.cfg_path, "tls", "report",
+                                "flood.test"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)                 # its request is in the socket
+    finally:
+        os.kill(m.pid, signal.SIGCONT)
+        sock.close()
+    out, err = ctl.communicate(timeout=30)
+    assert ctl.returncode == 0, err
+    assert sent >= 2000, sent
+
+    def taken(text):
+        g = re.search(r"domain flood\.test day=\S+ type=no-policy-found "
+                      r"success=(\d+)", text)
+        return int(g.group(1)) if g else 0
+    before = taken(out)
+    # a few turns of 32 at most, far from the whole flood
+    assert before <= 32 * 10, (before, sent)
+    wait_for(lambda: taken(report(m, "flood.test")) == sent, 20,
+             what="the rest of the flood taken on later turns")

@@ -44,8 +44,8 @@ into_tab(const char *msg, size_t n, void *arg)
 {
     char err[128];
 
-    cr_assert(n > 11 && memcmp(msg, "tlsrpt-add\n", 11) == 0);
-    cr_assert_eq(tls_rpt_tab_merge(arg, msg + 11, n - 11, err, sizeof(err)),
+    cr_assert(n > 2 && memcmp(msg, "P ", 2) == 0);
+    cr_assert_eq(tls_rpt_tab_merge(arg, msg, n, err, sizeof(err)),
         0, "merge: %s", err);
     return 0;
 }
@@ -311,6 +311,63 @@ Test(tlsrpt, bad_wire_input_is_rejected_whole)
         cr_assert_eq(tls_rpt_tab_count(m), 0, "merged part of: %s", bad[i]);
         tls_rpt_tab_free(m);
     }
+}
+
+/* A worker's message names its day; only today and yesterday are taken,
+ * else a far day would sit in the master's table (and state file) for
+ * ever.  The whole message goes when one policy is out. */
+Test(tlsrpt, a_merge_for_some_days_refuses_the_others_whole)
+{
+    static const char *const out[] = {
+        "P 20422 sts a.example 1 0\n",                  /* the day before */
+        "P 20425 sts a.example 1 0\n",                  /* a future day */
+        "P 4294967295 sts a.example 1 0\n",
+        "P 20424 sts a.example 1 0\nP 20426 sts b.example 1 0\n",
+    };
+    struct tls_rpt_tab *m = tls_rpt_tab_new();
+    const char        *ok = "P 20423 sts a.example 1 0\n"
+                            "P 20424 sts b.example 2 0\n";
+    char               err[160];
+
+    for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++) {
+        err[0] = '\0';
+        cr_assert_eq(tls_rpt_tab_merge_days(m, out[i], strlen(out[i]),
+            DAY, DAY + 1, NULL, err, sizeof(err)), -1, "took: %s", out[i]);
+        cr_assert(strstr(err, "day") != NULL, "%s", err);
+        cr_assert_eq(tls_rpt_tab_count(m), 0, "merged part of: %s", out[i]);
+    }
+    cr_assert_eq(tls_rpt_tab_merge_days(m, ok, strlen(ok), DAY, DAY + 1, NULL,
+        err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(tls_rpt_tab_count(m), 2);
+    tls_rpt_tab_free(m);
+}
+
+
+/* The state file read back: policies of other days are left out (and
+ * counted), the rest is kept. */
+Test(tlsrpt, a_merge_for_some_days_can_skip_the_others)
+{
+    const char        *file = "P 20000 sts old.example 5 0\n"
+                              "P 20423 sts a.example 1 1\n"
+                              "d certificate-expired mx 192.0.2.1 1 -\n"
+                              "P 30000 sts future.example 7 0\n"
+                              "s junk\n";
+    struct tls_rpt_tab *m = tls_rpt_tab_new();
+    size_t             skipped = 99;
+    char               err[160], *s;
+
+    cr_assert_eq(tls_rpt_tab_merge_days(m, file, strlen(file), DAY - 1, DAY,
+        &skipped, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(skipped, 2);
+    cr_assert_eq(tls_rpt_tab_count(m), 1);
+    s = text_of(m, NULL);
+    cr_assert(strstr(s, "domain a.example day=2025-12-01") != NULL, "%s", s);
+    cr_assert(strstr(s, "old.example") == NULL && strstr(s, "future") == NULL);
+    free(s);
+    /* still strict about the syntax of what it skips */
+    cr_assert_eq(tls_rpt_tab_merge_days(m, "P 1 sts x 1\n", 12, DAY - 1, DAY,
+        &skipped, err, sizeof(err)), -1);
+    tls_rpt_tab_free(m);
 }
 
 static int
