@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -257,20 +258,23 @@ child_sandbox_worker(const struct config *cfg, const struct privs *p,
         "/proc/self",               /* the sanitizer reads its maps */
 #endif
     };
-    const char       *ro[ARRAY_LEN(ro_fixed) + 2];
+    const char       *ro[ARRAY_LEN(ro_fixed) + 1];
     struct child_fs   f = { .uid = p->drop ? p->uid : geteuid(),
                             .gid = p->drop ? p->gid : getegid() };
     struct sandbox_fs fs;
-    char              err[512], lock[4200];
+    char              err[512], snapdir[PATH_MAX], snapfile[PATH_MAX];
     size_t            nro = 0;
     int               rc;
 
     child_fs_add(&f, cfg->spool_dir);
     child_fs_maildir(&f, "routes.default", cfg->routes_default);
     (void)router_each(worker_router(w), child_fs_route, &f);
-    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
-    ro[nro++] = cfg->routes_db;
-    ro[nro++] = lock;
+    /* the routes snapshots (renamed in anew: the directory, not a file);
+     * never the live table or its lock file (router.h, TRUST) */
+    if (router_snapshot_path(cfg->routes_db, snapdir, sizeof(snapdir),
+        snapfile, sizeof(snapfile)) != ROUTER_OK)
+        fatalx("sandbox: routes.db %s: name too long", cfg->routes_db);
+    ro[nro++] = snapdir;
     for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
         ro[nro++] = ro_fixed[i];
     fs = (struct sandbox_fs){ f.rw, f.n, ro, nro, f.fd, f.nfd };

@@ -557,7 +557,14 @@ worker_on_chan(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)deliver_qstream(w->deliver, passed);
     } else if (strncmp(msg, "tlsrpt-send ", 12) == 0)
         tlsrpt_send(w->deliver, msg, (size_t)n);
-    else if (strcmp(msg, "sandbox-test") == 0) {
+    else if (strcmp(msg, "routes") == 0) {
+        /* a new snapshot is published: between two lookups, so no view
+         * of the old one is held (an old one stays mapped on failure) */
+        if (router_reopen(w->router, w->snap, ROUTER_OPEN_SNAPSHOT) !=
+            ROUTER_OK)
+            log_err("routes %s: %s; the previous table stays in use",
+                w->snap, router_errstr(w->router));
+    } else if (strcmp(msg, "sandbox-test") == 0) {
         log_notice("sandbox test: making a forbidden system call");
         log_flush();
         sandbox_selftest();         /* under the filter: SIGSYS, gone */
@@ -699,6 +706,7 @@ worker_init(const struct worker_args *a)
     size_t               i;
     int                  rc, fl, nd;
     socklen_t            ndlen;
+    char                 snap_dir[PATH_MAX];
 
     w->a = *a;
     w->cfg = cfg;
@@ -729,10 +737,16 @@ worker_init(const struct worker_args *a)
     if (spool_reap_init(w->spool) != SPOOL_OK)
         log_warn("spool %s: %s; removed files are closed inline",
             cfg->spool_dir, spool_errstr(w->spool));
-    rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
-        ROUTER_OPEN_RDONLY);        /* workers never write routes */
+    /* the master's snapshot, never the live table (router.h, TRUST) */
+    if (router_snapshot_path(cfg->routes_db, snap_dir, sizeof(snap_dir),
+        w->snap, sizeof(w->snap)) != ROUTER_OK) {
+        log_err("routes %s: %s", cfg->routes_db, strerror(errno));
+        goto fail;
+    }
+    rc = router_open(&w->router, w->snap, cfg->routes_default,
+        ROUTER_OPEN_SNAPSHOT);
     if (rc != ROUTER_OK) {
-        log_err("routes %s: %s", cfg->routes_db, w->router ?
+        log_err("routes %s: %s", w->snap, w->router ?
             router_errstr(w->router) : strerror(errno));
         goto fail;
     }
