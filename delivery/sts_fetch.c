@@ -94,7 +94,12 @@ stsd_fetched(struct stsd_fetch *f, CURLcode rc)
         e->use = 1;
         snprintf(e->why, sizeof(e->why), "fetched policy id=%s mode=%s "
             "max_age=%u", e->id, sts_mode_name(e->mode), e->max_age);
-        log_info("mta-sts: %s: %s", e->domain, e->why);
+        if (p->mx_ignored > 0)
+            log_warn("mta-sts: %s: %s; %zu mx patterns past the first %d "
+                "ignored (an MX only they allow is refused)", e->domain,
+                e->why, p->mx_ignored, STS_MX_MAX);
+        else
+            log_info("mta-sts: %s: %s", e->domain, e->why);
         stsd_fetch_free(f);
         stsd_complete(e);
         return;
