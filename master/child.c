@@ -87,9 +87,10 @@ child_kept(int fd, const int *keep, size_t nkeep)
     return 0;
 }
 
-/* child_null_stdio - stdin and stdout on /dev/null. */
+/* child_null_stdio - stdin and stdout on /dev/null, and stderr too when
+ * it is a terminal the child has no use for. */
 static void
-child_null_stdio(void)
+child_null_stdio(int tty_stderr)
 {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
@@ -97,14 +98,16 @@ child_null_stdio(void)
         return;
     (void)dup2(null, STDIN_FILENO);
     (void)dup2(null, STDOUT_FILENO);
+    if (!tty_stderr && isatty(STDERR_FILENO))
+        (void)dup2(null, STDERR_FILENO);
     close(null);
 }
 
 
 /* First steps of every child: die with the master, plain signals, only
- * the fds it needs. */
+ * the fds it needs; tty_stderr: it may keep a terminal as stderr. */
 static void
-child_common(const int *keep, size_t nkeep)
+child_common(const int *keep, size_t nkeep, int tty_stderr)
 {
     struct sigaction sa;
     sigset_t         none;
@@ -134,9 +137,12 @@ child_common(const int *keep, size_t nkeep)
             (void)close(child_master_fds[i]);
     child_nmaster_fds = 0;
     /* No child reads stdin or writes stdout; under -f they are root's
-     * terminal, which a compromised worker could read or write.  stderr
-     * stays (log.file "-", a sanitizer's report). */
-    child_null_stdio();
+     * terminal, which a compromised worker could read (keystrokes) or
+     * write (escape sequences).  stderr goes the same way when it is a
+     * terminal, unless the child needs it there (tty_stderr); a journal
+     * stream or a file stays: records go to the log process anyway, and
+     * what else lands on stderr (a library's abort message) is kept. */
+    child_null_stdio(tty_stderr);
 }
 
 /*
@@ -308,7 +314,13 @@ child_spawn_worker(struct slot *s, struct generation *g,
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(g->lfds, g->nlisten);
+    /* a sanitizer's report is written to stderr: a sanitizer build's
+     * workers keep the terminal, a production build's do not */
+#if defined(__SANITIZE_ADDRESS__)
+    child_common(g->lfds, g->nlisten, 1);
+#else
+    child_common(g->lfds, g->nlisten, 0);
+#endif
     (void)close(sv[0]);
     snprintf(ident, sizeof(ident), "worker %u", s->shard);
     proctitle_set("mtad: worker", "mtad: worker %u (generation %u)",
@@ -360,7 +372,8 @@ child_spawn_logd(struct slot *s, const struct privs *p, int log_recv_fd,
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(keep, 2);
+    /* the terminal only when the log goes there (log.file "-") */
+    child_common(keep, 2, log_file_fd == STDERR_FILENO);
     (void)close(sv[0]);
     if (child_tickets != NULL)
         tlskey_forget(child_tickets);   /* no TLS here: no ticket keys */
