@@ -220,10 +220,11 @@ master_routes_tell(struct master *m)
     return failed;
 }
 
-int
-master_routes_changed(struct master *m, char *err, size_t errsz)
+/* master_routes_republish - g's snapshot made again from its table. */
+static int
+master_routes_republish(const struct generation *g, char *err, size_t errsz)
 {
-    const struct config *cfg = m->cur->cfg;
+    const struct config *cfg = g->cfg;
     struct router       *r = NULL;
     int                  rc = -1;
 
@@ -231,9 +232,20 @@ master_routes_changed(struct master *m, char *err, size_t errsz)
         ROUTER_OPEN_RDONLY) != ROUTER_OK)
         snprintf(err, errsz, "routes.db: %s", router_errstr(r));
     else
-        rc = master_routes_publish(r, cfg, &m->cur->privs, err, errsz);
+        rc = master_routes_publish(r, cfg, &g->privs, err, errsz);
     router_close(r);
-    if (rc < 0)
+    return rc;
+}
+
+int
+master_routes_changed(struct master *m, char *err, size_t errsz)
+{
+    if (master_routes_republish(m->cur, err, errsz) < 0)
+        return -1;
+    /* during a reload the new generation may read another routes.db */
+    if (m->next != NULL && strcmp(m->next->cfg->routes_db,
+        m->cur->cfg->routes_db) != 0 &&
+        master_routes_republish(m->next, err, errsz) < 0)
         return -1;
     return master_routes_tell(m);
 }
