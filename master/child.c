@@ -87,6 +87,14 @@ child_kept(int fd, const int *keep, size_t nkeep)
     return 0;
 }
 
+/* A sanitizer's report is written to stderr: a sanitizer build's workers
+ * keep a terminal there, a production build's do not. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CHILD_SANITIZED 1
+#else
+#define CHILD_SANITIZED 0
+#endif
+
 /* child_null_stdio - stdin and stdout on /dev/null, and stderr too when
  * it is a terminal the child has no use for. */
 static void
@@ -314,13 +322,7 @@ child_spawn_worker(struct slot *s, struct generation *g,
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    /* a sanitizer's report is written to stderr: a sanitizer build's
-     * workers keep the terminal, a production build's do not */
-#if defined(__SANITIZE_ADDRESS__)
-    child_common(g->lfds, g->nlisten, 1);
-#else
-    child_common(g->lfds, g->nlisten, 0);
-#endif
+    child_common(g->lfds, g->nlisten, CHILD_SANITIZED);
     (void)close(sv[0]);
     snprintf(ident, sizeof(ident), "worker %u", s->shard);
     proctitle_set("mtad: worker", "mtad: worker %u (generation %u)",
