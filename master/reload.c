@@ -202,8 +202,10 @@ master_load_routes(const struct config *cfg, const struct privs *p,
 }
 
 /* master_routes_tell - "routes" to every worker with a channel: each one
- * reopens the snapshot before its next lookup.  Returns how many could
- * not be told (a channel that is full or gone). */
+ * reopens the snapshot before its next lookup.  Returns how many running
+ * workers could not be told: a full channel.  A worker whose channel is
+ * gone has exited (its replacement opens the new snapshot), and one that
+ * is stopping is told if it still listens, never counted. */
 static int
 master_routes_tell(struct master *m)
 {
@@ -212,9 +214,12 @@ master_routes_tell(struct master *m)
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         struct slot *s = &m->slots[i];
 
-        if (s->role == ROLE_WORKER && s->chan >= 0 &&
-            (s->state == SLOT_RUNNING || s->state == SLOT_STOPPING) &&
-            send(s->chan, "routes", 6, MSG_DONTWAIT | MSG_NOSIGNAL) != 6)
+        if (s->role != ROLE_WORKER || s->chan < 0 ||
+            (s->state != SLOT_RUNNING && s->state != SLOT_STOPPING))
+            continue;
+        if (send(s->chan, "routes", 6, MSG_DONTWAIT | MSG_NOSIGNAL) != 6 &&
+            s->state == SLOT_RUNNING && (errno == EAGAIN ||
+            errno == EWOULDBLOCK || errno == ENOBUFS))
             failed++;
     }
     return failed;

@@ -22,8 +22,9 @@
  *           in ROUTER_SNAP_DIR, renamed over ROUTER_SNAP_FILE, never
  *           written again, and opened with ROUTER_OPEN_SNAPSHOT
  *           (MDB_RDONLY | MDB_NOLOCK: no lock file, the data mapped
- *           read-only).  Nothing a worker can write is read by the
- *           master, mtactl or another worker's lookups.  After each
+ *           read-only).  No file of the table is a worker's to write,
+ *           so no worker can stall the master, mtactl or another
+ *           worker's lookups through it.  After each
  *           change mtactl asks the master ("routes" on the control
  *           socket) to publish a new snapshot; the master tells every
  *           worker ("routes" on its channel) before it answers, and the
