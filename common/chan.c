@@ -38,6 +38,7 @@ static const struct chan_spec {
     [CHAN_LOG_REOPEN]   = { "reopen", TO(CHAN_LOGD), 0, 0, 1 },
     [CHAN_LOG_INTERVAL] = { "interval", TO(CHAN_LOGD), sizeof(uint64_t),
                             sizeof(uint64_t), 0 },
+    [CHAN_ROUTES]       = { "routes", TO(CHAN_WORKER), 0, 0, 0 },
 };
 
 

@@ -37,6 +37,9 @@
  *             CHAN_LOG_REOPEN   M->L   -  write to the file passed from   yes
  *                                      now on
  *             CHAN_LOG_INTERVAL M->L   uint64_t: the flush interval, ms
+ *             CHAN_ROUTES       M->W   -  a new routes snapshot is
+ *                                      published: reopen it before the
+ *                                      next lookup
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -74,6 +77,7 @@ enum chan_cmd {
     CHAN_SANDBOX_TEST,
     CHAN_LOG_REOPEN,
     CHAN_LOG_INTERVAL,
+    CHAN_ROUTES,
     CHAN_NCMD
 };
 

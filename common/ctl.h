@@ -5,6 +5,8 @@
  *           server.group).  The client connects and sends ONE request line
  *           ending in "\n":
  *             status | reload | stop | check | kick <queue-id> | kick *
+ *             | routes (the routes table changed: publish it to the
+ *             workers; answered once they were told)
  *           (later issues add more words).  The server answers with lines
  *           and closes the connection: the first line is "ok" or
  *           "error: <text>", the rest is the body (for "status" a report of

@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
@@ -48,8 +49,8 @@ static const int sandbox_worker_calls[] = {
      * wake-up socketpair are made before the filter, its resolver never
      * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction
      * but for SIGPIPE in its connection cache (sandbox_allow_sigpipe_action) */
-    SCMP_SYS(socket), SCMP_SYS(connect), SCMP_SYS(getsockopt),
-    SCMP_SYS(setsockopt),
+    SCMP_SYS(connect), SCMP_SYS(getsockopt), SCMP_SYS(setsockopt),
+    /* socket: only AF_INET and AF_INET6 (sandbox_allow_sockets) */
     /* spool and Maildir files (Landlock limits where) */
     SCMP_SYS(openat), SCMP_SYS(open), SCMP_SYS(fstat), SCMP_SYS(newfstatat),
     SCMP_SYS(stat), SCMP_SYS(lstat), SCMP_SYS(statx), SCMP_SYS(fstatfs),
@@ -160,6 +161,34 @@ sandbox_allow_ioctl(scmp_filter_ctx ctx)
         fionbio);
 }
 
+/* New sockets: TCP and UDP over IPv4 and IPv6 only (next hops, DNS, the
+ * MTA-STS fetch).  Every unix socket a worker uses (the channel, the log
+ * socket, a queue listing's stream) is made before the filter or passed
+ * in; a new one could connect to any world-writable socket on the host,
+ * which Landlock does not cover.  AF_UNIX and AF_NETLINK, which a library
+ * may probe (nscd, interface lists), fail with EACCES; any other family
+ * kills the process as every call outside the table does. */
+static int
+sandbox_allow_sockets(scmp_filter_ctx ctx)
+{
+    static const int ok[] = { AF_INET, AF_INET6 };
+    static const int refused[] = { AF_UNIX, AF_NETLINK };
+    struct scmp_arg_cmp c = { .arg = 0, .op = SCMP_CMP_EQ, .datum_b = 0 };
+
+    for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
+        c.datum_a = (scmp_datum_t)ok[i];
+        if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, c) < 0)
+            return -1;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++) {
+        c.datum_a = (scmp_datum_t)refused[i];
+        if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+            c) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* abort() (assert, OpenSSL's fatal paths) signals its own thread: allowed
  * for this process only, so SIGABRT still gives a core and a log line. */
 static int
@@ -249,6 +278,7 @@ sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
             ARRAY_LEN(sandbox_worker_calls)) < 0 ||
             sandbox_allow_self_signal(ctx) < 0 ||
             sandbox_allow_ioctl(ctx) < 0 ||
+            sandbox_allow_sockets(ctx) < 0 ||
             sandbox_allow_threads(ctx) < 0 ||
             sandbox_allow_sigpipe_action(ctx) < 0)
             goto out;

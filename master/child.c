@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,9 +72,18 @@ child_kept(int fd, const int *keep, size_t nkeep)
     return 0;
 }
 
-/* child_null_stdio - stdin and stdout on /dev/null. */
+/* A sanitizer's report is written to stderr: a sanitizer build's workers
+ * keep a terminal there, a production build's do not. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CHILD_SANITIZED 1
+#else
+#define CHILD_SANITIZED 0
+#endif
+
+/* child_null_stdio - stdin and stdout on /dev/null, and stderr too when
+ * it is a terminal the child has no use for. */
 static void
-child_null_stdio(void)
+child_null_stdio(int tty_stderr)
 {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
@@ -81,14 +91,17 @@ child_null_stdio(void)
         return;
     (void)dup2(null, STDIN_FILENO);
     (void)dup2(null, STDOUT_FILENO);
+    if (!tty_stderr && isatty(STDERR_FILENO))
+        (void)dup2(null, STDERR_FILENO);
     close(null);
 }
 
 
 /* First steps of every child: die with the master, plain signals, only
- * the fds it needs. */
+ * the fds it needs; tty_stderr: it may keep a terminal as stderr. */
 static void
-child_common(struct master *m, const int *keep, size_t nkeep)
+child_common(struct master *m, const int *keep, size_t nkeep,
+    int tty_stderr)
 {
     struct master_fds *f = &m->master_fds;
     struct sigaction   sa;
@@ -119,9 +132,12 @@ child_common(struct master *m, const int *keep, size_t nkeep)
             (void)close(f->fd[i]);
     f->n = 0;
     /* No child reads stdin or writes stdout; under -f they are root's
-     * terminal, which a compromised worker could read or write.  stderr
-     * stays (log.file "-", a sanitizer's report). */
-    child_null_stdio();
+     * terminal, which a compromised worker could read (keystrokes) or
+     * write (escape sequences).  stderr goes the same way when it is a
+     * terminal, unless the child needs it there (tty_stderr); a journal
+     * stream or a file stays: records go to the log process anyway, and
+     * what else lands on stderr (a library's abort message) is kept. */
+    child_null_stdio(tty_stderr);
 }
 
 /*
@@ -243,20 +259,23 @@ child_sandbox_worker(const struct config *cfg, const struct privs *p,
         "/proc/self",               /* the sanitizer reads its maps */
 #endif
     };
-    const char       *ro[ARRAY_LEN(ro_fixed) + 2];
+    const char       *ro[ARRAY_LEN(ro_fixed) + 1];
     struct child_fs   f = { .uid = p->drop ? p->uid : geteuid(),
                             .gid = p->drop ? p->gid : getegid() };
     struct sandbox_fs fs;
-    char              err[512], lock[4200];
+    char              err[512], snapdir[PATH_MAX], snapfile[PATH_MAX];
     size_t            nro = 0;
     int               rc;
 
     child_fs_add(&f, cfg->spool_dir);
     child_fs_maildir(&f, "routes.default", cfg->routes_default);
     (void)router_each(worker_router(w), child_fs_route, &f);
-    snprintf(lock, sizeof(lock), "%s-lock", cfg->routes_db);
-    ro[nro++] = cfg->routes_db;
-    ro[nro++] = lock;
+    /* the routes snapshots (renamed in anew: the directory, not a file);
+     * never the live table or its lock file (router.h, TRUST) */
+    if (router_snapshot_path(cfg->routes_db, snapdir, sizeof(snapdir),
+        snapfile, sizeof(snapfile)) != ROUTER_OK)
+        fatalx("sandbox: routes.db %s: name too long", cfg->routes_db);
+    ro[nro++] = snapdir;
     for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
         ro[nro++] = ro_fixed[i];
     fs = (struct sandbox_fs){ f.rw, f.n, ro, nro, f.fd, f.nfd };
@@ -290,7 +309,7 @@ child_spawn_worker(struct master *m, struct slot *s, struct generation *g)
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(m, g->lfds, g->nlisten);
+    child_common(m, g->lfds, g->nlisten, CHILD_SANITIZED);
     (void)close(sv[0]);
     snprintf(ident, sizeof(ident), "worker %u", s->shard);
     proctitle_set(&m->title, "mtad: worker", "mtad: worker %u (generation %u)",
@@ -343,7 +362,8 @@ child_spawn_logd(struct master *m, struct slot *s)
 
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
-    child_common(m, keep, 2);
+    /* the terminal only when the log goes there (log.file "-") */
+    child_common(m, keep, 2, m->log_file == STDERR_FILENO);
     (void)close(sv[0]);
     if (m->tickets != NULL)
         tlskey_forget(m->tickets);      /* no TLS here: no ticket keys */

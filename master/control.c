@@ -357,6 +357,25 @@ ctl_kick(struct master *m, struct ctl_client *c, const char *arg)
     ctl_client_reply(m, c, text);
 }
 
+/* "routes": mtactl wrote the table; the workers get a new snapshot before
+ * the answer, so a lookup that follows it sees the change. */
+static void
+ctl_routes(struct master *m, struct ctl_client *c)
+{
+    char err[MASTER_ERR_MAX / 2], text[sizeof(err) + 64];
+    int  n;
+
+    if ((n = master_routes_changed(m, err, sizeof(err))) < 0) {
+        log_err("%s", err);
+        snprintf(text, sizeof(text), "error: %s\n", err);
+    } else if (n > 0)
+        snprintf(text, sizeof(text), "error: routes published, but %d "
+            "worker%s could not be told\n", n, n == 1 ? "" : "s");
+    else
+        snprintf(text, sizeof(text), "ok\nroutes published\n");
+    ctl_client_reply(m, c, text);
+}
+
 /* "drain" or "drain <timeout ms>": see drain.c. */
 static void
 ctl_drain(struct master *m, struct ctl_client *c, uint64_t ms)
@@ -430,6 +449,9 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         break;
     case CTL_REQ_KICK:
         ctl_kick(m, c, r.arg);
+        break;
+    case CTL_REQ_ROUTES:
+        ctl_routes(m, c);
         break;
     case CTL_REQ_QUEUE_STREAM:
         /* mtactl queue: descriptors of the workers' streams (qstream.c) */

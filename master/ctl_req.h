@@ -37,6 +37,7 @@ enum ctl_req_kind {
     CTL_REQ_TLS,
     CTL_REQ_KICK,
     CTL_REQ_QUEUE_STREAM,
+    CTL_REQ_ROUTES,                 /* mtactl changed the routes table */
     CTL_REQ_SANDBOX_TEST
 };
 

@@ -280,5 +280,8 @@ void    master_check_ready(struct master *m);
 void    master_reopen_log(struct master *m, const char *newpath);
 void    master_finish_reload(struct master *m, int timed_out);
 void    master_abort_reload(struct master *m);
+/* "routes" (mtactl changed the table): publish a new snapshot and tell
+ * the workers.  -1 (err says why) or how many could not be told. */
+int     master_routes_changed(struct master *m, char *err, size_t errsz);
 
 #endif /* MTAD_MASTER_INT_H */

@@ -57,9 +57,10 @@ master_gen_by_id(struct master *m, unsigned id)
  * master_routes_files - before LMDB opens routes.db by path (as root): the
  * directory must be one only root (or our uid) can change, and the data
  * and lock files are created here, without following a link, as plain
- * files of ours with one link.  Nothing is chowned: workers open the db
- * before they drop privileges, so it stays root's (finding 1 of issue 10:
- * a -lock symlinked to a root file was chowned to mtad on SIGHUP).
+ * files of ours with one link, mode 0600: no worker opens the live table
+ * (router.h, TRUST), and an older install's 0660 is narrowed.  Nothing is
+ * chowned (a -lock symlinked to a root file was once chowned to mtad on
+ * SIGHUP).
  */
 static int
 master_routes_files(const struct config *cfg, char *err, size_t errsz)
@@ -79,17 +80,19 @@ master_routes_files(const struct config *cfg, char *err, size_t errsz)
     }
     snprintf(lock, sizeof(lock), "%s-lock", name);
     if (safefs_dir_trusted(dfd, cfg->routes_db, what, sizeof(what)) < 0 ||
-        (fd = safefs_open_file(dfd, name, O_RDWR | O_CREAT, 0660,
+        (fd = safefs_open_file(dfd, name, O_RDWR | O_CREAT, 0600,
         cfg->routes_db, what, sizeof(what))) < 0) {
         snprintf(err, errsz, "routes.db: %s", what);
         goto out;
     }
+    (void)fchmod(fd, 0600);
     close(fd);
-    if ((fd = safefs_open_file(dfd, lock, O_RDWR | O_CREAT, 0660, lock, what,
+    if ((fd = safefs_open_file(dfd, lock, O_RDWR | O_CREAT, 0600, lock, what,
         sizeof(what))) < 0) {
         snprintf(err, errsz, "routes.db: %s", what);
         goto out;
     }
+    (void)fchmod(fd, 0600);
     close(fd);
     rc = 0;
 out:
@@ -97,11 +100,89 @@ out:
     return rc;
 }
 
-/* Creates the routes db if missing and writes routes.static into it:
- * router_load_static() checks every route before it writes any, and
- * writes them all in one transaction. */
+/* master_snap_dir - the snapshot directory of db, created when missing
+ * (root's, 0755: the workers list nothing else there) and trusted.
+ * Returns its fd. */
 static int
-master_load_routes(const struct config *cfg, char *err, size_t errsz)
+master_snap_dir(const char *dir, char *err, size_t errsz)
+{
+    char        what[MASTER_ERR_MAX / 2];
+    const char *name;
+    int         dfd, sfd, created;
+
+    if ((dfd = safefs_open_parent(dir, &name, what, sizeof(what))) < 0) {
+        snprintf(err, errsz, "routes snapshot: %s", what);
+        return -1;
+    }
+    sfd = safefs_mkdir_open(dfd, name, 0755, dir, &created, what,
+        sizeof(what));
+    close(dfd);
+    if (sfd >= 0 && safefs_dir_trusted(sfd, dir, what, sizeof(what)) < 0) {
+        close(sfd);
+        sfd = -1;
+    }
+    if (sfd < 0)
+        snprintf(err, errsz, "routes snapshot: %s", what);
+    return sfd;
+}
+
+/*
+ * master_routes_publish - the table the workers read (router.h, TRUST):
+ * a compact copy of r's committed state in a new file, readable by the
+ * workers' group, renamed over the one they open.  A worker that maps the
+ * old file keeps it until it reopens; nothing writes a published file
+ * again.  No fsync: after a crash the next start publishes anew.
+ */
+static int
+master_routes_publish(struct router *r, const struct config *cfg,
+    const struct privs *p, char *err, size_t errsz)
+{
+    char dir[PATH_MAX], file[PATH_MAX], tmp[32];
+    int  sfd, fd, rc = -1;
+
+    if (router_snapshot_path(cfg->routes_db, dir, sizeof(dir), file,
+        sizeof(file)) != ROUTER_OK) {
+        snprintf(err, errsz, "routes.db: %s: name too long", cfg->routes_db);
+        return -1;
+    }
+    if ((sfd = master_snap_dir(dir, err, errsz)) < 0)
+        return -1;
+    snprintf(tmp, sizeof(tmp), ".new.%d", (int)getpid());
+    (void)unlinkat(sfd, tmp, 0);    /* a publish that failed half-way */
+    fd = openat(sfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+        O_CLOEXEC, 0640);
+    if (fd < 0 || (p->drop && fchown(fd, (uid_t)-1, p->gid) < 0) ||
+        fchmod(fd, 0640) < 0) {
+        snprintf(err, errsz, "routes snapshot %s/%s: %s", dir, tmp,
+            strerror(errno));
+        goto out;
+    }
+    if (router_snapshot(r, fd) != ROUTER_OK) {
+        snprintf(err, errsz, "routes snapshot %s: %s", file,
+            router_errstr(r));
+        goto out;
+    }
+    if (renameat(sfd, tmp, sfd, ROUTER_SNAP_FILE) < 0) {
+        snprintf(err, errsz, "routes snapshot %s: rename: %s", file,
+            strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0)
+        (void)unlinkat(sfd, tmp, 0);
+    close(sfd);
+    return rc;
+}
+
+/* Creates the routes db if missing, writes routes.static into it
+ * (router_load_static() checks every route before it writes any, and
+ * writes them all in one transaction) and publishes the snapshot. */
+static int
+master_load_routes(const struct config *cfg, const struct privs *p,
+    char *err, size_t errsz)
 {
     struct router *r = NULL;
     int            rc;
@@ -112,8 +193,64 @@ master_load_routes(const struct config *cfg, char *err, size_t errsz)
         snprintf(err, errsz, "%s: %s", cfg->path, router_errstr(r));
     else if (rc != ROUTER_OK)
         snprintf(err, errsz, "routes.db: %s", router_errstr(r));
+    else if (master_routes_publish(r, cfg, p, err, errsz) < 0)
+        rc = ROUTER_ESYS;
     router_close(r);
     return rc == ROUTER_OK ? 0 : -1;
+}
+
+/* master_routes_tell - CHAN_ROUTES to every worker with a channel: each one
+ * reopens the snapshot before its next lookup.  Returns how many running
+ * workers could not be told: a full channel.  A worker whose channel is
+ * gone has exited (its replacement opens the new snapshot), and one that
+ * is stopping is told if it still listens, never counted. */
+static int
+master_routes_tell(struct master *m)
+{
+    int failed = 0;
+
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        struct slot *s = &m->slots[i];
+
+        if (s->role != ROLE_WORKER || s->chan < 0 ||
+            (s->state != SLOT_RUNNING && s->state != SLOT_STOPPING))
+            continue;
+        if (chan_send(s->chan, CHAN_ROUTES, NULL, 0, -1) < 0 &&
+            s->state == SLOT_RUNNING && (errno == EAGAIN ||
+            errno == EWOULDBLOCK || errno == ENOBUFS))
+            failed++;
+    }
+    return failed;
+}
+
+/* master_routes_republish - g's snapshot made again from its table. */
+static int
+master_routes_republish(const struct generation *g, char *err, size_t errsz)
+{
+    const struct config *cfg = g->cfg;
+    struct router       *r = NULL;
+    int                  rc = -1;
+
+    if (router_open(&r, cfg->routes_db, cfg->routes_default,
+        ROUTER_OPEN_RDONLY) != ROUTER_OK)
+        snprintf(err, errsz, "routes.db: %s", router_errstr(r));
+    else
+        rc = master_routes_publish(r, cfg, &g->privs, err, errsz);
+    router_close(r);
+    return rc;
+}
+
+int
+master_routes_changed(struct master *m, char *err, size_t errsz)
+{
+    if (master_routes_republish(m->cur, err, errsz) < 0)
+        return -1;
+    /* during a reload the new generation may read another routes.db */
+    if (m->next != NULL && strcmp(m->next->cfg->routes_db,
+        m->cur->cfg->routes_db) != 0 &&
+        master_routes_republish(m->next, err, errsz) < 0)
+        return -1;
+    return master_routes_tell(m);
 }
 
 static void
@@ -181,7 +318,7 @@ master_gen_prepare(struct master *m, struct config *cfg, int *exit_code,
     }
     master_mkparent(cfg->routes_db);
     if (master_routes_files(cfg, err, errsz) < 0 ||
-        master_load_routes(cfg, err, errsz) < 0)
+        master_load_routes(cfg, &g->privs, err, errsz) < 0)
         goto fail;
     g->id = ++m->gen_seq;
     *exit_code = EX_OK;
@@ -395,6 +532,10 @@ master_reload_begin(struct master *m)
             "changes take effect at the next start");
     m->next = g;
     m->reload_deadline = util_now_ms() + MASTER_READY_TIMEOUT;
+    /* routes.static went into the table: the running workers see it as
+     * the new generation does */
+    if (master_routes_tell(m) > 0)
+        log_warn("reload: some workers could not be told of the routes");
     (void)master_start_generation(m, g);
 }
 

@@ -33,7 +33,6 @@
 #include "common/status.h"
 #include "common/tlskey.h"
 #include "config/config.h"
-#include "router/router.h"
 #include "spool/spool.h"
 #include "master/master.h"
 #include "master/master_int.h"
@@ -266,19 +265,6 @@ master_sandbox_test(struct master *m)
     return -1;
 }
 
-/* Reclaims LMDB reader slots that a dead worker left behind.  The master
- * holds no environment of its own across forks: it opens one briefly. */
-static void
-master_reader_check(struct master *m)
-{
-    struct router *r = NULL;
-
-    if (router_open(&r, m->cur->cfg->routes_db, m->cur->cfg->routes_default,
-        ROUTER_OPEN_RDONLY) == ROUTER_OK)
-        router_reader_check(r);
-    router_close(r);
-}
-
 static void
 master_worker_exited(struct master *m, struct slot *s, int st)
 {
@@ -298,11 +284,9 @@ master_worker_exited(struct master *m, struct slot *s, int st)
         log_info("worker %u (pid %d, generation %u) %s", s->shard, (int)pid,
             gen, why);
         master_slot_free(s);
-        master_reader_check(m);
         master_handover(m, gen);
         return;
     }
-    master_reader_check(m);
     if (lived < MASTER_QUICK_EXIT_MS) {
         s->backoff_ms = s->backoff_ms == 0 ? MASTER_BACKOFF_MIN :
             s->backoff_ms * 2;

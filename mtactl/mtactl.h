@@ -27,6 +27,11 @@ struct dns_options;
 /* route.c: dns.* of relay.yaml as dns.h options, as delivery reads them */
 void    mtactl_route_dns_options(const struct config *cfg,
             struct dns_options *o);
+/* route.c: a deadline (SIGALRM, exit 1 with a message) on this command's
+ * work on the routes db; then, after a change, the running mtad publishes
+ * the table to its workers (MTACTL_OK also when mtad is not running). */
+void    mtactl_routes_deadline(void);
+int     mtactl_routes_publish(const struct config *cfg, const char *what);
 /* audit.c: report a change to the running mtad's log (best effort). */
 void    mtactl_audit_init(const struct config *cfg);
 void    mtactl_audit(const char *fmt, ...)

@@ -98,6 +98,25 @@ queue_spool_owner(const struct config *cfg, const char *cmd,
 
 /* queue_open_spool - the spool named by the config (as root: see
  * queue_spool_owner). */
+int
+queue_dirs_plain(const struct config *cfg, const char *cmd)
+{
+    static const char *const sub[] = { "tmp", "queue", "state" };
+    char        path[PATH_MAX];
+    struct stat st;
+
+    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", cfg->spool_dir, sub[i]);
+        if (lstat(path, &st) == -1 || S_ISDIR(st.st_mode))
+            continue;               /* missing: spool_open() says so */
+        fprintf(stderr, "mtactl: %s: spool %s: %s; refusing it\n", cmd, path,
+            S_ISLNK(st.st_mode) ? "is a symbolic link" : "not a directory");
+        return -1;
+    }
+    return 0;
+}
+
+
 struct spool *
 queue_open_spool(const struct config *cfg, const char *cmd)
 {
@@ -106,6 +125,8 @@ queue_open_spool(const struct config *cfg, const char *cmd)
     int           e;
 
     if (geteuid() == 0 && queue_spool_owner(cfg, cmd, &st) < 0)
+        return NULL;
+    if (queue_dirs_plain(cfg, cmd) < 0)
         return NULL;
     if (spool_open(&sp, cfg->spool_dir, cfg->spool_fsync, 0) != SPOOL_OK) {
         e = errno;

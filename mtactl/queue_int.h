@@ -73,6 +73,10 @@ extern const char *const queue_rcpt_status_names[SPOOL_RCPT_BOUNCED + 1];
 
 /* queue.c */
 struct spool *queue_open_spool(const struct config *cfg, const char *cmd);
+/* 0 when the spool's tmp/, queue/ and state/ are directories (or missing);
+ * -1 after a message naming the one that is a link or a file (the workers'
+ * user owns the spool: a listing through it would show another tree). */
+int queue_dirs_plain(const struct config *cfg, const char *cmd);
 int queue_become_owner(const struct config *cfg, struct queue_creds *c);
 void queue_become_self(struct queue_creds *c);
 int queue_norm_id(const char *in, char out[SPOOL_ID_SIZE]);

@@ -342,6 +342,10 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
     memset(&r, 0, sizeof(r));
     r.o = &o;
     r.now = util_wall_ms();
+    if (queue_dirs_plain(cfg, "queue") < 0) {
+        queue_tally_free(&r.tally);
+        return MTACTL_FAIL;
+    }
     /* mtad running: its workers' index (queue_daemon.c); else the files */
     rc = o.source == QUEUE_SRC_FILES ? 1 :
         queue_scan_daemon(cfg, &o.f, queue_list_one, &r);

@@ -2,10 +2,14 @@
  * route.c - "mtactl route ...": edit and inspect the routes table.
  *
  * PURPOSE   add, del, get, list, import, export, hash on cfg->routes_db.
- * CONTRACT  Opens the LMDB file directly with router_open() (creating it
- *           if missing for add/import); LMDB serialises writers, and
- *           running workers see a commit at their next lookup, so nothing
- *           is reloaded.  list and export print keys in the table's sorted
+ * CONTRACT  Opens the live LMDB file directly with router_open() (creating
+ *           it if missing for add/import); LMDB serialises writers.  No
+ *           worker maps that file (router/router.h, TRUST): after a change
+ *           mtactl asks the running mtad ("routes") to publish a snapshot
+ *           to its workers, which see it at their next lookup, so nothing
+ *           is reloaded.  Every step on the file has a deadline
+ *           (MTACTL_ROUTES_DB_S): a writer that holds the table (a stopped
+ *           mtactl) cannot make this one hang.  list and export print keys in the table's sorted
  *           order; export prints "key route" lines that import reads back
  *           (export | import round-trips).  import checks every line first
  *           and then writes all of them in one transaction, or none;
@@ -19,12 +23,15 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
+#include "common/ctl.h"
 #include "common/ev.h"
 #include "config/config.h"
 #include "dns/dns.h"
@@ -68,6 +75,61 @@ mtactl_route_help(void)
 }
 
 
+#define MTACTL_ROUTES_DB_S      60      /* one command's work on the file */
+#define MTACTL_ROUTES_TELL_MS   10000   /* mtad publishing the snapshot */
+
+/* mtactl_routes_alarm - the table was not done in time: say so, end. */
+static void
+mtactl_routes_alarm(int sig)
+{
+    static const char msg[] = "mtactl: routes db: not done within 60 s "
+        "(is another writer holding it?); giving up, nothing committed\n";
+
+    ssize_t n;
+
+    (void)sig;
+    n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)n;                        /* exiting either way */
+    _exit(MTACTL_FAIL);
+}
+
+
+void
+mtactl_routes_deadline(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = mtactl_routes_alarm;
+    (void)sigaction(SIGALRM, &sa, NULL);
+    alarm(MTACTL_ROUTES_DB_S);
+}
+
+
+int
+mtactl_routes_publish(const struct config *cfg, const char *what)
+{
+    char   *reply = NULL;
+    int     rc, e;
+
+    rc = ctl_request(cfg->control_socket, "routes", MTACTL_ROUTES_TELL_MS,
+        &reply);
+    e = errno;
+    if (rc == CTL_OK || (rc == CTL_ESYS && (e == ENOENT ||
+        e == ECONNREFUSED))) {
+        free(reply);                /* not running: read at its start */
+        return MTACTL_OK;
+    }
+    fprintf(stderr, "mtactl: %s: changed, but the running mtad did not "
+        "publish it to its workers (%s): %.*s\n", what, cfg->control_socket,
+        (int)strcspn(rc == CTL_ESYS ? strerror(e) : reply != NULL ? reply :
+        "no reply", "\n"), rc == CTL_ESYS ? strerror(e) : reply != NULL ?
+        reply : "no reply");
+    free(reply);
+    return MTACTL_FAIL;
+}
+
+
 /* mtactl_route_open - the table from cfg; NULL after an error message. */
 static struct router *
 mtactl_route_open(const struct config *cfg, const char *cmd, int create)
@@ -78,6 +140,7 @@ mtactl_route_open(const struct config *cfg, const char *cmd, int create)
         fprintf(stderr, "mtactl: route %s: no configuration loaded\n", cmd);
         return NULL;
     }
+    mtactl_routes_deadline();
     if (router_open(&r, cfg->routes_db, cfg->routes_default, create)
         != ROUTER_OK) {
         fprintf(stderr, "mtactl: route %s: %s\n", cmd, router_errstr(r));
@@ -98,7 +161,8 @@ mtactl_route_lower(char *key)
 
 
 static int
-mtactl_route_add(struct router *r, int argc, char **argv)
+mtactl_route_add(struct router *r, const struct config *cfg, int argc,
+    char **argv)
 {
     char    value[ROUTE_VALUE_MAX + 2];
     size_t  len = 0, n;
@@ -125,7 +189,7 @@ mtactl_route_add(struct router *r, int argc, char **argv)
     }
     printf("%s -> %s\n", mtactl_route_lower(argv[2]), value);
     mtactl_audit("route_add %s %s", argv[2], value);
-    return MTACTL_OK;
+    return mtactl_routes_publish(cfg, "route add");
 }
 
 
@@ -451,7 +515,7 @@ mtactl_route_import(const struct config *cfg, const char *file, int replace)
         replace ? " (replacing the table)" : "");
     mtactl_audit("route_import %s: %zu routes%s", file, n,
         replace ? " (replacing the table)" : "");
-    rc = MTACTL_OK;
+    rc = mtactl_routes_publish(cfg, "route import");
     goto close;
 fail:
     fprintf(stderr, "mtactl: route import: %s; nothing imported\n",
@@ -573,14 +637,16 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
     if ((r = mtactl_route_open(cfg, cmd, strcmp(cmd, "add") == 0)) == NULL)
         return MTACTL_FAIL;
     if (strcmp(cmd, "add") == 0)
-        rc = mtactl_route_add(r, argc, argv);
+        rc = mtactl_route_add(r, cfg, argc, argv);
     else if (strcmp(cmd, "del") == 0) {
         rc = MTACTL_OK;
         if (router_del(r, argv[2]) != ROUTER_OK) {
             fprintf(stderr, "mtactl: route del: %s\n", router_errstr(r));
             rc = MTACTL_FAIL;
-        } else
+        } else {
             mtactl_audit("route_del %s", argv[2]);
+            rc = mtactl_routes_publish(cfg, "route del");
+        }
     } else if (strcmp(cmd, "get") == 0)
         rc = mtactl_route_get(r, cfg, argv[2]);
     else if (strcmp(cmd, "list") == 0)

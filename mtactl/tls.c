@@ -72,7 +72,7 @@ mtactl_tls_print(const char *key, const char *value, void *arg)
 
 
 static int
-mtactl_tls_policy(struct router *r, char **argv)
+mtactl_tls_policy(struct router *r, const struct config *cfg, char **argv)
 {
     const char *cmd = argv[2];
     char        key[ROUTE_KEY_MAX + 1];
@@ -98,14 +98,14 @@ mtactl_tls_policy(struct router *r, char **argv)
         }
         printf("%s\t%s\n", key, argv[4]);
         mtactl_audit("tls_policy_set %s %s", key, argv[4]);
-        return MTACTL_OK;
+        return mtactl_routes_publish(cfg, "tls policy set");
     }
     if (router_tls_del(r, argv[3]) != ROUTER_OK) {
         fprintf(stderr, "mtactl: tls policy del: %s\n", router_errstr(r));
         return MTACTL_FAIL;
     }
     mtactl_audit("tls_policy_del %s", key);
-    return MTACTL_OK;
+    return mtactl_routes_publish(cfg, "tls policy del");
 }
 
 
@@ -135,13 +135,14 @@ mtactl_tls(int argc, char **argv, const struct config *cfg)
         fprintf(stderr, "mtactl: tls policy: no configuration loaded\n");
         return MTACTL_FAIL;
     }
+    mtactl_routes_deadline();
     if (router_open(&r, cfg->routes_db, cfg->routes_default,
         strcmp(cmd, "set") == 0 ? ROUTER_OPEN_CREATE : 0) != ROUTER_OK) {
         fprintf(stderr, "mtactl: tls policy %s: %s\n", cmd, router_errstr(r));
         router_close(r);
         return MTACTL_FAIL;
     }
-    rc = mtactl_tls_policy(r, argv);
+    rc = mtactl_tls_policy(r, cfg, argv);
     router_close(r);
     return rc;
 }

@@ -33,7 +33,7 @@
 
 #define ROUTER_MAPSIZE     ((size_t)256 << 20)
 #define ROUTER_MAXREADERS  1024     /* workers + mtactl, with room to spare */
-#define ROUTER_MODE        0660     /* readers write their slot in -lock */
+#define ROUTER_MODE        0600     /* root's: no worker opens the live db */
 #define ROUTER_ADDR_MAX    512      /* longer addresses cannot match a key */
 #define ROUTER_MAXDBS      8        /* named databases: ROUTER_TLS_DB, room */
 
@@ -105,7 +105,8 @@ router_plain_file(struct router *r, const char *path)
 static int
 router_open_tls(struct router *r, int create)
 {
-    int      rdonly = (create & ROUTER_OPEN_RDONLY) != 0;
+    int      rdonly = (create & (ROUTER_OPEN_RDONLY |
+                                 ROUTER_OPEN_SNAPSHOT)) != 0;
     MDB_txn *txn;
     int      mrc;
 
@@ -171,7 +172,9 @@ router_open(struct router **rp, const char *path, const char *default_route,
         (mrc = mdb_env_set_maxdbs(r->env, ROUTER_MAXDBS)) != 0)
         goto fail;
     if ((mrc = mdb_env_open(r->env, path, MDB_NOSUBDIR | MDB_NOTLS |
-        ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0), ROUTER_MODE)) != 0)
+        ((create & ROUTER_OPEN_RDONLY) ? MDB_RDONLY : 0) |
+        ((create & ROUTER_OPEN_SNAPSHOT) ? MDB_RDONLY | MDB_NOLOCK : 0),
+        ROUTER_MODE)) != 0)
         goto fail;
     /* The main database always exists; its handle stays valid after the
      * opening transaction ends. */
@@ -209,6 +212,66 @@ router_close(struct router *r)
     if (r->env != NULL)
         mdb_env_close(r->env);
     free(r);
+}
+
+
+int
+router_reopen(struct router *r, const char *path, int flags)
+{
+    struct router *n;
+    int            rc;
+
+    if ((rc = router_open(&n, path, NULL, flags)) != ROUTER_OK) {
+        snprintf(r->err, sizeof(r->err), "%s", router_errstr(n));
+        router_close(n);
+        return rc;                  /* r keeps the table it had */
+    }
+    if (r->rtxn != NULL)            /* reset between lookups: no view held */
+        mdb_txn_abort(r->rtxn);
+    r->rtxn = NULL;
+    if (r->wtxn != NULL)
+        mdb_txn_abort(r->wtxn);
+    r->wtxn = NULL;
+    if (r->env != NULL)
+        mdb_env_close(r->env);
+    r->env = n->env;
+    r->dbi = n->dbi;
+    r->tls_dbi = n->tls_dbi;
+    r->have_tls = n->have_tls;
+    r->err[0] = '\0';
+    n->env = NULL;
+    router_close(n);
+    return ROUTER_OK;
+}
+
+
+int
+router_snapshot(struct router *r, int fd)
+{
+    int mrc;
+
+    if (r->env == NULL)
+        return router_fail(r, ROUTER_EDB, "%s", router_closed_err);
+    /* MDB_CP_COMPACT walks one read transaction: it never takes the
+     * writer mutex, so a long batch of another writer does not stall it */
+    if ((mrc = mdb_env_copyfd2(r->env, fd, MDB_CP_COMPACT)) != 0)
+        return router_fail(r, router_mdb_rc(mrc), "snapshot: %s",
+            mdb_strerror(mrc));
+    return ROUTER_OK;
+}
+
+
+int
+router_snapshot_path(const char *db, char *dir, size_t dirsz, char *file,
+    size_t filesz)
+{
+    if ((size_t)snprintf(dir, dirsz, "%s" ROUTER_SNAP_DIR, db) >= dirsz ||
+        (size_t)snprintf(file, filesz, "%s" ROUTER_SNAP_DIR "/"
+        ROUTER_SNAP_FILE, db) >= filesz) {
+        errno = ENAMETOOLONG;
+        return ROUTER_ESYS;
+    }
+    return ROUTER_OK;
 }
 
 

@@ -1,17 +1,34 @@
 /*
- * router.h - next-hop lookup in an LMDB table that every worker reads
- * without locks.
+ * router.h - next-hop lookup in an LMDB table.
  *
  * CONTRACT  One struct router per process, opened after fork (LMDB handles
  *           must not cross a fork).  router_lookup() uses one read-only
  *           transaction that is reset after each lookup and renewed before
- *           the next: no write lock, no allocation on the hot path, and a
- *           write committed by mtactl is seen by the next lookup.
+ *           the next: no lock, no allocation on the hot path.
  *           Lookup order for "local@domain": the address, the domain, then
  *           ".parent" wildcards from the nearest up (".sub.example.org",
  *           ".example.org", ".org"), then routes.default.
  *           The writer side (router_put/del/load_static) runs a write
  *           transaction; values are checked with route_parse() first.
+ * TRUST     Two files, two kinds of user.  The live table (routes.db and
+ *           its "-lock", mode 0600) is opened only by root's processes:
+ *           the master (routes.static at start and reload) and mtactl.
+ *           LMDB's lock file holds process-shared mutexes that anyone
+ *           mapping it can take with a plain store, no system call, and
+ *           then every other user of the file waits forever in
+ *           futex_wait; so no worker may map it.  Workers read a
+ *           snapshot instead: router_snapshot() (a compacting copy of
+ *           one read transaction) written by the master to a new file
+ *           in ROUTER_SNAP_DIR, renamed over ROUTER_SNAP_FILE, never
+ *           written again, and opened with ROUTER_OPEN_SNAPSHOT
+ *           (MDB_RDONLY | MDB_NOLOCK: no lock file, the data mapped
+ *           read-only).  No file of the table is a worker's to write,
+ *           so no worker can stall the master, mtactl or another
+ *           worker's lookups through it.  After each
+ *           change mtactl asks the master ("routes" on the control
+ *           socket) to publish a new snapshot; the master tells every
+ *           worker ("routes" on its channel) before it answers, and the
+ *           worker router_reopen()s between two lookups.
  * FAILURE   Never logs.  0 or ROUTER_E*; router_errstr() tells why.
  */
 #ifndef MTAD_ROUTER_H
@@ -50,7 +67,7 @@ struct router_static {
 /* Opens (creating if missing, when create has ROUTER_OPEN_CREATE) the
  * environment at path: one file (MDB_NOSUBDIR) plus "<path>-lock".  With
  * ROUTER_OPEN_RDONLY the data file is opened and mapped read-only
- * (MDB_RDONLY: workers, issue 10): writes fail with ROUTER_ESYS (EACCES).
+ * (MDB_RDONLY): writes fail with ROUTER_ESYS (EACCES).
  * A symlink or a hard-linked file at path or its -lock is refused
  * (ROUTER_ESYS, errno ELOOP).  default_route is used when no key matches
  * (NULL: no default, such lookups return ROUTER_ENOTFOUND).
@@ -58,9 +75,27 @@ struct router_static {
  * router_close() it (router_errstr(NULL) is safe too). */
 #define ROUTER_OPEN_CREATE  1
 #define ROUTER_OPEN_RDONLY  2
+#define ROUTER_OPEN_SNAPSHOT 4      /* a snapshot: read-only, no lock file */
 int     router_open(struct router **rp, const char *path,
             const char *default_route, int create);
 void    router_close(struct router *r);          /* NULL ok */
+/* Opens path with flags (as router_open) and, when that works, makes r
+ * use it instead of what it had (default route kept).  Only between
+ * lookups: no view of the old table survives.  On failure r is
+ * unchanged and router_errstr() says why. */
+int     router_reopen(struct router *r, const char *path, int flags);
+
+/* Snapshots (TRUST above): the directory "<db>" ROUTER_SNAP_DIR holds
+ * ROUTER_SNAP_FILE, the table the workers read, and the master's
+ * temporary files while it writes the next one. */
+#define ROUTER_SNAP_DIR     ".snapshot"
+#define ROUTER_SNAP_FILE    "routes.mdb"
+/* Both paths for db; ROUTER_ESYS (ENAMETOOLONG) when one does not fit. */
+int     router_snapshot_path(const char *db, char *dir, size_t dirsz,
+            char *file, size_t filesz);
+/* Writes a compact copy of the committed table (routes and TLS
+ * policies) to fd, which the caller then fsyncs or renames. */
+int     router_snapshot(struct router *r, int fd);
 const char *router_errstr(const struct router *r);
 
 /* address is "local@domain" (any case); "" or "<>" looks up the default. */
@@ -74,7 +109,7 @@ int     router_del(struct router *r, const char *key);   /* ENOTFOUND */
 int     router_each(struct router *r,
             int (*fn)(const char *key, const char *value, void *arg),
             void *arg);
-/* Reclaim reader slots of dead processes (after a worker died). */
+/* Reclaim reader slots of dead processes (a killed mtactl). */
 void    router_reader_check(struct router *r);
 
 /* Batch writes: between router_begin() and router_commit() every
@@ -93,11 +128,12 @@ int     router_load_static(struct router *r,
             const struct router_static *routes, size_t n);
 
 /*
- * The outbound TLS policy table (issue 12): a second named database,
+ * The outbound TLS policy table: a second named database,
  * ROUTER_TLS_DB, in the same environment.  Keys as route keys ("domain",
  * ".domain", "user@domain"; route_key_check(), lower-cased), values one
- * level word of router_tls_level().  Read lock-free like routes (the
- * same reset/renewed read transaction); written by mtactl.  The database
+ * level word of router_tls_level().  Read like routes (the same
+ * reset/renewed read transaction, and in the same snapshot); written by
+ * mtactl.  The database
  * is created by any writer's router_open(); a reader that opened the
  * file before it existed finds no entry (ROUTER_ENOTFOUND) until it
  * reopens (workers open after the master's open).  router_each() and

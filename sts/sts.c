@@ -193,13 +193,16 @@ static int
 sts_mx_value(struct sts_policy *p, const char *v, size_t n, char *why,
     size_t whysz)
 {
-    char *slot;
+    char   spare[STS_NAME_MAX];
+    char  *slot;
     size_t off = 0;
 
-    if (p->nmx == STS_MX_MAX)       /* more patterns than we keep: the
-                                       first ones still restrict */
-        return sts_fail(why, whysz, "more than 64 mx patterns", v, n);
-    slot = p->mx[p->nmx];
+    /* Past STS_MX_MAX a pattern is checked and counted, not kept: the
+     * first ones still restrict.  Refusing the whole policy would deliver
+     * as if the domain had none (no TLS required at all); keeping the
+     * first ones can only refuse an MX that a dropped pattern allowed,
+     * which defers that mail instead of sending it in the clear. */
+    slot = p->nmx < STS_MX_MAX ? p->mx[p->nmx] : spare;
     if (n >= 2 && v[0] == '*' && v[1] == '.') {
         slot[0] = '*';
         slot[1] = '.';
@@ -207,7 +210,10 @@ sts_mx_value(struct sts_policy *p, const char *v, size_t n, char *why,
     }
     if (sts_domain(v + off, n - off, slot + off, STS_NAME_MAX - off) < 0)
         return sts_fail(why, whysz, "bad mx pattern", v, n);
-    p->nmx++;
+    if (slot == spare)
+        p->mx_ignored++;
+    else
+        p->nmx++;
     return 0;
 }
 

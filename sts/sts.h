@@ -18,6 +18,9 @@
  *             mx which adds.  version must be STSv1, mode one of enforce,
  *             testing, none; max_age 1-10 digits, clamped to
  *             STS_MAX_AGE_MAX; at least one mx unless mode is none.
+ *             The first STS_MX_MAX mx patterns are kept; later ones are
+ *             checked (a malformed one is an error) and only counted in
+ *             mx_ignored, so a long policy restricts more, never less.
  *           sts_mx_match(): RFC 8461 4.1: a pattern is a host name or
  *             "*." and a name, whose "*" stands for exactly one leftmost
  *             label; compared without case and without a final dot.
@@ -43,6 +46,7 @@ struct sts_policy {
     enum sts_mode mode;
     uint32_t      max_age;          /* seconds, <= STS_MAX_AGE_MAX */
     size_t        nmx;
+    size_t        mx_ignored;       /* patterns past STS_MX_MAX, dropped */
     char          mx[STS_MX_MAX][STS_NAME_MAX]; /* lower case, no final dot */
 };
 

@@ -94,7 +94,12 @@ tls_sts_fetched(struct tls_sts_fetch *f, CURLcode rc)
         e->use = 1;
         snprintf(e->why, sizeof(e->why), "fetched policy id=%s mode=%s "
             "max_age=%u", e->id, sts_mode_name(e->mode), e->max_age);
-        log_info("mta-sts: %s: %s", e->domain, e->why);
+        if (p->mx_ignored > 0)
+            log_warn("mta-sts: %s: %s; %zu mx patterns past the first %d "
+                "ignored (an MX only they allow is refused)", e->domain,
+                e->why, p->mx_ignored, STS_MX_MAX);
+        else
+            log_info("mta-sts: %s: %s", e->domain, e->why);
         tls_sts_fetch_free(f);
         tls_sts_complete(e);
         return;

@@ -540,6 +540,20 @@ worker_chan_tlsrpt_send(const struct chan_msg *m, void *arg)
 }
 
 
+/* a new routes snapshot is published: reopened between two lookups, so
+ * no view of the old one is held (the old one stays mapped on failure) */
+static void
+worker_chan_routes(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)m;
+    if (router_reopen(w->router, w->snap, ROUTER_OPEN_SNAPSHOT) != ROUTER_OK)
+        log_err("routes %s: %s; the previous table stays in use", w->snap,
+            router_errstr(w->router));
+}
+
+
 static void
 worker_chan_sandbox_test(const struct chan_msg *m, void *arg)
 {
@@ -570,6 +584,7 @@ static const struct chan_side worker_chan = {
         [CHAN_QSTREAM] = worker_chan_qstream,
         [CHAN_TLSRPT_SEND] = worker_chan_tlsrpt_send,
         [CHAN_SANDBOX_TEST] = worker_chan_sandbox_test,
+        [CHAN_ROUTES] = worker_chan_routes,
     },
     worker_chan_bad
 };
@@ -731,6 +746,7 @@ worker_init(const struct worker_args *a)
     size_t               i;
     int                  rc, fl, nd;
     socklen_t            ndlen;
+    char                 snap_dir[PATH_MAX];
 
     w->a = *a;
     w->cfg = cfg;
@@ -761,10 +777,16 @@ worker_init(const struct worker_args *a)
     if (spool_reap_init(w->spool) != SPOOL_OK)
         log_warn("spool %s: %s; removed files are closed inline",
             cfg->spool_dir, spool_errstr(w->spool));
-    rc = router_open(&w->router, cfg->routes_db, cfg->routes_default,
-        ROUTER_OPEN_RDONLY);        /* workers never write routes */
+    /* the master's snapshot, never the live table (router.h, TRUST) */
+    if (router_snapshot_path(cfg->routes_db, snap_dir, sizeof(snap_dir),
+        w->snap, sizeof(w->snap)) != ROUTER_OK) {
+        log_err("routes %s: %s", cfg->routes_db, strerror(errno));
+        goto fail;
+    }
+    rc = router_open(&w->router, w->snap, cfg->routes_default,
+        ROUTER_OPEN_SNAPSHOT);
     if (rc != ROUTER_OK) {
-        log_err("routes %s: %s", cfg->routes_db, w->router ?
+        log_err("routes %s: %s", w->snap, w->router ?
             router_errstr(w->router) : strerror(errno));
         goto fail;
     }

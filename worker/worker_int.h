@@ -7,6 +7,7 @@
 #ifndef MTAD_WORKER_INT_H
 #define MTAD_WORKER_INT_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -26,7 +27,8 @@ struct worker {
     const struct config *cfg;
     struct ev_loop      *loop;
     struct spool        *spool;
-    struct router       *router;
+    struct router       *router;     /* on the snapshot snap */
+    char                 snap[PATH_MAX];
     struct deliver      *deliver;
     struct status_worker *st;
     struct status_worker st_local;  /* when the master gave no status page */

@@ -77,10 +77,12 @@ def test_routes_lock_symlink_not_followed_on_sighup(mtad_factory, workdir):
     assert_untouched(victim)
     assert alive(m.pid)
     m.wait_ready()                  # the old generation keeps serving
-    # a worker forked now (as root until its drop) must not follow it either
+    # a worker forked now (as root until its drop) does not open it at
+    # all: workers read the master's snapshot (router.h, TRUST)
     pid = wait_for(lambda: workers(m.pid), what="workers")[0]
     os.kill(pid, signal.SIGKILL)
-    m.wait_log("routes.mdb-lock: is a symbolic link; refusing it")
+    wait_for(lambda: len([p for p in workers(m.pid) if p != pid]) == 2,
+             what="the worker respawned")
     assert_untouched(victim)
 
 
@@ -250,10 +252,22 @@ def routes_fd_flags(pid, db):
 def test_workers_open_routes_read_only(mtad_factory):
     m = mtad_factory().start()
     db = os.path.realpath(os.path.join(m.dir, "routes.mdb"))
+    snap = os.path.join(db + ".snapshot", "routes.mdb")
 
     def both():
         pids = workers(m.pid)
-        flags = [routes_fd_flags(p, db) for p in pids]
-        return len(pids) == 2 and None not in flags and flags
-    for flags in wait_for(both, what="routes.mdb open in both workers"):
-        assert flags & os.O_ACCMODE == os.O_RDONLY, oct(flags)
+        flags = [routes_fd_flags(p, snap) for p in pids]
+        return len(pids) == 2 and None not in flags and (pids, flags)
+    pids, flags = wait_for(both, what="the snapshot open in both workers")
+    for f in flags:
+        assert f & os.O_ACCMODE == os.O_RDONLY, oct(f)
+    # the live table and its lock file are root's alone
+    for p in pids:
+        assert routes_fd_flags(p, db) is None
+        assert routes_fd_flags(p, db + "-lock") is None
+    for path in (db, db + "-lock"):
+        st = os.stat(path)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o600), path
+    st = os.stat(snap)
+    assert (st.st_gid, stat.S_IMODE(st.st_mode)) == \
+        (pwd.getpwnam(USER).pw_gid, 0o640)

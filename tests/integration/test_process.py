@@ -5,6 +5,7 @@ Real processes on loopback with random ports and temporary directories
 (fixtures in conftest.py; /proc helpers in mtadtest.py).
 """
 import os
+import pty
 import pwd
 import re
 import signal
@@ -649,3 +650,53 @@ def test_busy_listen_address_exits_unavailable(mtad_factory):
         busy.close()
     assert r.returncode == 69, (r.returncode, r.stderr)  # EX_UNAVAILABLE
     assert "127.0.0.1:%d" % m.port in r.stderr
+
+
+def _start_on_tty(m):
+    """Start m with a pseudo-terminal as its stderr (mtad -f run by hand),
+    drained by a thread; returns the pty's master end."""
+    master, slave = pty.openpty()
+    m.proc = subprocess.Popen([MTAD, "-f", "-c", m.cfg_path],
+                              stdout=subprocess.DEVNULL, stderr=slave,
+                              cwd=m.dir)
+    os.close(slave)
+
+    def drain():
+        try:
+            while os.read(master, 4096):
+                pass
+        except OSError:
+            pass
+    threading.Thread(target=drain, daemon=True).start()
+    m.wait_ready()
+    return master
+
+
+def _stderr_of(pid):
+    return os.readlink("/proc/%d/fd/2" % pid)
+
+
+@pytest.mark.parametrize("log_file", ["file", "-"])
+def test_children_get_the_terminal_as_stderr_only_when_needed(
+        mtad_factory, log_file):
+    over = {"log": {"file": "-"}} if log_file == "-" else None
+    m = mtad_factory(over)
+    master = _start_on_tty(m)
+    try:
+        tty = _stderr_of(m.pid)
+        assert tty.startswith("/dev/pts/"), tty
+        ws = wait_for(lambda: len(workers(m.pid)) == 2 and workers(m.pid),
+                      what="two workers")
+        # a worker never needs the terminal, but in a sanitizer build
+        # (`make asan` sets ASAN_OPTIONS) its reports are written there
+        want = tty if "ASAN_OPTIONS" in os.environ else "/dev/null"
+        for w in ws:
+            assert _stderr_of(w) == want, (w, _stderr_of(w))
+        logd = wait_for(lambda: children_by_comm(m.pid, "mtad: logd"),
+                        what="logd")[0]
+        # logd writes the log there for log.file "-", else it has no use
+        assert _stderr_of(logd) == (tty if log_file == "-" else
+                                    "/dev/null"), _stderr_of(logd)
+    finally:
+        m.stop()
+        os.close(master)

@@ -1562,3 +1562,20 @@ def test_show_escapes_the_client_address_the_spool_holds(kq):
     line = next(l for l in r.stdout.splitlines() if l.startswith("client:"))
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout, repr(line)
     assert "\\x1b]2;OWNED\\x07\\x1b[2J" in line, repr(line)
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_queue_dir_replaced_by_a_link_is_an_error_naming_it(mtad_factory,
+                                                            running):
+    """The workers' user owns the spool and may swap queue/ for a link;
+    the listing must say so, not print an empty queue."""
+    m = mtad_factory().start()
+    q = os.path.join(m.spool, "queue")
+    os.rename(q, q + ".real")
+    os.symlink(q + ".real", q)
+    if not running:
+        m.stop()
+    r = m.ctl("queue")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "0 messages" not in r.stdout
+    assert "%s: is a symbolic link" % q in r.stderr, r.stderr

@@ -57,6 +57,7 @@ Test(chan, every_command_round_trips_to_its_receiver)
         { CHAN_TLSRPT_ADD, CHAN_MASTER, "P 1 sts a.example 1 0\n", 22, 0 },
         { CHAN_TLSRPT_SEND, CHAN_WORKER, "0 86399\n", 8, 0 },
         { CHAN_SANDBOX_TEST, CHAN_WORKER, "", 0, 0 },
+        { CHAN_ROUTES, CHAN_WORKER, "", 0, 0 },
         { CHAN_LOG_REOPEN, CHAN_LOGD, "", 0, 1 },
         { CHAN_LOG_INTERVAL, CHAN_LOGD, "\x0a\0\0\0\0\0\0\0", 8, 0 },
     };

@@ -7,7 +7,9 @@
  */
 #include <criterion/criterion.h>
 
+#include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -855,4 +857,90 @@ Test(router, tls_write_is_seen_by_a_read_only_reader)
     cr_expect_eq(router_tls_put(ro, "example.org", "may"), ROUTER_ESYS);
     router_close(ro);
     router_close(w);
+}
+
+
+/* snap_write - the table of w as a snapshot file at path. */
+static void
+snap_write(struct router *w, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(router_snapshot(w, fd), ROUTER_OK, "%s", router_errstr(w));
+    close(fd);
+}
+
+Test(router, snapshot_has_routes_and_tls_and_needs_no_lock_file)
+{
+    struct router *w = db_open(), *s = NULL;
+    char           snap[PATH_MAX + 8], lock[PATH_MAX + 16];
+    struct stat    st;
+
+    put(w, "example.org", "smtp:[10.0.0.1]:25");
+    cr_assert_eq(router_tls_put(w, "example.org", "verify"), ROUTER_OK);
+    snprintf(snap, sizeof(snap), "%s/snap.mdb", tdir);
+    snap_write(w, snap);
+    chmod(snap, 0440);              /* what a reader gets: nothing to write */
+    cr_assert_eq(router_open(&s, snap, DEFAULT_ROUTE, ROUTER_OPEN_SNAPSHOT),
+        ROUTER_OK, "%s", router_errstr(s));
+    expect_route(s, "u@example.org", ROUTER_MATCH_DOMAIN, "example.org",
+        "smtp:[10.0.0.1]:25");
+    expect_route(s, "u@other.example", ROUTER_MATCH_DEFAULT, "default",
+        DEFAULT_ROUTE);
+    expect_tls(s, "example.org", "verify");
+    cr_expect_neq(router_put(s, "a.example", "discard"), ROUTER_OK);
+    snprintf(lock, sizeof(lock), "%s-lock", snap);
+    cr_expect_eq(stat(lock, &st), -1, "no lock file next to a snapshot");
+    /* a later write to the live table is not in the snapshot */
+    put(w, "later.example", "discard");
+    expect_route(s, "u@later.example", ROUTER_MATCH_DEFAULT, "default",
+        DEFAULT_ROUTE);
+    router_close(s);
+    router_close(w);
+}
+
+Test(router, reopen_switches_to_the_new_snapshot_and_keeps_the_old_on_error)
+{
+    struct router *w = db_open(), *s = NULL;
+    char           snap[PATH_MAX + 8], next[PATH_MAX + 8];
+
+    snprintf(snap, sizeof(snap), "%s/snap.mdb", tdir);
+    snprintf(next, sizeof(next), "%s/next.mdb", tdir);
+    put(w, "a.example", "discard");
+    snap_write(w, snap);
+    cr_assert_eq(router_open(&s, snap, NULL, ROUTER_OPEN_SNAPSHOT),
+        ROUTER_OK, "%s", router_errstr(s));
+    expect_route(s, "u@a.example", ROUTER_MATCH_DOMAIN, "a.example",
+        "discard");
+    put(w, "b.example", "smtp:[10.0.0.2]:25");
+    cr_assert_eq(router_tls_put(w, "b.example", "dane"), ROUTER_OK);
+    snap_write(w, next);
+    cr_assert_eq(rename(next, snap), 0);   /* as the master publishes */
+    cr_assert_eq(router_reopen(s, snap, ROUTER_OPEN_SNAPSHOT), ROUTER_OK,
+        "%s", router_errstr(s));
+    expect_route(s, "u@b.example", ROUTER_MATCH_DOMAIN, "b.example",
+        "smtp:[10.0.0.2]:25");
+    expect_tls(s, "b.example", "dane");
+    cr_expect_eq(router_reopen(s, "/nonexistent/snap.mdb",
+        ROUTER_OPEN_SNAPSHOT), ROUTER_ESYS);
+    cr_expect_neq(router_errstr(s)[0], '\0');
+    expect_route(s, "u@b.example", ROUTER_MATCH_DOMAIN, "b.example",
+        "smtp:[10.0.0.2]:25");
+    router_close(s);
+    router_close(w);
+}
+
+Test(router, snapshot_path_is_a_directory_beside_the_db)
+{
+    char dir[64], file[64], big[128];
+
+    cr_assert_eq(router_snapshot_path("/var/lib/mtad/routes.mdb", dir,
+        sizeof(dir), file, sizeof(file)), ROUTER_OK);
+    cr_expect_str_eq(dir, "/var/lib/mtad/routes.mdb.snapshot");
+    cr_expect_str_eq(file, "/var/lib/mtad/routes.mdb.snapshot/routes.mdb");
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    cr_expect_eq(router_snapshot_path(big, dir, sizeof(dir), file,
+        sizeof(file)), ROUTER_ESYS);
 }

@@ -183,7 +183,19 @@ Test(sts_policy, too_many_mx_patterns)
         o += (size_t)snprintf(buf + o, sizeof(buf) - o, "mx: m%d.x.org\n", i);
     cr_assert_eq(sts_policy_parse(buf, o, &p, NULL, 0), 0);
     cr_assert_eq(p.nmx, STS_MX_MAX);
-    o += (size_t)snprintf(buf + o, sizeof(buf) - o, "mx: one.more.org\n");
+    cr_assert_eq(p.mx_ignored, 0);
+    /* more: the first 64 apply, the rest are counted, not kept */
+    o += (size_t)snprintf(buf + o, sizeof(buf) - o, "mx: one.more.org\n"
+        "mx: *.two.more.org\n");
+    cr_assert_eq(sts_policy_parse(buf, o, &p, NULL, 0), 0);
+    cr_assert_eq(p.nmx, STS_MX_MAX);
+    cr_assert_eq(p.mx_ignored, 2);
+    cr_assert_eq(p.mode, STS_MODE_ENFORCE);
+    cr_assert_eq(sts_mx_match(&p, "m0.x.org"), 1);
+    cr_assert_eq(sts_mx_match(&p, "m63.x.org"), 1);
+    cr_assert_eq(sts_mx_match(&p, "one.more.org"), 0);
+    /* a malformed pattern past the first 64 still makes it invalid */
+    o += (size_t)snprintf(buf + o, sizeof(buf) - o, "mx: bad..org\n");
     cr_assert_eq(sts_policy_parse(buf, o, &p, NULL, 0), STS_EINVAL);
 }
 
