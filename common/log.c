@@ -215,13 +215,6 @@ log_set_format(int format)
 }
 
 
-int
-log_get_format(void)
-{
-    return log_format;
-}
-
-
 static size_t log_vtext(char *rec, int level, const char *fmt, va_list ap);
 
 /* log_send - hand one formatted record over (or write it, without fd). */

@@ -69,7 +69,6 @@ void        log_msg(int level, const char *fmt, ...)
  * ts, level, proc, pid, event, the fields kv[0..n) and msg (the text).
  * Set in each process (inherited across fork); log_open() keeps it. */
 void        log_set_format(int format);
-int         log_get_format(void);
 /* A record with an event name and structured fields: in text the fields
  * are not printed (fmt says it all, unchanged), in JSON they are. */
 void        log_event(int level, const char *event, const struct log_kv *kv,

@@ -204,47 +204,6 @@ net_write(struct net_conn *t, const void *p, size_t n)
 }
 
 
-/* net_tls_writev - one iovec after the other, stopping at the first
- * short write (the caller retries from there, so the same bytes follow). */
-static ssize_t
-net_tls_writev(struct net_conn *t, const struct iovec *iov,
-    int iovcnt)
-{
-    ssize_t total = 0, r;
-    int     i;
-
-    for (i = 0; i < iovcnt; i++) {
-        if (iov[i].iov_len == 0)
-            continue;
-        r = net_tls_write(t, iov[i].iov_base, iov[i].iov_len);
-        if (r < 0)
-            return total > 0 ? total : r;
-        total += r;
-        if ((size_t)r < iov[i].iov_len)
-            break;
-    }
-    return total;
-}
-
-
-ssize_t
-net_writev(struct net_conn *t, const struct iovec *iov, int iovcnt)
-{
-    struct msghdr mh = { .msg_iov = (struct iovec *)iov,
-                         .msg_iovlen = (size_t)iovcnt };
-    ssize_t       r;
-
-    if (t->ssl != NULL)
-        return net_tls_writev(t, iov, iovcnt);
-    do
-        r = sendmsg(t->fd, &mh, MSG_NOSIGNAL);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return MTA_AGAIN;
-    return r;
-}
-
-
 void
 net_close(struct net_conn *t)
 {

@@ -26,7 +26,6 @@
 
 #include <stddef.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 
 struct ssl_st;
 struct ssl_ctx_st;
@@ -43,8 +42,6 @@ struct net_conn {
 void    net_init(struct net_conn *t, int fd);
 ssize_t net_read(struct net_conn *t, void *p, size_t n);
 ssize_t net_write(struct net_conn *t, const void *p, size_t n);
-ssize_t net_writev(struct net_conn *t, const struct iovec *iov,
-            int iovcnt);
 void    net_close(struct net_conn *t);
 
 /* What a server context is built from (relay.yaml's tls.* keys).  Up to
