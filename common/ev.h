@@ -43,7 +43,7 @@ void        ev_unwatch(struct ev_loop *loop, int fd);
 /* ev_unwatch() for an fd the caller closes right after, before the loop
  * waits again, and that no other process or descriptor shares (no fork,
  * no dup): close() itself takes it out of the epoll set, so the
- * EPOLL_CTL_DEL system call is saved (one per session; issue 16). */
+ * EPOLL_CTL_DEL system call is saved (one per session). */
 void        ev_forget(struct ev_loop *loop, int fd);
 void        ev_timer_init(struct ev_timer *t, ev_timer_fn *fn, void *arg);
 void        ev_timer_start(struct ev_loop *loop, struct ev_timer *t,

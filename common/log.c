@@ -80,7 +80,7 @@ log_count_drop(void)
 /* log_flush - hand every staged record over in one datagram.  Each
  * record one datagram (sendmmsg) cost the workers a tenth of their CPU at
  * full speed, the socket buffer and wake-up of every record included
- * (perf, issue 16); the log process writes the lines as they come. */
+ * (perf); the log process writes the lines as they come. */
 void
 log_flush(void)
 {

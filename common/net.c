@@ -290,7 +290,7 @@ net_ticket_cb(SSL *ssl, unsigned char *name, unsigned char *iv,
          * clients should use a ticket once (RFC 8446 C.4), and OpenSSL's
          * does not offer a spent one again: with 1 (no new ticket) a
          * client that keeps its last session did a full handshake every
-         * other connection (measured with bench/tlsblast -R).  For TLS
+         * other connection.  For TLS
          * 1.2 it moves a ticket made with the previous key forward. */
         rc = 2;
     }

@@ -1,6 +1,6 @@
 /*
  * safefs.c - see safefs.h.  Used by the master (root) for the spool, the
- * routes db, the pid file and the control socket (issue 10, finding 1).
+ * routes db, the pid file and the control socket.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
  * sandbox.h - what a process may still do once it runs: a seccomp filter
  * (libseccomp) per role and, for the workers, Landlock rules on the file
- * system (issue 10, "contain the next one").  docs/SECURITY.md says why
+ * system.  docs/SECURITY.md says why
  * each call and path is there.
  *
  * CONTRACT  Call after the privilege drop (PR_SET_NO_NEW_PRIVS is set by

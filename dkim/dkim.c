@@ -45,9 +45,9 @@ struct dkim_key {
                                      * not per message */
     EVP_MD_CTX *ed;                 /* Ed25519: initialised once; each
                                      * message signs with a copy (an init
-                                     * per message, which fetches the
-                                     * algorithm again, cost 10-25% of
-                                     * the Ed25519 signature; OpenSSL 3.2 and
+                                     * per message fetches the algorithm
+                                     * again, a large share of an Ed25519
+                                     * signature; OpenSSL 3.2 and
                                      * later refuse to reuse one without
                                      * it, openssl/openssl#23075) */
     size_t      siglen;             /* signature bytes */

@@ -437,7 +437,7 @@ privs_resolve(const struct config *cfg, struct privs *p, char *err,
     p->ngroups = n;
     p->drop = 1;
     /* The workers parse what the internet sends: they must not be able to
-     * pass the control socket's check (issue 10, finding 5). */
+     * pass the control socket's check. */
     for (int i = 0; p->has_admin && i < n; i++) {
         if (p->groups[i] == p->admin_gid) {
             snprintf(err, errsz, "server.admin_group: '%s' must not be a "

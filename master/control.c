@@ -43,7 +43,7 @@
  * the socket is born with its final mode (umask around bind, no window)
  * and its group is set with fchownat(AT_SYMLINK_NOFOLLOW).  Mode 0660
  * with group server.admin_group, else 0600: the workers' group has no
- * way in (issue 10, findings 1 and 5).
+ * way in.
  */
 int
 ctl_listen(const char *path, const struct privs *p, char *err, size_t errsz)

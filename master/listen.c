@@ -10,9 +10,8 @@
  *           queues lose (reset) the connections waiting on the socket of a
  *           worker that dies or retires at a reload, hash new connections
  *           to a stuck worker, and would need root (port 25) at every
- *           respawn; measured on 2 cores with 2 workers, throughput was the
- *           same within noise (1k messages, 1 per connection, 2/20/200
- *           sessions), SO_REUSEPORT only split connections more evenly.
+ *           respawn; and it bought no throughput in our runs, only a more
+ *           even split of connections (bench/RESULTS.md).
  * CONTRACT  listen_acquire() gives one fd per cfg->listen entry; an address
  *           that is already bound (same sockaddr) reuses the same fd, so a
  *           reload never closes a socket that keeps its address: no

@@ -192,7 +192,7 @@ logd_pack(struct logd *d, const struct ucred *cr, const char *src,
  * buffer at its own slot, then they are packed together (in place: a
  * record moves down, never over a slot not yet packed):
  * a message relayed logs about five records, and one recv() per record
- * was the largest share of mtad's system calls (issue 16).  A batch that
+ * was the largest share of mtad's system calls.  A batch that
  * comes back short means the socket was empty just then: stop without
  * the extra call that would only say EAGAIN; epoll wakes us for more. */
 static int logd_command(struct logd *d);
@@ -356,7 +356,7 @@ logd_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 }
 
 /* Records.  A reopen is put in order by its mark (logd_drain), so the
- * channel is not read here on every wakeup (issue 16). */
+ * channel is not read here on every wakeup. */
 static void
 logd_recv_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {

@@ -1,6 +1,6 @@
 /*
  * qstream.c - "queue-stream" on the control socket: `mtactl queue` while
- * mtad runs gets its listing from the workers (issue 16).
+ * mtad runs gets its listing from the workers.
  *
  * PURPOSE   For each worker of the current generation, a socketpair: one
  *           end goes to the worker over its channel (CHAN_QSTREAM with the

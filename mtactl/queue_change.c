@@ -286,8 +286,8 @@ queue_select(struct spool *sp, const struct queue_opts *o, const char *cmd,
  * runs: one "kick *" is the whole job.  Every worker then rebuilds its
  * schedule from the spool with each message not on hold due now (see
  * deliver_kick), which is what rewriting every message's state to "now"
- * and kicking achieves, without a million state writes (7.3 s
- * for 100,000 messages).  The files are only counted.  Returns the exit
+ * and kicking achieves, without a state write per message.  The files
+ * are only counted.  Returns the exit
  * code, or -1 when mtad is not running: then the state of each message
  * must say "now", so that the flush stands until it starts. */
 static int

@@ -234,7 +234,7 @@ void    spool_sync_free(struct spool *sp);                  /* spool_close */
 
 /* The last close of a removed queue file, off the loop (spool_reap.c):
  * on a disk file system that close frees the file's blocks in
- * the caller (ext4 with "discard": a wait for the device, ~60 us).
+ * the caller (ext4 with "discard": a wait for the device).
  *   spool_reap_init() once, before the sandbox (it makes a pipe): on
  *     tmpfs or ramfs it does nothing, and every close stays inline.
  *   spool_close_removed(): fd, open on a file no longer in queue/ (after

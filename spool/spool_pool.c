@@ -2,10 +2,10 @@
  * spool_pool.c - delivered files kept to carry the next messages.  See
  * the CONTRACT in spool.h (spool_remove_fd, spool_pool_trim).
  *
- * Why (bench/relay_floor on the bench VM): writing 1 MiB into a
- * new tmpfs file cost 0.27-0.36 ms of CPU, allocating and charging 256
- * pages, and its unlink another 0.06 to free them; written over an old
- * file of that size, 0.11-0.14 and nothing.  A small message saves three
+ * Why: writing a big message into a new tmpfs file allocates and charges
+ * its pages, and its unlink frees them again; written over an old file of
+ * that size, neither happens (bench/relay_floor measures both; the
+ * figures are in bench/RESULTS.md).  A small message saves three
  * system calls: the open, the flock, the unlink and the close give way to
  * one rename (queue/<id> -> tmp/.<id>: the dot sets it apart from the files
  * being received); the next message is written under that name and

@@ -5,10 +5,9 @@
  * Why: on a disk file system the last close() of an unlinked file frees
  * its blocks in the caller: ext4 truncates it there, and with the
  * "discard" mount option (common on virtual machines) it also waits for a
- * discard request to the device.  On the bench machine that close took
- * 60 us, blocking; every delivered message stalled its worker's loop that
- * long (perf's sched_switch stacks of the durable row, one
- * blk_issue_discard wait per message).  Here a helper thread makes those
+ * discard request to the device, blocking: every delivered message
+ * stalled its worker's loop for it (perf's sched_switch stacks of the
+ * durable row showed one blk_issue_discard wait per message).  Here a helper thread makes those
  * closes: the loop writes the descriptor's number into a pipe and goes
  * on.  The file is no longer in queue/, so nobody can open it by name;
  * that its lock is held a little longer changes nothing for anyone.

@@ -42,7 +42,7 @@
  *           hand-over wakes the log process (a context switch on both
  *           sides); with one message per connection a turn stages about
  *           one record, so flushing every turn cost a wakeup per record
- *           (measured: a fifth of mtad's CPU at 2,000 msgs/s).  Records
+ *           (a large share of mtad's CPU in a profile).  Records
  *           keep the time they were formatted at; the stage also goes out
  *           when full and at exit.
  * FAILURE   worker_init() logs and returns NULL; worker_run() returns the
@@ -285,7 +285,7 @@ worker_accept_one(struct worker *w, int fd)
 
         /* No Nagle: a reply written behind a small unacknowledged segment
          * (a TLS session ticket, a 220) would wait for the client's
-         * delayed ACK, 40 ms a session (issue 20).  Replies already leave
+         * delayed ACK, 40 ms a session.  Replies already leave
          * in one write per loop turn, so this adds no segments.  Already
          * so when the listener has it (listen.c): accepted sockets
          * inherit it, and this system call per connection is saved. */
@@ -322,7 +322,7 @@ worker_accept_one(struct worker *w, int fd)
  * up to WORKER_ACCEPT_BUDGET, while the listener is readable again in the
  * very next turn after a batch that found no end: a backlog.  Else it
  * falls back to one.  With a connection per message arriving one at a
- * time, that is one accept4() a connection, not two (issue 16).
+ * time, that is one accept4() a connection, not two.
  */
 static void
 worker_on_accept(struct ev_loop *loop, int fd, unsigned events, void *arg)
