@@ -79,6 +79,21 @@ def test_make_test_runs_both_checks():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sh tests/layering.sh . %s\n" % os.path.basename(BUILD) in r.stdout
     assert "sh tests/size.sh .\n" in r.stdout, r.stdout
+    assert "sh tests/conventions.sh .\n" in r.stdout, r.stdout
+
+
+def test_real_tree_has_no_issue_numbers_in_c_sources():
+    r = subprocess.run(["sh", os.path.join(ROOT, "tests", "conventions.sh"),
+                        ROOT], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_planted_issue_number_fails_make_size(copy):
+    plant(copy, "common/planted.c", "/* as issue 12 asked */\nint x;\n")
+    r = make(copy, "size")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "common/planted.c:1:" in r.stdout, r.stdout
+    assert "conventions: FAILED" in r.stdout
 
 
 # ---- includes -------------------------------------------------------------
