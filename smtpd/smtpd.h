@@ -33,6 +33,7 @@ struct spool;
 struct router;
 struct deliver;
 struct status_worker;
+struct status_page;
 struct ssl_ctx_st;
 struct dkim_keys;
 struct config_listen;
@@ -52,6 +53,8 @@ struct smtpd_env {
     struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
     struct dkim_keys     *dkim;     /* dkim.sign keys; NULL: no signing */
     struct smtpd_auth    *auth;     /* auth.password_file; NULL: no AUTH */
+    struct status_page   *shared;   /* the node's status page: AUTH
+                                       failures count daemon-wide */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;

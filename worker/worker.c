@@ -792,6 +792,7 @@ worker_init(const struct worker_args *a)
     env.tls_ctx = w->tls_ctx;
     env.dkim = w->dkim;
     env.auth = w->auth;
+    env.shared = w->admit;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
