@@ -317,7 +317,7 @@ void    smtpd_auth_cancel(struct smtpd *d, struct smtpd_sauth *sa);
  * hash must outlive the job.  reap: 1 and a finished job's owner (NULL:
  * cancelled, drop it) and whether crypt(pass, hash) == hash; 0 when none
  * is left.  The loop watches fd (EV_READ) and reaps until 0. */
-#define SMTPD_HASH_JOBS 64
+#define SMTPD_HASH_JOBS 256
 struct smtpd_hash;
 struct smtpd_hash *smtpd_hash_new(void);        /* NULL: eventfd failed */
 void    smtpd_hash_free(struct smtpd_hash *h);  /* NULL ok; joins */
