@@ -10,7 +10,11 @@ PURPOSE   Starts bench/smtpsink and one mtad (loopback, a spool on
           from its own address (127.0.1.x, 127.0.2.x, ...), sending one
           AUTH PLAIN with a wrong password, all at once.  Reports the
           relaying sessions' reply latency (every reply: MAIL, RCPT, DATA,
-          the dot) while the flood runs, p50 / p99 / max, and how long the
+          the dot) while the flood runs, p50 / p99 / p99.9 / max (a stalled
+          session adds one long sample while the others add thousands of
+          short ones, so also: the median over the sessions of each one's
+          worst wait, and stalled_s, the summed time of waits over 100 ms),
+          and how long the
           flood took, and how many AUTHs were answered 535 (checked) and
           454 (the worker's hashing queue was full).
 CONTRACT  bench/auth_stall.py [--mtad PATH] [--clients 400] [--sessions 20]
@@ -116,7 +120,7 @@ async def reply(r, timeout=10.0):
             return int(line[:3])
 
 
-async def relayer(port, stop, lat, counts):
+async def relayer(port, stop, lat, counts, me):
     r, w = await asyncio.open_connection("127.0.0.1", port,
                                          local_addr=("127.0.0.1", 0))
     await reply(r)
@@ -130,7 +134,7 @@ async def relayer(port, stop, lat, counts):
             w.write(cmd)
             await w.drain()
             await reply(r)
-            lat.append((t, time.monotonic() - t))
+            lat.append((t, time.monotonic() - t, me))
         counts[0] += 1
     w.write(b"QUIT\r\n")
     w.close()
@@ -156,8 +160,8 @@ async def guesser(port, i, done):
 async def run(port, clients, sessions):
     stop = asyncio.Event()
     lat, counts, done = [], [0], []
-    relay = [asyncio.ensure_future(relayer(port, stop, lat, counts))
-             for _ in range(sessions)]
+    relay = [asyncio.ensure_future(relayer(port, stop, lat, counts, i))
+             for i in range(sessions)]
     await asyncio.sleep(1.0)                # warm: sessions relaying
     t0 = time.monotonic()
     await asyncio.gather(*(guesser(port, i, done) for i in range(clients)))
@@ -165,7 +169,7 @@ async def run(port, clients, sessions):
     await asyncio.sleep(0.5)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*relay), 30)
-    during = sorted(d for t, d in lat if t0 <= t <= t1)
+    during = [(d, me) for t, d, me in lat if t0 <= t <= t1]
     return t1 - t0, during, counts[0], done
 
 
@@ -204,19 +208,27 @@ def main():
             errf.flush()
             sys.stderr.write(open(os.path.join(d, "stderr.log")).read())
             raise
-        secs, during, msgs, done = asyncio.run(asyncio.wait_for(
+        secs, samples, msgs, done = asyncio.run(asyncio.wait_for(
             run(port, a.clients, a.sessions), a.limit))
+        during = sorted(d for d, _ in samples)
+        worst = {}
+        for d, me in samples:
+            worst[me] = max(worst.get(me, 0.0), d)
+        worst = sorted(worst.values())
+        slow = sum(d for d in during if d > 0.1)
         answered = sum(1 for c in done if c == 535)
         busy = sum(1 for c in done if c == 454)
         print("mtad=%s clients=%d sessions=%d workers=%d flood_s=%.2f "
               "auth_535=%d auth_454=%d replies_during=%d msgs=%d p50_ms=%.1f "
-              "p99_ms=%.1f max_ms=%.1f mean_ms=%.1f load=%s" % (
+              "p99_ms=%.1f p999_ms=%.1f max_ms=%.1f mean_ms=%.1f "
+              "session_worst_p50_ms=%.1f stalled_s=%.2f load=%s" % (
                   a.mtad, a.clients, a.sessions, a.workers, secs, answered, busy,
                   len(during), msgs, pct(during, 0.5) * 1e3,
-                  pct(during, 0.99) * 1e3,
+                  pct(during, 0.99) * 1e3, pct(during, 0.999) * 1e3,
                   (during[-1] if during else float("nan")) * 1e3,
                   (statistics.mean(during) if during else float("nan"))
-                  * 1e3, open("/proc/loadavg").read().split()[0]))
+                  * 1e3, pct(worst, 0.5) * 1e3, slow,
+                  open("/proc/loadavg").read().split()[0]))
         return 0 if answered + busy == a.clients else 1
     finally:
         for p in reversed(procs):
