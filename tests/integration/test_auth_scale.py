@@ -11,6 +11,8 @@ import ctypes
 import os
 import re
 import select
+import socket
+import struct
 
 from mtadtest import Client, wait_for
 
@@ -135,3 +137,29 @@ def test_failure_count_is_shared_by_the_workers(mtad_factory, workdir):
         assert c.cmd(plain("alice", "s3cret pass")).code == 235
     for c in conns:
         c.close()
+
+
+def test_sessions_that_leave_while_their_hash_runs(mtad_factory, workdir):
+    """Clients that hang up (or reset) while their password is hashed:
+    the answers that come later are dropped (no session is touched after
+    it was freed: run under ASan too), the failures still count, and the
+    worker goes on serving.  A reset is seen at once (the session is freed
+    and its job cancelled); a plain close only once the answer is written."""
+    m = start(mtad_factory, workdir, workers=1, auth={"max_failures": 8})
+    before = m.children()
+    for i in range(8):
+        c = Client(m.port, source="127.0.0.7", timeout=30)
+        c.greet()
+        c.send(plain("alice", "gone %d" % i) + "\r\n")
+        if i % 2:
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                              struct.pack("ii", 1, 0))    # RST
+        c.close()
+    with Client(m.port, source="127.0.0.7", timeout=30) as c:
+        c.greet()
+        assert c.cmd(plain("alice", "s3cret pass")).code == 421, \
+            "the checks of the sessions that left were counted"
+    with Client(m.port, source="127.0.0.8", timeout=30) as c:
+        c.greet()
+        assert c.cmd(plain("alice", "s3cret pass")).code == 235
+    assert m.children() == before, "the worker was restarted"
