@@ -20,7 +20,7 @@
  *           Checks are counted per client address (IPv6 per
  *           limits.ipv6_prefix network) in one table of the shared status
  *           page that every worker of the node writes (status_auth_take:
- *           an address is forgotten SMTPD_AUTH_WINDOW_MS after its last
+ *           an address is forgotten SMTPD_AUTH_WINDOW_S after its last
  *           count), so neither a reconnect nor landing on another worker
  *           resets it.  A check is counted when the password arrives and
  *           given back when it matches, so checks running at once count
