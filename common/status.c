@@ -203,3 +203,141 @@ status_slot_clear(struct status_page *sp, unsigned slot)
     if (slot < STATUS_MAX_WORKERS)
         memset(sp->iptab[slot], 0, sizeof(sp->iptab[slot]));
 }
+
+
+/* --- AUTH failures ------------------------------------------------------
+ *
+ * One word per address: a 28-bit key (from the address hash) << 36 | a
+ * 12-bit count << 24 | the 24-bit time of the last count in seconds (mod
+ * 2^24, about 194 days).  Count 0, or a time older than the window, is a
+ * free word.  Writers race only through compare-and-swap on one word; a
+ * lost race rescans.  Two workers inserting the same new address at once
+ * may make two words for it: every count sums all its words. */
+#define SA_KEY(w)    ((w) >> 36)
+#define SA_CNT(w)    (((w) >> 24) & 0xfffULL)
+#define SA_TIME(w)   ((uint32_t)((w) & 0xffffffULL))
+#define SA_WORD(k, c, t) ((uint64_t)(k) << 36 | (uint64_t)(c) << 24 | \
+                          ((t) & 0xffffffULL))
+#define SA_PROBE     16
+
+struct status_auth_scan {
+    uint64_t *live, live_w;         /* the first live word of the key */
+    uint64_t *reuse, reuse_w;       /* the first free word, else the oldest */
+    int       reuse_live;           /* reuse is the oldest live word */
+    unsigned  total;                /* the key's count over its words */
+};
+
+static uint32_t
+status_auth_age(uint64_t w, uint32_t now_s)
+{
+    return (now_s - SA_TIME(w)) & 0xffffffU;
+}
+
+/* status_auth_scan - the key's words in its probe window, one pass. */
+static void
+status_auth_scan(struct status_page *sp, uint64_t key, uint32_t now_s,
+    uint32_t window_s, struct status_auth_scan *r)
+{
+    uint64_t *word, w;
+    unsigned  i;
+    int       live;
+
+    memset(r, 0, sizeof(*r));
+    for (i = 0; i < SA_PROBE; i++) {
+        word = &sp->authtab[(key + i) & (STATUS_AUTH_SLOTS - 1)];
+        w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        live = SA_CNT(w) > 0 && status_auth_age(w, now_s) <= window_s;
+        if (live && SA_KEY(w) == key) {
+            r->total += (unsigned)SA_CNT(w);
+            if (r->live == NULL) {
+                r->live = word;
+                r->live_w = w;
+            }
+        } else if (!live) {
+            if (r->reuse == NULL || r->reuse_live) {
+                r->reuse = word;    /* the first free word */
+                r->reuse_w = w;
+                r->reuse_live = 0;
+            }
+        } else if (r->reuse == NULL || (r->reuse_live &&
+            status_auth_age(w, now_s) > status_auth_age(r->reuse_w, now_s))) {
+            r->reuse = word;        /* none free yet: the oldest */
+            r->reuse_w = w;
+            r->reuse_live = 1;
+        }
+    }
+}
+
+/* status_auth_key - 28 bits of the address hash, never 0. */
+static uint64_t
+status_auth_key(const struct sockaddr *sa)
+{
+    uint64_t k = status_ip_key(sa);
+
+    k = (k ^ (k >> 28)) & 0xfffffffULL;
+    return k ? k : 1;
+}
+
+unsigned
+status_auth_count(struct status_page *sp, const struct sockaddr *sa,
+    uint32_t now_s, uint32_t window_s)
+{
+    struct status_auth_scan r;
+
+    if (status_ip_key(sa) == 0)
+        return 0;
+    status_auth_scan(sp, status_auth_key(sa), now_s, window_s, &r);
+    return r.total;
+}
+
+unsigned
+status_auth_take(struct status_page *sp, const struct sockaddr *sa,
+    uint32_t now_s, uint32_t window_s, unsigned max)
+{
+    struct status_auth_scan r;
+    uint64_t key, cnt, *word, old;
+
+    if (status_ip_key(sa) == 0)
+        return 1;                   /* not an IP address: not counted */
+    key = status_auth_key(sa);
+    for (;;) {                      /* a failed CAS: another one succeeded */
+        status_auth_scan(sp, key, now_s, window_s, &r);
+        if (r.total >= max)
+            return 0;
+        if (r.live != NULL) {
+            word = r.live;
+            old = r.live_w;
+            cnt = SA_CNT(old) < STATUS_AUTH_CNT_MAX ? SA_CNT(old) + 1
+                                                    : SA_CNT(old);
+        } else {
+            word = r.reuse;         /* never NULL: SA_PROBE > 0 words */
+            old = r.reuse_w;
+            cnt = 1;
+        }
+        if (__atomic_compare_exchange_n(word, &old, SA_WORD(key, cnt, now_s),
+            0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return r.total + 1;
+    }
+}
+
+void
+status_auth_give(struct status_page *sp, const struct sockaddr *sa,
+    uint32_t now_s, uint32_t window_s)
+{
+    struct status_auth_scan r;
+    uint64_t key, old;
+
+    if (status_ip_key(sa) == 0)
+        return;
+    key = status_auth_key(sa);
+    for (;;) {
+        status_auth_scan(sp, key, now_s, window_s, &r);
+        if (r.live == NULL)
+            return;
+        old = r.live_w;
+        if (__atomic_compare_exchange_n(r.live, &old,
+            SA_WORD(key, SA_CNT(old) - 1, SA_TIME(old)), 0, __ATOMIC_ACQ_REL,
+            __ATOMIC_ACQUIRE))
+            return;
+    }
+}

@@ -16,6 +16,7 @@
 #define STATUS_MAX_WORKERS 128
 #define STATUS_IP_SLOTS    16384    /* per worker slot, power of two; 128 KiB,
                                        touched lazily */
+#define STATUS_AUTH_SLOTS  8192     /* AUTH failure table, power of two */
 
 /* Operations counters of one worker (metrics, master/metrics.c).  Same
  * rule: one writer, relaxed atomics; the master sums the slots. */
@@ -92,6 +93,9 @@ struct status_page {
      * (its only writer), each word a 48-bit hash of the address << 16 | a
      * count; see status.c.  Cleared with the slot when its worker dies. */
     uint64_t iptab[STATUS_MAX_WORKERS][STATUS_IP_SLOTS];
+    /* AUTH checks per client address, one table for every worker (of
+     * every generation), written with compare-and-swap; see status.c. */
+    uint64_t authtab[STATUS_AUTH_SLOTS];
 };
 
 #define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
@@ -130,5 +134,24 @@ uint32_t status_conn_count(const struct status_page *sp,
             const struct sockaddr *sa);
 uint64_t status_conns_all(const struct status_page *sp);
 void    status_slot_clear(struct status_page *sp, unsigned slot);
+
+/* AUTH failures per client address (sa grouped by status_addr_group()),
+ * daemon-wide: every worker counts into one table, so max_failures holds
+ * for the node however connections spread over the workers.  An entry is
+ * forgotten window_s seconds after its last count (now_s: CLOCK_MONOTONIC
+ * seconds, the same clock in every process), so nothing a killed worker
+ * counted stays for ever.  status_auth_count(): the live count.
+ * status_auth_take(): count one check unless max are counted already; the
+ * new count (1..max), or 0 when at max (nothing counted).
+ * status_auth_give(): undo one take (the check succeeded).  Lock-free (a
+ * compare-and-swap per change); a full probe window reuses its oldest
+ * entry; counts above STATUS_AUTH_CNT_MAX stay there. */
+#define STATUS_AUTH_CNT_MAX 4095u
+unsigned status_auth_count(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t window_s);
+unsigned status_auth_take(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t window_s, unsigned max);
+void    status_auth_give(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t window_s);
 
 #endif /* MTAD_STATUS_H */

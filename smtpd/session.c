@@ -479,8 +479,8 @@ sess_write(struct sess *s)
         return sess_tls_begin(s);   /* the 220 is out: handshake */
     /* held or waiting for the sync off the loop: nothing is read, and
      * the level-triggered loop must not report the input meanwhile */
-    sess_watch(s, s->state == SS_AUTH_HOLD || (s->flags & SF_SYNCQ) ? 0 :
-        EV_READ);
+    sess_watch(s, s->state == SS_AUTH_HOLD || s->state == SS_AUTH_WAIT ||
+        (s->flags & SF_SYNCQ) ? 0 : EV_READ);
     if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
         sess_process(s);            /* commands paused at SESS_OUT_HIGH */
     else if (s->tp.ssl != NULL)
@@ -508,6 +508,8 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)sess_tls_step(s);
         else if (s->state == SS_AUTH_HOLD && (events & EV_ERROR))
             sess_free(s, "connection lost during the AUTH delay");
+        else if (s->state == SS_AUTH_WAIT && (events & EV_ERROR))
+            sess_free(s, "connection lost during the AUTH check");
         else if ((s->flags & SF_SYNCQ) && (events & EV_ERROR))
             /* reset while its sync runs: epoll reports ERR/HUP even with
              * no events watched, every turn until the fd goes, so keep it
@@ -676,6 +678,7 @@ sess_free(struct sess *s, const char *why)
     buf_pool_give(&s->in);
     sess_out_give(s);
     free(s->helo);
+    smtpd_auth_cancel(d, s->auth);  /* its hash's answer is dropped */
     smtpd_auth_sess_free(s->auth);
     if (s->prev != NULL)
         s->prev->next = s->next;
@@ -876,6 +879,7 @@ smtpd_new(const struct smtpd_env *env)
     d->tls_ctx = env->tls_ctx;
     d->dkim = env->dkim;
     d->auth = env->auth;
+    d->shared = env->shared;
     d->gone = env->gone;
     d->arg = env->arg;
     d->sid_slot = env->slot & 0xffu;
@@ -884,6 +888,7 @@ smtpd_new(const struct smtpd_env *env)
     ev_before_sleep(d->loop, sess_commit_hook, d);
     ev_before_sleep(d->loop, sess_flush_hook, d);
     sess_commit_setup(d);
+    sess_auth_setup(d);
     return d;
 }
 
@@ -897,6 +902,7 @@ smtpd_free(struct smtpd *d)
         return;
     while (d->sessions != NULL)
         sess_free(d->sessions, "worker exit");
+    sess_auth_teardown(d);
     sess_commit_free(d);
     ev_timer_stop(d->loop, &d->tls_timer);
     free(d->tls_ready);

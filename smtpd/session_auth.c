@@ -17,28 +17,33 @@
  *           stops the start (or the reload) with file:line in the log.
  * POLICY    AUTH is offered only over TLS, or on a loopback connection when
  *           auth.allow_plaintext_loopback is true (a local sendmail).
- *           Failures are counted per client address in a table of each
- *           worker (SMTPD_AUTH_SLOTS addresses, the oldest reused; an
- *           address is forgotten SMTPD_AUTH_WINDOW_MS after its last
- *           failure), so a reconnect does not reset its count.  The reply
+ *           Checks are counted per client address (IPv6 per
+ *           limits.ipv6_prefix network) in one table of the shared status
+ *           page that every worker of the node writes (status_auth_take:
+ *           an address is forgotten SMTPD_AUTH_WINDOW_S after its last
+ *           count), so neither a reconnect nor landing on another worker
+ *           resets it.  A check is counted when the password arrives and
+ *           given back when it matches, so checks running at once count
+ *           too.  The reply
  *           to the n-th failure is held back auth.failure_delay * 2^(n-1),
  *           at most auth.failure_delay_max (Postfix's
  *           smtpd_error_sleep_time, doubled like a tarpit): the session
  *           keeps it (SMTPD_AUTH_HOLD) and answers from its timer, reading
  *           nothing meanwhile, so a guesser gets one try per delay per
- *           connection; the count is raised before the delay, so hanging up
+ *           connection; the count is raised before the hash, so hanging up
  *           early gains nothing.  At auth.max_failures the held reply is
  *           421 and the session closes; later AUTH from that address gets
  *           421 at once, and so does a password sent in an exchange
  *           opened before: no more than auth.max_failures checks per
  *           address and window.  Each failed attempt is logged with the
- *           user name tried (escaped), never the password.  Hashing runs
- *           in the event loop: a yescrypt check at its default cost
- *           holds the worker, which serves nobody else meanwhile
- *           (README, Gaps).
+ *           user name tried (escaped), never the password.
+ * HASHING   A yescrypt check at its default cost is slow by design: it runs on the worker's hashing threads
+ *           (session_hash.c) while the loop serves the other sessions.  The
+ *           session waits for it (SMTPD_AUTH_WAIT), reading nothing, and
+ *           smtpd_auth_done() takes the answer; a session that closes
+ *           meanwhile cancels it (smtpd_auth_cancel).
  */
 #include <arpa/inet.h>
-#include <crypt.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -51,6 +56,7 @@
 #include <openssl/crypto.h>
 
 #include "common/log.h"
+#include "common/status.h"
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -59,8 +65,7 @@
 /* The session's fields of a record (SESS_CLIENT for an auth context). */
 #define SMTPD_AUTH_CLIENT(c) LKV_S("client", (c)->ip), \
     LKV_I("client_port", (c)->port), LKV_S("session", (c)->sid)
-#define SMTPD_AUTH_WINDOW_MS  (10 * 60 * 1000)   /* failures forgotten */
-#define SMTPD_AUTH_SLOTS      1024               /* client addresses */
+#define SMTPD_AUTH_WINDOW_S   (10 * 60)          /* failures forgotten */
 #define SMTPD_AUTH_FILE_MAX   (16 * 1024 * 1024)
 
 struct smtpd_auth_user {
@@ -68,17 +73,9 @@ struct smtpd_auth_user {
     char *hash;
 };
 
-struct smtpd_auth_fail {
-    char     ip[INET6_ADDRSTRLEN];
-    unsigned count;
-    uint64_t last_ms;
-};
-
 struct smtpd_auth {
     struct smtpd_auth_user *users;
     size_t                  nusers;
-    struct crypt_data      *cd;      /* crypt_r() scratch (32 KiB) */
-    struct smtpd_auth_fail  fails[SMTPD_AUTH_SLOTS];
 };
 
 enum { SA_NONE = 0, SA_PLAIN, SA_LOGIN_USER, SA_LOGIN_PASS };
@@ -88,7 +85,11 @@ struct smtpd_sauth {
     int   held;                      /* SMTPD_AUTH_FAIL or _CLOSE: the
                                         reply the session holds back */
     uint64_t hold_ms;                /* for this long */
-    char  tried[256];                /* LOGIN: the user name given */
+    int   busy;                      /* a check runs: job (session_hash.c) */
+    int   job;
+    int   found;                     /* ... for a user in the file */
+    unsigned n;                      /* ... counted as the n-th */
+    char  tried[256];                /* the user name given */
     char *user;                      /* authenticated as, or NULL */
     const char *mech;
 };
@@ -110,7 +111,6 @@ smtpd_auth_free(struct smtpd_auth *a)
         free(a->users[i].hash);
     }
     free(a->users);
-    free(a->cd);
     free(a);
 }
 
@@ -193,7 +193,6 @@ smtpd_auth_load(const char *path, gid_t gid, gid_t admin_gid)
     close(fd);
     text[len] = '\0';
     a = xcalloc(1, sizeof(*a));
-    a->cd = xcalloc(1, sizeof(*a->cd));
     for (line = text; line != NULL && *line != '\0'; line = next) {
         lineno++;
         next = strchr(line, '\n');
@@ -218,78 +217,42 @@ smtpd_auth_load(const char *path, gid_t gid, gid_t admin_gid)
 }
 
 
-/* smtpd_auth_check - 1 when pass is user's password.  An unknown user
- * still costs one hash of the same method and cost, the first user's
- * (never a match: found stays 0), so that timing does not tell who
- * exists; a fixed "$6$" dummy would be far cheaper than yescrypt. */
-static int
-smtpd_auth_check(struct smtpd_auth *a, const char *user, const char *pass)
+/* smtpd_auth_hash_of - the hash user's password is checked against.  An
+ * unknown user still costs one hash of the same method and cost, the
+ * first user's (never a match: *found is 0), so that timing does not tell
+ * who exists; a fixed "$6$" dummy would be far cheaper than yescrypt. */
+static const char *
+smtpd_auth_hash_of(const struct smtpd_auth *a, const char *user, int *found)
 {
     static const char dummy[] =
         "$6$mtadmtadmtadmtad$0000000000000000000000000000000000000000000"
         "000000000000000000000000000000000000000000";
-    const char *hash = a->nusers > 0 ? a->users[0].hash : dummy, *out;
-    size_t      i, n;
-    int         found = 0;
+    size_t i;
 
+    *found = 0;
     for (i = 0; i < a->nusers; i++)
         if (strcmp(a->users[i].name, user) == 0) {
-            hash = a->users[i].hash;
-            found = 1;
-            break;
+            *found = 1;
+            return a->users[i].hash;
         }
-    out = crypt_r(pass, hash, a->cd);
-    if (out == NULL || out[0] == '*')
-        return 0;
-    n = strlen(hash);
-    return found && strlen(out) == n && CRYPTO_memcmp(out, hash, n) == 0;
+    return a->nusers > 0 ? a->users[0].hash : dummy;
 }
 
 
 /* --- failure limit ---------------------------------------------------- */
 
-/* smtpd_auth_slot - ip's entry, else a free one, else the oldest. */
-static struct smtpd_auth_fail *
-smtpd_auth_slot(struct smtpd_auth *a, const char *ip, uint64_t now)
+static uint32_t
+smtpd_auth_now_s(const struct smtpd *d)
 {
-    struct smtpd_auth_fail *f, *use = NULL;
-    size_t i;
-
-    for (i = 0; i < SMTPD_AUTH_SLOTS; i++) {
-        f = &a->fails[i];
-        if (f->count > 0 && now - f->last_ms > SMTPD_AUTH_WINDOW_MS)
-            f->count = 0;
-        if (f->count > 0 && strcmp(f->ip, ip) == 0)
-            return f;
-        if (use == NULL || (use->count > 0 &&
-            (f->count == 0 || f->last_ms < use->last_ms)))
-            use = f;
-    }
-    return use;
+    return (uint32_t)(ev_now(d->loop) / 1000);
 }
 
 
 static unsigned
-smtpd_auth_failures(struct smtpd_auth *a, const char *ip, uint64_t now)
+smtpd_auth_failures(const struct smtpd *d, const struct smtpd_auth_ctx *c)
 {
-    struct smtpd_auth_fail *f = smtpd_auth_slot(a, ip, now);
-
-    return f->count > 0 && strcmp(f->ip, ip) == 0 ? f->count : 0;
-}
-
-
-static unsigned
-smtpd_auth_failed(struct smtpd_auth *a, const char *ip, uint64_t now)
-{
-    struct smtpd_auth_fail *f = smtpd_auth_slot(a, ip, now);
-
-    if (f->count == 0 || strcmp(f->ip, ip) != 0) {
-        util_strlcpy(f->ip, ip, sizeof(f->ip));
-        f->count = 0;
-    }
-    f->count++;
-    f->last_ms = now;
-    return f->count;
+    return status_auth_count(d->shared, c->group, smtpd_auth_now_s(d),
+        SMTPD_AUTH_WINDOW_S);
 }
 
 
@@ -415,24 +378,56 @@ smtpd_auth_sess_free(struct smtpd_sauth *sa)
 }
 
 
-/* smtpd_auth_try - user and password are known: check them. */
+/* smtpd_auth_try - user and password are known: count the check and
+ * hand it to a hashing thread; smtpd_auth_done() takes the answer. */
 static int
 smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
     struct smtpd_sauth *sa, const char *user, const char *pass,
     char *reply, size_t rsz)
 {
-    uint64_t now = ev_now(d->loop);
-    unsigned n;
-    int      rc;
+    const char *hash;
+    unsigned    n;
+    int         id, found;
 
     sa->step = SA_NONE;
-    /* again here, not only at the AUTH command: exchanges opened before
-     * the limit was reached would each still get their guess checked
-     * (and a right one accepted) */
-    if (smtpd_auth_failures(d->auth, c->ip, now) >=
-        (unsigned)d->cfg->auth_max_failures)
+    /* counted here, not only checked at the AUTH command: exchanges opened
+     * before the limit was reached, or running at once on other
+     * connections, would each still get their guess checked */
+    n = status_auth_take(d->shared, c->group, smtpd_auth_now_s(d),
+        SMTPD_AUTH_WINDOW_S, (unsigned)d->cfg->auth_max_failures);
+    if (n == 0)
         return smtpd_auth_reply(d, SMTPD_AUTH_CLOSE, reply, rsz);
-    if (smtpd_auth_check(d->auth, user, pass)) {
+    hash = smtpd_auth_hash_of(d->auth, user, &found);
+    id = d->hash != NULL ? smtpd_hash_submit(d->hash, pass, hash, c->owner)
+                         : -1;
+    if (id < 0) {                   /* every job slot busy */
+        status_auth_give(d->shared, c->group, smtpd_auth_now_s(d),
+            SMTPD_AUTH_WINDOW_S);
+        snprintf(reply, rsz, "454 4.7.0 Temporary authentication failure");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (user != sa->tried)
+        util_strlcpy(sa->tried, user, sizeof(sa->tried));
+    sa->busy = 1;
+    sa->job = id;
+    sa->found = found;
+    sa->n = n;
+    return SMTPD_AUTH_WAIT;
+}
+
+
+int
+smtpd_auth_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, int match, char *reply, size_t rsz)
+{
+    const char *user = sa->tried;
+    unsigned    n = sa->n;
+    int         rc;
+
+    sa->busy = 0;
+    if (match && sa->found) {
+        status_auth_give(d->shared, c->group, smtpd_auth_now_s(d),
+            SMTPD_AUTH_WINDOW_S);
         sa->user = xstrdup(user);
         log_ev(LOGL_INFO, "auth", LOG_KVS(SMTPD_AUTH_CLIENT(c),
             LKV_S("user", user), LKV_S("method", sa->mech)),
@@ -441,7 +436,6 @@ smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
         snprintf(reply, rsz, "235 2.7.0 Authentication successful");
         return SMTPD_AUTH_OK;
     }
-    n = smtpd_auth_failed(d->auth, c->ip, now);
     rc = n >= (unsigned)d->cfg->auth_max_failures ? SMTPD_AUTH_CLOSE
                                                  : SMTPD_AUTH_FAIL;
     sa->hold_ms = smtpd_auth_delay(d->cfg, n);
@@ -457,6 +451,16 @@ smtpd_auth_try(struct smtpd *d, const struct smtpd_auth_ctx *c,
         return SMTPD_AUTH_HOLD;
     }
     return smtpd_auth_reply(d, rc, reply, rsz);
+}
+
+
+void
+smtpd_auth_cancel(struct smtpd *d, struct smtpd_sauth *sa)
+{
+    if (sa == NULL || !sa->busy)
+        return;
+    smtpd_hash_cancel(d->hash, sa->job);    /* the count stays */
+    sa->busy = 0;
 }
 
 
@@ -540,7 +544,6 @@ smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
     struct smtpd_sauth *sa;
     struct str          mech = arg, init = { arg.p + arg.n, 0 };
     const char         *sp = memchr(arg.p, ' ', arg.n);
-    uint64_t            now = ev_now(d->loop);
 
     if (d->auth == NULL) {
         snprintf(reply, rsz, "502 5.5.1 Error: authentication not enabled");
@@ -564,7 +567,7 @@ smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
             "progress");
         return SMTPD_AUTH_FAIL;
     }
-    if (smtpd_auth_failures(d->auth, c->ip, now) >=
+    if (smtpd_auth_failures(d, c) >=
         (unsigned)d->cfg->auth_max_failures) {
         return smtpd_auth_reply(d, SMTPD_AUTH_CLOSE, reply, rsz);
     }

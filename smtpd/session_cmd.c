@@ -56,6 +56,9 @@ sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
     c->in_txn = s->txn != NULL;
     c->role = s->role;
     c->sa = s->auth;
+    c->group = status_addr_group(&s->peer.sa,
+        (unsigned)s->d->cfg->ipv6_prefix, &c->group_ss);
+    c->owner = s;
     return c;
 }
 
@@ -76,6 +79,45 @@ sess_auth_hold(struct sess *s, uint64_t ms)
 }
 
 
+/* sess_auth_resume - after an answer that came off the session's own
+ * input (the held delay, the hash): whatever the client pipelined
+ * meanwhile. */
+static void
+sess_auth_resume(struct sess *s)
+{
+    if (s->state != SS_CMD || (s->flags & SF_WBLOCK))
+        return;                 /* max_errors; or sess_write resumes */
+    sess_watch(s, EV_READ);
+    sess_process(s);
+}
+
+
+/* sess_auth_answer - act on what session_auth.c answered. */
+static void
+sess_auth_answer(struct sess *s, int rc, const char *reply)
+{
+    if (rc == SMTPD_AUTH_OK)
+        s->flags |= SF_RELAY | SF_SIGN;     /* from wherever it connects */
+    if (rc == SMTPD_AUTH_WAIT) {
+        /* like the hold below: nothing read until the hash answers */
+        sess_enter(s, SS_AUTH_WAIT);
+        if (!(s->flags & SF_WBLOCK))
+            sess_watch(s, 0);
+        return;
+    }
+    if (rc == SMTPD_AUTH_HOLD) {
+        sess_auth_hold(s, smtpd_auth_hold_ms(s->auth));
+        return;
+    }
+    if (rc == SMTPD_AUTH_CLOSE) {
+        STATUS_ADD(s->d->st->errors, 1);
+        sess_close_after(s, reply);
+        return;
+    }
+    sess_reply(s, reply);
+}
+
+
 /* sess_auth_release - the delay is over: the held 535 (or the 421 that
  * closes), then whatever the client pipelined meanwhile. */
 void
@@ -85,16 +127,71 @@ sess_auth_release(struct sess *s)
     int  rc = smtpd_auth_release(s->d, s->auth, reply, sizeof(reply));
 
     sess_enter(s, SS_CMD);
-    if (rc == SMTPD_AUTH_CLOSE) {
-        STATUS_ADD(s->d->st->errors, 1);
-        sess_close_after(s, reply);
+    sess_auth_answer(s, rc, reply);
+    sess_auth_resume(s);
+}
+
+
+/* sess_auth_done - the hash of s's password is done.  A session that was
+ * told 421 meanwhile (a stop, its lifetime) only takes the count. */
+static void
+sess_auth_done(struct sess *s, int match)
+{
+    struct smtpd_auth_ctx c;
+    char                  reply[512];
+    int                   rc;
+
+    rc = smtpd_auth_done(s->d, sess_auth_ctx(s, &c), s->auth, match, reply,
+        sizeof(reply));
+    if (s->state != SS_AUTH_WAIT)
         return;
+    sess_enter(s, SS_CMD);
+    sess_auth_answer(s, rc, reply);
+    sess_auth_resume(s);
+}
+
+
+static void
+sess_on_hash(struct ev_loop *loop, int fd, unsigned events, void *arg)
+{
+    struct smtpd *d = arg;
+    void         *owner;
+    int           match;
+
+    (void)loop;
+    (void)fd;
+    (void)events;
+    while (smtpd_hash_reap(d->hash, &owner, &match))
+        if (owner != NULL)
+            sess_auth_done(owner, match);
+}
+
+
+void
+sess_auth_setup(struct smtpd *d)
+{
+    if (d->auth == NULL)
+        return;
+    d->hash = smtpd_hash_new();
+    if (d->hash != NULL && ev_watch(d->loop, smtpd_hash_fd(d->hash),
+        EV_READ, sess_on_hash, d) < 0) {
+        smtpd_hash_free(d->hash);
+        d->hash = NULL;
     }
-    sess_reply(s, reply);
-    if (s->state != SS_CMD || (s->flags & SF_WBLOCK))
-        return;                 /* max_errors; or sess_write resumes */
-    sess_watch(s, EV_READ);
-    sess_process(s);
+    if (d->hash == NULL)
+        log_err("AUTH: cannot set up the hashing threads: %s; AUTH "
+            "answers 454", strerror(errno));
+}
+
+
+void
+sess_auth_teardown(struct smtpd *d)
+{
+    if (d->hash == NULL)
+        return;
+    ev_unwatch(d->loop, smtpd_hash_fd(d->hash));
+    smtpd_hash_free(d->hash);
+    d->hash = NULL;
 }
 
 
@@ -108,18 +205,7 @@ sess_auth(struct sess *s, struct str arg, int cont)
     sess_auth_ctx(s, &c);
     rc = cont ? smtpd_auth_line(s->d, &c, s->auth, arg, reply, sizeof(reply))
               : smtpd_auth_cmd(s->d, &c, &s->auth, arg, reply, sizeof(reply));
-    if (rc == SMTPD_AUTH_OK)
-        s->flags |= SF_RELAY | SF_SIGN;     /* from wherever it connects */
-    if (rc == SMTPD_AUTH_HOLD) {
-        sess_auth_hold(s, smtpd_auth_hold_ms(s->auth));
-        return;
-    }
-    if (rc == SMTPD_AUTH_CLOSE) {
-        STATUS_ADD(s->d->st->errors, 1);
-        sess_close_after(s, reply);
-        return;
-    }
-    sess_reply(s, reply);
+    sess_auth_answer(s, rc, reply);
 }
 
 

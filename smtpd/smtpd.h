@@ -34,6 +34,7 @@ struct spool;
 struct router;
 struct deliver;
 struct status_worker;
+struct status_page;
 struct ssl_ctx_st;
 struct dkim_keys;
 struct config_listen;
@@ -56,6 +57,8 @@ struct smtpd_env {
     /* The worker's slot (0..255), held by no other live worker: part of
      * every session id, which makes them unique across workers. */
     unsigned              slot;
+    struct status_page   *shared;   /* the node's status page: AUTH
+                                       failures count daemon-wide */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;

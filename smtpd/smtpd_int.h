@@ -50,6 +50,7 @@ struct smtpd {
     struct ssl_ctx_st    *tls_ctx;
     struct dkim_keys     *dkim;     /* NULL: no signing */
     struct smtpd_auth    *auth;     /* NULL: no AUTH */
+    struct status_page   *shared;   /* the AUTH failure counts */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
 
@@ -90,6 +91,8 @@ struct smtpd {
     struct sess         **tls_ready;
     size_t                ntls_ready, tls_readycap;
     struct ev_timer       tls_timer;
+
+    struct smtpd_hash    *hash;     /* AUTH's hashing threads, or NULL */
 };
 
 /* DKIM signing while a message streams to the spool (session_dkim.c).
@@ -132,9 +135,12 @@ enum sess_state {
     SS_CLOSING,                     /* last reply queued; close once sent */
     SS_TLS,                         /* STARTTLS: writing the 220 in clear */
     SS_HANDSHAKE,                   /* SSL_accept() in progress */
-    SS_AUTH_HOLD                    /* a failed AUTH's reply held back
+    SS_AUTH_HOLD,                   /* a failed AUTH's reply held back
                                        (auth.failure_delay): nothing is
                                        read until the timer answers it */
+    SS_AUTH_WAIT                    /* an AUTH password being hashed off
+                                       the loop: nothing is read until
+                                       the answer comes (sess_auth_done) */
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
@@ -310,11 +316,14 @@ int     sess_tls_step(struct sess *s);      /* -1: s was freed */
  * reply), CLOSE (421: too many failures, close the session), HOLD (a
  * failed check whose reply is held back: no reply yet; after
  * smtpd_auth_hold_ms(sa) the session calls smtpd_auth_release(), which
- * writes the reply and returns FAIL or CLOSE).
+ * writes the reply and returns FAIL or CLOSE), WAIT (the password is
+ * being hashed for c->owner: no reply yet; the answer goes to
+ * smtpd_auth_done(), which returns OK, FAIL, CLOSE or HOLD as above; a
+ * session that ends first calls smtpd_auth_cancel()).
  * smtpd_auth_mail: 0, or -1 with the reply for MAIL FROM:<sender>. */
 enum { SMTPD_AUTH_OK = 0, SMTPD_AUTH_FAIL = -1,
        SMTPD_AUTH_CONT = MTA_AGAIN,     /* more input, like MTA_AGAIN */
-       SMTPD_AUTH_CLOSE = -3, SMTPD_AUTH_HOLD = -4 };
+       SMTPD_AUTH_CLOSE = -3, SMTPD_AUTH_HOLD = -4, SMTPD_AUTH_WAIT = -5 };
 struct smtpd_sauth;
 struct smtpd_auth_ctx {
     const char         *ip;
@@ -326,6 +335,10 @@ struct smtpd_auth_ctx {
     int                 in_txn;     /* MAIL given, message not finished */
     int                 role;       /* CONFIG_ROLE_* */
     struct smtpd_sauth *sa;
+    const struct sockaddr *group;   /* the address failures count for
+                                       (status_addr_group: IPv6 per /N) */
+    void               *owner;      /* the session, for a check's answer */
+    struct sockaddr_storage group_ss;   /* group's storage */
 };
 int     smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
             struct smtpd_sauth **sap, struct str arg, char *reply,
@@ -343,6 +356,24 @@ int     smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
             const char *sender, char *reply, size_t rsz);
 void    smtpd_auth_sess_free(struct smtpd_sauth *sa);      /* NULL ok */
 uint64_t smtpd_auth_hold_ms(const struct smtpd_sauth *sa);  /* 0: none */
+int     smtpd_auth_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
+            struct smtpd_sauth *sa, int match, char *reply, size_t rsz);
+void    smtpd_auth_cancel(struct smtpd *d, struct smtpd_sauth *sa);
+
+/* Password hashing off the loop (session_hash.c).  submit: a job id, or
+ * -1 when every one of SMTPD_HASH_JOBS is busy (or pass is too long);
+ * hash must outlive the job.  reap: 1 and a finished job's owner (NULL:
+ * cancelled, drop it) and whether crypt(pass, hash) == hash; 0 when none
+ * is left.  The loop watches fd (EV_READ) and reaps until 0. */
+#define SMTPD_HASH_JOBS 256
+struct smtpd_hash;
+struct smtpd_hash *smtpd_hash_new(void);        /* NULL: eventfd failed */
+void    smtpd_hash_free(struct smtpd_hash *h);  /* NULL ok; joins */
+int     smtpd_hash_fd(const struct smtpd_hash *h);
+int     smtpd_hash_submit(struct smtpd_hash *h, const char *pass,
+            const char *hash, void *owner);
+void    smtpd_hash_cancel(struct smtpd_hash *h, int id);
+int     smtpd_hash_reap(struct smtpd_hash *h, void **owner, int *match);
 int     smtpd_auth_release(const struct smtpd *d, struct smtpd_sauth *sa,
             char *reply, size_t rsz);
 /* The delay of the reply to a client address's n-th failure (n >= 1):
@@ -352,6 +383,10 @@ uint64_t smtpd_auth_delay(const struct config *cfg, unsigned n);
 /* session_cmd.c: the session's side of AUTH */
 void    sess_auth(struct sess *s, struct str arg, int cont);
 void    sess_auth_release(struct sess *s);  /* SS_AUTH_HOLD's timer */
+/* The hashing threads for d (smtpd_new, with an auth table); gone at
+ * smtpd_free, after the sessions. */
+void    sess_auth_setup(struct smtpd *d);
+void    sess_auth_teardown(struct smtpd *d);
 int     sess_auth_mail(struct sess *s, const char *sender); /* -1: replied */
 
 #endif /* MTAD_SMTPD_INT_H */

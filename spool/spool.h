@@ -45,6 +45,7 @@
 #ifndef MTAD_SPOOL_H
 #define MTAD_SPOOL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -398,5 +399,10 @@ int     spool_index_take(struct spool *sp, unsigned shard, char **data,
  * count no longer has: a later growth must not take an old one).  The
  * number removed. */
 unsigned spool_index_prune(struct spool *sp, unsigned from);
+
+/* Start a helper thread (the group commit's, the reaper's; smtpd's
+ * password hashing) with every signal blocked, for they are the loop's:
+ * 0 or -1. */
+int     spool_thread_start(pthread_t *tid, void *(*fn)(void *), void *arg);
 
 #endif /* MTAD_SPOOL_H */

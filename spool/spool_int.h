@@ -158,10 +158,6 @@ int     spool_pool_take(struct spool *sp, char *name, uint64_t *size);
 /* every pooled file unlinked and closed (spool_room, spool_close) */
 void    spool_pool_drain(struct spool *sp);
 
-/* spool_sync.c: start a helper thread (the group commit's, the reaper's)
- * with every signal blocked, for they are the loop's: 0 or -1. */
-int     spool_thread_start(pthread_t *tid, void *(*fn)(void *), void *arg);
-
 /* spool.c: record an error in sp->err (spool_fail) or in the global
  * error of the calls that have no spool (spool_gfail, spool_safefail);
  * each returns the SPOOL_E* code for errno. */

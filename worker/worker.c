@@ -843,6 +843,7 @@ worker_init(const struct worker_args *a)
     env.dkim = w->dkim;
     env.auth = w->auth;
     env.slot = w->a.slot;
+    env.shared = w->admit;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);

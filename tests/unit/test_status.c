@@ -178,3 +178,88 @@ Test(status, ipv6_clients_grouped_by_prefix)
     cr_assert(memcmp(&((struct sockaddr_in *)&h)->sin_addr,
         &((struct sockaddr_in *)&v4)->sin_addr, 4) == 0);
 }
+
+
+/* --- AUTH failures, daemon-wide ----------------------------------------- */
+
+#define WIN 600u
+
+Test(status, auth_take_stops_at_max_and_give_undoes_one)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("192.0.2.1"), b = addr("192.0.2.2");
+    unsigned                 i;
+
+    for (i = 1; i <= 3; i++)
+        cr_assert_eq(status_auth_take(sp, SA(a), 1000, WIN, 3), i);
+    cr_assert_eq(status_auth_take(sp, SA(a), 1000, WIN, 3), 0,
+        "the fourth check of three is refused");
+    cr_assert_eq(status_auth_count(sp, SA(a), 1000, WIN), 3);
+    cr_assert_eq(status_auth_count(sp, SA(b), 1000, WIN), 0,
+        "another address has its own count");
+    status_auth_give(sp, SA(a), 1001, WIN);     /* a check that matched */
+    cr_assert_eq(status_auth_count(sp, SA(a), 1001, WIN), 2);
+    cr_assert_eq(status_auth_take(sp, SA(a), 1002, WIN, 3), 3);
+}
+
+Test(status, auth_failures_are_forgotten_after_the_window)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("192.0.2.1");
+
+    cr_assert_eq(status_auth_take(sp, SA(a), 100, WIN, 5), 1);
+    cr_assert_eq(status_auth_take(sp, SA(a), 200, WIN, 5), 2);
+    cr_assert_eq(status_auth_count(sp, SA(a), 200 + WIN, WIN), 2,
+        "the window runs from the last failure");
+    cr_assert_eq(status_auth_count(sp, SA(a), 201 + WIN, WIN), 0);
+    cr_assert_eq(status_auth_take(sp, SA(a), 201 + WIN, WIN, 5), 1,
+        "a forgotten address starts again");
+    /* the 24-bit clock wraps: ages are taken modulo */
+    cr_assert_eq(status_auth_take(sp, SA(a), 0xfffff0, WIN, 5), 1);
+    cr_assert_eq(status_auth_count(sp, SA(a), 0x10, WIN), 1);
+}
+
+Test(status, auth_ipv6_counted_per_prefix)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("2001:db8:1:2::1"),
+                             b = addr("2001:db8:1:2:ffff:1:2:3"),
+                             c = addr("2001:db8:1:3::1"), ga, gb, gc;
+
+    status_addr_group(SA(a), 64, &ga);
+    status_addr_group(SA(b), 64, &gb);
+    status_addr_group(SA(c), 64, &gc);
+    cr_assert_eq(status_auth_take(sp, SA(ga), 10, WIN, 2), 1);
+    cr_assert_eq(status_auth_take(sp, SA(gb), 10, WIN, 2), 2,
+        "two addresses of one /64 share the count");
+    cr_assert_eq(status_auth_take(sp, SA(ga), 10, WIN, 2), 0);
+    cr_assert_eq(status_auth_take(sp, SA(gc), 10, WIN, 2), 1,
+        "the next /64 is another client");
+}
+
+Test(status, auth_many_addresses_each_keep_their_count)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  ss;
+    char                     ip[32];
+    unsigned                 i;
+
+    /* more addresses than the table has words: the oldest are reused,
+     * the newest keep their counts */
+    for (i = 0; i < 3 * STATUS_AUTH_SLOTS; i++) {
+        snprintf(ip, sizeof(ip), "10.%u.%u.%u", i >> 16, (i >> 8) & 255,
+            i & 255);
+        ss = addr(ip);
+        cr_assert_eq(status_auth_take(sp, SA(ss), i / 64, WIN, 9), 1, "%s",
+            ip);
+    }
+    ss = addr("10.0.0.1");
+    cr_assert_eq(status_auth_take(sp, SA(ss), 3 * STATUS_AUTH_SLOTS / 64,
+        WIN, 9), 1, "an old entry was reused or forgotten");
+    snprintf(ip, sizeof(ip), "10.%u.%u.%u", (3 * STATUS_AUTH_SLOTS - 1) >> 16,
+        ((3 * STATUS_AUTH_SLOTS - 1) >> 8) & 255,
+        (3 * STATUS_AUTH_SLOTS - 1) & 255);
+    ss = addr(ip);
+    cr_assert_eq(status_auth_count(sp, SA(ss), 3 * STATUS_AUTH_SLOTS / 64,
+        WIN), 1, "the newest address is counted");
+}
