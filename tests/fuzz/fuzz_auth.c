@@ -16,12 +16,16 @@
  * splits them); other lines are skipped.
  *
  * The password file (written once to /tmp) holds "fuzz" and
- * "u@example.org".  crypt_r() is replaced here by a stub (a real hash
+ * "u@example.org".  crypt_rn() is replaced here by a stub (a real hash
  * costs milliseconds per try): it matches when the password is "secret",
  * and remembers whether it did, so the target can check that AUTH never
- * succeeds without it.
+ * succeeds without it.  Checks run on the real hashing pool
+ * (session_hash.c): a WAIT answer is waited for on its eventfd and its
+ * result handed to smtpd_auth_done(), as the worker's loop does.  The
+ * failure count lives in a status page (as the node's), cleared for each
+ * input, so runs are independent.
  *
- * Checks: return codes are the five documented ones; every reply is
+ * Checks: return codes are the six documented ones; every reply is
  * "ddd text" without a control byte, 235 exactly on OK, 334 on CONT, 421
  * on CLOSE, 4xx/5xx on FAIL; HOLD comes only with a delay and its
  * release gives FAIL or CLOSE; an authenticated user is one of the file's
@@ -37,11 +41,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "common/ev.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "config/config.h"
 #include "smtp/smtp.h"
 #include "smtpd/smtpd_int.h"
@@ -52,12 +60,19 @@ static char           fuzz_path[64];
 static int            fuzz_log[2] = { -1, -1 };
 static struct ev_loop *fuzz_loop;
 static int            fuzz_matched;     /* the stub saw "secret" (this line) */
+static struct smtpd_hash  *fuzz_hash;
+static struct status_page *fuzz_page;
 
-/* crypt_r - the stub: the setting itself (a match) for "secret", else a
- * failure token, as crypt(3) gives for a wrong setting. */
+/* crypt_rn - the stub: the setting itself (a match) for "secret", else a
+ * failure token, as crypt(3) gives for a wrong setting.  It runs on a
+ * hashing thread while the target waits for it on the eventfd. */
 char *
-crypt_r(const char *phrase, const char *setting, struct crypt_data *cd)
+crypt_rn(const char *phrase, const char *setting, void *data, int size)
 {
+    struct crypt_data *cd = data;
+
+    if (size < (int)sizeof(*cd))
+        return NULL;
     if (strcmp(phrase, "secret") == 0) {
         fuzz_matched = 1;
         snprintf(cd->output, sizeof(cd->output), "%s", setting);
@@ -94,6 +109,31 @@ fuzz_init(void)
         (fuzz_loop = ev_new()) == NULL)
         abort();
     log_open("fuzz", fuzz_log[0], LOGL_DEBUG);
+    if ((fuzz_hash = smtpd_hash_new()) == NULL ||
+        (fuzz_page = status_create()) == NULL)
+        abort();
+}
+
+
+/* fuzz_wait - the answer of a check that went to the hashing pool: what
+ * the worker's loop does when the eventfd is readable. */
+static int
+fuzz_wait(struct smtpd *d, struct smtpd_auth_ctx *c, struct smtpd_sauth *sa,
+    char *reply, size_t rsz)
+{
+    struct pollfd pfd = { smtpd_hash_fd(fuzz_hash), POLLIN, 0 };
+    void         *owner = NULL;
+    int           match = 0, got;
+
+    for (;;) {
+        if (poll(&pfd, 1, 10000) != 1)
+            abort();                    /* a check that never ends */
+        if ((got = smtpd_hash_reap(fuzz_hash, &owner, &match)) > 0)
+            break;
+    }
+    if (owner != c->owner)
+        abort();
+    return smtpd_auth_done(d, c, sa, match, reply, rsz);
 }
 
 
@@ -143,6 +183,8 @@ fuzz_answer(struct smtpd *d, struct smtpd_sauth *sa, int rc, char *reply,
 {
     const char *user;
 
+    if (rc == SMTPD_AUTH_WAIT)
+        abort();                        /* fuzz_line waits for it first */
     if (rc == SMTPD_AUTH_HOLD) {
         if (d->cfg->auth_failure_delay_ms == 0 ||
             smtpd_auth_hold_ms(sa) == 0)
@@ -182,11 +224,15 @@ fuzz_line(struct smtpd *d, struct smtpd_auth_ctx *c, struct smtpd_sauth **sap,
     c->sa = *sap;
     if (smtpd_auth_waiting(*sap)) {
         rc = smtpd_auth_line(d, c, *sap, line, reply, sizeof(reply));
+        if (rc == SMTPD_AUTH_WAIT)
+            rc = fuzz_wait(d, c, *sap, reply, sizeof(reply));
         return fuzz_answer(d, *sap, rc, reply, sizeof(reply));
     }
     switch (smtp_parse_verb(line, &arg)) {
     case SMTP_AUTH:
         rc = smtpd_auth_cmd(d, c, sap, arg, reply, sizeof(reply));
+        if (rc == SMTPD_AUTH_WAIT)
+            rc = fuzz_wait(d, c, *sap, reply, sizeof(reply));
         return fuzz_answer(d, *sap, rc, reply, sizeof(reply));
     case SMTP_MAIL:
         why = NULL;
@@ -208,6 +254,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct smtpd         d;
     struct smtpd_auth_ctx c;
     struct smtpd_sauth  *sa = NULL;
+    struct sockaddr_in   peer;
     const char          *p, *end, *nl;
     char                *copy;
     size_t               n;
@@ -226,12 +273,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&d, 0, sizeof(d));
     d.loop = fuzz_loop;
     d.cfg = &cfg;
+    d.hash = fuzz_hash;
+    d.shared = fuzz_page;
+    memset(fuzz_page->authtab, 0, sizeof(fuzz_page->authtab));
     if ((d.auth = smtpd_auth_load(fuzz_path, 0, 0)) == NULL)
         abort();
     memset(&c, 0, sizeof(c));
     c.ip = "192.0.2.1";
     c.port = 2525;
     c.sid = "0123456789ab";
+    memset(&peer, 0, sizeof(peer));
+    peer.sin_family = AF_INET;
+    peer.sin_addr.s_addr = htonl(0xc0000201);      /* 192.0.2.1 */
+    c.group = (const struct sockaddr *)&peer;
+    c.owner = &c;
     c.tls = data[0] & 1;
     c.loopback = (data[0] >> 1) & 1;
     c.esmtp = (data[0] >> 2) & 1;
