@@ -226,3 +226,29 @@ def test_planted_long_file_fails_make_size(copy):
     r = make(copy, "size")
     assert r.returncode != 0, r.stdout + r.stderr
     assert "common/planted.c: 1001 lines (at most 1000)" in r.stdout, r.stdout
+
+
+# ---- documents ------------------------------------------------------------
+
+def test_readme_is_short_and_its_links_resolve():
+    """README.md is the first page, not the manual (at most 300 lines);
+    every relative link in it and in docs/*.md names a file that exists."""
+    import re
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert readme.count("\n") <= 300, readme.count("\n")
+    assert "make run" in readme and "make test" in readme
+    docs = [os.path.join(ROOT, "README.md")] + [
+        os.path.join(ROOT, "docs", n) for n in os.listdir(os.path.join(ROOT, "docs"))
+        if n.endswith(".md")] + [os.path.join(ROOT, "bench", "README.md")]
+    missing = []
+    for doc in docs:
+        with open(doc) as f:
+            text = f.read()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target))
+            if not os.path.exists(path):
+                missing.append("%s: %s" % (os.path.relpath(doc, ROOT), target))
+    assert not missing, missing
