@@ -6,7 +6,7 @@
  * checks (tls_client.c), the session cache (tls_cache.c), DANE
  * (dane.c), MTA-STS looked up, fetched and cached (sts.c, sts_fetch.c,
  * sts_policy.c), REQUIRETLS (reqtls.c) and TLS-RPT's counting and
- * reports (tlsrpt.c, tls_rpt_outcome.c, tls_rpt_report.c).
+ * reports (tlsrpt.c, tlsrpt_outcome.c, tlsrpt_report.c).
  *
  * LAYERING  tlspol/ sits below delivery/: it knows no destination, hop,
  *           connection or transaction of the outbound client.  The client
@@ -705,14 +705,14 @@ uint32_t tls_rpt_day(uint64_t unix_s);
 void    tls_rpt_day_str(uint32_t day, char *out, size_t outsz);
 
 /* One connection attempt's TLS outcome, from the outbound client
- * (tls_rpt_outcome.c): failure NULL or "" for success, else an RFC 8460
+ * (tlsrpt_outcome.c): failure NULL or "" for success, else an RFC 8460
  * result type; ip the MX host's address; reason (optional) a
  * failure-reason-code.  Nothing when TLS-RPT is off. */
 struct tls_req;
 void    tls_rpt_outcome(const struct tls_req *r, const char *failure,
             const char *ip, const char *reason);
 
-/* ---- the report (tls_rpt_report.c) ---- */
+/* ---- the report (tlsrpt_report.c) ---- */
 
 #define TLS_RPT_RUA_MAX 8
 

@@ -1,7 +1,7 @@
 /*
  * tlspol_int.h - what the files of tlspol/ share and nothing outside
  * includes: TLS-RPT's policy record (tlsrpt.c: tables, wire;
- * tls_rpt_report.c: JSON) and the MTA-STS cache's entries and fetches
+ * tlsrpt_report.c: JSON) and the MTA-STS cache's entries and fetches
  * (sts.c: the cache; sts_fetch.c: libcurl on the loop).
  */
 #ifndef MTAD_TLSPOL_INT_H

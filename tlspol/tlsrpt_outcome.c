@@ -1,5 +1,5 @@
 /*
- * tls_rpt_outcome.c - the TLS client's outcome (tlspol.h) as a TLS-RPT
+ * tlsrpt_outcome.c - the TLS client's outcome (tlspol.h) as a TLS-RPT
  * event (tlspol.h): which policy applied and its strings.
  *
  * PURPOSE   One call per connection attempt's TLS outcome from

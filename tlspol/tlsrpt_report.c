@@ -1,5 +1,5 @@
 /*
- * tls_rpt_report.c - the TLS-RPT report: the rua= of _smtp._tls TXT, the
+ * tlsrpt_report.c - the TLS-RPT report: the rua= of _smtp._tls TXT, the
  * JSON of RFC 8460 section 4, gzip, and the mail of section 5.3.
  *
  * PURPOSE   Turn one policy domain's day of counters into the message a

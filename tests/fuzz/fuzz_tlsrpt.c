@@ -1,6 +1,6 @@
 /*
  * fuzz_tlsrpt.c - libFuzzer target over the TLS-RPT parsers of untrusted
- * input (tlspol/tlsrpt.c, tls_rpt_report.c): the wire form a worker
+ * input (tlspol/tlsrpt.c, tlsrpt_report.c): the wire form a worker
  * sends the master, and the _smtp._tls TXT records.  `make fuzz` builds
  * and runs it; seeds in tests/fuzz/corpus/tlsrpt/.
  *

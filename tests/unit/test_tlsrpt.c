@@ -630,7 +630,7 @@ Test(tlsrpt, mail_is_a_tlsrpt_multipart_report_with_the_json_gz)
     tls_rpt_tab_free(m);
 }
 
-/* ---- the TLS client's outcome (tls_rpt_outcome.c) ---- */
+/* ---- the TLS client's outcome (tlsrpt_outcome.c) ---- */
 
 #include "dns/dns.h"
 #include "tlspol/tlspol_int.h"
