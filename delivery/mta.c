@@ -418,6 +418,8 @@ mta_connect_next(struct mta_conn *c)
         c->tls_key[0] = '\0';
         memset(&c->tlso, 0, sizeof(c->tlso));
         c->caps = 0;
+        memset(&c->peer, 0, sizeof(c->peer));
+        c->ntxn = 0;
         snprintf(c->name, sizeof(c->name), "%s[%s]:%u", a->name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
             a->port);

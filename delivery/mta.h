@@ -232,7 +232,8 @@ struct mta_conn {
     char               name[MTA_RELAY_MAX]; /* "host[ip]:port" */
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
-    uint64_t           peer_size;
+    struct smtp_ehlo   peer;        /* SIZE, LIMITS (RFC 9422) */
+    uint32_t           ntxn;        /* transactions begun here (MAILMAX) */
     /* outbound TLS on this connection (tlspol.h; mta_tls.c) */
     struct tls_req     tls;         /* what the current host must meet */
     struct tls_outcome tlso;        /* what it gave */

@@ -392,7 +392,7 @@ mta_on_ehlo(struct mta_conn *c, const struct smtp_reply *rp,
     const char *raw)
 {
     if (rp->code / 100 == 2) {
-        c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer_size);
+        c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer);
         if (c->net.ssl != NULL)
             return mta_conn_next(c);    /* EHLO again after TLS */
         return mta_tls_ehlo(c);
@@ -413,6 +413,7 @@ mta_on_helo(struct mta_conn *c, const struct smtp_reply *rp,
     if (rp->code / 100 != 2)
         return mta_host_said(c, rp, "HELO");
     c->caps = 0;
+    memset(&c->peer, 0, sizeof(c->peer));
     if (c->net.ssl == NULL && tls_req_mandatory(&c->tls))
         return mta_tls_ehlo(c);         /* defers: no STARTTLS */
     return mta_conn_next(c);
