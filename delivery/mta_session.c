@@ -302,6 +302,14 @@ mta_conn_next(struct mta_conn *c)
         return 1;
     }
     c->txn = NULL;
+    if (c->peer.mailmax > 0 && c->ntxn >= c->peer.mailmax) {
+        /* the peer's LIMITS MAILMAX is reached: c carries no more; t (a
+         * txn's next slice) and the queue go on a fresh connection */
+        if (t != NULL)
+            return mta_conn_unfit(c, t);
+        mta_conn_quit(c);
+        return 1;
+    }
     for (;;) {
         if (t == NULL)
             t = mta_dest_pop(c->dest);
@@ -332,9 +340,7 @@ mta_conn_next(struct mta_conn *c)
         return 0;
     }
     if (c->r->draining) {
-        mta_cmd(c, "QUIT");
-        (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
-        mta_conn_close(c);
+        mta_conn_quit(c);
         return 1;
     }
     c->expect = 0;
@@ -533,7 +539,7 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
         return 1;
     }
     if (c->tx.piped && (c->state == C_BODY || c->state == C_DOT) &&
-        (c->tx.rset_pending || c->tx.nreply <= c->txn->nrcpt))
+        (c->tx.rset_pending || c->tx.nreply <= c->txn->count))
         return mta_piped_reply(c, rp);
     return mta_states[c->state].reply(c, rp, raw);
 }

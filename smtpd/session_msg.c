@@ -18,7 +18,9 @@
  * LIMITS    A transaction's envelope memory stops at
  *           limits.max_envelope_size and its recipients at max_recipients,
  *           both answered 452 4.5.3 as flow control, not counted toward
- *           max_errors.  No RCPT after the first BDAT chunk (503, from the
+ *           max_errors; a session's transactions at
+ *           limits.max_transactions, when set (421 4.7.0).  EHLO
+ *           announces both counts (LIMITS RCPTMAX, MAILMAX).  No RCPT after the first BDAT chunk (503, from the
  *           command table).  limits.bare_newline holds for BDAT content
  *           too, except BODY=BINARYMIME.  More than SESS_MAX_HOPS
  *           Received: fields (smtp_hops) is a mail loop: 554 5.4.6.
