@@ -29,8 +29,9 @@
  *           it offers CHUNKING.  LIMITS (RFC 9422): past the peer's
  *           RCPTMAX or RCPTDOMAINMAX a txn's recipients go in several
  *           transactions (mta_slice), on the same connection, or past
- *           its MAILMAX on a fresh one; done() still comes once.  Sockets use TCP_NODELAY: every write is a
- *           whole batch of commands or body, so Nagle only adds delay.
+ *           its MAILMAX on a fresh one; done() still comes once.
+ *           Sockets use TCP_NODELAY: every write is a whole batch of
+ *           commands or body, so Nagle only adds delay.
  *           done() is called exactly once per transaction, from a loop
  *           callback, never from inside mta_submit().
  * FAILURE   Every problem becomes a per-recipient result: a failed
