@@ -85,6 +85,8 @@ static const struct config_key config_limits[] = {
     { "ipv6_prefix", CONFIG_INT, OFF(ipv6_prefix), 1, 128, NULL },
     DUR("session_lifetime", session_lifetime_ms, 1),
     INT("max_junk_commands", max_junk_commands),
+    { "max_transactions", CONFIG_INT, OFF(max_transactions), 0,
+      2147483647, NULL },
     KEY("max_envelope_size", CONFIG_SIZE, max_envelope_size),
     SECTION("load", config_limits_load),
     END
@@ -424,6 +426,7 @@ config_defaults(const char *path)
     cfg->ipv6_prefix = 64;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
     cfg->max_junk_commands = 100;
+    cfg->max_transactions = 0;       /* none */
     cfg->max_envelope_size = 256 * 1024;
 
     cfg->nallow_networks = ARRAY_LEN(nets);

@@ -89,6 +89,8 @@ struct config {
     int     ipv6_prefix;            /* 64: IPv6 clients per /N for _per_ip */
     uint64_t session_lifetime_ms;   /* 1h: a session's maximum age */
     int     max_junk_commands;      /* 100: NOOP/RSET/VRFY/HELP per message */
+    int     max_transactions;       /* 0 (none): MAIL commands per session;
+                                       EHLO LIMITS MAILMAX (RFC 9422) */
     uint64_t max_envelope_size;     /* 256K: sender + recipients, bytes */
     /* limits.load: the master's load policy (master/load.c); 1-minute load
      * average * 100, 0 = off */

@@ -26,8 +26,12 @@
  *           SMTPUTF8 fails 5.6.7 at a peer without it, BINARYMIME 5.6.3
  *           without BINARYMIME+CHUNKING; NOTIFY/ORCPT/RET/ENVID are passed
  *           on when the peer offers DSN; BDAT (no stuffing) when
- *           it offers CHUNKING.  Sockets use TCP_NODELAY: every write is a
- *           whole batch of commands or body, so Nagle only adds delay.
+ *           it offers CHUNKING.  LIMITS (RFC 9422): past the peer's
+ *           RCPTMAX or RCPTDOMAINMAX a txn's recipients go in several
+ *           transactions (mta_slice), on the same connection, or past
+ *           its MAILMAX on a fresh one; done() still comes once.
+ *           Sockets use TCP_NODELAY: every write is a whole batch of
+ *           commands or body, so Nagle only adds delay.
  *           done() is called exactly once per transaction, from a loop
  *           callback, never from inside mta_submit().
  * FAILURE   Every problem becomes a per-recipient result: a failed
@@ -250,14 +254,16 @@ mta_fail_txn(struct mta_conn *c, const char *why)
 {
     struct mta_txn *t = c->txn;
     size_t            i;
-    /* c->rst describes t only once mta_begin() ran for it */
+    /* c->rst describes t's current slice only once mta_begin() ran for
+     * it; the slices before it have their results */
     int               begun = c->state == C_TXN || c->state == C_BODY ||
         c->state == C_DOT;
 
     if (t != NULL) {
         t->tls_out = c->tlso;
-        for (i = 0; i < t->nrcpt; i++)
-            if (!begun || c->rst[i] != R_FINAL)
+        for (i = t->first; i < t->nrcpt; i++)
+            if (!begun || i >= t->first + t->count ||
+                c->rst[i - t->first] != R_FINAL)
                 mta_set(t, i, MTA_DEFER, why, c->name);
         c->txn = NULL;
         mta_post(c->r, t);
@@ -276,7 +282,7 @@ mta_bounce_txn(struct mta_conn *c, const char *why)
 
     if (t != NULL) {
         t->tls_out = c->tlso;
-        for (i = 0; i < t->nrcpt; i++)
+        for (i = t->first; i < t->nrcpt; i++)
             mta_set(t, i, MTA_BOUNCE, why, "none");
         c->txn = NULL;
         mta_post(c->r, t);
@@ -418,6 +424,8 @@ mta_connect_next(struct mta_conn *c)
         c->tls_key[0] = '\0';
         memset(&c->tlso, 0, sizeof(c->tlso));
         c->caps = 0;
+        memset(&c->peer, 0, sizeof(c->peer));
+        c->ntxn = 0;
         snprintf(c->name, sizeof(c->name), "%s[%s]:%u", a->name,
             util_sockaddr_ip((struct sockaddr *)&a->ss, ip, sizeof(ip)),
             a->port);
@@ -811,13 +819,20 @@ mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t)
 }
 
 
+void
+mta_conn_quit(struct mta_conn *c)
+{
+    mta_cmd(c, "QUIT");
+    (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
+    mta_conn_close(c);
+}
+
+
 int
 mta_conn_unfit(struct mta_conn *c, struct mta_txn *t)
 {
     mta_dest_push_front(c->dest, t);
-    mta_cmd(c, "QUIT");
-    (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
-    mta_conn_close(c);
+    mta_conn_quit(c);
     return 1;
 }
 
@@ -835,6 +850,7 @@ mta_submit(struct mta *r, struct mta_txn *t)
     t->next = NULL;
     t->restarts = 0;
     t->accepted = 0;
+    t->first = t->count = 0;
     t->cut = 0;
     if (d->wait_tail)
         d->wait_tail->next = t;
@@ -901,12 +917,8 @@ mta_drain(struct mta *r)
         d->running = 1;                     /* no re-entry while closing */
         for (c = d->conns; c; c = cn) {
             cn = c->next;
-            if (c->state == C_IDLE) {
-                mta_cmd(c, "QUIT");
-                (void)net_write(&c->net, buf_head(&c->out),
-                    buf_avail(&c->out));
-                mta_conn_close(c);
-            }
+            if (c->state == C_IDLE)
+                mta_conn_quit(c);
         }
         d->running = 0;
         mta_dest_gc(r, d);

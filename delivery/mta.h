@@ -92,6 +92,11 @@ struct mta_txn {
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
     int         restarts;           /* fresh connections after a stale one */
+    /* the recipients the transaction in progress carries: rcpt[first ..
+     * first + count).  A peer's LIMITS (RFC 9422) can split t over
+     * several transactions; mta_idle() moves first on */
+    size_t      first;
+    size_t      count;
     struct tls_outcome tls_out;     /* copied into res[] by mta_set() */
 };
 
@@ -205,8 +210,10 @@ struct mta_progress {
                                    replies come in C_BODY/C_DOT */
 };
 
-/* per-recipient progress within a transaction */
-enum { R_PENDING = 0, R_ACCEPTED, R_FINAL };
+/* per-recipient progress within a transaction; R_LATER: deferred with
+ * "452 too many recipients", to go in the txn's next transaction when
+ * this one delivered to others (mta_idle) */
+enum { R_PENDING = 0, R_ACCEPTED, R_FINAL, R_LATER };
 
 struct mta_dest;
 
@@ -232,7 +239,8 @@ struct mta_conn {
     char               name[MTA_RELAY_MAX]; /* "host[ip]:port" */
     char               lasterr[SMTP_REPLY_MAX];
     unsigned           caps;
-    uint64_t           peer_size;
+    struct smtp_ehlo   peer;        /* SIZE, LIMITS (RFC 9422) */
+    uint32_t           ntxn;        /* transactions begun here (MAILMAX) */
     /* outbound TLS on this connection (tlspol.h; mta_tls.c) */
     struct tls_req     tls;         /* what the current host must meet */
     struct tls_outcome tlso;        /* what it gave */
@@ -303,6 +311,9 @@ int     mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t);
 /* c cannot carry t (mta_conn_fits): t back to the head of the queue, c
  * closed with a QUIT.  Returns 1 (c is gone). */
 int     mta_conn_unfit(struct mta_conn *c, struct mta_txn *t);
+/* QUIT written as far as the socket takes it (no reply awaited), then
+ * mta_conn_close(). */
+void    mta_conn_quit(struct mta_conn *c);
 
 /* mta_session.c: the SMTP conversation on one connection. */
 /* The only way c->state changes: s, its timer armed with the phase's

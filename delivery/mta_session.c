@@ -302,6 +302,14 @@ mta_conn_next(struct mta_conn *c)
         return 1;
     }
     c->txn = NULL;
+    if (c->peer.mailmax > 0 && c->ntxn >= c->peer.mailmax) {
+        /* the peer's LIMITS MAILMAX is reached: c carries no more; t (a
+         * txn's next slice) and the queue go on a fresh connection */
+        if (t != NULL)
+            return mta_conn_unfit(c, t);
+        mta_conn_quit(c);
+        return 1;
+    }
     for (;;) {
         if (t == NULL)
             t = mta_dest_pop(c->dest);
@@ -332,9 +340,7 @@ mta_conn_next(struct mta_conn *c)
         return 0;
     }
     if (c->r->draining) {
-        mta_cmd(c, "QUIT");
-        (void)net_write(&c->net, buf_head(&c->out), buf_avail(&c->out));
-        mta_conn_close(c);
+        mta_conn_quit(c);
         return 1;
     }
     c->expect = 0;
@@ -392,7 +398,7 @@ mta_on_ehlo(struct mta_conn *c, const struct smtp_reply *rp,
     const char *raw)
 {
     if (rp->code / 100 == 2) {
-        c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer_size);
+        c->caps = smtp_ehlo_caps(raw, rp->len, &c->peer);
         if (c->net.ssl != NULL)
             return mta_conn_next(c);    /* EHLO again after TLS */
         return mta_tls_ehlo(c);
@@ -413,6 +419,7 @@ mta_on_helo(struct mta_conn *c, const struct smtp_reply *rp,
     if (rp->code / 100 != 2)
         return mta_host_said(c, rp, "HELO");
     c->caps = 0;
+    memset(&c->peer, 0, sizeof(c->peer));
     if (c->net.ssl == NULL && tls_req_mandatory(&c->tls))
         return mta_tls_ehlo(c);         /* defers: no STARTTLS */
     return mta_conn_next(c);
@@ -532,7 +539,7 @@ mta_reply(struct mta_conn *c, const struct smtp_reply *rp,
         return 1;
     }
     if (c->tx.piped && (c->state == C_BODY || c->state == C_DOT) &&
-        (c->tx.rset_pending || c->tx.nreply <= c->txn->nrcpt))
+        (c->tx.rset_pending || c->tx.nreply <= c->txn->count))
         return mta_piped_reply(c, rp);
     return mta_states[c->state].reply(c, rp, raw);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/buf.h"
 #include "common/ev.h"
@@ -32,17 +33,19 @@ mta_reject_all(struct mta_conn *c, struct mta_txn *t, const char *why)
 {
     size_t i;
 
-    for (i = 0; i < t->nrcpt; i++)
+    for (i = t->first; i < t->nrcpt; i++)
         mta_set(t, i, MTA_BOUNCE, why, c->name);
     mta_post(c->r, t);
 }
 
 
-/* mta_rcpt_cmd - queue "RCPT TO:<a>" with DSN parameters when offered. */
+/* mta_rcpt_cmd - queue "RCPT TO:<a>" for recipient k of the current
+ * slice, with DSN parameters when offered. */
 static void
 mta_rcpt_cmd(struct mta_conn *c, size_t k)
 {
-    const struct spool_rcpt *rc = &c->txn->env->rcpt[c->txn->rcpt[k]];
+    const struct mta_txn    *t = c->txn;
+    const struct spool_rcpt *rc = &t->env->rcpt[t->rcpt[t->first + k]];
     char                     notify[64] = "";
     char                     orcpt[8 + 3 * SMTP_ORCPT_MAX] = "";
 
@@ -131,6 +134,49 @@ mta_precheck(struct mta_conn *c, struct mta_txn *t)
 }
 
 
+/* mta_domain - the domain of address a (after its last '@'; "" for
+ * none). */
+static const char *
+mta_domain(const char *a)
+{
+    const char *at = strrchr(a, '@');
+
+    return at != NULL ? at + 1 : "";
+}
+
+
+/* mta_slice - how many of t's recipients from t->first go in the next
+ * transaction on c: all that are left, or fewer to stay within the
+ * peer's LIMITS RCPTMAX and RCPTDOMAINMAX (RFC 9422 4.2, 4.3); at least
+ * one.  Only a route to a smarthost gives one transaction several
+ * domains (an mx route's recipients share theirs). */
+static size_t
+mta_slice(const struct mta_conn *c, const struct mta_txn *t)
+{
+    size_t       n = t->nrcpt - t->first, k, j, ndom = 0;
+    const char **dom;
+
+    if (c->peer.rcptmax > 0 && n > c->peer.rcptmax)
+        n = c->peer.rcptmax;
+    if (c->peer.rcptdomainmax == 0 || n <= c->peer.rcptdomainmax)
+        return n;                   /* cannot hold more domains than that */
+    dom = xcalloc(c->peer.rcptdomainmax, sizeof(*dom));
+    for (k = 0; k < n; k++) {
+        const char *d = mta_domain(t->env->rcpt[t->rcpt[t->first + k]].addr);
+
+        for (j = 0; j < ndom && strcasecmp(dom[j], d) != 0; j++)
+            ;
+        if (j < ndom)
+            continue;
+        if (ndom == c->peer.rcptdomainmax)
+            break;                  /* a domain too many: it waits */
+        dom[ndom++] = d;
+    }
+    free(dom);
+    return k > 0 ? k : 1;
+}
+
+
 /* mta_begin - queue the commands of t on c (session ready, prechecked),
  * behind an RSET when rset is set (a reused connection with PIPELINING). */
 void
@@ -143,12 +189,14 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
     c->tx.rset_pending = rset;
     if (rset)
         mta_cmd(c, "RSET");
-    if (t->nrcpt > c->rst_cap) {
+    t->count = mta_slice(c, t);
+    if (t->count > c->rst_cap) {
         free(c->rst);
-        c->rst = xcalloc(t->nrcpt, 1);
-        c->rst_cap = t->nrcpt;
+        c->rst = xcalloc(t->count, 1);
+        c->rst_cap = t->count;
     }
-    memset(c->rst, R_PENDING, t->nrcpt);
+    memset(c->rst, R_PENDING, t->count);
+    c->ntxn++;
     c->txn = t;
     t->accepted = 0;
     c->tx.nreply = 0;
@@ -189,9 +237,9 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
     c->tx.nsent = 1;
     c->tx.piped = 0;
     if (c->tx.pipelining) {
-        for (k = 0; k < t->nrcpt; k++)
+        for (k = 0; k < t->count; k++)
             mta_rcpt_cmd(c, k);
-        c->tx.nsent += t->nrcpt;
+        c->tx.nsent += t->count;
         if (!c->tx.bdat) {
             mta_cmd(c, "DATA");
             c->tx.nsent++;
@@ -215,7 +263,11 @@ mta_begin(struct mta_conn *c, struct mta_txn *t, int rset)
 
 
 /* mta_idle - the transaction is over and every reply is in: hand the
- * txn back and reuse c.  Returns 1 when c was closed. */
+ * txn back, or, when the peer's LIMITS left some of its recipients for
+ * another transaction, keep it for its next slice (on c again, or on a
+ * fresh connection past MAILMAX: mta_conn_next); then reuse c.  A slice
+ * is no failed attempt: t is handed back once, with every result.
+ * Returns 1 when c was closed. */
 int
 mta_idle(struct mta_conn *c)
 {
@@ -223,8 +275,21 @@ mta_idle(struct mta_conn *c)
 
     c->txn = NULL;
     c->reused = 1;
-    if (t != NULL)
+    /* RFC 5321 4.5.3.1.10: a peer without LIMITS (or under a tighter
+     * limit than it announced) answers 452 past its recipient limit; the
+     * refused tail goes in the next slice.  Only after an accepted
+     * recipient: every slice takes one at least, so this ends */
+    while (t != NULL && t->accepted > 0 && !c->tx.mail_failed &&
+        t->count > 0 && c->rst[t->count - 1] == R_LATER)
+        t->count--;
+    if (t != NULL && !c->tx.mail_failed &&
+        t->first + t->count < t->nrcpt) {
+        t->first += t->count;
+        t->count = 0;               /* nothing of the next slice sent */
+        c->txn = t;
+    } else if (t != NULL) {
         mta_post(c->r, t);
+    }
     return mta_conn_next(c);
 }
 
@@ -236,28 +301,45 @@ mta_final(struct mta_conn *c, const struct smtp_reply *rp)
     struct mta_txn *t = c->txn;
     size_t            i;
 
-    for (i = 0; i < t->nrcpt; i++) {
+    for (i = 0; i < t->count; i++) {
         if (c->rst[i] == R_ACCEPTED) {
-            mta_set(t, i, mta_status_of(rp->code), rp->text, c->name);
+            mta_set(t, t->first + i, mta_status_of(rp->code), rp->text,
+                c->name);
             c->rst[i] = R_FINAL;
         }
     }
 }
 
 
-/* mta_t_reply - the limit for reply k of a transaction: 0 MAIL, 1..nrcpt
+/* mta_t_reply - the limit for reply k of a transaction: 0 MAIL, 1..count
  * RCPT, then DATA. */
 static uint64_t
 mta_t_reply(const struct mta_conn *c, size_t k)
 {
     if (k == 0)
         return c->r->t.mail_ms;
-    return k <= c->txn->nrcpt ? c->r->t.rcpt_ms : c->r->t.data_ms;
+    return k <= c->txn->count ? c->r->t.rcpt_ms : c->r->t.data_ms;
+}
+
+
+/* mta_too_many - is rp RFC 5321's "452 too many recipients" (4.5.3, or
+ * no enhanced code), not a 452 for a full mailbox or system (4.2.x,
+ * 4.3.x)? */
+static int
+mta_too_many(const struct smtp_reply *rp)
+{
+    char e[16];
+
+    if (rp->code != 452)
+        return 0;
+    smtp_enhanced(rp->text, "4.0.0", e, sizeof(e));
+    return strcmp(e, "4.5.3") == 0 || strcmp(e, "4.0.0") == 0;
 }
 
 
 /* mta_env_reply - reply k of a transaction, to MAIL (k 0) or to RCPT
- * k-1: note its verdict. */
+ * k-1 of the slice: note its verdict.  A refused MAIL is the verdict for
+ * every recipient left, those of later slices too. */
 static void
 mta_env_reply(struct mta_conn *c, const struct smtp_reply *rp, size_t k)
 {
@@ -267,22 +349,21 @@ mta_env_reply(struct mta_conn *c, const struct smtp_reply *rp, size_t k)
     if (k == 0) {                           /* MAIL */
         if (rp->code / 100 != 2) {
             c->tx.mail_failed = 1;
-            for (i = 0; i < t->nrcpt; i++) {
+            for (i = t->first; i < t->nrcpt; i++)
                 mta_set(t, i, mta_status_of(rp->code), rp->text,
                     c->name);
-                c->rst[i] = R_FINAL;
-            }
+            memset(c->rst, R_FINAL, t->count);
         }
-    } else if (k <= t->nrcpt) {             /* RCPT k-1 */
+    } else if (k <= t->count) {             /* RCPT k-1 */
         i = k - 1;
         if (!c->tx.mail_failed) {
             if (rp->code / 100 == 2) {
                 c->rst[i] = R_ACCEPTED;
                 t->accepted++;
             } else {
-                mta_set(t, i, mta_status_of(rp->code), rp->text,
-                    c->name);
-                c->rst[i] = R_FINAL;
+                mta_set(t, t->first + i, mta_status_of(rp->code),
+                    rp->text, c->name);
+                c->rst[i] = mta_too_many(rp) ? R_LATER : R_FINAL;
             }
         }
     }
@@ -335,7 +416,7 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
         return mta_piped_rset(c, rp);
     k = c->tx.nreply++;
 
-    if (k <= t->nrcpt) {                    /* MAIL, RCPT */
+    if (k <= t->count) {                    /* MAIL, RCPT */
         mta_env_reply(c, rp, k);
     } else {                                /* DATA */
         if (rp->code == 354) {
@@ -375,10 +456,10 @@ mta_txn_reply(struct mta_conn *c, const struct smtp_reply *rp)
     /* every reply to what was sent is in: send the next step */
     if (c->tx.mail_failed)
         return mta_idle(c);
-    if (c->tx.nsent <= t->nrcpt) {             /* not pipelining: next RCPT */
+    if (c->tx.nsent <= t->count) {             /* not pipelining: next RCPT */
         mta_rcpt_cmd(c, c->tx.nsent - 1);
         c->tx.nsent++;
-    } else if (c->tx.nsent == t->nrcpt + 1 && t->accepted > 0) {
+    } else if (c->tx.nsent == t->count + 1 && t->accepted > 0) {
         c->tx.nsent++;
         if (c->tx.bdat) {
             mta_body_start(c);

@@ -85,14 +85,68 @@ smtp_word_is(const char *p, size_t n, const char *w)
 }
 
 
+/* smtp_number - the decimal digits at p[0..n), saturated at max; -1 when
+ * there are none or anything else is there. */
+static int
+smtp_number(const char *p, size_t n, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t   i;
+
+    if (n == 0)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)p[i]))
+            return -1;
+        v = v > (max - 9) / 10 ? max : v * 10 + (uint64_t)(p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+
+/* smtp_limits - the "name=value" pairs after LIMITS (RFC 9422 3): the
+ * known ones into e, anything else skipped. */
+static void
+smtp_limits(const char *p, size_t n, struct smtp_ehlo *e)
+{
+    size_t pos = 0;
+
+    while (pos < n) {
+        size_t      end, eq;
+        uint64_t    v;
+        uint32_t   *dst = NULL;
+
+        while (pos < n && p[pos] == ' ')
+            pos++;
+        for (end = pos; end < n && p[end] != ' '; end++)
+            ;
+        for (eq = pos; eq < end && p[eq] != '='; eq++)
+            ;
+        if (eq < end) {
+            if (smtp_word_is(p + pos, eq - pos, "RCPTMAX"))
+                dst = &e->rcptmax;
+            else if (smtp_word_is(p + pos, eq - pos, "MAILMAX"))
+                dst = &e->mailmax;
+            else if (smtp_word_is(p + pos, eq - pos, "RCPTDOMAINMAX"))
+                dst = &e->rcptdomainmax;
+        }
+        if (dst != NULL &&
+            smtp_number(p + eq + 1, end - eq - 1, UINT32_MAX, &v) == 0)
+            *dst = (uint32_t)v;
+        pos = end;
+    }
+}
+
+
 unsigned
-smtp_ehlo_caps(const char *p, size_t n, uint64_t *size)
+smtp_ehlo_caps(const char *p, size_t n, struct smtp_ehlo *e)
 {
     unsigned caps = 0;
     size_t   pos = 0;
     int      first = 1;
 
-    *size = 0;
+    memset(e, 0, sizeof(*e));
     while (pos < n) {
         const char *nl = memchr(p + pos, '\n', n - pos);
         size_t      end = nl ? (size_t)(nl - p) : n, ll = end - pos, kw;
@@ -125,7 +179,10 @@ smtp_ehlo_caps(const char *p, size_t n, uint64_t *size)
             caps |= SMTP_CAP_STARTTLS;
         else if (smtp_word_is(l, kw, "REQUIRETLS"))
             caps |= SMTP_CAP_REQUIRETLS;
-        else if (smtp_word_is(l, kw, "SIZE")) {
+        else if (smtp_word_is(l, kw, "LIMITS")) {
+            caps |= SMTP_CAP_LIMITS;
+            smtp_limits(l + kw, ll - kw, e);
+        } else if (smtp_word_is(l, kw, "SIZE")) {
             uint64_t v = 0;
             size_t   i;
 
@@ -135,7 +192,7 @@ smtp_ehlo_caps(const char *p, size_t n, uint64_t *size)
                     break;
                 v = v * 10 + (uint64_t)(l[i] - '0');
             }
-            *size = v;
+            e->size = v;
         }
     }
     return caps;

@@ -180,10 +180,23 @@ int     smtp_reply_parse(const char *p, size_t n, size_t max,
 #define SMTP_CAP_BINARYMIME  0x40u
 #define SMTP_CAP_STARTTLS    0x80u
 #define SMTP_CAP_REQUIRETLS  0x100u     /* RFC 8689 */
+#define SMTP_CAP_LIMITS      0x200u     /* RFC 9422 */
 
-/* Capabilities from a raw 250 EHLO reply (every line after the first);
- * *size is SIZE's argument (0: none or unlimited). */
-unsigned smtp_ehlo_caps(const char *p, size_t n, uint64_t *size);
+/* The arguments of an EHLO reply's keywords; 0 is "none or unlimited". */
+struct smtp_ehlo {
+    uint64_t size;                  /* SIZE */
+    uint32_t rcptmax;               /* LIMITS RCPTMAX: RCPTs per transaction */
+    uint32_t mailmax;               /* LIMITS MAILMAX: transactions per
+                                       session */
+    uint32_t rcptdomainmax;         /* LIMITS RCPTDOMAINMAX: recipient
+                                       domains per transaction */
+};
+
+/* Capabilities from a raw 250 EHLO reply (every line after the first),
+ * and the arguments in *e.  A LIMITS value that is not a decimal integer
+ * (or is 0) counts as absent; one too big for 32 bits as UINT32_MAX;
+ * unknown limit names are ignored (RFC 9422 3). */
+unsigned smtp_ehlo_caps(const char *p, size_t n, struct smtp_ehlo *e);
 
 /* The enhanced status code of a reply: "550 5.1.1 x" or "5.1.1 x" ->
  * "5.1.1"; "550 x" -> "5.0.0" (from the basic code); no code at all ->

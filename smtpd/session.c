@@ -3,7 +3,7 @@
  * driven by the worker's event loop.
  *
  * PURPOSE   RFC 5321 with PIPELINING, SIZE, 8BITMIME, SMTPUTF8, CHUNKING
- *           (BDAT), ENHANCEDSTATUSCODES and DSN.  Every complete command in
+ *           (BDAT), ENHANCEDSTATUSCODES, DSN and LIMITS (RFC 9422).  Every complete command in
  *           the input buffer is run in one go; replies are gathered in the
  *           session's out buffer and written once per turn by
  *           sess_flush_hook().  DATA content streams from the read buffer

@@ -230,12 +230,30 @@ sess_cmd_auth(struct sess *s, struct str arg)
 }
 
 
+/* sess_limits - the EHLO LIMITS line (RFC 9422) into out: only the
+ * limits this session enforces, RCPTMAX (limits.max_recipients, a 452
+ * past it) and MAILMAX when limits.max_transactions is set (a 421). */
+static const char *
+sess_limits(const struct config *cfg, char *out, size_t outsz)
+{
+    char mailmax[24] = "";
+
+    if (cfg->max_transactions > 0)
+        snprintf(mailmax, sizeof(mailmax), " MAILMAX=%d",
+            cfg->max_transactions);
+    snprintf(out, outsz, "250-LIMITS RCPTMAX=%d%s\r\n",
+        cfg->max_recipients, mailmax);
+    return out;
+}
+
+
 static void
 sess_ehlo(struct sess *s, struct str arg, int esmtp)
 {
     const struct config *cfg = s->d->cfg;
     const char          *reply;
     struct smtpd_auth_ctx actx;
+    char                 limits[64];
 
     if (smtp_parse_helo(arg, &reply) < 0) {
         sess_reply(s, reply);
@@ -265,13 +283,15 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         "250-ENHANCEDSTATUSCODES\r\n"
         "%s"
         "%s"
+        "%s"
         "250 DSN\r\n",
         cfg->hostname,
         s->d->tls_ctx != NULL && s->tp.ssl == NULL ? "250-STARTTLS\r\n" : "",
         (unsigned long long)cfg->max_message_size,
         smtpd_auth_ehlo(s->d, sess_auth_ctx(s, &actx)),
         /* RFC 8689 2: only where MAIL ... REQUIRETLS would be accepted */
-        s->tp.ssl != NULL ? "250-REQUIRETLS\r\n" : "");
+        s->tp.ssl != NULL ? "250-REQUIRETLS\r\n" : "",
+        sess_limits(cfg, limits, sizeof(limits)));
     sess_pending_add(s);
 }
 

@@ -18,7 +18,9 @@
  * LIMITS    A transaction's envelope memory stops at
  *           limits.max_envelope_size and its recipients at max_recipients,
  *           both answered 452 4.5.3 as flow control, not counted toward
- *           max_errors.  No RCPT after the first BDAT chunk (503, from the
+ *           max_errors; a session's transactions at
+ *           limits.max_transactions, when set (421 4.7.0).  EHLO
+ *           announces both counts (LIMITS RCPTMAX, MAILMAX).  No RCPT after the first BDAT chunk (503, from the
  *           command table).  limits.bare_newline holds for BDAT content
  *           too, except BODY=BINARYMIME.  More than SESS_MAX_HOPS
  *           Received: fields (smtp_hops) is a mail loop: 554 5.4.6.
@@ -401,6 +403,29 @@ sess_bdat_end(struct sess *s)
 }
 
 
+/* sess_mail_spent - limits.max_transactions (EHLO LIMITS MAILMAX): one
+ * MAIL past it is answered 421 4.7.0 and the session closed, so a
+ * client that ignored the limit reconnects for the rest instead of
+ * deferring it.  Returns 1 when it was, else 0. */
+static int
+sess_mail_spent(struct sess *s)
+{
+    const struct config *cfg = s->d->cfg;
+    char                 text[400];
+
+    if (cfg->max_transactions == 0 ||
+        s->nmail < (uint32_t)cfg->max_transactions)
+        return 0;
+    SESS_LOG_INFO(s, "too many transactions from [%s]:%u; session=%s",
+        s->ip, (unsigned)s->port, s->sid);
+    snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many "
+        "transactions in one session (MAILMAX=%d)", cfg->hostname,
+        cfg->max_transactions);
+    sess_close_after(s, text);
+    return 1;
+}
+
+
 void
 sess_mail(struct sess *s, struct str arg)
 {
@@ -408,6 +433,8 @@ sess_mail(struct sess *s, struct str arg)
     struct sess_txn *t;
     const char      *reply;
 
+    if (sess_mail_spent(s))
+        return;
     if (smtp_parse_mail(arg, &m, &reply) < 0) {
         sess_reply(s, reply);
         return;
@@ -439,6 +466,7 @@ sess_mail(struct sess *s, struct str arg)
     t->env.helo = s->helo;
     memcpy(t->sid, s->sid, sizeof(t->sid));
     s->txn = t;
+    s->nmail++;
     sess_reply(s, "250 2.1.0 Ok");
 }
 

@@ -214,6 +214,8 @@ struct sess {
     uint16_t          flags;
     uint16_t          nerrors;
     uint32_t          njunk;         /* NOOP/RSET/VRFY/HELP since a message */
+    uint32_t          nmail;         /* MAIL commands accepted (transactions
+                                        begun), for limits.max_transactions */
     uint16_t          ncmd[SMTP_AUTH + 1];
     struct smtpd_sauth *auth;        /* AUTH state (session_auth.c) */
     uint8_t           role;          /* the listener's CONFIG_ROLE_* */

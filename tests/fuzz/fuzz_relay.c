@@ -9,7 +9,8 @@
  * reach a log, a DSN or a terminal raw); the same input split in two gives
  * the same answer once whole (parsing is stateless: a prefix never claims
  * a complete reply the whole input does not have); smtp_enhanced() gives
- * "c.s.d" or the default; smtp_ehlo_caps() only known bits.
+ * "c.s.d" or the default; smtp_ehlo_caps() only known bits, and LIMITS
+ * values only with the LIMITS keyword.
  * Build and run: make fuzz (see tests/fuzz/run.sh).
  */
 #include <stdint.h>
@@ -64,7 +65,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct smtp_reply r, r2;
     char              *p = malloc(size ? size : 1);
-    uint64_t           sz;
+    struct smtp_ehlo   e;
     unsigned           caps;
     size_t             max = 64 + (size ? data[0] : 0) * 16;
     int                rc, rc2;
@@ -93,11 +94,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc2 == 1 && (r2.len > size / 2 || rc != 1 || r2.len != r.len))
             abort();
     }
-    caps = smtp_ehlo_caps(p, size, &sz);
+    caps = smtp_ehlo_caps(p, size, &e);
     if (caps & ~(SMTP_CAP_PIPELINING | SMTP_CAP_SIZE | SMTP_CAP_8BITMIME |
         SMTP_CAP_SMTPUTF8 | SMTP_CAP_CHUNKING | SMTP_CAP_DSN |
-        SMTP_CAP_BINARYMIME | SMTP_CAP_STARTTLS | SMTP_CAP_REQUIRETLS))
+        SMTP_CAP_BINARYMIME | SMTP_CAP_STARTTLS | SMTP_CAP_REQUIRETLS |
+        SMTP_CAP_LIMITS))
         abort();                    /* only the capabilities it knows */
+    /* limits come only with the keyword */
+    if (!(caps & SMTP_CAP_LIMITS) &&
+        (e.rcptmax != 0 || e.mailmax != 0 || e.rcptdomainmax != 0))
+        abort();
     free(p);
     return 0;
 }

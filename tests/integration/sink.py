@@ -25,6 +25,10 @@ Steering (attributes; change them any time, they are read per command):
   reply_text   if set, the text of the 250 after the data (any bytes)
   rcpt_replies {address: bytes}: answer RCPT for that address with this
                whole line (any bytes), and do not take the recipient
+  rcpt_max     if set, RCPTs past it in one transaction get "452 4.5.3"
+  mail_max     if set, a MAIL past it in one connection gets "421 4.7.0"
+               and the connection closes (what LIMITS RCPTMAX/MAILMAX,
+               RFC 9422, announce when they are in caps)
   close_after_data  close the connection after each end-of-data reply
                (so every message needs a connection of its own)
   hold         a threading.Event: while it is clear, the end of data is
@@ -127,6 +131,8 @@ class Sink:
         self.reply_text = None
         self.rcpt_replies = {}
         self.close_after_data = False
+        self.rcpt_max = None        # 452 past this many RCPTs
+        self.mail_max = None        # 421 and close past this many MAILs
         self.hold = None            # threading.Event gating end-of-data
         self.mute = False           # True: no greeting, no answer at all
         self.stall_first = 0        # ends of data left unanswered
@@ -218,6 +224,7 @@ class Sink:
         peer = writer.get_extra_info("peername")
         state = {"from": None, "fparams": [], "rcpts": [], "rparams": [],
                  "bdat": bytearray()}
+        nmail = 0                   # MAIL commands taken on this connection
 
         def reset():
             state.update({"from": None, "fparams": [], "rcpts": [],
@@ -279,7 +286,12 @@ class Sink:
                 elif verb == "MAIL" and self.mail_reply:
                     reset()
                     await reply(self.mail_reply)
+                elif (verb == "MAIL" and self.mail_max is not None and
+                      nmail >= self.mail_max):
+                    await reply("421 4.7.0 too many transactions")
+                    return
                 elif verb == "MAIL":
+                    nmail += 1
                     reset()
                     addr, params = _path(arg)
                     state["from"], state["fparams"] = addr, params
@@ -296,6 +308,9 @@ class Sink:
                     elif addr in self.defer:
                         await reply("451 4.2.0 <%s>: mailbox busy, try "
                                     "again later" % addr)
+                    elif (self.rcpt_max is not None and
+                          len(state["rcpts"]) >= self.rcpt_max):
+                        await reply("452 4.5.3 too many recipients")
                     else:
                         state["rcpts"].append(addr)
                         state["rparams"].append(params)

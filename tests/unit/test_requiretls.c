@@ -100,15 +100,15 @@ Test(requiretls_caps, keyword_is_a_capability)
     static const char without[] = "250-mx.example\r\n250-REQUIRETLSX\r\n"
         "250 REQUIRE\r\n";
     static const char first[] = "250-REQUIRETLS\r\n250 8BITMIME\r\n";
-    uint64_t size;
+    struct smtp_ehlo e;
 
-    cr_assert(smtp_ehlo_caps(with, sizeof(with) - 1, &size) &
+    cr_assert(smtp_ehlo_caps(with, sizeof(with) - 1, &e) &
         SMTP_CAP_REQUIRETLS);
-    cr_assert_eq(size, 100);
-    cr_assert_not(smtp_ehlo_caps(without, sizeof(without) - 1, &size) &
+    cr_assert_eq(e.size, 100);
+    cr_assert_not(smtp_ehlo_caps(without, sizeof(without) - 1, &e) &
         SMTP_CAP_REQUIRETLS);
     /* line 1 is the peer's name, never a keyword */
-    cr_assert_not(smtp_ehlo_caps(first, sizeof(first) - 1, &size) &
+    cr_assert_not(smtp_ehlo_caps(first, sizeof(first) - 1, &e) &
         SMTP_CAP_REQUIRETLS);
 }
 

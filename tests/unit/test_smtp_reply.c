@@ -118,13 +118,13 @@ Test(smtp_ehlo, capabilities)
         "250-PIPELINING\r\n250-SIZE 10240000\r\n250-8bitmime\r\n"
         "250-SMTPUTF8\r\n250-CHUNKING\r\n250-DSN\r\n250-BINARYMIME\r\n"
         "250 ENHANCEDSTATUSCODES\r\n";
-    uint64_t    size;
-    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &size);
+    struct smtp_ehlo e;
+    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &e);
 
     cr_assert_eq(caps, SMTP_CAP_PIPELINING | SMTP_CAP_SIZE |
         SMTP_CAP_8BITMIME | SMTP_CAP_SMTPUTF8 | SMTP_CAP_CHUNKING |
         SMTP_CAP_DSN | SMTP_CAP_BINARYMIME);
-    cr_assert_eq(size, 10240000);
+    cr_assert_eq(e.size, 10240000);
 }
 
 
@@ -132,19 +132,19 @@ Test(smtp_ehlo, first_line_and_lookalikes_are_not_caps)
 {
     const char *s = "250-PIPELINING is my name\r\n250-PIPELININGX\r\n"
         "250-XDSN\r\n250 SIZE\r\n";
-    uint64_t    size = 7;
-    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &size);
+    struct smtp_ehlo e = { .size = 7 };
+    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &e);
 
     cr_assert_eq(caps, SMTP_CAP_SIZE);
-    cr_assert_eq(size, 0);
+    cr_assert_eq(e.size, 0);
 }
 
 
 Test(smtp_ehlo, single_line_reply_has_none)
 {
-    uint64_t size;
+    struct smtp_ehlo e;
 
-    cr_assert_eq(smtp_ehlo_caps("250 hi\r\n", 8, &size), 0);
+    cr_assert_eq(smtp_ehlo_caps("250 hi\r\n", 8, &e), 0);
 }
 
 
@@ -373,4 +373,40 @@ Test(smtp_reply, control_bytes_are_escaped)
             (unsigned char)r.text[i]);
     cr_assert_str_eq(r.text, "550 5.1.1 \\x1b[2J\\x1b]0;pwned\\x07 x\\x0dFAKE"
         "\\x7f\\xc2\\x9b1m \\xff ok\xc3\xa9");
+}
+
+
+Test(smtp_ehlo, limits_rfc9422)
+{
+    const char *s = "250-mx.example.org\r\n250-PIPELINING\r\n"
+        "250-LIMITS RCPTMAX=20 mailmax=5 RCPTDOMAINMAX=2 FUTURE=7\r\n"
+        "250 DSN\r\n";
+    struct smtp_ehlo e;
+    unsigned    caps = smtp_ehlo_caps(s, strlen(s), &e);
+
+    cr_assert_eq(caps, SMTP_CAP_PIPELINING | SMTP_CAP_LIMITS | SMTP_CAP_DSN);
+    cr_assert_eq(e.rcptmax, 20);
+    cr_assert_eq(e.mailmax, 5);
+    cr_assert_eq(e.rcptdomainmax, 2);
+}
+
+
+Test(smtp_ehlo, limits_malformed_values_are_absent)
+{
+    const char *s = "250-mx\r\n250-LIMITS RCPTMAX= MAILMAX=3x "
+        "RCPTDOMAINMAX=-1 =4 RCPTMAX\r\n250 8BITMIME\r\n";
+    const char *big = "250-mx\r\n250 LIMITS RCPTMAX=99999999999999999999\r\n";
+    const char *none = "250-mx\r\n250-XLIMITS RCPTMAX=2\r\n"
+        "250 RCPTMAX=2\r\n";
+    struct smtp_ehlo e;
+
+    cr_assert_eq(smtp_ehlo_caps(s, strlen(s), &e),
+        SMTP_CAP_LIMITS | SMTP_CAP_8BITMIME);
+    cr_assert_eq(e.rcptmax, 0);
+    cr_assert_eq(e.mailmax, 0);
+    cr_assert_eq(e.rcptdomainmax, 0);
+    cr_assert_eq(smtp_ehlo_caps(big, strlen(big), &e), SMTP_CAP_LIMITS);
+    cr_assert_eq(e.rcptmax, UINT32_MAX);
+    cr_assert_eq(smtp_ehlo_caps(none, strlen(none), &e), 0);
+    cr_assert_eq(e.rcptmax, 0);
 }
