@@ -252,3 +252,36 @@ def test_t_refuses_pregreet_on_submission_and_implicit_tls(mtad_factory):
     assert re.search(r"relay\.yaml:\d+:\d+: server\.listen\[1\]\.pregreet: "
                      r"only on a listener with role mx in clear text "
                      r"\(not role: submission\)", r.stderr), r.stderr
+
+
+def test_n_shows_the_screen_keys_and_reads_them_back(mtad_factory, workdir):
+    import os
+    from test_check import parse, show, unflatten
+    m = mtad_factory({
+        "server": {"listen": [
+            "127.0.0.1:2525",
+            {"address": "127.0.0.1:2526", "pregreet": "1500ms",
+             "pregreet_multiline": True, "dnsbl": False}]},
+        "screen": {"dnsbl": [
+            {"zone": "bl.example.org", "weight": 2,
+             "match": "127.0.0.[2..11]"},
+            {"zone": "wl.example.org", "weight": -5}],
+            "threshold": 2, "timeout": "750ms"}})
+    rows = parse(show(m.cfg_path))
+    got = {k: v for k, v, _ in rows}
+    assert got["server.listen"] == (
+        '["127.0.0.1:2525", {address: "127.0.0.1:2526", pregreet: 1500ms, '
+        'pregreet_multiline: true, dnsbl: false}]'), got["server.listen"]
+    assert got["screen.dnsbl"] == (
+        '[{zone: bl.example.org, weight: 2, match: "127.0.0.[2..11]"}, '
+        '{zone: wl.example.org, weight: -5}]'), got["screen.dnsbl"]
+    assert got["screen.threshold"] == "2"
+    assert got["screen.timeout"] == "750ms"
+    again = os.path.join(workdir, "again.yaml")
+    with open(again, "w") as f:
+        f.write(unflatten([r for r in rows
+                           if r[1] not in ("~", "[]", "{}")]))
+    rows2 = parse(show(again))
+    assert [(k, v) for k, v, _ in rows2] == [(k, v) for k, v, _ in rows]
+    assert not [k for k, _, d in rows2 if d and (
+        k.startswith("screen.") or k == "server.listen")]
