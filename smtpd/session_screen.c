@@ -11,7 +11,8 @@
  *           220 (or its refusal); it holds its struct sess_screen and
  *           uses its own timer for the later of the pause and the lists'
  *           answers (bounded by screen.timeout): no thread, no sleep, no
- *           TLS and no spool until it passes.  A list that does not
+ *           TLS and no spool until it passes.  Clients in
+ *           relay.allow_networks are not screened.  A list that does not
  *           answer in time scores 0 (its lookup is cancelled).
  * FAILURE   One log record per refusal, with the session id; lookups that
  *           cannot start (no resolver) score 0 like a silent list.
@@ -202,7 +203,10 @@ sess_screen_begin(struct sess *s, const struct config_listen *l)
     size_t               i, nz = 0;
     uint64_t             now = ev_now(s->d->loop);
 
-    if (l == NULL || l->role != CONFIG_ROLE_MX || l->tls_implicit)
+    /* relay.allow_networks are ours (postscreen's permit_mynetworks):
+     * mtad-sendmail and the local programs among them */
+    if (l == NULL || l->role != CONFIG_ROLE_MX || l->tls_implicit ||
+        (s->flags & SF_RELAY))
         return 0;
     if (!l->no_dnsbl && cfg->nscreen_dnsbl > 0 &&
         s->peer.sa.sa_family != AF_UNSPEC &&

@@ -5,7 +5,8 @@ DNS lists served by Debian's nsd (a listed client refused with 554 5.7.1
 naming the list, an unlisted one greeted, an allowlist that cancels, a
 return-code filter that does not match, a list that never answers).
 
-Pauses are short (300 ms) so that the suite stays quick; every wait is
+The clients are 127.0.0.x: relay.allow_networks (not screened) is set to
+another network.  Pauses are short (300 ms) so that the suite stays quick; every wait is
 bounded by the client's socket timeout.
 """
 import re
@@ -20,6 +21,7 @@ from mtadtest import Client, Nsd, SilentServer, free_port, wait_for
 from test_ops import scrape
 
 PAUSE = 0.3
+RELAY = {"allow_networks": ["127.0.0.1/32"]}   # wait_ready's client only
 
 # The lists: <reversed client>.<list>.screen.test.  Client 127.0.0.2 is
 # on black (127.0.0.2), white (127.0.0.5) and other (127.0.0.20, outside
@@ -78,6 +80,7 @@ def greeters(mtad_factory):
         listen(p_multi, pregreet="300ms", pregreet_multiline=True),
     ]
     m.cfg["metrics"] = {"listen": "127.0.0.1:%d" % mport}
+    m.cfg["relay"] = RELAY
     m.write_config()
     m.start()
     return m, p_pause, p_multi, mport
@@ -135,6 +138,14 @@ def test_multiline_greeting_refuses_a_client_after_its_first_line(greeters):
         assert c.cmd("EHLO ok.test").code == 250
 
 
+def test_relay_networks_are_not_screened(greeters):
+    m, p_pause, _, _ = greeters
+    t0 = time.monotonic()
+    with connect(m, "127.0.0.1", p_pause) as c:   # in relay.allow_networks
+        assert c.reply().code == 220
+        assert time.monotonic() - t0 < PAUSE / 2
+
+
 def test_a_client_that_leaves_during_the_pause_is_logged_once(greeters):
     m, p_pause, _, _ = greeters
     c = connect(m, "127.0.0.6", p_pause)
@@ -147,11 +158,14 @@ def test_a_client_that_leaves_during_the_pause_is_logged_once(greeters):
 
 # ---- DNS lists ----------------------------------------------------------
 
-def with_lists(mtad_factory, servers, dnsbl, subdir=None, **screen):
+def with_lists(mtad_factory, servers, dnsbl, subdir=None, workers=2,
+               **screen):
     m = mtad_factory(subdir=subdir)
+    m.cfg["server"]["workers"] = workers
     m.cfg["dns"] = {"servers": servers, "timeout": "2s", "attempts": 1}
     screen["dnsbl"] = dnsbl
     m.cfg["screen"] = screen
+    m.cfg["relay"] = RELAY
     m.write_config()
     return m.start()
 
@@ -199,6 +213,22 @@ def test_return_code_filter_that_does_not_match(mtad_factory, lists):
         assert c.reply().code == 554
 
 
+def test_answers_are_cached_for_their_ttl(mtad_factory, workdir):
+    """The second client from a listed address is refused from the
+    worker's cache: the list's server is gone by then."""
+    nsd = Nsd(workdir, zone_text=ZONE_TEXT, zone="screen.test").start()
+    try:
+        m = with_lists(mtad_factory, [nsd.addr],
+                       [{"zone": "black.screen.test"}], subdir="m",
+                       workers=1)      # one cache
+        with connect(m, "127.0.0.2") as c:
+            assert c.reply().code == 554
+    finally:
+        nsd.stop()
+    with connect(m, "127.0.0.2") as c:
+        assert c.reply().lines[0].startswith(b"554 5.7.1 Service")
+
+
 def test_a_list_that_never_answers_scores_zero(mtad_factory):
     silent = SilentServer()
     try:
@@ -225,6 +255,7 @@ def test_pregreet_and_lists_together(mtad_factory, lists):
                                  listen(free_port(), dnsbl=False)]
     m.cfg["dns"] = {"servers": [lists.addr]}
     m.cfg["screen"] = {"dnsbl": [{"zone": "black.screen.test"}]}
+    m.cfg["relay"] = RELAY
     m.write_config()
     m.start()
     with connect(m, "127.0.0.2", p) as c:
