@@ -18,7 +18,7 @@ import time
 import pytest
 
 from mtadtest import Client, Nsd, SilentServer, free_port, wait_for
-from test_ops import scrape
+from test_ops import json_lines, scrape
 
 PAUSE = 0.3
 RELAY = {"allow_networks": ["127.0.0.1/32"]}   # wait_ready's client only
@@ -186,6 +186,38 @@ def test_listed_client_refused_unlisted_greeted(mtad_factory, lists):
     with connect(m, "127.0.0.3") as c:
         assert c.reply().code == 220
         assert c.cmd("EHLO clean.test").code == 250
+
+
+def test_json_records_of_both_refusals(mtad_factory, lists):
+    """One reject record each, with the session id of the connect."""
+    m = mtad_factory()
+    p = free_port()
+    m.cfg["server"]["listen"] = ["127.0.0.1:%d" % m.port,
+                                 listen(p, pregreet="300ms")]
+    m.cfg["dns"] = {"servers": [lists.addr]}
+    m.cfg["screen"] = {"dnsbl": [{"zone": "black.screen.test"},
+                                 {"zone": "white.screen.test"}]}
+    m.cfg["relay"] = RELAY
+    m.cfg["log"]["format"] = "json"
+    m.write_config()
+    m.start()
+    with connect(m, "127.0.0.3", p) as c:
+        c.send("EHLO early\r\n")
+        assert c.reply().code == 554
+    with connect(m, "127.0.0.2") as c:
+        assert c.reply().code == 554
+    m.wait_log('"reason":"dnsbl"')
+    recs = json_lines(m)
+    conn = {r["client"]: r["session"] for r in recs
+            if r["event"] == "connect"}
+    rej = [r for r in recs if r["event"] == "reject"]
+    assert len(rej) == 2, rej
+    pre = [r for r in rej if r["reason"] == "pregreet"][0]
+    assert pre["dsn"] == "5.5.1" and pre["session"] == conn["127.0.0.3"]
+    bl = [r for r in rej if r["reason"] == "dnsbl"][0]
+    assert bl["dsn"] == "5.7.1" and bl["session"] == conn["127.0.0.2"]
+    assert bl["zones"] == "black.screen.test, white.screen.test"
+    assert bl["score"] == 2
 
 
 def test_allowlist_cancels_the_listing(mtad_factory, lists):
