@@ -130,14 +130,14 @@ enum sess_state {
     SS_BDAT,                        /* a BDAT chunk of exact length */
     SS_COMMIT,                      /* message finished, waiting for commit */
     SS_CLOSING,                     /* last reply queued; close once sent */
-    SS_TLS,                         /* STARTTLS: writing the 220 in clear */
-    SS_HANDSHAKE,                   /* SSL_accept() in progress */
-    SS_AUTH_HOLD,                   /* a failed AUTH's reply held back
-                                       (auth.failure_delay): nothing is
-                                       read until the timer answers it */
-    SS_SCREEN                       /* before the 220: the pregreet pause
+    SS_SCREEN,                      /* before the 220: the pregreet pause
                                        and the DNS lists (session_screen.c);
                                        any input refuses the client */
+    SS_TLS,                         /* STARTTLS: writing the 220 in clear */
+    SS_HANDSHAKE,                   /* SSL_accept() in progress */
+    SS_AUTH_HOLD                    /* a failed AUTH's reply held back
+                                       (auth.failure_delay): nothing is
+                                       read until the timer answers it */
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
