@@ -32,6 +32,8 @@ enum status_reject {
     STATUS_REJ_CONN_LIMIT,          /* 421 limits.max_connections */
     STATUS_REJ_CONN_LIMIT_IP,       /* 421 limits.max_connections_per_ip */
     STATUS_REJ_OVERLOAD,            /* 421 limits.load.refuse */
+    STATUS_REJ_PREGREET,            /* 554 5.5.1 talked before the 220 */
+    STATUS_REJ_DNSBL,               /* 554 5.7.1 screen.dnsbl score */
     STATUS_REJ_MAX
 };
 /* Delivery latency (arrival -> delivered, per recipient) histogram: upper

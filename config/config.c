@@ -92,6 +92,15 @@ static const struct config_key config_limits[] = {
     END
 };
 
+/* screen: before the greeting (each listener's pregreet pause, and the
+ * DNS lists asked during it; smtpd/session_screen.c) */
+static const struct config_key config_screen[] = {
+    KEY("dnsbl", CONFIG_DNSBL, screen_dnsbl),
+    { "threshold", CONFIG_INT, OFF(screen_threshold), 1, 100000, NULL },
+    DUR("timeout", screen_timeout_ms, 1),
+    END
+};
+
 static const struct config_key config_relay[] = {
     KEY("allow_networks", CONFIG_CIDRS, allow_networks),
     END
@@ -216,6 +225,7 @@ static const struct config_key config_submission[] = {
 const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
+    SECTION("screen", config_screen),
     SECTION("relay", config_relay),
     SECTION("spool", config_spool),
     SECTION("routes", config_routes),
@@ -260,6 +270,9 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DKIM_SIGN:
         config_set_dkim(p, n, path);
+        break;
+    case CONFIG_DNSBL:
+        config_set_dnsbl(p, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -428,6 +441,8 @@ config_defaults(const char *path)
     cfg->max_junk_commands = 100;
     cfg->max_transactions = 0;       /* none */
     cfg->max_envelope_size = 256 * 1024;
+    cfg->screen_threshold = 1;
+    cfg->screen_timeout_ms = 2000;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -849,6 +864,7 @@ config_free(struct config *cfg)
     free(cfg->tls_ciphers);
     free(cfg->tls_ca_file);
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
+    config_free_dnsbl(cfg->screen_dnsbl, cfg->nscreen_dnsbl);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);
     free(cfg->load_file);

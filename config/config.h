@@ -23,7 +23,8 @@
 #include "router/router.h"
 
 /* A server.listen entry: "host:port", or the mapping form
- * {address, proxy_protocol, proxy_from}. */
+ * {address, proxy_protocol, proxy_from, role, tls, pregreet,
+ * pregreet_multiline, dnsbl}. */
 struct config_listen {
     char                    *spec;  /* as written: "127.0.0.1:2525" */
     struct sockaddr_storage  addr;
@@ -33,7 +34,24 @@ struct config_listen {
     size_t                   nproxy_from;
     int                      role;  /* CONFIG_ROLE_MX (default) or _SUBMISSION */
     int                      tls_implicit; /* tls: implicit (RFC 8314) */
+    /* The screen before the greeting (role mx in clear text only): a
+     * client that talks before its 220 is refused. */
+    uint64_t                 pregreet_ms;  /* pause before the 220; 0 none */
+    int                      pregreet_multiline; /* "220-" at once, "220 "
+                                               after the pause */
+    int                      no_dnsbl;     /* dnsbl: false (screen.dnsbl
+                                               not asked here) */
 };
+
+/* One screen.dnsbl entry: a DNS list and what its answers are worth. */
+struct dns_rbl_filter;
+struct config_dnsbl {
+    char                    *zone;          /* lower case, no final dot */
+    int                      weight;        /* < 0: an allowlist (DNSWL) */
+    char                    *match;         /* as written; NULL: any A */
+    struct dns_rbl_filter   *filter;        /* parsed match; NULL: any */
+};
+#define CONFIG_DNSBL_MAX    32
 
 /* config_listen.role: mx takes mail for the routes (relay by network);
  * submission requires AUTH before MAIL (and TLS before AUTH). */
@@ -211,6 +229,12 @@ struct config {
                                        CONFIG_AUTH_DELAY_LIMIT_MS) */
     bool    auth_received_header;   /* the login in Received: (default no) */
     bool    submission_sender_login_match; /* MAIL FROM bound to the login */
+
+    /* screen: the DNS lists asked before the greeting (config_screen.c) */
+    struct config_dnsbl *screen_dnsbl;
+    size_t  nscreen_dnsbl;
+    int     screen_threshold;       /* refused at a score >= this; 1 */
+    uint64_t screen_timeout_ms;     /* a list silent this long scores 0 */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

@@ -1,7 +1,7 @@
 /*
  * config_int.h - declarations shared by the parts of config/ (config.c,
  * config_util.c, config_listen.c, config_set.c, config_tls.c,
- * config_dkim.c).  Nothing outside config/ includes this.
+ * config_dkim.c, config_screen.c).  Nothing outside config/ includes this.
  *
  * CONTRACT  struct config_parse is the state of one config_load(); every
  *           function here reports problems through config_addf() and never
@@ -46,8 +46,9 @@ enum config_type {
     CONFIG_LOAD,                   /* uint32_t load * 100; 0 = off */
     CONFIG_LOGFMT,                 /* text | json */
     CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */
-    CONFIG_TLSLEVEL                /* int: none|may|encrypt|verify|dane|
+    CONFIG_TLSLEVEL,               /* int: none|may|encrypt|verify|dane|
                                       dane-only (router_tls_level()) */
+    CONFIG_DNSBL                   /* screen.dnsbl: a sequence of mappings */
 };
 
 struct config_key {
@@ -136,11 +137,18 @@ void config_set_static(struct config_parse *p, const yaml_node_t *n,
     const char *path);
 void config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
+/* A relay.yaml boolean: 1 true/yes/on, 0 false/no/off, -1 neither. */
+int config_bool(const char *v);
 
 /* config_tls.c */
 void config_set_tls(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_check_tls(struct config_parse *p);
+
+/* config_screen.c */
+void config_free_dnsbl(struct config_dnsbl *z, size_t n);
+void config_set_dnsbl(struct config_parse *p, const yaml_node_t *n,
+    const char *path);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

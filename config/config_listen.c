@@ -1,6 +1,7 @@
 /*
  * config_listen.c - server.listen: each entry is "host:port" or a mapping
- * (address, proxy, proxy_from) checked by its own handler.
+ * (address, proxy, proxy_from, role, tls, the screen's pregreet keys)
+ * checked by its own handler.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -126,6 +127,61 @@ config_listen_tls(struct config_parse *p, const yaml_node_t *n,
     return 0;
 }
 
+/* A client waits 5 minutes for the greeting (RFC 5321 4.5.3.2), but a
+ * pause is a test of a few seconds (postscreen_greet_wait: 6s). */
+#define CONFIG_PREGREET_MAX_MS  (60 * 1000)
+
+static int
+config_listen_pregreet(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    static const struct config_key k = {
+        "pregreet", CONFIG_DURATION, 0, 0, 0, NULL
+    };
+    int before = p->nerr;
+
+    config_set_duration(p, &k, n, path, &l->pregreet_ms);
+    if (p->nerr == before && l->pregreet_ms > CONFIG_PREGREET_MAX_MS)
+        config_expected(p, n, path, "a pause of at most 1m");
+    return p->nerr == before ? 0 : -1;
+}
+
+/* config_listen_flag - a boolean key into *out; -1 when not one. */
+static int
+config_listen_flag(struct config_parse *p, const yaml_node_t *n,
+    const char *path, int *out)
+{
+    const char *v = config_scalar(p, n, path, "true or false");
+    int         b;
+
+    if (v == NULL || (b = config_bool(v)) < 0) {
+        if (v != NULL)
+            config_expected(p, n, path, "true or false");
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+static int
+config_listen_multiline(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    return config_listen_flag(p, n, path, &l->pregreet_multiline);
+}
+
+static int
+config_listen_dnsbl(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    int on;
+
+    if (config_listen_flag(p, n, path, &on) < 0)
+        return -1;
+    l->no_dnsbl = !on;
+    return 0;
+}
+
 
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
@@ -133,6 +189,9 @@ static const struct config_listen_key config_listen_keys[] = {
     { "proxy_from", config_listen_proxy_from },
     { "role", config_listen_role },
     { "tls", config_listen_tls },
+    { "pregreet", config_listen_pregreet },
+    { "pregreet_multiline", config_listen_multiline },
+    { "dnsbl", config_listen_dnsbl },
     { NULL, NULL }
 };
 
@@ -152,6 +211,8 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
     const struct config_listen_key *k;
     yaml_node_pair_t *pair, *prev;
     const yaml_mark_t *proxy_mark = NULL, *from_mark = NULL;
+    const yaml_mark_t *screen_mark = NULL;
+    const char *screen_key = NULL;
     char kpath[CONFIG_PATH_MAX], show[CONFIG_SHOW_MAX + 8];
     int bad = 0;
 
@@ -183,8 +244,8 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
                 break;
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
-                "one of: address, proxy_protocol, proxy_from, role, tls)",
-                kpath,
+                "one of: address, proxy_protocol, proxy_from, role, tls, "
+                "pregreet, pregreet_multiline, dnsbl)", kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;
@@ -195,6 +256,12 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
             proxy_mark = &kn->start_mark;
         if (k->set == config_listen_proxy_from)
             from_mark = &kn->start_mark;
+        if ((k->set == config_listen_pregreet && l->pregreet_ms > 0) ||
+            (k->set == config_listen_multiline && l->pregreet_multiline) ||
+            (k->set == config_listen_dnsbl && !l->no_dnsbl)) {
+            screen_mark = &kn->start_mark;
+            screen_key = k->name;
+        }
     }
     if (bad)
         return -1;
@@ -212,6 +279,15 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
     if (from_mark != NULL && proxy_mark == NULL) {
         config_addf(p, from_mark, "%s.proxy_from: only with proxy_protocol",
             path);
+        return -1;
+    }
+    /* Submission clients are known users, and with implicit TLS the
+     * client speaks first (its ClientHello): no greeting to test. */
+    if (screen_mark != NULL &&
+        (l->role == CONFIG_ROLE_SUBMISSION || l->tls_implicit)) {
+        config_addf(p, screen_mark, "%s.%s: only on a listener with role "
+            "mx in clear text (not %s)", path, screen_key,
+            l->tls_implicit ? "tls: implicit" : "role: submission");
         return -1;
     }
     return 0;

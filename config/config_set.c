@@ -340,13 +340,21 @@ config_set_family(struct config_parse *p, const struct config_key *k,
         *(int *)config_field(p, k) = w;    /* CONFIG_DNS_BOTH/IPV4/IPV6 */
 }
 
-void
-config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
-    const yaml_node_t *n, const char *path)
+int
+config_bool(const char *v)
 {
     static const char *const bools[] = {
         "false", "no", "off", "true", "yes", "on"
     };
+    int w = config_word(v, bools, ARRAY_LEN(bools));
+
+    return w < 0 ? -1 : w >= 3;
+}
+
+void
+config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
     static const char *const bare[] = { "reject", "accept" };
     static const char *const fmts[] = { "text", "json" };
     static const char levels[] = "one of err, warn, notice, info, debug";
@@ -408,10 +416,10 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_BOOL:
         v = config_scalar(p, n, path, "true or false");
-        if (v != NULL && (w = config_word(v, bools, ARRAY_LEN(bools))) < 0)
+        if (v != NULL && (w = config_bool(v)) < 0)
             config_expected(p, n, path, "true or false");
         else if (v != NULL)
-            *(bool *)f = w >= 3;
+            *(bool *)f = w == 1;
         break;
     case CONFIG_BARE_NL:
         v = config_scalar(p, n, path, "reject or accept");

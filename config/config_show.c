@@ -145,7 +145,8 @@ config_show_listen(FILE *f, const struct config *cfg)
         const struct config_listen *l = &cfg->listen[i];
 
         fputs(i ? ", " : "", f);
-        if (l->proxy == 0 && l->role == CONFIG_ROLE_MX && !l->tls_implicit) {
+        if (l->proxy == 0 && l->role == CONFIG_ROLE_MX && !l->tls_implicit &&
+            l->pregreet_ms == 0 && !l->pregreet_multiline && !l->no_dnsbl) {
             config_show_flowstr(f, l->spec, 1);
             continue;
         }
@@ -160,6 +161,14 @@ config_show_listen(FILE *f, const struct config *cfg)
             fputs(", role: submission", f);
         if (l->tls_implicit)
             fputs(", tls: implicit", f);
+        if (l->pregreet_ms != 0) {
+            fputs(", pregreet: ", f);
+            config_show_duration(f, l->pregreet_ms);
+        }
+        if (l->pregreet_multiline)
+            fputs(", pregreet_multiline: true", f);
+        if (l->no_dnsbl)
+            fputs(", dnsbl: false", f);
         fputc('}', f);
     }
     fputc(']', f);
@@ -221,6 +230,28 @@ config_show_dkim(FILE *f, const struct config *cfg)
         fputs(", key_file: ", f);
         config_show_flowstr(f, k->key_file, 1);
         fprintf(f, ", algorithm: %s}", dkim_alg_name(k->algorithm));
+    }
+    fputc(']', f);
+}
+
+
+static void
+config_show_dnsbl(FILE *f, const struct config *cfg)
+{
+    size_t i;
+
+    fputc('[', f);
+    for (i = 0; i < cfg->nscreen_dnsbl; i++) {
+        const struct config_dnsbl *z = &cfg->screen_dnsbl[i];
+
+        fputs(i ? ", {zone: " : "{zone: ", f);
+        config_show_flowstr(f, z->zone, 1);
+        fprintf(f, ", weight: %d", z->weight);
+        if (z->match != NULL) {
+            fputs(", match: ", f);
+            config_show_flowstr(f, z->match, 1);
+        }
+        fputc('}', f);
     }
     fputc(']', f);
 }
@@ -321,6 +352,9 @@ config_show_value(FILE *f, const struct config *cfg,
         break;
     case CONFIG_DKIM_SIGN:
         config_show_dkim(f, cfg);
+        break;
+    case CONFIG_DNSBL:
+        config_show_dnsbl(f, cfg);
         break;
     case CONFIG_LOAD:
         load = *(const uint32_t *)(const void *)at;

@@ -552,6 +552,13 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
 }
 
 
+struct dns *
+deliver_dns(struct deliver *d)
+{
+    return d != NULL && d->resolve != NULL ? resolve_dns(d->resolve) : NULL;
+}
+
+
 void
 deliver_free(struct deliver *d)
 {

@@ -80,6 +80,10 @@ void    deliver_giveback(struct deliver *d);
  * report to its rua= mailto: addresses from tlsrpt.sender.  Logs the
  * outcome. */
 void    deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n);
+/* The process's resolver (its cache shared by every lookup), for the
+ * DNS lists smtpd asks before a greeting; NULL when it did not start. */
+struct dns;
+struct dns *deliver_dns(struct deliver *d);
 /* Shard of a queue id under nshards workers. */
 unsigned deliver_shard_of(const char *id, unsigned nshards);
 

@@ -1,7 +1,7 @@
 /*
- * dns.h - asynchronous DNS for delivery: MX (RFC 5321 5.1), A/AAAA, TLSA
- * and TXT, resolved with c-ares inside the process's own ev loop, with a
- * per-process cache.
+ * dns.h - asynchronous DNS for delivery and the pre-greeting DNS lists:
+ * MX (RFC 5321 5.1), A/AAAA, TLSA, TXT and DNSBL names, resolved with
+ * c-ares inside the process's own ev loop, with a per-process cache.
  *
  * WHY C-ARES  c-ares hands us its sockets (ARES_OPT_SOCK_STATE_CB) and a
  *           timeout, so lookups run in the worker's epoll loop with no
@@ -181,6 +181,27 @@ int         dns_tlsa_parse(const struct dns_rr *rr, struct dns_tlsa *out);
  * bytes < 0x20 or >= 0x7f kept as they are: escape before printing. */
 int         dns_txt_join(const struct dns_rr *rr, char *out, size_t outsz);
 void        dns_addr_str(const struct dns_addr *a, char *out, size_t outsz);
+
+/* DNS lists (DNSBL / DNSWL, RFC 5782; rbl.c).  A list is asked with
+ * dns_query(name, DNS_T_A) for the name dns_rbl_name() gives: the IPv4
+ * octets reversed ("2.0.0.127.<zone>"), an IPv6 address as 32 nibbles,
+ * least significant first (RFC 5782 2.4).  0, or DNS_EINVAL (another
+ * family, or no room in outsz). */
+int         dns_rbl_name(const struct sockaddr *sa, const char *zone,
+                char *out, size_t outsz);
+/* Which answers count, as postscreen writes it after "zone=": four dotted
+ * octets, each a number or a bracketed list of numbers and ranges
+ * separated by ';' ("127.0.0.[2..11]", "127.0.[0..255].[1;3..4]"). */
+struct dns_rbl_filter {
+    uint8_t         bits[4][32];        /* a 256-bit set per octet */
+};
+int         dns_rbl_filter_parse(const char *spec, struct dns_rbl_filter *f);
+/* f NULL: every address counts. */
+int         dns_rbl_filter_match(const struct dns_rbl_filter *f,
+                const unsigned char a[4]);
+/* 1 when set (an A lookup's answer) holds an address f counts. */
+int         dns_rbl_listed(const struct dns_rrset *set,
+                const struct dns_rbl_filter *f);
 
 /* ---- the parts below are for tests and the fuzz target ---- */
 

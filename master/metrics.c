@@ -75,7 +75,8 @@ static ev_io_fn metrics_accept_event, metrics_client_io;
 static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "relay_denied", "route_reject", "route_defer", "too_large",
     "bare_newline", "mail_loop", "too_many_recipients", "too_many_errors",
-    "connection_limit", "connection_limit_per_ip", "overload"
+    "connection_limit", "connection_limit_per_ip", "overload",
+    "pregreet", "dnsbl"
 };
 
 static struct metrics *

@@ -503,6 +503,10 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             (void)sess_write(s);
         return;
     }
+    if (s->state == SS_SCREEN) {
+        sess_screen_io(s, events);
+        return;
+    }
     if (s->state >= SS_COMMIT) {
         if (s->state == SS_HANDSHAKE)
             (void)sess_tls_step(s);
@@ -539,6 +543,10 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
     }
     if (s->state == SS_AUTH_HOLD) {
         sess_auth_release(s);       /* the delay, not a timeout */
+        return;
+    }
+    if (s->state == SS_SCREEN) {
+        sess_screen_timer(s);       /* the pause, not a timeout */
         return;
     }
     if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
@@ -680,6 +688,7 @@ sess_free(struct sess *s, const char *why)
     free(s->helo);
     smtpd_auth_cancel(d, s->auth);  /* its hash's answer is dropped */
     smtpd_auth_sess_free(s->auth);
+    sess_screen_free(s);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -792,10 +801,8 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
         s->greet_tls = 1;
         if (sess_tls_begin(s) < 0)
             return;
-    } else {
-        sess_out_take(s);
-        buf_printf(&s->out, "220 %s ESMTP mtad\r\n", cfg->hostname);
-        sess_pending_add(s);
+    } else if (!sess_screen_begin(s, l)) {
+        sess_greet(s, 0);
     }
     if (d->stopping)
         sess_stop_check(s);         /* accepted while draining the backlog */

@@ -133,6 +133,9 @@ enum sess_state {
     SS_BDAT,                        /* a BDAT chunk of exact length */
     SS_COMMIT,                      /* message finished, waiting for commit */
     SS_CLOSING,                     /* last reply queued; close once sent */
+    SS_SCREEN,                      /* before the 220: the pregreet pause
+                                       and the DNS lists (session_screen.c);
+                                       any input refuses the client */
     SS_TLS,                         /* STARTTLS: writing the 220 in clear */
     SS_HANDSHAKE,                   /* SSL_accept() in progress */
     SS_AUTH_HOLD,                   /* a failed AUTH's reply held back
@@ -220,6 +223,7 @@ struct sess {
     struct smtpd_sauth *auth;        /* AUTH state (session_auth.c) */
     uint8_t           role;          /* the listener's CONFIG_ROLE_* */
     uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
+    struct sess_screen *screen;      /* SS_SCREEN's state; NULL after */
 };
 
 /* session.c: life cycle, I/O, replies, timers, stop */
@@ -245,6 +249,16 @@ void    sess_reply_flow(struct sess *s, const char *text);
 /* The last reply: the session closes once it is written. */
 void    sess_close_after(struct sess *s, const char *text);
 void    sess_stop_check(struct sess *s);
+
+/* session_screen.c: before the greeting */
+/* 1: s is screened (SS_SCREEN; greeted or refused later); 0: greet it
+ * now (sess_greet).  l: the listener (NULL: none of its keys). */
+int     sess_screen_begin(struct sess *s, const struct config_listen *l);
+void    sess_screen_io(struct sess *s, unsigned events);
+void    sess_screen_timer(struct sess *s);
+void    sess_screen_free(struct sess *s);   /* none: no-op */
+/* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */
+void    sess_greet(struct sess *s, int first_of_two);
 
 /* session_cmd.c: the command table */
 /* Where a session is in the mail transaction: what the command table

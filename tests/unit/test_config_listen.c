@@ -134,7 +134,28 @@ static const struct {
 } bad[] = {
     { "    - address: \"127.0.0.1:1\"\n      backlog: 10\n",
       "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' "
-      "(expected one of: address, proxy_protocol, proxy_from, role, tls)" },
+      "(expected one of: address, proxy_protocol, proxy_from, role, tls, "
+      "pregreet, pregreet_multiline, dnsbl)" },
+    { "    - address: \"127.0.0.1:1\"\n      pregreet: soon\n",
+      "relay.yaml:4:17: server.listen[0].pregreet: expected a duration" },
+    { "    - address: \"127.0.0.1:1\"\n      pregreet: 2m\n",
+      "relay.yaml:4:17: server.listen[0].pregreet: expected a pause of at "
+      "most 1m, got '2m'" },
+    { "    - address: \"127.0.0.1:1\"\n      pregreet_multiline: maybe\n",
+      "relay.yaml:4:27: server.listen[0].pregreet_multiline: expected true "
+      "or false, got 'maybe'" },
+    { "    - address: \"127.0.0.1:1\"\n      pregreet: 1s\n"
+      "      role: submission\n",
+      "relay.yaml:4:7: server.listen[0].pregreet: only on a listener with "
+      "role mx in clear text (not role: submission)" },
+    { "    - address: \"127.0.0.1:1\"\n      tls: implicit\n"
+      "      pregreet_multiline: true\n",
+      "relay.yaml:5:7: server.listen[0].pregreet_multiline: only on a "
+      "listener with role mx in clear text (not tls: implicit)" },
+    { "    - address: \"127.0.0.1:1\"\n      dnsbl: true\n"
+      "      tls: implicit\n",
+      "relay.yaml:4:7: server.listen[0].dnsbl: only on a listener with "
+      "role mx in clear text (not tls: implicit)" },
     { "    - address: \"127.0.0.1:1\"\n      role: relay\n",
       "relay.yaml:4:13: server.listen[0].role: expected mx or submission, "
       "got 'relay'" },
@@ -261,4 +282,99 @@ Test(config_listen, late_checks_name_line_col)
         strstr(terr, "/passwd:2: expected user:hash") != NULL, "%s", terr);
     cr_assert(strstr(terr, "relay.yaml:6:9: log.file: /nonexistent/dir: "
         "No such file or directory") != NULL, "%s", terr);
+}
+
+
+/* The screen's keys: a listener's pause and the DNS lists. */
+static struct config *
+tl_load_text(const char *text)
+{
+    FILE *fp = fopen(tpath, "w");
+
+    cr_assert_not_null(fp);
+    fprintf(fp, "%sroutes:\n  default: discard\n", text);
+    cr_assert_eq(fclose(fp), 0);
+    terr[0] = '\0';
+    return config_load(tpath, terr, sizeof(terr));
+}
+
+Test(config_listen, screen_keys)
+{
+    struct config *cfg = tl_load_text(
+        "server:\n  listen:\n    - \"127.0.0.1:2525\"\n"
+        "    - {address: \"127.0.0.1:2526\", pregreet: 300ms, "
+        "pregreet_multiline: yes, dnsbl: off}\n"
+        "screen:\n  dnsbl:\n    - zone: BL.Example.org.\n"
+        "      match: \"127.0.0.[2..11]\"\n"
+        "    - {zone: wl.example.org, weight: -5}\n"
+        "  threshold: 3\n  timeout: 750ms\n");
+
+    cr_assert_not_null(cfg, "%s", terr);
+    cr_assert_eq(cfg->listen[0].pregreet_ms, 0);
+    cr_assert_eq(cfg->listen[0].pregreet_multiline, 0);
+    cr_assert_eq(cfg->listen[0].no_dnsbl, 0);
+    cr_assert_eq(cfg->listen[1].pregreet_ms, 300);
+    cr_assert_eq(cfg->listen[1].pregreet_multiline, 1);
+    cr_assert_eq(cfg->listen[1].no_dnsbl, 1);
+    cr_assert_eq(cfg->nscreen_dnsbl, 2);
+    cr_assert_str_eq(cfg->screen_dnsbl[0].zone, "bl.example.org");
+    cr_assert_eq(cfg->screen_dnsbl[0].weight, 1);
+    cr_assert_str_eq(cfg->screen_dnsbl[0].match, "127.0.0.[2..11]");
+    cr_assert_not_null(cfg->screen_dnsbl[0].filter);
+    cr_assert_str_eq(cfg->screen_dnsbl[1].zone, "wl.example.org");
+    cr_assert_eq(cfg->screen_dnsbl[1].weight, -5);
+    cr_assert_null(cfg->screen_dnsbl[1].match);
+    cr_assert_null(cfg->screen_dnsbl[1].filter);
+    cr_assert_eq(cfg->screen_threshold, 3);
+    cr_assert_eq(cfg->screen_timeout_ms, 750);
+    config_free(cfg);
+    cfg = tl_load_text("");
+    cr_assert_not_null(cfg, "%s", terr);
+    cr_assert_eq(cfg->nscreen_dnsbl, 0);
+    cr_assert_eq(cfg->screen_threshold, 1);
+    cr_assert_eq(cfg->screen_timeout_ms, 2000);
+    config_free(cfg);
+}
+
+static const struct {
+    const char *screen;
+    const char *want;
+} bad_screen[] = {
+    { "  dnsbl:\n    - {weight: 2}\n",
+      "relay.yaml:3:7: screen.dnsbl[0].zone: required key is missing" },
+    { "  dnsbl:\n    - {zone: \"bl example\"}\n",
+      "relay.yaml:3:14: screen.dnsbl[0].zone: expected a DNS zone" },
+    { "  dnsbl:\n    - {zone: bl.test, weight: 0}\n",
+      "relay.yaml:3:31: screen.dnsbl[0].weight: expected a whole number "
+      "from -1000 to 1000, not 0" },
+    { "  dnsbl:\n    - {zone: bl.test, weight: -1001}\n",
+      "relay.yaml:3:31: screen.dnsbl[0].weight: expected a whole number" },
+    { "  dnsbl:\n    - {zone: bl.test, match: \"127.0.0.[11..2]\"}\n",
+      "relay.yaml:3:30: screen.dnsbl[0].match: expected a return-code "
+      "filter like 127.0.0.2" },
+    { "  dnsbl:\n    - {zone: bl.test, ttl: 5}\n",
+      "relay.yaml:3:23: screen.dnsbl[0].ttl: unknown key 'ttl' (expected "
+      "one of: zone, weight, match)" },
+    { "  dnsbl:\n    - {zone: bl.test}\n    - {zone: BL.test}\n",
+      "relay.yaml:4:7: screen.dnsbl[1]: zone bl.test is listed twice "
+      "(also screen.dnsbl[0])" },
+    { "  dnsbl: bl.test\n",
+      "relay.yaml:2:10: screen.dnsbl: expected a sequence of {zone, "
+      "weight, match}" },
+    { "  threshold: 0\n",
+      "relay.yaml:2:14: screen.threshold: expected" },
+};
+
+Test(config_listen, screen_errors_name_file_line_col)
+{
+    char   text[512];
+    size_t i;
+
+    for (i = 0; i < sizeof(bad_screen) / sizeof(bad_screen[0]); i++) {
+        snprintf(text, sizeof(text), "screen:\n%s", bad_screen[i].screen);
+        cr_assert_null(tl_load_text(text), "case %zu loaded", i);
+        cr_assert(strncmp(tl_err(), bad_screen[i].want,
+            strlen(bad_screen[i].want)) == 0,
+            "case %zu:\n got: %s\nwant: %s", i, tl_err(), bad_screen[i].want);
+    }
 }
