@@ -145,6 +145,7 @@ static const struct config_key config_mta_sts[] = {
 static const struct config_key config_delivery[] = {
     { "retry", CONFIG_RETRY, OFF(retry_ms), 1, 0, NULL },  /* min 1 ms */
     DUR("max_queue_time", max_queue_time_ms, 1),
+    DUR("delay_warning", delay_warning_ms, 0),
     INT("connections_per_destination", connections_per_destination),
     DUR("connect_timeout", connect_timeout_ms, 1),
     KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
@@ -464,6 +465,7 @@ config_defaults(const char *path)
     cfg->retry_ms = xcalloc(ARRAY_LEN(retry), sizeof(uint64_t));
     memcpy(cfg->retry_ms, retry, sizeof(retry));
     cfg->max_queue_time_ms = (uint64_t)5 * 24 * 60 * 60 * 1000;
+    cfg->delay_warning_ms = (uint64_t)4 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
     cfg->mta_sts.enabled = 1;

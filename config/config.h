@@ -137,6 +137,7 @@ struct config {
     uint64_t *retry_ms;             /* default 1m,5m,15m,1h,4h */
     size_t  nretry;
     uint64_t max_queue_time_ms;     /* 5d */
+    uint64_t delay_warning_ms;      /* 4h; 0: no NOTIFY=DELAY warnings */
     int     connections_per_destination; /* 20 */
     uint64_t connect_timeout_ms;    /* 30s */
     int     delivery_tls;           /* delivery.tls: outbound STARTTLS level,

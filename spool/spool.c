@@ -280,6 +280,7 @@ spool_state_forget(struct spool_env *env)
         env->rcpt[i].tls = NULL;
         env->rcpt[i].status = SPOOL_RCPT_PENDING;
         env->rcpt[i].notified = 0;
+        env->rcpt[i].delay_warned = 0;
     }
     env->next_retry_ms = 0;
     env->attempts = 0;

@@ -65,6 +65,13 @@ enum spool_rcpt_status {
     SPOOL_RCPT_PENDING = 0, SPOOL_RCPT_SENT, SPOOL_RCPT_BOUNCED
 };
 
+/* RFC 3461 5.2: what a recipient that asked for NOTIFY=SUCCESS is told on
+ * SENT: "delivered" (delivered here), "relayed" (to a next hop that does
+ * not offer DSN), nothing (the next hop got NOTIFY and reports itself). */
+enum spool_success {
+    SPOOL_SUCCESS_NONE = 0, SPOOL_SUCCESS_DELIVERED, SPOOL_SUCCESS_RELAYED
+};
+
 struct spool_rcpt {
     char       *addr;               /* "user@domain", no angle brackets */
     char       *orcpt;              /* ORCPT= as given (xtext decoded), or NULL */
@@ -78,6 +85,12 @@ struct spool_rcpt {
     char       *tls;                /* its TLS, as logged: "tls=TLSv1.3
                                        cipher=... verify=ca" or "tls=none";
                                        NULL: not an SMTP attempt */
+    int         delay_warned;       /* PENDING and its NOTIFY=DELAY
+                                       warning queued: never a second */
+    /* in memory only, for this attempt's DSNs (dl_notify()) */
+    int         delay_due;          /* a delay warning is due now */
+    int         success;            /* enum spool_success: SENT now, and
+                                       which success DSN it owes */
 };
 
 struct spool_env {

@@ -25,14 +25,14 @@
  *             tlsreq REQUIRETLS|NO        optional, see below
  *             end
  *           then the body.  state/<id> (written whole, renamed into place):
- *             MTAD-STATE 1                or 2, see below
+ *             MTAD-STATE 1                or 2, 3, 4, see below
  *             id <16 hex>
  *             next_retry <ms>
  *             attempts <n>
  *             held 0|1
  *             rcpts <n>                   must equal the envelope's
- *             rcpt PENDING|SENT|BOUNCED|NOTIFIED <relay xtext|+> <reply xtext|+>
- *                  [<tls xtext|+>]         (version 3 only)
+ *             rcpt PENDING|SENT|BOUNCED|NOTIFIED|DELAYED <relay xtext|+>
+ *                  <reply xtext|+> [<tls xtext|+>]   (tls: version 3, 4)
  *             end
  *           tlsreq (RFC 8689) is written only when set: REQUIRETLS for
  *           MAIL ... REQUIRETLS, NO for a "TLS-Required: No" field in the
@@ -47,6 +47,10 @@
  *           Version 3 (a superset of 2) gives every rcpt line a fourth
  *           field, the TLS of the last attempt; it is written only when a
  *           recipient has one (an SMTP attempt was made).
+ *           Version 4 (a superset of 3) adds DELAYED, PENDING with its
+ *           NOTIFY=DELAY warning queued (rcpt->delay_warned); it is
+ *           written only when some recipient is DELAYED, so every other
+ *           file stays readable by a reader of versions 1-3.
  * FAILURE   Parsers are strict: an unknown, repeated or missing key, a bad
  *           number, a non-canonical xtext or a missing line end gives
  *           SPOOL_EFORMAT.  Allocation never fails (xmalloc).
@@ -78,8 +82,9 @@ static const char *const spool_body_names[] = { "7BIT", "8BITMIME",
     "BINARYMIME" };
 static const char *const spool_ret_names[] = { "NONE", "FULL", "HDRS" };
 static const char *const spool_status_names[] = { "PENDING", "SENT",
-    "BOUNCED", "NOTIFIED" };
+    "BOUNCED", "NOTIFIED", "DELAYED" };
 #define SPOOL_STATUS_NOTIFIED 3         /* word index: BOUNCED + notified */
+#define SPOOL_STATUS_DELAYED  4         /* PENDING + delay_warned */
 
 
 /* spool_put - append n bytes (or count them). */
@@ -208,18 +213,30 @@ spool_env_format(const struct spool_env *env, char **out, size_t *len)
 }
 
 
+/* spool_rcpt_delayed - written as DELAYED: a warned recipient that is
+ * final needs no mark (it will never be warned again anyway). */
+static int
+spool_rcpt_delayed(const struct spool_rcpt *rc)
+{
+    return rc->delay_warned && rc->status == SPOOL_RCPT_PENDING;
+}
+
+
 size_t
 spool_state_render(const struct spool_env *env, char *dst)
 {
     struct spool_out o = { dst, 0 };
     size_t           i;
-    int              v2 = 0, v3 = 0;
+    int              v2 = 0, v3 = 0, v4 = 0;
 
     for (i = 0; i < env->nrcpt; i++) {
         v2 |= env->rcpt[i].notified != 0;
         v3 |= env->rcpt[i].tls != NULL;
+        v4 |= spool_rcpt_delayed(&env->rcpt[i]);
     }
-    spool_puts(&o, v3 ? SPOOL_STATE_MAGIC3 "id " : v2 ?
+    v3 |= v4;
+    spool_puts(&o, v4 ? SPOOL_STATE_MAGIC4 "id " : v3 ?
+        SPOOL_STATE_MAGIC3 "id " : v2 ?
         SPOOL_STATE_MAGIC2 "id " : SPOOL_STATE_MAGIC "id ");
     spool_put(&o, env->id, strnlen(env->id, SPOOL_ID_LEN));
     spool_puts(&o, "\nnext_retry ");
@@ -232,7 +249,8 @@ spool_state_render(const struct spool_env *env, char *dst)
     for (i = 0; i < env->nrcpt; i++) {
         spool_puts(&o, "rcpt ");
         spool_puts(&o, spool_status_names[env->rcpt[i].notified ?
-            SPOOL_STATUS_NOTIFIED : env->rcpt[i].status]);
+            SPOOL_STATUS_NOTIFIED : spool_rcpt_delayed(&env->rcpt[i]) ?
+            SPOOL_STATUS_DELAYED : env->rcpt[i].status]);
         spool_put_xtext(&o, env->rcpt[i].relay);
         spool_put_xtext(&o, env->rcpt[i].last_reply);
         if (v3)
@@ -574,11 +592,13 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
     default:
         if (!(*seen & (1u << 4)) || *nr == e->nrcpt ||
             (st = spool_word(&f[0], spool_status_names,
-            version >= 2 ? 4 : 3)) < 0)
+            version >= 4 ? 5 : version >= 2 ? 4 : 3)) < 0)
             return -1;
         e->rcpt[*nr].notified = st == SPOOL_STATUS_NOTIFIED;
+        e->rcpt[*nr].delay_warned = st == SPOOL_STATUS_DELAYED;
         e->rcpt[*nr].status = st == SPOOL_STATUS_NOTIFIED ?
-            SPOOL_RCPT_BOUNCED : st;
+            SPOOL_RCPT_BOUNCED : st == SPOOL_STATUS_DELAYED ?
+            SPOOL_RCPT_PENDING : st;
         free(e->rcpt[*nr].relay);
         free(e->rcpt[*nr].last_reply);
         free(e->rcpt[*nr].tls);
@@ -608,6 +628,8 @@ spool_state_parse(const char *p, size_t n, struct spool_env *e)
         version = 2;
     else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC3, pos) == 0)
         version = 3;
+    else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC4, pos) == 0)
+        version = 4;
     else
         return SPOOL_EFORMAT;
     for (;;) {

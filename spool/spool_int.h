@@ -25,6 +25,10 @@
 /* Version 3 adds a fourth field to every rcpt line, the TLS of the last
  * attempt (spool_rcpt.tls); written only when a recipient has one. */
 #define SPOOL_STATE_MAGIC3 "MTAD-STATE 3\n"
+/* Version 4 (a superset of 3) adds the recipient status DELAYED, PENDING
+ * with its delay warning queued (spool_rcpt.delay_warned); written only
+ * when a recipient has it. */
+#define SPOOL_STATE_MAGIC4 "MTAD-STATE 4\n"
 /* The optional envelope lines of RFC 8689 (spool_env.c), the last before
  * "end\n". */
 #define SPOOL_TLSREQ_REQUIRETLS "tlsreq REQUIRETLS\n"

@@ -135,6 +135,7 @@ static const char good_yaml[] =
     "delivery:\n"
     "  retry: [30s, 2m, 1h]\n"
     "  max_queue_time: 2d\n"
+    "  delay_warning: 30m\n"
     "  connections_per_destination: 4\n"
     "  connect_timeout: 1500ms\n"
     "log:\n"
@@ -216,6 +217,7 @@ Test(config, every_key)
     cr_assert_eq(c->retry_ms[1], 120000);
     cr_assert_eq(c->retry_ms[2], 3600000);
     cr_assert_eq(c->max_queue_time_ms, 2ull * 86400 * 1000);
+    cr_assert_eq(c->delay_warning_ms, 30ull * 60 * 1000);
     cr_assert_eq(c->connections_per_destination, 4);
     cr_assert_eq(c->connect_timeout_ms, 1500);
 
@@ -295,6 +297,7 @@ Test(config, defaults)
     cr_assert_eq(c->retry_ms[3], 3600000);
     cr_assert_eq(c->retry_ms[4], 14400000);
     cr_assert_eq(c->max_queue_time_ms, 5ull * 86400 * 1000);
+    cr_assert_eq(c->delay_warning_ms, 4ull * 3600 * 1000);
     cr_assert_eq(c->connections_per_destination, 20);
     cr_assert_eq(c->connect_timeout_ms, 30000);
     cr_assert_eq(c->spool_reserve, 4 * 1024 * 1024);

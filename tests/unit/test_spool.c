@@ -1587,6 +1587,57 @@ Test(spool_state, tls_needs_version_3_and_round_trips)
     t_rm_rf(dir);
 }
 
+Test(spool_state, delayed_needs_version_4_and_only_then)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], *b, *v3;
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env *env, *again;
+
+    t_commit(sp, "hi", 2, id);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->rcpt[0].last_reply = xstrdup("451 4.3.0 later");
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 1\n", 13) == 0, "none warned: v1");
+    free(b);
+
+    env->rcpt[0].delay_warned = 1;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 4\n", 13) == 0, "%s", b);
+    /* a superset of 3: every rcpt line has the TLS field */
+    cr_assert_not_null(strstr(b, "\nrcpt DELAYED + 451+204.3.0+20later +\n"),
+        "%s", b);
+    cr_assert_not_null(strstr(b, "\nrcpt PENDING + + +\n"), "%s", b);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 0);
+    cr_assert_eq(again->rcpt[0].status, SPOOL_RCPT_PENDING);
+    cr_assert_eq(again->rcpt[0].delay_warned, 1);
+    cr_assert_eq(again->rcpt[1].delay_warned, 0);
+    spool_env_free(again);
+
+    /* DELAYED under the version-3 magic is damage, not data */
+    v3 = strdup(b);
+    memcpy(v3, "MTAD-STATE 3", 12);
+    t_touch(dir, "state", id, v3);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 1);
+    cr_assert_eq(again->rcpt[0].delay_warned, 0);
+    spool_env_free(again);
+    free(v3);
+    free(b);
+
+    /* once final, the mark is not written: the file is for older readers */
+    env->rcpt[0].status = SPOOL_RCPT_SENT;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 1\n", 13) == 0, "%s", b);
+    free(b);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
 Test(spool_state, queue_file_mark_says_whether_a_state_exists)
 {
     char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[512];
