@@ -1,5 +1,6 @@
 /*
- * dsn.c - the text of a failure DSN (RFC 3464, RFC 3461 NOTIFY/RET/ORCPT).
+ * dsn.c - the text of a DSN (RFC 3464, RFC 3461 NOTIFY/RET/ORCPT): a
+ * failure, a success (delivered, relayed) or a delay warning.
  *
  * PURPOSE   Tell a sender which recipients failed and why, in the form
  *           mail clients and bounce processors parse: multipart/report;
@@ -9,7 +10,11 @@
  * CONTRACT  Pure (buffer in, buffer out); see dsn.h.  Status comes from the
  *           recipient's last reply ("550 5.1.1 ..." -> 5.1.1; a basic code
  *           only -> 5.0.0); Diagnostic-Code is "smtp; <reply>" for a peer
- *           reply and "X-mtad; <reason>" for a reason of ours.
+ *           reply and "X-mtad; <reason>" for a reason of ours (a success
+ *           tells no reason of ours: it would name a local mailbox).
+ *           A success or delay status of the wrong class (no 2.x.x or
+ *           4.x.x in the reply) becomes its default (2.0.0, 4.0.0); a
+ *           failure keeps any (4.4.7 for an expiry).
  * FAILURE   None: buffers grow with xmalloc.
  */
 #include <stdio.h>
@@ -23,25 +28,49 @@
 #include "delivery/mta.h"
 
 int
-dsn_wanted(const struct spool_rcpt *rc)
+dsn_wanted_kind(const struct spool_rcpt *rc, enum dsn_kind kind)
 {
-    if (rc->status != SPOOL_RCPT_BOUNCED || rc->notified)
-        return 0;
     if (rc->notify & SMTP_NOTIFY_NEVER)
         return 0;
-    return rc->notify == 0 || (rc->notify & SMTP_NOTIFY_FAILURE) != 0;
+    switch (kind) {
+    case DSN_SUCCESS:
+        return rc->status == SPOOL_RCPT_SENT &&
+            rc->success != SPOOL_SUCCESS_NONE &&
+            (rc->notify & SMTP_NOTIFY_SUCCESS) != 0;
+    case DSN_DELAY:
+        return rc->status == SPOOL_RCPT_PENDING && rc->delay_due &&
+            !rc->delay_warned && (rc->notify & SMTP_NOTIFY_DELAY) != 0;
+    default:
+        if (rc->status != SPOOL_RCPT_BOUNCED || rc->notified)
+            return 0;
+        return rc->notify == 0 || (rc->notify & SMTP_NOTIFY_FAILURE) != 0;
+    }
+}
+
+
+int
+dsn_wanted(const struct spool_rcpt *rc)
+{
+    return dsn_wanted_kind(rc, DSN_FAILURE);
+}
+
+
+size_t
+dsn_count_kind(const struct spool_env *env, enum dsn_kind kind)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < env->nrcpt; i++)
+        if (dsn_wanted_kind(&env->rcpt[i], kind))
+            n++;
+    return n;
 }
 
 
 size_t
 dsn_count(const struct spool_env *env)
 {
-    size_t i, n = 0;
-
-    for (i = 0; i < env->nrcpt; i++)
-        if (dsn_wanted(&env->rcpt[i]))
-            n++;
-    return n;
+    return dsn_count_kind(env, DSN_FAILURE);
 }
 
 
@@ -148,6 +177,48 @@ dsn_peer_reply(const char *r)
 }
 
 
+/* dsn_intro - the first paragraphs of the human part, by kind. */
+static void
+dsn_intro(const struct dsn_info *in, struct buf *out)
+{
+    char date[48];
+
+    buf_printf(out, "This is the mail system at host %s.\r\n\r\n",
+        in->hostname);
+    switch (in->kind) {
+    case DSN_SUCCESS:
+        buf_printf(out,
+            "Your message was successfully delivered to the destination(s)\r\n"
+            "listed below. If the message was delivered to a mailbox you\r\n"
+            "will receive no further notifications. Otherwise you may still\r\n"
+            "receive notifications of mail delivery errors from other\r\n"
+            "systems.\r\n");
+        break;
+    case DSN_DELAY:
+        buf_printf(out,
+            "This is a warning only: you do not need to send your message\r\n"
+            "again. It could not be delivered yet to the recipient(s)\r\n"
+            "listed below, and delivery is still being tried");
+        if (in->retry_until_ms != 0)
+            buf_printf(out, " until\r\n%s", dsn_date(in->retry_until_ms,
+                date, sizeof(date)));
+        buf_printf(out, ".\r\n");
+        break;
+    default:
+        buf_printf(out,
+            "I'm sorry to have to inform you that your message could not\r\n"
+            "be delivered to one or more recipients. It's attached below.\r\n");
+        break;
+    }
+    buf_printf(out,
+        "\r\n"
+        "For further assistance, please send mail to postmaster.\r\n"
+        "\r\n"
+        "                   The mail system\r\n"
+        "\r\n");
+}
+
+
 /* dsn_human - the first part: what happened, in words. */
 static void
 dsn_human(const struct dsn_info *in, struct buf *out)
@@ -155,31 +226,58 @@ dsn_human(const struct dsn_info *in, struct buf *out)
     const struct spool_env *env = in->env;
     size_t                  i;
 
-    buf_printf(out,
-        "This is the mail system at host %s.\r\n"
-        "\r\n"
-        "I'm sorry to have to inform you that your message could not\r\n"
-        "be delivered to one or more recipients. It's attached below.\r\n"
-        "\r\n"
-        "For further assistance, please send mail to postmaster.\r\n"
-        "\r\n"
-        "                   The mail system\r\n"
-        "\r\n", in->hostname);
+    dsn_intro(in, out);
     for (i = 0; i < env->nrcpt; i++) {
         const struct spool_rcpt *rc = &env->rcpt[i];
         char                     why[DSN_WHY_MAX], host[300];
         char                     addr[DSN_VAL_MAX], relay[DSN_VAL_MAX];
 
-        if (!dsn_wanted(rc))
+        if (!dsn_wanted_kind(rc, in->kind))
             continue;
         dsn_why(rc, why, sizeof(why));
         dsn_esc(rc->addr, addr, sizeof(addr));
-        if (dsn_peer_reply(why) && dsn_remote(rc->relay, host, sizeof(host)))
+        if (in->kind == DSN_SUCCESS && rc->success == SPOOL_SUCCESS_DELIVERED)
+            buf_printf(out, "<%s>: delivered to the mailbox\r\n\r\n", addr);
+        else if (in->kind == DSN_SUCCESS && dsn_remote(rc->relay, host,
+            sizeof(host)))
+            buf_printf(out, "<%s>: relayed to host %s, which does not send "
+                "delivery notifications; it said: %s\r\n\r\n", addr,
+                dsn_esc(rc->relay, relay, sizeof(relay)), why);
+        else if (in->kind == DSN_SUCCESS)
+            buf_printf(out, "<%s>: relayed\r\n\r\n", addr);
+        else if (dsn_peer_reply(why) &&
+            dsn_remote(rc->relay, host, sizeof(host)))
             buf_printf(out, "<%s>: host %s said: %s\r\n\r\n", addr,
                 dsn_esc(rc->relay, relay, sizeof(relay)), why);
         else
             buf_printf(out, "<%s>: %s\r\n\r\n", addr, why);
     }
+}
+
+
+/* dsn_action - the Action field's value (RFC 3464 2.3.3). */
+static const char *
+dsn_action(enum dsn_kind kind, const struct spool_rcpt *rc)
+{
+    if (kind == DSN_SUCCESS)
+        return rc->success == SPOOL_SUCCESS_DELIVERED ? "delivered" :
+            "relayed";
+    return kind == DSN_DELAY ? "delayed" : "failed";
+}
+
+
+/* dsn_status_code - the Status field: the reply's enhanced code when it
+ * has the kind's class, else the kind's default. */
+static const char *
+dsn_status_code(enum dsn_kind kind, const char *why, char *st, size_t stsz)
+{
+    const char *dflt = kind == DSN_SUCCESS ? "2.0.0" :
+        kind == DSN_DELAY ? "4.0.0" : "5.0.0";
+
+    smtp_enhanced(why, dflt, st, stsz);
+    if (kind != DSN_FAILURE && st[0] != dflt[0])
+        util_strlcpy(st, dflt, stsz);
+    return st;
 }
 
 
@@ -205,7 +303,7 @@ dsn_status(const struct dsn_info *in, struct buf *out)
         const struct spool_rcpt *rc = &env->rcpt[i];
         char                     why[DSN_WHY_MAX], st[16], host[300];
 
-        if (!dsn_wanted(rc))
+        if (!dsn_wanted_kind(rc, in->kind))
             continue;
         dsn_why(rc, why, sizeof(why));
         buf_append(out, "\r\n", 2);
@@ -214,14 +312,18 @@ dsn_status(const struct dsn_info *in, struct buf *out)
         if (rc->orcpt != NULL && rc->orcpt[0] != '\0')
             buf_printf(out, "Original-Recipient: %s\r\n",
                 dsn_esc(rc->orcpt, val, sizeof(val)));
-        buf_printf(out, "Action: failed\r\n");
-        buf_printf(out, "Status: %s\r\n", smtp_enhanced(why, "5.0.0", st,
-            sizeof(st)));
+        buf_printf(out, "Action: %s\r\n", dsn_action(in->kind, rc));
+        buf_printf(out, "Status: %s\r\n", dsn_status_code(in->kind, why,
+            st, sizeof(st)));
         if (dsn_remote(rc->relay, host, sizeof(host)))
             buf_printf(out, "Remote-MTA: dns; %s\r\n",
                 dsn_esc(host, val, sizeof(val)));
-        buf_printf(out, "Diagnostic-Code: %s; %s\r\n",
-            dsn_peer_reply(why) ? "smtp" : "X-mtad", why);
+        if (dsn_peer_reply(why) || in->kind != DSN_SUCCESS)
+            buf_printf(out, "Diagnostic-Code: %s; %s\r\n",
+                dsn_peer_reply(why) ? "smtp" : "X-mtad", why);
+        if (in->kind == DSN_DELAY && in->retry_until_ms != 0)
+            buf_printf(out, "Will-Retry-Until: %s\r\n",
+                dsn_date(in->retry_until_ms, date, sizeof(date)));
     }
 }
 
@@ -248,12 +350,18 @@ dsn_build_head(const struct dsn_info *in, struct buf *out)
     const struct spool_env *env = in->env;
     char                    date[48], boundary[160], to[DSN_VAL_MAX];
     const char             *cte = dsn_cte(env);
+    const char             *what = in->kind == DSN_SUCCESS ?
+        "Delivered Message" : in->kind == DSN_DELAY ? "Delayed Message" :
+        "Undelivered Message";
 
     dsn_boundary(in, boundary, sizeof(boundary));
     buf_printf(out, "From: MAILER-DAEMON@%s (Mail Delivery System)\r\n",
         in->hostname);
     buf_printf(out, "To: <%s>\r\n", dsn_esc(env->sender, to, sizeof(to)));
-    buf_printf(out, "Subject: Undelivered Mail Returned to Sender\r\n");
+    buf_printf(out, "Subject: %s\r\n", in->kind == DSN_SUCCESS ?
+        "Successful Mail Delivery Report" : in->kind == DSN_DELAY ?
+        "Delayed Mail (still being retried)" :
+        "Undelivered Mail Returned to Sender");
     buf_printf(out, "Date: %s\r\n", dsn_date(in->now_ms, date,
         sizeof(date)));
     buf_printf(out, "Message-ID: <%s.%llu.dsn@%s>\r\n", env->id,
@@ -279,13 +387,13 @@ dsn_build_head(const struct dsn_info *in, struct buf *out)
 
     buf_printf(out, "--%s\r\n", boundary);
     if (in->full)
-        buf_printf(out, "Content-Description: Undelivered Message\r\n"
+        buf_printf(out, "Content-Description: %s\r\n"
             "Content-Type: message/rfc822\r\n"
-            "Content-Transfer-Encoding: %s\r\n\r\n", cte);
+            "Content-Transfer-Encoding: %s\r\n\r\n", what, cte);
     else
-        buf_printf(out, "Content-Description: Undelivered Message "
+        buf_printf(out, "Content-Description: %s "
             "Headers\r\nContent-Type: text/rfc822-headers\r\n"
-            "Content-Transfer-Encoding: %s\r\n\r\n", cte);
+            "Content-Transfer-Encoding: %s\r\n\r\n", what, cte);
 }
 
 

@@ -1,6 +1,7 @@
 /*
  * dsn.h - delivery status notifications (RFC 3464): which recipients get
- * one, and the text of the report.  Pure: no I/O; deliver.c reads the
+ * one, and the text of the report: a failure (Action: failed), a success
+ * (delivered, relayed: RFC 3461 5.2) or a delay warning (delayed).  Pure: no I/O; deliver.c reads the
  * original message, calls dsn_build() and queues the result.
  *
  * CONTRACT  dsn_build() appends one complete message (headers and body,
@@ -8,7 +9,7 @@
  *           part, a message/delivery-status part with one block per
  *           recipient that dsn_wanted() selects, and the original message
  *           (message/rfc822 when orig is the whole message, else
- *           text/rfc822-headers).  The bytes of orig are copied unchanged.
+ *           text/rfc822-headers).  One report is of one kind.  The bytes of orig are copied unchanged.
  * FAILURE   Cannot fail (buffers grow with xmalloc).
  */
 #ifndef MTAD_DSN_H
@@ -21,6 +22,12 @@ struct buf;
 struct spool_env;
 struct spool_rcpt;
 
+enum dsn_kind {
+    DSN_FAILURE = 0,                /* BOUNCED: Action failed, 5.x.x */
+    DSN_SUCCESS,                    /* SENT: delivered or relayed, 2.x.x */
+    DSN_DELAY                       /* still PENDING: delayed, 4.x.x */
+};
+
 struct dsn_info {
     const struct spool_env *env;    /* original envelope with its results */
     const char *hostname;           /* Reporting-MTA */
@@ -28,14 +35,22 @@ struct dsn_info {
     const char *orig;               /* original message, or its headers */
     size_t      orig_len;
     int         full;               /* orig is the whole message */
+    enum dsn_kind kind;
+    uint64_t    retry_until_ms;     /* DSN_DELAY: Will-Retry-Until; 0 none */
 };
 
 /* A failure DSN is due for this recipient: BOUNCED, not yet notified (an
  * earlier DSN covered it), and NOTIFY is absent or has FAILURE (NEVER or
  * SUCCESS/DELAY alone: none). */
 int     dsn_wanted(const struct spool_rcpt *rc);
+/* A DSN of this kind is due for rc (never with NOTIFY=NEVER): FAILURE as
+ * dsn_wanted(); SUCCESS: SENT with rc->success set and NOTIFY has
+ * SUCCESS; DELAY: PENDING, rc->delay_due, not delay_warned, and NOTIFY
+ * has DELAY.  An absent NOTIFY means FAILURE only (RFC 3461 4.1). */
+int     dsn_wanted_kind(const struct spool_rcpt *rc, enum dsn_kind kind);
 /* Recipients of env for which dsn_wanted() holds. */
 size_t  dsn_count(const struct spool_env *env);
+size_t  dsn_count_kind(const struct spool_env *env, enum dsn_kind kind);
 /* Length of the header section of p[0..n): up to and including the line
  * end of the last header, without the empty line; n when there is no
  * empty line. */

@@ -43,7 +43,7 @@ setup(void)
 }
 
 static char *
-build(int full)
+build_kind(int full, enum dsn_kind kind, uint64_t until)
 {
     struct dsn_info in;
     struct buf      out;
@@ -56,11 +56,19 @@ build(int full)
     in.orig = MSG;
     in.orig_len = full ? strlen(MSG) : dsn_headers_len(MSG, strlen(MSG));
     in.full = full;
+    in.kind = kind;
+    in.retry_until_ms = until;
     buf_init(&out);
     dsn_build(&in, &out);
     s = strndup(buf_head(&out), buf_avail(&out));
     buf_free(&out);
     return s;
+}
+
+static char *
+build(int full)
+{
+    return build_kind(full, DSN_FAILURE, 0);
 }
 
 TestSuite(dsn, .init = setup);
@@ -258,5 +266,97 @@ Test(dsn, reply_control_bytes_are_escaped)
     }
     cr_assert(strstr(s, "Diagnostic-Code: smtp; 550 5.1.1 \\x1b[2Jgone"
         "\\x0dX\\xc2\\x9b1m\r\n") != NULL, "%s", s);
+    free(s);
+}
+
+
+Test(dsn, wanted_kinds_follow_notify)
+{
+    struct spool_rcpt r;
+
+    memset(&r, 0, sizeof(r));
+    r.status = SPOOL_RCPT_SENT;
+    r.success = SPOOL_SUCCESS_DELIVERED;
+    cr_assert_not(dsn_wanted_kind(&r, DSN_SUCCESS), "no NOTIFY: failure only");
+    r.notify = SMTP_NOTIFY_SUCCESS;
+    cr_assert(dsn_wanted_kind(&r, DSN_SUCCESS));
+    cr_assert_not(dsn_wanted_kind(&r, DSN_FAILURE));
+    r.success = SPOOL_SUCCESS_NONE;     /* passed on to the next hop */
+    cr_assert_not(dsn_wanted_kind(&r, DSN_SUCCESS));
+
+    memset(&r, 0, sizeof(r));
+    r.status = SPOOL_RCPT_PENDING;
+    r.delay_due = 1;
+    cr_assert_not(dsn_wanted_kind(&r, DSN_DELAY), "no NOTIFY: failure only");
+    r.notify = SMTP_NOTIFY_DELAY | SMTP_NOTIFY_FAILURE;
+    cr_assert(dsn_wanted_kind(&r, DSN_DELAY));
+    r.delay_warned = 1;
+    cr_assert_not(dsn_wanted_kind(&r, DSN_DELAY), "never twice");
+    r.delay_warned = 0;
+    r.delay_due = 0;
+    cr_assert_not(dsn_wanted_kind(&r, DSN_DELAY), "not yet due");
+}
+
+
+Test(dsn, success_delivered_and_relayed)
+{
+    char *s;
+
+    rcpts[0].notify = 0;                /* the bounce is not in this one */
+    rcpts[1].notify = SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE;
+    rcpts[1].success = SPOOL_SUCCESS_RELAYED;
+    rcpts[1].last_reply = "250 2.0.0 Ok \x1b[31mqueued\r\nX-Evil: 1";
+    rcpts[2].notify = SMTP_NOTIFY_SUCCESS;
+    rcpts[2].status = SPOOL_RCPT_SENT;
+    rcpts[2].success = SPOOL_SUCCESS_DELIVERED;
+    rcpts[2].relay = "local";
+    rcpts[2].last_reply = "delivered to maildir /var/mail/secret";
+    s = build_kind(0, DSN_SUCCESS, 0);
+    cr_assert(strstr(s, "Subject: Successful Mail Delivery Report\r\n"), "%s", s);
+    cr_assert(strstr(s, "successfully delivered"), "%s", s);
+    cr_assert_null(strstr(s, "bad@example.net"), "%s", s);
+    cr_assert(strstr(s, "Final-Recipient: rfc822; good@example.net\r\n"
+        "Action: relayed\r\nStatus: 2.0.0\r\n"
+        "Remote-MTA: dns; mx.example.net\r\n"
+        "Diagnostic-Code: smtp; 250 2.0.0 Ok \\x1b[31mqueued\\x0d\\x0a"
+        "X-Evil: 1\r\n"), "%s", s);
+    cr_assert_null(strstr(s, "\r\nX-Evil"), "%s", s);
+    cr_assert(strstr(s, "<good@example.net>: relayed to host "
+        "mx.example.net[127.0.0.1]:2525, which does not send"), "%s", s);
+    cr_assert(strstr(s, "Final-Recipient: rfc822; quiet@example.net\r\n"
+        "Action: delivered\r\nStatus: 2.0.0\r\n\r\n"), "%s", s);
+    cr_assert(strstr(s, "<quiet@example.net>: delivered to the mailbox"),
+        "%s", s);
+    cr_assert_null(strstr(s, "/var/mail/secret"), "no local path: %s", s);
+    cr_assert(strstr(s, "Content-Description: Delivered Message Headers"),
+        "%s", s);
+    free(s);
+}
+
+
+Test(dsn, delay_warning)
+{
+    char *s;
+
+    rcpts[0].notify = SMTP_NOTIFY_DELAY;
+    rcpts[0].status = SPOOL_RCPT_PENDING;
+    rcpts[0].delay_due = 1;
+    rcpts[0].last_reply = "451 4.3.0 try later";
+    rcpts[1].notify = SMTP_NOTIFY_DELAY;
+    rcpts[1].status = SPOOL_RCPT_PENDING;
+    rcpts[1].delay_due = 1;
+    rcpts[1].last_reply = "connect to mx.example.net: Connection refused";
+    s = build_kind(0, DSN_DELAY, 1796448000000ULL);
+    cr_assert(strstr(s, "Subject: Delayed Mail (still being retried)\r\n"),
+        "%s", s);
+    cr_assert(strstr(s, "This is a warning only"), "%s", s);
+    cr_assert(strstr(s, "Action: delayed\r\nStatus: 4.3.0\r\n"), "%s", s);
+    /* no enhanced code: the class's default, never a 5 */
+    cr_assert(strstr(s, "Final-Recipient: rfc822; good@example.net\r\n"
+        "Action: delayed\r\nStatus: 4.0.0\r\n"), "%s", s);
+    cr_assert(strstr(s, "Will-Retry-Until: Sat, 05 Dec 2026 05:20:00 +0000"
+        "\r\n"), "%s", s);
+    cr_assert(strstr(s, "until\r\nSat, 05 Dec 2026"), "%s", s);
+    cr_assert_null(strstr(s, "quiet@"), "%s", s);
     free(s);
 }
