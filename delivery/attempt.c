@@ -85,6 +85,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
         rc->tls = xstrdup(tf);
     }
     a->changed = 1;
+    rc->success = SPOOL_SUCCESS_NONE;   /* the caller says which is owed */
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
     if (log_enabled(LOGL_INFO) && tls != NULL) {
@@ -200,15 +201,21 @@ dl_copy_orig(struct dl_attempt *a, struct spool_msg *m, int full, char *last)
 }
 
 
+static const char *const dl_dsn_word[] = {
+    [DSN_FAILURE] = "non-delivery", [DSN_SUCCESS] = "success",
+    [DSN_DELAY] = "delay"
+};
+
 /*
- * dl_bounce - queue a DSN for the failed recipients that asked for one:
+ * dl_dsn - queue a DSN of one kind for the recipients that asked for one:
  * the report (dsn.c), with the original streamed into the new spool file
- * between head and tail.  The DSN has the null sender and goes through
- * routing like any message.  Returns 0 (queued, or none due) or -1 (could
- * not queue: the caller keeps the message so the bounce is not lost).
+ * between head and tail (the whole of it only in a failure with
+ * RET=FULL: RFC 3461 4.3).  The DSN has the null sender and goes through
+ * routing like any message; a null sender's message gets none (no bounce
+ * of a bounce).  Returns 0 (queued, or none due) or -1 (could not queue).
  */
 static int
-dl_bounce(struct dl_attempt *a)
+dl_dsn(struct dl_attempt *a, enum dsn_kind kind)
 {
     struct deliver    *d = a->d;
     struct spool_env  *env = a->env, denv;
@@ -220,20 +227,24 @@ dl_bounce(struct dl_attempt *a)
     uint64_t           size = 0;
     int                rcode;
 
-    if (dsn_count(env) == 0)
+    if (dsn_count_kind(env, kind) == 0)
         return 0;
     if (env->sender[0] == '\0') {
-        log_info("%s: bounce for null sender dropped", env->id);
+        log_info("%s: %s for null sender dropped", env->id,
+            kind == DSN_FAILURE ? "bounce" : dl_dsn_word[kind]);
         return 0;
     }
     memset(&in, 0, sizeof(in));
     in.env = env;
+    in.kind = kind;
+    if (kind == DSN_DELAY && d->cfg->max_queue_time_ms > 0)
+        in.retry_until_ms = env->arrival_ms + d->cfg->max_queue_time_ms;
     in.hostname = d->cfg->hostname;
     in.now_ms = util_wall_ms();
     /* binary content cannot travel inside a message/rfc822 part; the
      * bounce of a REQUIRETLS message is RET=HDRS whatever was asked (RFC
      * 8689 5) */
-    in.full = env->ret == SMTP_RET_FULL &&
+    in.full = kind == DSN_FAILURE && env->ret == SMTP_RET_FULL &&
         env->body != SMTP_BODY_BINARYMIME && !env->requiretls;
 
     memset(&denv, 0, sizeof(denv));
@@ -277,14 +288,15 @@ dl_bounce(struct dl_attempt *a)
     }
     buf_free(&out);
     if (rcode != SPOOL_OK) {
-        log_warn("%s: cannot queue the bounce: %s", env->id,
-            spool_errstr(d->sp));
+        log_warn("%s: cannot queue the %s notification: %s", env->id,
+            dl_dsn_word[kind], spool_errstr(d->sp));
         spool_abort(m);
         return -1;
     }
-    log_ev(LOGL_INFO, "bounce", LOG_KVS(LKV_S("queue_id", env->id),
-        LKV_S("bounce_id", newid)),
-        "%s: sender non-delivery notification: %s", env->id, newid);
+    log_ev(LOGL_INFO, kind == DSN_FAILURE ? "bounce" : "dsn",
+        LOG_KVS(LKV_S("queue_id", env->id), LKV_S("bounce_id", newid),
+        LKV_S("action", dl_dsn_word[kind])),
+        "%s: sender %s notification: %s", env->id, dl_dsn_word[kind], newid);
     log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", newid),
         LKV_S("from", ""), LKV_I("size", size), LKV_I("nrcpt", 1),
         LKV_S("bounce_of", env->id)),
@@ -299,21 +311,70 @@ dl_bounce(struct dl_attempt *a)
  * dl_notify - at the end of every attempt: one DSN for the recipients that
  * bounced since the last one, then every bounced recipient is marked
  * notified, so a DSN (or a null sender's drop) happens once per recipient
- * and never waits for the others to become final.  Returns dl_bounce()'s
- * result; on -1 nothing is marked and the next attempt tries again.
+ * and never waits for the others to become final.  Returns the failure
+ * DSN's result; on -1 nothing is marked and the next attempt tries again.
+ * Then the success DSN for what was delivered or relayed now (the
+ * recipients are final, so one that cannot be queued is logged and not
+ * tried again), and the delay warning for the recipients it fell due
+ * for (marked delay_warned, kept in the state: never a second; one that
+ * cannot be queued is tried at the next attempt).
  */
 static int
 dl_notify(struct dl_attempt *a)
 {
     struct spool_env *env = a->env;
     size_t            i;
+    int               failed, warned;
 
-    if (dl_bounce(a) < 0)
-        return -1;
-    for (i = 0; i < env->nrcpt; i++)
+    failed = dl_dsn(a, DSN_FAILURE) < 0;
+    for (i = 0; i < env->nrcpt && !failed; i++)
         if (env->rcpt[i].status == SPOOL_RCPT_BOUNCED)
             env->rcpt[i].notified = 1;
+    (void)dl_dsn(a, DSN_SUCCESS);
+    warned = dl_dsn(a, DSN_DELAY) == 0;
+    for (i = 0; i < env->nrcpt; i++) {
+        struct spool_rcpt *rc = &env->rcpt[i];
+
+        if (warned && dsn_wanted_kind(rc, DSN_DELAY))
+            rc->delay_warned = 1;
+        rc->success = SPOOL_SUCCESS_NONE;
+        rc->delay_due = 0;
+    }
+    return failed ? -1 : 0;
+}
+
+
+/* dl_warn_at - when the delay warning falls due for a recipient of env
+ * still owed one, or 0 (none owed, or warnings off). */
+static uint64_t
+dl_warn_at(const struct deliver *d, const struct spool_env *env)
+{
+    size_t i;
+
+    if (d->cfg->delay_warning_ms == 0)
+        return 0;
+    for (i = 0; i < env->nrcpt; i++) {
+        struct spool_rcpt rc = env->rcpt[i];
+
+        rc.delay_due = 1;
+        if (dsn_wanted_kind(&rc, DSN_DELAY))
+            return env->arrival_ms + d->cfg->delay_warning_ms;
+    }
     return 0;
+}
+
+
+/* dl_delay_due - mark the recipients whose delay warning is due now. */
+static void
+dl_delay_due(struct dl_attempt *a, uint64_t now)
+{
+    uint64_t at = dl_warn_at(a->d, a->env);
+    size_t   i;
+
+    if (at == 0 || now < at)
+        return;
+    for (i = 0; i < a->env->nrcpt; i++)
+        a->env->rcpt[i].delay_due = 1;  /* dsn_wanted_kind() picks */
 }
 
 
@@ -477,6 +538,7 @@ dl_finish(struct dl_attempt *a)
     struct deliver   *d = a->d;
     struct spool_env *env = a->env;
     uint64_t          now = util_wall_ms();
+    uint64_t          warn_at;
     size_t            i, pending = 0;
     int               notified;
 
@@ -489,6 +551,8 @@ dl_finish(struct dl_attempt *a)
         dl_expire(a);
         pending = 0;
     }
+    if (pending > 0)
+        dl_delay_due(a, now);
     /* the bounce for what failed now goes out now, whatever the others */
     notified = dl_notify(a) == 0;
     if (pending == 0 && notified) {
@@ -514,6 +578,11 @@ dl_finish(struct dl_attempt *a)
         env->next_retry_ms = deliver_next_retry(d->cfg->retry_ms,
             d->cfg->nretry, env->attempts, now, env->arrival_ms,
             d->cfg->max_queue_time_ms);
+        /* an attempt when a delay warning falls due: it is sent at the
+         * end of one */
+        warn_at = dl_warn_at(d, env);
+        if (warn_at > now && warn_at < env->next_retry_ms)
+            env->next_retry_ms = warn_at;
     }
     if (dl_save(a) == 0) {
         dl_reschedule(a);

@@ -24,7 +24,9 @@
  *           defer: are settled on the spot.  When every group is back:
  *           one DSN (dsn.c) for the recipients that bounced and were not
  *           reported yet, which are then marked notified (at once, as
- *           Postfix does, not when the last deferred one is final); then
+ *           Postfix does, not when the last deferred one is final), and
+ *           the NOTIFY=SUCCESS and NOTIFY=DELAY reports due (attempt.c);
+ *           then
  *           all final -> spool_remove(); else attempts++, next retry from
  *           delivery.retry (the last step repeats), state saved, lock
  *           released, rescheduled; past max_queue_time the open
@@ -133,9 +135,13 @@ dl_txn_done(struct mta_txn *rt)
     if (rt->cut)
         a->cut = 1;                     /* its recipients stay as they were */
     else
-        for (i = 0; i < rt->nrcpt; i++)
+        for (i = 0; i < rt->nrcpt; i++) {
             dl_result_tls(a, rt->rcpt[i], rt->res[i].status,
                 rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls);
+            /* a next hop with DSN got NOTIFY and reports the success */
+            if (rt->res[i].status == MTA_SENT && !rt->res[i].peer_dsn)
+                a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
+        }
     if (--a->open > 0)
         return;
     if (a->cut)
@@ -255,6 +261,7 @@ dl_local(struct dl_attempt *a, size_t i, const struct route *rt)
         } else {
             snprintf(why, sizeof(why), "delivered to maildir %s", rt->path);
             dl_result(a, i, MTA_SENT, why, "local", NULL);
+            a->env->rcpt[i].success = SPOOL_SUCCESS_DELIVERED;
         }
         break;
     case ROUTE_DISCARD:

@@ -129,6 +129,7 @@ mta_set(struct mta_txn *t, size_t i, enum mta_status status,
     util_strlcpy(t->res[i].reply, reply, sizeof(t->res[i].reply));
     util_strlcpy(t->res[i].relay, relay, sizeof(t->res[i].relay));
     t->res[i].tls = t->tls_out;
+    t->res[i].peer_dsn = t->peer_dsn;
 }
 
 
@@ -845,6 +846,7 @@ mta_submit(struct mta *r, struct mta_txn *t)
     size_t             i;
 
     memset(&t->tls_out, 0, sizeof(t->tls_out));
+    t->peer_dsn = 0;
     for (i = 0; i < t->nrcpt; i++)
         mta_set(t, i, MTA_DEFER, "not attempted", "none");
     t->next = NULL;

@@ -55,6 +55,9 @@ struct mta_result {
     char    relay[MTA_RELAY_MAX];   /* "host[ip]:port", or "none" */
     struct tls_outcome tls;         /* of the connection the verdict came
                                        from (used 0: plaintext or none) */
+    int     peer_dsn;               /* that connection's EHLO had DSN, so
+                                       NOTIFY and ORCPT went with RCPT and
+                                       the next hop reports a success */
 };
 
 /* One address to try, from DNS or a literal route host. */
@@ -98,6 +101,7 @@ struct mta_txn {
     size_t      first;
     size_t      count;
     struct tls_outcome tls_out;     /* copied into res[] by mta_set() */
+    int         peer_dsn;           /* the same: the next hop offers DSN */
 };
 
 struct mta;

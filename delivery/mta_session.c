@@ -321,6 +321,7 @@ mta_conn_next(struct mta_conn *c)
             return 1;
         opened_for = 0;
         t->tls_out = c->tlso;
+        t->peer_dsn = (c->caps & SMTP_CAP_DSN) != 0;
         if (mta_precheck(c, t) < 0) {
             t = NULL;
             continue;
