@@ -345,19 +345,75 @@ logfmt_num_at(const char **p, const char *end, long *v)
 }
 
 
-/* logfmt_count - occurrences of key in [p, end) (at most 2 counted). */
+/* logfmt_jstr_at - a JSON string at *p, its escapes well formed (1). */
 static int
-logfmt_count(const char *p, const char *end, const char *key)
+logfmt_jstr_at(const char **p, const char *end)
 {
-    size_t      kn = strlen(key);
-    const char *q;
-    int         c = 0;
+    const char *s = *p;
 
-    while (c < 2 && (q = memmem(p, (size_t)(end - p), key, kn)) != NULL) {
-        c++;
-        p = q + kn;
+    if (s >= end || *s++ != '"')
+        return 0;
+    while (s < end && *s != '"') {
+        if (*s++ != '\\')
+            continue;
+        if (s >= end)
+            return 0;
+        if (*s++ == 'u') {
+            for (int k = 0; k < 4; k++, s++)
+                if (s >= end || !isxdigit((unsigned char)*s))
+                    return 0;
+        }
     }
-    return c;
+    if (s >= end)
+        return 0;
+    *p = s + 1;
+    return 1;
+}
+
+
+/* logfmt_fields_at - the rest of a record after "event": its value, then
+ * only ,"key":value pairs and the closing brace at the very end.  A key
+ * is plain (no escape: "pro\u0063" is "proc" to a JSON reader) and none
+ * of the keys the line starts with comes again, as the last of two equal
+ * keys is the one most readers keep; a value is a string or a number, so
+ * no object hides a second record. */
+static int
+logfmt_fields_at(const char *p, const char *end)
+{
+    static const char *const fixed[] = { "ts", "level", "proc", "pid",
+        "event" };
+    const char *k;
+    size_t      kn;
+
+    if (!logfmt_jstr_at(&p, end))
+        return 0;
+    while (p < end && *p == ',') {
+        k = ++p;
+        if (p >= end || *p++ != '"')
+            return 0;
+        while (p < end && (islower((unsigned char)*p) ||
+            isdigit((unsigned char)*p) || *p == '_'))
+            p++;
+        kn = (size_t)(p - k - 1);
+        if (kn == 0 || !logfmt_lit_at(&p, end, "\":"))
+            return 0;
+        for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+            if (strlen(fixed[i]) == kn && memcmp(k + 1, fixed[i], kn) == 0)
+                return 0;
+        if (p < end && *p == '"') {
+            if (!logfmt_jstr_at(&p, end))
+                return 0;
+        } else {
+            const char *v = p;
+
+            while (p < end && (isdigit((unsigned char)*p) || *p == '-' ||
+                *p == '.'))
+                p++;
+            if (p == v)
+                return 0;
+        }
+    }
+    return end - p == 1 && *p == '}';
 }
 
 
@@ -370,24 +426,18 @@ logfmt_worker_line(const char *line, size_t n, long pid)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
             return 0;
-    if (logfmt_lit_at(&p, end, "{\"ts\":\"")) {
-        /* in JSON a quote inside a string is escaped, so an unescaped
-         * "proc": or "pid": is a key: a second one could override */
-        if (logfmt_count(line, end, "\"proc\":") != 1 ||
-            logfmt_count(line, end, "\"pid\":") != 1)
-            return 0;
-        if ((sp = memmem(p, (size_t)(end - p), "\",\"level\":\"", 11)) ==
-            NULL)
-            return 0;
-        p = sp + 11;
-        if ((sp = memchr(p, '"', (size_t)(end - p))) == NULL)
-            return 0;
-        p = sp;
-        return logfmt_lit_at(&p, end, "\",\"proc\":\"worker ") &&
+    if (logfmt_lit_at(&p, end, "{\"ts\":")) {
+        /* walked key by key (not searched for): a string may hold any
+         * text, and only the structure says what is a key */
+        return logfmt_jstr_at(&p, end) &&
+            logfmt_lit_at(&p, end, ",\"level\":") &&
+            logfmt_jstr_at(&p, end) &&
+            logfmt_lit_at(&p, end, ",\"proc\":\"worker ") &&
             logfmt_num_at(&p, end, &shard) &&
             logfmt_lit_at(&p, end, "\",\"pid\":") &&
             logfmt_num_at(&p, end, &v) && v == pid &&
-            logfmt_lit_at(&p, end, ",\"event\":");
+            logfmt_lit_at(&p, end, ",\"event\":") &&
+            logfmt_fields_at(p, end);
     }
     if ((sp = memchr(p, ' ', n < 40 ? n : 40)) == NULL)
         return 0;                   /* the time stamp, then one blank */

@@ -270,6 +270,27 @@ static const struct {
       "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"proc\":\"master\"}", 0 },
     { "json, a second pid key", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
       "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"pid\":1}", 0 },
+    { "json, a key spelled with an escape", "{\"ts\":\"T\",\"level\":"
+      "\"info\",\"proc\":\"worker 3\",\"pid\":42,\"event\":\"admin\","
+      "\"pro\\u0063\":\"master\",\"msg\":\"x\"}", 0 },
+    { "json, an escaped key in the time stamp's place", "{\"ts\":\"T\","
+      "\"pro\\u0063\":\"master\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":\"x\"}", 0 },
+    { "json, a second record after the first", "{\"ts\":\"T\",\"level\":"
+      "\"info\",\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\"}"
+      "{\"ts\":\"T\",\"level\":\"notice\",\"pro\\u0063\":\"master\"}",
+      0 },
+    { "json, an object as a value", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"x\":"
+      "{\"proc\":\"master\"}}", 0 },
+    { "json, a second event key", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"event\":"
+      "\"admin\"}", 0 },
+    { "json, fields and escapes", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"to\":"
+      "\"a\\\"b\\u0001\",\"delay\":-1.250,\"msg\":\"x\"}", 1 },
+    { "json, cut", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":\"x", 0 },
     { "empty", "", 0 },
 };
 
