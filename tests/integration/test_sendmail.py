@@ -96,7 +96,7 @@ def test_t_recipients_over_the_limit_go_in_more_transactions(mtad_factory,
     assert every == sorted(rcpts)
 
 
-def _in_installed_layout(m, workdir, argv, msg):
+def _in_installed_layout(m, workdir, argv, msg, run_dir=None):
     """Run argv as 'nobody' in a private mount namespace where /run/mtad is
     the test's runtime directory (the master wrote its hint there) and
     /etc/mtad/relay.yaml, when there is an /etc/mtad, is root's 0640 file
@@ -112,7 +112,8 @@ def _in_installed_layout(m, workdir, argv, msg):
               "mount --bind %s /run/mtad; "
               "if [ -d /etc/mtad ]; then mount --bind %s /etc/mtad; fi; "
               "exec setpriv --reuid=nobody --regid=nogroup --clear-groups "
-              "--inh-caps=-all -- \"$@\"" % (os.path.dirname(m.sock), etc))
+              "--inh-caps=-all -- \"$@\"" % (run_dir or os.path.dirname(m.sock),
+                                               etc))
     return subprocess.run(["unshare", "-m", "--propagation", "private",
                            "sh", "-c", script, "sh", *argv], input=msg,
                           capture_output=True, timeout=60)
@@ -160,6 +161,38 @@ def test_a_user_who_cannot_read_relay_yaml_submits(mtad_factory, workdir,
                                           "/run/mtad/submit", m.sock], b"")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == b"3", (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="changes user and mounts")
+def test_a_hint_another_user_could_write_is_refused(mtad_factory, workdir):
+    """With mtad down a local user might plant /run/mtad/submit (or make
+    its directory theirs) to take other users' mail: the hint is used
+    only when root (or the caller) owns it and its directory and nobody
+    else may write them.  Each planted hint names the live listener, so
+    only the check keeps the message from being queued."""
+    m = mtad_factory()
+    m.start()
+    with open(os.path.join(os.path.dirname(m.sock), "submit")) as f:
+        text = f.read()
+    cases = (("owned by another user", 0o755, 4242, 0o644),
+             ("writable by anyone", 0o755, 0, 0o666),
+             ("in a directory of another user", 0o755, 0, 0o644))
+    for i, (what, dmode, fuid, fmode) in enumerate(cases):
+        run = os.path.join(workdir, "planted%d" % i)
+        os.mkdir(run)
+        os.chmod(run, dmode)
+        if what.startswith("in a directory"):
+            os.chown(run, 4242, 4242)
+        hint = os.path.join(run, "submit")
+        with open(hint, "w") as f:
+            f.write(text)
+        os.chown(hint, fuid, fuid)
+        os.chmod(hint, fmode)
+        r = _in_installed_layout(m, workdir, [SENDMAIL, "a@remote.test"],
+                                 b"Subject: s\n\nhi\n", run_dir=run)
+        assert r.returncode == 75, (what, r.returncode, r.stderr)
+        assert b"message not sent" in r.stderr, (what, r.stderr)
+    assert m.queue_ids() == [], m.queue_ids()
 
 
 def test_an_mbox_from_line_in_front_is_dropped(mtad_factory, hole):
