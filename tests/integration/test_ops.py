@@ -446,6 +446,35 @@ def test_metrics_slow_clients_of_one_address_leave_room(mtad_factory):
     assert m.ctl("status", check=True).returncode == 0
 
 
+def test_metrics_slow_clients_of_a_few_addresses_leave_room(mtad_factory):
+    """16 slow clients from four addresses of 127.0.0.0/8 (each within
+    max_connections_per_ip) fill every slot: a scrape from a fifth address
+    takes the slot of the oldest client of an address holding the most,
+    and gets its answer; before, it was closed at accept until a slot
+    timed out, and the slow ones took it back at once."""
+    mport = free_port()
+    mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport,
+                              "max_connections_per_ip": 4,
+                              "header_timeout": "20s"}}).start()
+    slow = [slow_client(mport, "127.0.0.%d" % (2 + k // 4))
+            for k in range(16)]
+    try:
+        # all 16 are held (the master accepted them: a 17th from one of
+        # these addresses is over its limit and closed)
+        extra = slow_client(mport, "127.0.0.2")
+        assert refused(extra)
+        extra.close()
+        assert http_get(mport)[0] == 200
+        assert refused(slow[0])         # the oldest of 127.0.0.2's
+        for c in slow[1:]:
+            c.settimeout(0.05)
+            with pytest.raises(socket.timeout):
+                c.recv(100)
+    finally:
+        for c in slow:
+            c.close()
+
+
 def test_metrics_allow_networks_and_header_timeout(mtad_factory):
     """A client outside metrics.allow_networks is closed unanswered; a
     trickler that does not finish its request within
