@@ -389,6 +389,7 @@ master_run(const struct master_opts *o)
 
     m->ctlfd = m->sigfd = -1;
     m->log_send = m->log_recv = m->log_file = -1;
+    m->log_own_send = m->log_own_recv = -1;
     m->logd.chan = -1;
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++)
         master_slot_free(&m->slots[i]);
