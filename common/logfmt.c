@@ -58,6 +58,13 @@ logfmt_utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
+/* logfmt_c1 - p[0..n) starts with a C1 control in UTF-8 (U+0080..U+009F). */
+static int
+logfmt_c1(const unsigned char *p, size_t n)
+{
+    return n >= 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f;
+}
+
 /* Bytes copied as they are: printable ASCII but the quote and backslash
  * (a table: this loop is most of a JSON record's cost). */
 static const unsigned char logfmt_plain[256] = {
@@ -100,6 +107,12 @@ logfmt_json_str(char *out, size_t cap, const char *src, size_t n)
             if (p[i] < 0x20 || p[i] == 0x7f) {
                 snprintf(esc, sizeof(esc), "\\u%04x", p[i]);
                 e = esc;
+            } else if (logfmt_c1(p + i, n - i)) {
+                /* U+0080..U+009F: a terminal may take U+009B for CSI,
+                 * as util_escape() knows for text records */
+                snprintf(esc, sizeof(esc), "\\u%04x", p[i + 1]);
+                e = esc;
+                k = 2;
             } else if (p[i] >= 0x80 && (k = logfmt_utf8_len(p + i,
                 n - i)) == 0) {
                 snprintf(esc, sizeof(esc), "\\u%04x", p[i]);  /* Latin-1 */
@@ -423,9 +436,15 @@ logfmt_worker_line(const char *line, size_t n, long pid)
     const char *p = line, *end = line + n, *sp;
     long        v, shard;
 
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+    /* what log.c makes holds no control character and only UTF-8: a
+     * line with one is no worker's (and could drive a terminal) */
+    for (size_t i = 0, k; i < n; i += k) {
+        const unsigned char *u = (const unsigned char *)line + i;
+
+        if (u[0] < 0x20 || u[0] == 0x7f || logfmt_c1(u, n - i) ||
+            (k = logfmt_utf8_len(u, n - i)) == 0)
             return 0;
+    }
     if (logfmt_lit_at(&p, end, "{\"ts\":")) {
         /* walked key by key (not searched for): a string may hold any
          * text, and only the structure says what is a key */
