@@ -85,6 +85,7 @@ struct slot {
                                        SIGKILL if no "pong" comes */
     int             pinged;         /* "ping" sent, "pong" due */
     unsigned        quick_exits;
+    uint64_t        chan_bad;       /* messages refused on its channel */
 };
 
 struct master;
