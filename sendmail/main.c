@@ -252,6 +252,29 @@ sm_stuff(const char *msg, size_t len, size_t *olen)
 }
 
 
+/* sm_phrase - -F as the display name of From: (RFC 5322 3.2.5): as it is
+ * when it is atoms and blanks only, else one quoted string ('"' and '\\'
+ * escaped), so that a name such as "Eve <root@x>, Bob" stays a name and
+ * adds no address.  out holds 2 * strlen(name) + 3. */
+static const char *
+sm_phrase(const char *name, char *out)
+{
+    size_t o = 0;
+
+    if (name[strcspn(name, "()<>[]:;@\\,.\"")] == '\0')
+        return name;
+    out[o++] = '"';
+    for (; *name != '\0'; name++) {
+        if (*name == '"' || *name == '\\')
+            out[o++] = '\\';
+        out[o++] = *name;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
+
 /* sm_compose - the message as submitted: a Received: line saying which
  * local user ran us (the real uid, from the kernel: the caller cannot
  * choose it, whatever -f says), then Date:, Message-ID: and From: when
@@ -271,8 +294,9 @@ sm_compose(const char *msg, size_t len, const char *from,
     const char *ah = from[0] != '\0' ? "" : hostname;
     char        date[64], stamp[32];
     size_t      cap = len + strlen(fa) + 3 * strlen(hostname) +
-        (fullname ? strlen(fullname) : 0) + 512, o = 0;
+        (fullname ? 3 * strlen(fullname) : 0) + 512, o = 0;
     char       *out = xmalloc(cap);
+    char       *phrase = xmalloc(fullname ? 2 * strlen(fullname) + 3 : 1);
     uint64_t    rnd = 0;
     time_t      now = time(NULL);
     struct tm   tm;
@@ -296,11 +320,12 @@ sm_compose(const char *msg, size_t len, const char *from,
         /* the null sender's From: is MAILER-DAEMON, as Postfix writes it */
         if (fullname != NULL)
             o += (size_t)snprintf(out + o, cap - o, "From: %s <%s%s%s>\n",
-                fullname, fa, at, ah);
+                sm_phrase(fullname, phrase), fa, at, ah);
         else
             o += (size_t)snprintf(out + o, cap - o, "From: %s%s%s\n", fa,
                 at, ah);
     }
+    free(phrase);
     memcpy(out + o, msg, hend);
     o += hend;
     if (hend < len && !blank)

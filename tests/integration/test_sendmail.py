@@ -55,6 +55,27 @@ def test_plain_body_gets_an_empty_line_date_and_message_id(mtad_factory,
                     mid), mid
 
 
+def test_a_full_name_with_specials_is_one_quoted_name(mtad_factory, hole):
+    """-F goes into the From: added as its display name: with a '<', ','
+    or '"' in it (a name a web form passed on) it is one quoted string,
+    not an address of its own; a plain name stays as it is."""
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    cases = ((b'Eve <root@evil.test>, "Bob\\"',
+              b'"Eve <root@evil.test>, \\"Bob\\\\\\""'),
+             (b"Ann Lee", b"Ann Lee"))
+    for name, _ in cases:
+        r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-f", "me@home.test",
+                            "-F", name, "a@remote.test"],
+                           input=b"Subject: s\n\nhi\n", capture_output=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+    froms = sorted(h for _, body in queued(m, 2)
+                   for h in header_and_body(body)[0] if h.startswith(b"From: "))
+    assert froms == sorted(b"From: " + shown + b" <me@home.test>"
+                           for _, shown in cases), froms
+
+
 def test_header_section_ends_at_a_line_that_is_no_field(mtad_factory, hole):
     """Headers, then a body line without the empty line: the empty line
     is put in; a Date: and Message-ID: given are kept and not doubled;
