@@ -58,6 +58,13 @@ logfmt_utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
+/* logfmt_c1 - p[0..n) starts with a C1 control in UTF-8 (U+0080..U+009F). */
+static int
+logfmt_c1(const unsigned char *p, size_t n)
+{
+    return n >= 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f;
+}
+
 /* Bytes copied as they are: printable ASCII but the quote and backslash
  * (a table: this loop is most of a JSON record's cost). */
 static const unsigned char logfmt_plain[256] = {
@@ -100,6 +107,12 @@ logfmt_json_str(char *out, size_t cap, const char *src, size_t n)
             if (p[i] < 0x20 || p[i] == 0x7f) {
                 snprintf(esc, sizeof(esc), "\\u%04x", p[i]);
                 e = esc;
+            } else if (logfmt_c1(p + i, n - i)) {
+                /* U+0080..U+009F: a terminal may take U+009B for CSI,
+                 * as util_escape() knows for text records */
+                snprintf(esc, sizeof(esc), "\\u%04x", p[i + 1]);
+                e = esc;
+                k = 2;
             } else if (p[i] >= 0x80 && (k = logfmt_utf8_len(p + i,
                 n - i)) == 0) {
                 snprintf(esc, sizeof(esc), "\\u%04x", p[i]);  /* Latin-1 */
@@ -345,19 +358,75 @@ logfmt_num_at(const char **p, const char *end, long *v)
 }
 
 
-/* logfmt_count - occurrences of key in [p, end) (at most 2 counted). */
+/* logfmt_jstr_at - a JSON string at *p, its escapes well formed (1). */
 static int
-logfmt_count(const char *p, const char *end, const char *key)
+logfmt_jstr_at(const char **p, const char *end)
 {
-    size_t      kn = strlen(key);
-    const char *q;
-    int         c = 0;
+    const char *s = *p;
 
-    while (c < 2 && (q = memmem(p, (size_t)(end - p), key, kn)) != NULL) {
-        c++;
-        p = q + kn;
+    if (s >= end || *s++ != '"')
+        return 0;
+    while (s < end && *s != '"') {
+        if (*s++ != '\\')
+            continue;
+        if (s >= end)
+            return 0;
+        if (*s++ == 'u') {
+            for (int k = 0; k < 4; k++, s++)
+                if (s >= end || !isxdigit((unsigned char)*s))
+                    return 0;
+        }
     }
-    return c;
+    if (s >= end)
+        return 0;
+    *p = s + 1;
+    return 1;
+}
+
+
+/* logfmt_fields_at - the rest of a record after "event": its value, then
+ * only ,"key":value pairs and the closing brace at the very end.  A key
+ * is plain (no escape: "pro\u0063" is "proc" to a JSON reader) and none
+ * of the keys the line starts with comes again, as the last of two equal
+ * keys is the one most readers keep; a value is a string or a number, so
+ * no object hides a second record. */
+static int
+logfmt_fields_at(const char *p, const char *end)
+{
+    static const char *const fixed[] = { "ts", "level", "proc", "pid",
+        "event" };
+    const char *k;
+    size_t      kn;
+
+    if (!logfmt_jstr_at(&p, end))
+        return 0;
+    while (p < end && *p == ',') {
+        k = ++p;
+        if (p >= end || *p++ != '"')
+            return 0;
+        while (p < end && (islower((unsigned char)*p) ||
+            isdigit((unsigned char)*p) || *p == '_'))
+            p++;
+        kn = (size_t)(p - k - 1);
+        if (kn == 0 || !logfmt_lit_at(&p, end, "\":"))
+            return 0;
+        for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+            if (strlen(fixed[i]) == kn && memcmp(k + 1, fixed[i], kn) == 0)
+                return 0;
+        if (p < end && *p == '"') {
+            if (!logfmt_jstr_at(&p, end))
+                return 0;
+        } else {
+            const char *v = p;
+
+            while (p < end && (isdigit((unsigned char)*p) || *p == '-' ||
+                *p == '.'))
+                p++;
+            if (p == v)
+                return 0;
+        }
+    }
+    return end - p == 1 && *p == '}';
 }
 
 
@@ -367,27 +436,27 @@ logfmt_worker_line(const char *line, size_t n, long pid)
     const char *p = line, *end = line + n, *sp;
     long        v, shard;
 
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+    /* what log.c makes holds no control character and only UTF-8: a
+     * line with one is no worker's (and could drive a terminal) */
+    for (size_t i = 0, k; i < n; i += k) {
+        const unsigned char *u = (const unsigned char *)line + i;
+
+        if (u[0] < 0x20 || u[0] == 0x7f || logfmt_c1(u, n - i) ||
+            (k = logfmt_utf8_len(u, n - i)) == 0)
             return 0;
-    if (logfmt_lit_at(&p, end, "{\"ts\":\"")) {
-        /* in JSON a quote inside a string is escaped, so an unescaped
-         * "proc": or "pid": is a key: a second one could override */
-        if (logfmt_count(line, end, "\"proc\":") != 1 ||
-            logfmt_count(line, end, "\"pid\":") != 1)
-            return 0;
-        if ((sp = memmem(p, (size_t)(end - p), "\",\"level\":\"", 11)) ==
-            NULL)
-            return 0;
-        p = sp + 11;
-        if ((sp = memchr(p, '"', (size_t)(end - p))) == NULL)
-            return 0;
-        p = sp;
-        return logfmt_lit_at(&p, end, "\",\"proc\":\"worker ") &&
+    }
+    if (logfmt_lit_at(&p, end, "{\"ts\":")) {
+        /* walked key by key (not searched for): a string may hold any
+         * text, and only the structure says what is a key */
+        return logfmt_jstr_at(&p, end) &&
+            logfmt_lit_at(&p, end, ",\"level\":") &&
+            logfmt_jstr_at(&p, end) &&
+            logfmt_lit_at(&p, end, ",\"proc\":\"worker ") &&
             logfmt_num_at(&p, end, &shard) &&
             logfmt_lit_at(&p, end, "\",\"pid\":") &&
             logfmt_num_at(&p, end, &v) && v == pid &&
-            logfmt_lit_at(&p, end, ",\"event\":");
+            logfmt_lit_at(&p, end, ",\"event\":") &&
+            logfmt_fields_at(p, end);
     }
     if ((sp = memchr(p, ' ', n < 40 ? n : 40)) == NULL)
         return 0;                   /* the time stamp, then one blank */

@@ -355,7 +355,7 @@ child_spawn_logd(struct master *m, struct slot *s)
         NULL, 0 };
     const struct privs *p = &m->cur->privs;
     int   sandbox = m->cur->cfg->sandbox;
-    int   keep[2] = { m->log_recv, m->log_file };
+    int   keep[3] = { m->log_recv, m->log_own_recv, m->log_file };
     char  err[256];
     pid_t pid;
     int   sv[2];
@@ -363,7 +363,7 @@ child_spawn_logd(struct master *m, struct slot *s)
     if ((pid = child_fork(s, sv)) != 0)
         return pid;                 /* the master, or -1 */
     /* the terminal only when the log goes there (log.file "-") */
-    child_common(m, keep, 2, m->log_file == STDERR_FILENO);
+    child_common(m, keep, ARRAY_LEN(keep), m->log_file == STDERR_FILENO);
     (void)close(sv[0]);
     if (m->tickets != NULL)
         tlskey_forget(m->tickets);      /* no TLS here: no ticket keys */
@@ -374,7 +374,7 @@ child_spawn_logd(struct master *m, struct slot *s)
     proctitle_set(&m->title, "mtad: logd", "mtad: log process"); /* dropped */
     if (sandbox && sandbox_seccomp(SANDBOX_LOGD, err, sizeof(err)) < 0)
         fatalx("logd: sandbox: %s", err);
-    logd_main(m->log_recv, sv[1], m->log_file,
+    logd_main(m->log_recv, m->log_own_recv, sv[1], m->log_file,
         m->cur->cfg->log_flush_interval_ms, m->pid);
 }
 

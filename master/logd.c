@@ -18,7 +18,11 @@
  *           only costs that read).  EOF on the channel or SIGTERM (the
  *           master died) ends it the same way; SIGINT (a Ctrl-C to the
  *           process group) is ignored: the master stops it last.
- * SENDERS   The receiving end has SO_PASSCRED: every datagram comes with
+ * SENDERS   The workers send on one socketpair, the master (and what it
+ *           forks without dropping root) on one of its own, so a worker
+ *           that fills its queue does not make the master's records
+ *           drop; both are read alike.
+ *           The receiving ends have SO_PASSCRED: every datagram comes with
  *           the sender's pid and uid as the kernel saw them (a process
  *           can claim only its own; no system call more for the sender).
  *           The master's records (its pid, given) and root's are written
@@ -60,7 +64,7 @@
 #define LOGD_NOTE_MAX   512         /* a refusal warning (logd_refused) */
 
 struct logd {
-    int      recv_fd, chan, file_fd, sig_fd;
+    int      recv_fd, own_fd, chan, file_fd, sig_fd;
     uint64_t flush_ms;
     char    *buf;
     size_t   len;
@@ -198,7 +202,7 @@ logd_pack(struct logd *d, const struct ucred *cr, const char *src,
 static int logd_command(struct logd *d);
 
 static void
-logd_drain(struct logd *d)
+logd_drain(struct logd *d, int fd)
 {
     struct mmsghdr msgs[LOGD_BATCH];
     struct iovec   iov[LOGD_BATCH];
@@ -222,7 +226,7 @@ logd_drain(struct logd *d)
             msgs[i].msg_hdr.msg_control = cbuf[i];
             msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
         }
-        r = recvmmsg(d->recv_fd, msgs, (unsigned)n,
+        r = recvmmsg(fd, msgs, (unsigned)n,
             MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
         if (r < 0) {
             if (errno == EINTR)
@@ -268,7 +272,8 @@ logd_drain(struct logd *d)
 static void __attribute__((noreturn))
 logd_exit(struct logd *d)
 {
-    logd_drain(d);
+    logd_drain(d, d->own_fd);
+    logd_drain(d, d->recv_fd);
     logd_flush(d);
     _exit(0);
 }
@@ -355,15 +360,15 @@ logd_chan_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
         logd_exit(arg);
 }
 
-/* Records.  A reopen is put in order by its mark (logd_drain), so the
- * channel is not read here on every wakeup. */
+/* Records, on either socket.  A reopen is put in order by its mark
+ * (logd_drain), so the channel is not read here on every wakeup. */
 static void
 logd_recv_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
 {
     struct logd *d = arg;
 
-    (void)loop; (void)fd; (void)events;
-    logd_drain(d);
+    (void)loop; (void)events;
+    logd_drain(d, fd);
     if (d->stop)
         logd_exit(d);
 }
@@ -401,8 +406,8 @@ logd_before_sleep(struct ev_loop *loop, void *arg)
 }
 
 void
-logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
-    pid_t master)
+logd_main(int recv_fd, int own_fd, int chan_fd, int file_fd,
+    uint64_t flush_ms, pid_t master)
 {
     struct logd     d;
     struct ev_loop *loop;
@@ -410,6 +415,7 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
 
     memset(&d, 0, sizeof(d));
     d.recv_fd = recv_fd;
+    d.own_fd = own_fd;
     d.chan = chan_fd;
     d.file_fd = file_fd;
     d.flush_ms = flush_ms;
@@ -426,6 +432,7 @@ logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
     ev_timer_init(&d.flush, logd_flush_timer, &d);
     if (ev_watch(loop, d.chan, EV_READ, logd_chan_io, &d) < 0 ||
         ev_watch(loop, d.recv_fd, EV_READ, logd_recv_io, &d) < 0 ||
+        ev_watch(loop, d.own_fd, EV_READ, logd_recv_io, &d) < 0 ||
         (d.sig_fd >= 0 && ev_watch(loop, d.sig_fd, EV_READ, logd_sig_io,
         &d) < 0) || ev_before_sleep(loop, logd_before_sleep, &d) < 0)
         fatal("logd: watch");       /* fatal: the master restarts us */

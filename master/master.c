@@ -132,13 +132,18 @@ master_chan_tlsrpt(const struct chan_msg *msg, void *arg)
 }
 
 
+/* master_chan_bad - the 1st, 2nd, 4th, 8th... refused message of a slot
+ * is logged: a worker sending nothing but bad messages must not make the
+ * master write a line for each (the master's log is root's word). */
 static void
 master_chan_bad(const char *why, void *arg)
 {
     struct master_from *f = arg;
+    uint64_t            n = ++f->s->chan_bad;
 
-    log_warn("worker %u: message on the channel dropped: %s", f->s->shard,
-        why);
+    if ((n & (n - 1)) == 0)
+        log_warn("worker %u: message on the channel dropped: %s (%llu so "
+            "far)", f->s->shard, why, (unsigned long long)n);
 }
 
 
@@ -389,6 +394,7 @@ master_run(const struct master_opts *o)
 
     m->ctlfd = m->sigfd = -1;
     m->log_send = m->log_recv = m->log_file = -1;
+    m->log_own_send = m->log_own_recv = -1;
     m->logd.chan = -1;
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++)
         master_slot_free(&m->slots[i]);

@@ -85,6 +85,7 @@ struct slot {
                                        SIGKILL if no "pong" comes */
     int             pinged;         /* "ping" sent, "pong" due */
     unsigned        quick_exits;
+    uint64_t        chan_bad;       /* messages refused on its channel */
 };
 
 struct master;
@@ -119,9 +120,10 @@ int     listen_acquire(struct master *m, const struct config *cfg, int **fds,
             char *err, size_t errsz);
 void    listen_release(struct master *m, int *fds, size_t n);
 
-/* The log process; master: the pid whose records it writes unchecked. */
-void    logd_main(int recv_fd, int chan_fd, int file_fd, uint64_t flush_ms,
-            pid_t master) __attribute__((noreturn));
+/* The log process: records from the workers' recv_fd and the master's
+ * own_fd; master: the pid whose records it writes unchecked. */
+void    logd_main(int recv_fd, int own_fd, int chan_fd, int file_fd,
+            uint64_t flush_ms, pid_t master) __attribute__((noreturn));
 int     logd_open_file(const char *path, char *err, size_t errsz);
 
 /* systemd notification (no-op without NOTIFY_SOCKET). */
@@ -188,6 +190,9 @@ struct master {
     struct ev_timer    deadline;       /* the next slot or reload deadline */
     int                sigfd, ctlfd;
     int                log_send, log_recv, log_file;
+    /* the master's own records (and its forks'): a socketpair no worker
+     * holds, so no worker filling log_send's queue makes them drop */
+    int                log_own_send, log_own_recv;
     char              *log_path;
     char              *ctl_path;
     char              *pid_path;

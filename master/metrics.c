@@ -14,7 +14,9 @@
  *           most METRICS_MAX_CLIENTS at once, metrics.max_connections_per_ip
  *           of them from one address (an IPv6 client per
  *           limits.ipv6_prefix), only from metrics.allow_networks (others
- *           are closed at accept, unread); a client has
+ *           are closed at accept, unread); when all are taken, a newcomer
+ *           from an address with fewer takes the slot of the oldest
+ *           unanswered client of the address with the most; a client has
  *           metrics.header_timeout to send its whole request (a
  *           trickler holds no slot longer), then METRICS_TIMEOUT_MS for
  *           the answer.
@@ -390,32 +392,76 @@ metrics_same_peer(const struct sockaddr_storage *a,
 }
 
 
+/* metrics_peer_count - clients of mt from peer. */
+static int
+metrics_peer_count(const struct metrics *mt,
+    const struct sockaddr_storage *peer)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++)
+        if (mt->clients[i].fd >= 0)
+            n += metrics_same_peer(&mt->clients[i].peer, peer);
+    return n;
+}
+
+
+/* metrics_evict - when every slot is taken and the newcomer's address
+ * (same slots already) holds at least two fewer than the address holding
+ * the most, that address's oldest client still sending its request is
+ * closed; its slot, or NULL.  Without it, clients from a few addresses
+ * (127.0.0.0/8 gives a local user millions), reconnecting as each
+ * header_timeout ends, kept every slot and the scraper out. */
+static struct metrics_client *
+metrics_evict(struct master *m, struct metrics *mt, int same)
+{
+    struct metrics_client *victim = NULL;
+    int                    most = 0, n;
+
+    for (size_t i = 0; i < METRICS_MAX_CLIENTS; i++) {
+        struct metrics_client *c = &mt->clients[i];
+
+        if (c->fd < 0 || c->out != NULL)
+            continue;               /* answered: it leaves soon anyway */
+        n = metrics_peer_count(mt, &c->peer);
+        if (n > most || (n == most && victim != NULL &&
+            c->deadline < victim->deadline)) {
+            most = n;
+            victim = c;
+        }
+    }
+    if (victim == NULL || same + 2 > most)
+        return NULL;
+    metrics_client_close(m, victim);
+    return victim;
+}
+
+
 /* metrics_admit - the free slot for a client from sa, or NULL when it is
  * not in metrics.allow_networks, has its address's share of the slots,
- * or none is free.  A limit per address keeps one slow host (or a
- * slowloris) from taking every slot from the scraper. */
+ * or none is free nor can be made free (metrics_evict).  A limit per
+ * address keeps one slow host (or a slowloris) from taking every slot
+ * from the scraper. */
 static struct metrics_client *
-metrics_admit(struct metrics *mt, const struct config *cfg,
+metrics_admit(struct master *m, struct metrics *mt, const struct config *cfg,
     const struct sockaddr *sa, struct sockaddr_storage *peer)
 {
     struct metrics_client *free_c = NULL;
     size_t                 i;
-    int                    same = 0, ok = 0;
+    int                    same, ok = 0;
 
     for (i = 0; i < cfg->nmetrics_allow && !ok; i++)
         ok = util_cidr_match(&cfg->metrics_allow[i], sa);
     if (!ok)
         return NULL;
     (void)status_addr_group(sa, (unsigned)cfg->ipv6_prefix, peer);
-    for (i = 0; i < METRICS_MAX_CLIENTS; i++) {
-        struct metrics_client *c = &mt->clients[i];
-
-        if (c->fd < 0)
-            free_c = free_c != NULL ? free_c : c;
-        else
-            same += metrics_same_peer(&c->peer, peer);
-    }
-    return same < cfg->metrics_max_per_ip ? free_c : NULL;
+    same = metrics_peer_count(mt, peer);
+    if (same >= cfg->metrics_max_per_ip)
+        return NULL;
+    for (i = 0; i < METRICS_MAX_CLIENTS && free_c == NULL; i++)
+        if (mt->clients[i].fd < 0)
+            free_c = &mt->clients[i];
+    return free_c != NULL ? free_c : metrics_evict(m, mt, same);
 }
 
 
@@ -431,7 +477,7 @@ metrics_accept(struct master *m)
 
     while ((fd = accept4(mt->fd, (struct sockaddr *)&ss, &sslen,
         SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        c = metrics_admit(mt, cfg, (const struct sockaddr *)&ss, &peer);
+        c = metrics_admit(m, mt, cfg, (const struct sockaddr *)&ss, &peer);
         sslen = sizeof(ss);
         if (c == NULL) {
             close(fd);              /* refused, or busy: a scraper retries */

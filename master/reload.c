@@ -430,10 +430,10 @@ master_reopen_log(struct master *m, const char *newpath)
         if (chan_send(m->logd.chan, CHAN_LOG_REOPEN, NULL, 0, fd) < 0)
             log_err("log reopen: cannot reach the log process: %s",
                 strerror(errno));
-        else if (m->log_send >= 0)
+        else if (m->log_own_send >= 0)
             /* the mark among the records: the log process takes the
              * command before any record sent after this (logd.c) */
-            (void)send(m->log_send, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)send(m->log_own_send, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
     if (m->log_file != STDERR_FILENO) {
         child_unregister_master_fd(m, m->log_file);

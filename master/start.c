@@ -224,12 +224,12 @@ master_setup_signals(struct master *m)
     return 0;
 }
 
-/* The log socketpair: many senders share one non-blocking end; the master
- * keeps the receiving end, so a restarted log process finds it. */
+/* master_log_pair - a non-blocking datagram socketpair for records, its
+ * receiving end (sv[1]) with SO_PASSCRED.  0, or -1 (nothing left open). */
 static int
-master_log_socket(struct master *m)
+master_log_pair(int sv[2])
 {
-    int sv[2], sz = LOG_SOCKBUF, on = 1;
+    int sz = LOG_SOCKBUF, on = 1;
 
     if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
@@ -247,9 +247,33 @@ master_log_socket(struct master *m)
         (void)close(sv[1]);
         return -1;
     }
+    return 0;
+}
+
+/* The log socketpairs: the workers share one non-blocking end; the master
+ * writes on a pair of its own (no child but the log process keeps it),
+ * so a worker that fills the shared queue cannot make the master's
+ * records (its "admin:" audit lines) drop.  The master keeps the
+ * receiving ends, so a restarted log process finds them. */
+static int
+master_log_socket(struct master *m)
+{
+    int sv[2], own[2];
+
+    if (master_log_pair(sv) < 0)
+        return -1;
+    if (master_log_pair(own) < 0) {
+        (void)close(sv[0]);
+        (void)close(sv[1]);
+        return -1;
+    }
     m->log_send = sv[0];
     m->log_recv = sv[1];
+    m->log_own_send = own[0];
+    m->log_own_recv = own[1];
     child_register_master_fd(m, m->log_recv);
+    child_register_master_fd(m, m->log_own_send);
+    child_register_master_fd(m, m->log_own_recv);
     return 0;
 }
 
@@ -358,7 +382,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
     if (ok_fd >= 0)
         master_detach_stdio(ok_fd);
     master_spawn_logd(m);
-    log_open("master", m->log_send, cfg->log_level);
+    log_open("master", m->log_own_send, cfg->log_level);
     log_notice("starting: generation %u, %d workers, %zu listeners%s",
         m->cur->id, cfg->workers, cfg->nlisten,
         m->cur->privs.drop ? "" : " (not root: no privilege drop)");

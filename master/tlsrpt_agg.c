@@ -40,10 +40,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -252,6 +254,13 @@ tlsagg_save_forked(struct master *m, uint64_t now_ms)
         return;
     }
     if (pid == 0) {
+        /* it holds every descriptor of the master's (its listeners
+         * too): a master killed meanwhile must not leave it behind,
+         * keeping a restarted one from binding, or renaming that one's
+         * temp file later (the one it wrote is left, and removed by the
+         * next save) */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != m->pid)
+            _exit(1);
         proctitle_set(&m->title, "mtad: tlsrpt", "mtad: master: saving %s",
             TLSAGG_FILE);
         _exit(tlsagg_write(m) == 0 ? 0 : 1);

@@ -82,9 +82,10 @@ queue_put_text(const char *s)
 }
 
 
-/* queue_utf8_len - length of the valid UTF-8 sequence at p, 0 if none. */
+/* queue_utf8_len - length of the valid UTF-8 sequence at p (at most n_max
+ * bytes: a buffer need not end with a NUL), 0 if none. */
 static size_t
-queue_utf8_len(const unsigned char *p)
+queue_utf8_len(const unsigned char *p, size_t n_max)
 {
     unsigned char lo = 0x80, hi = 0xbf;
     size_t        n, i;
@@ -103,7 +104,7 @@ queue_utf8_len(const unsigned char *p)
         hi = p[0] == 0xf4 ? 0x8f : 0xbf;
     } else
         return 0;
-    if (p[1] < lo || p[1] > hi)
+    if (n > n_max || p[1] < lo || p[1] > hi)
         return 0;
     for (i = 2; i < n; i++)
         if (p[i] < 0x80 || p[i] > 0xbf)
@@ -131,7 +132,7 @@ queue_json_mem(const char *s, size_t len)
             continue;
         }
         /* a sequence cut by the end is not UTF-8 either */
-        if ((n = queue_utf8_len(p)) == 0 || n > (size_t)(e - p)) {
+        if ((n = queue_utf8_len(p, (size_t)(e - p))) == 0) {
             fputs("\\ufffd", stdout);
             p++;
             continue;

@@ -3,7 +3,9 @@
  * one MX host, STARTTLS, the handshake set up as the delivery sets it up
  * (tls_client_ctx, tls_client_prepare) and judged as it judges it
  * (tls_client_verdict), then QUIT.  Blocking, with the delivery's connect
- * timeout on every step: an operator's tool, not the relay.
+ * timeout on every read and write, and PROBE_STEPS of it for the whole
+ * dialogue before the handshake: a server sending a byte now and then
+ * (or an endless "250-" reply) must not hold an operator's tool.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,11 +29,13 @@
 
 #define PROBE_LINE_MAX  1024
 #define PROBE_TIMEOUT_MAX_MS 30000
+#define PROBE_STEPS     4           /* greeting, EHLO, STARTTLS, QUIT */
 
 struct probe {
     int   fd;
     char  last[PROBE_LINE_MAX];     /* the reply's last line */
     int   starttls;                 /* offered in the EHLO reply */
+    uint64_t deadline;              /* util_now_ms() of the dialogue's end */
 };
 
 
@@ -54,6 +58,10 @@ probe_line(struct probe *p, char *buf, size_t sz)
     ssize_t got;
 
     for (;;) {
+        if (util_now_ms() >= p->deadline) {
+            util_strlcpy(p->last, "timed out", sizeof(p->last));
+            return -1;
+        }
         got = read(p->fd, &c, 1);
         if (got == -1 && errno == EINTR)
             continue;
@@ -196,6 +204,7 @@ tc_probe(const struct config *cfg, const struct mta_hop *hp, int would_try)
     memset(&p, 0, sizeof(p));
     if (ms == 0 || ms > PROBE_TIMEOUT_MAX_MS)
         ms = PROBE_TIMEOUT_MAX_MS;
+    p.deadline = util_now_ms() + PROBE_STEPS * ms;
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)(ms % 1000 * 1000);
     p.fd = socket(hp->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

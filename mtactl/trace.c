@@ -84,37 +84,53 @@ trace_names_id(const char *p, size_t n, const char *id)
 }
 
 
-/* trace_session_of - the session id a record carries ("session=S" in
- * text, "session":"S" in JSON) into out; 0 when it has none. */
+/* trace_sidchar - a character of a session id. */
+static int
+trace_sidchar(int c)
+{
+    return trace_idchar(c) || c == '-' || c == '.';
+}
+
+
+/* trace_session_of - the session id a record carries into out; 0 when it
+ * has none.  A JSON record: its "session" key (a quote inside a value is
+ * escaped, so the key cannot be forged).  A text record: the last
+ * "session=S" with S ending the line or followed by a blank or , ; :
+ * as mtad writes it after what the peer sent (a sender
+ * <session=X@dom>, a HELO, a server's "(250 ok session=X)"): an earlier
+ * one, or one inside such text, would tie in another session. */
 static int
 trace_session_of(const char *p, size_t n, char out[TRACE_SESSION_LEN])
 {
-    static const char *const keys[] = { "session=", "\"session\":\"" };
-    const char              *e = p + n;
+    const char *e = p + n, *q = p, *v, *found = NULL;
+    const char *key = n > 0 && p[0] == '{' ? "\"session\":\"" : "session=";
+    size_t      kn = strlen(key), len;
 
-    for (size_t k = 0; k < ARRAY_LEN(keys); k++) {
-        size_t      kn = strlen(keys[k]);
-        const char *q = p, *v;
-        size_t      len;
-
-        while ((q = memmem(q, (size_t)(e - q), keys[k], kn)) != NULL) {
-            if (q > p && trace_idchar((unsigned char)q[-1])) {
-                q++;                    /* "xsession=": another key */
-                continue;
-            }
-            v = q + kn;
-            for (len = 0; v + len < e && len < TRACE_SESSION_LEN - 1 &&
-                (trace_idchar((unsigned char)v[len]) || v[len] == '-' ||
-                v[len] == '.'); len++)
-                ;
-            if (len == 0)
-                break;
-            memcpy(out, v, len);
-            out[len] = '\0';
-            return 1;
+    while ((q = memmem(q, (size_t)(e - q), key, kn)) != NULL) {
+        v = q + kn;
+        for (len = 0; v + len < e && len < TRACE_SESSION_LEN - 1 &&
+            trace_sidchar((unsigned char)v[len]); len++)
+            ;
+        if (p[0] == '{') {
+            found = len > 0 && v + len < e && v[len] == '"' ? v : NULL;
+            break;
         }
+        if (q > p && trace_idchar((unsigned char)q[-1])) {
+            q++;                    /* "xsession=": another key */
+            continue;
+        }
+        found = len > 0 && (v + len == e || (v[len] != '\0' &&
+            strchr(" ,;:", v[len]) != NULL)) ? v : NULL;
+        q++;
     }
-    return 0;
+    if (found == NULL)
+        return 0;
+    for (len = 0; found + len < e && len < TRACE_SESSION_LEN - 1 &&
+        trace_sidchar((unsigned char)found[len]); len++)
+        ;
+    memcpy(out, found, len);
+    out[len] = '\0';
+    return 1;
 }
 
 

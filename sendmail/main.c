@@ -35,6 +35,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <stdint.h>
@@ -44,11 +45,13 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sysexits.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "sendmail/scan.h"
@@ -249,6 +252,29 @@ sm_stuff(const char *msg, size_t len, size_t *olen)
 }
 
 
+/* sm_phrase - -F as the display name of From: (RFC 5322 3.2.5): as it is
+ * when it is atoms and blanks only, else one quoted string ('"' and '\\'
+ * escaped), so that a name such as "Eve <root@x>, Bob" stays a name and
+ * adds no address.  out holds 2 * strlen(name) + 3. */
+static const char *
+sm_phrase(const char *name, char *out)
+{
+    size_t o = 0;
+
+    if (name[strcspn(name, "()<>[]:;@\\,.\"")] == '\0')
+        return name;
+    out[o++] = '"';
+    for (; *name != '\0'; name++) {
+        if (*name == '"' || *name == '\\')
+            out[o++] = '\\';
+        out[o++] = *name;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
+
 /* sm_compose - the message as submitted: a Received: line saying which
  * local user ran us (the real uid, from the kernel: the caller cannot
  * choose it, whatever -f says), then Date:, Message-ID: and From: when
@@ -268,8 +294,9 @@ sm_compose(const char *msg, size_t len, const char *from,
     const char *ah = from[0] != '\0' ? "" : hostname;
     char        date[64], stamp[32];
     size_t      cap = len + strlen(fa) + 3 * strlen(hostname) +
-        (fullname ? strlen(fullname) : 0) + 512, o = 0;
+        (fullname ? 3 * strlen(fullname) : 0) + 512, o = 0;
     char       *out = xmalloc(cap);
+    char       *phrase = xmalloc(fullname ? 2 * strlen(fullname) + 3 : 1);
     uint64_t    rnd = 0;
     time_t      now = time(NULL);
     struct tm   tm;
@@ -293,11 +320,12 @@ sm_compose(const char *msg, size_t len, const char *from,
         /* the null sender's From: is MAILER-DAEMON, as Postfix writes it */
         if (fullname != NULL)
             o += (size_t)snprintf(out + o, cap - o, "From: %s <%s%s%s>\n",
-                fullname, fa, at, ah);
+                sm_phrase(fullname, phrase), fa, at, ah);
         else
             o += (size_t)snprintf(out + o, cap - o, "From: %s%s%s\n", fa,
                 at, ah);
     }
+    free(phrase);
     memcpy(out + o, msg, hend);
     o += hend;
     if (hend < len && !blank)
@@ -308,15 +336,57 @@ sm_compose(const char *msg, size_t len, const char *from,
 }
 
 
+/* sm_hint_open - CONFIG_SUBMIT_PATH, only when no other user could have
+ * put it there: no link on the way, every directory and the file itself
+ * root's (or the caller's own), not writable by group or others.  With
+ * mtad down, a hint planted by another local user would send the
+ * caller's mail (cron's output, as root's too) to a listener of theirs.
+ * NULL with errno and err set. */
+static FILE *
+sm_hint_open(char *err, size_t errsz)
+{
+    const char *name = strrchr(CONFIG_SUBMIT_PATH, '/') + 1;
+    char        dir[sizeof(CONFIG_SUBMIT_PATH)];
+    struct stat st;
+    FILE       *f;
+    int         dfd, fd;
+
+    snprintf(dir, sizeof(dir), "%.*s", (int)(name - CONFIG_SUBMIT_PATH - 1),
+        CONFIG_SUBMIT_PATH);
+    if ((dfd = safefs_open_dir_nolinks(dir, 0, 0, dir, err, errsz)) < 0)
+        return NULL;
+    fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    close(dfd);
+    if (fd < 0) {
+        snprintf(err, errsz, "%s: %s", CONFIG_SUBMIT_PATH, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errsz, "%s: not a plain file", CONFIG_SUBMIT_PATH);
+        close(fd);
+        errno = EPERM;
+        return NULL;
+    }
+    if (safefs_check_owner(fd, (uid_t)-1, S_IWGRP | S_IWOTH,
+        CONFIG_SUBMIT_PATH, err, errsz) < 0 ||
+        (f = fdopen(fd, "r")) == NULL) {
+        close(fd);
+        return NULL;
+    }
+    return f;
+}
+
+
 /* sm_submit_file - the listener, host name and size limit the master
  * published (CONFIG_SUBMIT_PATH), for a user who may not read relay.yaml.
- * 0, or -1 with errno (ENOENT: mtad does not run; EINVAL: no address). */
+ * 0, or -1 with errno and err (ENOENT: mtad does not run; EINVAL: no
+ * address; EPERM: a hint someone else could have written). */
 static int
 sm_submit_file(struct sockaddr_storage *ss, socklen_t *sslen, char *host,
-    size_t hostsz, size_t *max)
+    size_t hostsz, size_t *max, char *err, size_t errsz)
 {
     char  line[512], v[300];
-    FILE *f = fopen(CONFIG_SUBMIT_PATH, "re");
+    FILE *f = sm_hint_open(err, errsz);
     int   have = 0;
 
     if (f == NULL)
@@ -332,8 +402,10 @@ sm_submit_file(struct sockaddr_storage *ss, socklen_t *sslen, char *host,
             *max = (size_t)n;
     }
     fclose(f);
-    if (!have)
+    if (!have) {
+        snprintf(err, errsz, "%s: no listen line", CONFIG_SUBMIT_PATH);
         errno = EINVAL;
+    }
     return have ? 0 : -1;
 }
 
@@ -438,10 +510,11 @@ main(int argc, char **argv)
      * a privilege (no setgid): the loopback listener takes the same
      * SMTP from any local user's connection. */
     if (server == NULL && !cfg_given && access(cfgpath, R_OK) != 0) {
-        if (sm_submit_file(&ss, &sslen, host, sizeof(host), &max) != 0) {
-            fprintf(stderr, "mtad-sendmail: cannot read %s, nor %s: %s "
-                "(is mtad running?); message not sent\n", cfgpath,
-                CONFIG_SUBMIT_PATH, strerror(errno));
+        if (sm_submit_file(&ss, &sslen, host, sizeof(host), &max, err,
+            sizeof(err)) != 0) {
+            fprintf(stderr, "mtad-sendmail: cannot read %s, nor use %s%s; "
+                "message not sent\n", cfgpath, err, errno == ENOENT ?
+                " (is mtad running?)" : "");
             return EX_TEMPFAIL;
         }
         hostname = host;

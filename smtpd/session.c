@@ -611,16 +611,18 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
 
 /* --- life cycle ------------------------------------------------------- */
 
-/* sess_sid_next - a new session id into sid: 12 lower-case hex digits,
- * 7 of the wall-clock millisecond of the UTC day, 2 of the worker's
- * slot, 3 of a count within that millisecond.  Unique within a day
- * without a shared counter: workers alive at once hold different slots;
- * within a worker (millisecond, count) only grows (the 4097th session of
- * a millisecond borrows the next one, a rate accept() cannot reach, so
- * ids never run ahead of the clock); a worker that takes the slot of a
- * dead one is forked after the master reaped it and starts milliseconds
- * later (spool, routes, TLS), so its ids are later than the dead one's.
- * A wall clock set back can repeat ids, as it repeats log times. */
+/* sess_sid_next - a new session id into sid: 16 lower-case hex digits,
+ * 11 of the wall-clock millisecond since the epoch, 2 of the worker's
+ * slot, 3 of a count within that millisecond.  Unique without a shared
+ * counter, and across days (mtactl trace joins records by it over a log
+ * and its rotated predecessor): workers alive at once hold different
+ * slots; within a worker (millisecond, count) only grows (the 4097th
+ * session of a millisecond borrows the next one, a rate accept() cannot
+ * reach, so ids never run ahead of the clock); a worker that takes the
+ * slot of a dead one is forked after the master reaped it and starts
+ * milliseconds later (spool, routes, TLS), so its ids are later than the
+ * dead one's.  A wall clock set back can repeat ids, as it repeats log
+ * times. */
 static void
 sess_sid_next(struct smtpd *d, char *sid)
 {
@@ -635,7 +637,7 @@ sess_sid_next(struct smtpd *d, char *sid)
         d->sid_ms++;
         d->sid_count = 0;
     }
-    v = (d->sid_ms % (24ull * 3600 * 1000)) << 20 |
+    v = d->sid_ms << 20 |
         (uint64_t)(d->sid_slot & 0xffu) << 12 | d->sid_count;
     for (i = SESS_SID_SIZE - 2; i >= 0; i--, v >>= 4)
         sid[i] = hex[v & 15];

@@ -19,7 +19,7 @@
  *           messages in progress; nothing acknowledged is lost).
  * FAILURE   Never crashes on input and never blocks; logs one line per
  *           decision (connect, reject, queued, disconnect), each with the
- *           session's id ("session=<12 hex>", the JSON field "session").
+ *           session's id ("session=<16 hex>", the JSON field "session").
  */
 #ifndef MTAD_SMTPD_H
 #define MTAD_SMTPD_H

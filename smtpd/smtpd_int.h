@@ -117,8 +117,8 @@ int     smtpd_dkim_end(struct smtpd_dkim *sd, struct spool_msg *m,
  * its address and the session id (text records say "session=<sid>"). */
 #define SESS_CLIENT(s) LKV_S("client", (s)->ip), \
     LKV_I("client_port", (s)->port), LKV_S("session", (s)->sid)
-/* A session id: 12 lower-case hex digits (session.c) and its NUL. */
-#define SESS_SID_SIZE   13
+/* A session id: 16 lower-case hex digits (session.c) and its NUL. */
+#define SESS_SID_SIZE   17
 /* A record of the session that is no event of its own ("log"), with
  * the session's fields; the text must say "session=%s" itself. */
 #define SESS_LOG_INFO(s, ...) \

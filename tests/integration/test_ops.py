@@ -16,7 +16,8 @@ import urllib.request
 import pytest
 
 from mtadtest import (MTACTL, MTAD, ROOT, Sink, closed_port, free_port, make_message,
-                      proc_status, recv_until_eof, send, workers)
+                      children_by_comm, proc_status, recv_until_eof, send,
+                      workers)
 
 UNIT = os.path.join(ROOT, "packaging", "systemd", "mtad.service")
 
@@ -446,6 +447,35 @@ def test_metrics_slow_clients_of_one_address_leave_room(mtad_factory):
     assert m.ctl("status", check=True).returncode == 0
 
 
+def test_metrics_slow_clients_of_a_few_addresses_leave_room(mtad_factory):
+    """16 slow clients from four addresses of 127.0.0.0/8 (each within
+    max_connections_per_ip) fill every slot: a scrape from a fifth address
+    takes the slot of the oldest client of an address holding the most,
+    and gets its answer; before, it was closed at accept until a slot
+    timed out, and the slow ones took it back at once."""
+    mport = free_port()
+    mtad_factory({"metrics": {"listen": "127.0.0.1:%d" % mport,
+                              "max_connections_per_ip": 4,
+                              "header_timeout": "20s"}}).start()
+    slow = [slow_client(mport, "127.0.0.%d" % (2 + k // 4))
+            for k in range(16)]
+    try:
+        # all 16 are held (the master accepted them: a 17th from one of
+        # these addresses is over its limit and closed)
+        extra = slow_client(mport, "127.0.0.2")
+        assert refused(extra)
+        extra.close()
+        assert http_get(mport)[0] == 200
+        assert refused(slow[0])         # the oldest of 127.0.0.2's
+        for c in slow[1:]:
+            c.settimeout(0.05)
+            with pytest.raises(socket.timeout):
+                c.recv(100)
+    finally:
+        for c in slow:
+            c.close()
+
+
 def test_metrics_allow_networks_and_header_timeout(mtad_factory):
     """A client outside metrics.allow_networks is closed unanswered; a
     trickler that does not finish its request within
@@ -621,22 +651,36 @@ def worker_log_socket(pid):
     return found[0]
 
 
-def send_as_user(sock, uid, gid, make):
-    """Send make(its pid) on sock from a child process running as uid:gid
-    (a worker's ids, without its privileges); the child's pid."""
+def as_user(uid, gid, act):
+    """Run act(its pid) in a child process running as uid:gid (a worker's
+    ids, without its privileges); the child's pid, once it succeeded."""
     child = os.fork()
     if child == 0:
         try:
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-            sock.send(make(os.getpid()))
+            act(os.getpid())
             os._exit(0)
         except BaseException:
             os._exit(1)
     _, status = os.waitpid(child, 0)
     assert os.WEXITSTATUS(status) == 0
     return child
+
+
+def send_as_user(sock, uid, gid, make):
+    """Send make(its pid) on sock as uid:gid; the sender's pid."""
+    return as_user(uid, gid, lambda pid: sock.send(make(pid)))
+
+
+def worker_ids(w):
+    """Worker w's real uid and gid, once it dropped root."""
+    def ids():
+        st = proc_status(w)
+        uid, gid = int(st["Uid"].split()[0]), int(st["Gid"].split()[0])
+        return (uid, gid) if uid != 0 else None
+    return wait(ids, "the worker to drop its privileges")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="pidfd_getfd on a worker "
@@ -651,12 +695,7 @@ def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
     (that is what a worker can write).  Before, all were written."""
     m = mtad_factory({"log": {"format": fmt}}).start()
     w = workers(m.pid)[0]
-
-    def ids():                      # real uid and gid, once dropped
-        st = proc_status(w)
-        uid, gid = int(st["Uid"].split()[0]), int(st["Gid"].split()[0])
-        return (uid, gid) if uid != 0 else None
-    uid, gid = wait(ids, "the worker to drop its privileges")
+    uid, gid = worker_ids(w)
     sock = worker_log_socket(w)
     ts = "2026-01-01T00:00:00.000Z"
     if fmt == "text":
@@ -686,6 +725,39 @@ def test_worker_cannot_forge_the_masters_records(mtad_factory, fmt):
     assert "FORGED" not in text, text
     if fmt == "json":
         json_lines(m)               # the log is still one object per line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="pidfd_getfd on a worker "
+                    "that dropped to the mtad user needs root")
+def test_a_worker_filling_the_log_queue_drops_no_master_record(
+        mtad_factory):
+    """Code with a worker's uid fills the workers' log socket (the log
+    process stopped meanwhile, so nothing drains it) until the kernel
+    says EAGAIN: the master's audit record of an action taken then is
+    still written, on the master's own socketpair.  Before, the master
+    sent on the same full socket and the record was dropped."""
+    m = mtad_factory().start()
+    w = workers(m.pid)[0]
+    logd, = children_by_comm(m.pid, "mtad: logd")
+    uid, gid = worker_ids(w)
+    sock = worker_log_socket(w)
+
+    def fill(_):
+        sock.setblocking(False)
+        try:
+            for _ in range(20000):
+                sock.send(b"x" * 16384)
+        except BlockingIOError:
+            return
+        raise AssertionError("the log socket never filled")
+    os.kill(logd, signal.SIGSTOP)
+    try:
+        as_user(uid, gid, fill)
+        m.ctl("route", "add", "full.test", "discard", check=True)
+    finally:
+        os.kill(logd, signal.SIGCONT)
+        sock.close()
+    m.wait_log("via=mtactl: route_add full.test discard")
 
 
 def test_admin_actions_in_text_log(mtad_factory):

@@ -243,7 +243,7 @@ def test_worker_records_in_order_per_worker(mtad_factory):
     worker_set(m, 3)
     ports = [greet(m.port)[0] for _ in range(60)]
     pat = re.compile(r"^(\S+) mtad\[(\d+)\]: worker \d+: connect from "
-                     r"\[127\.0\.0\.1\]:(\d+) session=[0-9a-f]{12}$", re.M)
+                     r"\[127\.0\.0\.1\]:(\d+) session=[0-9a-f]{16}$", re.M)
 
     def ours():
         found = [(t, int(pid), int(p)) for t, pid, p in pat.findall(

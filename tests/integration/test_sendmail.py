@@ -55,6 +55,27 @@ def test_plain_body_gets_an_empty_line_date_and_message_id(mtad_factory,
                     mid), mid
 
 
+def test_a_full_name_with_specials_is_one_quoted_name(mtad_factory, hole):
+    """-F goes into the From: added as its display name: with a '<', ','
+    or '"' in it (a name a web form passed on) it is one quoted string,
+    not an address of its own; a plain name stays as it is."""
+    m = mtad_factory({"routes": {"default": hole.route()}})
+    m.start()
+    cases = ((b'Eve <root@evil.test>, "Bob\\"',
+              b'"Eve <root@evil.test>, \\"Bob\\\\\\""'),
+             (b"Ann Lee", b"Ann Lee"))
+    for name, _ in cases:
+        r = subprocess.run([SENDMAIL, "-C", m.cfg_path, "-f", "me@home.test",
+                            "-F", name, "a@remote.test"],
+                           input=b"Subject: s\n\nhi\n", capture_output=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+    froms = sorted(h for _, body in queued(m, 2)
+                   for h in header_and_body(body)[0] if h.startswith(b"From: "))
+    assert froms == sorted(b"From: " + shown + b" <me@home.test>"
+                           for _, shown in cases), froms
+
+
 def test_header_section_ends_at_a_line_that_is_no_field(mtad_factory, hole):
     """Headers, then a body line without the empty line: the empty line
     is put in; a Date: and Message-ID: given are kept and not doubled;
@@ -96,7 +117,7 @@ def test_t_recipients_over_the_limit_go_in_more_transactions(mtad_factory,
     assert every == sorted(rcpts)
 
 
-def _in_installed_layout(m, workdir, argv, msg):
+def _in_installed_layout(m, workdir, argv, msg, run_dir=None):
     """Run argv as 'nobody' in a private mount namespace where /run/mtad is
     the test's runtime directory (the master wrote its hint there) and
     /etc/mtad/relay.yaml, when there is an /etc/mtad, is root's 0640 file
@@ -112,7 +133,8 @@ def _in_installed_layout(m, workdir, argv, msg):
               "mount --bind %s /run/mtad; "
               "if [ -d /etc/mtad ]; then mount --bind %s /etc/mtad; fi; "
               "exec setpriv --reuid=nobody --regid=nogroup --clear-groups "
-              "--inh-caps=-all -- \"$@\"" % (os.path.dirname(m.sock), etc))
+              "--inh-caps=-all -- \"$@\"" % (run_dir or os.path.dirname(m.sock),
+                                               etc))
     return subprocess.run(["unshare", "-m", "--propagation", "private",
                            "sh", "-c", script, "sh", *argv], input=msg,
                           capture_output=True, timeout=60)
@@ -160,6 +182,38 @@ def test_a_user_who_cannot_read_relay_yaml_submits(mtad_factory, workdir,
                                           "/run/mtad/submit", m.sock], b"")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == b"3", (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="changes user and mounts")
+def test_a_hint_another_user_could_write_is_refused(mtad_factory, workdir):
+    """With mtad down a local user might plant /run/mtad/submit (or make
+    its directory theirs) to take other users' mail: the hint is used
+    only when root (or the caller) owns it and its directory and nobody
+    else may write them.  Each planted hint names the live listener, so
+    only the check keeps the message from being queued."""
+    m = mtad_factory()
+    m.start()
+    with open(os.path.join(os.path.dirname(m.sock), "submit")) as f:
+        text = f.read()
+    cases = (("owned by another user", 0o755, 4242, 0o644),
+             ("writable by anyone", 0o755, 0, 0o666),
+             ("in a directory of another user", 0o755, 0, 0o644))
+    for i, (what, dmode, fuid, fmode) in enumerate(cases):
+        run = os.path.join(workdir, "planted%d" % i)
+        os.mkdir(run)
+        os.chmod(run, dmode)
+        if what.startswith("in a directory"):
+            os.chown(run, 4242, 4242)
+        hint = os.path.join(run, "submit")
+        with open(hint, "w") as f:
+            f.write(text)
+        os.chown(hint, fuid, fuid)
+        os.chmod(hint, fmode)
+        r = _in_installed_layout(m, workdir, [SENDMAIL, "a@remote.test"],
+                                 b"Subject: s\n\nhi\n", run_dir=run)
+        assert r.returncode == 75, (what, r.returncode, r.stderr)
+        assert b"message not sent" in r.stderr, (what, r.stderr)
+    assert m.queue_ids() == [], m.queue_ids()
 
 
 def test_an_mbox_from_line_in_front_is_dropped(mtad_factory, hole):

@@ -954,7 +954,7 @@ def test_an_oversized_message_is_logged_by_data_and_bdat_alike(mk):
     assert m.queue_ids() == []
 
 
-SID = r"session=([0-9a-f]{12})\b"
+SID = r"session=([0-9a-f]{16})\b"
 
 
 def session_lines(text, port):
@@ -1016,7 +1016,12 @@ def test_session_ids_stay_unique_across_a_worker_restart(mk):
             gone = w[0]
             os.kill(gone, signal.SIGKILL)
     assert len(set(sids)) == len(sids), sids
-    assert len({sid[7:9] for sid in sids}) == 1, sids     # one slot
+    assert len({sid[11:13] for sid in sids}) == 1, sids   # one slot
+    # the millisecond since the epoch, not of the day: no id of today
+    # comes again tomorrow (trace reads a log and its rotated one)
+    now_ms = time.time() * 1000
+    assert all(abs((int(sid, 16) >> 20) - now_ms) < 120000
+               for sid in sids), (sids, now_ms)
 
 
 def test_the_session_id_in_json_records(mk):
@@ -1040,5 +1045,5 @@ def test_the_session_id_in_json_records(mk):
     for ev in ("connect", "reject", "received", "disconnect"):
         assert ev in events, events
     sids = {r.get("session") for r in mine}
-    assert len(sids) == 1 and re.match(r"[0-9a-f]{12}$", sids.pop()), mine
+    assert len(sids) == 1 and re.match(r"[0-9a-f]{16}$", sids.pop()), mine
     assert [r for r in mine if r["event"] == "received"][0]["queue_id"] == qid

@@ -8,13 +8,13 @@ from test_dane import D, dane, dane_sink, needs_root  # noqa: F401 (fixture)
 from test_tls_out import check_fields
 
 
-def check(mtad_factory, world, level, name):
+def check(mtad_factory, world, level, name, connect_timeout="2s"):
     m = mtad_factory({
         "routes": {"default": "mx"},
         "dns": {"servers": [world.dns.resolver], "timeout": "2s",
                 "attempts": 1},
         "tls": {"ca_file": world.other_ca.cert},
-        "delivery": {"tls": level, "connect_timeout": "2s"}})
+        "delivery": {"tls": level, "connect_timeout": connect_timeout}})
     m.start()
     r = m.ctl("tls", "check", "%s.%s" % (name, D))
     return r, check_fields(r.stdout)
@@ -103,3 +103,47 @@ def test_tls_check_mta_sts_mx_not_in_policy(mtad_factory, sink_factory,
     assert f["mta-sts:"][0].startswith("enforce, "), f
     assert f["mta-sts:"][-1] == "does not match the policy: not tried", f
     assert f["result:"] == ["no host would be tried: mail defers"]
+
+
+@needs_root
+def test_tls_check_a_trickling_server_times_out(dane, mtad_factory):
+    """An MX host that sends an endless greeting ("220-" lines, one every
+    0.2 s, each within the per-read timeout): the probe gives up after
+    its deadline for the whole dialogue (4 x delivery.connect_timeout)
+    and says so; before, mtactl read it for ever."""
+    import socket
+    import threading
+    import time
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.76", 25))
+    srv.listen(4)
+    stop = threading.Event()
+
+    def trickle():
+        srv.settimeout(0.2)
+        conns = []
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except socket.timeout:
+                pass
+            for c in conns:
+                try:
+                    c.sendall(b"220-still greeting\r\n")
+                except OSError:
+                    pass
+        for c in conns:
+            c.close()
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        r, f = check(mtad_factory, dane, "may", "none", "1s")
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()
+    assert f.get("probe:") == ["timed out"], r.stdout + r.stderr
+    assert took < 12, took

@@ -422,6 +422,13 @@ def worker_chan(m):
     return socket.socket(fileno=mine)
 
 
+def started_with_chan(mtad_factory, sink_factory, rpt_dns):
+    """A started mtad, today's day number and a worker's channel."""
+    m = start(mtad_factory, rpt_dns, sink_factory())
+    m.start()
+    return m, today(), worker_chan(m)
+
+
 def chan_add(sock, text):
     payload = text.encode()
     sock.send(struct.pack("=II", CHAN_TLSRPT_ADD, len(payload)) + payload)
@@ -473,11 +480,7 @@ def test_a_worker_over_its_quota_is_cut_off_with_one_line(
     """A worker may add at most its share of the table a day (two workers,
     two days held: a quarter of TLS_RPT_MAX_POLICIES each): past it, what
     it sends is dropped, with one log line for the episode."""
-    sink = sink_factory()
-    m = start(mtad_factory, rpt_dns, sink)
-    m.start()
-    d = today()
-    sock = worker_chan(m)
+    m, d, sock = started_with_chan(mtad_factory, sink_factory, rpt_dns)
     try:
         n = 0
         for batch in range(5):          # 5 x 1,000 > 2,048
@@ -548,3 +551,21 @@ def test_a_flooding_worker_does_not_hold_the_control_socket(
     assert before <= 32 * 10, (before, sent)
     wait_for(lambda: taken(report(m, "flood.test")) == sent, 20,
              what="the rest of the flood taken on later turns")
+
+
+def test_a_worker_sending_bad_messages_gets_few_master_lines(
+        mtad_factory, sink_factory, rpt_dns):
+    """300 messages of no known type on a worker's channel: the master
+    drops each, and logs the 1st, 2nd, 4th ... (9 lines), not one line
+    of its own (root's word in the log) per message a worker made up.
+    A valid message sent after them shows they were all taken."""
+    m, d, sock = started_with_chan(mtad_factory, sink_factory, rpt_dns)
+    try:
+        for _ in range(300):
+            sock.send(struct.pack("=II", 999, 0))
+        chan_add(sock, "P %d sts after.test 1 0\n" % d)
+    finally:
+        sock.close()
+    wait_for(lambda: "after.test" in report(m), 10, what="the valid message")
+    text = m.wait_log("unknown message type (256 so far)")
+    assert text.count("message on the channel dropped") == 9, text[-3000:]

@@ -163,3 +163,30 @@ def test_log_on_stderr_is_found_or_named(mtad_factory, sink):
         m.stop()
         os.close(slave)
         os.close(master)            # ends drain()
+
+
+def test_a_session_id_in_peer_text_ties_in_nothing(mtad_factory):
+    """What a client or a server wrote that looks like a session id (a
+    sender <session=X@dom>, a reply "(250 ok session=X)", a JSON value)
+    does not pull another session's records into the trace: the id is the
+    one mtad writes, the last "session=" of a text record, the "session"
+    key of a JSON one."""
+    m = mtad_factory()
+    w = "2026-12-03T14:00:00.%03dZ mtad[11]: worker 1: "
+    write(m.log, [
+        w % 1 + "connect from [127.0.0.1]:4000 session=S1a",
+        w % 2 + "connect from [127.0.0.1]:4001 session=S2b",
+        w % 3 + "%s: from=<session=S2b@src.test>, size=10, nrcpt=1, "
+                "client=[127.0.0.1]:4000, session=S1a" % QID,
+        w % 4 + "%s: to=<b@dst.test>, relay=r[127.0.0.2]:25, "
+                "status=sent (250 ok session=S3c)" % QID,
+        w % 5 + "connect from [127.0.0.1]:4002 session=S3c",
+        '{"ts":"t","event":"removed","queue_id":"%s","from":"session=S2b",'
+        '"msg":"%s: removed session=S2b"}' % (QID, QID),
+    ])
+    r = m.ctl("trace", QID)
+    assert r.returncode == 0, r.stderr
+    got = r.stdout.splitlines()
+    assert [l for l in got if "connect from" in l] == \
+        [w % 1 + "connect from [127.0.0.1]:4000 session=S1a"], r.stdout
+    assert len(got) == 4, r.stdout     # connect, from=, to=, removed

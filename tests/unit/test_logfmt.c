@@ -29,6 +29,8 @@ static const struct {
     { "overlong", "\xc0\xaf", "\\u00c0\\u00af" },
     { "surrogate", "\xed\xa0\x80", "\\u00ed\\u00a0\\u0080" },
     { "beyond U+10FFFF", "\xf4\x90\x80\x80", "\\u00f4\\u0090\\u0080\\u0080" },
+    { "C1 controls", "a\xc2\x9b" "31m\xc2\x80\xc2\x9f\xc2\xa0",
+      "a\\u009b31m\\u0080\\u009f\xc2\xa0" },
 };
 
 Test(logfmt, json_str_escapes_table)
@@ -270,6 +272,36 @@ static const struct {
       "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"proc\":\"master\"}", 0 },
     { "json, a second pid key", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
       "\"worker 3\",\"pid\":42,\"event\":\"admin\",\"pid\":1}", 0 },
+    { "json, a key spelled with an escape", "{\"ts\":\"T\",\"level\":"
+      "\"info\",\"proc\":\"worker 3\",\"pid\":42,\"event\":\"admin\","
+      "\"pro\\u0063\":\"master\",\"msg\":\"x\"}", 0 },
+    { "json, an escaped key in the time stamp's place", "{\"ts\":\"T\","
+      "\"pro\\u0063\":\"master\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":\"x\"}", 0 },
+    { "json, a second record after the first", "{\"ts\":\"T\",\"level\":"
+      "\"info\",\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\"}"
+      "{\"ts\":\"T\",\"level\":\"notice\",\"pro\\u0063\":\"master\"}",
+      0 },
+    { "json, an object as a value", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"x\":"
+      "{\"proc\":\"master\"}}", 0 },
+    { "json, a second event key", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"event\":"
+      "\"admin\"}", 0 },
+    { "json, fields and escapes", "{\"ts\":\"T\",\"level\":\"info\","
+      "\"proc\":\"worker 3\",\"pid\":42,\"event\":\"log\",\"to\":"
+      "\"a\\\"b\\u0001\",\"delay\":-1.250,\"msg\":\"x\"}", 1 },
+    { "json, cut", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":\"x", 0 },
+    { "text, a C1 control (CSI)", "2026-01-01T00:00:00.000Z mtad[42]: "
+      "worker 3: x\xc2\x9b" "2J", 0 },
+    { "text, a byte that is not UTF-8", "2026-01-01T00:00:00.000Z mtad[42]: "
+      "worker 3: x\x9b" "2J", 0 },
+    { "text, UTF-8", "2026-01-01T00:00:00.000Z mtad[42]: worker 3: caf"
+      "\xc3\xa9 \xc2\xa0", 1 },
+    { "json, a C1 control", "{\"ts\":\"T\",\"level\":\"info\",\"proc\":"
+      "\"worker 3\",\"pid\":42,\"event\":\"log\",\"msg\":\"\xc2\x9b\"}",
+      0 },
     { "empty", "", 0 },
 };
 
