@@ -222,15 +222,11 @@ status_ban_add(struct status_page *sp, const struct sockaddr *sa,
         if ((word = r.reuse) == NULL)
             return -1;
         old = r.reuse_w;
-        /* the address first: a check that sees the ban sees it whole */
-        if (__atomic_compare_exchange_n(word, &old, BAN_WORD(0, 0, 0), 0,
-            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            ban_addr_set(sp, word, &id);
-            old = BAN_WORD(0, 0, 0);
-            if (__atomic_compare_exchange_n(word, &old, BAN_WORD(id.key,
-                BAN_MARK, now_s + duration_s), 0, __ATOMIC_ACQ_REL,
-                __ATOMIC_ACQUIRE))
-                return 0;
+        if (__atomic_compare_exchange_n(word, &old, BAN_WORD(id.key,
+            BAN_MARK, now_s + duration_s), 0, __ATOMIC_ACQ_REL,
+            __ATOMIC_ACQUIRE)) {
+            ban_addr_set(sp, word, &id);    /* holds from here on */
+            return 0;
         }
     }
 }

@@ -56,7 +56,7 @@ def test_errors_ban_the_address_on_every_worker_until_it_ends(mtad_factory):
     make_errors(m, "127.0.0.5", 1)
     m.wait_log("ban: [127.0.0.5] banned for 4s after 3 errors")
     pids = set()
-    for _ in range(20):
+    for _ in range(50):             # a few do; more under load
         burst = [Client(m.port, source="127.0.0.5", timeout=10)
                  for _ in range(24)]
         for c in burst:
@@ -121,3 +121,26 @@ def test_allow_networks_are_never_banned(mtad_factory):
     assert first_line("127.0.0.8", m.port).startswith("220")
     make_errors(m, "127.0.0.9", 2)
     assert first_line("127.0.0.9", m.port).startswith(BAN_421)
+
+
+def test_failed_auths_count_toward_the_ban(mtad_factory, workdir):
+    """errors 2: two wrong AUTH PLAINs (535, auth.max_failures far off)
+    ban the address; the right password from elsewhere still works."""
+    import os
+    from test_auth_scale import plain, yescrypt
+    pw = os.path.join(workdir, "passwd")
+    with open(pw, "w") as f:
+        f.write("alice:%s\n" % yescrypt("s3cret pass", cost=5))
+    os.chmod(pw, 0o600)
+    m = start(mtad_factory, ban={"errors": 2, "window": "1m",
+                                 "duration": "1h"},
+              auth={"password_file": pw, "allow_plaintext_loopback": True,
+                    "failure_delay": "0s", "max_failures": 50})
+    with Client(m.port, source="127.0.0.10", timeout=30) as c:
+        c.greet()
+        assert c.cmd(plain("alice", "wrong 1")).code == 535
+        assert c.cmd(plain("alice", "wrong 2")).code == 535
+    assert first_line("127.0.0.10", m.port).startswith(BAN_421)
+    with Client(m.port, source="127.0.0.11", timeout=30) as c:
+        c.greet()
+        assert c.cmd(plain("alice", "s3cret pass")).code == 235
