@@ -41,10 +41,10 @@ status_create(void)
 #define STATUS_PROBE    64
 #define STATUS_CNT_MASK 0xffffULL
 
-/* status_ip_key - 48-bit FNV-1a of the address bytes (v4-mapped v6 is
+/* status_addr_hash - 48-bit FNV-1a of the address bytes (v4-mapped v6 is
  * folded to v4, so one client counts once on either socket); never 0. */
-static uint64_t
-status_ip_key(const struct sockaddr *sa)
+uint64_t
+status_addr_hash(const struct sockaddr *sa)
 {
     static const uint8_t v4mapped[12] = { 0,0,0,0,0,0,0,0,0,0,0xff,0xff };
     const uint8_t *p;
@@ -140,7 +140,7 @@ int
 status_conn_acquire(struct status_page *sp, unsigned slot,
     const struct sockaddr *sa, uint32_t max_total, uint32_t max_per_ip)
 {
-    uint64_t  key = status_ip_key(sa), w, *word, *free_word = NULL;
+    uint64_t  key = status_addr_hash(sa), w, *word, *free_word = NULL;
     size_t    i;
 
     if (slot >= STATUS_MAX_WORKERS)
@@ -172,7 +172,7 @@ void
 status_conn_release(struct status_page *sp, unsigned slot,
     const struct sockaddr *sa)
 {
-    uint64_t key = status_ip_key(sa), w, *word;
+    uint64_t key = status_addr_hash(sa), w, *word;
     size_t   i;
 
     if (key == 0 || slot >= STATUS_MAX_WORKERS)
@@ -192,7 +192,7 @@ status_conn_release(struct status_page *sp, unsigned slot,
 uint32_t
 status_conn_count(const struct status_page *sp, const struct sockaddr *sa)
 {
-    uint64_t key = status_ip_key(sa);
+    uint64_t key = status_addr_hash(sa);
 
     return key ? status_key_count(sp, key) : 0;
 }
@@ -272,7 +272,7 @@ status_auth_scan(struct status_page *sp, uint64_t key, uint32_t now_s,
 static uint64_t
 status_auth_key(const struct sockaddr *sa)
 {
-    uint64_t k = status_ip_key(sa);
+    uint64_t k = status_addr_hash(sa);
 
     k = (k ^ (k >> 28)) & 0xfffffffULL;
     return k ? k : 1;
@@ -284,7 +284,7 @@ status_auth_count(struct status_page *sp, const struct sockaddr *sa,
 {
     struct status_auth_scan r;
 
-    if (status_ip_key(sa) == 0)
+    if (status_addr_hash(sa) == 0)
         return 0;
     status_auth_scan(sp, status_auth_key(sa), now_s, window_s, &r);
     return r.total;
@@ -297,7 +297,7 @@ status_auth_take(struct status_page *sp, const struct sockaddr *sa,
     struct status_auth_scan r;
     uint64_t key, cnt, *word, old;
 
-    if (status_ip_key(sa) == 0)
+    if (status_addr_hash(sa) == 0)
         return 1;                   /* not an IP address: not counted */
     key = status_auth_key(sa);
     for (;;) {                      /* a failed CAS: another one succeeded */
@@ -327,7 +327,7 @@ status_auth_give(struct status_page *sp, const struct sockaddr *sa,
     struct status_auth_scan r;
     uint64_t key, old;
 
-    if (status_ip_key(sa) == 0)
+    if (status_addr_hash(sa) == 0)
         return;
     key = status_auth_key(sa);
     for (;;) {

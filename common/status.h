@@ -12,11 +12,13 @@
 
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/socket.h>
 
 #define STATUS_MAX_WORKERS 128
 #define STATUS_IP_SLOTS    16384    /* per worker slot, power of two; 128 KiB,
                                        touched lazily */
 #define STATUS_AUTH_SLOTS  8192     /* AUTH failure table, power of two */
+#define STATUS_BAN_SLOTS   8192     /* auto-ban table, power of two */
 
 /* Operations counters of one worker (metrics, master/metrics.c).  Same
  * rule: one writer, relaxed atomics; the master sums the slots. */
@@ -34,6 +36,7 @@ enum status_reject {
     STATUS_REJ_OVERLOAD,            /* 421 limits.load.refuse */
     STATUS_REJ_PREGREET,            /* 554 5.5.1 talked before the 220 */
     STATUS_REJ_DNSBL,               /* 554 5.7.1 screen.dnsbl score */
+    STATUS_REJ_BANNED,              /* 421 at connect: limits.ban */
     STATUS_REJ_MAX
 };
 /* Delivery latency (arrival -> delivered, per recipient) histogram: upper
@@ -98,6 +101,12 @@ struct status_page {
     /* AUTH checks per client address, one table for every worker (of
      * every generation), written with compare-and-swap; see status.c. */
     uint64_t authtab[STATUS_AUTH_SLOTS];
+    /* limits.ban: errors, then bans, per client address, the same way
+     * (compare-and-swap, one table for every worker); banaddr[i] is the
+     * address of bantab[i], written by whoever claimed the word
+     * (status_ban.c). */
+    uint64_t bantab[STATUS_BAN_SLOTS];
+    uint64_t banaddr[STATUS_BAN_SLOTS][2];
 };
 
 #define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
@@ -155,5 +164,43 @@ unsigned status_auth_take(struct status_page *sp, const struct sockaddr *sa,
             uint32_t now_s, uint32_t window_s, unsigned max);
 void    status_auth_give(struct status_page *sp, const struct sockaddr *sa,
             uint32_t now_s, uint32_t window_s);
+
+/* status_addr_hash - a 48-bit hash of sa's address (v4-mapped folded to
+ * IPv4), never 0; 0 for anything but IPv4 and IPv6. */
+uint64_t status_addr_hash(const struct sockaddr *sa);
+
+/* Auto-ban (limits.ban), daemon-wide, per client address (sa grouped by
+ * status_addr_group()); now_s is CLOCK_MONOTONIC seconds as for AUTH.
+ * status_ban_note(): count one error; at errors within window_s of each
+ * other (counted over every worker) the address is banned for duration_s
+ * (at most STATUS_BAN_MAX_S); 1 when this count made the ban, else 0.
+ * status_ban_check(): 1 while sa is banned (a few loads: nothing when
+ * limits.ban is off, as the caller does not ask then).
+ * status_ban_add(): ban sa for duration_s from now (replacing a ban or a
+ * count); 0, or -1 when its probe window holds only live bans.
+ * status_ban_del(): lift sa's ban and forget its count; how many words
+ * were cleared (0: none was there).
+ * status_ban_list(): the live bans, at most max, each as an address (as
+ * grouped, IPv4 or IPv6) and the seconds left; their number.
+ * status_ban_live(): the number of live bans (the metrics gauge).
+ * Lock-free as the AUTH table; a ban is verified against the whole
+ * address, so a hash collision never bans another client. */
+#define STATUS_BAN_MAX_S (1u << 23)         /* about 97 days */
+struct status_ban {
+    struct sockaddr_storage addr;
+    uint32_t                left_s;
+};
+int     status_ban_note(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t window_s, unsigned errors,
+            uint32_t duration_s);
+int     status_ban_check(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s);
+int     status_ban_add(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t duration_s);
+int     status_ban_del(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s);
+size_t  status_ban_list(struct status_page *sp, uint32_t now_s,
+            struct status_ban *out, size_t max);
+size_t  status_ban_live(struct status_page *sp, uint32_t now_s);
 
 #endif /* MTAD_STATUS_H */

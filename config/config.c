@@ -73,6 +73,15 @@ static const struct config_key config_limits_load[] = {
     END
 };
 
+/* limits.ban: errors from one address within window ban it for duration
+ * (smtpd/session_ban.c; 0 errors: off) */
+static const struct config_key config_limits_ban[] = {
+    { "errors", CONFIG_INT, OFF(ban_errors), 0, 4000, NULL },
+    DUR("window", ban_window_ms, 1000),
+    DUR("duration", ban_duration_ms, 1000),
+    END
+};
+
 static const struct config_key config_limits[] = {
     KEY("max_message_size", CONFIG_SIZE, max_message_size),
     INT("max_recipients", max_recipients),
@@ -89,6 +98,7 @@ static const struct config_key config_limits[] = {
       2147483647, NULL },
     KEY("max_envelope_size", CONFIG_SIZE, max_envelope_size),
     SECTION("load", config_limits_load),
+    SECTION("ban", config_limits_ban),
     END
 };
 
@@ -438,6 +448,8 @@ config_defaults(const char *path)
     cfg->auth_failure_delay_max_ms = 8000;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
+    cfg->ban_window_ms = 600000;
+    cfg->ban_duration_ms = 3600000;
     cfg->session_lifetime_ms = 60 * 60 * 1000;
     cfg->max_junk_commands = 100;
     cfg->max_transactions = 0;       /* none */

@@ -110,6 +110,11 @@ struct config {
     int     max_transactions;       /* 0 (none): MAIL commands per session;
                                        EHLO LIMITS MAILMAX (RFC 9422) */
     uint64_t max_envelope_size;     /* 256K: sender + recipients, bytes */
+    /* limits.ban: 5xx replies from one address (its /ipv6_prefix) within
+     * window ban it for duration, node-wide; 0 errors = off */
+    int     ban_errors;
+    uint64_t ban_window_ms;         /* 10m */
+    uint64_t ban_duration_ms;       /* 1h */
     /* limits.load: the master's load policy (master/load.c); 1-minute load
      * average * 100, 0 = off */
     uint32_t load_queue_only_x100;  /* hold deliveries while at or over */

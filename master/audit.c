@@ -1,7 +1,7 @@
 /*
  * audit.c - admin actions in mtad's log, with who did them.
  *
- * PURPOSE   Every state-changing control request (reload, stop, kick,
+ * PURPOSE   Every state-changing control request (reload, stop, kick, ban,
  *           and the "audit" reports mtactl sends after queue and route
  *           changes it made itself) and every stop/reload signal becomes
  *           one "admin" record: event=admin, uid, pid, via, action, args.
@@ -61,7 +61,8 @@ audit_request(int fd, const char *line)
     if (strcmp(line, "status") == 0 || strncmp(line, "status ", 7) == 0 ||
         strcmp(line, "check") == 0 || strcmp(line, "tls report") == 0 ||
         strncmp(line, "tls report ", 11) == 0 ||
-        strcmp(line, "queue-stream") == 0 || strncmp(line, "index ", 6) == 0) {
+        strcmp(line, "queue-stream") == 0 || strncmp(line, "index ", 6) == 0 ||
+        strcmp(line, "ban list") == 0) {
         /* read-only, often polled; or ("index") the daemon's half of a
          * queue change whose "audit" record mtactl sent already */
         log_debug("control: %s", line);

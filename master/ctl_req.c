@@ -82,6 +82,9 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
         r->kind = CTL_REQ_AUDIT;
     } else if (strncmp(line, "drain", 5) == 0) {
         ctl_req_drain(r, line + 5);
+    } else if (strncmp(line, "ban ", 4) == 0) {
+        r->kind = CTL_REQ_BAN;
+        r->arg = line + 4;
     } else if (strncmp(line, "tls ", 4) == 0) {
         r->kind = CTL_REQ_TLS;
         r->arg = line + 4;

@@ -78,7 +78,7 @@ static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "relay_denied", "route_reject", "route_defer", "too_large",
     "bare_newline", "mail_loop", "too_many_recipients", "too_many_errors",
     "connection_limit", "connection_limit_per_ip", "overload",
-    "pregreet", "dnsbl"
+    "pregreet", "dnsbl", "banned"
 };
 
 static struct metrics *
@@ -297,6 +297,9 @@ metrics_render(struct master *m)
 
     mt_one(&t, "mtad_sessions", "gauge", "Inbound SMTP sessions open now.",
         tot.conns_cur);
+    mt_one(&t, "mtad_banned_addresses", "gauge", "Client addresses banned "
+        "now (limits.ban, mtactl ban).", (uint64_t)status_ban_live(st,
+        (uint32_t)(util_now_ms() / 1000)));
     mt_head(&t, "mtad_queue_messages", "gauge",
         "Messages in the queue by state: active (an attempt is open), "
         "queued (due, waiting for a slot or held by limits.load), deferred "

@@ -70,6 +70,10 @@ void    tlsagg_save(struct master *m);
 int     tlsagg_reaped(struct master *m, pid_t pid, int status);
 void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
+/* ban.c: "ban list|add ADDR [SECONDS]|del ADDR" (arg after "ban "):
+ * the reply, "ok\n..." or "error: ...\n" (the caller frees it). */
+void    ctl_ban(struct master *m, const char *arg, char **out);
+
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);
 

@@ -242,6 +242,33 @@ mtactl_run_kick(struct mtactl *c, int argc, char **argv)
     return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
 }
 
+/* "ban list", "ban add ADDR [--for D]", "ban del ADDR": the master
+ * changes the node's ban table (master/ban.c) and logs the admin record. */
+static int
+mtactl_run_ban(struct mtactl *c, int argc, char **argv)
+{
+    char     req[CTL_REQUEST_MAX];
+    uint64_t ms = 0;
+
+    if (argc == 2 && strcmp(argv[1], "list") == 0)
+        return mtactl_request(c, "ban list", MTACTL_TIMEOUT_MS, NULL);
+    if (argc >= 3 && strlen(argv[2]) < 64 &&
+        strcspn(argv[2], " \t\r\n") == strlen(argv[2]) &&
+        ((strcmp(argv[1], "del") == 0 && argc == 3) ||
+        (strcmp(argv[1], "add") == 0 && (argc == 3 || (argc == 5 &&
+        strcmp(argv[3], "--for") == 0 &&
+        util_parse_duration(argv[4], &ms) == 0 && ms >= 1000))))) {
+        snprintf(req, sizeof(req), "ban %s %s", argv[1], argv[2]);
+        if (ms > 0)
+            snprintf(req + strlen(req), sizeof(req) - strlen(req), " %llu",
+                (unsigned long long)(ms / 1000));
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+    fprintf(stderr, "mtactl: usage: mtactl ban list | add ADDR [--for D] | "
+        "del ADDR\n");
+    return MTACTL_USAGE;
+}
+
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
 static int
 mtactl_tls_report(struct mtactl *c, int argc, char **argv)
@@ -347,6 +374,15 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "its next retry (* every queued message); a held message stays "
       "held.",
       NULL, mtactl_run_kick, MV_DAEMON, 1, 1 },
+    { "ban", "list|add ADDR [--for D]|del ADDR",
+      "client addresses refused at connect (limits.ban)",
+      "list: the banned addresses (IPv6 by limits.ipv6_prefix) and the "
+      "seconds left; add: ban ADDR for D (a duration such as 30m; default "
+      "limits.ban.duration), on every worker at once; del: lift its ban "
+      "and forget its error count.  Works with limits.ban.errors 0 too; "
+      "relay.allow_networks are never refused.  add and del are logged as "
+      "admin records.",
+      NULL, mtactl_run_ban, MV_DAEMON, 1, 4 },
     MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
         "the queue; --summary: by domain and age"),
     MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",

@@ -191,13 +191,16 @@ sess_enter(struct sess *s, enum sess_state st)
 
 /* --- replies ---------------------------------------------------------- */
 
-/* sess_error - count a 4xx/5xx reply; at max_errors the session ends. */
+/* sess_error - count a 4xx/5xx reply (cls: its first digit); at
+ * max_errors the session ends. */
 static void
-sess_error(struct sess *s)
+sess_error(struct sess *s, char cls)
 {
     const struct config *cfg = s->d->cfg;
 
     STATUS_ADD(s->d->st->errors, 1);
+    if (cls == '5' && cfg->ban_errors > 0)
+        sess_ban_note(s);           /* limits.ban (session_ban.c) */
     if (s->nerrors < UINT16_MAX)
         s->nerrors++;
     if ((int)s->nerrors < cfg->max_errors || s->state == SS_CLOSING)
@@ -226,7 +229,7 @@ sess_reply(struct sess *s, const char *text)
     buf_produce(&s->out, n + 2);
     sess_pending_add(s);
     if (text[0] == '4' || text[0] == '5')
-        sess_error(s);
+        sess_error(s, text[0]);
 }
 
 

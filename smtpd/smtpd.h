@@ -72,6 +72,12 @@ void    smtpd_free(struct smtpd *d);                    /* NULL ok */
 void    smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
             socklen_t salen, const struct config_listen *l);
 
+/* smtpd_banned - sa is banned (limits.ban, mtactl ban) and not in
+ * relay.allow_networks: 1 with the 421 to send (CRLF-ended) in text,
+ * logged and counted; else 0.  Asked before a connection is admitted. */
+int     smtpd_banned(struct smtpd *d, const struct sockaddr *sa, char *text,
+            size_t tsz);
+
 /* The auth.password_file table (user:crypt-hash lines), read by the
  * worker before it drops privileges; a warning when users besides root
  * and the groups gid and admin_gid may read it.  NULL: logged (file, line). */

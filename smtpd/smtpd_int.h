@@ -257,6 +257,8 @@ int     sess_screen_begin(struct sess *s, const struct config_listen *l);
 void    sess_screen_io(struct sess *s, unsigned events);
 void    sess_screen_timer(struct sess *s);
 void    sess_screen_free(struct sess *s);   /* none: no-op */
+/* session_ban.c: count one error of s's client toward limits.ban */
+void    sess_ban_note(struct sess *s);
 /* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */
 void    sess_greet(struct sess *s, int first_of_two);
 

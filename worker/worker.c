@@ -203,6 +203,10 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
         worker_refuse(fd, text);
         return;
     }
+    if (smtpd_banned(w->smtpd, sa, text, sizeof(text))) {
+        worker_refuse(fd, text);    /* limits.ban, mtactl ban */
+        return;
+    }
     rc = worker_ip_acquire(w, sa);
     if (rc == STATUS_EFULL) {
         util_sockaddr_str(sa, who, sizeof(who));

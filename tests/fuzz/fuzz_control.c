@@ -12,8 +12,9 @@
  * has an error answer "error: ..." of one LF-ended line without any other
  * control byte (a quoted request is escaped), bounded by its buffer; a
  * kick's (and index's) argument is "*" or a valid queue id; a tls
- * argument is the rest of the line; a drain timeout is the decimal number written (digits
- * only) and never over CTL_REQ_DRAIN_MAX_MS; sandbox-test only when the
+ * argument (and a ban's, after "ban ") is the rest of the line; a drain
+ * timeout is the decimal number written (digits only) and never over
+ * CTL_REQ_DRAIN_MAX_MS; sandbox-test only when the
  * master allows it.  Build and run: make fuzz (see tests/fuzz/run.sh).
  */
 #include <stdint.h>
@@ -54,6 +55,7 @@ ref_kind(const char *l, int sandbox)
     if (!strncmp(l, "audit ", 6)) return CTL_REQ_AUDIT;
     if (!strcmp(l, "drain") || !strncmp(l, "drain ", 6)) return CTL_REQ_DRAIN;
     if (!strncmp(l, "tls ", 4)) return CTL_REQ_TLS;
+    if (!strncmp(l, "ban ", 4)) return CTL_REQ_BAN;
     if (!strncmp(l, "kick ", 5) || !strncmp(l, "index ", 6)) return CTL_REQ_KICK;
     if (!strcmp(l, "sandbox-test") && sandbox) return CTL_REQ_SANDBOX_TEST;
     return CTL_REQ_BAD;
@@ -126,6 +128,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         break;
     case CTL_REQ_TLS:
+    case CTL_REQ_BAN:                   /* master/ban.c checks the rest */
         if (r.arg != line + 4)
             abort();
         break;

@@ -2,7 +2,8 @@
  * test_status.c - common/status.c: daemon-wide admission counts in the
  * shared page: the per-address limit summed over worker slots, the total
  * from the slots' session counts, v4-mapped addresses, and a dead worker's
- * slot cleared so it leaves no phantom sessions.
+ * slot cleared so it leaves no phantom sessions; the AUTH failure and
+ * limits.ban tables.
  */
 #include <arpa/inet.h>
 #include <string.h>
@@ -262,4 +263,121 @@ Test(status, auth_many_addresses_each_keep_their_count)
     ss = addr(ip);
     cr_assert_eq(status_auth_count(sp, SA(ss), 3 * STATUS_AUTH_SLOTS / 64,
         WIN), 1, "the newest address is counted");
+}
+
+
+/* --- limits.ban --------------------------------------------------------- */
+
+#define BWIN 60u
+#define BDUR 30u
+
+Test(status, ban_after_errors_within_the_window)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("192.0.2.7"), b = addr("192.0.2.8");
+
+    cr_assert_eq(status_ban_note(sp, SA(a), 100, BWIN, 3, BDUR), 0);
+    cr_assert_eq(status_ban_note(sp, SA(a), 101, BWIN, 3, BDUR), 0);
+    cr_assert_eq(status_ban_check(sp, SA(a), 101), 0, "2 of 3: not yet");
+    cr_assert_eq(status_ban_note(sp, SA(a), 102, BWIN, 3, BDUR), 1,
+        "the third error makes the ban");
+    cr_assert_eq(status_ban_check(sp, SA(a), 102), 1);
+    cr_assert_eq(status_ban_check(sp, SA(b), 102), 0, "another address");
+    cr_assert_eq(status_ban_live(sp, 102), 1);
+    cr_assert_eq(status_ban_check(sp, SA(a), 102 + BDUR - 1), 1);
+    cr_assert_eq(status_ban_check(sp, SA(a), 102 + BDUR), 0, "it ended");
+    cr_assert_eq(status_ban_live(sp, 102 + BDUR), 0);
+}
+
+Test(status, ban_errors_older_than_the_window_are_forgotten)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("192.0.2.9");
+
+    cr_assert_eq(status_ban_note(sp, SA(a), 100, BWIN, 3, BDUR), 0);
+    cr_assert_eq(status_ban_note(sp, SA(a), 150, BWIN, 3, BDUR), 0);
+    /* the count's window runs from its last error */
+    cr_assert_eq(status_ban_note(sp, SA(a), 150 + BWIN + 1, BWIN, 3, BDUR),
+        0, "the old errors were forgotten");
+    cr_assert_eq(status_ban_check(sp, SA(a), 150 + BWIN + 1), 0);
+    cr_assert_eq(status_ban_note(sp, SA(a), 150 + BWIN + 2, BWIN, 3, BDUR),
+        0);
+    cr_assert_eq(status_ban_note(sp, SA(a), 150 + BWIN + 3, BWIN, 3, BDUR),
+        1);
+}
+
+Test(status, ban_ipv6_by_prefix_and_v4_mapped)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("2001:db8:5:6::1"),
+                             b = addr("2001:db8:5:6:aaaa::2"),
+                             c = addr("2001:db8:5:7::1"),
+                             v4 = addr("198.51.100.3"),
+                             m4 = addr("::ffff:198.51.100.3"), ga, gb, gc;
+
+    status_addr_group(SA(a), 64, &ga);
+    status_addr_group(SA(b), 64, &gb);
+    status_addr_group(SA(c), 64, &gc);
+    cr_assert_eq(status_ban_note(sp, SA(ga), 10, BWIN, 2, BDUR), 0);
+    cr_assert_eq(status_ban_note(sp, SA(gb), 10, BWIN, 2, BDUR), 1,
+        "one /64 is one client");
+    cr_assert_eq(status_ban_check(sp, SA(ga), 10), 1);
+    cr_assert_eq(status_ban_check(sp, SA(gc), 10), 0, "the next /64");
+    cr_assert_eq(status_ban_add(sp, SA(v4), 10, BDUR), 0);
+    cr_assert_eq(status_ban_check(sp, SA(m4), 10), 1,
+        "v4-mapped on a dual-stack socket is the same client");
+}
+
+Test(status, ban_add_list_del)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  a = addr("203.0.113.5"), g,
+                             b = addr("2001:db8:9:9::"), c = addr("10.1.1.1");
+    struct status_ban        list[4];
+    char                     ip[64];
+
+    status_addr_group(SA(b), 64, &g);
+    cr_assert_eq(status_ban_note(sp, SA(c), 5, BWIN, 9, BDUR), 0);
+    cr_assert_eq(status_ban_add(sp, SA(a), 5, 100), 0);
+    cr_assert_eq(status_ban_add(sp, SA(g), 5, 200), 0);
+    cr_assert_eq(status_ban_add(sp, SA(a), 6, 100), 0, "a renewal");
+    cr_assert_eq(status_ban_list(sp, 10, list, 4), 2,
+        "two bans, not the count of 10.1.1.1, not the renewal twice");
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(inet_ntop(list[i].addr.ss_family, list[i].addr.ss_family
+            == AF_INET ? (void *)&((struct sockaddr_in *)&list[i].addr)->
+            sin_addr : (void *)&((struct sockaddr_in6 *)&list[i].addr)->
+            sin6_addr, ip, sizeof(ip)) != NULL, 1);
+        if (list[i].addr.ss_family == AF_INET) {
+            cr_assert_str_eq(ip, "203.0.113.5");
+            cr_assert_eq(list[i].left_s, 96);
+        } else {
+            cr_assert_str_eq(ip, "2001:db8:9:9::");
+            cr_assert_eq(list[i].left_s, 195);
+        }
+    }
+    cr_assert_eq(status_ban_del(sp, SA(a), 10), 1);
+    cr_assert_eq(status_ban_check(sp, SA(a), 10), 0);
+    cr_assert_eq(status_ban_del(sp, SA(a), 10), 0, "nothing left to lift");
+    cr_assert_eq(status_ban_check(sp, SA(g), 10), 1);
+    cr_assert_eq(status_ban_live(sp, 10), 1);
+}
+
+Test(status, ban_refuses_only_the_banned_address)
+{
+    struct status_page      *sp = status_create();
+    struct sockaddr_storage  ss, banned = addr("10.200.0.1");
+    char                     ip[32];
+    unsigned                 i, hits = 0;
+
+    cr_assert_eq(status_ban_add(sp, SA(banned), 1, 100), 0);
+    /* many addresses share the banned one's probe window */
+    for (i = 0; i < 200000; i++) {
+        snprintf(ip, sizeof(ip), "10.%u.%u.%u", i >> 16, (i >> 8) & 255,
+            i & 255);
+        ss = addr(ip);
+        hits += (unsigned)status_ban_check(sp, SA(ss), 2);
+    }
+    cr_assert_eq(hits, 0);
+    cr_assert_eq(status_ban_check(sp, SA(banned), 2), 1);
 }
