@@ -75,8 +75,8 @@ def test_success_for_a_maildir_route_and_none_by_default(mtad_factory,
     assert "text/rfc822-headers" in body
     assert "the secret body" not in body
     assert wait_for(lambda: m.queue_ids() == [], 10), m.queue_ids()
-    text = m.log_text()
-    assert "%s: sender success notification" % qid in text
+    # the log process writes in batches: wait for the line, do not read once
+    m.wait_log("%s: sender success notification" % qid)
     time.sleep(0.3)
     assert len(home.received()) == 1
 
