@@ -325,7 +325,9 @@ def mtad_knows_shaping(base):
         m.write_config()
         r = subprocess.run([harness.MTAD, "-t", "-c", m.cfg], capture_output=True,
                            text=True, timeout=20)
-        return r.returncode == 0, (r.stdout + r.stderr).strip()[-300:]
+        out = (r.stdout + r.stderr).strip().splitlines()
+        hit = [x for x in out if "shaping" in x or "egress" in x] or out[-1:]
+        return r.returncode == 0, (hit[0] if hit else "")[-300:]
     finally:
         shutil.rmtree(wd, ignore_errors=True)
 

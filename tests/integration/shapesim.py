@@ -90,6 +90,8 @@ Provider(name, addrs, port=25, **limits) - limits and behaviour
                     spam*     rcpt 550 5.7.1 (IP reputation, spam)
                     policy*   rcpt 554 5.7.1 (local policy)
                     defer*    rcpt 451 4.3.0 (temporary)
+                    baddomain* rcpt 550 5.1.2 (bad destination domain)
+                    protocol* rcpt 501 5.5.4 (syntax error)
                     content*  data 554 5.6.0 (content rejected)
                     toobig*   data 554 5.3.4 (message too big)
                     slow*     rcpt 250 after 2 s
@@ -195,6 +197,9 @@ DEFAULT_REPLIES = [
     ("policy*", "rcpt", "554 5.7.1 Message rejected due to local policy.", 0),
     ("defer*", "rcpt", "451 4.3.0 Temporary local problem, try again "
      "later.", 0),
+    ("baddomain*", "rcpt", "550 5.1.2 The recipient's domain does not "
+     "accept mail here.", 0),
+    ("protocol*", "rcpt", "501 5.5.4 Syntax error in parameters.", 0),
     ("content*", "data", "554 5.6.0 Message content rejected.", 0),
     ("toobig*", "data", "554 5.3.4 Message too big for system.", 0),
     ("slow*", "rcpt", None, 2.0),

@@ -242,6 +242,8 @@ def test_recipients_per_transaction(sim_factory):
     ("spammy", 550, b"5.7.1"),
     ("policy", 554, b"5.7.1"),
     ("defer-me", 451, b"4.3.0"),
+    ("baddomain", 550, b"5.1.2"),
+    ("Protocol9", 501, b"5.5.4"),
 ])
 def test_scripted_rcpt_replies(sim_factory, local, code, enh):
     p = prov()
