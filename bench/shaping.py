@@ -935,7 +935,7 @@ def main():
     ap.add_argument("--paced-rate", type=int, default=1000)
     ap.add_argument("--paced-secs", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=0,
-                    help="bound of one delivery run (default: 4x the theoretical "
+                    help="bound of one delivery run (default: twice the theoretical "
                     "minimum with one source + 120 s)")
     ap.add_argument("--results", default=os.environ.get("BENCH_RESULTS") or
                     os.path.join(ROOT, "bench", "RESULTS.md"))
@@ -972,7 +972,7 @@ def main():
             ns.start()
             try:
                 runs = []
-                timeout = a.timeout or (4 * minimum(a.messages, 1)[1] + 120)
+                timeout = a.timeout or (2 * minimum(a.messages, 1)[1] + 120)
                 for who in ("mtad", "postfix"):
                     if who not in mtas:
                         continue

@@ -425,3 +425,42 @@ def test_cli_control_socket_and_stats_file():
     for n in os.listdir(d):
         os.unlink(os.path.join(d, n))
     os.rmdir(d)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="port 25 needs root")
+def test_mtad_reaches_each_provider_through_the_test_zone(
+        sim_factory, mtad_factory, dns_servers):
+    """The zone's MX records lead mtad (no shaping) to the providers; the
+    simulator sees mtad's EHLO and a violation when mtad opens more
+    connections from one source than a provider allows."""
+    from mtadtest import ZONE, make_message, send
+    sim = sim_factory(*shapesim.standard_providers())
+    m = mtad_factory({"routes": {"default": "mx"},
+                      "dns": {"servers": [dns_servers.nsd],
+                              "timeout": "1s", "attempts": 1}}).start()
+    want = {"gmail": "gmail", "googlemail": "gmail", "workspace": "gmail",
+            "outlook": "outlook", "hotmail": "outlook", "yahoo": "yahoo",
+            "open": "open"}
+    for i, dom in enumerate(sorted(want)):
+        send(m, "a@home.test", ["u%d@%s.%s" % (i, dom, ZONE)],
+             make_message(i))
+    recs = sim.wait_for(len(want), timeout=30)
+    got = {r["rcpts"][0].split("@")[1].split(".")[0]: r for r in recs}
+    assert {d: r["provider"] for d, r in got.items()} == want
+    assert {r["addr"] for r in recs if r["provider"] == "gmail"} <= {
+        "127.0.1.1", "127.0.1.2"}
+    assert got["yahoo"]["addr"] == "127.0.3.1"
+    assert all(r["ehlo"] and r["src"].startswith("127.") for r in recs)
+    assert sim.violations() == 0
+    # a provider allowing one connection per source: mtad without shaping
+    # opens several at once for a burst, and the simulator counts it
+    sim.set("open", max_conns=1)
+    sim.set("open", replies=[("slow*", "rcpt", None, 1.0)])
+    c = m.smtp()
+    for i in range(6):
+        send(m, "a@home.test", ["slow%d@open.%s" % (i, ZONE)],
+             make_message(100 + i), conn=c)
+    c.quit()
+    sim.wait(lambda s: s.violations("open", kind="conns") > 0, timeout=30,
+             what="a connection over the limit counted")
+    sim.wait_for(len(want) + 6, timeout=60)
