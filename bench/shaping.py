@@ -721,6 +721,30 @@ def shaping_lines(runs):
                                                     ("rate", "penalty", "conns", "msgs",
                                                      "rcpts")),
                          eps, worst[1] if worst else "none", r["cpu_s"]))
+    lines += ["", "Per provider (what the simulator saw): messages, the span from the "
+              "first to the last, the rate that gave against what the limits allow "
+              "the sources used, connections and messages per connection:", "",
+              "| MTA | provider | messages | span | msgs/s (allowed) | connections | "
+              "msgs per connection (limit) | most open at once per source (limit) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "stats" not in r:
+            continue
+        for name, _, _, lim in PROVIDERS:
+            pv = r["stats"]["providers"].get(name)
+            if not pv:
+                continue
+            srcs = [sv for sv in pv["sources"].values() if sv["messages"]]
+            msgs = sum(sv["messages"] for sv in srcs)
+            conns = sum(sv["connections"] for sv in srcs)
+            firsts = [sv["first"] for sv in srcs if sv["first"]]
+            lasts = [sv["last"] for sv in srcs if sv["last"]]
+            span = max(lasts) - min(firsts) if firsts else 0
+            allowed = min(lim["per_second"], lim["per_minute"] / 60.0) * len(srcs)
+            lines.append("| %s | %s | %d | %.1f s | %s (%.0f) | %d | %.1f (%d) | %s (%d) |" % (
+                r["who"], name, msgs, span, "%.1f" % (msgs / span) if span > 0 else "-",
+                allowed, conns, msgs / conns if conns else 0, lim["max_msgs"],
+                max((sv["max_open"] for sv in srcs), default=0), lim["max_conns"]))
     lines.append("")
     for r in runs:
         if "stats" not in r:
