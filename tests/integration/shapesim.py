@@ -133,6 +133,10 @@ sim.stats() -> {"time", "deliveries", "violations",
         "violations": {kind: n}, "episodes", "penalty_until" (seconds
         from now, 0 when none), "first", "last" (time of the first and
         last message taken), "ehlo" ({name: connections})}}}}}
+sim.source(provider, src) -> that one source's dict as in stats().
+sim.wait(cond, timeout, what) polls cond(sim) until true (AssertionError
+    with the stats at the deadline); sim.records_since(n) -> (records from
+    the n-th on, the count now), for polling without copying them all.
 sim.reset() clears records, events, counters, windows and penalties.
 
 CLI (for benches and manual tests)
