@@ -179,6 +179,107 @@ bad:
 }
 
 
+/*
+ * bclass_re_check - refuse what would make regcomp() or regexec() cost
+ * without bound: glibc builds a repeated part once per repetition, so
+ * nested counts multiply ("((a{100}){100}){100}") and stacked
+ * quantifiers ("a+++++") grow without end; back-references make regexec()
+ * exponential.  So: no back-reference, no quantifier right after another,
+ * counts at most BCLASS_RE_REPEAT, and the product of the counts a part is
+ * nested in at most BCLASS_RE_COPIES.  NULL, or what is wrong.
+ */
+#define BCLASS_RE_REPEAT  100
+#define BCLASS_RE_COPIES  1000
+#define BCLASS_RE_DEPTH   16
+static const char *
+bclass_re_check(const char *re, size_t n)
+{
+    unsigned long cur[BCLASS_RE_DEPTH + 1], last = 0;
+    size_t        i = 0, depth = 0;
+    int           quant = 1;        /* nothing to repeat at the start */
+
+    cur[0] = 1;
+    while (i < n) {
+        char          c = re[i];
+        unsigned long mult = 0;
+
+        if (c == '*' || c == '+' || c == '?')
+            mult = 2, i++;
+        else if (c == '{') {
+            unsigned long v[2] = { 0, 0 };
+            size_t        j = i + 1;
+            int           k = 0;
+
+            for (; j < n && ((re[j] >= '0' && re[j] <= '9') ||
+                (re[j] == ',' && k == 0)); j++) {
+                if (re[j] == ',')
+                    k = 1;
+                else if ((v[k] = v[k] * 10 + (unsigned long)(re[j] - '0')) >
+                    BCLASS_RE_REPEAT)
+                    return "a repeat count above 100";
+            }
+            if (j < n && re[j] == '}') {    /* else a '{' regcomp judges */
+                mult = (v[0] > v[1] ? v[0] : v[1]) + 1;
+                i = j + 1;
+            }
+        }
+        if (mult != 0) {
+            if (quant)
+                return "a quantifier right after another (or at the start)";
+            quant = 1;
+            if ((last *= mult) > BCLASS_RE_COPIES)
+                return "repeats nested too deep (more than 1000 copies)";
+            if (last > cur[depth])
+                cur[depth] = last;
+            continue;
+        }
+        quant = 0;
+        if (c == '\\') {
+            if (i + 1 < n && re[i + 1] >= '1' && re[i + 1] <= '9')
+                return "a back-reference";
+            i += 2;
+            last = 1;
+        } else if (c == '[') {
+            size_t j = i + 1;
+
+            if (j < n && re[j] == '^')
+                j++;
+            if (j < n && re[j] == ']')
+                j++;
+            for (; j < n && re[j] != ']'; j++)
+                if (re[j] == '[' && j + 1 < n && (re[j + 1] == ':' ||
+                    re[j + 1] == '.' || re[j + 1] == '=')) {
+                    const char *e = memchr(re + j + 2, re[j + 1], n - j - 2);
+
+                    if (e == NULL)
+                        break;
+                    j = (size_t)(e - re) + 1;   /* at the ']' of ":]" */
+                }
+            i = j + 1;
+            last = 1;
+        } else if (c == '(') {
+            if (depth == BCLASS_RE_DEPTH)
+                return "groups nested more than 16 deep";
+            cur[++depth] = 1;
+            i++;
+            quant = 1;              /* "(*" is refused by regcomp anyway */
+            continue;
+        } else if (c == ')' && depth > 0) {
+            last = cur[depth--];
+            i++;
+        } else {
+            if (c == '|')
+                quant = 1;
+            i++;
+            last = 1;
+        }
+        if (last > cur[depth])
+            cur[depth] = last;
+    }
+    return NULL;
+}
+
+
 /* bclass_text - text="..." at *sp (after "text="): the pattern up to the
  * closing quote (\" a quote), compiled; *sp set past the quote. */
 static int
@@ -187,6 +288,7 @@ bclass_text(struct bclass_parse *p, const char *tok, const char **sp,
 {
     const char *s = *sp;
     char        pat[BCLASS_RE_MAX + 1], msg[160];
+    const char *why;
     size_t      n = 0;
     int         rc;
 
@@ -206,6 +308,8 @@ bclass_text(struct bclass_parse *p, const char *tok, const char **sp,
     if (n == 0)
         return bclass_err(p, tok, "text=: empty regular expression");
     pat[n] = '\0';
+    if ((why = bclass_re_check(pat, n)) != NULL)
+        return bclass_err(p, tok, "text=: not accepted: %s", why);
     rc = regcomp(&r->re, pat, REG_EXTENDED | REG_ICASE | REG_NOSUB);
     if (rc != 0) {
         (void)regerror(rc, &r->re, msg, sizeof(msg));
@@ -274,12 +378,16 @@ bclass_line(struct bclass_parse *p, const char *s, const char *eol,
     memset(&r, 0, sizeof(r));
     for (tok = s; s < eol && !bclass_is_space(*s); s++)
         ;
-    if ((r.cls = bclass_lookup(tok, (size_t)(s - tok))) < 0)
-        return bclass_err(p, tok, "unknown class %.*s (expected one of: "
+    if ((r.cls = bclass_lookup(tok, (size_t)(s - tok))) < 0) {
+        char shown[UTIL_ESC_ROOM(40)];  /* the file's bytes, for a terminal */
+
+        (void)util_escape(shown, sizeof(shown), tok, (size_t)(s - tok) > 40 ?
+            40 : (size_t)(s - tok), 0, NULL);
+        return bclass_err(p, tok, "unknown class %s (expected one of: "
             "invalid_recipient, bad_domain, mailbox_full, spam_block, "
             "policy, rate_limited, content, protocol, dns_failure, "
-            "tls_failure, no_answer, other)", (int)(s - tok) > 40 ? 40 :
-            (int)(s - tok), tok);
+            "tls_failure, no_answer, other)", shown);
+    }
     for (;;) {
         const char *at = s;
 

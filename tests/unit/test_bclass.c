@@ -198,6 +198,12 @@ static const struct {
     { "policy text=\"\"\n", "f:1:8: text=: empty regular expression" },
     { "policy text=\"a\"code=5xx\n", "f:1:16: expected a space" },
     { "policy foo=1\n", "f:1:8: expected code=, enh= or text=" },
+    { "policy text=\"a++++\"\n", "f:1:8: text=: not accepted: a quantifier" },
+    { "policy text=\"*a\"\n", "f:1:8: text=: not accepted: a quantifier" },
+    { "policy text=\"(a)\\1\"\n", "f:1:8: text=: not accepted: a back-ref" },
+    { "policy text=\"a{101}\"\n", "f:1:8: text=: not accepted: a repeat" },
+    { "policy text=\"((a{20}){20}){20}\"\n",
+      "f:1:8: text=: not accepted: repeats nested" },
     { "policy code=5xx\r\n  spam_block   sender=x\n",
       "f:2:16: expected code=, enh= or text=" },
 };
@@ -225,13 +231,15 @@ Test(bclass, good_file_syntax)
         "   \n"
         "policy code=5xx enh=5.7.* text=\"a \\\"quoted\\\" word\"  # tail\n"
         "rate_limited\tenh=*.*.*\n"
+        "content text=\"(ab){2,3}c{1,}|[]a[:digit:]]+x|^(a|b)*$\"\n"
         "spam_block text=\"[0-9]+\\.[0-9]+\"";   /* no final newline */
     char                 err[256];
     struct bclass_rules *r = bclass_parse("f", ok, strlen(ok), err,
         sizeof(err));
 
     cr_assert_not_null(r, "%s", err);
-    cr_expect_eq(bclass_count(r), 3);
+    cr_expect_eq(bclass_count(r), 4);
+    cr_expect_eq(bclass_of(r, "ababc"), BCLASS_CONTENT);
     cr_expect_eq(bclass_of(r, "550 5.7.1 a \"quoted\" word"), BCLASS_POLICY);
     cr_expect_eq(bclass_of(r, "550 5.7.1 a quoted word"),
         BCLASS_RATE_LIMITED);       /* the next rule: any enhanced code */
