@@ -298,6 +298,7 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
+	install -m 0644 packaging/bounce-classes.conf $(DESTDIR)/etc/mtad/bounce-classes.conf.example
 	install -d $(DESTDIR)/etc/logrotate.d
 	install -m 0644 packaging/logrotate/mtad $(DESTDIR)/etc/logrotate.d/mtad
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
