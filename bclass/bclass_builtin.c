@@ -60,6 +60,7 @@ static const char bclass_builtin[] =
     "bad_domain    code=550 enh=5.4.4\n"
     "other         code=550 enh=5.4.6\n"
     "tls_failure   code=451 enh=4.7.5\n"
+    "tls_failure   code=451 enh=4.7.4\n"
     "tls_failure   code=550 enh=5.7.10 text=\"REQUIRETLS\"\n"
     "tls_failure   code=550 enh=5.7.30 text=\"REQUIRETLS\"\n"
     "content       code=553 enh=5.6.7 text=\"SMTPUTF8\"\n"

@@ -124,6 +124,8 @@ static const struct {
     { "TLS handshake with mx.example.org[192.0.2.1]:25 failed: "
       "error:0A000086:SSL routines::certificate verify failed",
       "tls_failure" },
+    { "451 4.7.4 TLS is required (tls encrypt) for host mx.example.org"
+      "[192.0.2.1]:25, but STARTTLS was not offered", "tls_failure" },
     { "451 4.7.5 TLS policy dane-only: no usable TLSA records",
       "tls_failure" },
     { "550 5.7.10 REQUIRETLS: no authenticated TLS to mx.example.org",
