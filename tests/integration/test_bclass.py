@@ -4,8 +4,9 @@ recipient; every failed recipient's class shows in the log line, in
 `mtactl show`, in `mtactl queue --json` and in /metrics
 (mtad_delivery_attempts_total{class,site}); an operator's rules file
 changes a class (also on reload; a bad file on reload keeps the rules in
-force); mtad's own reasons (connection refused) are classed; a bad rules
-file is refused by `mtad -t` with its file:line:column."""
+force), and `mtactl class` gives the same answer offline; mtad's own
+reasons (connection refused) are classed; a bad rules file is refused by
+`mtad -t` with its file:line:column."""
 import json
 import os
 import re
@@ -154,6 +155,11 @@ def test_operator_rules_come_first_and_reload_keeps_good_rules(
         return out if len(out) == n else None
     assert wait_for(lambda: classes(qid, 2), 20, what="json records") == \
         {listed: "policy", pol: "policy"}
+    # mtactl class: the same rules, offline
+    r = m.ctl("class", *SCRIPT[listed][0].split(), check=True)
+    assert r.stdout == "policy\n", r.stdout
+    r = m.ctl("class", "552 5.3.4 too big", check=True)
+    assert r.stdout == "content\n", r.stdout
 
     # a bad file on reload: refused with its position, the rules stay
     rules_file(workdir, "ours.conf", 'policy code=550\nspam_block enh=5.7\n')
