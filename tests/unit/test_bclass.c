@@ -42,8 +42,9 @@ static const struct {
     { "450-4.2.1 The user you are trying to contact is receiving mail too "
       "quickly. 450 4.2.1 Please resend your message at a later time.",
       "rate_limited" },
+    /* Gmail's 4.7.0 "try again later" is about the sender (PTR, auth) */
     { "421-4.7.0 [192.0.2.1] Try again later, closing connection. (EHLO)",
-      "rate_limited" },
+      "policy" },
     { "550-5.2.1 The email account that you tried to reach is disabled.",
       "invalid_recipient" },
     /* Outlook.com / Microsoft 365 */
@@ -96,6 +97,21 @@ static const struct {
     { "421 mx.example.org Service not available, closing transmission "
       "channel", "rate_limited" },
     { "451 4.3.0 Temporary server error", "other" },
+    /* tests/integration/shapesim.py's scripted replies (modelled on the
+     * providers') */
+    { "550 5.7.1 [127.0.0.2] Our system has detected that this message is "
+      "likely unsolicited mail; the IP you are using has a poor "
+      "reputation.", "spam_block" },
+    { "554 5.7.1 Message rejected due to local policy.", "policy" },
+    { "550 5.1.2 The recipient's domain does not accept mail here.",
+      "bad_domain" },
+    { "554 5.6.0 Message content rejected.", "content" },
+    { "451 4.3.0 Temporary local problem, try again later.", "other" },
+    { "421 4.3.2 The maximum number of concurrent server connections has "
+      "exceeded a limit, closing transmission channel", "rate_limited" },
+    { "421 4.7.0 too many messages in this connection", "rate_limited" },
+    { "421 4.7.0 too many new connections from your IP, slow down",
+      "rate_limited" },
     /* mtad's own reasons (delivery/, tlspol/) */
     { "connect to mx.example.org[192.0.2.1]:25: Connection refused",
       "no_answer" },
