@@ -15,6 +15,7 @@ import urllib.request
 
 from mtadtest import (MTAD, closed_port, free_port, make_message, send,
                       wait_for)
+from shapesim import Provider, Sim
 
 # recipient -> (the sink's RCPT reply, the class mtad must give it)
 SCRIPT = {
@@ -178,6 +179,78 @@ def test_operator_rules_come_first_and_reload_keeps_good_rules(
     q3 = send(m, "a@example.org", [listed], make_message(3))
     assert wait_for(lambda: classes(q3, 1), 20, what="q3's record") == \
         {listed: "content"}
+
+
+# the simulator's scripted replies (shapesim.DEFAULT_REPLIES, by local
+# part) and dead modes -> the class each must get
+SIM_RCPT = {"nouser1": "invalid_recipient", "full1": "mailbox_full",
+            "spam1": "spam_block", "policy1": "policy", "defer1": "other",
+            "baddomain1": "bad_domain", "protocol1": "protocol"}
+SIM_DATA = {"content1": "content", "toobig1": "content"}
+SIM_MODES = {"refuse": "no_answer", "busy": "rate_limited",
+             "silent": "no_answer"}
+
+
+def test_a_class_for_every_scripted_reply_of_the_simulator(mtad_factory):
+    """tests/integration/shapesim.py: its scripted recipient replies (at
+    RCPT and at the end of data) and its dead modes (connection refused,
+    a 421 greeting, a silent host timing out) each get their class."""
+    port = free_port()          # one port on each provider's address
+    provs = [Provider("gmail", ["127.0.1.1"], port=port)] + [
+        Provider(mode, ["127.0.%d.1" % (2 + i)], port=port, mode=mode)
+        for i, mode in enumerate(SIM_MODES)]
+    with Sim(provs) as sim:
+        static = {"%s.test" % p.name: "smtp:[%s]:%d" % (p.addrs[0], p.port)
+                  for p in provs}
+        m = start(mtad_factory, static["gmail.test"],
+                  routes={"static": static},
+                  delivery={"retry": ["1h"], "timeouts": {"greeting": "1s"}})
+        want, qids = {}, []
+        rcpts = ["%s@gmail.test" % lp for lp in SIM_RCPT] + ["ok1@gmail.test"]
+        qids.append(send(m, "a@example.org", rcpts, make_message(1)))
+        want.update({"%s@gmail.test" % lp: c for lp, c in SIM_RCPT.items()})
+        for lp, c in SIM_DATA.items():
+            qids.append(send(m, "a@example.org", ["%s@gmail.test" % lp],
+                             make_message(2)))
+            want["%s@gmail.test" % lp] = c
+        for mode, c in SIM_MODES.items():
+            qids.append(send(m, "a@example.org", ["x@%s.test" % mode],
+                             make_message(3)))
+            want["x@%s.test" % mode] = c
+
+        def classes():
+            got = {}
+            for ln in m.log_text().splitlines():
+                mt = re.search(r": to=<([^>]+)>.*, status=(deferred|bounced) "
+                               r"\(.*\), class=([a-z_]+)$", ln)
+                if mt:
+                    got[mt.group(1)] = mt.group(3)
+            return got if len(got) == len(want) else None
+        got = wait_for(classes, 20, what="a class for every failed recipient")
+        assert got == want, (got, want)
+        # the dead modes failed as meant (mtad's own wording for two)
+        text = m.log_text()
+        for rcpt, why in (("x@refuse.test", "Connection refused)"),
+                          ("x@busy.test", "421 4.3.2"),
+                          ("x@silent.test", "timed out while receiving the "
+                                            "initial server greeting")):
+            ln = [x for x in text.splitlines() if "to=<%s>" % rcpt in x]
+            assert ln and why in ln[0], (rcpt, ln)
+        # the simulator did give each scripted reply (none passed by chance)
+        given = {e["reply"].split(" ", 2)[1] for e in sim.events()
+                 if e["stage"] in ("rcpt", "data")}
+        assert {"5.1.1", "4.2.2", "5.7.1", "4.3.0", "5.1.2", "5.5.4",
+                "5.6.0", "5.3.4"} <= given, given
+        # (the bounces of the 5xx ones went to the sender: null sender)
+        assert [r["rcpts"] for r in sim.records("gmail")
+                if r["mail_from"] == "a@example.org"] == [["ok1@gmail.test"]]
+        # /metrics: by class x site
+        counts = wait_for(lambda: metrics(m) or None, 10, what="metrics")
+        per = {}
+        for addr, c in want.items():
+            k = (c, addr.split("@")[1])
+            per[k] = per.get(k, 0) + 1
+        assert counts == per, (counts, per)
 
 
 def test_mtads_own_reasons_are_classed(mtad_factory):
