@@ -59,6 +59,9 @@ def start(mtad_factory, route, rules=None, **over):
 
 
 def metrics(m):
+    """{(class, site): count} of mtad_delivery_attempts_total, read by the
+    reference parser (python3-prometheus-client) when it is there, and
+    the same as a plain reading of the lines."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % m.mport,
                                 timeout=10) as r:
         text = r.read().decode()
@@ -66,7 +69,19 @@ def metrics(m):
     for cls, site, v in re.findall(
             r'^mtad_delivery_attempts_total\{class="([a-z_]+)",'
             r'site="([^"]+)"\} (\d+)$', text, re.M):
+        assert (cls, site) not in got, "two series of %s %s" % (cls, site)
         got[(cls, site)] = int(v)
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return got
+    ref = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "mtad_delivery_attempts_total":
+                ref[(smp.labels["class"], smp.labels["site"])] = \
+                    int(smp.value)
+    assert ref == got, (ref, got)
     return got
 
 
