@@ -62,6 +62,7 @@ umod_test_tlskey := common
 umod_test_smtp_data := smtp
 umod_test_smtp_hops := smtp
 umod_test_dkim := dkim
+umod_test_bclass := bclass
 umod_test_smtp_parse := smtp
 umod_test_smtp_reply := smtp
 umod_test_spool := spool
@@ -194,7 +195,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
-                auth dsn stsd metrics sendmail routeline control chan
+                auth dsn stsd metrics sendmail routeline control chan bclass
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -212,6 +213,7 @@ fmod_auth := smtpd
 fmod_dsn := delivery
 fmod_stsd := delivery
 fmod_chan := common
+fmod_bclass := bclass
 # A parser inside a program or a big module: its own file (fsrc_T) and the
 # modules it uses.
 fsrc_metrics := master/metrics_req.c
@@ -296,6 +298,7 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 packaging/relay.yaml.example $(DESTDIR)/etc/mtad/relay.yaml.example
+	install -m 0644 packaging/bounce-classes.conf $(DESTDIR)/etc/mtad/bounce-classes.conf.example
 	install -d $(DESTDIR)/etc/logrotate.d
 	install -m 0644 packaging/logrotate/mtad $(DESTDIR)/etc/logrotate.d/mtad
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d

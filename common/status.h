@@ -19,6 +19,10 @@
                                        touched lazily */
 #define STATUS_AUTH_SLOTS  8192     /* AUTH failure table, power of two */
 #define STATUS_BAN_SLOTS   8192     /* auto-ban table, power of two */
+#define STATUS_BCLASS_SITES  256   /* failed attempts by class x site:
+                                       rows (the last one is "other") */
+#define STATUS_BCLASS_NCLASS 16    /* columns, at least bclass.h's classes */
+#define STATUS_BCLASS_SITE_LEN 64  /* a site name, NUL included */
 
 /* Operations counters of one worker (metrics, master/metrics.c).  Same
  * rule: one writer, relaxed atomics; the master sums the slots. */
@@ -86,6 +90,14 @@ struct status_worker {
     struct status_ops ops;
 };
 
+/* One row of the failed attempts by class x site (status_bclass.c):
+ * state 0 free, 1 being named, 2 named (site fixed for good). */
+struct status_bclass_row {
+    uint32_t state;
+    char     site[STATUS_BCLASS_SITE_LEN];
+    uint64_t n[STATUS_BCLASS_NCLASS];
+};
+
 struct status_page {
     uint64_t master_started_ms;
     uint32_t generation;
@@ -107,6 +119,11 @@ struct status_page {
      * (status_ban.c). */
     uint64_t bantab[STATUS_BAN_SLOTS];
     uint64_t banaddr[STATUS_BAN_SLOTS][2];
+    /* Failed delivery attempts by bounce class x site, one table for
+     * every worker: a row is claimed by compare-and-swap the first time
+     * a site is counted and keeps its name; when all are taken, sites
+     * count in the last row, "other" (status_bclass.c). */
+    struct status_bclass_row bclass[STATUS_BCLASS_SITES];
 };
 
 #define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
@@ -202,5 +219,17 @@ int     status_ban_del(struct status_page *sp, const struct sockaddr *sa,
 size_t  status_ban_list(struct status_page *sp, uint32_t now_s,
             struct status_ban *out, size_t max);
 size_t  status_ban_live(struct status_page *sp, uint32_t now_s);
+
+/* Failed delivery attempts by class x site (/metrics): count one attempt
+ * of class cls (< STATUS_BCLASS_NCLASS) for site (cut to
+ * STATUS_BCLASS_SITE_LEN - 1 bytes, lower-cased, bytes outside
+ * [a-z0-9.-_] as '_', so the name is a safe label value).  Lock-free: a
+ * probe over the named rows, a compare-and-swap to name a free one, a
+ * relaxed add; the row count bounds the label cardinality.
+ * status_bclass_site(): row i's site name ("other" for the last row), or
+ * NULL while it is not named. */
+void    status_bclass_add(struct status_page *sp, const char *site,
+            unsigned cls);
+const char *status_bclass_site(const struct status_page *sp, size_t i);
 
 #endif /* MTAD_STATUS_H */

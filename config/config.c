@@ -42,6 +42,7 @@
 #include "common/util.h"
 #include "proxy/proxy.h"
 #include "router/route.h"
+#include "bclass/bclass.h"
 #include "dkim/dkim.h"
 #include "config/config.h"
 #include "config/config_int.h"
@@ -159,6 +160,7 @@ static const struct config_key config_delivery[] = {
     INT("connections_per_destination", connections_per_destination),
     DUR("connect_timeout", connect_timeout_ms, 1),
     KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
+    KEY("bounce_classes", CONFIG_STRING, bounce_classes),
     SECTION("timeouts", config_timeouts),
     SECTION("mta_sts", config_mta_sts),
     END
@@ -397,6 +399,10 @@ config_section(struct config_parse *p, const struct config_key *keys,
         if (k->off == OFF(auth_password_file) && keys == config_auth) {
             p->pwfile_mark = vn->start_mark;
             p->have_pwfile_mark = 1;
+        }
+        if (k->off == OFF(bounce_classes) && keys == config_delivery) {
+            p->bclass_mark = vn->start_mark;
+            p->have_bclass_mark = 1;
         }
         if (k->off == OFF(log_file) && keys == config_log) {
             p->logfile_mark = vn->start_mark;
@@ -761,6 +767,21 @@ config_check_logfile(struct config_parse *p)
 }
 
 
+/* config_load_bclass - the bounce classes: delivery.bounce_classes's
+ * rules (errors name that file's line and column), then the built-in ones.
+ * A reload with a bad file fails as a whole: the old rules stay. */
+static void
+config_load_bclass(struct config_parse *p)
+{
+    char err[PATH_MAX + 300];
+
+    p->cfg->bclass = bclass_load(p->cfg->bounce_classes, err, sizeof(err));
+    if (p->cfg->bclass == NULL)
+        config_addf(p, p->have_bclass_mark ? &p->bclass_mark : NULL,
+            "delivery.bounce_classes: %s", err);
+}
+
+
 /* config_check_auth - listeners that need TLS or AUTH have them. */
 static void
 config_check_auth(struct config_parse *p)
@@ -825,6 +846,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_check_auth(&p);
     config_check_logfile(&p);
     config_check_tlsrpt(&p);
+    config_load_bclass(&p);
     config_dkim_default_nets(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
@@ -888,5 +910,7 @@ config_free(struct config *cfg)
     free(cfg->tlsrpt_contact);
     free(cfg->tlsrpt_sender);
     free(cfg->auth_password_file);
+    free(cfg->bounce_classes);
+    bclass_free(cfg->bclass);
     free(cfg);
 }

@@ -22,6 +22,8 @@
 #include "common/util.h"
 #include "router/router.h"
 
+struct bclass_rules;
+
 /* A server.listen entry: "host:port", or the mapping form
  * {address, proxy_protocol, proxy_from, role, tls, pregreet,
  * pregreet_multiline, dnsbl}. */
@@ -158,6 +160,12 @@ struct config {
         uint64_t data_done_ms;      /* 10m: the reply after the dot */
         uint64_t quit_ms;           /* 5m: the reply to QUIT */
     } mta_timeouts;
+    char   *bounce_classes;         /* delivery.bounce_classes: the
+                                       operator's rules file (bclass.h);
+                                       NULL: the built-in rules alone */
+    struct bclass_rules *bclass;    /* loaded at config_load(): that
+                                       file's rules, then the built-in
+                                       ones; never NULL in a loaded config */
     struct config_mta_sts {         /* delivery.mta_sts, RFC 8461 */
         int      enabled;           /* true: look up and apply policies */
         uint64_t fetch_timeout_ms;  /* 10s: the whole HTTPS fetch */

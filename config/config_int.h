@@ -86,8 +86,8 @@ struct config_parse {
     int              tls_bad;       /* a tls key already failed */
     int              dkim_nets_set; /* dkim.sign_networks was given */
     /* where keys checked after the walk were (have_*: given in the file) */
-    yaml_mark_t      pwfile_mark, logfile_mark;
-    int              have_pwfile_mark, have_logfile_mark;
+    yaml_mark_t      pwfile_mark, logfile_mark, bclass_mark;
+    int              have_pwfile_mark, have_logfile_mark, have_bclass_mark;
     yaml_mark_t      listen_marks[CONFIG_LISTEN_MARKS]; /* each entry */
 };
 

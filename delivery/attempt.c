@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bclass/bclass.h"
 #include "common/buf.h"
 #include "common/ev.h"
 #include "common/log.h"
@@ -41,6 +42,62 @@ static const char *const dl_status_word[] = {
 };
 
 /*
+ * dl_note_failure - one failed recipient result of class cls for site
+ * (the destination's site name; until shaping names sites, the
+ * recipient's domain): counted by class x site on the status page
+ * (/metrics: mtad_delivery_attempts_total).  Called once per failed
+ * result that an attempt produced, so it is also the place where
+ * shaping's back-off hears of replies (reply as stored, the class name).
+ */
+void
+dl_note_failure(struct deliver *d, const char *site, const char *reply,
+    int cls)
+{
+    (void)reply;
+    status_bclass_add(d->page, site, (unsigned)cls);
+}
+
+
+/* dl_rcpt_site - the site a recipient's result counts for: its domain. */
+static const char *
+dl_rcpt_site(const struct spool_rcpt *rc)
+{
+    const char *at = rc->addr != NULL ? strrchr(rc->addr, '@') : NULL;
+
+    return at != NULL ? at + 1 : "";
+}
+
+
+/*
+ * dl_fail_class - the bounce class of recipient i's new result (its
+ * last_reply): a failure (deferred or bounced) gets one (bclass.h) kept in
+ * the state (mtactl show) and noted (dl_note_failure); a success has none.
+ * An expiry (a->keep_cls) is no attempt: it keeps the class of the last
+ * one and counts nothing.  The class name, or NULL.
+ */
+static const char *
+dl_fail_class(struct dl_attempt *a, size_t i, int status)
+{
+    struct spool_rcpt *rc = &a->env->rcpt[i];
+    int                cls;
+
+    if (status == MTA_SENT) {
+        free(rc->cls);
+        rc->cls = NULL;
+        return NULL;
+    }
+    if (a->keep_cls && rc->cls != NULL)
+        return rc->cls;
+    cls = bclass_of(a->d->cfg->bclass, rc->last_reply);
+    free(rc->cls);
+    rc->cls = xstrdup(bclass_name(cls));
+    if (!a->keep_cls)
+        dl_note_failure(a->d, dl_rcpt_site(rc), rc->last_reply, cls);
+    return rc->cls;
+}
+
+
+/*
  * dl_result - record one recipient's result in the envelope, log it and
  * count it.  status is enum mta_status; word overrides the logged
  * status word ("discarded").
@@ -63,6 +120,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
     struct spool_rcpt *rc = &env->rcpt[i];
     uint64_t           now = util_wall_ms();
     double             delay;
+    const char        *cls;
 
     delay = now > env->arrival_ms ? (double)(now - env->arrival_ms) / 1000.0 :
         0.0;
@@ -84,6 +142,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
         free(rc->tls);
         rc->tls = xstrdup(tf);
     }
+    cls = dl_fail_class(a, i, status);
     a->changed = 1;
     rc->success = SPOOL_SUCCESS_NONE;   /* the caller says which is owed */
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
@@ -102,9 +161,10 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
             LKV_S("tls_failure", tls->failure),
             LKV_D("delay", delay), LKV_S("status", w),
             LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
-            LKV_S("reply", rc->last_reply)),
-            "%s: to=<%s>, relay=%s, %s, delay=%.2f, status=%s (%s)", env->id,
-            rc->addr, rc->relay, tf, delay, w, rc->last_reply);
+            LKV_S("reply", rc->last_reply), LKV_S("class", cls)),
+            "%s: to=<%s>, relay=%s, %s, delay=%.2f, status=%s (%s)%s%s",
+            env->id, rc->addr, rc->relay, tf, delay, w, rc->last_reply,
+            cls != NULL ? ", class=" : "", cls != NULL ? cls : "");
     } else if (log_enabled(LOGL_INFO)) {
         const char *w = word ? word : dl_status_word[status];
         char        dsn[16];
@@ -114,9 +174,10 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
             LKV_S("relay", rc->relay), LKV_D("delay", delay),
             LKV_S("status", w),
             LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
-            LKV_S("reply", rc->last_reply)),
-            "%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)", env->id,
-            rc->addr, rc->relay, delay, w, rc->last_reply);
+            LKV_S("reply", rc->last_reply), LKV_S("class", cls)),
+            "%s: to=<%s>, relay=%s, delay=%.2f, status=%s (%s)%s%s",
+            env->id, rc->addr, rc->relay, delay, w, rc->last_reply,
+            cls != NULL ? ", class=" : "", cls != NULL ? cls : "");
     }
     if (a->d->st == NULL)
         return;
@@ -438,8 +499,10 @@ dl_expire(struct dl_attempt *a)
             "seconds in the queue; last error: %s",
             (unsigned long long)(a->d->cfg->max_queue_time_ms / 1000),
             rc->last_reply ? rc->last_reply : "none");
+        a->keep_cls = 1;
         dl_result(a, i, MTA_BOUNCE, why, rc->relay ? rc->relay : "none",
             NULL);
+        a->keep_cls = 0;
     }
 }
 

@@ -922,6 +922,13 @@ deliver_set_throttle(struct deliver *d, const uint32_t *throttle)
 
 
 void
+deliver_set_page(struct deliver *d, struct status_page *page)
+{
+    d->page = page;
+}
+
+
+void
 deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
     uint64_t *deferred)
 {

@@ -57,6 +57,10 @@ size_t  deliver_drain(struct deliver *d);
 /* The status page's throttle word: while STATUS_THROTTLE_HOLD is set no
  * attempt starts (limits.load.queue_only).  NULL: never held. */
 void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
+/* The shared status page, where failed attempts are counted by bounce
+ * class x site (common/status.h).  NULL (the default): not counted. */
+struct status_page;
+void    deliver_set_page(struct deliver *d, struct status_page *page);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */

@@ -30,6 +30,7 @@ struct dl_attempt;
 struct config;
 struct router;
 struct status_worker;
+struct status_page;
 struct mta;
 struct resolve;
 
@@ -55,6 +56,8 @@ struct deliver {
     size_t                max_active;   /* see LIMITS in deliver.c */
     int                   draining;
     const uint32_t       *throttle; /* status page: STATUS_THROTTLE_HOLD */
+    struct status_page   *page;     /* the status page (class x site
+                                       counts); NULL: none */
     /* attempts whose state could not be written: held with their lock,
      * not retried, until a save succeeds (see STATE in deliver.c) */
     struct dl_attempt    *unsaved;
@@ -135,6 +138,8 @@ struct dl_attempt {
     int                changed;         /* results recorded this attempt */
     int                cut;             /* a txn was cut by the giveback */
     int                unsaved;         /* on d->unsaved, not d->active */
+    int                keep_cls;        /* dl_expire(): results keep the
+                                           class of the last attempt */
 };
 
 /* deliver.c */
@@ -148,6 +153,10 @@ struct tls_outcome;
 void dl_result_tls(struct dl_attempt *a, size_t i, int status,
             const char *reply, const char *relay, const char *word,
             const struct tls_outcome *tls);
+/* One failed recipient result of bounce class cls (bclass.h) for site:
+ * counted for /metrics; where shaping's back-off hears of it. */
+void dl_note_failure(struct deliver *d, const char *site, const char *reply,
+            int cls);
 void dl_attempt_free(struct dl_attempt *a);
 int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);

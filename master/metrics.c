@@ -38,6 +38,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include "bclass/bclass.h"
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/safefs.h"
@@ -218,6 +219,46 @@ metrics_histogram(struct buf *t, const struct status_ops *o)
     buf_printf(t, "%s_count %" PRIu64 "\n", name, cum);
 }
 
+/* metrics_bclass - failed attempts by class x site (the status page's
+ * table; a site named by two rows, after a worker died naming one, is
+ * summed into one series). */
+static void
+metrics_bclass(struct buf *t, const struct status_page *st)
+{
+    const char *name = "mtad_delivery_attempts_total";
+    size_t      i, j;
+    int         c;
+
+    mt_head(t, name, "counter", "Failed delivery attempts (per recipient "
+        "result: deferred or bounced) by bounce class and site (the "
+        "destination domain); sites past the table's rows count as "
+        "site=\"other\".");
+    for (i = 0; i < STATUS_BCLASS_SITES; i++) {
+        const char *site = status_bclass_site(st, i);
+
+        if (site == NULL)
+            continue;
+        for (j = 0; j < i; j++)
+            if (status_bclass_site(st, j) != NULL &&
+                strcmp(status_bclass_site(st, j), site) == 0)
+                break;
+        if (j < i)
+            continue;               /* summed with row j */
+        for (c = 0; c < BCLASS_MAX && c < STATUS_BCLASS_NCLASS; c++) {
+            uint64_t v = 0;
+
+            for (j = i; j < STATUS_BCLASS_SITES; j++)
+                if (j == i || (status_bclass_site(st, j) != NULL &&
+                    strcmp(status_bclass_site(st, j), site) == 0))
+                    v += __atomic_load_n(&st->bclass[j].n[c],
+                        __ATOMIC_RELAXED);
+            if (v > 0)
+                buf_printf(t, "%s{class=\"%s\",site=\"%s\"} %" PRIu64
+                    "\n", name, bclass_name(c), site, v);
+        }
+    }
+}
+
 char *
 metrics_render(struct master *m)
 {
@@ -294,6 +335,7 @@ metrics_render(struct master *m)
         "Log records dropped because the log process could not keep up.",
         tot.log_dropped + log_dropped());
     metrics_histogram(&t, &tot.ops);
+    metrics_bclass(&t, st);
 
     mt_one(&t, "mtad_sessions", "gauge", "Inbound SMTP sessions open now.",
         tot.conns_cur);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bclass/bclass.h"
 #include "common/util.h"
 #include "common/ctl.h"
 #include "config/config.h"
@@ -340,6 +341,32 @@ mtactl_run_trace(struct mtactl *c, int argc, char **argv)
     return mtactl_trace(argc, argv, c->cfg);
 }
 
+/* mtactl_run_class - the bounce class the configuration's rules give a
+ * reply (its words joined by spaces, so quoting is optional). */
+static int
+mtactl_run_class(struct mtactl *c, int argc, char **argv)
+{
+    char   reply[1024] = "";
+    size_t n = 0;
+    int    i;
+
+    for (i = 1; i < argc; i++) {
+        size_t l = strlen(argv[i]);
+
+        if (n + l + 2 > sizeof(reply)) {
+            fprintf(stderr, "mtactl: class: the reply is longer than %zu "
+                "bytes\n", sizeof(reply) - 1);
+            return MTACTL_USAGE;
+        }
+        if (n > 0)
+            reply[n++] = ' ';
+        memcpy(reply + n, argv[i], l + 1);
+        n += l;
+    }
+    printf("%s\n", bclass_name(bclass_of(c->cfg->bclass, reply)));
+    return MTACTL_OK;
+}
+
 #define MTACTL_QUEUE_VERB(name, usage, help) \
     { name, usage, help, NULL, mtactl_queue_help, mtactl_run_queue, \
       MV_CONFIG | MV_SPOOL | MV_AUDIT, 0, -1 }
@@ -396,6 +423,12 @@ static const struct mtactl_verb mtactl_verbs[] = {
     MTACTL_QUEUE_VERB("flush", "[ID... | --all [filters]]", "deliver now"),
     MTACTL_QUEUE_VERB("bounce", "ID... | --all [filters]",
         "give up now: a DSN to the sender, then removed"),
+    { "class", "REPLY...", "the bounce class of a reply",
+      "The bounce class the rules give REPLY (a next hop's reply as mtad "
+      "logs it, \"550 5.1.1 no such user\", or one of mtad's own reasons): "
+      "delivery.bounce_classes's rules first, then the built-in ones; the "
+      "words are joined by spaces.",
+      NULL, mtactl_run_class, MV_CONFIG, 1, -1 },
     { "trace", "ID", "a message's log records, also after delivery",
       NULL, mtactl_trace_help, mtactl_run_trace, MV_CONFIG, 1, 1 },
     { "route", "add|del|get|list|import|export|hash ...", "the routes db",

@@ -304,6 +304,9 @@ queue_json_item_open(const struct queue_item *it, uint64_t now, int detail)
             r->tls + 4 : r->tls);
         fputs(",\"last_reply\":", stdout);
         queue_json_str(r->last_reply);
+        /* the bounce class of the last attempt when it failed, or null */
+        fputs(",\"class\":", stdout);
+        queue_json_str(r->cls);
         if (detail) {
             queue_json_notify(r->notify);
             fputs(",\"orcpt\":", stdout);

@@ -148,6 +148,10 @@ queue_show_envelope(const struct spool_env *env, enum queue_state state,
             putchar(' ');
             queue_put_text(r->tls);     /* "tls=... cipher=... verify=..." */
         }
+        if (r->cls != NULL) {           /* of the last failed attempt */
+            fputs(" class=", stdout);
+            queue_put_text(r->cls);
+        }
         putchar('\n');
         if (r->last_reply != NULL) {
             fputs("  last reply: ", stdout);

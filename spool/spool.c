@@ -275,9 +275,11 @@ spool_state_forget(struct spool_env *env)
         free(env->rcpt[i].last_reply);
         free(env->rcpt[i].relay);
         free(env->rcpt[i].tls);
+        free(env->rcpt[i].cls);
         env->rcpt[i].last_reply = NULL;
         env->rcpt[i].relay = NULL;
         env->rcpt[i].tls = NULL;
+        env->rcpt[i].cls = NULL;
         env->rcpt[i].status = SPOOL_RCPT_PENDING;
         env->rcpt[i].notified = 0;
         env->rcpt[i].delay_warned = 0;

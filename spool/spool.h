@@ -85,6 +85,9 @@ struct spool_rcpt {
     char       *tls;                /* its TLS, as logged: "tls=TLSv1.3
                                        cipher=... verify=ca" or "tls=none";
                                        NULL: not an SMTP attempt */
+    char       *cls;                /* bounce class of the last attempt
+                                       when it failed (bclass_name():
+                                       "rate_limited"); NULL: none */
     int         delay_warned;       /* PENDING and its NOTIFY=DELAY
                                        warning queued: never a second */
     /* in memory only, for this attempt's DSNs (dl_notify()) */
@@ -382,7 +385,7 @@ unsigned spool_id_shard(const char *id);
  *   queued, 1 active, 2 deferred, 3 held) -- the head -- then the body:
  *   u8 held, u32 attempts, u64 arrival_ms, u64 next_retry_ms,
  *   u64 body_size, str sender, u32 nrcpt, nrcpt x (u8 status, str addr,
- *   str relay, str tls, str last_reply);
+ *   str relay, str tls, str last_reply, str cls);
  *   str = u32 n, then n bytes ending in NUL (n = 0: NULL).
  * spool_wire_body() appends env's body to b, spool_wire_head() a head for
  * a body of body_len bytes.  spool_wire_decode() takes one record without
@@ -403,7 +406,7 @@ int     spool_wire_decode(const char *p, size_t n, struct spool_env *env,
  * file and a rename.  take: the whole file (magic included) in *data
  * (malloc'd), then the file is removed; SPOOL_ENOENT when there is none,
  * SPOOL_EFORMAT when it does not start with the magic. */
-#define SPOOL_INDEX_MAGIC "mtad-qindex 1\n"
+#define SPOOL_INDEX_MAGIC "mtad-qindex 2\n"
 int     spool_index_save(struct spool *sp, unsigned shard,
             int (*next)(void *arg, const void **p, size_t *n), void *arg);
 int     spool_index_take(struct spool *sp, unsigned shard, char **data,

@@ -25,14 +25,15 @@
  *             tlsreq REQUIRETLS|NO        optional, see below
  *             end
  *           then the body.  state/<id> (written whole, renamed into place):
- *             MTAD-STATE 1                or 2, 3, 4, see below
+ *             MTAD-STATE 1                or 2, 3, 4, 5, see below
  *             id <16 hex>
  *             next_retry <ms>
  *             attempts <n>
  *             held 0|1
  *             rcpts <n>                   must equal the envelope's
  *             rcpt PENDING|SENT|BOUNCED|NOTIFIED|DELAYED <relay xtext|+>
- *                  <reply xtext|+> [<tls xtext|+>]   (tls: version 3, 4)
+ *                  <reply xtext|+> [<tls xtext|+>]   (tls: version 3-5)
+ *                  [<class xtext|+>]                 (class: version 5)
  *             end
  *           tlsreq (RFC 8689) is written only when set: REQUIRETLS for
  *           MAIL ... REQUIRETLS, NO for a "TLS-Required: No" field in the
@@ -51,6 +52,12 @@
  *           NOTIFY=DELAY warning queued (rcpt->delay_warned); it is
  *           written only when some recipient is DELAYED, so every other
  *           file stays readable by a reader of versions 1-3.
+ *           Version 5 (a superset of 4) gives every rcpt line a fifth
+ *           field, the bounce class of the last attempt when it failed
+ *           (bclass/bclass.h: "rate_limited"); it is written only when a
+ *           recipient has one, so a file without stays readable by a
+ *           reader of versions 1-4, and every older file reads as having
+ *           no class.
  * FAILURE   Parsers are strict: an unknown, repeated or missing key, a bad
  *           number, a non-canonical xtext or a missing line end gives
  *           SPOOL_EFORMAT.  Allocation never fails (xmalloc).
@@ -64,7 +71,7 @@
 #include "spool/spool.h"
 #include "spool/spool_int.h"
 
-#define SPOOL_MAX_FIELDS  4
+#define SPOOL_MAX_FIELDS  5
 #define SPOOL_MIN_RCPT_LINE (sizeof("rcpt 0  +\n") - 1)
 
 /* Output cursor for the two-pass renderers: p NULL only counts. */
@@ -227,15 +234,17 @@ spool_state_render(const struct spool_env *env, char *dst)
 {
     struct spool_out o = { dst, 0 };
     size_t           i;
-    int              v2 = 0, v3 = 0, v4 = 0;
+    int              v2 = 0, v3 = 0, v4 = 0, v5 = 0;
 
     for (i = 0; i < env->nrcpt; i++) {
         v2 |= env->rcpt[i].notified != 0;
         v3 |= env->rcpt[i].tls != NULL;
         v4 |= spool_rcpt_delayed(&env->rcpt[i]);
+        v5 |= env->rcpt[i].cls != NULL;
     }
-    v3 |= v4;
-    spool_puts(&o, v4 ? SPOOL_STATE_MAGIC4 "id " : v3 ?
+    v3 |= v4 | v5;
+    spool_puts(&o, v5 ? SPOOL_STATE_MAGIC5 "id " : v4 ?
+        SPOOL_STATE_MAGIC4 "id " : v3 ?
         SPOOL_STATE_MAGIC3 "id " : v2 ?
         SPOOL_STATE_MAGIC2 "id " : SPOOL_STATE_MAGIC "id ");
     spool_put(&o, env->id, strnlen(env->id, SPOOL_ID_LEN));
@@ -255,6 +264,8 @@ spool_state_render(const struct spool_env *env, char *dst)
         spool_put_xtext(&o, env->rcpt[i].last_reply);
         if (v3)
             spool_put_xtext(&o, env->rcpt[i].tls);
+        if (v5)
+            spool_put_xtext(&o, env->rcpt[i].cls);
         spool_puts(&o, "\n");
     }
     spool_puts(&o, "end\n");
@@ -566,7 +577,8 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
     int      k, st;
 
     if ((k = spool_word(key, names, 6)) < 0 ||
-        nf != nfields[k] + (k == 5 && version >= 3))
+        nf != nfields[k] + (k == 5 && version >= 3) +
+        (k == 5 && version >= 5))
         return -1;
     if (k != 5 && (*seen & (1u << k)))
         return -1;
@@ -602,11 +614,13 @@ spool_state_line(struct spool_env *e, const struct spool_field *key,
         free(e->rcpt[*nr].relay);
         free(e->rcpt[*nr].last_reply);
         free(e->rcpt[*nr].tls);
+        free(e->rcpt[*nr].cls);
         e->rcpt[*nr].relay = e->rcpt[*nr].last_reply = NULL;
-        e->rcpt[*nr].tls = NULL;
+        e->rcpt[*nr].tls = e->rcpt[*nr].cls = NULL;
         if (spool_xtext(&f[1], 1, &e->rcpt[*nr].relay) < 0 ||
             spool_xtext(&f[2], 1, &e->rcpt[*nr].last_reply) < 0 ||
-            (version >= 3 && spool_xtext(&f[3], 1, &e->rcpt[*nr].tls) < 0))
+            (version >= 3 && spool_xtext(&f[3], 1, &e->rcpt[*nr].tls) < 0) ||
+            (version >= 5 && spool_xtext(&f[4], 1, &e->rcpt[*nr].cls) < 0))
             return -1;
         (*nr)++;
         return 0;
@@ -630,6 +644,8 @@ spool_state_parse(const char *p, size_t n, struct spool_env *e)
         version = 3;
     else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC4, pos) == 0)
         version = 4;
+    else if (n >= pos && memcmp(p, SPOOL_STATE_MAGIC5, pos) == 0)
+        version = 5;
     else
         return SPOOL_EFORMAT;
     for (;;) {
@@ -659,6 +675,7 @@ spool_env_free(struct spool_env *env)
         free(env->rcpt[i].last_reply);
         free(env->rcpt[i].relay);
         free(env->rcpt[i].tls);
+        free(env->rcpt[i].cls);
     }
     free(env->rcpt);
     free(env->sender);

@@ -29,6 +29,10 @@
  * with its delay warning queued (spool_rcpt.delay_warned); written only
  * when a recipient has it. */
 #define SPOOL_STATE_MAGIC4 "MTAD-STATE 4\n"
+/* Version 5 (a superset of 4) adds a fifth field to every rcpt line, the
+ * bounce class of the last failed attempt (spool_rcpt.cls); written only
+ * when a recipient has one. */
+#define SPOOL_STATE_MAGIC5 "MTAD-STATE 5\n"
 /* The optional envelope lines of RFC 8689 (spool_env.c), the last before
  * "end\n". */
 #define SPOOL_TLSREQ_REQUIRETLS "tlsreq REQUIRETLS\n"

@@ -91,6 +91,7 @@ spool_wire_body(struct buf *b, const struct spool_env *env)
         wire_str(b, r->relay);
         wire_str(b, r->tls);
         wire_str(b, r->last_reply);
+        wire_str(b, r->cls);
     }
 }
 
@@ -176,9 +177,9 @@ spool_wire_decode(const char *p, size_t n, struct spool_env *env,
     env->body_size = rd_uint(&r, 8);
     env->sender = rd_str(&r);
     nrcpt = (size_t)rd_uint(&r, 4);
-    /* a recipient takes at least 17 bytes: bounds the array by the data */
+    /* a recipient takes at least 21 bytes: bounds the array by the data */
     if (r.bad || *state > 3 || env->held > 1 || env->sender == NULL ||
-        nrcpt > r.left / 17)
+        nrcpt > r.left / 21)
         return SPOOL_EFORMAT;
     if (nrcpt > *caprcpt) {
         *rcpts = xrealloc(*rcpts, nrcpt * sizeof(**rcpts));
@@ -193,6 +194,7 @@ spool_wire_decode(const char *p, size_t n, struct spool_env *env,
         rc->relay = rd_str(&r);
         rc->tls = rd_str(&r);
         rc->last_reply = rd_str(&r);
+        rc->cls = rd_str(&r);
         if (r.bad || rc->addr == NULL || rc->status > SPOOL_RCPT_BOUNCED)
             return SPOOL_EFORMAT;
     }

@@ -800,8 +800,10 @@ worker_init(const struct worker_args *a)
         log_err("delivery schedule: cannot start");
         goto fail;
     }
-    if (a->status != NULL)
+    if (a->status != NULL) {
         deliver_set_throttle(w->deliver, &a->status->throttle);
+        deliver_set_page(w->deliver, a->status);
+    }
     /* Daemon-wide admission counters: see ADMISSION above. */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
         w->admit = a->status;

@@ -83,7 +83,9 @@ def check_installed():
         assert os.path.isfile(path), path
     # the example relay.yaml(5) points to, and the logrotate snippet
     for path, src in ((EXAMPLE, "packaging/relay.yaml.example"),
-                      (LOGROTATE, "packaging/logrotate/mtad")):
+                      (LOGROTATE, "packaging/logrotate/mtad"),
+                      ("/etc/mtad/bounce-classes.conf.example",
+                       "packaging/bounce-classes.conf")):
         with open(path) as f, open(os.path.join(TOP, src)) as g:
             assert f.read() == g.read(), path
     conff = run("dpkg-query", "-W", "-f=${Conffiles}", "mtad").stdout

@@ -156,7 +156,8 @@ def test_one_delay_warning_even_across_a_restart(mtad_factory, sink_factory):
     assert "Diagnostic-Code: smtp; 451 4.2.0" in st
     # the warning is kept in the recipient's state on the spool
     state = open(os.path.join(m.spool, "state", qid)).read()
-    assert state.startswith("MTAD-STATE 4\n"), state
+    # (version 5: 4 and the bounce class of the deferral)
+    assert state.startswith("MTAD-STATE 5\n"), state
     assert "\nrcpt DELAYED " in state, state
     # more attempts, a restart, more attempts: still one warning
     n = m.log_text().count("%s: to=<later@remote.test>" % qid)

@@ -186,8 +186,8 @@ def test_missing_objects_fail(tmp_path):
 # ---- the graph ------------------------------------------------------------
 
 @pytest.mark.parametrize("change,why", [
-    (("deps_config   := dkim router smtp proxy dns common",
-      "deps_config   := dkim router proxy dns common"),
+    (("deps_config   := dkim router smtp proxy dns bclass common",
+      "deps_config   := dkim router proxy dns bclass common"),
      "deps_config lists router but not smtp, which router uses"),
     (("deps_smtp     := common", "deps_smtp     := common router"),
      "smtp and router use each other"),

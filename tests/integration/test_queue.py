@@ -572,7 +572,8 @@ def test_queue_json_matches_what_was_sent(kq):
     assert a["last_error"] is None
     assert a["recipients"] == [{"address": "s@slow.test",
                                 "status": "pending", "relay": None,
-                                "tls": None, "last_reply": None}]
+                                "tls": None, "last_reply": None,
+                                "class": None}]
     assert j["summary"] == {"messages": 4, "bytes": total, "queued": 0,
                             "active": 1, "deferred": 2, "held": 1}
     # filters in JSON too

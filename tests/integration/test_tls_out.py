@@ -381,9 +381,10 @@ def test_show_says_the_tls_of_each_recipient(mtad_factory, sink_factory,
     assert re.search(r"sent .*relay=127\.0\.0\.1\[127\.0\.0\.1\]:%d "
                      r"tls=TLSv1\.[23] cipher=\S+ verify=ca$" % good.port,
                      rcpt["x@ok.test"]), out
-    # every host failed: relay=none, as for any deferral of that kind
+    # every host failed: relay=none, as for any deferral of that kind;
+    # its bounce class last
     assert re.search(r"pending .*relay=none tls=none "
-                     r"tls_failure=starttls-not-supported$",
+                     r"tls_failure=starttls-not-supported class=tls_failure$",
                      rcpt["y@strict.test"]), out
     # JSON: the value without the log's "tls=" key
     js = m.ctl("queue", "--json").stdout

@@ -18,6 +18,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "bclass/bclass.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "router/route.h"
@@ -410,6 +411,46 @@ Test(config, delivery_timeouts_bad)
         "than 0, got '0s'\n"
         "%P:6:5: delivery.timeouts.stall: unknown key 'stall' (expected one "
         "of: greeting, helo, mail, rcpt, data, data_xfer, data_done, quit)");
+}
+
+/* delivery.bounce_classes (bclass/bclass.h): loaded with the config; a
+ * bad file is the config's error, named at the key and in the file */
+Test(config, delivery_bounce_classes)
+{
+    char           rules[200], yaml[400], want[600];
+    struct config *c = tc_load_ok("routes:\n  default: discard\n");
+    FILE          *fp;
+
+    cr_assert_null(c->bounce_classes);
+    cr_assert_not_null(c->bclass, "the built-in rules alone");
+    cr_assert_eq(bclass_of(c->bclass, "550 5.1.1 no such user"),
+        BCLASS_INVALID_RECIPIENT);
+    config_free(c);
+
+    snprintf(rules, sizeof(rules), "%s/classes.conf", tdir);
+    fp = fopen(rules, "w");
+    cr_assert_not_null(fp);
+    fputs("# ours\npolicy code=550 enh=5.1.1\n", fp);
+    fclose(fp);
+    snprintf(yaml, sizeof(yaml), "routes:\n  default: discard\n"
+        "delivery:\n  bounce_classes: %s\n", rules);
+    c = tc_load_ok(yaml);
+    cr_assert_str_eq(c->bounce_classes, rules);
+    cr_assert_eq(bclass_of(c->bclass, "550 5.1.1 no such user"),
+        BCLASS_POLICY);
+    config_free(c);
+
+    fp = fopen(rules, "w");
+    cr_assert_not_null(fp);
+    fputs("# ours\npolicy code=550 enh=5.1.1\n mailbox_ful enh=4.2.2\n", fp);
+    fclose(fp);
+    snprintf(want, sizeof(want), "%%P:4:19: delivery.bounce_classes: %s:3:2: "
+        "unknown class mailbox_ful (expected one of: invalid_recipient, "
+        "bad_domain, mailbox_full, spam_block, policy, rate_limited, "
+        "content, protocol, dns_failure, tls_failure, no_answer, other)",
+        rules);
+    tc_load_bad(yaml, want);
+    unlink(rules);
 }
 
 /* delivery.mta_sts (RFC 8461; tlspol/sts.c) */

@@ -1638,6 +1638,50 @@ Test(spool_state, delayed_needs_version_4_and_only_then)
     t_rm_rf(dir);
 }
 
+Test(spool_state, bounce_class_needs_version_5_and_older_ones_read)
+{
+    char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], *b;
+    struct spool     *sp = t_spool(dir, 1, 0);
+    struct spool_env *env, *again;
+
+    t_commit(sp, "hi", 2, id);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &env, NULL, NULL), SPOOL_OK);
+    env->rcpt[0].last_reply = xstrdup("421 4.7.28 slow down");
+    env->rcpt[0].cls = xstrdup("rate_limited");
+    env->rcpt[1].delay_warned = 1;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 5\n", 13) == 0, "%s", b);
+    /* a superset of 4: the TLS field, then the class; DELAYED still read */
+    cr_assert_not_null(strstr(b, "\nrcpt PENDING + 421+204.7.28+20slow+20down"
+        " + rate_limited\n"), "%s", b);
+    cr_assert_not_null(strstr(b, "\nrcpt DELAYED + + + +\n"), "%s", b);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 0);
+    cr_assert_str_eq(again->rcpt[0].cls, "rate_limited");
+    cr_assert_null(again->rcpt[1].cls);
+    cr_assert_eq(again->rcpt[1].delay_warned, 1);
+    spool_env_free(again);
+    free(b);
+
+    /* without a class the file is version 4 (an older mtad reads it), and
+     * a version-4 file reads without one */
+    free(env->rcpt[0].cls);
+    env->rcpt[0].cls = NULL;
+    cr_assert_eq(spool_state_save(sp, env), SPOOL_OK, "%s", spool_errstr(sp));
+    b = t_read(dir, "state", id);
+    cr_assert(strncmp(b, "MTAD-STATE 4\n", 13) == 0, "no class: v4, %s", b);
+    cr_assert_eq(spool_msg_open(sp, id, 0, &again, NULL, NULL), SPOOL_OK);
+    cr_assert_eq(again->state_damaged, 0);
+    cr_assert_null(again->rcpt[0].cls);
+    cr_assert_str_eq(again->rcpt[0].last_reply, "421 4.7.28 slow down");
+    spool_env_free(again);
+    free(b);
+    spool_env_free(env);
+    spool_close(sp);
+    t_rm_rf(dir);
+}
+
 Test(spool_state, queue_file_mark_says_whether_a_state_exists)
 {
     char             *dir = t_mkdtemp(), id[SPOOL_ID_SIZE], path[512];

@@ -40,6 +40,7 @@ t_env(struct spool_env *e)
     t_rc[0].last_reply = (char *)"451 4.7.1 try later\x1b[2J";
     t_rc[0].relay = (char *)"mx.far.example[192.0.2.1]:25";
     t_rc[0].tls = (char *)"tls=none";
+    t_rc[0].cls = (char *)"rate_limited";
     t_rc[1].addr = (char *)"y@far.example";
     t_rc[1].status = SPOOL_RCPT_SENT;
     t_rc[2].addr = (char *)"local";
@@ -112,6 +113,8 @@ Test(spool_wire, round_trip)
     cr_assert_str_eq(d.rcpt[0].last_reply, t_rc[0].last_reply);
     cr_assert_str_eq(d.rcpt[0].relay, t_rc[0].relay);
     cr_assert_str_eq(d.rcpt[0].tls, t_rc[0].tls);
+    cr_assert_str_eq(d.rcpt[0].cls, "rate_limited");
+    cr_assert_null(d.rcpt[1].cls);
     cr_assert_null(d.rcpt[1].last_reply);
     cr_assert_null(d.rcpt[1].relay);
     cr_assert_null(d.rcpt[2].tls);

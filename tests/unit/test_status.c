@@ -381,3 +381,48 @@ Test(status, ban_refuses_only_the_banned_address)
     cr_assert_eq(hits, 0);
     cr_assert_eq(status_ban_check(sp, SA(banned), 2), 1);
 }
+
+/* ---- failed attempts by class x site (status_bclass.c) ---- */
+
+static uint64_t
+t_bclass_count(const struct status_page *sp, const char *site, unsigned cls)
+{
+    uint64_t v = 0;
+    size_t   i;
+
+    for (i = 0; i < STATUS_BCLASS_SITES; i++)
+        if (status_bclass_site(sp, i) != NULL &&
+            strcmp(status_bclass_site(sp, i), site) == 0)
+            v += sp->bclass[i].n[cls];
+    return v;
+}
+
+Test(status, bclass_rows_named_once_counted_and_bounded)
+{
+    struct status_page *sp = status_create();
+    char                site[64];
+    size_t              i, named = 0;
+
+    status_bclass_add(sp, "Gmail.COM", 6);
+    status_bclass_add(sp, "gmail.com", 6);
+    status_bclass_add(sp, "gmail.com", 1);
+    cr_expect_eq(t_bclass_count(sp, "gmail.com", 6), 2);
+    cr_expect_eq(t_bclass_count(sp, "gmail.com", 1), 1);
+    /* a label value is safe: no quote, backslash or newline survives */
+    status_bclass_add(sp, "a\"b\\c\nd", 2);
+    cr_expect_eq(t_bclass_count(sp, "a_b_c_d", 2), 1);
+    status_bclass_add(sp, "", 2);
+    cr_expect_eq(t_bclass_count(sp, "unknown", 2), 1);
+    status_bclass_add(sp, "x.org", STATUS_BCLASS_NCLASS);   /* ignored */
+    /* more sites than rows: the rest count as "other", nothing is lost */
+    for (i = 0; i < 2 * STATUS_BCLASS_SITES; i++) {
+        snprintf(site, sizeof(site), "d%zu.example", i);
+        status_bclass_add(sp, site, 3);
+    }
+    for (i = 0; i < STATUS_BCLASS_SITES; i++)
+        named += status_bclass_site(sp, i) != NULL;
+    cr_expect_eq(named, STATUS_BCLASS_SITES);
+    cr_expect_eq(t_bclass_count(sp, "other", 3) + (STATUS_BCLASS_SITES - 1 - 3),
+        2 * STATUS_BCLASS_SITES, "other holds the overflow");
+    cr_expect_eq(t_bclass_count(sp, "gmail.com", 6), 2, "named rows stay");
+}
