@@ -245,6 +245,50 @@ Test(route_parse, refuses_overlong_values)
     cr_assert_eq(route_parse(big, &r, why, sizeof(why)), 0, "%s", why);
 }
 
+/* ---- route_parse: " pool=NAME" on smtp: and mx ------------------------- */
+
+Test(route_parse, a_trailing_pool_names_the_egress_pool)
+{
+    static const struct {
+        const char *in, *pool;
+        enum route_kind kind;
+        size_t nhosts;
+    } cases[] = {
+        { "smtp:[10.0.0.1]:25 pool=bulk", "bulk", ROUTE_SMTP, 1 },
+        { "smtp:a:25,smtp:[b]:2525 pool=b-2.x_y", "b-2.x_y", ROUTE_SMTP, 2 },
+        { "mx pool=transactional", "transactional", ROUTE_MX, 0 },
+        { "MX POOL=p", "p", ROUTE_MX, 0 },
+        { "smtp:[10.0.0.1]:25", "", ROUTE_SMTP, 1 },
+        { "mx", "", ROUTE_MX, 0 },
+        /* other kinds take it as their own text */
+        { "reject:550 5.7.1 pool=x", "", ROUTE_REJECT, 0 },
+    };
+    struct route r;
+    char why[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(route_parse(cases[i].in, &r, why, sizeof(why)), 0,
+            "'%s': %s", cases[i].in, why);
+        cr_expect_str_eq(r.pool, cases[i].pool, "'%s': got pool '%s', want "
+            "'%s'", cases[i].in, r.pool, cases[i].pool);
+        cr_expect_eq(r.kind, cases[i].kind, "'%s'", cases[i].in);
+        cr_expect_eq(r.nhosts, cases[i].nhosts, "'%s'", cases[i].in);
+    }
+    cr_assert_eq(route_parse("smtp:[10.0.0.1]:25 pool=a/b", &r, why,
+        sizeof(why)), -1);
+    cr_expect_str_eq(why, "bad pool name 'a/b' (1-63 letters, digits, '.', "
+        "'_', '-')");
+    cr_assert_eq(route_parse("mx pool=", &r, why, sizeof(why)), -1);
+    cr_assert_eq(route_parse("smtp:a:25 pool=x pool=y", &r, why,
+        sizeof(why)), -1);
+    cr_assert_eq(route_parse("maildir:/x pool=y", &r, why, sizeof(why)), 0);
+    cr_expect_str_eq(r.path, "/x pool=y");
+    cr_expect(route_pool_name_ok("a.b_c-9"));
+    cr_expect(!route_pool_name_ok(""));
+    cr_expect(!route_pool_name_ok("a b"));
+}
+
 /* ---- keys --------------------------------------------------------------- */
 
 Test(route_key, accepts_address_domain_and_wildcard_keys)
