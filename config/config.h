@@ -92,6 +92,7 @@ struct config_egress_pool {
     char   *name;
     struct config_egress_member *m;
     size_t  nm;
+    int     idx;                    /* its place in egress.pools */
     int     line, col;
 };
 

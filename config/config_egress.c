@@ -255,6 +255,7 @@ config_eg_members(struct config_parse *p, struct config_egress_pool *pl,
     yaml_node_pair_t *pair;
     char              ipath[CONFIG_PATH_MAX];
     long              i;
+    int               before = p->nerr;
 
     if (n->type == YAML_MAPPING_NODE) {
         for (pair = n->data.mapping.pairs.start;
@@ -278,7 +279,7 @@ config_eg_members(struct config_parse *p, struct config_egress_pool *pl,
             "({a: 3, b: 1}) or a sequence of source names");
         return;
     }
-    if (pl->nm == 0)
+    if (pl->nm == 0 && p->nerr == before)
         config_addf(p, &n->start_mark, "%s: a pool needs at least one "
             "source", path);
 }
@@ -368,6 +369,7 @@ config_set_egress_pools(struct config_parse *p, const yaml_node_t *n,
             config_eg_pool_clear(&pl[np]);
             continue;
         }
+        pl[np].idx = (int)i;
         pl[np].line = (int)it->start_mark.line + 1;
         pl[np].col = (int)it->start_mark.column + 1;
         np++;
@@ -441,8 +443,8 @@ config_check_egress(struct config_parse *p)
                     break;
             if (k == cfg->negress_sources) {
                 m = config_eg_place(pl->m[j].line, pl->m[j].col);
-                config_addf(p, &m, "egress.pools[%zu] %s: no source named "
-                    "%s in egress.sources", i, pl->name, pl->m[j].name);
+                config_addf(p, &m, "egress.pools[%d] %s: no source named "
+                    "%s in egress.sources", pl->idx, pl->name, pl->m[j].name);
                 continue;
             }
             pl->m[j].source = k;

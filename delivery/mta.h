@@ -342,6 +342,8 @@ struct mta_member {
     int                weight;
     int64_t            credit;      /* weighted share owed minus taken, in
                                        weight units (mta_egress_take) */
+    int                held;        /* the last pick's allow() refused it:
+                                       out of the split until one allows */
 };
 struct mta_pool {
     char               name[ROUTE_POOL_MAX + 1];

@@ -204,12 +204,15 @@ mta_egress_pick(struct mta *r, struct mta_dest *d, mta_src_allow_fn *allow,
 
     *not_before = 0;
     for (i = 0; i < pl->nm; i++) {
-        const struct mta_member *m = &pl->m[i];
+        struct mta_member *m = &pl->m[i];
 
+        m->held = 0;
         if (r->src[m->src].down)
             continue;
         nb = 0;
         if (allow != NULL && !allow(arg, d, m->src, &nb)) {
+            /* held back (shaping): no share owed while it is */
+            m->held = 1;
             if (nb != 0 && (*not_before == 0 || nb < *not_before))
                 *not_before = nb;
             continue;
@@ -225,7 +228,16 @@ mta_egress_pick(struct mta *r, struct mta_dest *d, mta_src_allow_fn *allow,
 }
 
 
-/* mta_egress_total - the weight of pool pl's usable members. */
+/* mta_egress_live - may member m take a share now (not gone, not held
+ * back by the last pick's allow())? */
+static int
+mta_egress_live(const struct mta *r, const struct mta_member *m)
+{
+    return !r->src[m->src].down && !m->held;
+}
+
+
+/* mta_egress_total - the weight of pool pl's live members. */
 static int64_t
 mta_egress_total(const struct mta *r, const struct mta_pool *pl)
 {
@@ -233,7 +245,7 @@ mta_egress_total(const struct mta *r, const struct mta_pool *pl)
     size_t  i;
 
     for (i = 0; i < pl->nm; i++)
-        if (!r->src[pl->m[i].src].down)
+        if (mta_egress_live(r, &pl->m[i]))
             total += pl->m[i].weight;
     return total;
 }
@@ -260,7 +272,7 @@ mta_egress_take(struct mta_conn *c, struct mta_txn *t)
     for (i = 0; i < pl->nm; i++) {
         struct mta_member *m = &pl->m[i];
 
-        if (r->src[m->src].down)
+        if (!mta_egress_live(r, m) && m->src != c->src)
             continue;
         m->credit += m->weight;
         if (m->src == c->src)
@@ -294,7 +306,7 @@ mta_egress_fair(const struct mta_conn *c, mta_src_allow_fn *allow, void *arg)
     for (i = 0; i < pl->nm; i++) {
         const struct mta_member *m = &pl->m[i];
 
-        if (m->src != c->src && !r->src[m->src].down && m->credit > 0 &&
+        if (m->src != c->src && mta_egress_live(r, m) && m->credit > 0 &&
             (allow == NULL || allow(arg, c->dest, m->src, &nb)))
             return 0;
     }
