@@ -425,6 +425,37 @@ mta_egress_recheck(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 }
 
 
+struct mta_egress_fam {
+    const struct mta *r;
+    sa_family_t       family;
+};
+
+/* mta_egress_family - allow() for a pick: sources of one family. */
+static int
+mta_egress_family(void *arg, struct mta_dest *d, int src,
+    uint64_t *not_before)
+{
+    const struct mta_egress_fam *f = arg;
+
+    (void)d;
+    (void)not_before;
+    return f->r->src[src].ss.ss_family == f->family;
+}
+
+
+/* mta_egress_unhold - forget what a pick's allow() held back in d's pool
+ * (a filter of our own, not shaping's verdict). */
+static void
+mta_egress_unhold(struct mta *r, struct mta_dest *d)
+{
+    struct mta_pool *pl = mta_egress_of(r, d);
+    size_t           i;
+
+    for (i = 0; i < pl->nm; i++)
+        pl->m[i].held = 0;
+}
+
+
 int
 mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a)
 {
@@ -436,9 +467,20 @@ mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a)
     if (s->len == 0)
         return 0;                   /* the implicit source: bind nothing */
     if (s->ss.ss_family != a->ss.ss_family) {
+        /* a pool may mix IPv4 and IPv6 sources: one of the hop's family
+         * (not counted as a pick: the split settles it later) */
+        struct mta_egress_fam f = { r, a->ss.ss_family };
+
+        next = mta_egress_pick(r, c->dest, mta_egress_family, &f, &nb);
+        mta_egress_unhold(r, c->dest);
+        if (next >= 0) {
+            c->src = next;
+            return 1;
+        }
         snprintf(c->lasterr, sizeof(c->lasterr), "451 4.4.0 egress source "
-            "%s is %s, host %s is not", s->name, s->ss.ss_family == AF_INET ?
-            "IPv4" : "IPv6", a->name);
+            "%s is %s, host %s is not (no source of its family in pool %s)",
+            s->name, s->ss.ss_family == AF_INET ? "IPv4" : "IPv6", a->name,
+            mta_egress_of(r, c->dest)->name);
         return -1;
     }
     if (!s->down) {

@@ -19,6 +19,7 @@ Run it in its own network namespace (tests/run-integration.sh in
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -193,26 +194,50 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
     port, sock = sim
     pools = [{"name": "bulk", "sources": {n: w for n, _, w in SOURCES}},
              {"name": "solo", "sources": ["b"]},
-             {"name": "other", "sources": {"c": 1, "d": 1}}]
-    m = mtad_factory(config(port, pools=pools)).start()
+             {"name": "other", "sources": {"c": 1, "d": 1}},
+             {"name": "v6only", "sources": ["six"]},
+             {"name": "mixed", "sources": {"six": 5, "a": 1}}]
+    m = mtad_factory(config(port, pools=pools,
+                            extra_sources=[("six", "::1")])).start()
     # a route naming a pool
     m.ctl("route", "add", "special.test",
           "smtp:[%s]:%d pool=solo" % (SIM_ADDR, port), check=True)
     blast(m.port, 40, "s@example.org", "x@special.test", threads=2)
     got = wait_delivered(sock, 40)
     assert got == {"127.0.0.3": 40}, got
+    ctl(sock, {"cmd": "reset"})
     # a route naming a pool that does not exist: deferred, clearly
     m.ctl("route", "add", "nopool.test",
           "smtp:[%s]:%d pool=missing" % (SIM_ADDR, port), check=True)
     blast(m.port, 1, "s@example.org", "x@nopool.test", threads=1)
     m.wait_log("4.3.5 egress pool missing is not configured")
+    # an IPv6 source cannot reach an IPv4 host: in a mixed pool the IPv4
+    # source takes it, alone it defers and says why
+    m.ctl("route", "add", "six.test",
+          "smtp:[%s]:%d pool=v6only" % (SIM_ADDR, port), check=True)
+    m.ctl("route", "add", "mixed.test",
+          "smtp:[%s]:%d pool=mixed" % (SIM_ADDR, port), check=True)
+    blast(m.port, 1, "s@example.org", "x@six.test", threads=1)
+    m.wait_log("4.4.0 egress source six is IPv6, host 127.0.4.1 is not")
+    ctl(sock, {"cmd": "reset"})
+    blast(m.port, 12, "s@example.org", "x@mixed.test", threads=2)
+    assert wait_delivered(sock, 12) == {"127.0.0.2": 12}
+    # mtactl show names the source of a recipient's last attempt
+    blast(m.port, 1, "s@example.org", "defer1@special.test", threads=1)
+    text = m.wait_log("to=<defer1@special.test>, relay=")
+    qid = re.search(r"([0-9A-F]{16}): to=<defer1@special.test>, relay=",
+                    text).group(1)
+    shown = m.ctl("show", qid, check=True).stdout
+    assert re.search(r"<defer1@special.test> pending .* relay=\S+ "
+                     r"tls=none source=b\n", shown), shown
+    m.ctl("delete", qid, check=True)
+    ctl(sock, {"cmd": "reset"})
     # the sender-domain table, edited live
     r = m.ctl("pool", "set", "sender.test", "nope")
     assert r.returncode == 1 and "no pool nope" in r.stderr, r
     m.ctl("pool", "set", "sender.test", "other", check=True)
     r = m.ctl("pool", "list", check=True)
     assert r.stdout == "sender.test\tother\n", r.stdout
-    ctl(sock, {"cmd": "reset"})
     blast(m.port, 60, "x@sender.test", "r@dest.test", threads=2)
     got = wait_delivered(sock, 60)
     assert set(got) == {"127.0.0.4", "127.0.0.5"}, got
@@ -280,3 +305,27 @@ def test_no_egress_section_is_todays_behaviour(mtad_factory, sim):
     st = sources_stats(sock)
     assert set(st["127.0.0.1"]["ehlo"]) == {"mx.test.example"}
     assert "source=" not in m.log_text()
+
+
+def test_json_log_names_the_source(mtad_factory, sim):
+    port, sock = sim
+    cfg = config(port)
+    cfg["log"] = {"format": "json"}
+    m = mtad_factory(cfg).start()
+    blast(m.port, 20, "s@example.org", "r@dest.test", threads=2)
+    wait_delivered(sock, 20)
+
+    def records():
+        out = []
+        for line in m.log_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "delivery":
+                out.append(rec)
+        return out
+    wait_for(lambda: len(records()) >= 20, timeout=10,
+             what="20 delivery records")
+    assert {r["source"] for r in records()} <= {"a", "b", "c", "d"}
+    assert all(r["status"] == "sent" for r in records())
