@@ -230,6 +230,9 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
     shown = m.ctl("show", qid, check=True).stdout
     assert re.search(r"<defer1@special.test> pending .* relay=\S+ "
                      r"tls=none source=b\n", shown), shown
+    js = json.loads(m.ctl("show", qid, "--json", check=True).stdout)
+    rc = js["recipients"][0]
+    assert rc["source"] == "b" and rc["tls"] == "none", rc
     m.ctl("delete", qid, check=True)
     ctl(sock, {"cmd": "reset"})
     # the sender-domain table, edited live
