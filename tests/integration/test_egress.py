@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from mtadtest import IS_ROOT, free_port, wait_for
+from mtadtest import IS_ROOT, MTAD, free_port, wait_for
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shapesim import ctl  # noqa: E402
@@ -265,7 +265,16 @@ def test_gone_source_taken_out_and_back(mtad_factory, sim):
     pools = [{"name": "bulk", "sources": {"a": 1, "b": 1, "gone": 1}},
              {"name": "dead", "sources": ["gone"]}]
     m = mtad_factory(config(port, extra_sources=[("gone", GONE)],
-                            pools=pools)).start()
+                            pools=pools))
+    # mtad -t warns (and passes): the address may come later
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert ("egress.sources gone: %s ehlo gone.egress.test: warning: "
+            "address not on this host" % GONE) in r.stdout, r.stdout
+    assert ("egress.sources a: 127.0.0.2 ehlo a.egress.test: address on "
+            "this host") in r.stdout, r.stdout
+    m.start()
     m.ctl("route", "add", "dead.test",
           "smtp:[%s]:%d pool=dead" % (SIM_ADDR, port), check=True)
     try:
