@@ -358,9 +358,11 @@ dl_run(struct dl_attempt *a)
             continue;
         }
         /* egress pool: the route's, else the sender domain's, else the
-         * default (looked up once per attempt, when a route needs it) */
+         * default (looked up once per attempt, when a route needs it;
+         * without egress pools there is only the default to find) */
         if (res.route.pool[0] == '\0' && sp == 0)
-            sp = dl_sender_pool(d, env->sender, sender_pool,
+            sp = d->cfg->negress_pools == 0 ? (sender_pool[0] = '\0', 1) :
+                dl_sender_pool(d, env->sender, sender_pool,
                 sizeof(sender_pool)) < 0 ? -1 : 1;
         if (res.route.pool[0] == '\0' && sp < 0) {
             snprintf(why, sizeof(why), "451 4.3.0 egress pool lookup "

@@ -415,7 +415,7 @@ mta_connect_next(struct mta_conn *c)
         plain = 0;
     while (c->cur < c->naddr) {
         struct mta_hop  *a = &c->addr[c->cur++];
-        int                one = 1;
+        int                one = 1, bound;
         char               ip[INET6_ADDRSTRLEN + 8];
 
         if (plain && c->txn != NULL)
@@ -445,14 +445,13 @@ mta_connect_next(struct mta_conn *c)
                 c->name, strerror(errno));
             continue;
         }
-        if ((one = mta_egress_bind(c, c->fd, a)) != 0) {
+        if ((bound = mta_egress_bind(c, c->fd, a)) != 0) {
             close(c->fd);
             c->fd = c->net.fd = -1;
-            if (one > 0)
+            if (bound > 0)
                 c->cur--;           /* the same host from another source */
             continue;
         }
-        one = 1;
         if (connect(c->fd, (struct sockaddr *)&a->ss, a->len) < 0 &&
             errno != EINPROGRESS) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",

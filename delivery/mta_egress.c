@@ -425,6 +425,18 @@ mta_egress_recheck(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 }
 
 
+/* mta_egress_move - c goes out from src instead (before connect()): the
+ * txn riding along names it.  Its share was counted for the first one:
+ * one message, which the split evens out. */
+static void
+mta_egress_move(struct mta_conn *c, int src)
+{
+    c->src = src;
+    if (c->txn != NULL && c->txn->src_name != NULL)
+        c->txn->src_name = c->r->src[src].name;
+}
+
+
 struct mta_egress_fam {
     const struct mta *r;
     sa_family_t       family;
@@ -474,7 +486,7 @@ mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a)
         next = mta_egress_pick(r, c->dest, mta_egress_family, &f, &nb);
         mta_egress_unhold(r, c->dest);
         if (next >= 0) {
-            c->src = next;
+            mta_egress_move(c, next);
             return 1;
         }
         snprintf(c->lasterr, sizeof(c->lasterr), "451 4.4.0 egress source "
@@ -501,7 +513,7 @@ mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a)
             "egress source in pool %s", mta_egress_of(r, c->dest)->name);
         return -1;
     }
-    c->src = next;
+    mta_egress_move(c, next);
     return 1;
 }
 
