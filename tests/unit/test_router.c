@@ -904,6 +904,65 @@ Test(router, tls_write_is_seen_by_a_read_only_reader)
 }
 
 
+static void snap_write(struct router *w, const char *path);
+
+/* expect_pool - the pool table's entry for key is want (NULL: none). */
+static void
+expect_pool(struct router *r, const char *key, const char *want)
+{
+    char v[ROUTER_POOL_VALUE_MAX + 1];
+    int  rc = router_pool_get(r, key, v, sizeof(v));
+
+    if (want == NULL) {
+        cr_expect_eq(rc, ROUTER_ENOTFOUND, "%s: got %d", key, rc);
+        return;
+    }
+    cr_assert_eq(rc, ROUTER_OK, "%s: %s", key, router_errstr(r));
+    cr_expect_str_eq(v, want);
+}
+
+Test(router, sender_pool_table_beside_routes_and_tls)
+{
+    struct router  *r = db_open(), *s = NULL;
+    struct each_acc a;
+    char            snap[PATH_MAX + 8];
+
+    expect_pool(r, "example.org", NULL);
+    cr_assert_eq(router_pool_put(r, "Example.ORG", "bulk"), ROUTER_OK,
+        "%s", router_errstr(r));
+    cr_assert_eq(router_pool_put(r, ".example.net", "tx-1"), ROUTER_OK);
+    expect_pool(r, "example.org", "bulk");
+    expect_pool(r, ".example.net", "tx-1");
+    cr_expect_eq(router_pool_put(r, "example.org", "a b"), ROUTER_EINVAL);
+    cr_expect_not_null(strstr(router_errstr(r), "bad pool name"));
+    cr_expect_eq(router_pool_put(r, "u@example.org", "bulk"), ROUTER_EINVAL);
+    cr_expect_not_null(strstr(router_errstr(r), "sender domains"));
+    cr_assert_eq(router_tls_put(r, "example.org", "verify"), ROUTER_OK);
+    put(r, "example.org", "discard");
+    /* each table walks its own entries only */
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_pool_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, ".example.net=tx-1;example.org=bulk;");
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, "example.org=discard;");
+    /* in the snapshot the workers read */
+    snprintf(snap, sizeof(snap), "%s/snap.mdb", tdir);
+    snap_write(r, snap);
+    cr_assert_eq(router_open(&s, snap, DEFAULT_ROUTE, ROUTER_OPEN_SNAPSHOT),
+        ROUTER_OK, "%s", router_errstr(s));
+    expect_pool(s, "example.org", "bulk");
+    router_close(s);
+    /* clearing the routes keeps it */
+    cr_assert_eq(router_clear(r), ROUTER_OK, "%s", router_errstr(r));
+    expect_pool(r, "example.org", "bulk");
+    cr_assert_eq(router_pool_del(r, "example.org"), ROUTER_OK);
+    expect_pool(r, "example.org", NULL);
+    cr_expect_eq(router_pool_del(r, "example.org"), ROUTER_ENOTFOUND);
+    router_close(r);
+}
+
+
 /* snap_write - the table of w as a snapshot file at path. */
 static void
 snap_write(struct router *w, const char *path)
