@@ -393,8 +393,8 @@ static void
 mta_egress_recheck(struct ev_loop *loop, struct ev_timer *tm, void *arg)
 {
     struct mta      *r = arg;
-    struct mta_dest *d, *dn;
-    size_t           i;
+    struct mta_dest *d, **list;
+    size_t           i, n;
     int              still = 0, back = 0;
 
     (void)loop;
@@ -417,11 +417,22 @@ mta_egress_recheck(struct ev_loop *loop, struct ev_timer *tm, void *arg)
     }
     if (still)
         ev_timer_start(r->loop, &r->recheck_timer, r->recheck_ms);
-    for (d = r->dests; back && d; d = dn) {
-        dn = d->next;
+    if (!back)
+        return;
+    /* the destinations with mail waiting, collected first: a run may
+     * free others (mta_adopt collects the ones it empties), never one
+     * whose queue is not empty, and it empties no queue but its own */
+    for (d = r->dests, n = 0; d; d = d->next)
+        n += d->wait_head != NULL;
+    if (n == 0)
+        return;
+    list = xcalloc(n, sizeof(*list));
+    for (d = r->dests, i = 0; d && i < n; d = d->next)
         if (d->wait_head != NULL)
-            mta_dest_kick(r, d);
-    }
+            list[i++] = d;
+    for (i = 0; i < n; i++)
+        mta_dest_kick(r, list[i]);
+    free(list);
 }
 
 
