@@ -833,8 +833,8 @@ mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t)
 {
     size_t k;
 
-    if (c->cur == 0)
-        return 0;
+    if (c->cur == 0 || !mta_egress_member(c->r, t->pool, c->src))
+        return 0;               /* never from a source outside t's pool */
     for (k = 0; k < t->nhops; k++)
         if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss))
             return tls_req_same(&c->tls, &t->hops[k].tls);

@@ -374,6 +374,8 @@ int     mta_egress_fair(const struct mta_conn *c, mta_src_allow_fn *allow,
             void *arg);
 /* 1 when c's source is a usable member of d's pool (mta_adopt). */
 int     mta_egress_fits(const struct mta_conn *c, const struct mta_dest *d);
+/* 1 when src is one of pool's sources (mta_conn_fits). */
+int     mta_egress_member(const struct mta *r, int pool, int src);
 /* Bind c's new socket fd to c's source before connect() to hop a.  0;
  * 1 when the source turned out gone (EADDRNOTAVAIL: taken out, logged
  * once) and c moved to another source of its pool: connect to a again;
@@ -402,8 +404,9 @@ struct mta_txn *mta_dest_pop(struct mta_dest *d);
 void    mta_conn_close(struct mta_conn *c);
 void    mta_lost(struct mta_conn *c, const char *why);
 void    mta_connected(struct mta_conn *c);
-/* 1 when idle c may carry t: its host is one of t's hops and the TLS
- * requirement it was set up under is the same (tls_req_same()). */
+/* 1 when idle c may carry t: its source is one of t's egress pool, its
+ * host is one of t's hops and the TLS requirement it was set up under is
+ * the same (tls_req_same()). */
 int     mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t);
 /* c cannot carry t (mta_conn_fits): t back to the head of the queue, c
  * closed with a QUIT.  Returns 1 (c is gone). */

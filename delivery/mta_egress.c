@@ -315,17 +315,26 @@ mta_egress_fair(const struct mta_conn *c, mta_src_allow_fn *allow, void *arg)
 
 
 int
-mta_egress_fits(const struct mta_conn *c, const struct mta_dest *d)
+mta_egress_member(const struct mta *r, int pool, int src)
 {
-    const struct mta_pool *pl = mta_egress_of(c->r, d);
+    const struct mta_pool *pl;
     size_t                 i;
 
-    if (c->r->src[c->src].down)
-        return 0;
+    if (pool < 0 || (size_t)pool >= r->npools)
+        pool = 0;
+    pl = &r->pools[pool];
     for (i = 0; i < pl->nm; i++)
-        if (pl->m[i].src == c->src)
+        if (pl->m[i].src == src)
             return 1;
     return 0;
+}
+
+
+int
+mta_egress_fits(const struct mta_conn *c, const struct mta_dest *d)
+{
+    return !c->r->src[c->src].down && mta_egress_member(c->r, d->pool,
+        c->src);
 }
 
 
