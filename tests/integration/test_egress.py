@@ -199,7 +199,11 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
              {"name": "mixed", "sources": {"six": 5, "a": 1}}]
     m = mtad_factory(config(port, pools=pools,
                             extra_sources=[("six", "::1")])).start()
-    # a route naming a pool
+    # idle connections from every source of bulk to the same host ...
+    blast(m.port, 40, "s@example.org", "r@dest.test", threads=4)
+    assert len(wait_delivered(sock, 40)) == 4
+    ctl(sock, {"cmd": "reset"})
+    # ... and a route naming a pool: only its source carries its mail
     m.ctl("route", "add", "special.test",
           "smtp:[%s]:%d pool=solo" % (SIM_ADDR, port), check=True)
     blast(m.port, 40, "s@example.org", "x@special.test", threads=2)
