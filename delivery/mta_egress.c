@@ -345,9 +345,10 @@ mta_egress_try(int fd, const struct mta_src *s)
 {
     int one = 1;
 
-    if (s->ss.ss_family == AF_INET)
-        (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
-            sizeof(one));
+    /* IPv6 sockets take the IPPROTO_IP option too; an old kernel
+     * without it just binds a port now */
+    (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+        sizeof(one));
     return bind(fd, (const struct sockaddr *)&s->ss, s->len);
 }
 

@@ -95,7 +95,7 @@ print_egress(const struct config *cfg)
         int fd = socket(s->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1, here, rc;
 
-        if (s->addr.ss_family == AF_INET && fd >= 0)
+        if (fd >= 0)
             (void)setsockopt(fd, IPPROTO_IP, 24 /* IP_BIND_ADDRESS_NO_PORT */,
                 &one, sizeof(one));
         here = fd >= 0 && bind(fd, (const struct sockaddr *)&s->addr,

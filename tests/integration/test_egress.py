@@ -60,7 +60,8 @@ def sim(workdir):
     sock = os.path.join(workdir, "sim.sock")
     with open(conf, "w") as f:
         json.dump({"port": port, "providers": [
-            {"name": "open", "addrs": [SIM_ADDR], "port": port}]}, f)
+            {"name": "open", "addrs": [SIM_ADDR], "port": port},
+            {"name": "six", "addrs": ["::1"], "port": port}]}, f)
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "shapesim.py"),
                           "serve", "--config", conf, "--control", sock,
                           "--quiet"], stdout=subprocess.PIPE,
@@ -78,13 +79,14 @@ def sim(workdir):
             p.wait(5)
 
 
-def sources_stats(sock):
+def sources_stats(sock, provider="open"):
     st = ctl(sock, {"cmd": "stats"})
-    return st["providers"]["open"]["sources"]
+    return st["providers"][provider]["sources"]
 
 
-def messages_from(sock):
-    return {src: s["messages"] for src, s in sources_stats(sock).items()}
+def messages_from(sock, provider="open"):
+    return {src: s["messages"]
+            for src, s in sources_stats(sock, provider).items()}
 
 
 def blast(port, n, sender, rcpt, threads=4, timeout=60.0):
@@ -223,6 +225,14 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
           "smtp:[%s]:%d pool=mixed" % (SIM_ADDR, port), check=True)
     blast(m.port, 1, "s@example.org", "x@six.test", threads=1)
     m.wait_log("4.4.0 egress source six is IPv6, host 127.0.4.1 is not")
+    # to an IPv6 host it goes, from its address and with its name
+    m.ctl("route", "add", "v6.test", "smtp:[::1]:%d pool=v6only" % port,
+          check=True)
+    blast(m.port, 3, "s@example.org", "x@v6.test", threads=1)
+    wait_for(lambda: messages_from(sock, "six").get("::1", 0) == 3,
+             timeout=20, what="3 deliveries over IPv6")
+    assert set(sources_stats(sock, "six")["::1"]["ehlo"]) == {
+        "six.egress.test"}
     ctl(sock, {"cmd": "reset"})
     blast(m.port, 12, "s@example.org", "x@mixed.test", threads=2)
     assert wait_delivered(sock, 12) == {"127.0.0.2": 12}
