@@ -411,6 +411,7 @@ config_eg_implicit(struct config *cfg)
         pl->m[i].source = i;
     }
     pl->nm = cfg->negress_sources;
+    free(cfg->egress_pools);        /* an empty one: every entry was bad */
     cfg->egress_pools = pl;
     cfg->negress_pools = 1;
 }
