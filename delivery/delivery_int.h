@@ -152,7 +152,7 @@ void dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
 struct tls_outcome;
 void dl_result_tls(struct dl_attempt *a, size_t i, int status,
             const char *reply, const char *relay, const char *word,
-            const struct tls_outcome *tls);
+            const struct tls_outcome *tls, const char *source);
 /* One failed recipient result of bounce class cls (bclass.h) for site:
  * counted for /metrics; where shaping's back-off hears of it. */
 void dl_note_failure(struct deliver *d, const char *site, const char *reply,
