@@ -243,7 +243,7 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
                     text).group(1)
     shown = m.ctl("show", qid, check=True).stdout
     assert re.search(r"<defer1@special.test> pending .* relay=\S+ "
-                     r"tls=none source=b\n", shown), shown
+                     r"tls=none source=b( class=\w+)?\n", shown), shown
     js = json.loads(m.ctl("show", qid, "--json", check=True).stdout)
     rc = js["recipients"][0]
     assert rc["source"] == "b" and rc["tls"] == "none", rc
