@@ -17,6 +17,13 @@
  *   reject:5xx x.y.z text     answered at RCPT
  *   defer:4xx x.y.z text      answered at RCPT
  *
+ * Options: an smtp: or mx route may end in blank-separated KEY=VALUE
+ * options (the route text ends at the first blank-separated word with an
+ * '='); each key at most once, unknown keys refused:
+ *   fallback=smtp:[h]:p,...   the fallback relay of this route (as
+ *                             delivery.fallback_relay; "none": no
+ *                             fallback even when one is set globally)
+ *
  * CONTRACT  route_parse() fills a struct route whose strings point into
  *           the route's own storage (no allocation, no pointers into the
  *           input).  Keys: route_key_check() accepts "user@domain",
@@ -51,10 +58,17 @@ struct route {
     char            path[ROUTE_TEXT_MAX];      /* ROUTE_MAILDIR */
     int             code;                      /* ROUTE_REJECT/DEFER: 550 */
     char            text[ROUTE_TEXT_MAX];      /* "5.7.1 no such user" */
+    /* options (ROUTE_SMTP, ROUTE_MX): "" when not given */
+    char            fallback[ROUTE_TEXT_MAX];  /* smtp: list, or "none" */
 };
 
 int     route_parse(const char *value, struct route *out, char *why,
             size_t whysz);
+/* route_fallback_check - v (n bytes) as a fallback relay list: smtp:
+ * entries only (each host with or without brackets, as a route), or
+ * "none" when none_ok.  0, or -1 with a reason. */
+int     route_fallback_check(const char *v, size_t n, int none_ok,
+            char *why, size_t whysz);
 int     route_key_check(const char *key, char *why, size_t whysz);
 void    route_key_normalize(char *key);  /* lower-case in place */
 /* route_line_parse - one line of a routes file, as mtactl route import
