@@ -57,6 +57,11 @@ size_t  deliver_drain(struct deliver *d);
 /* The status page's throttle word: while STATUS_THROTTLE_HOLD is set no
  * attempt starts (limits.load.queue_only).  NULL: never held. */
 void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
+/* The status page's next-hop health table (delivery.host_down_for,
+ * delivery/mta_health.c): node-wide, so a hop one worker found dead is
+ * skipped by all.  NULL: this worker's own (a test without a master). */
+struct status_page;
+void    deliver_set_health(struct deliver *d, struct status_page *sp);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */
