@@ -231,7 +231,9 @@ size_t  status_ban_live(struct status_page *sp, uint32_t now_s);
  * ended without anyone asking; so entries expire by themselves (forget_s
  * is the max_s of status_hop_down(): delivery.host_down_max).
  * status_hop_check(): STATUS_HOP_UP (no entry: connect), _DOWN (skip),
- * _PROBE (connect; this caller is the probe).
+ * _PROBE (connect; this caller is the probe); with _DOWN, err (errsz
+ * bytes, may be NULL) gets the hop's last error, for the reason of the
+ * mail that skips it.
  * status_hop_down(): one more failure: down for down_s << (failures - 1),
  * at most max_s (and STATUS_HOP_MAX_S); err (escaped by the caller) is
  * kept as the last error.  Returns the failures of the episode (1: it
@@ -256,7 +258,8 @@ struct status_hop {
     char                    err[STATUS_HOP_ERR];
 };
 int     status_hop_check(struct status_page *sp, const struct sockaddr *sa,
-            uint32_t now_s, uint32_t probe_s, uint32_t forget_s);
+            uint32_t now_s, uint32_t probe_s, uint32_t forget_s,
+            char *err, size_t errsz);   /* _DOWN: its last error */
 unsigned status_hop_down(struct status_page *sp, const struct sockaddr *sa,
             uint32_t now_s, uint32_t down_s, uint32_t max_s,
             const char *err);   /* forgotten max_s after (forget_s) */

@@ -128,7 +128,8 @@ hop_err_set(struct status_hop_row *r, const char *err)
 
 int
 status_hop_check(struct status_page *sp, const struct sockaddr *sa,
-    uint32_t now_s, uint32_t probe_s, uint32_t forget_s)
+    uint32_t now_s, uint32_t probe_s, uint32_t forget_s, char *err,
+    size_t errsz)
 {
     struct status_hop_row *r;
     struct hop_id          id;
@@ -139,8 +140,16 @@ status_hop_check(struct status_page *sp, const struct sockaddr *sa,
     for (;;) {
         if ((r = hop_find(sp, &id, now_s, forget_s, &w)) == NULL)
             return STATUS_HOP_UP;
-        if ((int32_t)(HOP_UNTIL(w) - now_s) > 0)
+        if ((int32_t)(HOP_UNTIL(w) - now_s) > 0) {
+            if (err != NULL && errsz > 0) {
+                char tmp[STATUS_HOP_ERR];
+
+                memcpy(tmp, r->err, sizeof(tmp));
+                tmp[sizeof(tmp) - 1] = '\0';
+                util_strlcpy(err, tmp, errsz);
+            }
             return STATUS_HOP_DOWN;     /* down, or a probe is out */
+        }
         /* the down time (or a silent probe's claim) is over: this caller
          * is the one probe */
         if (__atomic_compare_exchange_n(&r->word, &w, HOP_WORD(id.key,

@@ -69,14 +69,14 @@ int
 mta_health_skip(struct mta_conn *c, const struct mta_hop *a)
 {
     struct mta *r = c->r;
-    char        ip[INET6_ADDRSTRLEN + 8];
+    char        ip[INET6_ADDRSTRLEN + 8], err[STATUS_HOP_ERR] = "";
     int         st;
 
     c->probe = 0;
     if (r->health == NULL)
         return 0;
     st = status_hop_check(r->health, mta_health_sa(a), mta_health_now(),
-        r->probe_s, r->down_max_s);
+        r->probe_s, r->down_max_s, err, sizeof(err));
     if (st == STATUS_HOP_UP)
         return 0;
     util_sockaddr_ip((const struct sockaddr *)&a->ss, ip, sizeof(ip));
@@ -86,8 +86,10 @@ mta_health_skip(struct mta_conn *c, const struct mta_hop *a)
             a->name, ip, a->port);
         return 0;
     }
+    /* the reason carries what the hop did, for the log and a DSN */
     snprintf(c->lasterr, sizeof(c->lasterr), "next hop %s[%s]:%u is marked "
-        "down (it did not answer)", a->name, ip, a->port);
+        "down (%s)", a->name, ip, a->port, err[0] ? err : "it did not "
+        "answer");
     c->perm = 0;                    /* skipped: never a bounce */
     return 1;
 }

@@ -18,10 +18,12 @@ Timeouts are small (delivery.connect_timeout, delivery.timeouts.greeting:
 """
 import re
 import socket
+import subprocess
 import time
 import urllib.request
 
-from mtadtest import closed_port, free_port, make_message, send, wait_for
+from mtadtest import (MTAD, closed_port, free_port, make_message, send,
+                      wait_for)
 
 TIMEOUTS = {"connect_timeout": "1s", "timeouts": {"greeting": "1s"},
             "retry": ["1s"]}
@@ -180,6 +182,36 @@ def test_fallback_after_attempts_defers_the_first_attempt(mtad_factory,
     assert count(text, "trying the fallback relay") == 1
 
 
+def test_bad_fallback_is_refused_with_its_position(mtad_factory):
+    """mtad -t names file:line:col for a bad delivery.fallback_relay and
+    for a bad route option; the good forms pass."""
+    m = mtad_factory({"delivery": {"fallback_relay": "mx",
+                                   "host_down_for": "0"},
+                      "routes": {"static": {
+                          "a.example": "smtp:[10.0.0.1] fallback=smtp:x:0",
+                          "b.example": "mx colour=blue"}}})
+    t = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=60)
+    assert t.returncode != 0, t
+    err = t.stderr
+    assert re.search(r"relay\.yaml:\d+:\d+: delivery\.fallback_relay: bad "
+                     r"fallback relay 'mx': fallback relay: expected "
+                     r"'smtp:\[HOST\]:PORT,\.\.\.', got 'mx'", err), err
+    assert re.search(r"relay\.yaml:\d+:\d+: .*a\.example.*bad port '0'",
+                     err), err
+    assert re.search(r"relay\.yaml:\d+:\d+: .*b\.example.*unknown route "
+                     r"option 'colour'", err), err
+    good = mtad_factory({"delivery": {
+        "fallback_relay": "smtp:[127.0.0.1]:2525, smtp:relay.example",
+        "fallback_after_attempts": 3, "host_down_for": "0",
+        "host_down_max": "10m"},
+        "routes": {"static": {"c.example": "mx fallback=none"}}},
+        subdir="good")
+    t = subprocess.run([MTAD, "-t", "-c", good.cfg_path], capture_output=True,
+                       text=True, timeout=60)
+    assert t.returncode == 0, t.stderr
+
+
 def hosts(m):
     r = m.ctl("hosts", check=True)
     return [ln for ln in r.stdout.splitlines() if ln.strip()]
@@ -234,8 +266,12 @@ def test_health_skips_a_dead_hop_node_wide_and_it_comes_back(
     assert mute.connections == 1, mute.connections
     text = m.log_text()
     assert count(text, "marked down for") == 1
-    assert count(text, "is marked down (it did not answer); trying the "
-                       "next host") == 20
+    skips = [ln for ln in text.splitlines() if "is marked down (" in ln and
+             "trying the next host" in ln]
+    assert len(skips) == 20, skips
+    # the reason names what the hop did
+    assert all("timed out while receiving the initial server greeting" in ln
+               for ln in skips), skips[0]
     assert skipped < 20 * 1.0 / 2, skipped
     # 3: it answers again; after its down time one probe brings it back
     mute.mute = False
