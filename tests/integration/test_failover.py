@@ -22,8 +22,8 @@ import subprocess
 import time
 import urllib.request
 
-from mtadtest import (MTAD, closed_port, free_port, make_message, send,
-                      wait_for)
+from mtadtest import (MTAD, ZONE, closed_port, free_port, make_message,
+                      send, wait_for)
 
 TIMEOUTS = {"connect_timeout": "1s", "timeouts": {"greeting": "1s"},
             "retry": ["1s"]}
@@ -210,6 +210,52 @@ def test_bad_fallback_is_refused_with_its_position(mtad_factory):
     t = subprocess.run([MTAD, "-t", "-c", good.cfg_path], capture_output=True,
                        text=True, timeout=60)
     assert t.returncode == 0, t.stderr
+
+
+def test_mx_routes_fall_back_too_but_not_for_nxdomain(mtad_factory,
+                                                     sink_factory,
+                                                     dns_servers):
+    """An mx route whose MX host does not answer, and one whose lookup
+    fails (SERVFAIL: the destination cannot be found) go to the fallback
+    relay; a domain that does not exist bounces (5.1.2), no fallback."""
+    fb = sink_factory(name="fallback.test")
+    home = sink_factory(name="home.test")
+    for servers, rcpt in ((dns_servers.nsd, "x@one.%s" % ZONE),
+                          (dns_servers.servfail, "y@multi.%s" % ZONE)):
+        m = mtad_factory({"routes": {"default": "mx",
+                                     "static": {"home.test": home.route}},
+                          "dns": {"servers": [servers], "timeout": "1s",
+                                  "attempts": 1},
+                          "delivery": dict(TIMEOUTS,
+                                           fallback_relay=fb.route)},
+                         subdir=rcpt[0])
+        m.start()
+        n = len(fb.received())
+        qid = send(m, "a@home.test", [rcpt], make_message(30))
+        got = fb.wait_for(n + 1, timeout=20)
+        assert got[-1].rcpt_tos == [rcpt]
+        text = m.wait_log("%s: to=<%s>" % (qid, rcpt))
+        assert "deferred by mx:%s" % rcpt.split("@")[1] in text, text
+        line = [ln for ln in text.splitlines()
+                if "%s: to=<%s>" % (qid, rcpt) in ln][0]
+        assert "relay=127.0.0.1[127.0.0.1]:%d" % fb.port in line, line
+        assert "status=sent" in line, line
+        m.stop()
+    m = mtad_factory({"routes": {"default": "mx",
+                                 "static": {"home.test": home.route}},
+                      "dns": {"servers": [dns_servers.nsd], "timeout": "1s",
+                              "attempts": 1},
+                      "delivery": dict(TIMEOUTS, fallback_relay=fb.route)},
+                     subdir="nx")
+    m.start()
+    n = len(fb.received())
+    qid = send(m, "a@home.test", ["z@nonexistent.%s" % ZONE],
+               make_message(31))
+    text = m.wait_log("%s: to=<z@nonexistent.%s>" % (qid, ZONE))
+    assert "status=bounced" in text and "5.1.2" in text, text
+    assert "trying the fallback relay" not in text
+    home.wait_for(1, timeout=20)    # the DSN
+    assert len(fb.received()) == n
 
 
 def hosts(m):
