@@ -439,6 +439,7 @@ mta_connect_next(struct mta_conn *c)
             a->port);
         c->watched = 0;
         c->perm = 0;
+        c->greeted = 0;
         c->fd = socket(a->ss.ss_family,
             SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         net_init(&c->net, c->fd);

@@ -241,6 +241,8 @@ struct mta_conn {
     unsigned           out_block : 1; /* out.data is a pooled MTA_BLOCK */
     unsigned           probe : 1;   /* this connection is the probe of a
                                        hop marked down (mta_health.c) */
+    unsigned           greeted : 1; /* the current hop sent a greeting:
+                                       it answers, whatever follows */
     unsigned           drained : 1; /* the read whose replies are being
                                        handled left the socket empty
                                        (plaintext): see mta_stray() */

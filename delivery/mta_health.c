@@ -105,8 +105,8 @@ mta_health_failed(struct mta_conn *c, const char *why)
     int         probe = c->probe;
 
     c->probe = 0;
-    if (r->health == NULL || c->cur == 0)
-        return;
+    if (r->health == NULL || c->cur == 0 || c->greeted)
+        return;                     /* a 4xx or 5xx greeting: it answers */
     a = &c->addr[c->cur - 1];
     (void)util_escape(err, sizeof(err), why, strlen(why), 0, NULL);
     n = status_hop_down(r->health, mta_health_sa(a), mta_health_now(),
@@ -126,6 +126,7 @@ mta_health_answered(struct mta_conn *c)
     struct mta *r = c->r;
 
     c->probe = 0;
+    c->greeted = 1;
     if (r->health == NULL || c->cur == 0)
         return;
     if (status_hop_up(r->health, mta_health_sa(&c->addr[c->cur - 1])))

@@ -258,6 +258,24 @@ def test_mx_routes_fall_back_too_but_not_for_nxdomain(mtad_factory,
     assert len(fb.received()) == n
 
 
+def test_a_hop_that_answers_4xx_is_not_marked_down(mtad_factory,
+                                                   sink_factory):
+    """A 421 greeting is an answer: the next host gets the mail, the hop
+    is not marked down (health is about hops that do not answer)."""
+    busy = sink_factory(name="busy.test")
+    busy.greeting = "421 4.7.0 busy.test too busy"
+    live = sink_factory(name="live.test")
+    m = start(mtad_factory, "%s,%s" % (busy.route, live.route),
+              host_down_for="30s")
+    for i in range(3):
+        send(m, "s@example.org", ["b%d@busy.example" % i],
+             make_message(40 + i))
+    live.wait_for(3, timeout=15)
+    assert busy.connections >= 1
+    assert "marked down" not in m.log_text()
+    assert hosts(m) == []
+
+
 def hosts(m):
     r = m.ctl("hosts", check=True)
     return [ln for ln in r.stdout.splitlines() if ln.strip()]
