@@ -23,6 +23,18 @@
                                        rows (the last one is "other") */
 #define STATUS_BCLASS_NCLASS 16    /* columns, at least bclass.h's classes */
 #define STATUS_BCLASS_SITE_LEN 64  /* a site name, NUL included */
+#define STATUS_HOP_SLOTS   1024     /* next-hop health, power of two */
+#define STATUS_HOP_ERR     112      /* bytes of a hop's last error */
+
+/* A row of the next-hop health table (status_health.c): word is the
+ * entry (0: free), the rest belongs to whoever claimed the word. */
+struct status_hop_row {
+    uint64_t word;                  /* key << 40 | flags << 32 | until_s */
+    uint64_t addr[2];               /* the address, IPv4 as v4-mapped */
+    uint32_t port;
+    uint32_t since_s;               /* first failure of this episode */
+    char     err[STATUS_HOP_ERR];   /* last error, escaped, terminated */
+};
 
 /* Operations counters of one worker (metrics, master/metrics.c).  Same
  * rule: one writer, relaxed atomics; the master sums the slots. */
@@ -124,6 +136,10 @@ struct status_page {
      * a site is counted and keeps its name; when all are taken, sites
      * count in the last row, "other" (status_bclass.c). */
     struct status_bclass_row bclass[STATUS_BCLASS_SITES];
+    /* Next-hop health: the outbound hops (address and port) that did not
+     * answer, written by every worker with compare-and-swap, read by the
+     * master for mtactl hosts and /metrics (status_health.c). */
+    struct status_hop_row hoptab[STATUS_HOP_SLOTS];
 };
 
 #define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
@@ -231,5 +247,54 @@ size_t  status_ban_live(struct status_page *sp, uint32_t now_s);
 void    status_bclass_add(struct status_page *sp, const char *site,
             unsigned cls);
 const char *status_bclass_site(const struct status_page *sp, size_t i);
+/* Next-hop health (delivery.host_down_for), node-wide, per address and
+ * port (sa with its port; IPv4 and v4-mapped are one).  now_s is
+ * CLOCK_MONOTONIC seconds as above.  A hop that did not answer is down
+ * until its time ends; then the first to ask gets STATUS_HOP_PROBE (it
+ * claimed the one probe, for probe_s seconds) and the others go on
+ * getting STATUS_HOP_DOWN until the probe ends with status_hop_up() (the
+ * row is gone) or status_hop_down() (down again, for longer).  A probe
+ * that never reports (its worker died) is claimed again after probe_s.
+ * An entry is forgotten (the hop is up) forget_s after its down time
+ * ended without anyone asking; so entries expire by themselves (forget_s
+ * is the max_s of status_hop_down(): delivery.host_down_max).
+ * status_hop_check(): STATUS_HOP_UP (no entry: connect), _DOWN (skip),
+ * _PROBE (connect; this caller is the probe); with _DOWN, err (errsz
+ * bytes, may be NULL) gets the hop's last error, for the reason of the
+ * mail that skips it.
+ * status_hop_down(): one more failure: down for down_s << (failures - 1),
+ * at most max_s (and STATUS_HOP_MAX_S); err (escaped by the caller) is
+ * kept as the last error.  Returns the failures of the episode (1: it
+ * has just gone down), 0 when no row could be had (a probe window of
+ * live entries: nothing recorded, the hop stays up).
+ * status_hop_up(): the hop answered; 1 when it was down (an entry went).
+ * status_hop_list(): the entries not forgotten, at most max; their
+ * number.  status_hop_count(): that number (the metrics gauge).
+ * Lock-free like the ban table; an entry is verified against the whole
+ * address and port, so a key collision never marks another hop down. */
+#define STATUS_HOP_UP      0
+#define STATUS_HOP_DOWN    1
+#define STATUS_HOP_PROBE   2
+#define STATUS_HOP_MAX_S   (1u << 22)       /* about 48 days */
+struct status_hop {
+    struct sockaddr_storage addr;   /* with the port */
+    int32_t                 left_s; /* until the down time ends; <= 0:
+                                       a probe is due or running */
+    int                     probing;
+    unsigned                failures;
+    uint32_t                down_s; /* since the first failure */
+    char                    err[STATUS_HOP_ERR];
+};
+int     status_hop_check(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t probe_s, uint32_t forget_s,
+            char *err, size_t errsz);   /* _DOWN: its last error */
+unsigned status_hop_down(struct status_page *sp, const struct sockaddr *sa,
+            uint32_t now_s, uint32_t down_s, uint32_t max_s,
+            const char *err);   /* forgotten max_s after (forget_s) */
+int     status_hop_up(struct status_page *sp, const struct sockaddr *sa);
+size_t  status_hop_list(struct status_page *sp, uint32_t now_s,
+            uint32_t forget_s, struct status_hop *out, size_t max);
+size_t  status_hop_count(struct status_page *sp, uint32_t now_s,
+            uint32_t forget_s);
 
 #endif /* MTAD_STATUS_H */

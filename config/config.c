@@ -161,6 +161,12 @@ static const struct config_key config_delivery[] = {
     DUR("connect_timeout", connect_timeout_ms, 1),
     KEY("tls", CONFIG_TLSLEVEL, delivery_tls),
     KEY("bounce_classes", CONFIG_STRING, bounce_classes),
+    /* fail-over (delivery/mta_health.c, deliver.c) */
+    KEY("fallback_relay", CONFIG_FALLBACK, fallback_relay),
+    { "fallback_after_attempts", CONFIG_INT, OFF(fallback_after_attempts),
+        0, 1000, NULL },
+    DUR("host_down_for", host_down_for_ms, 0),
+    DUR("host_down_max", host_down_max_ms, 1000),
     SECTION("timeouts", config_timeouts),
     SECTION("mta_sts", config_mta_sts),
     END
@@ -507,6 +513,8 @@ config_defaults(const char *path)
     cfg->delay_warning_ms = (uint64_t)4 * 60 * 60 * 1000;
     cfg->connections_per_destination = 20;
     cfg->connect_timeout_ms = 30 * 1000;
+    cfg->host_down_for_ms = 60 * 1000;
+    cfg->host_down_max_ms = 60 * 60 * 1000;
     cfg->mta_sts.enabled = 1;
     cfg->mta_sts.fetch_timeout_ms = 10 * 1000;
     cfg->mta_sts.port = 443;
@@ -908,6 +916,7 @@ config_free(struct config *cfg)
     free(cfg->spool_dir);
     free(cfg->routes_db);
     free(cfg->routes_default);
+    free(cfg->fallback_relay);
     for (i = 0; i < cfg->nstatic_routes; i++) {
         free(cfg->static_routes[i].key);
         free(cfg->static_routes[i].route);

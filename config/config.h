@@ -173,6 +173,14 @@ struct config {
     uint64_t delay_warning_ms;      /* 4h; 0: no NOTIFY=DELAY warnings */
     int     connections_per_destination; /* 20 */
     uint64_t connect_timeout_ms;    /* 30s */
+    char   *fallback_relay;         /* smtp: hosts for every SMTP route
+                                       without its own fallback=; NULL */
+    int     fallback_after_attempts; /* 0: the fallback joins in the
+                                       attempt whose direct hosts failed;
+                                       N: from the N-th attempt on */
+    uint64_t host_down_for_ms;      /* 60s: a hop that does not answer is
+                                       skipped that long (0: never) */
+    uint64_t host_down_max_ms;      /* 1h: the cap of its growth */
     int     delivery_tls;           /* delivery.tls: outbound STARTTLS level,
                                        a router_tls_level() index (enum
                                        tls_level); default 1, "may" */

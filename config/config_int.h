@@ -35,6 +35,8 @@ enum config_type {
     CONFIG_CIDRS,
     CONFIG_RETRY,
     CONFIG_ROUTE,                  /* char *, checked with route_parse() */
+    CONFIG_FALLBACK,               /* char *, smtp: hosts only
+                                      (route_fallback_check()) */
     CONFIG_STATIC,                 /* routes.static */
     CONFIG_TLSFILE,                /* a string; its node is kept for checks */
     CONFIG_TLSVER,                 /* TLSv1.2 | TLSv1.3 */

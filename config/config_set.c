@@ -208,6 +208,22 @@ config_check_route(struct config_parse *p, const yaml_node_t *n,
     return -1;
 }
 
+/* config_check_fallback - delivery.fallback_relay: smtp: hosts only. */
+static int
+config_check_fallback(struct config_parse *p, const yaml_node_t *n,
+    const char *path, const char *v)
+{
+    char why[256], show[CONFIG_SHOW_MAX + 8];
+
+    why[0] = '\0';
+    if (route_fallback_check(v, strlen(v), 0, why, sizeof(why)) == 0)
+        return 0;
+    config_addf(p, &n->start_mark, "%s: bad fallback relay %s: %s", path,
+        config_found(n, show, sizeof(show)), why);
+    return -1;
+}
+
+
 void
 config_set_static(struct config_parse *p, const yaml_node_t *n,
     const char *path)
@@ -472,6 +488,11 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
             config_expected(p, n, path,
                 "an address like \"127.0.0.1:9325\" or \"[::1]:9325\"");
         else if (v != NULL)
+            config_set_str(f, v);
+        break;
+    case CONFIG_FALLBACK:
+        v = config_scalar(p, n, path, "relays like \"smtp:[host]:25\"");
+        if (v != NULL && config_check_fallback(p, n, path, v) == 0)
             config_set_str(f, v);
         break;
     case CONFIG_ROUTE:

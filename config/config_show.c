@@ -286,6 +286,7 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_STRING:
     case CONFIG_HOSTNAME:
     case CONFIG_ROUTE:
+    case CONFIG_FALLBACK:
     case CONFIG_HOSTPORT:
         config_show_optstr(f, *(char *const *)(const void *)at);
         break;

@@ -130,12 +130,18 @@ dl_txn_done(struct mta_txn *rt)
 {
     struct dl_txn     *t = rt->arg;
     struct dl_attempt *a = t->a;
+    struct dl_txn     *fb = NULL;
     size_t             i;
 
     if (rt->cut)
         a->cut = 1;                     /* its recipients stay as they were */
     else
+        fb = dl_fallback(a, t);
+    if (!rt->cut)
         for (i = 0; i < rt->nrcpt; i++) {
+            /* deferred by the direct hosts: the fallback relay's now */
+            if (fb != NULL && rt->res[i].status == MTA_DEFER)
+                continue;
             dl_result_tls(a, rt->rcpt[i], rt->res[i].status,
                 rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls,
                 rt->res[i].source);
@@ -143,6 +149,8 @@ dl_txn_done(struct mta_txn *rt)
             if (rt->res[i].status == MTA_SENT && !rt->res[i].peer_dsn)
                 a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
         }
+    if (fb != NULL)
+        dl_fallback_start(a, fb, dl_txn_done);  /* done() from the loop */
     if (--a->open > 0)
         return;
     if (a->cut)
@@ -972,6 +980,14 @@ deliver_drain(struct deliver *d)
      * unless the load policy holds them: the next generation takes them */
     return d->nactive + d->nunsaved + (d->nheap > 0 &&
         d->heap[0].when == 0 && !dl_held(d) ? 1 : 0);
+}
+
+
+void
+deliver_set_health(struct deliver *d, struct status_page *sp)
+{
+    mta_set_health(d->relay, sp, d->cfg->host_down_for_ms,
+        d->cfg->host_down_max_ms);
 }
 
 

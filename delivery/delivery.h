@@ -61,6 +61,11 @@ void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
  * class x site (common/status.h).  NULL (the default): not counted. */
 struct status_page;
 void    deliver_set_page(struct deliver *d, struct status_page *page);
+/* The status page's next-hop health table (delivery.host_down_for,
+ * delivery/mta_health.c): node-wide, so a hop one worker found dead is
+ * skipped by all.  NULL: this worker's own (a test without a master). */
+struct status_page;
+void    deliver_set_health(struct deliver *d, struct status_page *sp);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */

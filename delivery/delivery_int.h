@@ -125,6 +125,7 @@ struct dl_txn {
     struct route       route;
     size_t             cap;
     char               domain[256]; /* ROUTE_MX: the recipients' domain */
+    int                fallback;    /* to the fallback relay (fallback.c) */
 };
 
 struct dl_attempt {
@@ -162,5 +163,15 @@ int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
 void dl_finish(struct dl_attempt *a);
 void dl_giveback_one(struct dl_attempt *a);
+
+/* fallback.c: the fallback relay (delivery.fallback_relay, a route's
+ * fallback=).  dl_fallback: t came back with deferred recipients from
+ * the direct hosts: a new transaction for them to the fallback relay,
+ * on a's list but not started, or NULL (no fallback, t is a fallback
+ * already, or the attempt is before delivery.fallback_after_attempts).
+ * dl_fallback_start: count it open and hand it to DNS and the relay. */
+struct dl_txn *dl_fallback(struct dl_attempt *a, struct dl_txn *t);
+void dl_fallback_start(struct dl_attempt *a, struct dl_txn *fb,
+        mta_done_fn *done);
 
 #endif /* MTAD_DELIVER_INT_H */

@@ -312,6 +312,8 @@ mta_lost(struct mta_conn *c, const char *why)
     switch (c->state) {
     case C_CONNECT:
     case C_GREETING:
+        mta_health_failed(c, why);  /* it does not answer: mark it down */
+        /* FALLTHROUGH */
     case C_EHLO:
     case C_HELO:
     case C_STARTTLS:
@@ -418,6 +420,11 @@ mta_connect_next(struct mta_conn *c)
         int                one = 1, bound;
         char               ip[INET6_ADDRSTRLEN + 8];
 
+        /* a hop marked down (mta_health.c) is skipped at once: no
+         * message waits out its timeout again */
+        if (!plain && mta_health_skip(c, a))
+            continue;
+
         if (plain && c->txn != NULL)
             log_info("%s: %s; trying again without TLS", c->txn->env->id,
                 c->lasterr);
@@ -437,6 +444,7 @@ mta_connect_next(struct mta_conn *c)
             a->port);
         c->watched = 0;
         c->perm = 0;
+        c->greeted = 0;
         c->fd = socket(a->ss.ss_family,
             SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         net_init(&c->net, c->fd);
@@ -456,6 +464,7 @@ mta_connect_next(struct mta_conn *c)
             errno != EINPROGRESS) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
+            mta_health_failed(c, c->lasterr);
             close(c->fd);
             c->fd = c->net.fd = -1;
             continue;
@@ -501,6 +510,7 @@ mta_connected(struct mta_conn *c)
     if (err != 0) {
         snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
             c->name, strerror(err));
+        mta_health_failed(c, c->lasterr);
         mta_connect_next(c);
         return;
     }

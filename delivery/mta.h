@@ -144,6 +144,12 @@ const char *mta_egress_pool_name(const struct mta *r, int pool);
 /* The name of source src ("default": the implicit one; "?" when out of
  * range).  Valid while r lives. */
 const char *mta_source_name(const struct mta *r, int src);
+/* Next-hop health (mta_health.c): the node's table on the status page
+ * (status.h), down_ms (delivery.host_down_for; 0: off) growing to max_ms
+ * (delivery.host_down_max).  NULL sp: off. */
+struct status_page;
+void    mta_set_health(struct mta *r, struct status_page *sp,
+            uint64_t down_ms, uint64_t max_ms);
 void    mta_free(struct mta *r);            /* closes every connection */
 void    mta_submit(struct mta *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
@@ -253,6 +259,10 @@ struct mta_conn {
     unsigned           perm : 1;    /* last host failure was permanent
                                        (5xx greeting, REQUIRETLS) */
     unsigned           out_block : 1; /* out.data is a pooled MTA_BLOCK */
+    unsigned           probe : 1;   /* this connection is the probe of a
+                                       hop marked down (mta_health.c) */
+    unsigned           greeted : 1; /* the current hop sent a greeting:
+                                       it answers, whatever follows */
     unsigned           drained : 1; /* the read whose replies are being
                                        handled left the socket empty
                                        (plaintext): see mta_stray() */
@@ -313,6 +323,8 @@ struct mta {
     struct mta_txn  *posted;      /* finished, done() not yet called */
     struct ssl_ctx_st *tls_ctx;     /* client context, or NULL */
     struct tls_cache  *tls_cache;   /* sessions per destination and host */
+    struct status_page *health;     /* next-hop health table, or NULL */
+    uint32_t           down_s, down_max_s, probe_s;
     mta_tls_report_fn *tls_report;  /* or NULL */
     void              *tls_report_arg;
     struct ev_timer    post_timer;
@@ -414,6 +426,16 @@ int     mta_conn_unfit(struct mta_conn *c, struct mta_txn *t);
 /* QUIT written as far as the socket takes it (no reply awaited), then
  * mta_conn_close(). */
 void    mta_conn_quit(struct mta_conn *c);
+
+/* mta_health.c: next-hop health (status.h, node-wide).  skip: before a
+ * connect to hop a, 1 when it is marked down (c->lasterr says so; the
+ * caller moves on), else 0 (c->probe set when this is its probe);
+ * failed: c's hop did not answer (connect refused or timed out, no
+ * greeting): mark it down; answered: c's hop greeted (any reply): mark
+ * it up.  Each logs once per episode, never per message. */
+int     mta_health_skip(struct mta_conn *c, const struct mta_hop *a);
+void    mta_health_failed(struct mta_conn *c, const char *why);
+void    mta_health_answered(struct mta_conn *c);
 
 /* mta_session.c: the SMTP conversation on one connection. */
 /* The only way c->state changes: s, its timer armed with the phase's

@@ -381,6 +381,7 @@ mta_on_greeting(struct mta_conn *c, const struct smtp_reply *rp,
     char why[1024];
 
     (void)raw;
+    mta_health_answered(c);         /* any greeting: the hop is up */
     if (rp->code / 100 != 2) {
         /* a 5xx greeting moves on like a 4xx one; only from the last
          * address does it bounce (Postfix), with the reply first so

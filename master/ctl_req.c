@@ -67,7 +67,7 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
         { "status json", CTL_REQ_STATUS_JSON }, { "status", CTL_REQ_STATUS },
         { "reload", CTL_REQ_RELOAD }, { "stop", CTL_REQ_STOP },
         { "check", CTL_REQ_CHECK }, { "queue-stream", CTL_REQ_QUEUE_STREAM },
-        { "routes", CTL_REQ_ROUTES },
+        { "routes", CTL_REQ_ROUTES }, { "hosts", CTL_REQ_HOSTS },
     };
     size_t i;
 

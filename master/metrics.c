@@ -342,6 +342,11 @@ metrics_render(struct master *m)
     mt_one(&t, "mtad_banned_addresses", "gauge", "Client addresses banned "
         "now (limits.ban, mtactl ban).", (uint64_t)status_ban_live(st,
         (uint32_t)(util_now_ms() / 1000)));
+    mt_one(&t, "mtad_next_hop_down", "gauge", "Next hops (address and "
+        "port) marked down because they did not answer "
+        "(delivery.host_down_for, mtactl hosts).",
+        (uint64_t)status_hop_count(st, (uint32_t)(util_now_ms() / 1000),
+        hosts_forget_s(m->cur->cfg)));
     mt_head(&t, "mtad_queue_messages", "gauge",
         "Messages in the queue by state: active (an attempt is open), "
         "queued (due, waiting for a slot or held by limits.load), deferred "

@@ -74,6 +74,12 @@ void    tlsagg_ctl(struct master *m, const char *arg, char **out);
  * the reply, "ok\n..." or "error: ...\n" (the caller frees it). */
 void    ctl_ban(struct master *m, const char *arg, char **out);
 
+/* hosts.c: "hosts": the next hops marked down (delivery.host_down_for),
+ * one line each, "ok\n..." (the caller frees it); hosts_forget_s: when
+ * the workers forget an entry, for the listing and the metrics gauge. */
+void    ctl_hosts(struct master *m, char **out);
+uint32_t hosts_forget_s(const struct config *cfg);
+
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);
 

@@ -270,6 +270,15 @@ mtactl_run_ban(struct mtactl *c, int argc, char **argv)
     return MTACTL_USAGE;
 }
 
+/* "hosts": the node's next-hop health table (master/hosts.c). */
+static int
+mtactl_run_hosts(struct mtactl *c, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return mtactl_request(c, "hosts", MTACTL_TIMEOUT_MS, NULL);
+}
+
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
 static int
 mtactl_tls_report(struct mtactl *c, int argc, char **argv)
@@ -416,6 +425,15 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "relay.allow_networks are never refused.  add and del are logged as "
       "admin records.",
       NULL, mtactl_run_ban, MV_DAEMON, 1, 4 },
+    { "hosts", "", "next hops marked down (delivery.host_down_for)",
+      "The next hops (address:port) that did not answer (connect refused "
+      "or timed out, no greeting) and that every worker skips: state "
+      "(down; probe-due: the next connection probes it; probing), until "
+      "when (UTC) and the seconds left, failures in this episode (each "
+      "failed probe doubles the down time, up to delivery.host_down_max), "
+      "seconds since it went down, and its last error.  A hop comes back "
+      "by itself when a probe gets a greeting.",
+      NULL, mtactl_run_hosts, MV_DAEMON, 0, 0 },
     MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
         "the queue; --summary: by domain and age"),
     MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",

@@ -70,6 +70,9 @@ mtactl_route_help(void)
 "         smtp:[::1]:25 or smtp:[IPv6:::1]:25; port 25 when left out) |\n"
 "         mx (the MX of each recipient's domain) | maildir:/path | discard |\n"
 "         reject:5xx 5.x.x text | defer:4xx 4.x.x text\n"
+"  smtp: and mx may end in options: ' fallback=smtp:[h]:p,...' (the\n"
+"  fallback relay of the route; fallback=none: none, not even\n"
+"  delivery.fallback_relay)\n"
 "  Lookup order: address, domain, .parent wildcards nearest first,\n"
 "  then routes.default.  Changes apply at once; no reload needed.\n");
 }

@@ -15,10 +15,10 @@
  *             maildir:PATH   (absolute or relative)
  *             discard
  *             mx       the MX of each recipient's own domain
+ *             smtp: and mx may end in options: blank-separated
+ *               KEY=VALUE words (route_opts[]: fallback=, pool=)
  *             reject:5yz 5.x.x [text]    y in 0-5; the text is ASCII
  *             defer:4yz 4.x.x [text]
- *             any smtp: or mx route may end in " pool=NAME": the egress
- *               pool its mail leaves through (route_pool_name_ok())
  *           The type words are case-insensitive.  No control characters,
  *           no leading or trailing blanks, at most ROUTE_VALUE_MAX bytes.
  * FAILURE   0, or -1 with a one-line reason in why (never logs).
@@ -230,14 +230,16 @@ route_host(const char *s, size_t n, struct route_host *h, char *why,
 }
 
 
-/* route_smtp - comma-separated "smtp:" entries (s includes the first). */
+/* route_smtp - comma-separated "smtp:" entries (s includes the first), n
+ * bytes. */
 static int
-route_smtp(const char *s, struct route *out, char *why, size_t whysz)
+route_smtp(const char *s, size_t n, struct route *out, char *why,
+    size_t whysz)
 {
     const char *p = s, *end, *comma, *b, *e;
     size_t      entry = 0;
 
-    end = s + strlen(s);
+    end = s + n;
     for (;;) {
         comma = memchr(p, ',', (size_t)(end - p));
         b = p;
@@ -339,46 +341,161 @@ route_pool_name_ok(const char *name)
 }
 
 
-/*
- * route_pool - an smtp: or mx value ending in " pool=NAME": the name into
- * out->pool and the value without it into rest (1); 0 when the value has
- * no such ending (other kinds never have one: a reject: text may say
- * "pool=" and means it as text); -1 for a bad name.
- */
+int
+route_fallback_check(const char *v, size_t n, int none_ok, char *why,
+    size_t whysz)
+{
+    struct route r;
+
+    if (none_ok && n == 4 && strncasecmp(v, "none", 4) == 0)
+        return 0;
+    if (n >= ROUTE_TEXT_MAX)
+        return route_why(why, whysz, "fallback relay too long (max %d)",
+            ROUTE_TEXT_MAX - 1);
+    if (!route_prefix(v, n, "smtp:"))
+        return route_why(why, whysz, "fallback relay: expected "
+            "'smtp:[HOST]:PORT,...'%s, got '%.*s'", none_ok ? " or 'none'" :
+            "", (int)(n > 60 ? 60 : n), v);
+    r.nhosts = 0;
+    return route_smtp(v, n, &r, why, whysz);
+}
+
+
+/* route_opt_fallback - fallback=smtp:[h]:p,... or fallback=none. */
 static int
-route_pool(const char *value, struct route *out, char *rest, size_t restsz,
+route_opt_fallback(struct route *out, const char *v, size_t n, char *why,
+    size_t whysz)
+{
+    if (route_fallback_check(v, n, 1, why, whysz) < 0)
+        return -1;
+    memcpy(out->fallback, v, n);    /* n < ROUTE_TEXT_MAX: checked */
+    out->fallback[n] = '\0';
+    return 0;
+}
+
+
+/* route_opt_pool - pool=NAME: the egress pool (route_pool_name_ok()). */
+static int
+route_opt_pool(struct route *out, const char *v, size_t n, char *why,
+    size_t whysz)
+{
+    char name[ROUTE_POOL_MAX + 2];
+    size_t k = n < sizeof(name) - 1 ? n : sizeof(name) - 1;
+
+    memcpy(name, v, k);             /* one byte past the limit: refused */
+    name[k] = '\0';
+    if (!route_pool_name_ok(name))
+        return route_why(why, whysz, "bad pool name '%.40s' (1-%d letters, "
+            "digits, '.', '_', '-')", name, ROUTE_POOL_MAX);
+    memcpy(out->pool, name, k + 1);
+    return 0;
+}
+
+
+/* The options an smtp: or mx route may carry, after its text: a new one
+ * is one row (and a field in struct route). */
+static const struct route_opt {
+    const char *name;
+    int       (*set)(struct route *out, const char *v, size_t n, char *why,
+                  size_t whysz);
+} route_opts[] = {
+    { "fallback", route_opt_fallback },
+    { "pool", route_opt_pool },
+    { NULL, NULL }
+};
+
+
+/* route_opt_start - where value's options begin: its first blank-
+ * separated word with an '=' in it (n when there is none).  Host names,
+ * ports and the route words never hold one. */
+static size_t
+route_opt_start(const char *v, size_t n)
+{
+    size_t i = 0, w;
+
+    while (i < n) {
+        if (v[i] == ' ' || v[i] == '\t') {
+            i++;
+            continue;
+        }
+        for (w = i; i < n && v[i] != ' ' && v[i] != '\t'; i++)
+            ;
+        if (w > 0 && memchr(v + w, '=', i - w) != NULL)
+            return w;
+    }
+    return n;
+}
+
+
+/* route_options - the KEY=VALUE words of s (n bytes) into out. */
+static int
+route_options(const char *s, size_t n, struct route *out, char *why,
+    size_t whysz)
+{
+    const struct route_opt *o;
+    const char *end = s + n, *w, *eq;
+    unsigned    seen = 0;
+    size_t      k, wn;
+
+    while (s < end) {
+        if (*s == ' ' || *s == '\t') {
+            s++;
+            continue;
+        }
+        w = s;
+        while (s < end && *s != ' ' && *s != '\t')
+            s++;
+        wn = (size_t)(s - w);
+        eq = memchr(w, '=', wn);
+        if (eq == NULL || eq == w)
+            return route_why(why, whysz, "expected an option KEY=VALUE "
+                "after the route, got '%.*s'", (int)(wn > 60 ? 60 : wn), w);
+        for (k = 0, o = route_opts; o->name != NULL; o++, k++)
+            if (strlen(o->name) == (size_t)(eq - w) &&
+                strncasecmp(o->name, w, (size_t)(eq - w)) == 0)
+                break;
+        if (o->name == NULL)
+            return route_why(why, whysz, "unknown route option '%.*s' "
+                "(expected fallback=, pool=)", (int)(eq - w > 40 ? 40 : eq - w), w);
+        if (seen & (1u << k))
+            return route_why(why, whysz, "route option '%s' given twice",
+                o->name);
+        seen |= 1u << k;
+        if (eq + 1 == s)
+            return route_why(why, whysz, "route option '%s' needs a value",
+                o->name);
+        if (o->set(out, eq + 1, (size_t)(s - eq - 1), why, whysz) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+
+/* route_split - the route text of an smtp: or mx value and its options:
+ * the text's length (trailing blanks dropped) in *bn; -1 on a bad
+ * option. */
+static int
+route_split(const char *value, size_t n, struct route *out, size_t *bn,
     char *why, size_t whysz)
 {
-    const char *sp = strrchr(value, ' ');
-    size_t      n;
+    size_t o = route_opt_start(value, n), b = o;
 
-    if (sp == NULL || strncasecmp(sp + 1, "pool=", 5) != 0 ||
-        !(route_prefix(value, strlen(value), "smtp:") ||
-        route_prefix(value, strlen(value), "mx ")))
+    while (b > 0 && (value[b - 1] == ' ' || value[b - 1] == '\t'))
+        b--;
+    *bn = b;
+    if (o == n)
         return 0;
-    if (!route_pool_name_ok(sp + 6))
-        return route_why(why, whysz, "bad pool name '%.40s' (1-%d letters, "
-            "digits, '.', '_', '-')", sp + 6, ROUTE_POOL_MAX);
-    n = (size_t)(sp - value);
-    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
-        n--;
-    if (n >= restsz)
-        return route_why(why, whysz, "route too long");
-    memcpy(rest, value, n);
-    rest[n] = '\0';
-    memcpy(out->pool, sp + 6, strlen(sp + 6) + 1);
-    return 1;
+    return route_options(value + o, n - o, out, why, whysz);
 }
 
 
 int
 route_parse(const char *value, struct route *out, char *why, size_t whysz)
 {
-    char    rest[ROUTE_VALUE_MAX + 1];
-    size_t  n, i, wn;
-    int     rc;
+    size_t  n, i, wn, bn;
 
     out->kind = 0;
+    out->fallback[0] = '\0';
     out->nhosts = 0;
     out->path[0] = '\0';
     out->code = 0;
@@ -395,17 +512,13 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
             return route_why(why, whysz, "control character in route");
     if (value[0] == ' ' || value[n - 1] == ' ')
         return route_why(why, whysz, "leading or trailing blank in route");
-    if ((rc = route_pool(value, out, rest, sizeof(rest), why, whysz)) < 0)
-        return -1;
-    if (rc == 1) {
-        value = rest;
-        n = strlen(value);
-    }
 
     wn = strcspn(value, ":");
     if (wn == 4 && route_prefix(value, n, "smtp:")) {
         out->kind = ROUTE_SMTP;
-        return route_smtp(value, out, why, whysz);
+        if (route_split(value, n, out, &bn, why, whysz) < 0)
+            return -1;
+        return route_smtp(value, bn, out, why, whysz);
     }
     if (wn == 7 && route_prefix(value, n, "maildir:")) {
         if (n - 8 == 0)
@@ -431,8 +544,14 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
         out->kind = ROUTE_DISCARD;
         return 0;
     }
-    if (wn == n && strcasecmp(value, "mx") == 0) {
+    if (route_prefix(value, n, "mx") && (n == 2 || value[2] == ' ' ||
+        value[2] == '\t')) {
         out->kind = ROUTE_MX;
+        if (route_split(value, n, out, &bn, why, whysz) < 0)
+            return -1;
+        if (bn != 2)
+            return route_why(why, whysz, "mx takes no argument, only "
+                "options (KEY=VALUE)");
         return 0;
     }
     if (wn == 2 && route_prefix(value, n, "mx:"))

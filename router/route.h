@@ -16,12 +16,18 @@
  *   discard                   accept and drop (logged)
  *   reject:5xx x.y.z text     answered at RCPT
  *   defer:4xx x.y.z text      answered at RCPT
- *   smtp:... pool=NAME        an smtp: or mx route may end in one
- *   mx pool=NAME              " pool=NAME": its mail leaves through the
- *                             egress pool NAME (relay.yaml egress.pools;
- *                             letters, digits, '.', '_', '-', at most
- *                             ROUTE_POOL_MAX bytes).  Without it: the
- *                             sender's pool, else egress.default_pool.
+ *
+ * Options: an smtp: or mx route may end in blank-separated KEY=VALUE
+ * options (the route text ends at the first blank-separated word with an
+ * '='); each key at most once, unknown keys refused:
+ *   fallback=smtp:[h]:p,...   the fallback relay of this route (as
+ *                             delivery.fallback_relay; "none": no
+ *                             fallback even when one is set globally)
+ *   pool=NAME                 its mail leaves through the egress pool NAME
+ *                             (relay.yaml egress.pools; letters, digits,
+ *                             '.', '_', '-', at most ROUTE_POOL_MAX bytes).
+ *                             Without it: the sender's pool, else
+ *                             egress.default_pool.
  *
  * CONTRACT  route_parse() fills a struct route whose strings point into
  *           the route's own storage (no allocation, no pointers into the
@@ -58,8 +64,9 @@ struct route {
     char            path[ROUTE_TEXT_MAX];      /* ROUTE_MAILDIR */
     int             code;                      /* ROUTE_REJECT/DEFER: 550 */
     char            text[ROUTE_TEXT_MAX];      /* "5.7.1 no such user" */
-    char            pool[ROUTE_POOL_MAX + 1];  /* SMTP/MX: " pool=NAME",
-                                                  or "" */
+    /* options (ROUTE_SMTP, ROUTE_MX): "" when not given */
+    char            fallback[ROUTE_TEXT_MAX];  /* smtp: list, or "none" */
+    char            pool[ROUTE_POOL_MAX + 1];  /* the egress pool */
 };
 
 int     route_parse(const char *value, struct route *out, char *why,
@@ -67,6 +74,11 @@ int     route_parse(const char *value, struct route *out, char *why,
 /* 1 when name is a valid egress pool or source name (1..ROUTE_POOL_MAX
  * bytes of letters, digits, '.', '_', '-'), else 0. */
 int     route_pool_name_ok(const char *name);
+/* route_fallback_check - v (n bytes) as a fallback relay list: smtp:
+ * entries only (each host with or without brackets, as a route), or
+ * "none" when none_ok.  0, or -1 with a reason. */
+int     route_fallback_check(const char *v, size_t n, int none_ok,
+            char *why, size_t whysz);
 int     route_key_check(const char *key, char *why, size_t whysz);
 void    route_key_normalize(char *key);  /* lower-case in place */
 /* route_line_parse - one line of a routes file, as mtactl route import

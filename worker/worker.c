@@ -812,6 +812,7 @@ worker_init(const struct worker_args *a)
         w->admit = status_create();
         w->admit_slot = 0;
     }
+    deliver_set_health(w->deliver, w->admit);
     w->nlisten = a->nlisten;
     w->lfds = xcalloc(a->nlisten ? a->nlisten : 1, sizeof(int));
     w->lnodelay = xcalloc(a->nlisten ? a->nlisten : 1, 1);

@@ -52,6 +52,7 @@ ref_kind(const char *l, int sandbox)
     if (!strcmp(l, "check")) return CTL_REQ_CHECK;
     if (!strcmp(l, "queue-stream")) return CTL_REQ_QUEUE_STREAM;
     if (!strcmp(l, "routes")) return CTL_REQ_ROUTES;
+    if (!strcmp(l, "hosts")) return CTL_REQ_HOSTS;
     if (!strncmp(l, "audit ", 6)) return CTL_REQ_AUDIT;
     if (!strcmp(l, "drain") || !strncmp(l, "drain ", 6)) return CTL_REQ_DRAIN;
     if (!strncmp(l, "tls ", 4)) return CTL_REQ_TLS;

@@ -148,7 +148,10 @@ class Mtad:
                 "db": os.path.join(workdir, "routes.mdb"),
                 "default": "smtp:[127.0.0.1]:%d" % free_port(),
             },
-            "delivery": {"retry": ["1s", "2s"], "connect_timeout": "2s"},
+            # host_down_for: a next hop a test stops and starts again is
+            # tried again at the next retry (the default 60s would skip it)
+            "delivery": {"retry": ["1s", "2s"], "connect_timeout": "2s",
+                         "host_down_for": "1s"},
             "log": {"file": self.log, "level": "info",
                     "flush_interval": "20ms"},
         }

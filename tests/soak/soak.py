@@ -277,6 +277,7 @@ class Rig:
             "  retry: [1s, 2s, 4s]",
             "  connect_timeout: 2s",
             "" if self.old else "\n".join([
+                "  host_down_for: 2s",   # the sink comes back at once
                 "  timeouts:",
                 "    greeting: 5s",
                 "    helo: 5s",

@@ -162,6 +162,70 @@ Test(route_parse, which_hosts_are_mx_lookups)
         "the MX hosts of one domain)");
 }
 
+/* Options after the route text (route.h): fallback= on smtp: and mx
+ * routes, the text before them parsed as without. */
+Test(route_parse, options_after_the_route_text)
+{
+    static const struct { const char *in; size_t nhosts; const char *fb; }
+        good[] = {
+        { "smtp:[10.0.0.1]:25 fallback=smtp:[10.0.0.9]:2525", 1,
+          "smtp:[10.0.0.9]:2525" },
+        { "smtp:a.example, smtp:[b.example]:26  fallback=smtp:c.example",
+          2, "smtp:c.example" },
+        { "smtp:a.example FALLBACK=none", 1, "none" },
+        { "mx fallback=smtp:[127.0.0.1]:26,smtp:[::1]:27", 0,
+          "smtp:[127.0.0.1]:26,smtp:[::1]:27" },
+        { "smtp:a.example", 1, "" },
+        { "mx", 0, "" },
+    };
+    static const struct { const char *in; const char *why; } bad[] = {
+        { "smtp:a.example fallback=mx",
+          "fallback relay: expected 'smtp:[HOST]:PORT,...' or 'none', "
+          "got 'mx'" },
+        { "smtp:a.example fallback=smtp:[b]:99999",
+          "bad port '99999' (expected 1-65535)" },
+        { "smtp:a.example fallback=", "route option 'fallback' needs a "
+          "value" },
+        { "smtp:a.example fallback=smtp:b fallback=smtp:c",
+          "route option 'fallback' given twice" },
+        { "smtp:a.example colour=blue",
+          "unknown route option 'colour' (expected fallback=, pool=)" },
+        { "smtp:a.example fallback=smtp:b extra",
+          "expected an option KEY=VALUE after the route, got 'extra'" },
+        { "mx extra fallback=smtp:b",
+          "mx takes no argument, only options (KEY=VALUE)" },
+        { "smtp:a.example =x", "expected an option KEY=VALUE after the "
+          "route, got '=x'" },
+    };
+    struct route r;
+    char         why[256];
+    size_t       i;
+
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        cr_assert_eq(route_parse(good[i].in, &r, why, sizeof(why)), 0,
+            "'%s': %s", good[i].in, why);
+        cr_expect_eq(r.nhosts, good[i].nhosts, "'%s': nhosts %zu",
+            good[i].in, r.nhosts);
+        cr_expect_str_eq(r.fallback, good[i].fb, "'%s': fallback '%s'",
+            good[i].in, r.fallback);
+    }
+    cr_expect_str_eq((route_parse("smtp:[10.0.0.1]:25 fallback=smtp:x",
+        &r, why, sizeof(why)), r.hosts[0].name), "10.0.0.1");
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why[0] = '\0';
+        cr_expect_eq(route_parse(bad[i].in, &r, why, sizeof(why)), -1,
+            "'%s' accepted", bad[i].in);
+        cr_expect_str_eq(why, bad[i].why, "'%s': %s", bad[i].in, why);
+    }
+    /* a reject text keeps its '=' words: options are for smtp: and mx */
+    cr_assert_eq(route_parse("reject:550 5.7.1 see a=b", &r, why,
+        sizeof(why)), 0, "%s", why);
+    cr_expect_str_eq(r.text, "5.7.1 see a=b");
+    cr_expect_eq(route_fallback_check("none", 4, 0, why, sizeof(why)), -1);
+    cr_expect_eq(route_fallback_check("smtp:[::1]:25", 13, 0, why,
+        sizeof(why)), 0, "%s", why);
+}
+
 /* ---- route_parse: table of bad values with their exact reasons ------- */
 
 struct bad_case {

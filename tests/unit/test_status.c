@@ -426,3 +426,121 @@ Test(status, bclass_rows_named_once_counted_and_bounded)
         2 * STATUS_BCLASS_SITES, "other holds the overflow");
     cr_expect_eq(t_bclass_count(sp, "gmail.com", 6), 2, "named rows stay");
 }
+
+/* ---- next-hop health (status_health.c) ---- */
+
+static struct sockaddr_storage
+hop(const char *ip, unsigned port)
+{
+    struct sockaddr_storage ss = addr(ip);
+
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+    return ss;
+}
+
+/* Down for down_s, then one probe (the others still skip), a failed
+ * probe doubles the time up to the cap, a good one clears the row. */
+Test(status, hop_down_probe_backoff_and_up)
+{
+    struct status_page     *sp = status_create();
+    struct sockaddr_storage a = hop("192.0.2.1", 25), b = hop("192.0.2.1", 26);
+    const uint32_t          t0 = 1000, F = 3600;
+
+    cr_expect_eq(status_hop_check(sp, SA(a), t0, 5, F, NULL, 0), STATUS_HOP_UP);
+    cr_expect_eq(status_hop_down(sp, SA(a), t0, 10, 35, "connect refused"), 1);
+    /* a connection begun before the mark fails too: no growth */
+    cr_expect_eq(status_hop_down(sp, SA(a), t0 + 1, 10, 35, "again"), 1);
+    {
+        char e[STATUS_HOP_ERR];
+
+        cr_expect_eq(status_hop_check(sp, SA(a), t0 + 9, 5, F, e, sizeof(e)),
+            STATUS_HOP_DOWN);
+        cr_expect_str_eq(e, "again", "the last error: %s", e);
+    }
+    cr_expect_eq(status_hop_check(sp, SA(b), t0 + 9, 5, F, NULL, 0), STATUS_HOP_UP,
+        "another port of the same address is another hop");
+    cr_expect_eq(status_hop_count(sp, t0 + 9, F), 1);
+    /* the time is over: one probe, the others skip while it runs */
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 10, 5, F, NULL, 0), STATUS_HOP_PROBE);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 10, 5, F, NULL, 0), STATUS_HOP_DOWN);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 14, 5, F, NULL, 0), STATUS_HOP_DOWN);
+    /* the probe fails: 20 s, then 35 (the cap, not 40) */
+    cr_expect_eq(status_hop_down(sp, SA(a), t0 + 14, 10, 35, "timeout"), 2);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 33, 5, F, NULL, 0), STATUS_HOP_DOWN);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 34, 5, F, NULL, 0), STATUS_HOP_PROBE);
+    cr_expect_eq(status_hop_down(sp, SA(a), t0 + 34, 10, 35, "timeout"), 3);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 68, 5, F, NULL, 0), STATUS_HOP_DOWN);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 69, 5, F, NULL, 0), STATUS_HOP_PROBE);
+    /* a probe that never reports is claimed again after probe_s */
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 73, 5, F, NULL, 0), STATUS_HOP_DOWN);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 74, 5, F, NULL, 0), STATUS_HOP_PROBE);
+    {
+        struct status_hop l[4];
+        char              ip[64];
+
+        cr_assert_eq(status_hop_list(sp, t0 + 74, F, l, 4), 1);
+        cr_expect_eq(l[0].failures, 3);
+        cr_expect(l[0].probing);
+        cr_expect_eq(l[0].down_s, 74);
+        cr_expect_str_eq(l[0].err, "timeout");
+        cr_expect_eq(ntohs(((struct sockaddr_in *)&l[0].addr)->sin_port), 25);
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&l[0].addr)->sin_addr, ip,
+            sizeof(ip));
+        cr_expect_str_eq(ip, "192.0.2.1");
+    }
+    cr_expect_eq(status_hop_up(sp, SA(a)), 1);
+    cr_expect_eq(status_hop_up(sp, SA(a)), 0);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 75, 5, F, NULL, 0), STATUS_HOP_UP);
+    cr_expect_eq(status_hop_count(sp, t0 + 75, F), 0);
+    /* a new episode starts from down_s again */
+    cr_expect_eq(status_hop_down(sp, SA(a), t0 + 80, 10, 35, "x"), 1);
+    cr_expect_eq(status_hop_check(sp, SA(a), t0 + 90, 5, F, NULL, 0), STATUS_HOP_PROBE);
+}
+
+/* Entries expire by themselves: forget_s after the down time nobody
+ * asked, the hop is up and its row free; v4-mapped is the same hop. */
+Test(status, hop_expires_and_v4_mapped_is_one)
+{
+    struct status_page     *sp = status_create();
+    struct sockaddr_storage a = hop("198.51.100.7", 2525);
+    struct sockaddr_storage m = hop("::ffff:198.51.100.7", 2525);
+
+    cr_expect_eq(status_hop_down(sp, SA(a), 50, 10, 100, "refused"), 1);
+    cr_expect_eq(status_hop_check(sp, SA(m), 55, 5, 100, NULL, 0), STATUS_HOP_DOWN);
+    cr_expect_eq(status_hop_count(sp, 159, 100), 1);
+    cr_expect_eq(status_hop_count(sp, 160, 100), 0);
+    cr_expect_eq(status_hop_check(sp, SA(a), 160, 5, 100, NULL, 0), STATUS_HOP_UP);
+    /* the old episode is forgotten: failures start at 1 */
+    cr_expect_eq(status_hop_down(sp, SA(m), 160, 10, 100, "refused"), 1);
+}
+
+/* Many hops in one probe window: each keeps its own row; a full window
+ * records nothing more (the hop stays up) rather than evicting a live
+ * one (which would bring a dead hop back unprobed). */
+Test(status, hop_rows_are_per_hop_and_never_evict_live_ones)
+{
+    struct status_page     *sp = status_create();
+    struct sockaddr_storage h;
+    unsigned                i, n = 0, recorded = 0;
+    char                    ip[32];
+
+    for (i = 0; i < 2 * STATUS_HOP_SLOTS; i++) {
+        snprintf(ip, sizeof(ip), "10.%u.%u.1", i / 250, i % 250);
+        h = hop(ip, 25);
+        if (status_hop_down(sp, SA(h), 10, 60, 600, "t") == 1)
+            recorded++;
+    }
+    cr_expect_leq(recorded, STATUS_HOP_SLOTS);
+    cr_expect_geq(recorded, STATUS_HOP_SLOTS / 2);
+    for (i = 0; i < 2 * STATUS_HOP_SLOTS; i++) {
+        snprintf(ip, sizeof(ip), "10.%u.%u.1", i / 250, i % 250);
+        h = hop(ip, 25);
+        n += status_hop_check(sp, SA(h), 20, 5, 600, NULL, 0) ==
+            STATUS_HOP_DOWN;
+    }
+    cr_expect_eq(n, recorded, "%u down, %u recorded", n, recorded);
+    cr_expect_eq(status_hop_count(sp, 20, 600), recorded);
+}
