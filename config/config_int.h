@@ -48,7 +48,9 @@ enum config_type {
     CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */
     CONFIG_TLSLEVEL,               /* int: none|may|encrypt|verify|dane|
                                       dane-only (router_tls_level()) */
-    CONFIG_DNSBL                   /* screen.dnsbl: a sequence of mappings */
+    CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
+    CONFIG_OPAQUE                  /* shaping: read by shape/ itself from the
+                                      same file (shape_rules_load()) */
 };
 
 struct config_key {

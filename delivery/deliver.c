@@ -130,11 +130,21 @@ dl_txn_done(struct mta_txn *rt)
 {
     struct dl_txn     *t = rt->arg;
     struct dl_attempt *a = t->a;
+    struct deliver    *d = a->d;
     size_t             i;
 
-    if (rt->cut)
+    if (d->waits != NULL && !rt->cut)
+        mta_shape_done(d->relay, rt, NULL);     /* back-off, bounce rules */
+    if (rt->cut) {
         a->cut = 1;                     /* its recipients stay as they were */
-    else
+    } else if (rt->held) {
+        /* shaping: untried, no result, no retry: the id waits (HELD) */
+        a->held = 1;
+        dl_wait_add(d, rt->shape_e, a->env->id, a->env->arrival_ms,
+            rt->not_before_ms);
+    } else {
+        if (rt->shape_e >= 0 && d->waits != NULL)
+            dl_wait_release(d, rt->shape_e, 1);   /* the next may go */
         for (i = 0; i < rt->nrcpt; i++) {
             dl_result_tls(a, rt->rcpt[i], rt->res[i].status,
                 rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls);
@@ -142,6 +152,7 @@ dl_txn_done(struct mta_txn *rt)
             if (rt->res[i].status == MTA_SENT && !rt->res[i].peer_dsn)
                 a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
         }
+    }
     if (--a->open > 0)
         return;
     if (a->cut)
@@ -573,6 +584,7 @@ deliver_free(struct deliver *d)
         return;
     ev_timer_stop(d->loop, &d->timer);
     ev_timer_stop(d->loop, &d->save_timer);
+    dl_wait_free(d);
     qx_free(d);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
@@ -774,6 +786,7 @@ found:
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
     free(found);
+    dl_wait_clear(d);                   /* held ids are in the heap again */
     log_info("%s: %zu queued messages of shard %u scheduled, %zu on hold",
         why, taken, d->shard, held);
     deliver_arm(d);
@@ -922,6 +935,18 @@ deliver_set_throttle(struct deliver *d, const uint32_t *throttle)
 
 
 void
+deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
+    struct shape_table *tab, unsigned slot)
+{
+    mta_set_shaping(d->relay, rules, tab, slot);
+    if (rules == NULL || d->relay->shape == NULL || d->waits != NULL)
+        return;
+    d->waits = xcalloc(SHAPE_SLOTS, sizeof(*d->waits));
+    ev_timer_init(&d->wait_timer, dl_wait_fire, d);
+}
+
+
+void
 deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
     uint64_t *deferred)
 {
@@ -929,7 +954,8 @@ deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
     size_t   i;
 
     *active = d->nactive;
-    *due = *deferred = 0;
+    *due = d->nwaiting;                 /* held by shaping: due, waiting */
+    *deferred = 0;
     for (i = 0; i < d->nheap; i++) {
         if (d->heap[i].when <= now)
             (*due)++;

@@ -57,6 +57,13 @@ size_t  deliver_drain(struct deliver *d);
 /* The status page's throttle word: while STATUS_THROTTLE_HOLD is set no
  * attempt starts (limits.load.queue_only).  NULL: never held. */
 void    deliver_set_throttle(struct deliver *d, const uint32_t *throttle);
+/* Traffic shaping (shape.h): the rules (NULL: off), the node-wide table
+ * the master made, this worker's slot in it.  Before the first submit;
+ * the rules must outlive d. */
+struct shape_rules;
+struct shape_table;
+void    deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
+            struct shape_table *tab, unsigned slot);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */
