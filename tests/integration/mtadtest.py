@@ -703,6 +703,13 @@ ZONE = "mtad.test"
 #   short      MX 10 mx.one with TTL 2               (cache expiry)
 #   many       MX 10 m1..m4, each with 2 addresses   (address limit)
 #   txt        TXT "v=STSv1; id=20261201"
+# Simulated providers (tests/integration/shapesim.py listens there; sites
+# for traffic shaping: domains with the same MX set share one site):
+#   gmail, googlemail, workspace  MX 10 mx1.google, 10 mx2.google
+#                                 -> 127.0.1.1, 127.0.1.2 (one site)
+#   outlook, hotmail  MX 10 mx.outlook  -> 127.0.2.1
+#   yahoo             MX 10 mx.yahoo    -> 127.0.3.1
+#   open              MX 10 mx.open     -> 127.0.4.1 (no limits)
 #   anything else: NXDOMAIN
 ZONE_TEXT = """$ORIGIN mtad.test.
 $TTL 300
@@ -745,6 +752,21 @@ m3.many    IN A   127.0.0.66
 m4.many    IN A   127.0.0.67
 m4.many    IN A   127.0.0.68
 txt        IN TXT "v=STSv1; id=20261201"
+gmail      IN MX  10 mx1.google
+gmail      IN MX  10 mx2.google
+googlemail IN MX  10 mx1.google
+googlemail IN MX  10 mx2.google
+workspace  IN MX  10 mx1.google
+workspace  IN MX  10 mx2.google
+mx1.google IN A   127.0.1.1
+mx2.google IN A   127.0.1.2
+outlook    IN MX  10 mx.outlook
+hotmail    IN MX  10 mx.outlook
+mx.outlook IN A   127.0.2.1
+yahoo      IN MX  10 mx.yahoo
+mx.yahoo   IN A   127.0.3.1
+open       IN MX  10 mx.open
+mx.open    IN A   127.0.4.1
 """
 
 
