@@ -27,6 +27,7 @@
 #include "common/util.h"
 #include "common/ctl.h"
 #include "config/config.h"
+#include "shape/shape.h"
 #include "mtactl/mtactl.h"
 
 #define MTACTL_DEFAULT_CONFIG  "/etc/mtad/relay.yaml"
@@ -132,10 +133,19 @@ mtactl_request(struct mtactl *c, const char *req, int timeout_ms,
 static int
 mtactl_check(struct mtactl *c)
 {
+    struct shape_rules *rules = NULL;
+
     if (c->cfg == NULL) {
         mtactl_print_errors(c->cfg_err);
         return MTACTL_FAIL;
     }
+    /* the shaping rules too (shaping: and its rules_file), as mtad -t */
+    if (shape_rules_load(c->config_path, &rules, c->cfg_err,
+        sizeof(c->cfg_err)) < 0) {
+        mtactl_print_errors(c->cfg_err);
+        return MTACTL_FAIL;
+    }
+    shape_rules_free(rules);
     printf("%s: ok\n", c->config_path);
     return MTACTL_OK;
 }

@@ -1,0 +1,267 @@
+"""Traffic shaping against real mtad processes and the provider simulator
+(shapesim.py) behind the test zone's MX records (nsd): per-site limits that
+hold for the node with 2 workers (the simulator counts every violation per
+source IP), back-off on the first 421 and a stepwise ramp after it, no
+head-of-line blocking while a site is suspended (mtactl suspend/resume),
+held mail not counted as a retry, a bad rules file refused with its
+position by mtad -t and kept on reload, and a reload that applies new rules
+to mail already waiting.  Port 25 needs root (own network namespace)."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from mtadtest import MTAD, ZONE, make_message, send, wait_for
+from shapesim import Provider, Sim
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="the simulator on port 25 needs root")
+
+GOOGLE = ["gmail.%s" % ZONE, "googlemail.%s" % ZONE]
+
+
+@pytest.fixture
+def sim_factory():
+    made = []
+
+    def make(*providers):
+        s = Sim(list(providers)).start()
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+def gmail(**kw):
+    return Provider("gmail", ["127.0.1.1", "127.0.1.2"], port=25, **kw)
+
+
+def open_site():
+    return Provider("open", ["127.0.4.1"], port=25)
+
+
+def start(mtad_factory, dns, shaping, workers=2, rules=None, **over):
+    cfg = {"routes": {"default": "mx"},
+           "server": {"workers": workers},
+           "dns": {"servers": [dns], "timeout": "1s", "attempts": 1},
+           "delivery": {"retry": ["30s"], "connect_timeout": "2s",
+                        "connections_per_destination": 20},
+           "shaping": shaping}
+    for k, v in over.items():
+        cfg.setdefault(k, {}).update(v)
+    m = mtad_factory(cfg)
+    if rules is not None:
+        with open(os.path.join(m.dir, "shaping.yaml"), "w") as f:
+            f.write(rules)
+    return m.start()
+
+
+def inject(m, rcpts_of, n):
+    """n messages over one session; rcpts_of(i) gives each one's list."""
+    ids = []
+    c = m.smtp(timeout=20)
+    try:
+        for i in range(n):
+            ids.append(send(m, "s@home.test", rcpts_of(i),
+                            make_message(i), conn=c))
+    finally:
+        c.quit()
+    return ids
+
+
+def shaping_json(m):
+    r = m.ctl("shaping", "--json", check=True)
+    return json.loads(r.stdout)["pairs"]
+
+
+def pair(m, site):
+    for p in shaping_json(m):
+        if p["site"] == site:
+            return p
+    return None
+
+
+def queue_json(m):
+    r = m.ctl("queue", "--json", check=True)
+    return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+
+
+def max_in_window(times, width):
+    """The most events in any window of width seconds."""
+    times = sorted(times)
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - width:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def test_limits_hold_for_the_node_with_two_workers(mtad_factory, sim_factory,
+                                                   dns_servers):
+    """gmail takes 2 connections and 5 messages per connection from a
+    source; mtad's 2 workers (20 connections per destination each) keep to
+    the site's rule together, at 40/s: no violation, each limit reached."""
+    sim = sim_factory(gmail(max_conns=2, max_msgs=5))
+    m = start(mtad_factory, dns_servers.nsd, {
+        "sites": [{"name": "google", "mx": [".google.%s" % ZONE],
+                   "connections": 2, "messages_per_connection": 5,
+                   "deliveries_per_second": 40, "burst": 4}]})
+    n = 120
+    inject(m, lambda i: ["u%d@%s" % (i, GOOGLE[i % 2])], n)
+    recs = sim.wait_for(n, timeout=30, provider="gmail")
+    assert sim.violations("gmail") == 0, sim.stats()
+    st = sim.stats()["providers"]["gmail"]["sources"]["127.0.0.1"]
+    assert st["max_open"] == 2, st
+    per_conn = {}
+    for r in recs:
+        per_conn[r["conn"]] = per_conn.get(r["conn"], 0) + 1
+    assert max(per_conn.values()) == 5
+    # 40/s with a burst of 4: never more than 45 in a second
+    assert max_in_window([r["time"] for r in recs], 1.0) <= 45
+    p = pair(m, "google")
+    assert p["max_connections"] == 2 and p["sent"] >= n // 2, p
+    wait_for(lambda: pair(m, "google")["connections"] == 0, 10,
+             what="connections given back")
+    wait_for(lambda: m.queue_ids() == [], 10, what="an empty queue")
+
+
+def test_backoff_on_the_first_421_then_a_stepwise_ramp(mtad_factory,
+                                                       sim_factory,
+                                                       dns_servers):
+    """gmail allows 5 messages a second per source and answers the next
+    with 421 4.7.28; the site has no rate of its own.  The first 421 slows
+    it to a quarter of 4/s for 2 s, then three 1 s steps back: one log line
+    per change, at most one violation per episode, and the refused
+    messages wait (held: no retry counted, no deferral logged)."""
+    sim = sim_factory(gmail(per_second=5))
+    m = start(mtad_factory, dns_servers.nsd, {
+        "sites": [{"name": "google", "mx": [".google.%s" % ZONE]}],
+        "backoff": [{"enhanced": "4.7.28", "action": "slow",
+                     "factor": 0.25, "for": "2s", "steps": 3, "step": "1s",
+                     "base": "4/s"}]})
+    n = 30
+    ids = inject(m, lambda i: ["u%d@gmail.%s" % (i, ZONE)], n)
+    m.wait_log("shaping: site google source default slowed to 25.0%",
+               timeout=20)
+    p = pair(m, "google")
+    assert p["state"] in ("slow",) and "4.7.28" in p["reply"], p
+    for k in (1, 2, 3):
+        m.wait_log("site google source default ramp step %d of 3" % k,
+                   timeout=10)
+    m.wait_log("site google source default back to normal", timeout=10)
+    sim.wait_for(n, timeout=40, provider="gmail")
+    log = m.log_text()
+    starts = log.count("site google source default slowed")
+    steps = re.findall(r"site google source default ramp step (\d) of 3", log)
+    # one line per change: each episode's steps in order, once
+    assert steps[:3] == ["1", "2", "3"], steps
+    assert len(steps) == 3 * starts, (starts, steps)
+    rate = sim.violations("gmail", kind="rate")
+    assert 1 <= rate <= starts, (rate, starts)
+    # the slow phase itself stays under gmail's rate: a quarter of 4/s
+    assert "status=deferred" not in log and "deferred" not in \
+        "\n".join(l for l in log.splitlines() if ids[0] in l)
+    wait_for(lambda: m.queue_ids() == [], 10, what="an empty queue")
+
+
+def test_a_suspended_site_holds_no_other_mail(mtad_factory, sim_factory,
+                                              dns_servers):
+    """mtactl suspend google: its mail waits (held: no attempt counted,
+    nothing logged per message), mail to an unlimited site flows at once;
+    mtactl resume lets it go."""
+    sim = sim_factory(gmail(), open_site())
+    m = start(mtad_factory, dns_servers.nsd, {
+        "sites": [{"name": "google", "mx": [".google.%s" % ZONE],
+                   "connections": 2}]}, workers=1)
+    r = m.ctl("suspend", "google", "--for", "10m", check=True)
+    assert "google: suspended for 600s" in r.stdout
+    held = inject(m, lambda i: ["h%d@gmail.%s" % (i, ZONE)], 300)
+    t0 = time.time()
+    inject(m, lambda i: ["o%d@open.%s" % (i, ZONE)], 20)
+    recs = sim.wait_for(20, timeout=20, provider="open")
+    lat = sorted(r["time"] - t0 for r in recs)
+    assert lat[int(len(lat) * 0.95) - 1] < 3.0, lat
+    assert sim.records("gmail") == []
+    p = wait_for(lambda: (lambda p: p if p and p["held"] >= 300 else None)(
+        pair(m, "google")), 20, what="300 held")
+    assert p["state"] == "suspended" and p["manual"], p
+    q = {e["id"]: e for e in queue_json(m)}
+    assert all(q[i]["attempts"] == 0 for i in held[:50]), \
+        [q[i] for i in held[:3]]
+    log = m.log_text()
+    assert not any(i in log and "deferred" in l for l in log.splitlines()
+                   for i in held[:20])
+    st = json.loads(m.ctl("status", "--json", check=True).stdout.split(
+        "\n", 1)[1])
+    assert "google" in m.ctl("shaping", check=True).stdout
+    r = m.ctl("resume", "google", check=True)
+    assert "google: resumed" in r.stdout
+    sim.wait_for(300, timeout=40, provider="gmail")
+    assert sim.violations("gmail") == 0
+    m.wait_log("shaping: site google source * resumed with mtactl")
+    del st
+
+
+BAD = "sites:\n  - name: google\n    mx: [.google.mtad.test]\n" \
+      "    connections: many\n"
+
+
+def test_bad_rules_file_refused_with_its_position_and_kept(mtad_factory,
+                                                           dns_servers):
+    """mtad -t names shaping.yaml:4:18; a reload to it is refused and the
+    running rules stay."""
+    good = "sites:\n  - name: google\n    mx: [.google.mtad.test]\n" \
+           "    connections: 3\n"
+    m = start(mtad_factory, dns_servers.nsd, {"rules_file": "shaping.yaml"},
+              rules=good)
+    path = os.path.join(m.dir, "shaping.yaml")
+    with open(path, "w") as f:
+        f.write(BAD)
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode != 0
+    assert "shaping.yaml:4:18: connections: expected a number" in r.stderr, \
+        r.stderr
+    r = m.ctl("reload")
+    assert r.returncode == 1
+    assert "shaping.yaml:4:18" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = m.ctl("check")
+    assert "shaping.yaml:4:18" in r.stdout + r.stderr
+    # the old generation serves on with its rules: suspend and look
+    with open(path, "w") as f:
+        f.write(good)
+    assert subprocess.run([MTAD, "-t", "-c", m.cfg_path],
+                          capture_output=True, timeout=20).returncode == 0
+
+
+def test_reload_applies_new_rules_to_waiting_mail(mtad_factory, sim_factory,
+                                                  dns_servers):
+    """google at 1 message a minute: one goes, the rest wait; a reload that
+    lifts the rate sends the waiting ones at once."""
+    sim = sim_factory(gmail())
+    slow = "sites:\n  - name: google\n    mx: [.google.mtad.test]\n" \
+           "    deliveries_per_minute: 1\n"
+    m = start(mtad_factory, dns_servers.nsd, {"rules_file": "shaping.yaml"},
+              rules=slow)
+    ids = inject(m, lambda i: ["w%d@gmail.%s" % (i, ZONE)], 10)
+    sim.wait_for(1, timeout=15, provider="gmail")
+    wait_for(lambda: (pair(m, "google") or {}).get("held", 0) >= 9, 15,
+             what="nine held")
+    time.sleep(0.5)
+    assert len(sim.records("gmail")) == 1
+    q = {e["id"]: e for e in queue_json(m)}
+    assert sum(1 for i in ids if i in q) == 9
+    assert all(q[i]["attempts"] == 0 for i in ids if i in q)
+    with open(os.path.join(m.dir, "shaping.yaml"), "w") as f:
+        f.write("sites:\n  - name: google\n    mx: [.google.mtad.test]\n"
+                "    connections: 2\n")
+    m.ctl("reload", check=True)
+    sim.wait_for(10, timeout=20, provider="gmail")
+    p = pair(m, "google")
+    assert p["max_connections"] == 2 and p["per_minute"] is None, p
