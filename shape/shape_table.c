@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "common/util.h"
 #include "shape/shape.h"
@@ -332,6 +333,33 @@ st_unlock(struct shape_ent *x)
     __atomic_store_n(&x->lock, 0, __ATOMIC_RELEASE);
 }
 
+/* st_push_tat - a slow-down starts: the next event of each rate no
+ * sooner than one interval at the new factor from now (else the first
+ * one would come at the old spacing, into the receiver's window again). */
+static void
+st_push_tat(struct shape_ent *x, const struct shape_action *a)
+{
+    struct timespec ts;
+    uint64_t        now, iv, old, want;
+    int             r, any = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+    for (r = SHAPE_R_SEC; r <= SHAPE_R_HOUR; r++) {
+        iv = shape_interval_us(&x->lim.rate[r], a->factor);
+        any |= iv != 0;
+        if (iv == 0)
+            continue;
+        old = __atomic_load_n(&x->tat[r], __ATOMIC_RELAXED);
+        want = now + iv;
+        while (old < want && !__atomic_compare_exchange_n(&x->tat[r], &old,
+            want, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            ;
+    }
+    if (!any && (iv = shape_interval_us(&a->base, a->factor)) != 0)
+        __atomic_store_n(&x->tat[SHAPE_R_SEC], now + iv, __ATOMIC_RELAXED);
+}
+
 int
 shape_backoff(struct shape_table *t, int e, const struct shape_action *a,
     const char *reply, uint64_t now, int manual)
@@ -357,6 +385,7 @@ shape_backoff(struct shape_table *t, int e, const struct shape_action *a,
             now, &step) : 1000;
         if (a->factor < cur) {
             x->act = *a;
+            st_push_tat(x, a);
             x->since_ms = now;
             x->until_ms = now + a->for_ms + (uint64_t)a->steps * a->step_ms;
             x->step = 0;
