@@ -24,9 +24,12 @@
 #include "shape/shape.h"
 #include "spool/spool.h"
 #include "delivery/delivery_int.h"
+#include "delivery/mta.h"
 
 #define DL_WAIT_BATCH   8           /* released when the site's time comes */
 #define DL_WAIT_AGAIN   1000        /* ms: look again if nothing came back */
+#define DL_WAIT_LOOK    1000        /* ms: a suspended site's state is read
+                                       this often (a load, no release) */
 
 struct dl_held {
     uint64_t arrival;
@@ -117,7 +120,10 @@ dl_wait_add(struct deliver *d, int e, const char *id, uint64_t arrival,
     util_strlcpy(w->h[w->n].id, id, SPOOL_ID_SIZE);
     dl_wait_up(w->h, w->n++);
     d->nwaiting++;
-    /* the latest word on the site: when it said it may go */
+    /* the latest word on the site: when it said it may go, but looked at
+     * every DL_WAIT_LOOK at least (mtactl resume, a reload's new rules) */
+    if (not_before > util_wall_ms() + DL_WAIT_LOOK)
+        not_before = util_wall_ms() + DL_WAIT_LOOK;
     w->wake_ms = not_before;
     if (!ev_timer_active(&d->wait_timer) || not_before < d->wait_at) {
         uint64_t now = util_wall_ms();
@@ -167,6 +173,9 @@ dl_wait_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg)
         if (w == NULL || w->n == 0 || w->wake_ms > now)
             continue;
         w->wake_ms = now + DL_WAIT_AGAIN;
+        if (d->relay->shape_tab != NULL &&
+            shape_suspended(d->relay->shape_tab, (int)e, now))
+            continue;                   /* still: nothing to open */
         dl_wait_release(d, (int)e, DL_WAIT_BATCH);
     }
     dl_wait_arm(d);
