@@ -643,7 +643,8 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         return;
     d->running = 1;
     while (d->wait_head != NULL) {
-        if (d->shape_e >= 0 && mta_shape_gate(r, d) != 0)
+        if (d->shape_e >= 0 && !d->wait_head->shape_paid &&
+            mta_shape_gate(r, d) != 0)
             break;
         for (c = d->conns; c; c = c->next)
             if (c->state == C_IDLE)
@@ -874,6 +875,7 @@ mta_submit(struct mta *r, struct mta_txn *t)
     t->cut = 0;
     t->held = 0;
     t->shape_e = -1;
+    t->shape_paid = 0;
     t->site[0] = '\0';
     if (d->shape_e == -2)
         mta_shape_dest_init(r, d, t);

@@ -98,6 +98,7 @@ struct mta_txn {
     int         held;
     uint64_t    not_before_ms;
     int         shape_e;
+    int         shape_paid;         /* its event taken from the rates */
     char        site[SHAPE_NAME_MAX];
     /* private to the client (mta*.c) */
     struct mta_txn *next;
@@ -358,8 +359,9 @@ void    mta_conn_quit(struct mta_conn *c);
 
 /* mta_shape.c: shaping at the seams (see mta_may_connect() in mta.c and
  * mta_conn_next()).  dest_init: d's site, limits and entry, from its
- * first txn; gate: may a message of d start now (0), else the queue is
- * trimmed (the rest held) and d's timer armed (1); may_connect: one more
+ * first txn; gate: may the head message of d start now (0: its event is
+ * taken, t->shape_paid), else the queue is trimmed (the rest held) and
+ * d's timer armed (1); may_connect: one more
  * connection (a slot taken into d->conn_token); take: c uses the token
  * (a new or adopted connection); give: c closes; next: the top of
  * mta_conn_next() (0 go on, 1 c closed, 2 c parked idle); idle_ms: the

@@ -168,7 +168,7 @@ mta_shape_trim(struct mta *r, struct mta_dest *d, size_t keep,
 
     d->wait_tail = NULL;
     while ((t = *pp) != NULL) {
-        if (n < keep || t->first > 0) {
+        if (n < keep || t->first > 0 || t->shape_paid) {
             n++;
             d->wait_tail = t;
             pp = &t->next;
@@ -192,9 +192,14 @@ mta_shape_gate(struct mta *r, struct mta_dest *d)
     uint64_t now = mta_shape_now_us(), wall = util_wall_ms(), nb;
     size_t   keep;
 
+    /* the head's event is taken here, before it waits for a connection
+     * (else every new connection would be opened first and most would
+     * then find the rate spent) */
     if (now >= d->gate_us && shape_may(r->shape_tab, d->shape_e,
-        &d->shape_lim, SHAPE_R_SEC, 0, now, wall, &nb) == 0)
+        &d->shape_lim, SHAPE_R_SEC, 1, now, wall, &nb) == 0) {
+        d->wait_head->shape_paid = 1;
         return 0;
+    }
     if (now < d->gate_us)
         nb = d->gate_us;
     d->gate_us = nb;
@@ -307,6 +312,8 @@ mta_shape_next(struct mta_conn *c, struct mta_txn *t)
     }
     if (t == NULL && d->wait_head == NULL)
         return 0;                       /* nothing to send: idle */
+    if (t != NULL ? t->shape_paid : d->wait_head->shape_paid)
+        return 0;                       /* mta_shape_gate() took its event */
     now = mta_shape_now_us();
     if (now >= d->gate_us && shape_may(r->shape_tab, d->shape_e,
         &d->shape_lim, SHAPE_R_SEC, 1, now, util_wall_ms(), &nb) == 0)
