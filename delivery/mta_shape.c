@@ -52,6 +52,17 @@ mta_shape_now_us(void)
 }
 
 
+/* The domain of t's destination: an mx route's (a destination per
+ * domain); none for a route to named hosts, which carries every domain
+ * routed there (its site is the hosts'). */
+static const char *
+mta_shape_domain(const struct mta_txn *t)
+{
+    return t->route != NULL && t->route->kind == ROUTE_MX ?
+        t->tls.policy_domain : NULL;
+}
+
+
 void
 mta_set_shaping(struct mta *r, const struct shape_rules *rules,
     struct shape_table *tab, unsigned slot)
@@ -80,7 +91,7 @@ mta_site_name(const struct mta *r, const struct mta_txn *t, char *buf)
     for (k = 0; n == 0 && t->route != NULL && k < t->route->nhosts &&
         k < MTA_MAX_ADDRS; k++)
         mx[n++] = t->route->hosts[k].name;
-    (void)shape_site(r->shape, t->tls.policy_domain, mx, n, buf);
+    (void)shape_site(r->shape, mta_shape_domain(t), mx, n, buf);
     return buf;
 }
 
@@ -112,7 +123,7 @@ mta_shape_dest_init(struct mta *r, struct mta_dest *d,
     for (k = 0; n == 0 && t->route != NULL && k < t->route->nhosts &&
         k < MTA_MAX_ADDRS; k++)
         mx[n++] = t->route->hosts[k].name;
-    d->shape_block = shape_site(r->shape, t->tls.policy_domain, mx, n, site);
+    d->shape_block = shape_site(r->shape, mta_shape_domain(t), mx, n, site);
     shape_limits_of(r->shape, d->shape_block, MTA_SHAPE_SOURCE,
         &d->shape_lim);
     util_strlcpy(d->site, site, sizeof(d->site));
@@ -124,7 +135,7 @@ mta_shape_dest_init(struct mta *r, struct mta_dest *d,
         return;
     }
     shape_entry_set(r->shape_tab, d->shape_e, &d->shape_lim,
-        t->tls.policy_domain);
+        mta_shape_domain(t));
     d->owner = r;
     d->gate_us = 0;
     d->conn_token = 0;

@@ -275,3 +275,31 @@ def test_reload_applies_new_rules_to_waiting_mail(mtad_factory, sim_factory,
     sim.wait_for(10, timeout=20, provider="gmail")
     p = pair(m, "google")
     assert p["max_connections"] == 2 and p["per_minute"] is None, p
+
+
+def test_backoff_on_connect_failures_and_bounce_rules(mtad_factory,
+                                                      sim_factory,
+                                                      dns_servers):
+    """kind: connect suspends the site when its hosts refuse connections
+    (the mail waits, then goes once they listen again); a bounce rule
+    makes a matching temporary reply final."""
+    sim = sim_factory(gmail(mode="refuse"))
+    m = start(mtad_factory, dns_servers.nsd, {
+        "sites": [{"name": "google", "mx": [".google.%s" % ZONE]}],
+        "backoff": [{"kind": "connect", "action": "suspend", "for": "2s"},
+                    {"code": "451", "text": "temporary local problem",
+                     "action": "bounce"}]})
+    ids = inject(m, lambda i: ["c%d@gmail.%s" % (i, ZONE)], 3)
+    m.wait_log("shaping: site google source default suspended for 2s "
+               "(rule 0, connect): connect to mx", timeout=15)
+    sim.set_mode("gmail", "normal")
+    sim.wait_for(3, timeout=20, provider="gmail")
+    log = m.log_text()
+    for i in ids:
+        assert not re.search(i + r".*status=deferred", log), i
+    m.wait_log("site google source default back to normal", timeout=10)
+    # DEFAULT_REPLIES: defer* gets "451 4.3.0 Temporary local problem"
+    qid = inject(m, lambda i: ["defer1@gmail.%s" % ZONE], 1)[0]
+    m.wait_log("%s: to=<defer1@gmail.%s>" % (qid, ZONE), timeout=15)
+    assert re.search(qid + r": to=<defer1@gmail\.[^>]*>.*status=bounced "
+                     r"\(451 4\.3\.0", m.log_text()), m.log_text()[-2000:]

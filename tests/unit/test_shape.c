@@ -371,3 +371,18 @@ Test(shape, table_rates_and_episodes)
     a.factor = 200;
     cr_assert_eq(shape_backoff(t, e, &a, "421 4.7.28", wall, 0), 1);
 }
+
+Test(shape, kinds_of_own_reasons)
+{
+    cr_assert_eq(shape_kind_of("connect to mx[1.2.3.4]:25: Connection "
+        "refused"), SHAPE_K_CONNECT);
+    cr_assert_eq(shape_kind_of("connect to mx[1.2.3.4]:25: Connection "
+        "timed out"), SHAPE_K_TIMEOUT);
+    cr_assert_eq(shape_kind_of("451 4.4.3 host name x was not resolved"),
+        SHAPE_K_DNS);
+    cr_assert_eq(shape_kind_of("lost connection with x while sending EHLO"),
+        SHAPE_K_CONNECT);
+    cr_assert_eq(shape_kind_of("421 4.7.28 rate"), SHAPE_K_REPLY);
+    cr_assert_str_eq(shape_kind_name(SHAPE_K_TLS), "tls");
+    cr_assert_str_eq(shape_act_name(SHAPE_ACT_BOUNCE), "bounce");
+}
