@@ -20,12 +20,16 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "common/util.h"
 #include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
 #define SHAPING_LIST_MAX SHAPE_SLOTS
+
+_Static_assert(SHAPE_MAX_WORKERS >= STATUS_MAX_WORKERS,
+    "a shaping entry has a share for every worker slot");
 #define SHAPING_SOURCE   "default"
 #define SHAPING_NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" \
     "0123456789.-_:[]"
@@ -243,10 +247,12 @@ shaping_change(struct master *m, int resume, const char *arg, struct buf *t)
             "error: %s: not suspended or slowed\n", site);
     else
         buf_printf(t, "ok\n%s: suspended for %llus\n", site, secs);
-    if (n > 0)
-        log_notice("shaping: site %s source %s %s with mtactl%s", site,
-            strcmp(src, "-") ? src : "*", resume ? "resumed" : "suspended",
-            resume ? "" : " for a while");
+    if (n > 0 && resume)
+        log_notice("shaping: site %s source %s resumed with mtactl", site,
+            strcmp(src, "-") ? src : "*");
+    else if (n > 0)
+        log_notice("shaping: site %s source %s suspended with mtactl for "
+            "%llus", site, strcmp(src, "-") ? src : "*", secs);
 }
 
 void
