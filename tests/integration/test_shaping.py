@@ -212,8 +212,11 @@ def test_a_suspended_site_holds_no_other_mail(mtad_factory, sim_factory,
     assert "google" in m.ctl("shaping", check=True).stdout
     r = m.ctl("resume", "google", check=True)
     assert "google: resumed" in r.stdout
-    sim.wait_for(300, timeout=40, provider="gmail")
+    recs = sim.wait_for(300, timeout=40, provider="gmail")
     assert sim.violations("gmail") == 0
+    # the oldest waiting mail goes first
+    first = [int(r["x"].get("X-Serial", -1)) for r in recs[:30]]
+    assert min(first) >= 0 and max(first) < 90, first
     m.wait_log("shaping: site google source * resumed with mtactl")
     del st
 
