@@ -313,8 +313,6 @@ mta_shape_next(struct mta_conn *c, struct mta_txn *t)
     uint32_t         mpc = d->shape_lim.messages_per_connection;
     uint64_t         now, nb = 0;
 
-    if (t != NULL && t->first > 0)
-        return 0;                       /* the next slice of a message */
     if (mpc > 0 && c->ntxn >= mpc) {
         if (t != NULL)
             return mta_conn_unfit(c, t);    /* on a fresh connection */
@@ -323,8 +321,15 @@ mta_shape_next(struct mta_conn *c, struct mta_txn *t)
     }
     if (t == NULL && d->wait_head == NULL)
         return 0;                       /* nothing to send: idle */
-    if (t != NULL ? t->shape_paid : d->wait_head->shape_paid)
-        return 0;                       /* mta_shape_gate() took its event */
+    /* every transaction counts, as receivers count them (a message's
+     * LIMITS slices too); one whose event the gate took goes */
+    if (t != NULL ? t->shape_paid : d->wait_head->shape_paid) {
+        if (t != NULL)
+            t->shape_paid = 0;
+        else
+            d->wait_head->shape_paid = 0;
+        return 0;
+    }
     now = mta_shape_now_us();
     if (now >= d->gate_us && shape_may(r->shape_tab, d->shape_e,
         &d->shape_lim, SHAPE_R_SEC, 1, now, util_wall_ms(), &nb) == 0)

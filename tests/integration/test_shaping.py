@@ -113,17 +113,22 @@ def max_in_window(times, width):
 
 def test_limits_hold_for_the_node_with_two_workers(mtad_factory, sim_factory,
                                                    dns_servers):
-    """gmail takes 2 connections and 5 messages per connection from a
-    source; mtad's 2 workers (20 connections per destination each) keep to
-    the site's rule together, at 40/s: no violation, each limit reached."""
-    sim = sim_factory(gmail(max_conns=2, max_msgs=5))
+    """gmail takes 2 connections, 5 messages per connection and 2
+    recipients per message from a source; mtad's 2 workers (20 connections
+    per destination each) keep to the site's rule together, at 40/s: no
+    violation, each limit reached."""
+    sim = sim_factory(gmail(max_conns=2, max_msgs=5, max_rcpts=2))
     m = start(mtad_factory, dns_servers.nsd, {
         "sites": [{"name": "google", "mx": [".google.%s" % ZONE],
                    "connections": 2, "messages_per_connection": 5,
+                   "recipients_per_message": 2,
                    "deliveries_per_second": 40, "burst": 4}]})
     n = 120
-    inject(m, lambda i: ["u%d@%s" % (i, GOOGLE[i % 2])], n)
-    recs = sim.wait_for(n, timeout=30, provider="gmail")
+    # every tenth message has three recipients: two transactions
+    inject(m, lambda i: ["u%d.%d@%s" % (i, k, GOOGLE[i % 2])
+                         for k in range(3 if i % 10 == 0 else 1)], n)
+    recs = sim.wait_for(n + n // 10, timeout=30, provider="gmail")
+    assert max(len(r["rcpts"]) for r in recs) == 2
     assert sim.violations("gmail") == 0, sim.stats()
     st = sim.stats()["providers"]["gmail"]["sources"]["127.0.0.1"]
     assert st["max_open"] == 2, st
