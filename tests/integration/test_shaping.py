@@ -207,6 +207,13 @@ def test_a_suspended_site_holds_no_other_mail(mtad_factory, sim_factory,
     p = wait_for(lambda: (lambda p: p if p and p["held"] >= 300 else None)(
         pair(m, "google")), 20, what="300 held")
     assert p["state"] == "suspended" and p["manual"], p
+    # waiting mail holds no attempt: no queue file open for it
+    w = [c for c in m.children()
+         if "worker" in open("/proc/%d/cmdline" % c).read()]
+    assert len(w) == 1
+    fds = [os.readlink("/proc/%d/fd/%s" % (w[0], f))
+           for f in os.listdir("/proc/%d/fd" % w[0])]
+    assert sum(1 for f in fds if "/queue/" in f) < 20, fds
     q = {e["id"]: e for e in queue_json(m)}
     assert all(q[i]["attempts"] == 0 for i in held[:50]), \
         [q[i] for i in held[:3]]
