@@ -54,12 +54,57 @@ shaping_event(void *arg, const struct shape_view *v, const char *what)
             v->factor / 10, v->factor % 10);
 }
 
+/* The observed rate: each entry's sent counter once a tick, the last
+ * SHAPING_RING ticks (the master's own memory, made at the first tick
+ * that finds a site). */
+#define SHAPING_RING 61
+static struct {
+    uint64_t  ms[SHAPING_RING];
+    uint64_t (*sent)[SHAPE_SLOTS];
+    unsigned  head, n;
+} shaping_ring;
+
 void
 master_shaping_tick(struct master *m, uint64_t now)
 {
-    (void)now;
-    if (m->shape_tab != NULL)
-        shape_tick(m->shape_tab, util_wall_ms(), shaping_event, m);
+    size_t e;
+
+    if (m->shape_tab == NULL)
+        return;
+    shape_tick(m->shape_tab, util_wall_ms(), shaping_event, m);
+    if (shaping_ring.sent == NULL) {
+        struct shape_view one;
+
+        if (shape_table_list(m->shape_tab, 0, &one, 1) == 0)
+            return;                     /* no site yet: nothing to keep */
+        shaping_ring.sent = xcalloc(SHAPING_RING, sizeof(*shaping_ring.sent));
+    }
+    shaping_ring.head = (shaping_ring.head + 1) % SHAPING_RING;
+    shaping_ring.ms[shaping_ring.head] = now;
+    for (e = 0; e < SHAPE_SLOTS; e++)
+        shaping_ring.sent[shaping_ring.head][e] = shape_sent(m->shape_tab,
+            (int)e);
+    if (shaping_ring.n < SHAPING_RING)
+        shaping_ring.n++;
+}
+
+/* Transactions a minute to entry e over the ring (up to a minute). */
+static double
+shaping_observed(int e)
+{
+    unsigned old;
+    uint64_t dt;
+
+    if (shaping_ring.sent == NULL || shaping_ring.n < 2 || e < 0 ||
+        e >= SHAPE_SLOTS)
+        return 0;
+    old = (shaping_ring.head + SHAPING_RING - (shaping_ring.n - 1)) %
+        SHAPING_RING;
+    dt = shaping_ring.ms[shaping_ring.head] - shaping_ring.ms[old];
+    if (dt == 0)
+        return 0;
+    return (double)(shaping_ring.sent[shaping_ring.head][e] -
+        shaping_ring.sent[old][e]) * 60000.0 / (double)dt;
 }
 
 /* a rate as "600/m", scaled by factor; "-" none */
@@ -130,8 +175,8 @@ shaping_json(struct buf *t, const struct shape_view *v, size_t n,
             (v[i].until_ms - now + 999) / 1000 : 0);
         shaping_jstr(t, v[i].mode != SHAPE_M_NONE ? v[i].reply : "");
         buf_printf(t, ",\"sent\":%" PRIu64 ",\"held\":%" PRIu64
-            ",\"backoffs\":%" PRIu64 "}", v[i].sent, v[i].held,
-            v[i].backoffs);
+            ",\"backoffs\":%" PRIu64 ",\"observed_per_minute\":%.1f}",
+            v[i].sent, v[i].held, v[i].backoffs, shaping_observed(v[i].e));
     }
     buf_printf(t, "]}\n");
 }
@@ -171,8 +216,9 @@ shaping_text(struct buf *t, const struct shape_view *v, size_t n,
         }
         buf_printf(t, " new_conns=");
         shaping_rate(t, &v[i].lim.rate[SHAPE_R_CONN], 1000, 0);
-        buf_printf(t, "\n  sent=%" PRIu64 " held=%" PRIu64 " backoffs=%"
-            PRIu64 " domain=%s\n", v[i].sent, v[i].held, v[i].backoffs,
+        buf_printf(t, "\n  now=%.1f/min sent=%" PRIu64 " held=%" PRIu64
+            " backoffs=%" PRIu64 " domain=%s\n", shaping_observed(v[i].e),
+            v[i].sent, v[i].held, v[i].backoffs,
             v[i].domain[0] ? v[i].domain : "-");
         if (v[i].mode != SHAPE_M_NONE && v[i].reply[0] != '\0')
             buf_printf(t, "  reply: %s\n", v[i].reply);

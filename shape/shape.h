@@ -155,6 +155,7 @@ enum shape_mode { SHAPE_M_NONE = 0, SHAPE_M_SUSPEND, SHAPE_M_SLOW };
 
 /* What the view shows of one pair (shape_table_list()). */
 struct shape_view {
+    int      e;                         /* the entry */
     char     site[SHAPE_NAME_MAX], source[SHAPE_NAME_MAX];
     char     domain[SHAPE_NAME_MAX];    /* the last domain seen there */
     struct shape_limits lim;            /* as the workers last set them */
@@ -209,9 +210,11 @@ int     shape_backoff(struct shape_table *t, int e,
 /* End the pair's episode now; 1 when there was one. */
 int     shape_resume(struct shape_table *t, int e);
 
-/* Counters for the view and metrics. */
+/* Counters for the view and metrics; shape_sent(): entry e's (0 for a
+ * free one). */
 void    shape_count(struct shape_table *t, int e, uint64_t sent,
             uint64_t held);
+uint64_t shape_sent(struct shape_table *t, int e);
 
 /* The master's tick: the ramp steps and episode ends due at now, handed
  * to ev (the caller logs each: e, what, factor).  what: "step", "end". */

@@ -417,6 +417,13 @@ shape_resume(struct shape_table *t, int e)
     return had;
 }
 
+uint64_t
+shape_sent(struct shape_table *t, int e)
+{
+    return __atomic_load_n(&t->e[e].sent, __ATOMIC_RELAXED);
+}
+
+
 void
 shape_count(struct shape_table *t, int e, uint64_t sent, uint64_t held)
 {
@@ -429,9 +436,11 @@ shape_count(struct shape_table *t, int e, uint64_t sent, uint64_t held)
 /* ---- the view ---- */
 
 static void
-st_view(struct shape_ent *x, uint64_t now, struct shape_view *v)
+st_view(struct shape_table *t, struct shape_ent *x, uint64_t now,
+    struct shape_view *v)
 {
     memset(v, 0, sizeof(*v));
+    v->e = (int)(x - t->e);
     util_strlcpy(v->site, x->site, sizeof(v->site));
     util_strlcpy(v->source, x->source, sizeof(v->source));
     util_strlcpy(v->domain, x->domain, sizeof(v->domain));
@@ -492,7 +501,7 @@ shape_tick(struct shape_table *t, uint64_t now, shape_event_fn *ev,
         }
         st_unlock(x);
         if (what != NULL) {
-            st_view(x, now, &v);
+            st_view(t, x, now, &v);
             ev(arg, &v, what);
         }
     }
@@ -510,7 +519,7 @@ shape_table_list(struct shape_table *t, uint64_t now, struct shape_view *out,
         if ((__atomic_load_n(&x->key, __ATOMIC_ACQUIRE) & ST_STATE) !=
             ST_READY)
             continue;
-        st_view(x, now, &out[n++]);
+        st_view(t, x, now, &out[n++]);
     }
     return n;
 }

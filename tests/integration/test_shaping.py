@@ -140,6 +140,9 @@ def test_limits_hold_for_the_node_with_two_workers(mtad_factory, sim_factory,
     assert max_in_window([r["time"] for r in recs], 1.0) <= 45
     p = pair(m, "google")
     assert p["max_connections"] == 2 and p["sent"] >= n // 2, p
+    # the rate observed over the last minute, as the master samples it
+    wait_for(lambda: pair(m, "google")["observed_per_minute"] > 0, 5,
+             what="an observed rate")
     wait_for(lambda: pair(m, "google")["connections"] == 0, 10,
              what="connections given back")
     wait_for(lambda: m.queue_ids() == [], 10, what="an empty queue")
