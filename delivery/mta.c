@@ -881,6 +881,7 @@ mta_submit(struct mta *r, struct mta_txn *t)
         mta_shape_dest_init(r, d, t);
     if (d->shape_e >= 0) {
         t->shape_e = d->shape_e;
+        t->shape_block = d->shape_block;
         memcpy(t->site, d->site, sizeof(t->site));
     }
     if (d->wait_tail)

@@ -97,7 +97,7 @@ struct mta_txn {
      * not_before_ms (wall) on.  shape_e: its shaping entry (-1 none) */
     int         held;
     uint64_t    not_before_ms;
-    int         shape_e;
+    int         shape_e, shape_block;
     int         shape_paid;         /* its event taken from the rates */
     char        site[SHAPE_NAME_MAX];
     /* private to the client (mta*.c) */

@@ -376,18 +376,7 @@ mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
     if (why == NULL)
         return;
     kind = shape_kind_of(why);
-    shape_backoff_match(r->shape, -1, why, kind, cls, &a);
-    {
-        /* the block of the site, when the destination still knows it */
-        struct mta_dest *d;
-
-        for (d = r->dests; d; d = d->next)
-            if (d->shape_e == t->shape_e && d->shape_block >= 0) {
-                shape_backoff_match(r->shape, d->shape_block, why, kind, cls,
-                    &a);
-                break;
-            }
-    }
+    shape_backoff_match(r->shape, t->shape_block, why, kind, cls, &a);
     if (a.act == SHAPE_ACT_NONE)
         return;
     if (a.act == SHAPE_ACT_BOUNCE) {

@@ -386,3 +386,23 @@ Test(shape, kinds_of_own_reasons)
     cr_assert_str_eq(shape_kind_name(SHAPE_K_TLS), "tls");
     cr_assert_str_eq(shape_act_name(SHAPE_ACT_BOUNCE), "bounce");
 }
+
+Test(shape, site_backoff_first)
+{
+    struct shape_rules *r = parse("shaping:\n  sites:\n    - name: y\n"
+        "      mx: [.yahoodns.net]\n      backoff:\n"
+        "        - code: 4xx\n          action: suspend\n          for: 1h\n"
+        "  backoff:\n    - code: 421\n      action: slow\n");
+    struct shape_action a;
+    char                site[SHAPE_NAME_MAX];
+    int                 b = shape_site(r, "yahoo.com",
+        (const char *[]){ "mta5.am0.yahoodns.net" }, 1, site);
+
+    cr_assert_str_eq(site, "y");
+    shape_backoff_match(r, b, "421 4.7.0 [TSS04]", SHAPE_K_REPLY, NULL, &a);
+    cr_assert_eq(a.act, SHAPE_ACT_SUSPEND);
+    cr_assert_eq(a.for_ms, 3600000);
+    shape_backoff_match(r, -1, "421 4.7.0 [TSS04]", SHAPE_K_REPLY, NULL, &a);
+    cr_assert_eq(a.act, SHAPE_ACT_SLOW);
+    shape_rules_free(r);
+}
