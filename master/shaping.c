@@ -248,6 +248,7 @@ static void
 shaping_change(struct master *m, int resume, const char *arg, struct buf *t)
 {
     char               name[SHAPE_NAME_MAX], src[SHAPE_NAME_MAX];
+    char               seen[SHAPE_NAME_MAX];
     unsigned long long secs = 0;
     const char        *site;
     struct shaping_op  op;
@@ -272,6 +273,13 @@ shaping_change(struct master *m, int resume, const char *arg, struct buf *t)
         m->cur->shape != NULL &&
         shape_site_of_domain(m->cur->shape, name) != NULL) {
         site = shape_site_of_domain(m->cur->shape, name);
+        (void)shape_table_each(m->shape_tab, site, strcmp(src, "-") ? src :
+            NULL, shaping_apply, &op);
+    }
+    if (op.changed == 0 && shape_site_seen(m->shape_tab, name, seen) != NULL &&
+        strcmp(seen, site) != 0) {
+        /* a domain a worker saw: its site */
+        site = seen;
         (void)shape_table_each(m->shape_tab, site, strcmp(src, "-") ? src :
             NULL, shaping_apply, &op);
     }

@@ -226,6 +226,10 @@ void    shape_tick(struct shape_table *t, uint64_t now_wall_ms,
 /* The live pairs (claimed entries), at most max; their number. */
 size_t  shape_table_list(struct shape_table *t, uint64_t now_wall_ms,
             struct shape_view *out, size_t max);
+/* The site of a live entry whose last domain seen is domain, into
+ * site[SHAPE_NAME_MAX]; NULL when none. */
+const char *shape_site_seen(struct shape_table *t, const char *domain,
+            char *site);
 /* Every live entry e with site (and source, when not NULL): fn(e). */
 size_t  shape_table_each(struct shape_table *t, const char *site,
             const char *source, void (*fn)(struct shape_table *, int, void *),

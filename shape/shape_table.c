@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -523,6 +524,24 @@ shape_table_list(struct shape_table *t, uint64_t now, struct shape_view *out,
     }
     return n;
 }
+
+const char *
+shape_site_seen(struct shape_table *t, const char *domain, char *site)
+{
+    size_t i;
+
+    for (i = 0; t != NULL && i < SHAPE_SLOTS; i++) {
+        struct shape_ent *x = &t->e[i];
+
+        if ((__atomic_load_n(&x->key, __ATOMIC_ACQUIRE) & ST_STATE) ==
+            ST_READY && strcasecmp(x->domain, domain) == 0) {
+            util_strlcpy(site, x->site, SHAPE_NAME_MAX);
+            return site;
+        }
+    }
+    return NULL;
+}
+
 
 size_t
 shape_table_each(struct shape_table *t, const char *site, const char *source,

@@ -234,6 +234,12 @@ def test_a_suspended_site_holds_no_other_mail(mtad_factory, sim_factory,
     assert min(first) >= 0 and max(first) < 90, first
     m.wait_log("shaping: site google source * resumed with mtactl")
     del st
+    # a domain a worker saw there names its site
+    r = m.ctl("suspend", "gmail.%s" % ZONE, "--for", "1m", check=True)
+    assert "google: suspended for 60s" in r.stdout, r.stdout
+    assert pair(m, "google")["state"] == "suspended"
+    assert m.ctl("resume", "google").returncode == 0
+    assert m.ctl("resume", "google").returncode == 1   # none left
 
 
 BAD = "sites:\n  - name: google\n    mx: [.google.mtad.test]\n" \

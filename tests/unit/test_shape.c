@@ -406,3 +406,17 @@ Test(shape, site_backoff_first)
     cr_assert_eq(a.act, SHAPE_ACT_SLOW);
     shape_rules_free(r);
 }
+
+Test(shape, site_seen_by_domain)
+{
+    struct shape_table *t = shape_table_create();
+    struct shape_limits l;
+    char                site[SHAPE_NAME_MAX];
+    int                 e = shape_entry(t, "l.google.com", "default");
+
+    memset(&l, 0, sizeof(l));
+    shape_entry_set(t, e, &l, "googlemail.com");
+    cr_assert_str_eq(shape_site_seen(t, "GoogleMail.com", site),
+        "l.google.com");
+    cr_assert_null(shape_site_seen(t, "yahoo.com", site));
+}
