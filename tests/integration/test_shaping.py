@@ -278,11 +278,22 @@ def test_bad_rules_file_refused_with_its_position_and_kept(mtad_factory,
     assert "shaping.yaml:4:18" in r.stdout + r.stderr, r.stdout + r.stderr
     r = m.ctl("check")
     assert "shaping.yaml:4:18" in r.stdout + r.stderr
-    # the old generation serves on with its rules: suspend and look
+    # the running generation kept the good rules
+    inject(m, lambda i: ["k@gmail.%s" % ZONE], 1)
+    p = wait_for(lambda: pair(m, "google"), 15, what="the site google")
+    assert p["max_connections"] == 3, p
+    # the shipped starting points load
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "packaging",
+                           "shaping.yaml.example")) as f:
+        example = f.read()
     with open(path, "w") as f:
-        f.write(good)
-    assert subprocess.run([MTAD, "-t", "-c", m.cfg_path],
-                          capture_output=True, timeout=20).returncode == 0
+        f.write(example)
+    r = subprocess.run([MTAD, "-t", "-c", m.cfg_path], capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    # and the running generation kept its rules through the refused reload
+    assert m.ctl("reload").returncode == 0
 
 
 def test_reload_applies_new_rules_to_waiting_mail(mtad_factory, sim_factory,
