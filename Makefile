@@ -81,6 +81,7 @@ umod_test_deliver := delivery
 umod_test_deliver_queue := delivery
 umod_test_dsn := delivery
 umod_test_mta := delivery
+umod_test_egress := delivery
 umod_test_resolve := delivery
 umod_test_mta_sts := delivery
 umod_test_reqtls := tlspol

@@ -50,6 +50,9 @@ static const int sandbox_worker_calls[] = {
      * runs (CURLOPT_RESOLVE), CURLOPT_NOSIGNAL keeps it off sigaction
      * but for SIGPIPE in its connection cache (sandbox_allow_sigpipe_action) */
     SCMP_SYS(connect), SCMP_SYS(getsockopt), SCMP_SYS(setsockopt),
+    /* egress sources: the local address before connect (no listen, so a
+     * bound socket can only go out; Landlock allows port 0 only) */
+    SCMP_SYS(bind),
     /* socket: only AF_INET and AF_INET6 (sandbox_allow_sockets) */
     /* spool and Maildir files (Landlock limits where) */
     SCMP_SYS(openat), SCMP_SYS(open), SCMP_SYS(fstat), SCMP_SYS(newfstatat),
@@ -334,6 +337,13 @@ struct sandbox_ll_attr {
 #define SANDBOX_LL_NET_BIND_TCP (1ULL << 0)     /* ABI 4 */
 #define SANDBOX_LL_SCOPE_UNIX   (1ULL << 0)     /* ABI 6 */
 #define SANDBOX_LL_SCOPE_SIGNAL (1ULL << 1)     /* ABI 6 */
+#define SANDBOX_LL_RULE_NET_PORT 2               /* ABI 4 */
+
+/* struct landlock_net_port_attr (ABI 4; newer than Debian 12's headers) */
+struct sandbox_ll_port {
+    uint64_t allowed_access;
+    uint64_t port;
+} __attribute__((packed));
 
 int
 sandbox_landlock_abi(void)
@@ -433,6 +443,18 @@ sandbox_landlock(const struct sandbox_fs *fs, char *err, size_t errsz)
     for (size_t i = 0; fs != NULL && i < fs->nro; i++)
         if (sandbox_ll_add(rfd, fs->ro[i], ro, 0, err, errsz) < 0)
             goto fail;
+    if (abi >= 4 && fs != NULL && fs->bind_port0) {
+        /* egress sources bind their address with port 0: the kernel
+         * picks the port at connect(); no other port may be bound */
+        struct sandbox_ll_port np = { SANDBOX_LL_NET_BIND_TCP, 0 };
+
+        if (syscall(__NR_landlock_add_rule, rfd, SANDBOX_LL_RULE_NET_PORT,
+            &np, 0) < 0) {
+            snprintf(err, errsz, "landlock_add_rule bind port 0: %s",
+                strerror(errno));
+            goto fail;
+        }
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(__NR_landlock_restrict_self, rfd, 0) < 0) {
         snprintf(err, errsz, "landlock_restrict_self: %s", strerror(errno));

@@ -24,7 +24,8 @@ enum sandbox_role { SANDBOX_MASTER, SANDBOX_WORKER, SANDBOX_LOGD };
 /* The file system a worker keeps: rw beneath each of rw[] and of the
  * directories open at rwfd[] (O_PATH: opened by the caller without
  * following links), read-only (files) ro[].  Paths that do not exist are
- * skipped; the caller keeps and closes its fds. */
+ * skipped; the caller keeps and closes its fds.  bind_port0: binding a
+ * local address for an outgoing connection (port 0) stays allowed. */
 struct sandbox_fs {
     const char **rw;
     size_t       nrw;
@@ -32,6 +33,8 @@ struct sandbox_fs {
     size_t       nro;
     const int   *rwfd;
     size_t       nrwfd;
+    int          bind_port0;    /* TCP bind(2) with port 0 allowed (egress
+                                   sources; Landlock ABI >= 4), no other */
 };
 
 int     sandbox_landlock(const struct sandbox_fs *fs, char *err,

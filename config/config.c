@@ -233,6 +233,15 @@ static const struct config_key config_submission[] = {
     END
 };
 
+/* egress: where mail leaves from (config_egress.c, delivery/mta_egress.c) */
+static const struct config_key config_egress[] = {
+    KEY("sources", CONFIG_EGRESS_SOURCES, egress_sources),
+    KEY("pools", CONFIG_EGRESS_POOLS, egress_pools),
+    KEY("default_pool", CONFIG_STRING, egress_default_pool),
+    DUR("recheck_interval", egress_recheck_ms, 1000),
+    END
+};
+
 const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -241,6 +250,7 @@ const struct config_key config_top[] = {
     SECTION("spool", config_spool),
     SECTION("routes", config_routes),
     SECTION("delivery", config_delivery),
+    SECTION("egress", config_egress),
     SECTION("log", config_log),
     SECTION("tls", config_tls),
     SECTION("dns", config_dns),
@@ -286,6 +296,12 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DNSBL:
         config_set_dnsbl(p, n, path);
+        break;
+    case CONFIG_EGRESS_SOURCES:
+        config_set_egress_sources(p, n, path);
+        break;
+    case CONFIG_EGRESS_POOLS:
+        config_set_egress_pools(p, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -402,6 +418,10 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->pwfile_mark = vn->start_mark;
             p->have_pwfile_mark = 1;
         }
+        if (keys == config_egress && k->off == OFF(egress_default_pool)) {
+            p->egress_default_mark = vn->start_mark;
+            p->have_egress_default_mark = 1;
+        }
         if (k->off == OFF(log_file) && keys == config_log) {
             p->logfile_mark = vn->start_mark;
             p->have_logfile_mark = 1;
@@ -459,6 +479,7 @@ config_defaults(const char *path)
     cfg->max_transactions = 0;       /* none */
     cfg->max_envelope_size = 256 * 1024;
     cfg->screen_threshold = 1;
+    cfg->egress_recheck_ms = 60000;
     cfg->screen_timeout_ms = 2000;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
@@ -830,6 +851,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_check_logfile(&p);
     config_check_tlsrpt(&p);
     config_dkim_default_nets(&p);
+    config_check_egress(&p);
     if (p.cfg->dns_min_ttl_ms > p.cfg->dns_max_ttl_ms)
         config_addf(&p, p.have_dns_ttl_mark ? &p.dns_ttl_mark : NULL,
             "dns.min_ttl: must not be above dns.max_ttl (%llus > %llus)",
@@ -883,6 +905,7 @@ config_free(struct config *cfg)
     free(cfg->tls_ca_file);
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     config_free_dnsbl(cfg->screen_dnsbl, cfg->nscreen_dnsbl);
+    config_free_egress(cfg);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);
     free(cfg->load_file);

@@ -70,6 +70,32 @@ struct config_dkim_key {
 
 #define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
 
+/* egress (config_egress.c): local addresses mail leaves from, each with
+ * its EHLO name, and weighted pools of them.  No section: none of either
+ * (delivery binds nothing and says server.hostname). */
+#define CONFIG_EGRESS_MAX 64       /* sources, and pools */
+struct config_egress_source {
+    char   *name;                   /* route_pool_name_ok() */
+    char   *address;                /* as written */
+    struct sockaddr_storage addr;   /* port 0 */
+    socklen_t addrlen;
+    char   *ehlo;                   /* its EHLO name (the address's PTR) */
+    int     line, col;              /* where it was written */
+};
+struct config_egress_member {
+    char   *name;                   /* as written */
+    size_t  source;                 /* index into egress_sources */
+    unsigned weight;                /* 1..1000 */
+    int     line, col;
+};
+struct config_egress_pool {
+    char   *name;
+    struct config_egress_member *m;
+    size_t  nm;
+    int     idx;                    /* its place in egress.pools */
+    int     line, col;
+};
+
 /* auth.failure_delay_max may not exceed 5 minutes: a client waits that
  * long for a reply (RFC 5321 4.5.3.2) before it gives up. */
 #define CONFIG_AUTH_DELAY_LIMIT_MS  (5 * 60 * 1000)
@@ -241,6 +267,16 @@ struct config {
     size_t  nscreen_dnsbl;
     int     screen_threshold;       /* refused at a score >= this; 1 */
     uint64_t screen_timeout_ms;     /* a list silent this long scores 0 */
+
+    /* egress: sources and pools (config_egress.c) */
+    struct config_egress_source *egress_sources;
+    size_t  negress_sources;
+    struct config_egress_pool *egress_pools;
+    size_t  negress_pools;
+    char   *egress_default_pool;    /* as written, or NULL */
+    size_t  egress_default;         /* index into egress_pools */
+    uint64_t egress_recheck_ms;     /* a source that could not bind is
+                                       tried again this often; 60s */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

@@ -1,7 +1,7 @@
 /*
  * config_int.h - declarations shared by the parts of config/ (config.c,
  * config_util.c, config_listen.c, config_set.c, config_tls.c,
- * config_dkim.c, config_screen.c).  Nothing outside config/ includes this.
+ * config_dkim.c, config_screen.c, config_egress.c).  Nothing outside config/ includes this.
  *
  * CONTRACT  struct config_parse is the state of one config_load(); every
  *           function here reports problems through config_addf() and never
@@ -49,6 +49,8 @@ enum config_type {
     CONFIG_TLSLEVEL,               /* int: none|may|encrypt|verify|dane|
                                       dane-only (router_tls_level()) */
     CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
+    CONFIG_EGRESS_SOURCES,         /* egress.sources (config_egress.c) */
+    CONFIG_EGRESS_POOLS,           /* egress.pools */
     CONFIG_OPAQUE                  /* shaping: read by shape/ itself from the
                                       same file (shape_rules_load()) */
 };
@@ -91,6 +93,8 @@ struct config_parse {
     yaml_mark_t      pwfile_mark, logfile_mark;
     int              have_pwfile_mark, have_logfile_mark;
     yaml_mark_t      listen_marks[CONFIG_LISTEN_MARKS]; /* each entry */
+    yaml_mark_t      egress_default_mark; /* egress.default_pool's value */
+    int              have_egress_default_mark;
 };
 
 /* config_util.c */
@@ -151,6 +155,15 @@ void config_check_tls(struct config_parse *p);
 void config_free_dnsbl(struct config_dnsbl *z, size_t n);
 void config_set_dnsbl(struct config_parse *p, const yaml_node_t *n,
     const char *path);
+
+/* config_egress.c */
+void config_free_egress(struct config *cfg);
+void config_set_egress_sources(struct config_parse *p, const yaml_node_t *n,
+    const char *path);
+void config_set_egress_pools(struct config_parse *p, const yaml_node_t *n,
+    const char *path);
+void config_check_egress(struct config_parse *p);
+void config_show_egress(FILE *f, const struct config *cfg, int pools);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

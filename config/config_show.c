@@ -357,6 +357,10 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_DNSBL:
         config_show_dnsbl(f, cfg);
         break;
+    case CONFIG_EGRESS_SOURCES:
+    case CONFIG_EGRESS_POOLS:
+        config_show_egress(f, cfg, k->type == CONFIG_EGRESS_POOLS);
+        break;
     case CONFIG_LOAD:
         load = *(const uint32_t *)(const void *)at;
         if (load % 100 == 0)

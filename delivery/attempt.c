@@ -49,15 +49,18 @@ void
 dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
     const char *relay, const char *word)
 {
-    dl_result_tls(a, i, status, reply, relay, word, NULL);
+    dl_result_tls(a, i, status, reply, relay, word, NULL, NULL);
 }
 
 
 /* dl_result_tls - dl_result() for an SMTP result: the log line also says
- * what TLS the delivery had (tls=... cipher=... verify=..., tls=none). */
+ * what TLS the delivery had (tls=... cipher=... verify=..., tls=none),
+ * and the egress source it left from (source=NAME; source NULL or "":
+ * none configured, nothing said). */
 void
 dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
-    const char *relay, const char *word, const struct tls_outcome *tls)
+    const char *relay, const char *word, const struct tls_outcome *tls,
+    const char *source)
 {
     struct spool_env  *env = a->env;
     struct spool_rcpt *rc = &env->rcpt[i];
@@ -77,10 +80,17 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
     }
     /* the TLS of an SMTP attempt goes into the state (mtactl show); a
      * local result keeps the last SMTP attempt's */
+    if (source != NULL && source[0] == '\0')
+        source = NULL;
     if (tls != NULL) {
-        char tf[160];
+        char tf[160 + ROUTE_POOL_MAX + 16];
+        size_t n;
 
-        (void)tls_outcome_format(tls, tf, sizeof(tf));
+        /* the source goes into the state with the TLS (mtactl show) */
+        (void)tls_outcome_format(tls, tf, 160);
+        n = strlen(tf);
+        if (source != NULL)
+            snprintf(tf + n, sizeof(tf) - n, " source=%s", source);
         free(rc->tls);
         rc->tls = xstrdup(tf);
     }
@@ -97,7 +107,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
         (void)tls_outcome_format(tls, tf, sizeof(tf));
         log_event(LOGL_INFO, "delivery", LOG_KVS(LKV_S("queue_id", env->id),
             LKV_S("from", env->sender), LKV_S("to", rc->addr),
-            LKV_S("relay", rc->relay),
+            LKV_S("relay", rc->relay), LKV_S("source", source),
             LKV_S("tls", tls->used ? tls->version : "none"),
             LKV_S("cipher", tls->used ? tls->cipher : ""),
             LKV_S("verify", tls_auth_name(tls->auth)),
@@ -105,8 +115,10 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
             LKV_D("delay", delay), LKV_S("status", w),
             LKV_S("dsn", logfmt_dsn(rc->last_reply, dsn, sizeof(dsn))),
             LKV_S("reply", rc->last_reply)),
-            "%s: to=<%s>, relay=%s, %s, delay=%.2f, status=%s (%s)", env->id,
-            rc->addr, rc->relay, tf, delay, w, rc->last_reply);
+            "%s: to=<%s>, relay=%s, %s%s%s%s, delay=%.2f, status=%s (%s)",
+            env->id, rc->addr, rc->relay, source ? "source=" : "",
+            source ? source : "", source ? ", " : "", tf, delay, w,
+            rc->last_reply);
     } else if (log_enabled(LOGL_INFO)) {
         const char *w = word ? word : dl_status_word[status];
         char        dsn[16];

@@ -147,7 +147,8 @@ dl_txn_done(struct mta_txn *rt)
             dl_wait_release(d, rt->shape_e, 1);   /* the next may go */
         for (i = 0; i < rt->nrcpt; i++) {
             dl_result_tls(a, rt->rcpt[i], rt->res[i].status,
-                rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls);
+                rt->res[i].reply, rt->res[i].relay, NULL, &rt->res[i].tls,
+                rt->res[i].source);
             /* a next hop with DSN got NOTIFY and reports the success */
             if (rt->res[i].status == MTA_SENT && !rt->res[i].peer_dsn)
                 a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
@@ -167,7 +168,7 @@ dl_txn_done(struct mta_txn *rt)
  * (each recipient domain is a destination of its own). */
 static struct dl_txn *
 dl_group(struct dl_attempt *a, const struct router_result *res,
-    const char *rcpt, int tls_level)
+    const char *rcpt, int tls_level, int pool)
 {
     struct dl_txn *t;
     char           key[sizeof(t->text)];
@@ -183,10 +184,12 @@ dl_group(struct dl_attempt *a, const struct router_result *res,
         util_strlcpy(key, res->value, sizeof(key));
     }
     for (t = a->txns; t; t = t->next)
-        if (strcmp(t->text, key) == 0 && (int)t->rt.tls.level == tls_level)
+        if (strcmp(t->text, key) == 0 && (int)t->rt.tls.level == tls_level
+            && t->rt.pool == pool)
             return t;
     t = xcalloc(1, sizeof(*t));
     t->a = a;
+    t->rt.pool = pool;
     util_strlcpy(t->text, key, sizeof(t->text));
     t->rt.tls.level = (enum tls_level)tls_level;
     util_strlcpy(t->rt.tls.policy_domain, at != NULL ? at + 1 : "",
@@ -235,6 +238,42 @@ dl_tls_level(struct deliver *d, const char *rcpt,
             return -1;
     }
     return d->cfg->delivery_tls;
+}
+
+
+/*
+ * dl_sender_pool - the egress pool of the sender's domain in the pool
+ * table (routes.mdb, mtactl pool): the domain, then its parents as
+ * ".parent" wildcards, as route keys.  "" when none (or the null
+ * sender); -1 when the table cannot be read.
+ */
+static int
+dl_sender_pool(struct deliver *d, const char *sender, char *pool,
+    size_t poolsz)
+{
+    const char *at = strrchr(sender, '@'), *p;
+    char        dom[ROUTE_KEY_MAX + 1];
+    size_t      i, n;
+    int         rc;
+
+    pool[0] = '\0';
+    if (at == NULL || (n = strlen(at + 1)) == 0 || n >= sizeof(dom))
+        return 0;
+    for (i = 0; i < n; i++)
+        dom[i] = (char)tolower((unsigned char)at[1 + i]);
+    if (dom[n - 1] == '.')
+        n--;
+    dom[n] = '\0';
+    /* "mail.example.org", then ".example.org", ".org" */
+    for (p = dom; p != NULL; p = strchr(p + 1, '.')) {
+        rc = router_pool_get(d->router, p, pool, poolsz);
+        if (rc == ROUTER_OK)
+            return 0;
+        if (rc != ROUTER_ENOTFOUND)
+            return -1;
+    }
+    pool[0] = '\0';
+    return 0;
 }
 
 
@@ -306,8 +345,9 @@ dl_run(struct dl_attempt *a)
     struct router_result res;
     struct dl_txn       *t;
     size_t               i;
-    int                  lvl;
-    char                 why[600];
+    int                  lvl, pool, sp = 0;
+    char                 why[600], sender_pool[ROUTE_POOL_MAX + 1];
+    const char          *pname;
 
     for (i = 0; i < env->nrcpt; i++) {
         if (env->rcpt[i].status != SPOOL_RCPT_PENDING)
@@ -328,7 +368,27 @@ dl_run(struct dl_attempt *a)
             dl_result(a, i, MTA_DEFER, why, "none", NULL);
             continue;
         }
-        t = dl_group(a, &res, env->rcpt[i].addr, lvl);
+        /* egress pool: the route's, else the sender domain's, else the
+         * default (looked up once per attempt, when a route needs it;
+         * without egress pools there is only the default to find) */
+        if (res.route.pool[0] == '\0' && sp == 0)
+            sp = d->cfg->negress_pools == 0 ? (sender_pool[0] = '\0', 1) :
+                dl_sender_pool(d, env->sender, sender_pool,
+                sizeof(sender_pool)) < 0 ? -1 : 1;
+        if (res.route.pool[0] == '\0' && sp < 0) {
+            snprintf(why, sizeof(why), "451 4.3.0 egress pool lookup "
+                "failed: %s", router_errstr(d->router));
+            dl_result(a, i, MTA_DEFER, why, "none", NULL);
+            continue;
+        }
+        pname = res.route.pool[0] != '\0' ? res.route.pool : sender_pool;
+        if ((pool = mta_egress_pool(d->relay, pname)) < 0) {
+            snprintf(why, sizeof(why), "451 4.3.5 egress pool %s is not "
+                "configured (egress.pools)", pname);
+            dl_result(a, i, MTA_DEFER, why, "none", NULL);
+            continue;
+        }
+        t = dl_group(a, &res, env->rcpt[i].addr, lvl, pool);
         if (t->rt.nrcpt == t->cap) {
             t->cap = t->cap ? t->cap * 2 : 4;
             t->rt.rcpt = xrealloc(t->rt.rcpt, t->cap * sizeof(size_t));
@@ -545,6 +605,7 @@ deliver_new(struct ev_loop *loop, const struct config *cfg, struct spool *sp,
         ((unsigned)cfg->connections_per_destination + d->nshards - 1) /
         d->nshards : 1;
     d->relay = mta_new(loop, cfg->hostname, cfg->connect_timeout_ms, share);
+    mta_set_egress(d->relay, cfg);
     {
         /* the CA bundle is read now, before the sandbox (tls_client.c) */
         struct tls_client_opts o = { cfg->tls_ca_file, 0, 0 };

@@ -167,7 +167,7 @@ void dl_result(struct dl_attempt *a, size_t i, int status, const char *reply,
 struct tls_outcome;
 void dl_result_tls(struct dl_attempt *a, size_t i, int status,
             const char *reply, const char *relay, const char *word,
-            const struct tls_outcome *tls);
+            const struct tls_outcome *tls, const char *source);
 void dl_attempt_free(struct dl_attempt *a);
 int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);

@@ -129,6 +129,8 @@ mta_set(struct mta_txn *t, size_t i, enum mta_status status,
     util_strlcpy(t->res[i].relay, relay, sizeof(t->res[i].relay));
     t->res[i].tls = t->tls_out;
     t->res[i].peer_dsn = t->peer_dsn;
+    util_strlcpy(t->res[i].source, t->src_name != NULL ? t->src_name : "",
+        sizeof(t->res[i].source));
 }
 
 
@@ -147,20 +149,23 @@ mta_status_of(int code)
 
 /* ---- destinations ---- */
 
-/* mta_dest_get - the destination (key, TLS level): transactions of one
- * route under different TLS levels never share its connections. */
+/* mta_dest_get - the destination (key, TLS level, egress pool):
+ * transactions of one route under different TLS levels or pools never
+ * share its connections. */
 static struct mta_dest *
-mta_dest_get(struct mta *r, const char *key, int tls_level,
+mta_dest_get(struct mta *r, const char *key, int tls_level, int pool,
     const struct route *route)
 {
     struct mta_dest *d;
 
     for (d = r->dests; d; d = d->next)
-        if (d->tls_level == tls_level && strcmp(d->key, key) == 0)
+        if (d->tls_level == tls_level && d->pool == pool &&
+            strcmp(d->key, key) == 0)
             return d;
     d = xcalloc(1, sizeof(*d));
     util_strlcpy(d->key, key, sizeof(d->key));
     d->tls_level = tls_level;
+    d->pool = pool;
     d->route = *route;
     d->shape_e = r->shape != NULL ? -2 : -1;    /* mta_shape_dest_init() */
     d->next = r->dests;
@@ -413,7 +418,7 @@ mta_connect_next(struct mta_conn *c)
         plain = 0;
     while (c->cur < c->naddr) {
         struct mta_hop  *a = &c->addr[c->cur++];
-        int                one = 1;
+        int                one = 1, bound;
         char               ip[INET6_ADDRSTRLEN + 8];
 
         if (plain && c->txn != NULL)
@@ -441,6 +446,13 @@ mta_connect_next(struct mta_conn *c)
         if (c->fd < 0) {
             snprintf(c->lasterr, sizeof(c->lasterr), "connect to %s: %s",
                 c->name, strerror(errno));
+            continue;
+        }
+        if ((bound = mta_egress_bind(c, c->fd, a)) != 0) {
+            close(c->fd);
+            c->fd = c->net.fd = -1;
+            if (bound > 0)
+                c->cur--;           /* the same host from another source */
             continue;
         }
         if (connect(c->fd, (struct sockaddr *)&a->ss, a->len) < 0 &&
@@ -502,15 +514,18 @@ mta_connected(struct mta_conn *c)
 
 
 
-/* mta_conn_new - open a connection to d for t (t rides along until the
- * session is set up, or fails with the connection). */
+/* mta_conn_new - open a connection to d from egress source src for t
+ * (t rides along until the session is set up, or fails with the
+ * connection). */
 static void
-mta_conn_new(struct mta *r, struct mta_dest *d, struct mta_txn *t)
+mta_conn_new(struct mta *r, struct mta_dest *d, struct mta_txn *t, int src)
 {
     struct mta_conn *c = xcalloc(1, sizeof(*c));
 
     c->r = r;
     c->dest = d;
+    c->src = src;
+    mta_egress_take(c, t);
     c->fd = -1;
     c->shape_e = -1;
     if (d->shape_e >= 0)
@@ -556,7 +571,8 @@ mta_same_addr(const struct sockaddr_storage *a,
  * mta_adopt - an idle connection of another destination whose peer is
  * one of t's hops, moved over to d; NULL when there is none.  This is
  * what makes the pool per host: domains that share an MX host share its
- * connections (the helo name is one per relay): address, port and the
+ * connections when its egress source is one of d's pool (the source
+ * decides the EHLO name and the local address): address, port and the
  * TLS requirement the connection was set up under (tls_req_same(): a
  * connection verified for one policy never serves another).  Among
  * several, the one earliest in t's order wins.
@@ -572,7 +588,7 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
         if (od == d || od->running)
             continue;
         for (c = od->conns; c; c = c->next) {
-            if (c->state != C_IDLE || c->cur == 0)
+            if (c->state != C_IDLE || c->cur == 0 || !mta_egress_fits(c, d))
                 continue;
             for (k = 0; k < t->nhops && k < bestk; k++) {
                 if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss) &&
@@ -638,6 +654,8 @@ void
 mta_dest_run(struct mta *r, struct mta_dest *d)
 {
     struct mta_conn *c;
+    uint64_t         nb;
+    int              src;
 
     if (d->running)
         return;
@@ -657,10 +675,22 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         }
         if (!mta_may_connect(r, d))
             break;
-        mta_conn_new(r, d, mta_dest_pop(d));
+        if ((src = mta_egress_pick(r, d, NULL, NULL, &nb)) < 0) {
+            if (nb == 0)            /* every source of the pool is gone */
+                mta_egress_none(r, d);
+            break;
+        }
+        mta_conn_new(r, d, mta_dest_pop(d), src);
     }
     d->running = 0;
     mta_dest_gc(r, d);
+}
+
+
+void
+mta_dest_kick(struct mta *r, struct mta_dest *d)
+{
+    mta_dest_run(r, d);
 }
 
 
@@ -752,6 +782,7 @@ mta_new(struct ev_loop *loop, const char *helo_name,
     r->t.data_done_ms = 10 * 60 * 1000;
     r->chunk = xmalloc(MTA_CHUNK);
     ev_timer_init(&r->post_timer, mta_post_fire, r);
+    mta_set_egress(r, NULL);
     return r;
 }
 
@@ -781,6 +812,7 @@ mta_free(struct mta *r)
     }
     net_tls_ctx_free(r->tls_ctx);
     tls_cache_free(r->tls_cache);
+    mta_egress_free(r);
     while (r->nblock_spare > 0)
         free(r->block_spare[--r->nblock_spare]);
     free(r->chunk);
@@ -820,8 +852,8 @@ mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t)
 {
     size_t k;
 
-    if (c->cur == 0)
-        return 0;
+    if (c->cur == 0 || !mta_egress_member(c->r, t->pool, c->src))
+        return 0;               /* never from a source outside t's pool */
     for (k = 0; k < t->nhops; k++)
         if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss))
             return tls_req_same(&c->tls, &t->hops[k].tls);
@@ -860,12 +892,15 @@ mta_conn_unfit(struct mta_conn *c, struct mta_txn *t)
 void
 mta_submit(struct mta *r, struct mta_txn *t)
 {
-    struct mta_dest *d = mta_dest_get(r, t->dest, (int)t->tls.level,
-        t->route);
+    struct mta_dest *d;
     size_t             i;
 
+    if (t->pool < 0 || (size_t)t->pool >= r->npools)
+        t->pool = 0;
+    d = mta_dest_get(r, t->dest, (int)t->tls.level, t->pool, t->route);
     memset(&t->tls_out, 0, sizeof(t->tls_out));
     t->peer_dsn = 0;
+    t->src_name = NULL;
     for (i = 0; i < t->nrcpt; i++)
         mta_set(t, i, MTA_DEFER, "not attempted", "none");
     t->next = NULL;

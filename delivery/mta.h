@@ -59,6 +59,8 @@ struct mta_result {
     int     peer_dsn;               /* that connection's EHLO had DSN, so
                                        NOTIFY and ORCPT went with RCPT and
                                        the next hop reports a success */
+    char    source[ROUTE_POOL_MAX + 1]; /* egress source of that
+                                       connection, or "" (none opened) */
 };
 
 /* One address to try, from DNS or a literal route host. */
@@ -89,6 +91,8 @@ struct mta_txn {
     /* TLS policy of the txn: level and policy_domain (deliver.c); the
      * hops carry it per host (resolve.c adds verify_name, DANE, STS) */
     struct tls_req tls;
+    int         pool;               /* egress pool: mta_egress_pool(); 0
+                                       (the default pool) when unset */
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
@@ -111,9 +115,11 @@ struct mta_txn {
     size_t      count;
     struct tls_outcome tls_out;     /* copied into res[] by mta_set() */
     int         peer_dsn;           /* the same: the next hop offers DSN */
+    const char *src_name;           /* the same: the source's name */
 };
 
 struct mta;
+struct config;
 struct config_mta_timeouts;
 
 /* conns_per_dest: this worker's cap of connections per destination. */
@@ -135,6 +141,18 @@ void    mta_set_tls(struct mta *r, struct ssl_ctx_st *ctx);
 typedef void mta_tls_report_fn(void *arg, const struct tls_req *req,
             const char *host, const struct tls_outcome *o);
 void    mta_set_tls_report(struct mta *r, mta_tls_report_fn *fn, void *arg);
+/* The egress sources and pools of cfg (copied; config_egress.c).
+ * Without an egress section, and until this is called: one implicit
+ * source "default" (binds nothing, says the relay's helo name) in one
+ * pool "default".  Before the first mta_submit(). */
+void    mta_set_egress(struct mta *r, const struct config *cfg);
+/* The index of pool name for mta_txn.pool (NULL or "": the default
+ * pool), or -1 when there is no such pool. */
+int     mta_egress_pool(const struct mta *r, const char *name);
+const char *mta_egress_pool_name(const struct mta *r, int pool);
+/* The name of source src ("default": the implicit one; "?" when out of
+ * range).  Valid while r lives. */
+const char *mta_source_name(const struct mta *r, int src);
 void    mta_free(struct mta *r);            /* closes every connection */
 void    mta_submit(struct mta *r, struct mta_txn *t);
 /* An address literal (IPv4, or IPv6 without brackets) as a hop; 0, or -1
@@ -247,6 +265,8 @@ struct mta_conn {
     struct mta      *r;
     struct mta_dest *dest;
     struct mta_conn *next;        /* dest->conns */
+    int                src;         /* egress source (mta_egress.c): its
+                                       address bound, its EHLO name */
     int                fd;          /* == net.fd */
     struct net_conn    net;         /* the transport: plain, or TLS */
     unsigned           watched;     /* EV_* mask given to the loop */
@@ -288,7 +308,10 @@ struct mta_dest {
     struct mta_dest *next;
     char               key[ROUTE_TEXT_MAX];
     int                tls_level;   /* part of the key: a destination is
-                                       (route, TLS level) */
+                                       (route, TLS level, egress pool) */
+    int                pool;        /* its sources: an idle connection
+                                       from outside it never carries a
+                                       txn of this destination */
     struct route       route;
     size_t             nconns;
     struct mta_conn *conns;
@@ -329,13 +352,85 @@ struct mta {
     const struct shape_rules *shape; /* NULL: shaping off */
     struct shape_table *shape_tab;
     unsigned           shape_ws;    /* our worker slot in it */
+    /* egress sources and pools (mta_egress.c) */
+    struct mta_src    *src;
+    size_t             nsrc;
+    struct mta_pool   *pools;
+    size_t             npools;
+    uint64_t           recheck_ms;  /* a source that could not bind */
+    struct ev_timer    recheck_timer;
 };
+
+/* ---- egress: mta_egress.c ---- */
+
+/* A local address mail leaves from, with its EHLO name. */
+struct mta_src {
+    char               name[ROUTE_POOL_MAX + 1];
+    char              *ehlo;        /* NULL: the relay's helo name */
+    struct sockaddr_storage ss;     /* port 0 */
+    socklen_t          len;         /* 0: bind nothing (implicit source) */
+    int                down;        /* could not bind (address gone): out
+                                       of every pool until a recheck
+                                       binds it again */
+};
+struct mta_member {
+    int                src;
+    int                weight;
+    int64_t            credit;      /* weighted share owed minus taken, in
+                                       weight units (mta_egress_take) */
+    int                held;        /* the last pick's allow() refused it:
+                                       out of the split until one allows */
+};
+struct mta_pool {
+    char               name[ROUTE_POOL_MAX + 1];
+    struct mta_member *m;
+    size_t             nm;
+};
+/* allow: may d open a connection from src now (shape's per site x
+ * source check); 0 no, and *not_before when it may (0: unknown). */
+typedef int mta_src_allow_fn(void *arg, struct mta_dest *d, int src,
+            uint64_t *not_before);
+/* The source for a new connection of d: the usable one of d's pool that
+ * allow (NULL: any) accepts and that is owed the most messages of its
+ * weight (smooth weighted round robin, counted per message taken); -1
+ * when none, *not_before the earliest an allow() refusal named (0 when
+ * no source of the pool is usable at all: every one is down). */
+int     mta_egress_pick(struct mta *r, struct mta_dest *d,
+            mta_src_allow_fn *allow, void *arg, uint64_t *not_before);
+/* c takes t: count it for c's source in t's pool (the round robin's
+ * state), and name the source in t's results. */
+void    mta_egress_take(struct mta_conn *c, struct mta_txn *t);
+/* 0 when c's source has taken more than its share of its pool's
+ * messages by MTA_EGRESS_SLACK and another usable source that allow
+ * (NULL: any) accepts is owed some:
+ * c should not take the next message (it closes; the next connection
+ * comes from the one owed most).  Else 1. */
+#define MTA_EGRESS_SLACK 8
+int     mta_egress_fair(const struct mta_conn *c, mta_src_allow_fn *allow,
+            void *arg);
+/* 1 when c's source is a usable member of d's pool (mta_adopt). */
+int     mta_egress_fits(const struct mta_conn *c, const struct mta_dest *d);
+/* 1 when src is one of pool's sources (mta_conn_fits). */
+int     mta_egress_member(const struct mta *r, int pool, int src);
+/* Bind c's new socket fd to c's source before connect() to hop a.  0;
+ * 1 when the source turned out gone (EADDRNOTAVAIL: taken out, logged
+ * once) and c moved to another source of its pool: connect to a again;
+ * -1 with c->lasterr set: skip a (family mismatch, bind error, no usable
+ * source left). */
+int     mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a);
+/* The EHLO name c says. */
+const char *mta_egress_helo(const struct mta_conn *c);
+/* d's pool has no usable source: defer every waiting txn of d. */
+void    mta_egress_none(struct mta *r, struct mta_dest *d);
+void    mta_egress_free(struct mta *r);
 /* mta.c: the body blocks (MTA_BLOCK).  mta_block_take() moves c's
  * buffered bytes into a block and returns 1, or 0 when all are out;
  * mta_block_give() hands it back and leaves out empty and small. */
 int     mta_block_take(struct mta_conn *c);
 void    mta_block_give(struct mta_conn *c);
 /* mta.c: completion, destinations, connections, fail-over. */
+/* Run d's queue (after a source came back, or c declined a txn). */
+void    mta_dest_kick(struct mta *r, struct mta_dest *d);
 void    mta_post(struct mta *r, struct mta_txn *t);
 void    mta_set(struct mta_txn *t, size_t i, enum mta_status status,
             const char *reply, const char *relay);
@@ -347,8 +442,9 @@ void    mta_dest_run(struct mta *r, struct mta_dest *d);
 void    mta_conn_close(struct mta_conn *c);
 void    mta_lost(struct mta_conn *c, const char *why);
 void    mta_connected(struct mta_conn *c);
-/* 1 when idle c may carry t: its host is one of t's hops and the TLS
- * requirement it was set up under is the same (tls_req_same()). */
+/* 1 when idle c may carry t: its source is one of t's egress pool, its
+ * host is one of t's hops and the TLS requirement it was set up under is
+ * the same (tls_req_same()). */
 int     mta_conn_fits(const struct mta_conn *c, const struct mta_txn *t);
 /* c cannot carry t (mta_conn_fits): t back to the head of the queue, c
  * closed with a QUIT.  Returns 1 (c is gone). */

@@ -318,8 +318,15 @@ mta_conn_next(struct mta_conn *c)
             return rc == 1;
     }
     for (;;) {
-        if (t == NULL)
-            t = mta_dest_pop(c->dest);
+        if (t == NULL && c->dest->wait_head != NULL &&
+            !mta_egress_fair(c, NULL, NULL)) {
+            /* c's source is over its share of the pool: the slot goes to
+             * a connection from the source owed most (mta_egress.c) */
+            mta_conn_quit(c);
+            return 1;
+        }
+        if (t == NULL && (t = mta_dest_pop(c->dest)) != NULL)
+            mta_egress_take(c, t);
         if (t == NULL)
             break;
         if (c->reused && !mta_conn_fits(c, t))
@@ -398,7 +405,7 @@ mta_on_greeting(struct mta_conn *c, const struct smtp_reply *rp,
         mta_lost(c, why);
         return 1;
     }
-    mta_cmd(c, "EHLO %s", c->r->helo);
+    mta_cmd(c, "EHLO %s", mta_egress_helo(c));
     mta_enter(c, C_EHLO);
     return mta_push(c);
 }
@@ -416,7 +423,7 @@ mta_on_ehlo(struct mta_conn *c, const struct smtp_reply *rp,
     }
     if (rp->code / 100 != 5)
         return mta_host_said(c, rp, "EHLO");
-    mta_cmd(c, "HELO %s", c->r->helo);
+    mta_cmd(c, "HELO %s", mta_egress_helo(c));
     mta_enter(c, C_HELO);
     return mta_push(c);
 }

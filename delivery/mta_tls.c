@@ -174,7 +174,7 @@ mta_tls_step(struct mta_conn *c)
     mta_tlsrpt(c, c->tlso.failure, NULL);
     c->caps = 0;
     memset(&c->peer, 0, sizeof(c->peer));
-    mta_cmd(c, "EHLO %s", c->r->helo);
+    mta_cmd(c, "EHLO %s", mta_egress_helo(c));
     mta_enter(c, C_EHLO);
     return mta_push(c);
 }

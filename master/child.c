@@ -278,7 +278,8 @@ child_sandbox_worker(const struct config *cfg, const struct privs *p,
     ro[nro++] = snapdir;
     for (size_t i = 0; i < ARRAY_LEN(ro_fixed); i++)
         ro[nro++] = ro_fixed[i];
-    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro, f.fd, f.nfd };
+    fs = (struct sandbox_fs){ f.rw, f.n, ro, nro, f.fd, f.nfd, 0 };
+    fs.bind_port0 = cfg->negress_sources > 0;   /* egress: bind, port 0 */
     rc = sandbox_landlock(&fs, err, sizeof(err));
     if (rc < 0)
         fatalx("sandbox: %s", err);
@@ -354,7 +355,7 @@ child_spawn_logd(struct master *m, struct slot *s)
     /* logd writes only to the fd it is given; it reads the time zone */
     static const char *ro[] = { "/etc/localtime", "/usr/share/zoneinfo" };
     static const struct sandbox_fs logd_fs = { NULL, 0, ro, ARRAY_LEN(ro),
-        NULL, 0 };
+        NULL, 0, 0 };
     const struct privs *p = &m->cur->privs;
     int   sandbox = m->cur->cfg->sandbox;
     int   keep[3] = { m->log_recv, m->log_own_recv, m->log_file };

@@ -16,10 +16,15 @@
  *            78  EX_CONFIG       the config is invalid (at start)
  * FAILURE   Messages on stderr, "mtad: <what>: <why>".
  */
+#include <netdb.h>
+#include <netinet/in.h>
+#include <resolv.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sysexits.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include "common/net.h"
 #include "common/util.h"
@@ -38,7 +43,8 @@ usage(FILE *f)
         "  -t       check the configuration and what the start checks (users,\n"
         "           spool, pid file, control socket, log file; the listeners\n"
         "           are not bound), print \"FILE: ok\" or the errors (and each\n"
-        "           TLS certificate: key type, subject, expiry)\n"
+        "           TLS certificate: key type, subject, expiry; each egress\n"
+        "           source: its address here, its PTR against its EHLO name)\n"
         "  -n       print every key with the value in force, \"# default\"\n"
         "           after those the file does not set\n"
         "  -h       this help\n"
@@ -63,6 +69,48 @@ print_certs(const struct config *cfg)
     for (i = 0; i < cfg->ntls_certs; i++) {
         (void)net_tls_cert_info(cfg->tls_cert_files[i], info, sizeof(info));
         printf("tls.cert_file: %s: %s\n", cfg->tls_cert_files[i], info);
+    }
+}
+
+/*
+ * print_egress - "mtad -t": each egress source, whether its address is on
+ * this host now (a test bind, port 0 and no port taken: the delivery
+ * takes a source whose address is gone out of its pools) and what its
+ * PTR says against its EHLO name (receivers compare them).  Warnings
+ * only: the address may come later, DNS may be down.  The PTR lookup
+ * waits one try of 2 s at most; the start never asks.
+ */
+static void
+print_egress(const struct config *cfg)
+{
+    char   host[NI_MAXHOST];
+    size_t i;
+
+    if (cfg->negress_sources > 0 && res_init() == 0) {
+        _res.retrans = 2;
+        _res.retry = 1;
+    }
+    for (i = 0; i < cfg->negress_sources; i++) {
+        const struct config_egress_source *s = &cfg->egress_sources[i];
+        int fd = socket(s->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1, here, rc;
+
+        if (fd >= 0)
+            (void)setsockopt(fd, IPPROTO_IP, 24 /* IP_BIND_ADDRESS_NO_PORT */,
+                &one, sizeof(one));
+        here = fd >= 0 && bind(fd, (const struct sockaddr *)&s->addr,
+            s->addrlen) == 0;
+        if (fd >= 0)
+            close(fd);
+        rc = getnameinfo((const struct sockaddr *)&s->addr, s->addrlen, host,
+            sizeof(host), NULL, 0, NI_NAMEREQD);
+        printf("egress.sources %s: %s ehlo %s: %s; %s%s%s\n", s->name,
+            s->address, s->ehlo, here ? "address on this host" :
+            "warning: address not on this host (taken out until it is)",
+            rc != 0 ? "no PTR found" : strcasecmp(host, s->ehlo) == 0 ?
+            "PTR " : "warning: PTR ", rc != 0 ? "" : host,
+            rc != 0 || strcasecmp(host, s->ehlo) == 0 ? "" :
+            " is not the EHLO name");
     }
 }
 
@@ -92,6 +140,7 @@ check_config(const char *path, int show)
         return code;
     }
     print_certs(cfg);
+    print_egress(cfg);
     config_free(cfg);
     printf("%s: ok\n", path);
     return 0;

@@ -8,7 +8,7 @@
  *           its argument count.  --help, `help VERB` and the dispatch all
  *           read it, so a command cannot be listed and missing or the
  *           reverse.  The families live in their own files: route.c,
- *           queue*.c, tls.c, tls_check.c, dkim.c, user.c, drain.c,
+ *           queue*.c, tls.c, tls_check.c, dkim.c, user.c, drain.c, pool.c,
  *           trace.c.
  * CONTRACT  Exit codes: 0 ok, 1 failed (including a rejected reload),
  *           2 usage.  Errors on stderr as "mtactl: <what>: <why>".
@@ -372,6 +372,12 @@ mtactl_run_route(struct mtactl *c, int argc, char **argv)
 }
 
 static int
+mtactl_run_pool(struct mtactl *c, int argc, char **argv)
+{
+    return mtactl_pool(argc, argv, c->cfg);
+}
+
+static int
 mtactl_run_queue(struct mtactl *c, int argc, char **argv)
 {
     return mtactl_queue(argc, argv, c->cfg);
@@ -477,6 +483,10 @@ static const struct mtactl_verb mtactl_verbs[] = {
     { "route", "add|del|get|list|import|export|hash ...", "the routes db",
       NULL, mtactl_route_help, mtactl_run_route,
       MV_CONFIG | MV_SPOOL | MV_AUDIT, 0, -1 },
+    { "pool", "set DOMAIN POOL|del DOMAIN|list",
+      "egress pool per sender domain (routes db)",
+      NULL, mtactl_pool_help, mtactl_run_pool,
+      MV_CONFIG | MV_SPOOL | MV_AUDIT, 1, 3 },
     { "tls", "policy ...|report ...|check DOMAIN",
       "outbound TLS: levels, TLS-RPT, a domain's check",
       NULL, mtactl_tls_help, mtactl_run_tls, 0, 0, -1 },

@@ -43,6 +43,8 @@ void    mtactl_dkim_help(void);
 int     mtactl_user(int argc, char **argv, const struct config *cfg,
             const char *cfg_err);                               /* user.c */
 void    mtactl_user_help(void);
+int     mtactl_pool(int argc, char **argv, const struct config *cfg);   /* pool.c */
+void    mtactl_pool_help(void);
 int     mtactl_tls(int argc, char **argv, const struct config *cfg);    /* tls.c */
 void    mtactl_tls_help(void);
 int     mtactl_tls_check(int argc, char **argv,

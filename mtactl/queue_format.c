@@ -144,6 +144,30 @@ queue_json_mem(const char *s, size_t len)
 }
 
 
+/* queue_json_tls - ,"tls":... and, when the state names one, ,"source":
+ * from a recipient's stored "tls=... source=NAME" (attempt.c). */
+static void
+queue_json_tls(const char *tls)
+{
+    const char *src = tls != NULL ? strstr(tls, " source=") : NULL;
+    char        buf[512];
+
+    if (tls != NULL && strncmp(tls, "tls=", 4) == 0)
+        tls += 4;
+    if (src != NULL && (size_t)(src - tls) < sizeof(buf)) {
+        memcpy(buf, tls, (size_t)(src - tls));
+        buf[src - tls] = '\0';
+        fputs(",\"tls\":", stdout);
+        queue_json_str(buf);
+        fputs(",\"source\":", stdout);
+        queue_json_str(src + 8);
+        return;
+    }
+    fputs(",\"tls\":", stdout);
+    queue_json_str(tls);
+}
+
+
 /* queue_json_str - s as a JSON string literal (null for NULL). */
 void
 queue_json_str(const char *s)
@@ -298,10 +322,9 @@ queue_json_item_open(const struct queue_item *it, uint64_t now, int detail)
             queue_rcpt_status_names[queue_rcpt_status(r)]);
         queue_json_str(r->relay);
         /* the outcome without the log's key: "TLSv1.3 cipher=... verify=ca",
-         * "none" */
-        fputs(",\"tls\":", stdout);
-        queue_json_str(r->tls != NULL && strncmp(r->tls, "tls=", 4) == 0 ?
-            r->tls + 4 : r->tls);
+         * "none"; the egress source stored after it (" source=NAME") is a
+         * key of its own */
+        queue_json_tls(r->tls);
         fputs(",\"last_reply\":", stdout);
         queue_json_str(r->last_reply);
         if (detail) {

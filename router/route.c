@@ -17,6 +17,8 @@
  *             mx       the MX of each recipient's own domain
  *             reject:5yz 5.x.x [text]    y in 0-5; the text is ASCII
  *             defer:4yz 4.x.x [text]
+ *             any smtp: or mx route may end in " pool=NAME": the egress
+ *               pool its mail leaves through (route_pool_name_ok())
  *           The type words are case-insensitive.  No control characters,
  *           no leading or trailing blanks, at most ROUTE_VALUE_MAX bytes.
  * FAILURE   0, or -1 with a one-line reason in why (never logs).
@@ -320,15 +322,68 @@ route_reply(const char *word, const char *s, char cls, struct route *out,
 
 
 int
+route_pool_name_ok(const char *name)
+{
+    size_t i, n = name != NULL ? strlen(name) : 0;
+
+    if (n == 0 || n > ROUTE_POOL_MAX)
+        return 0;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            route_isdigit(c) || c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+
+/*
+ * route_pool - an smtp: or mx value ending in " pool=NAME": the name into
+ * out->pool and the value without it into rest (1); 0 when the value has
+ * no such ending (other kinds never have one: a reject: text may say
+ * "pool=" and means it as text); -1 for a bad name.
+ */
+static int
+route_pool(const char *value, struct route *out, char *rest, size_t restsz,
+    char *why, size_t whysz)
+{
+    const char *sp = strrchr(value, ' ');
+    size_t      n;
+
+    if (sp == NULL || strncasecmp(sp + 1, "pool=", 5) != 0 ||
+        !(route_prefix(value, strlen(value), "smtp:") ||
+        route_prefix(value, strlen(value), "mx ")))
+        return 0;
+    if (!route_pool_name_ok(sp + 6))
+        return route_why(why, whysz, "bad pool name '%.40s' (1-%d letters, "
+            "digits, '.', '_', '-')", sp + 6, ROUTE_POOL_MAX);
+    n = (size_t)(sp - value);
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+        n--;
+    if (n >= restsz)
+        return route_why(why, whysz, "route too long");
+    memcpy(rest, value, n);
+    rest[n] = '\0';
+    memcpy(out->pool, sp + 6, strlen(sp + 6) + 1);
+    return 1;
+}
+
+
+int
 route_parse(const char *value, struct route *out, char *why, size_t whysz)
 {
+    char    rest[ROUTE_VALUE_MAX + 1];
     size_t  n, i, wn;
+    int     rc;
 
     out->kind = 0;
     out->nhosts = 0;
     out->path[0] = '\0';
     out->code = 0;
     out->text[0] = '\0';
+    out->pool[0] = '\0';
     if (value == NULL || value[0] == '\0')
         return route_why(why, whysz, "empty route");
     n = strlen(value);
@@ -340,6 +395,12 @@ route_parse(const char *value, struct route *out, char *why, size_t whysz)
             return route_why(why, whysz, "control character in route");
     if (value[0] == ' ' || value[n - 1] == ' ')
         return route_why(why, whysz, "leading or trailing blank in route");
+    if ((rc = route_pool(value, out, rest, sizeof(rest), why, whysz)) < 0)
+        return -1;
+    if (rc == 1) {
+        value = rest;
+        n = strlen(value);
+    }
 
     wn = strcspn(value, ":");
     if (wn == 4 && route_prefix(value, n, "smtp:")) {

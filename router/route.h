@@ -16,6 +16,12 @@
  *   discard                   accept and drop (logged)
  *   reject:5xx x.y.z text     answered at RCPT
  *   defer:4xx x.y.z text      answered at RCPT
+ *   smtp:... pool=NAME        an smtp: or mx route may end in one
+ *   mx pool=NAME              " pool=NAME": its mail leaves through the
+ *                             egress pool NAME (relay.yaml egress.pools;
+ *                             letters, digits, '.', '_', '-', at most
+ *                             ROUTE_POOL_MAX bytes).  Without it: the
+ *                             sender's pool, else egress.default_pool.
  *
  * CONTRACT  route_parse() fills a struct route whose strings point into
  *           the route's own storage (no allocation, no pointers into the
@@ -32,6 +38,7 @@
 #define ROUTE_TEXT_MAX   512
 #define ROUTE_VALUE_MAX  1023       /* bytes of a route value (no NUL) */
 #define ROUTE_KEY_MAX    319        /* bytes of a key (no NUL) */
+#define ROUTE_POOL_MAX   63         /* bytes of an egress pool name */
 
 enum route_kind {
     ROUTE_SMTP = 1, ROUTE_MAILDIR, ROUTE_DISCARD, ROUTE_REJECT, ROUTE_DEFER,
@@ -51,10 +58,15 @@ struct route {
     char            path[ROUTE_TEXT_MAX];      /* ROUTE_MAILDIR */
     int             code;                      /* ROUTE_REJECT/DEFER: 550 */
     char            text[ROUTE_TEXT_MAX];      /* "5.7.1 no such user" */
+    char            pool[ROUTE_POOL_MAX + 1];  /* SMTP/MX: " pool=NAME",
+                                                  or "" */
 };
 
 int     route_parse(const char *value, struct route *out, char *why,
             size_t whysz);
+/* 1 when name is a valid egress pool or source name (1..ROUTE_POOL_MAX
+ * bytes of letters, digits, '.', '_', '-'), else 0. */
+int     route_pool_name_ok(const char *name);
 int     route_key_check(const char *key, char *why, size_t whysz);
 void    route_key_normalize(char *key);  /* lower-case in place */
 /* route_line_parse - one line of a routes file, as mtactl route import

@@ -30,6 +30,7 @@
 #include <lmdb.h>
 
 #include "router/router.h"
+#include "router/router_int.h"
 
 #define ROUTER_MAPSIZE     ((size_t)256 << 20)
 #define ROUTER_MAXREADERS  1024     /* workers + mtactl, with room to spare */
@@ -37,26 +38,11 @@
 #define ROUTER_ADDR_MAX    512      /* longer addresses cannot match a key */
 #define ROUTER_MAXDBS      8        /* named databases: ROUTER_TLS_DB, room */
 
-struct router {
-    MDB_env    *env;
-    MDB_dbi     dbi;
-    MDB_dbi     tls_dbi;            /* ROUTER_TLS_DB, when have_tls */
-    int         have_tls;
-    MDB_txn    *rtxn;               /* read txn, reset between lookups */
-    MDB_txn    *wtxn;               /* open batch, or NULL */
-    int         has_default;
-    char        default_value[ROUTE_VALUE_MAX + 1];
-    struct route default_route;
-    char        err[512];
-};
+
 
 static const char router_closed_err[] = "router not open";
 
-/* router_fail - record why and return rc. */
-static int router_fail(struct router *r, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
+int
 router_fail(struct router *r, int rc, const char *fmt, ...)
 {
     va_list ap;
@@ -68,8 +54,19 @@ router_fail(struct router *r, int rc, const char *fmt, ...)
 }
 
 
+/* router_is_side - is main-table key k the record of a side table? */
+int
+router_is_side(const MDB_val *k)
+{
+    return (k->mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
+        memcmp(k->mv_data, ROUTER_TLS_DB, k->mv_size) == 0) ||
+        (k->mv_size == sizeof(ROUTER_POOL_DB) - 1 &&
+        memcmp(k->mv_data, ROUTER_POOL_DB, k->mv_size) == 0);
+}
+
+
 /* router_mdb_rc - an LMDB return code as ROUTER_ESYS (errno) or _EDB. */
-static int
+int
 router_mdb_rc(int mrc)
 {
     if (mrc > 0) {                  /* LMDB passes errno values through */
@@ -100,10 +97,12 @@ router_plain_file(struct router *r, const char *path)
         "has more than one hard link" : "not a regular file");
 }
 
-/* router_open_tls - the TLS policy database: created by a writer, opened
- * by a reader when it exists (else have_tls stays 0: no entries). */
+/* router_open_side - a named side table (the TLS policies, the sender
+ * pools): created by a writer, opened by a reader when it exists (else
+ * *have stays 0: no entries). */
 static int
-router_open_tls(struct router *r, int create)
+router_open_side(struct router *r, int create, const char *name,
+    MDB_dbi *dbi, int *have)
 {
     int      rdonly = (create & (ROUTER_OPEN_RDONLY |
                                  ROUTER_OPEN_SNAPSHOT)) != 0;
@@ -113,8 +112,7 @@ router_open_tls(struct router *r, int create)
     if ((mrc = mdb_txn_begin(r->env, NULL, rdonly ? MDB_RDONLY : 0,
         &txn)) != 0)
         return mrc;
-    mrc = mdb_dbi_open(txn, ROUTER_TLS_DB, rdonly ? 0 : MDB_CREATE,
-        &r->tls_dbi);
+    mrc = mdb_dbi_open(txn, name, rdonly ? 0 : MDB_CREATE, dbi);
     if (mrc == MDB_NOTFOUND && rdonly) {
         mdb_txn_abort(txn);
         return 0;
@@ -125,7 +123,7 @@ router_open_tls(struct router *r, int create)
     }
     if ((mrc = mdb_txn_commit(txn)) != 0)
         return mrc;
-    r->have_tls = 1;
+    *have = 1;
     return 0;
 }
 
@@ -186,7 +184,9 @@ router_open(struct router **rp, const char *path, const char *default_route,
     }
     if ((mrc = mdb_txn_commit(txn)) != 0)
         goto fail;
-    if ((mrc = router_open_tls(r, create)) != 0)
+    if ((mrc = router_open_side(r, create, ROUTER_TLS_DB, &r->tls_dbi,
+        &r->have_tls)) != 0 || (mrc = router_open_side(r, create,
+        ROUTER_POOL_DB, &r->pool_dbi, &r->have_pool)) != 0)
         goto fail;
     router_reader_check(r);         /* slots left by killed processes */
     r->err[0] = '\0';
@@ -238,6 +238,8 @@ router_reopen(struct router *r, const char *path, int flags)
     r->dbi = n->dbi;
     r->tls_dbi = n->tls_dbi;
     r->have_tls = n->have_tls;
+    r->pool_dbi = n->pool_dbi;
+    r->have_pool = n->have_pool;
     r->err[0] = '\0';
     n->env = NULL;
     router_close(n);
@@ -283,7 +285,7 @@ router_errstr(const struct router *r)
 
 
 /* router_rbegin - the read txn, begun once and renewed after each reset. */
-static int
+int
 router_rbegin(struct router *r)
 {
     int mrc;
@@ -526,7 +528,7 @@ router_check_kv(struct router *r, const char *key, const char *value,
  * checked and normalised.  A missing key is ROUTER_ENOTFOUND with what
  * ("no such key", "no TLS policy for") and, outside a batch, changes
  * nothing and does not fail the batch either. */
-static int
+int
 router_put_in(struct router *r, MDB_dbi dbi, const char *k, const char *value)
 {
     MDB_txn *txn;
@@ -546,7 +548,7 @@ router_put_in(struct router *r, MDB_dbi dbi, const char *k, const char *value)
 }
 
 
-static int
+int
 router_del_in(struct router *r, MDB_dbi dbi, const char *k, const char *what)
 {
     MDB_txn *txn;
@@ -599,7 +601,7 @@ router_del(struct router *r, const char *key)
  * order, until fn returns non-zero.  The routes table also holds the TLS
  * policy table's own record (LMDB names a sub-database by a key of the
  * main one): skipped.  vmax: the longest value the table allows. */
-static int
+int
 router_each_in(struct router *r, MDB_dbi dbi, size_t vmax,
     int (*fn)(const char *key, const char *value, void *arg), void *arg)
 {
@@ -618,12 +620,12 @@ router_each_in(struct router *r, MDB_dbi dbi, size_t vmax,
     rc = ROUTER_OK;
     for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
         mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
-        if (dbi == r->dbi && mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
-            memcmp(mk.mv_data, ROUTER_TLS_DB, mk.mv_size) == 0)
-            continue;               /* the TLS policy table's record */
+        if (dbi == r->dbi && router_is_side(&mk))
+            continue;               /* a side table's record */
         if (mk.mv_size >= sizeof(k) || mv.mv_size > vmax) {
             rc = router_fail(r, ROUTER_EINVAL, "oversized %s entry (key "
-                "%.40s...)", dbi == r->dbi ? "route" : "TLS policy",
+                "%.40s...)", dbi == r->dbi ? "route" : dbi == r->tls_dbi ?
+                "TLS policy" : "pool",
                 (const char *)mk.mv_data);
             break;
         }
@@ -710,7 +712,7 @@ router_clear(struct router *r)
 
     if ((rc = router_wbegin(r, &txn)) != ROUTER_OK)
         return rc;
-    if (!r->have_tls) {
+    if (!r->have_tls && !r->have_pool) {
         if ((mrc = mdb_drop(txn, r->dbi, 0)) != 0)
             rc = router_fail(r, router_mdb_rc(mrc), "mdb_drop: %s",
                 mdb_strerror(mrc));
@@ -727,8 +729,7 @@ router_clear(struct router *r)
                 "mdb_cursor_open: %s", mdb_strerror(mrc)));
         for (mrc = mdb_cursor_get(cur, &mk, &mv, MDB_FIRST); mrc == 0;
             mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
-            if (mk.mv_size == sizeof(ROUTER_TLS_DB) - 1 &&
-                memcmp(mk.mv_data, ROUTER_TLS_DB, mk.mv_size) == 0)
+            if (router_is_side(&mk))
                 continue;
             /* MDB_NEXT after a delete yields the entry that followed */
             if ((mrc = mdb_cursor_del(cur, 0)) != 0)

@@ -156,4 +156,24 @@ int     router_tls_each(struct router *r,
             int (*fn)(const char *key, const char *value, void *arg),
             void *arg);
 
+/*
+ * The sender pool table (router_pool.c): a third named database,
+ * ROUTER_POOL_DB, in the same environment, kept like the TLS policy
+ * table (read through the same transaction and snapshot, written by
+ * mtactl pool, created by any writer's router_open()).  Keys: a sender
+ * domain, or ".domain" for its subdomains (route_key_check(), no
+ * "user@"); values: an egress pool name (route_pool_name_ok()).  Whether
+ * the pool exists is the delivery's question (relay.yaml egress.pools):
+ * the table may name one a later reload adds.
+ */
+#define ROUTER_POOL_DB      "SENDER-POOL"  /* upper case: never a key */
+#define ROUTER_POOL_VALUE_MAX ROUTE_POOL_MAX
+int     router_pool_get(struct router *r, const char *key, char *val,
+            size_t valsz);          /* val: ROUTER_POOL_VALUE_MAX + 1 */
+int     router_pool_put(struct router *r, const char *key, const char *pool);
+int     router_pool_del(struct router *r, const char *key);  /* ENOTFOUND */
+int     router_pool_each(struct router *r,
+            int (*fn)(const char *key, const char *value, void *arg),
+            void *arg);
+
 #endif /* MTAD_ROUTER_H */

@@ -6,7 +6,8 @@
  * Checks: route_parse() and route_key_check() return 0 or -1, with a
  * non-empty one-line reason on -1; a parsed route has a known kind, 1..8
  * hosts with ports 1..65535 for smtp:, terminated strings, a 4xx code for
- * defer: and a 5xx code for reject:, a non-empty maildir path; normalising a valid key keeps it
+ * defer: and a 5xx code for reject:, a non-empty maildir path, a pool
+ * name only on smtp: and mx and then a valid one; normalising a valid key keeps it
  * valid.  Build and run: make fuzz (see tests/fuzz/run.sh).
  */
 #include <stdint.h>
@@ -70,6 +71,10 @@ fuzz_value(const char *v)
     default:
         abort();
     }
+    /* " pool=NAME" only on smtp: and mx, and then a valid name */
+    if (r.pool[0] != '\0' && ((r.kind != ROUTE_SMTP && r.kind != ROUTE_MX) ||
+        !route_pool_name_ok(r.pool)))
+        abort();
 }
 
 

@@ -245,6 +245,50 @@ Test(route_parse, refuses_overlong_values)
     cr_assert_eq(route_parse(big, &r, why, sizeof(why)), 0, "%s", why);
 }
 
+/* ---- route_parse: " pool=NAME" on smtp: and mx ------------------------- */
+
+Test(route_parse, a_trailing_pool_names_the_egress_pool)
+{
+    static const struct {
+        const char *in, *pool;
+        enum route_kind kind;
+        size_t nhosts;
+    } cases[] = {
+        { "smtp:[10.0.0.1]:25 pool=bulk", "bulk", ROUTE_SMTP, 1 },
+        { "smtp:a:25,smtp:[b]:2525 pool=b-2.x_y", "b-2.x_y", ROUTE_SMTP, 2 },
+        { "mx pool=transactional", "transactional", ROUTE_MX, 0 },
+        { "MX POOL=p", "p", ROUTE_MX, 0 },
+        { "smtp:[10.0.0.1]:25", "", ROUTE_SMTP, 1 },
+        { "mx", "", ROUTE_MX, 0 },
+        /* other kinds take it as their own text */
+        { "reject:550 5.7.1 pool=x", "", ROUTE_REJECT, 0 },
+    };
+    struct route r;
+    char why[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(route_parse(cases[i].in, &r, why, sizeof(why)), 0,
+            "'%s': %s", cases[i].in, why);
+        cr_expect_str_eq(r.pool, cases[i].pool, "'%s': got pool '%s', want "
+            "'%s'", cases[i].in, r.pool, cases[i].pool);
+        cr_expect_eq(r.kind, cases[i].kind, "'%s'", cases[i].in);
+        cr_expect_eq(r.nhosts, cases[i].nhosts, "'%s'", cases[i].in);
+    }
+    cr_assert_eq(route_parse("smtp:[10.0.0.1]:25 pool=a/b", &r, why,
+        sizeof(why)), -1);
+    cr_expect_str_eq(why, "bad pool name 'a/b' (1-63 letters, digits, '.', "
+        "'_', '-')");
+    cr_assert_eq(route_parse("mx pool=", &r, why, sizeof(why)), -1);
+    cr_assert_eq(route_parse("smtp:a:25 pool=x pool=y", &r, why,
+        sizeof(why)), -1);
+    cr_assert_eq(route_parse("maildir:/x pool=y", &r, why, sizeof(why)), 0);
+    cr_expect_str_eq(r.path, "/x pool=y");
+    cr_expect(route_pool_name_ok("a.b_c-9"));
+    cr_expect(!route_pool_name_ok(""));
+    cr_expect(!route_pool_name_ok("a b"));
+}
+
 /* ---- keys --------------------------------------------------------------- */
 
 Test(route_key, accepts_address_domain_and_wildcard_keys)
@@ -857,6 +901,65 @@ Test(router, tls_write_is_seen_by_a_read_only_reader)
     cr_expect_eq(router_tls_put(ro, "example.org", "may"), ROUTER_ESYS);
     router_close(ro);
     router_close(w);
+}
+
+
+static void snap_write(struct router *w, const char *path);
+
+/* expect_pool - the pool table's entry for key is want (NULL: none). */
+static void
+expect_pool(struct router *r, const char *key, const char *want)
+{
+    char v[ROUTER_POOL_VALUE_MAX + 1];
+    int  rc = router_pool_get(r, key, v, sizeof(v));
+
+    if (want == NULL) {
+        cr_expect_eq(rc, ROUTER_ENOTFOUND, "%s: got %d", key, rc);
+        return;
+    }
+    cr_assert_eq(rc, ROUTER_OK, "%s: %s", key, router_errstr(r));
+    cr_expect_str_eq(v, want);
+}
+
+Test(router, sender_pool_table_beside_routes_and_tls)
+{
+    struct router  *r = db_open(), *s = NULL;
+    struct each_acc a;
+    char            snap[PATH_MAX + 8];
+
+    expect_pool(r, "example.org", NULL);
+    cr_assert_eq(router_pool_put(r, "Example.ORG", "bulk"), ROUTER_OK,
+        "%s", router_errstr(r));
+    cr_assert_eq(router_pool_put(r, ".example.net", "tx-1"), ROUTER_OK);
+    expect_pool(r, "example.org", "bulk");
+    expect_pool(r, ".example.net", "tx-1");
+    cr_expect_eq(router_pool_put(r, "example.org", "a b"), ROUTER_EINVAL);
+    cr_expect_not_null(strstr(router_errstr(r), "bad pool name"));
+    cr_expect_eq(router_pool_put(r, "u@example.org", "bulk"), ROUTER_EINVAL);
+    cr_expect_not_null(strstr(router_errstr(r), "sender domains"));
+    cr_assert_eq(router_tls_put(r, "example.org", "verify"), ROUTER_OK);
+    put(r, "example.org", "discard");
+    /* each table walks its own entries only */
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_pool_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, ".example.net=tx-1;example.org=bulk;");
+    memset(&a, 0, sizeof(a));
+    cr_assert_eq(router_each(r, each_cb, &a), ROUTER_OK);
+    cr_expect_str_eq(a.text, "example.org=discard;");
+    /* in the snapshot the workers read */
+    snprintf(snap, sizeof(snap), "%s/snap.mdb", tdir);
+    snap_write(r, snap);
+    cr_assert_eq(router_open(&s, snap, DEFAULT_ROUTE, ROUTER_OPEN_SNAPSHOT),
+        ROUTER_OK, "%s", router_errstr(s));
+    expect_pool(s, "example.org", "bulk");
+    router_close(s);
+    /* clearing the routes keeps it */
+    cr_assert_eq(router_clear(r), ROUTER_OK, "%s", router_errstr(r));
+    expect_pool(r, "example.org", "bulk");
+    cr_assert_eq(router_pool_del(r, "example.org"), ROUTER_OK);
+    expect_pool(r, "example.org", NULL);
+    cr_expect_eq(router_pool_del(r, "example.org"), ROUTER_ENOTFOUND);
+    router_close(r);
 }
 
 
