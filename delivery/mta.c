@@ -590,6 +590,9 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
         for (c = od->conns; c; c = c->next) {
             if (c->state != C_IDLE || c->cur == 0 || !mta_egress_fits(c, d))
                 continue;
+            /* shaped: only one from the source whose slot d holds */
+            if (mta_shape_token_src(d) >= 0 && c->src != mta_shape_token_src(d))
+                continue;
             for (k = 0; k < t->nhops && k < bestk; k++) {
                 if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss) &&
                     tls_req_same(&c->tls, &t->hops[k].tls)) {
@@ -665,7 +668,7 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
             mta_shape_gate(r, d) != 0)
             break;
         for (c = d->conns; c; c = c->next)
-            if (c->state == C_IDLE)
+            if (c->state == C_IDLE && (d->shape_e < 0 || mta_shape_ready(c)))
                 break;
         if (c == NULL && mta_may_connect(r, d))
             c = mta_adopt(r, d, d->wait_head);
@@ -675,7 +678,9 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         }
         if (!mta_may_connect(r, d))
             break;
-        if ((src = mta_egress_pick(r, d, NULL, NULL, &nb)) < 0) {
+        /* shaped: the source whose slot mta_may_connect() took */
+        if ((src = mta_shape_token_src(d)) < 0 &&
+            (src = mta_egress_pick(r, d, NULL, NULL, &nb)) < 0) {
             if (nb == 0)            /* every source of the pool is gone */
                 mta_egress_none(r, d);
             break;

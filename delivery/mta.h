@@ -280,6 +280,9 @@ struct mta_conn {
                                        (plaintext): see mta_stray() */
     int                shape_e;     /* the shaping entry whose connection
                                        slot c holds, -1 none */
+    uint64_t           shape_nb_us; /* its source's rate is spent until
+                                       then (monotonic): not taken from
+                                       the idle ones before (0: none) */
     struct ev_timer    timer;
     struct buf         in, out;
     struct mta_hop     addr[MTA_MAX_ADDRS];
@@ -324,7 +327,16 @@ struct mta_dest {
     uint64_t           gate_us;     /* no message before (monotonic) */
     int                conn_token;  /* a connection slot taken for the
                                        next connect or adoption */
+    int                token_src;   /* ... from this egress source */
+    /* per egress source (index: r->src[]): its entry for (site, source)
+     * and its limits, made at the first use (mta_shape_src()); shape_e
+     * and shape_lim are those of the pool's first source */
+    int               *src_e;       /* -1: not made yet */
+    struct shape_limits *src_lim;
+    size_t             nsrc;
+    char               shape_dom[256]; /* the domain seen, for the view */
     struct ev_timer    shape_timer; /* mta_dest_run() at the gate */
+    uint64_t           shape_at_us; /* when shape_timer fires (0: idle) */
     struct mta        *owner;       /* for the timer */
 };
 
@@ -418,6 +430,13 @@ int     mta_egress_member(const struct mta *r, int pool, int src);
  * -1 with c->lasterr set: skip a (family mismatch, bind error, no usable
  * source left). */
 int     mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a);
+/* For shaping (mta_shape.c): the number of sources (the index range of
+ * r->src), the first source of d's pool, and its usable sources (not
+ * gone) into out (at most max; their number). */
+size_t  mta_egress_nsrc(const struct mta *r);
+int     mta_egress_first(const struct mta *r, const struct mta_dest *d);
+size_t  mta_egress_sources(const struct mta *r, const struct mta_dest *d,
+            int *out, size_t max);
 /* The EHLO name c says. */
 const char *mta_egress_helo(const struct mta_conn *c);
 /* d's pool has no usable source: defer every waiting txn of d. */
@@ -473,6 +492,14 @@ uint64_t mta_shape_idle_ms(const struct mta_conn *c);
 void    mta_shape_dest_free(struct mta *r, struct mta_dest *d);
 int     mta_shape_allow(void *arg, struct mta_dest *d, int src,
             uint64_t *not_before);
+/* The source the slot taken by mta_shape_may_connect() is for (the next
+ * connection binds it), or -1 when no slot is held (unshaped). */
+int     mta_shape_token_src(const struct mta_dest *d);
+/* 1 when idle c may take d's next message now (its source's rate is not
+ * spent: see shape_nb_us). */
+int     mta_shape_ready(const struct mta_conn *c);
+/* The limits of c's source toward its site (recipients per message). */
+const struct shape_limits *mta_shape_lim(const struct mta_conn *c);
 
 /* mta_session.c: the SMTP conversation on one connection. */
 /* The only way c->state changes: s, its timer armed with the phase's

@@ -160,9 +160,9 @@ mta_slice(const struct mta_conn *c, const struct mta_txn *t)
     if (c->peer.rcptmax > 0 && n > c->peer.rcptmax)
         n = c->peer.rcptmax;
     if (c->dest->shape_e >= 0 &&
-        c->dest->shape_lim.recipients_per_message > 0 &&
-        n > c->dest->shape_lim.recipients_per_message)
-        n = c->dest->shape_lim.recipients_per_message;  /* shaping */
+        mta_shape_lim(c)->recipients_per_message > 0 &&
+        n > mta_shape_lim(c)->recipients_per_message)
+        n = mta_shape_lim(c)->recipients_per_message;   /* shaping */
     if (c->peer.rcptdomainmax == 0 || n <= c->peer.rcptdomainmax)
         return n;                   /* cannot hold more domains than that */
     dom = xcalloc(c->peer.rcptdomainmax, sizeof(*dom));

@@ -349,3 +349,43 @@ def test_backoff_on_connect_failures_and_bounce_rules(mtad_factory,
     m.wait_log("%s: to=<defer1@gmail.%s>" % (qid, ZONE), timeout=15)
     assert re.search(qid + r": to=<defer1@gmail\.[^>]*>.*status=bounced "
                      r"\(451 4\.3\.0", m.log_text()), m.log_text()[-2000:]
+
+
+def test_limits_hold_per_source_of_a_pool(mtad_factory, sim_factory,
+                                          dns_servers):
+    """A pool of three egress sources (127.0.0.2-4): the site's limits hold
+    per (site x source), not per site: each source keeps to 2 connections
+    and its rate (the simulator counts violations per source IP), all three
+    carry the site's mail at once, so the site gets three times one
+    source's share.  (Rate-bound, each source sends what its rate allows:
+    the weights split what the limits leave free, test_egress.py.)"""
+    sim = sim_factory(gmail(max_conns=2, per_second=30))
+    srcs = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    m = start(mtad_factory, dns_servers.nsd, {
+        "sites": [{"name": "google", "mx": [".google.%s" % ZONE],
+                   "connections": 2, "deliveries_per_second": 25,
+                   "burst": 2}]},
+        egress={"sources": [{"name": "s%d" % i, "address": a,
+                             "ehlo": "out%d.test" % i}
+                            for i, a in enumerate(srcs)],
+                "pools": [{"name": "default",
+                           "sources": {"s0": 1, "s1": 1, "s2": 2}}]})
+    n = 240
+    inject(m, lambda i: ["u%d@%s" % (i, GOOGLE[i % 2])], n)
+    recs = sim.wait_for(n, timeout=60, provider="gmail")
+    assert sim.violations("gmail") == 0, sim.stats()
+    st = sim.stats()["providers"]["gmail"]["sources"]
+    assert set(st) == set(srcs), st
+    for a in srcs:
+        assert st[a]["max_open"] <= 2, st
+    # the sources overlapped: more than one source's 2 connections at once
+    assert sum(st[a]["max_open"] for a in srcs) > 2, st
+    share = {a: sum(1 for r in recs if r["src"] == a) for a in srcs}
+    assert min(share.values()) >= n * 0.2, share
+    # no source ever went past its own 25/s (+ burst) in any second
+    for a in srcs:
+        times = [r["time"] for r in recs if r["src"] == a]
+        assert max_in_window(times, 1.0) <= 25 + 2 + 1, (a, share)
+    pairs = {(p["site"], p["source"]) for p in shaping_json(m)}
+    assert {("google", "s0"), ("google", "s1"), ("google", "s2")} <= pairs, \
+        pairs
