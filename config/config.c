@@ -267,6 +267,8 @@ const struct config_key config_top[] = {
     SECTION("tlsrpt", config_tlsrpt),
     SECTION("auth", config_auth),
     SECTION("submission", config_submission),
+    /* traffic shaping: the shape module reads this section (shape.h) */
+    { "shaping", CONFIG_OPAQUE, 0, 0, 0, NULL },
     END
 };
 
@@ -317,6 +319,8 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DNSSERVERS:
         config_set_dns_servers(p, n, path);
+        break;
+    case CONFIG_OPAQUE:
         break;
     default:
         config_set_scalar_kind(p, k, n, path);
@@ -410,7 +414,7 @@ config_section(struct config_parse *p, const struct config_key *keys,
                 list);
             continue;
         }
-        if (k->type != CONFIG_SECTION)
+        if (k->type != CONFIG_SECTION && k->type != CONFIG_OPAQUE)
             config_note_given(p->cfg, path);
         if (k->sub == config_routes)
             p->routes_mark = kn->start_mark;

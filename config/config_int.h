@@ -52,7 +52,9 @@ enum config_type {
                                       dane-only (router_tls_level()) */
     CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
     CONFIG_EGRESS_SOURCES,         /* egress.sources (config_egress.c) */
-    CONFIG_EGRESS_POOLS            /* egress.pools */
+    CONFIG_EGRESS_POOLS,           /* egress.pools */
+    CONFIG_OPAQUE                  /* shaping: read by shape/ itself from the
+                                      same file (shape_rules_load()) */
 };
 
 struct config_key {

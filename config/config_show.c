@@ -282,6 +282,7 @@ config_show_value(FILE *f, const struct config *cfg,
 
     switch (k->type) {
     case CONFIG_SECTION:
+    case CONFIG_OPAQUE:
         break;                      /* walked by the caller */
     case CONFIG_STRING:
     case CONFIG_HOSTNAME:
@@ -390,6 +391,8 @@ config_show_section(FILE *f, const struct config *cfg,
             config_show_section(f, cfg, k->sub, path);
             continue;
         }
+        if (k->type == CONFIG_OPAQUE)
+            continue;                   /* shown by its own module */
         fprintf(f, "%s: ", path);
         config_show_value(f, cfg, k);
         snprintf(needle, sizeof(needle), "\n%s\n", path);

@@ -154,6 +154,8 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
     }
     cls = dl_fail_class(a, i, status);
     a->changed = 1;
+    if (status != MTA_SENT && status != MTA_BOUNCE)
+        a->ndefer++;                    /* a real deferral (HELD) */
     rc->success = SPOOL_SUCCESS_NONE;   /* the caller says which is owed */
     rc->status = status == MTA_SENT ? SPOOL_RCPT_SENT :
         status == MTA_BOUNCE ? SPOOL_RCPT_BOUNCED : SPOOL_RCPT_PENDING;
@@ -648,6 +650,23 @@ dl_finish(struct dl_attempt *a)
         /* kept until its bounce is queued */
         env->next_retry_ms = now + deliver_retry_delay(d->cfg->retry_ms,
             d->cfg->nretry, 1);
+    } else if (a->held && a->ndefer == 0) {
+        /* only shaping kept the open ones: no attempt counted, due as it
+         * was; the id waits in its site's list (shape_wait.c), and the
+         * state is written only when something else changed */
+        if (!a->changed) {
+            dl_attempt_free(a);
+            deliver_arm(d);
+            return;
+        }
+        env->next_retry_ms = now;
+        if (dl_save(a) == 0) {
+            dl_attempt_free(a);
+            deliver_arm(d);
+            return;
+        }
+        dl_hold(a);
+        return;
     } else {
         env->attempts++;
         env->next_retry_ms = deliver_next_retry(d->cfg->retry_ms,

@@ -131,13 +131,22 @@ dl_txn_done(struct mta_txn *rt)
     struct dl_txn     *t = rt->arg;
     struct dl_attempt *a = t->a;
     struct dl_txn     *fb = NULL;
+    struct deliver    *d = a->d;
     size_t             i;
 
-    if (rt->cut)
+    if (d->waits != NULL && !rt->cut)
+        mta_shape_done(d->relay, rt, NULL);     /* back-off, bounce rules */
+    if (rt->cut) {
         a->cut = 1;                     /* its recipients stay as they were */
-    else
+    } else if (rt->held) {
+        /* shaping: untried, no result, no retry: the id waits (HELD) */
+        a->held = 1;
+        dl_wait_add(d, rt->shape_e, a->env->id, a->env->arrival_ms,
+            rt->not_before_ms);
+    } else {
+        if (rt->shape_e >= 0 && d->waits != NULL)
+            dl_wait_release(d, rt->shape_e, 1);   /* the next may go */
         fb = dl_fallback(a, t);
-    if (!rt->cut)
         for (i = 0; i < rt->nrcpt; i++) {
             /* deferred by the direct hosts: the fallback relay's now */
             if (fb != NULL && rt->res[i].status == MTA_DEFER)
@@ -149,6 +158,7 @@ dl_txn_done(struct mta_txn *rt)
             if (rt->res[i].status == MTA_SENT && !rt->res[i].peer_dsn)
                 a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
         }
+    }
     if (fb != NULL)
         dl_fallback_start(a, fb, dl_txn_done);  /* done() from the loop */
     if (--a->open > 0)
@@ -642,6 +652,7 @@ deliver_free(struct deliver *d)
         return;
     ev_timer_stop(d->loop, &d->timer);
     ev_timer_stop(d->loop, &d->save_timer);
+    dl_wait_free(d);
     qx_free(d);
     /* connections first: they point at the attempts' envelopes */
     mta_free(d->relay);
@@ -843,6 +854,7 @@ found:
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
     free(found);
+    dl_wait_clear(d);                   /* held ids are in the heap again */
     log_info("%s: %zu queued messages of shard %u scheduled, %zu on hold",
         why, taken, d->shard, held);
     deliver_arm(d);
@@ -1006,6 +1018,18 @@ deliver_set_page(struct deliver *d, struct status_page *page)
 
 
 void
+deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
+    struct shape_table *tab, unsigned slot)
+{
+    mta_set_shaping(d->relay, rules, tab, slot);
+    if (rules == NULL || d->relay->shape == NULL || d->waits != NULL)
+        return;
+    d->waits = xcalloc(SHAPE_SLOTS, sizeof(*d->waits));
+    ev_timer_init(&d->wait_timer, dl_wait_fire, d);
+}
+
+
+void
 deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
     uint64_t *deferred)
 {
@@ -1013,7 +1037,8 @@ deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
     size_t   i;
 
     *active = d->nactive;
-    *due = *deferred = 0;
+    *due = d->nwaiting;                 /* held by shaping: due, waiting */
+    *deferred = 0;
     for (i = 0; i < d->nheap; i++) {
         if (d->heap[i].when <= now)
             (*due)++;

@@ -66,6 +66,13 @@ void    deliver_set_page(struct deliver *d, struct status_page *page);
  * skipped by all.  NULL: this worker's own (a test without a master). */
 struct status_page;
 void    deliver_set_health(struct deliver *d, struct status_page *sp);
+/* Traffic shaping (shape.h): the rules (NULL: off), the node-wide table
+ * the master made, this worker's slot in it.  Before the first submit;
+ * the rules must outlive d. */
+struct shape_rules;
+struct shape_table;
+void    deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
+            struct shape_table *tab, unsigned slot);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */

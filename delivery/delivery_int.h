@@ -72,6 +72,11 @@ struct deliver {
      * heap scan each would make `hold --all` quadratic) */
     char                (*stale)[SPOOL_ID_SIZE];
     size_t                nstale, capstale;
+    /* ids held by traffic shaping, per shaping entry (shape_wait.c) */
+    struct dl_wait      **waits;        /* [SHAPE_SLOTS], or NULL: off */
+    size_t                nwaiting;
+    struct ev_timer       wait_timer;
+    uint64_t              wait_at;      /* wall: when it fires */
 };
 
 /* qindex.c: the index of this worker's messages for `mtactl queue`
@@ -141,7 +146,22 @@ struct dl_attempt {
     int                unsaved;         /* on d->unsaved, not d->active */
     int                keep_cls;        /* dl_expire(): results keep the
                                            class of the last attempt */
+    int                held;            /* shaping held a txn (HELD) */
+    size_t             ndefer;          /* recipients deferred for real */
 };
+
+/* shape_wait.c: mail held by traffic shaping waits here, one id and its
+ * arrival (32 bytes) per message, oldest first per site, until the site
+ * may go: add: the txn came back held (not_before: when the site may
+ * go, wall ms); release: up to n of entry e's oldest into the schedule
+ * (a delivery to the site finished: one more may go); clear: every id
+ * is in the schedule again (a rebuild); free. */
+void dl_wait_add(struct deliver *d, int e, const char *id, uint64_t arrival,
+            uint64_t not_before);
+void dl_wait_release(struct deliver *d, int e, size_t n);
+void dl_wait_clear(struct deliver *d);
+void dl_wait_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
+void dl_wait_free(struct deliver *d);
 
 /* deliver.c */
 void dl_schedule(struct deliver *d, const char *id, uint64_t when);

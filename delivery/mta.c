@@ -74,7 +74,6 @@
 
 #include <openssl/ssl.h>
 
-static void mta_dest_run(struct mta *r, struct mta_dest *d);
 static void mta_connect_next(struct mta_conn *c);
 
 /* ---- completion ---- */
@@ -168,6 +167,7 @@ mta_dest_get(struct mta *r, const char *key, int tls_level, int pool,
     d->tls_level = tls_level;
     d->pool = pool;
     d->route = *route;
+    d->shape_e = r->shape != NULL ? -2 : -1;    /* mta_shape_dest_init() */
     d->next = r->dests;
     r->dests = d;
     return d;
@@ -185,6 +185,7 @@ mta_dest_gc(struct mta *r, struct mta_dest *d)
     for (pp = &r->dests; *pp; pp = &(*pp)->next) {
         if (*pp == d) {
             *pp = d->next;
+            mta_shape_dest_free(r, d);
             free(d);
             return;
         }
@@ -207,7 +208,7 @@ mta_dest_pop(struct mta_dest *d)
 }
 
 
-static void
+void
 mta_dest_push_front(struct mta_dest *d, struct mta_txn *t)
 {
     t->next = d->wait_head;
@@ -231,6 +232,8 @@ mta_conn_close(struct mta_conn *c)
     if (c->fd >= 0)
         ev_unwatch(r->loop, c->fd);
     net_close(&c->net);             /* close_notify when TLS is up */
+    if (c->shape_e >= 0)
+        mta_shape_give(c);
     c->fd = -1;
     for (pp = &d->conns; *pp; pp = &(*pp)->next) {
         if (*pp == c) {
@@ -534,6 +537,9 @@ mta_conn_new(struct mta *r, struct mta_dest *d, struct mta_txn *t, int src)
     c->src = src;
     mta_egress_take(c, t);
     c->fd = -1;
+    c->shape_e = -1;
+    if (d->shape_e >= 0)
+        mta_shape_take(c);          /* the slot mta_may_connect() took */
     net_init(&c->net, -1);
     c->txn = t;
     buf_init(&c->in);
@@ -594,6 +600,9 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
         for (c = od->conns; c; c = c->next) {
             if (c->state != C_IDLE || c->cur == 0 || !mta_egress_fits(c, d))
                 continue;
+            /* shaped: only one from the source whose slot d holds */
+            if (mta_shape_token_src(d) >= 0 && c->src != mta_shape_token_src(d))
+                continue;
             for (k = 0; k < t->nhops && k < bestk; k++) {
                 if (mta_same_addr(&c->addr[c->cur - 1].ss, &t->hops[k].ss) &&
                     tls_req_same(&c->tls, &t->hops[k].tls)) {
@@ -618,6 +627,8 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
     best->next = d->conns;
     d->conns = best;
     d->nconns++;
+    if (d->shape_e >= 0)
+        mta_shape_take(best);
     mta_dest_gc(r, od);
     return best;
 }
@@ -635,17 +646,24 @@ mta_adopt(struct mta *r, struct mta_dest *d, const struct mta_txn *t)
  * (may this connection send one more message now) sits at the top of
  * mta_conn_next() (mta_session.c), where every transaction meets its
  * connection.
+ *           Shaping (mta_shape.c): the site's node-wide connection
+ *           limit and new-connection rate, and its back-off; a yes takes
+ *           the connection's slot (d->conn_token) for the connect or the
+ *           adoption that follows.
  */
 static int
-mta_may_connect(const struct mta *r, const struct mta_dest *d)
+mta_may_connect(struct mta *r, struct mta_dest *d)
 {
-    return d->nconns < r->cap;
+    if (d->nconns >= r->cap)
+        return 0;
+    return d->shape_e < 0 || mta_shape_may_connect(r, d);
 }
 
 
 /* mta_dest_run - start waiting transactions on idle connections, or on
- * new ones while mta_may_connect() says so. */
-static void
+ * new ones while mta_may_connect() says so; a shaped destination whose
+ * next message may not go yet waits for its gate (mta_shape_gate()). */
+void
 mta_dest_run(struct mta *r, struct mta_dest *d)
 {
     struct mta_conn *c;
@@ -656,8 +674,11 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         return;
     d->running = 1;
     while (d->wait_head != NULL) {
+        if (d->shape_e >= 0 && !d->wait_head->shape_paid &&
+            mta_shape_gate(r, d) != 0)
+            break;
         for (c = d->conns; c; c = c->next)
-            if (c->state == C_IDLE)
+            if (c->state == C_IDLE && (d->shape_e < 0 || mta_shape_ready(c)))
                 break;
         if (c == NULL && mta_may_connect(r, d))
             c = mta_adopt(r, d, d->wait_head);
@@ -667,7 +688,9 @@ mta_dest_run(struct mta *r, struct mta_dest *d)
         }
         if (!mta_may_connect(r, d))
             break;
-        if ((src = mta_egress_pick(r, d, NULL, NULL, &nb)) < 0) {
+        /* shaped: the source whose slot mta_may_connect() took */
+        if ((src = mta_shape_token_src(d)) < 0 &&
+            (src = mta_egress_pick(r, d, NULL, NULL, &nb)) < 0) {
             if (nb == 0)            /* every source of the pool is gone */
                 mta_egress_none(r, d);
             break;
@@ -799,6 +822,7 @@ mta_free(struct mta *r)
         while (d->conns != NULL)
             mta_conn_close(d->conns);
         r->dests = d->next;
+        mta_shape_dest_free(r, d);
         free(d);
     }
     net_tls_ctx_free(r->tls_ctx);
@@ -899,6 +923,17 @@ mta_submit(struct mta *r, struct mta_txn *t)
     t->accepted = 0;
     t->first = t->count = 0;
     t->cut = 0;
+    t->held = 0;
+    t->shape_e = -1;
+    t->shape_paid = 0;
+    t->site[0] = '\0';
+    if (d->shape_e == -2)
+        mta_shape_dest_init(r, d, t);
+    if (d->shape_e >= 0) {
+        t->shape_e = d->shape_e;
+        t->shape_block = d->shape_block;
+        memcpy(t->site, d->site, sizeof(t->site));
+    }
     if (d->wait_tail)
         d->wait_tail->next = t;
     else

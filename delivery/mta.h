@@ -36,6 +36,7 @@
 
 #include "tlspol/tlspol.h"
 #include "router/route.h"
+#include "shape/shape.h"
 #include "smtp/smtp.h"
 
 struct ev_loop;
@@ -95,6 +96,14 @@ struct mta_txn {
     mta_done_fn *done;
     void       *arg;
     int         cut;                /* set by mta_abort(): res[] unused */
+    /* set by the client: traffic shaping held t back (mta_shape.c): its
+     * recipients were not tried, res[] unused; the site may go from
+     * not_before_ms (wall) on.  shape_e: its shaping entry (-1 none) */
+    int         held;
+    uint64_t    not_before_ms;
+    int         shape_e, shape_block;
+    int         shape_paid;         /* its event taken from the rates */
+    char        site[SHAPE_NAME_MAX];
     /* private to the client (mta*.c) */
     struct mta_txn *next;
     int         accepted;           /* RCPTs the peer accepted */
@@ -166,6 +175,19 @@ void    mta_abort(struct mta *r, uint64_t dot_grace_ms);
 void    mta_drain(struct mta *r);
 /* Connections open (busy or idle), for tests and drain. */
 size_t  mta_nconns(const struct mta *r);
+/* Traffic shaping (mta_shape.c, shape.h): rules (NULL: off, nothing is
+ * asked), the node-wide table and this worker's slot in it.  Before the
+ * first mta_submit(). */
+void    mta_set_shaping(struct mta *r, const struct shape_rules *rules,
+            struct shape_table *tab, unsigned slot);
+/* The site of t (shape.h): the one shaping gave it, else the canonical
+ * name from its hops; into buf[SHAPE_NAME_MAX]. */
+const char *mta_site_name(const struct mta *r, const struct mta_txn *t,
+            char *buf);
+/* A transaction is back (before its results are used): back-off rules
+ * on its failure, bounce-action replies made bounces, a back-off reply
+ * makes t held (not a retry).  cls: the bounce class, NULL unknown. */
+void    mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls);
 
 
 /* ---- private to the client: mta.c, mta_session.c, mta_txn.c,
@@ -266,6 +288,11 @@ struct mta_conn {
     unsigned           drained : 1; /* the read whose replies are being
                                        handled left the socket empty
                                        (plaintext): see mta_stray() */
+    int                shape_e;     /* the shaping entry whose connection
+                                       slot c holds, -1 none */
+    uint64_t           shape_nb_us; /* its source's rate is spent until
+                                       then (monotonic): not taken from
+                                       the idle ones before (0: none) */
     struct ev_timer    timer;
     struct buf         in, out;
     struct mta_hop     addr[MTA_MAX_ADDRS];
@@ -303,6 +330,24 @@ struct mta_dest {
     struct mta_conn *conns;
     struct mta_txn  *wait_head, *wait_tail;
     int                running;     /* inside mta_dest_run() */
+    /* traffic shaping (mta_shape.c): entry -1 unshaped, -2 not yet set */
+    int                shape_e, shape_block;
+    struct shape_limits shape_lim;
+    char               site[SHAPE_NAME_MAX];
+    uint64_t           gate_us;     /* no message before (monotonic) */
+    int                conn_token;  /* a connection slot taken for the
+                                       next connect or adoption */
+    int                token_src;   /* ... from this egress source */
+    /* per egress source (index: r->src[]): its entry for (site, source)
+     * and its limits, made at the first use (mta_shape_src()); shape_e
+     * and shape_lim are those of the pool's first source */
+    int               *src_e;       /* -1: not made yet */
+    struct shape_limits *src_lim;
+    size_t             nsrc;
+    char               shape_dom[256]; /* the domain seen, for the view */
+    struct ev_timer    shape_timer; /* mta_dest_run() at the gate */
+    uint64_t           shape_at_us; /* when shape_timer fires (0: idle) */
+    struct mta        *owner;       /* for the timer */
 };
 
 struct mta {
@@ -328,6 +373,9 @@ struct mta {
     mta_tls_report_fn *tls_report;  /* or NULL */
     void              *tls_report_arg;
     struct ev_timer    post_timer;
+    const struct shape_rules *shape; /* NULL: shaping off */
+    struct shape_table *shape_tab;
+    unsigned           shape_ws;    /* our worker slot in it */
     /* egress sources and pools (mta_egress.c) */
     struct mta_src    *src;
     size_t             nsrc;
@@ -394,6 +442,13 @@ int     mta_egress_member(const struct mta *r, int pool, int src);
  * -1 with c->lasterr set: skip a (family mismatch, bind error, no usable
  * source left). */
 int     mta_egress_bind(struct mta_conn *c, int fd, const struct mta_hop *a);
+/* For shaping (mta_shape.c): the number of sources (the index range of
+ * r->src), the first source of d's pool, and its usable sources (not
+ * gone) into out (at most max; their number). */
+size_t  mta_egress_nsrc(const struct mta *r);
+int     mta_egress_first(const struct mta *r, const struct mta_dest *d);
+size_t  mta_egress_sources(const struct mta *r, const struct mta_dest *d,
+            int *out, size_t max);
 /* The EHLO name c says. */
 const char *mta_egress_helo(const struct mta_conn *c);
 /* d's pool has no usable source: defer every waiting txn of d. */
@@ -413,6 +468,8 @@ void    mta_set(struct mta_txn *t, size_t i, enum mta_status status,
 /* A reply code as a result: 2xx sent, 5xx bounced, else deferred. */
 enum mta_status mta_status_of(int code);
 struct mta_txn *mta_dest_pop(struct mta_dest *d);
+void    mta_dest_push_front(struct mta_dest *d, struct mta_txn *t);
+void    mta_dest_run(struct mta *r, struct mta_dest *d);
 void    mta_conn_close(struct mta_conn *c);
 void    mta_lost(struct mta_conn *c, const char *why);
 void    mta_connected(struct mta_conn *c);
@@ -436,6 +493,34 @@ void    mta_conn_quit(struct mta_conn *c);
 int     mta_health_skip(struct mta_conn *c, const struct mta_hop *a);
 void    mta_health_failed(struct mta_conn *c, const char *why);
 void    mta_health_answered(struct mta_conn *c);
+/* mta_shape.c: shaping at the seams (see mta_may_connect() in mta.c and
+ * mta_conn_next()).  dest_init: d's site, limits and entry, from its
+ * first txn; gate: may the head message of d start now (0: its event is
+ * taken, t->shape_paid), else the queue is trimmed (the rest held) and
+ * d's timer armed (1); may_connect: one more
+ * connection (a slot taken into d->conn_token); take: c uses the token
+ * (a new or adopted connection); give: c closes; next: the top of
+ * mta_conn_next() (0 go on, 1 c closed, 2 c parked idle); idle_ms: the
+ * reuse window of c; allow: the egress pick's callback (SHAPING.md). */
+void    mta_shape_dest_init(struct mta *r, struct mta_dest *d,
+            const struct mta_txn *t);
+int     mta_shape_gate(struct mta *r, struct mta_dest *d);
+int     mta_shape_may_connect(struct mta *r, struct mta_dest *d);
+void    mta_shape_take(struct mta_conn *c);
+void    mta_shape_give(struct mta_conn *c);
+int     mta_shape_next(struct mta_conn *c, struct mta_txn *t);
+uint64_t mta_shape_idle_ms(const struct mta_conn *c);
+void    mta_shape_dest_free(struct mta *r, struct mta_dest *d);
+int     mta_shape_allow(void *arg, struct mta_dest *d, int src,
+            uint64_t *not_before);
+/* The source the slot taken by mta_shape_may_connect() is for (the next
+ * connection binds it), or -1 when no slot is held (unshaped). */
+int     mta_shape_token_src(const struct mta_dest *d);
+/* 1 when idle c may take d's next message now (its source's rate is not
+ * spent: see shape_nb_us). */
+int     mta_shape_ready(const struct mta_conn *c);
+/* The limits of c's source toward its site (recipients per message). */
+const struct shape_limits *mta_shape_lim(const struct mta_conn *c);
 
 /* mta_session.c: the SMTP conversation on one connection. */
 /* The only way c->state changes: s, its timer armed with the phase's

@@ -192,6 +192,36 @@ mta_egress_of(const struct mta *r, const struct mta_dest *d)
 }
 
 
+size_t
+mta_egress_nsrc(const struct mta *r)
+{
+    return r->nsrc;
+}
+
+
+int
+mta_egress_first(const struct mta *r, const struct mta_dest *d)
+{
+    const struct mta_pool *pl = mta_egress_of(r, d);
+
+    return pl->nm > 0 ? pl->m[0].src : 0;
+}
+
+
+size_t
+mta_egress_sources(const struct mta *r, const struct mta_dest *d, int *out,
+    size_t max)
+{
+    const struct mta_pool *pl = mta_egress_of(r, d);
+    size_t                 i, n = 0;
+
+    for (i = 0; i < pl->nm && n < max; i++)
+        if (!r->src[pl->m[i].src].down)
+            out[n++] = pl->m[i].src;
+    return n;
+}
+
+
 int
 mta_egress_pick(struct mta *r, struct mta_dest *d, mta_src_allow_fn *allow,
     void *arg, uint64_t *not_before)

@@ -310,6 +310,13 @@ mta_conn_next(struct mta_conn *c)
         mta_conn_quit(c);
         return 1;
     }
+    if (c->dest->shape_e >= 0) {
+        /* shaping: messages per connection, the rates, back-off */
+        int rc = mta_shape_next(c, t);
+
+        if (rc != 0)
+            return rc == 1;
+    }
     for (;;) {
         if (t == NULL && c->dest->wait_head != NULL &&
             !mta_egress_fair(c, NULL, NULL)) {
@@ -320,6 +327,8 @@ mta_conn_next(struct mta_conn *c)
         }
         if (t == NULL && (t = mta_dest_pop(c->dest)) != NULL)
             mta_egress_take(c, t);
+        if (t != NULL && c->shape_e >= 0)
+            t->shape_e = c->shape_e;    /* its back-off is c's source's */
         if (t == NULL)
             break;
         if (c->reused && !mta_conn_fits(c, t))
@@ -353,7 +362,10 @@ mta_conn_next(struct mta_conn *c)
     }
     c->expect = 0;
     (void)mta_watch(c, EV_READ);
-    mta_enter(c, C_IDLE);
+    if (c->dest->shape_e >= 0)
+        mta_enter_for(c, C_IDLE, mta_shape_idle_ms(c));
+    else
+        mta_enter(c, C_IDLE);
     return 0;
 }
 

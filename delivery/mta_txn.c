@@ -147,7 +147,8 @@ mta_domain(const char *a)
 
 /* mta_slice - how many of t's recipients from t->first go in the next
  * transaction on c: all that are left, or fewer to stay within the
- * peer's LIMITS RCPTMAX and RCPTDOMAINMAX (RFC 9422 4.2, 4.3); at least
+ * peer's LIMITS RCPTMAX and RCPTDOMAINMAX (RFC 9422 4.2, 4.3) and the
+ * site's shaping recipients_per_message; at least
  * one.  Only a route to a smarthost gives one transaction several
  * domains (an mx route's recipients share theirs). */
 static size_t
@@ -158,6 +159,10 @@ mta_slice(const struct mta_conn *c, const struct mta_txn *t)
 
     if (c->peer.rcptmax > 0 && n > c->peer.rcptmax)
         n = c->peer.rcptmax;
+    if (c->dest->shape_e >= 0 &&
+        mta_shape_lim(c)->recipients_per_message > 0 &&
+        n > mta_shape_lim(c)->recipients_per_message)
+        n = mta_shape_lim(c)->recipients_per_message;   /* shaping */
     if (c->peer.rcptdomainmax == 0 || n <= c->peer.rcptdomainmax)
         return n;                   /* cannot hold more domains than that */
     dom = xcalloc(c->peer.rcptdomainmax, sizeof(*dom));

@@ -12,13 +12,15 @@
  *           that user with no group or other bits), and the directories
  *           and files of routes.db, server.pid_file, server.control_socket
  *           and log.file (a directory only root or we can change, an
- *           existing file a plain file of ours with one link).  A parent
+ *           existing file a plain file of ours with one link), and the
+ *           shaping rules (shaping: and its rules_file, shape.h).  A parent
  *           the start makes when missing is not required to exist.  The
  *           start's own steps check again, on the descriptors they use.
  *           Listen addresses are not bound: a running mtad holds them.
  * FAILURE   Returns EX_OK, or the sysexits code the start would exit with
  *           (EX_NOUSER, EX_UNAVAILABLE for the control socket,
- *           EX_CANTCREAT) and the reason in err.  Never logs.
+ *           EX_CANTCREAT, EX_CONFIG for the shaping rules) and the reason
+ *           in err.  Never logs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +34,7 @@
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "shape/shape.h"
 #include "spool/spool.h"
 #include "master/master.h"
 #include "master/master_int.h"
@@ -170,6 +173,15 @@ master_check(const struct config *cfg, char *err, size_t errsz)
         errsz) < 0 || (strcmp(cfg->log_file, "-") != 0 &&
         check_runfile(cfg->log_file, "log.file", 0, 0, err, errsz) < 0))
         goto out;
+    /* shaping: and its rules_file (shape.h), as the start loads them */
+    code = EX_CONFIG;
+    {
+        struct shape_rules *rules = NULL;
+
+        if (shape_rules_load(cfg->path, &rules, err, errsz) < 0)
+            goto out;
+        shape_rules_free(rules);
+    }
     code = EX_OK;
 out:
     privs_free(&p);

@@ -329,6 +329,8 @@ child_spawn_worker(struct master *m, struct slot *s, struct generation *g)
     a.nlisten = g->nlisten;
     a.status = st;
     a.tickets = m->tickets;
+    a.shape_rules = g->shape;
+    a.shape_tab = m->shape_tab;
     a.gid = g->privs.drop ? g->privs.gid : getegid();
     a.admin_gid = g->privs.has_admin ? g->privs.admin_gid : a.gid;
     w = worker_init(&a);            /* still privileged: LMDB, spool */

@@ -31,6 +31,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "master/ctl_req.h"
+#include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -335,6 +336,19 @@ ctl_check(struct master *m, struct ctl_client *c)
     size_t         n = strlen(err) + strlen(m->config_path) + 64;
 
     text = xmalloc(n);
+    if (cfg != NULL) {
+        struct shape_rules *rules = NULL;
+
+        /* the shaping rules too, as a reload loads them */
+        if (shape_rules_load(m->config_path, &rules, err, sizeof(err)) < 0) {
+            config_free(cfg);
+            cfg = NULL;
+            n = strlen(err) + strlen(m->config_path) + 64;
+            free(text);
+            text = xmalloc(n);
+        }
+        shape_rules_free(rules);
+    }
     if (cfg != NULL)
         snprintf(text, n, "ok\n%s: ok\n", m->config_path);
     else
@@ -454,6 +468,11 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         break;
     case CTL_REQ_HOSTS:
         ctl_hosts(m, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+        break;
+    case CTL_REQ_SHAPING:
+        ctl_shaping(m, r.arg, &report);
         ctl_client_reply(m, c, report);
         free(report);
         break;

@@ -40,6 +40,7 @@ enum ctl_req_kind {
     CTL_REQ_ROUTES,                 /* mtactl changed the routes table */
     CTL_REQ_BAN,                    /* "ban ...": ban.c checks the rest */
     CTL_REQ_HOSTS,                  /* "hosts": hosts.c */
+    CTL_REQ_SHAPING,                /* "shaping ...": shaping.c's */
     CTL_REQ_SANDBOX_TEST
 };
 

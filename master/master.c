@@ -45,6 +45,7 @@
 #include "spool/spool.h"
 #include "tlspol/tlspol.h"
 #include "master/master.h"
+#include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -300,6 +301,7 @@ master_tick(struct master *m, uint64_t now)
     }
     ctl_expire(m, now);
     tlsagg_tick(m, now);
+    master_shaping_tick(m, now);
     metrics_expire(m, now);
     watchdog_tick(m, now);
 }

@@ -63,6 +63,7 @@ struct generation {
     int           *lfds;            /* parallel to cfg->listen */
     size_t         nlisten;
     int            notified;        /* READY=1 sent for it */
+    struct shape_rules *shape;      /* shaping rules, NULL: off (shape.h) */
 };
 
 enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD };
@@ -185,6 +186,7 @@ struct master {
     struct slot        logd;
     struct status_page *status;
     struct tlskey_ring *tickets;    /* kept across generations */
+    struct shape_table *shape_tab;  /* shaping counters, the same */
     struct ev_loop    *loop;           /* common/ev, as the workers */
     struct ev_timer    tick;           /* MASTER_TICK_MS: master_tick() */
     struct ev_timer    deadline;       /* the next slot or reload deadline */

@@ -45,6 +45,7 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/metrics_req.h"
 #include "master/ops.h"
@@ -376,6 +377,7 @@ metrics_render(struct master *m)
         "0 when the queue is empty.");
     buf_printf(&t, "mtad_queue_oldest_age_seconds %" PRIu64 ".%03" PRIu64
         "\n", age / 1000, age % 1000);
+    master_shaping_metrics(m, &t);
     mt_head(&t, "mtad_build_info", "gauge",
         "Always 1; the label says which mtad this is.");
     buf_printf(&t, "mtad_build_info{version=\"%s\"} 1\n", MTAD_VERSION);

@@ -79,6 +79,13 @@ void    ctl_ban(struct master *m, const char *arg, char **out);
  * the workers forget an entry, for the listing and the metrics gauge. */
 void    ctl_hosts(struct master *m, char **out);
 uint32_t hosts_forget_s(const struct config *cfg);
+/* shaping.c: "shaping list|json|suspend NAME SOURCE|- SECONDS|resume NAME
+ * SOURCE|-" (arg after "shaping "): the reply (the caller frees it); the
+ * tick logs the back-off steps and ends; metrics: the /metrics lines. */
+struct buf;
+void    ctl_shaping(struct master *m, const char *arg, char **out);
+void    master_shaping_tick(struct master *m, uint64_t now);
+void    master_shaping_metrics(struct master *m, struct buf *b);
 
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);

@@ -36,6 +36,7 @@
 #include "common/tlskey.h"
 #include "config/config.h"
 #include "router/router.h"
+#include "shape/shape.h"
 #include "spool/spool.h"
 #include "master/master.h"
 #include "master/master_int.h"
@@ -261,6 +262,7 @@ master_gen_free(struct master *m, struct generation *g)
     listen_release(m, g->lfds, g->nlisten);
     free(g->lfds);
     privs_free(&g->privs);
+    shape_rules_free(g->shape);
     config_free(g->cfg);
     free(g);
 }
@@ -303,6 +305,10 @@ master_gen_prepare(struct master *m, struct config *cfg, int *exit_code,
     int                rc;
 
     g->cfg = cfg;
+    /* the shaping rules: a bad file keeps the old generation's */
+    *exit_code = EX_CONFIG;
+    if (shape_rules_load(m->config_path, &g->shape, err, errsz) < 0)
+        goto fail;
     *exit_code = EX_NOUSER;
     if (privs_resolve(cfg, &g->privs, err, errsz) < 0)
         goto fail;

@@ -31,6 +31,7 @@
 #include "router/router.h"
 #include "spool/spool.h"
 #include "master/master.h"
+#include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -329,6 +330,11 @@ master_start(struct master *m, struct config *cfg, int foreground)
     m->sandbox_test = getenv("MTAD_SANDBOX_TEST") != NULL &&
         strcmp(getenv("MTAD_SANDBOX_TEST"), "1") == 0;
     m->status = status_create();
+    /* the shaping counters of the node, kept across reloads (shape.h) */
+    m->shape_tab = shape_table_create();
+    if (m->shape_tab == NULL)
+        log_warn("shaping: no shared table (%s): limits hold per worker "
+            "only", strerror(errno));
     m->status->master_started_ms = util_wall_ms();
     m->status->generation = m->cur->id;
     m->status->nworkers = (uint32_t)cfg->workers;

@@ -35,6 +35,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "master/master.h"
+#include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
 
@@ -116,6 +117,7 @@ master_retire_counters(struct master *m, struct slot *s)
     master_add_counters(&m->retired, w);
     memset(w, 0, sizeof(*w));
     status_slot_clear(m->status, s->sidx);   /* its sessions are gone */
+    shape_slot_clear(m->shape_tab, s->sidx); /* and its connections */
 }
 
 void
@@ -160,6 +162,7 @@ master_spawn(struct master *m, struct slot *s)
     }
     memset(w, 0, sizeof(*w));
     status_slot_clear(m->status, s->sidx);
+    shape_slot_clear(m->shape_tab, s->sidx);
     w->generation = g->id;
     w->started_ms = util_wall_ms();
     pid = child_spawn_worker(m, s, g);

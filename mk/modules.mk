@@ -9,15 +9,16 @@
 # deps_<m>: every module <m> may use, directly or through another (the
 #   closure: a module that uses x also lists what x uses).  Dependencies
 #   point down: common <- bclass, smtp, dns, sts, proxy, dkim <- router,
-#   spool <- config <- tlspol <- delivery <- smtpd <- worker <- master.
-#   config uses dkim to check the DKIM keys at load and bclass to load
-#   the bounce classes (delivery.bounce_classes); mtactl and sendmail are
-#   programs (mtactl uses delivery for `tls check`).
+#   spool <- config <- tlspol <- delivery <- smtpd <- worker <- master;
+#   shape (uses common only) <- delivery.  config uses dkim to check the
+#   DKIM keys at load and bclass to load the bounce classes
+#   (delivery.bounce_classes); mtactl and sendmail are programs (mtactl
+#   uses delivery for `tls check`).
 # pub_<m>: the headers <m> offers the other modules, when not <m>/<m>.h
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts bclass common
+MODS := master worker smtpd delivery tlspol shape config spool router smtp dkim proxy dns sts bclass common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -29,11 +30,12 @@ deps_dkim     := common
 deps_bclass   := common
 deps_config   := dkim router smtp proxy dns bclass common
 deps_tlspol   := spool router smtp dns sts common
-deps_delivery := tlspol config dkim spool router smtp proxy dns sts bclass common
-deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts bclass common
-deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts bclass common
-deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts bclass common
-deps_mtactl   := delivery tlspol config dkim spool router smtp proxy dns sts bclass common
+deps_shape    := common
+deps_delivery := tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_smtpd    := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_worker   := smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_master   := worker smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_mtactl   := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_sendmail := config dkim router smtp proxy dns bclass common
 pub_common    := *
 pub_router    := router/router.h router/route.h

@@ -28,6 +28,7 @@
 #include "common/util.h"
 #include "common/ctl.h"
 #include "config/config.h"
+#include "shape/shape.h"
 #include "mtactl/mtactl.h"
 
 #define MTACTL_DEFAULT_CONFIG  "/etc/mtad/relay.yaml"
@@ -133,10 +134,19 @@ mtactl_request(struct mtactl *c, const char *req, int timeout_ms,
 static int
 mtactl_check(struct mtactl *c)
 {
+    struct shape_rules *rules = NULL;
+
     if (c->cfg == NULL) {
         mtactl_print_errors(c->cfg_err);
         return MTACTL_FAIL;
     }
+    /* the shaping rules too (shaping: and its rules_file), as mtad -t */
+    if (shape_rules_load(c->config_path, &rules, c->cfg_err,
+        sizeof(c->cfg_err)) < 0) {
+        mtactl_print_errors(c->cfg_err);
+        return MTACTL_FAIL;
+    }
+    shape_rules_free(rules);
     printf("%s: ok\n", c->config_path);
     return MTACTL_OK;
 }
@@ -277,6 +287,52 @@ mtactl_run_hosts(struct mtactl *c, int argc, char **argv)
     (void)argc;
     (void)argv;
     return mtactl_request(c, "hosts", MTACTL_TIMEOUT_MS, NULL);
+}
+
+/* "shaping [--json]": the master reads the node's shaping table. */
+static int
+mtactl_run_shaping(struct mtactl *c, int argc, char **argv)
+{
+    if (argc == 1)
+        return mtactl_request(c, "shaping list", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 2 && strcmp(argv[1], "--json") == 0)
+        return mtactl_request(c, "shaping json", MTACTL_TIMEOUT_MS, NULL);
+    fprintf(stderr, "mtactl: usage: mtactl shaping [--json]\n");
+    return MTACTL_USAGE;
+}
+
+/* "suspend|resume SITE|DOMAIN [--source S] [--for D]" (--for: suspend
+ * only, default an hour) as "shaping suspend NAME SOURCE|- SECONDS". */
+static int
+mtactl_run_suspend(struct mtactl *c, int argc, char **argv)
+{
+    char        req[CTL_REQUEST_MAX];
+    const char *src = "-";
+    uint64_t    ms = 3600 * 1000;
+    int         i, resume = strcmp(argv[0], "resume") == 0;
+
+    for (i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--source") == 0 && strlen(argv[i + 1]) < 64)
+            src = argv[i + 1];
+        else if (!resume && strcmp(argv[i], "--for") == 0 &&
+            util_parse_duration(argv[i + 1], &ms) == 0 && ms >= 1000)
+            ;
+        else
+            break;
+    }
+    if (i != argc || strlen(argv[1]) >= 64 ||
+        strcspn(argv[1], " \t\r\n") != strlen(argv[1]) ||
+        strcspn(src, " \t\r\n") != strlen(src)) {
+        fprintf(stderr, "mtactl: usage: mtactl %s SITE|DOMAIN [--source S]%s"
+            "\n", argv[0], resume ? "" : " [--for D]");
+        return MTACTL_USAGE;
+    }
+    if (resume)
+        snprintf(req, sizeof(req), "shaping resume %s %s", argv[1], src);
+    else
+        snprintf(req, sizeof(req), "shaping suspend %s %s %llu", argv[1], src,
+            (unsigned long long)(ms / 1000));
+    return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
 }
 
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
@@ -434,6 +490,26 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "seconds since it went down, and its last error.  A hop comes back "
       "by itself when a probe gets a greeting.",
       NULL, mtactl_run_hosts, MV_DAEMON, 0, 0 },
+    { "shaping", "[--json]", "traffic shaping: each site x source now",
+      "Each site x source the workers have met (or mtactl suspended): the "
+      "limits in force (connections open/limit, messages per connection, "
+      "recipients per message, the rates as scaled by a slow-down), its "
+      "state (normal, slow with its factor and step, suspended) and until "
+      "when, the reply that triggered it (escaped), and its counters; "
+      "--json: one JSON object (keys in mtactl(8)).",
+      NULL, mtactl_run_shaping, MV_DAEMON, 0, 1 },
+    { "suspend", "SITE|DOMAIN [--source S] [--for D]",
+      "send nothing to a site for a while",
+      "No new connection and no message to the site (a site name, or a "
+      "domain a rule lists or a worker saw) from source S (default: every "
+      "source) for D (default 1h), on every worker at once; its mail waits "
+      "(not a retry, nothing written).  Logged.",
+      NULL, mtactl_run_suspend, MV_DAEMON, 1, 5 },
+    { "resume", "SITE|DOMAIN [--source S]",
+      "end a suspension or slow-down now",
+      "End the site's back-off episode (suspended or slowed, by mtactl or "
+      "a reply) now; its waiting mail goes at the next wake.",
+      NULL, mtactl_run_suspend, MV_DAEMON, 1, 3 },
     MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
         "the queue; --summary: by domain and age"),
     MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",

@@ -804,6 +804,9 @@ worker_init(const struct worker_args *a)
         deliver_set_throttle(w->deliver, &a->status->throttle);
         deliver_set_page(w->deliver, a->status);
     }
+    if (a->shape_rules != NULL)
+        deliver_set_shaping(w->deliver, a->shape_rules, a->shape_tab,
+            a->slot);
     /* Daemon-wide admission counters: see ADMISSION above. */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
         w->admit = a->status;

@@ -29,6 +29,8 @@
 struct config;
 struct status_page;
 struct tlskey_ring;
+struct shape_rules;
+struct shape_table;
 
 struct worker_args {
     const struct config *cfg;
@@ -43,6 +45,10 @@ struct worker_args {
     /* TLS session-ticket keys shared by every worker (made by the master
      * before the first fork); NULL: each TLS context makes its own. */
     struct tlskey_ring *tickets;
+    /* traffic shaping: the generation's rules (NULL: off) and the node's
+     * table, both made by the master before the fork (shape.h) */
+    const struct shape_rules *shape_rules;
+    struct shape_table *shape_tab;
     gid_t               gid;        /* the workers' group (after the drop) */
     gid_t               admin_gid;  /* server.admin_group, else gid */
 };
