@@ -58,12 +58,16 @@ dl_note_failure(struct deliver *d, const char *site, const char *reply,
 }
 
 
-/* dl_rcpt_site - the site a recipient's result counts for: its domain. */
+/* dl_rcpt_site - the site a recipient's result counts for: the shaping
+ * site of the transaction it came from (a->site, set by dl_txn_done), else
+ * its domain. */
 static const char *
-dl_rcpt_site(const struct spool_rcpt *rc)
+dl_rcpt_site(const struct dl_attempt *a, const struct spool_rcpt *rc)
 {
     const char *at = rc->addr != NULL ? strrchr(rc->addr, '@') : NULL;
 
+    if (a->site != NULL && a->site[0] != '\0')
+        return a->site;
     return at != NULL ? at + 1 : "";
 }
 
@@ -92,7 +96,7 @@ dl_fail_class(struct dl_attempt *a, size_t i, int status)
     free(rc->cls);
     rc->cls = xstrdup(bclass_name(cls));
     if (!a->keep_cls)
-        dl_note_failure(a->d, dl_rcpt_site(rc), rc->last_reply, cls);
+        dl_note_failure(a->d, dl_rcpt_site(a, rc), rc->last_reply, cls);
     return rc->cls;
 }
 

@@ -93,6 +93,7 @@
 #include "config/config.h"
 #include "router/router.h"
 #include "spool/spool.h"
+#include "bclass/bclass.h"
 #include "delivery/delivery.h"
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
@@ -123,6 +124,19 @@ dl_schedule(struct deliver *d, const char *id, uint64_t when)
 }
 
 
+/* dl_txn_class - the bounce class of rt's first failure (shaping's
+ * back-off rules may match it), or NULL when every recipient went. */
+static const char *
+dl_txn_class(const struct deliver *d, const struct mta_txn *rt)
+{
+    size_t i;
+
+    for (i = 0; i < rt->nrcpt; i++)
+        if (rt->res[i].status != MTA_SENT)
+            return bclass_name(bclass_of(d->cfg->bclass, rt->res[i].reply));
+    return NULL;
+}
+
 
 /* dl_txn_done - a relay transaction is back with its results. */
 static void
@@ -135,7 +149,7 @@ dl_txn_done(struct mta_txn *rt)
     size_t             i;
 
     if (d->waits != NULL && !rt->cut)
-        mta_shape_done(d->relay, rt, NULL);     /* back-off, bounce rules */
+        mta_shape_done(d->relay, rt, dl_txn_class(d, rt));  /* back-off */
     if (rt->cut) {
         a->cut = 1;                     /* its recipients stay as they were */
     } else if (rt->held) {
@@ -147,6 +161,7 @@ dl_txn_done(struct mta_txn *rt)
         if (rt->shape_e >= 0 && d->waits != NULL)
             dl_wait_release(d, rt->shape_e, 1);   /* the next may go */
         fb = dl_fallback(a, t);
+        a->site = rt->site;             /* the class counts by site */
         for (i = 0; i < rt->nrcpt; i++) {
             /* deferred by the direct hosts: the fallback relay's now */
             if (fb != NULL && rt->res[i].status == MTA_DEFER)
@@ -159,6 +174,7 @@ dl_txn_done(struct mta_txn *rt)
                 a->env->rcpt[rt->rcpt[i]].success = SPOOL_SUCCESS_RELAYED;
         }
     }
+    a->site = NULL;
     if (fb != NULL)
         dl_fallback_start(a, fb, dl_txn_done);  /* done() from the loop */
     if (--a->open > 0)

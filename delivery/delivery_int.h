@@ -146,6 +146,8 @@ struct dl_attempt {
     int                unsaved;         /* on d->unsaved, not d->active */
     int                keep_cls;        /* dl_expire(): results keep the
                                            class of the last attempt */
+    const char        *site;            /* dl_txn_done: the shaping site
+                                           of the results being recorded */
     int                held;            /* shaping held a txn (HELD) */
     size_t             ndefer;          /* recipients deferred for real */
 };
