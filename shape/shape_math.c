@@ -111,6 +111,11 @@ shape_kind_of(const char *reply)
 {
     if (reply == NULL)
         return SHAPE_K_REPLY;
+    /* a hop next-hop health skips (delivery/mta_health.c) did not answer:
+     * its reason carries the last error, "(connect to ...)" */
+    if (strncmp(reply, "next hop ", 9) == 0 &&
+        (reply = strstr(reply, " is marked down (")) != NULL)
+        reply += 17;
     if (strncmp(reply, "connect to ", 11) == 0)
         return strstr(reply, "timed out") != NULL ? SHAPE_K_TIMEOUT :
             SHAPE_K_CONNECT;

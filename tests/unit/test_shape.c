@@ -383,6 +383,12 @@ Test(shape, kinds_of_own_reasons)
     cr_assert_eq(shape_kind_of("lost connection with x while sending EHLO"),
         SHAPE_K_CONNECT);
     cr_assert_eq(shape_kind_of("421 4.7.28 rate"), SHAPE_K_REPLY);
+    /* a hop that next-hop health skips: what it did last */
+    cr_assert_eq(shape_kind_of("next hop mx[1.2.3.4]:25 is marked down "
+        "(connect to mx[1.2.3.4]:25: Connection refused)"), SHAPE_K_CONNECT);
+    cr_assert_eq(shape_kind_of("next hop mx[1.2.3.4]:25 is marked down "
+        "(conversation with mx timed out while receiving the initial "
+        "server greeting)"), SHAPE_K_TIMEOUT);
     cr_assert_str_eq(shape_kind_name(SHAPE_K_TLS), "tls");
     cr_assert_str_eq(shape_act_name(SHAPE_ACT_BOUNCE), "bounce");
 }
