@@ -111,6 +111,22 @@ static const struct config_key config_screen[] = {
     END
 };
 
+/* greylist: unauthenticated mail on role mx listeners, deferred at RCPT
+ * until its triplet is delay old (smtpd/session_grey.c) */
+static const struct config_key config_greylist[] = {
+    KEY("enabled", CONFIG_BOOL, grey_enabled),
+    DUR("delay", grey_delay_ms, 1000),
+    DUR("expiry", grey_expiry_ms, 60000),
+    DUR("pass_lifetime", grey_pass_lifetime_ms, 60000),
+    { "ipv4_prefix", CONFIG_INT, OFF(grey_ipv4_prefix), 8, 32, NULL },
+    { "ipv6_prefix", CONFIG_INT, OFF(grey_ipv6_prefix), 16, 128, NULL },
+    KEY("allow_networks", CONFIG_GREY_NETS, grey_allow_networks),
+    KEY("allow_sender_domains", CONFIG_DOMAINS, grey_allow_senders),
+    KEY("allow_recipient_domains", CONFIG_DOMAINS, grey_allow_rcpts),
+    KEY("dnswl_exempt", CONFIG_BOOL, grey_dnswl_exempt),
+    END
+};
+
 static const struct config_key config_relay[] = {
     KEY("allow_networks", CONFIG_CIDRS, allow_networks),
     END
@@ -237,6 +253,7 @@ const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
     SECTION("screen", config_screen),
+    SECTION("greylist", config_greylist),
     SECTION("relay", config_relay),
     SECTION("spool", config_spool),
     SECTION("routes", config_routes),
@@ -284,6 +301,13 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DNSBL:
         config_set_dnsbl(p, n, path);
+        break;
+    case CONFIG_GREY_NETS:
+        (void)config_parse_cidrs(p, n, path, &p->cfg->grey_allow_networks,
+            &p->cfg->ngrey_allow_networks);
+        break;
+    case CONFIG_DOMAINS:
+        config_set_domains(p, k, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -456,6 +480,12 @@ config_defaults(const char *path)
     cfg->max_envelope_size = 256 * 1024;
     cfg->screen_threshold = 1;
     cfg->screen_timeout_ms = 2000;
+    cfg->grey_delay_ms = 5 * 60 * 1000;
+    cfg->grey_expiry_ms = 24 * 60 * 60 * 1000;
+    cfg->grey_pass_lifetime_ms = (uint64_t)36 * 24 * 60 * 60 * 1000;
+    cfg->grey_ipv4_prefix = 24;
+    cfg->grey_ipv6_prefix = 64;
+    cfg->grey_dnswl_exempt = true;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -879,6 +909,9 @@ config_free(struct config *cfg)
     free(cfg->tls_ca_file);
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     config_free_dnsbl(cfg->screen_dnsbl, cfg->nscreen_dnsbl);
+    free(cfg->grey_allow_networks);
+    config_free_domains(&cfg->grey_allow_senders);
+    config_free_domains(&cfg->grey_allow_rcpts);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);
     free(cfg->load_file);

@@ -41,6 +41,15 @@ struct config_listen {
                                                after the pause */
     int                      no_dnsbl;     /* dnsbl: false (screen.dnsbl
                                                not asked here) */
+    int                      no_greylist;  /* greylist: false (not
+                                               greylisted here) */
+};
+
+/* A list of domains (greylist.allow_*_domains): lower case, no final dot;
+ * each matches itself and the names below it. */
+struct config_domains {
+    char  **v;
+    size_t  n;
 };
 
 /* One screen.dnsbl entry: a DNS list and what its answers are worth. */
@@ -241,6 +250,21 @@ struct config {
     size_t  nscreen_dnsbl;
     int     screen_threshold;       /* refused at a score >= this; 1 */
     uint64_t screen_timeout_ms;     /* a list silent this long scores 0 */
+
+    /* greylist: unauthenticated mail on role mx listeners (grey/,
+     * smtpd/session_grey.c); state in <spool.dir>/greylist.mdb */
+    bool    grey_enabled;           /* false */
+    uint64_t grey_delay_ms;         /* 5m: deferred until this long */
+    uint64_t grey_expiry_ms;        /* 1d: an unconfirmed triplet's life */
+    uint64_t grey_pass_lifetime_ms; /* 36d after the last passing message */
+    int     grey_ipv4_prefix;       /* 24 (32: the exact address) */
+    int     grey_ipv6_prefix;       /* 64 */
+    struct cidr *grey_allow_networks;   /* never greylisted */
+    size_t  ngrey_allow_networks;
+    struct config_domains grey_allow_senders;   /* sender domains */
+    struct config_domains grey_allow_rcpts;     /* recipient domains */
+    bool    grey_dnswl_exempt;      /* true: a client that screen.dnsbl
+                                       scored below 0 is not greylisted */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

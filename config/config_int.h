@@ -48,7 +48,10 @@ enum config_type {
     CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */
     CONFIG_TLSLEVEL,               /* int: none|may|encrypt|verify|dane|
                                       dane-only (router_tls_level()) */
-    CONFIG_DNSBL                   /* screen.dnsbl: a sequence of mappings */
+    CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
+    CONFIG_GREY_NETS,              /* greylist.allow_networks */
+    CONFIG_DOMAINS                 /* struct config_domains: a sequence of
+                                      domain names */
 };
 
 struct config_key {
@@ -149,6 +152,11 @@ void config_check_tls(struct config_parse *p);
 void config_free_dnsbl(struct config_dnsbl *z, size_t n);
 void config_set_dnsbl(struct config_parse *p, const yaml_node_t *n,
     const char *path);
+
+/* config_screen.c: greylist's lists */
+void config_free_domains(struct config_domains *d);
+void config_set_domains(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);
