@@ -39,6 +39,7 @@ enum status_reject {
     STATUS_REJ_BANNED,              /* 421 at connect: limits.ban */
     STATUS_REJ_MAX
 };
+enum { STATUS_GREY_DEFERRED = 0, STATUS_GREY_PASSED, STATUS_GREY_ALLOWED };
 /* Delivery latency (arrival -> delivered, per recipient) histogram: upper
  * bounds in milliseconds; the last bucket is +Inf. */
 #define STATUS_LAT_BOUNDS_MS { 10, 50, 100, 250, 500, 1000, 2500, 5000, \
@@ -48,6 +49,8 @@ enum status_reject {
 struct status_ops {
     uint64_t rejects[STATUS_REJ_MAX];
     uint64_t tls_ok, tls_failed;    /* STARTTLS handshakes */
+    uint64_t grey[3];               /* greylist verdicts at RCPT, by
+                                       STATUS_GREY_* */
     uint64_t lat_bucket[STATUS_LAT_NB];  /* not cumulative */
     uint64_t lat_sum_ms;
     uint64_t lat_count;

@@ -10,8 +10,7 @@
 
 #include "grey/grey.h"
 
-/* grey_net - sa's network as text ("192.0.2.0/24"); its length or 0. */
-static size_t
+size_t
 grey_net(const struct sockaddr *sa, unsigned v4, unsigned v6, char *out,
     size_t outsz)
 {

@@ -55,6 +55,11 @@ size_t  grey_key(const struct sockaddr *sa, unsigned v4_prefix,
             unsigned v6_prefix, const char *sender, const char *rcpt,
             char *out);
 
+/* grey_net - sa's network as the key writes it; its length, 0 when sa is
+ * not IP (or outsz is too small). */
+size_t  grey_net(const struct sockaddr *sa, unsigned v4_prefix,
+            unsigned v6_prefix, char *out, size_t outsz);
+
 /* grey_expired - rec is past its expiry or pass lifetime at now_ms. */
 int     grey_expired(const struct grey_rec *rec, uint64_t now_ms,
             const struct grey_params *p);

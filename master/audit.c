@@ -62,7 +62,9 @@ audit_request(int fd, const char *line)
         strcmp(line, "check") == 0 || strcmp(line, "tls report") == 0 ||
         strncmp(line, "tls report ", 11) == 0 ||
         strcmp(line, "queue-stream") == 0 || strncmp(line, "index ", 6) == 0 ||
-        strcmp(line, "ban list") == 0) {
+        strcmp(line, "ban list") == 0 ||
+        strncmp(line, "greylist list", 13) == 0 ||
+        strncmp(line, "quota list", 10) == 0) {
         /* read-only, often polled; or ("index") the daemon's half of a
          * queue change whose "audit" record mtactl sent already */
         log_debug("control: %s", line);

@@ -85,6 +85,9 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
     } else if (strncmp(line, "ban ", 4) == 0) {
         r->kind = CTL_REQ_BAN;
         r->arg = line + 4;
+    } else if (strncmp(line, "greylist ", 9) == 0) {
+        r->kind = CTL_REQ_GREYLIST;
+        r->arg = line + 9;
     } else if (strncmp(line, "tls ", 4) == 0) {
         r->kind = CTL_REQ_TLS;
         r->arg = line + 4;

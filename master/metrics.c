@@ -287,6 +287,15 @@ metrics_render(struct master *m)
         tot.ops.tls_ok);
     buf_printf(&t, "mtad_tls_handshakes_total{result=\"failed\"} %" PRIu64
         "\n", tot.ops.tls_failed);
+    mt_head(&t, "mtad_greylist_total", "counter",
+        "Greylist verdicts at RCPT: deferred (450), passed, allowlisted "
+        "(exempt: relay networks, AUTH, the greylist allow lists, DNSWL).");
+    buf_printf(&t, "mtad_greylist_total{result=\"deferred\"} %" PRIu64 "\n",
+        tot.ops.grey[STATUS_GREY_DEFERRED]);
+    buf_printf(&t, "mtad_greylist_total{result=\"passed\"} %" PRIu64 "\n",
+        tot.ops.grey[STATUS_GREY_PASSED]);
+    buf_printf(&t, "mtad_greylist_total{result=\"allowlisted\"} %" PRIu64
+        "\n", tot.ops.grey[STATUS_GREY_ALLOWED]);
     mt_one(&t, "mtad_smtp_errors_total", "counter",
         "SMTP command errors and failed handshakes counted against "
         "limits.max_errors.", tot.errors);

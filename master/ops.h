@@ -74,6 +74,15 @@ void    tlsagg_ctl(struct master *m, const char *arg, char **out);
  * the reply, "ok\n..." or "error: ...\n" (the caller frees it). */
 void    ctl_ban(struct master *m, const char *arg, char **out);
 
+/* greylist.c: "greylist list [PREFIX]|del NET [SENDER [RCPT]]|flush"
+ * (arg after "greylist "): the reply, "ok\n..." or "error: ...\n" (the
+ * caller frees it).  tick: the expired triplets pruned every
+ * GREYLIST_PRUNE_MS.  Both open greylist.mdb for the call only: the
+ * master forks workers, and an LMDB environment must not cross a fork. */
+#define GREYLIST_PRUNE_MS (10 * 60 * 1000)
+void    ctl_greylist(struct master *m, const char *arg, char **out);
+void    greylist_tick(struct master *m, uint64_t now_ms);
+
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);
 

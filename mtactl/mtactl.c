@@ -269,6 +269,33 @@ mtactl_run_ban(struct mtactl *c, int argc, char **argv)
     return MTACTL_USAGE;
 }
 
+/* "greylist list [NET]", "greylist del NET [SENDER [RCPT]]", "greylist
+ * flush": the master reads and edits greylist.mdb (master/greylist.c). */
+static int
+mtactl_run_greylist(struct mtactl *c, int argc, char **argv)
+{
+    char   req[CTL_REQUEST_MAX];
+    size_t n;
+    int    i;
+
+    if ((argc == 2 && strcmp(argv[1], "flush") == 0) ||
+        (argc >= 2 && argc <= 3 && strcmp(argv[1], "list") == 0) ||
+        (argc >= 3 && argc <= 5 && strcmp(argv[1], "del") == 0)) {
+        n = (size_t)snprintf(req, sizeof(req), "greylist %s", argv[1]);
+        for (i = 2; i < argc; i++) {
+            if (strcspn(argv[i], " \t\r\n") != strlen(argv[i]) ||
+                n + strlen(argv[i]) + 2 >= sizeof(req))
+                goto usage;
+            n += (size_t)snprintf(req + n, sizeof(req) - n, " %s", argv[i]);
+        }
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+usage:
+    fprintf(stderr, "mtactl: usage: mtactl greylist list [NET] | del NET "
+        "[SENDER [RCPT]] | flush\n");
+    return MTACTL_USAGE;
+}
+
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
 static int
 mtactl_tls_report(struct mtactl *c, int argc, char **argv)
@@ -383,6 +410,15 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "relay.allow_networks are never refused.  add and del are logged as "
       "admin records.",
       NULL, mtactl_run_ban, MV_DAEMON, 1, 4 },
+    { "greylist", "list [NET]|del NET [SENDER [RCPT]]|flush",
+      "greylisting's triplets (greylist)",
+      "list: the triplets (client network, sender, recipient) in "
+      "greylist.mdb, waiting or passed, their age and deferrals (NET: only "
+      "that client's, an address or a network as listed); del: forget "
+      "NET's triplets (or one sender's, or one triplet), so they are "
+      "greylisted again; flush: forget them all.  del and flush are logged "
+      "as admin records.",
+      NULL, mtactl_run_greylist, MV_DAEMON, 1, 4 },
     MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
         "the queue; --summary: by domain and age"),
     MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",

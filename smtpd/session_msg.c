@@ -554,7 +554,7 @@ sess_rcpt(struct sess *s, struct str arg)
         sess_reply_flow(s, "452 4.5.3 Error: too much recipient data");
         return;
     }
-    if (sess_rcpt_route(s, r.addr) < 0)
+    if (sess_rcpt_route(s, r.addr) < 0 || sess_grey_rcpt(s, r.addr) < 0)
         return;
     t->env_bytes += need;
     if (t->env.nrcpt == t->rcap) {

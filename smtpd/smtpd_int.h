@@ -23,6 +23,7 @@
 struct sess;
 struct spool_msg;
 struct dkim_keys;
+struct grey;
 
 /* A message in the group commit: once renamed, its transaction stays
  * alive even if its client leaves (s = NULL): the file is in queue/. */
@@ -93,6 +94,7 @@ struct smtpd {
     struct ev_timer       tls_timer;
 
     struct smtpd_hash    *hash;     /* AUTH's hashing threads, or NULL */
+    struct grey          *grey;     /* greylist.mdb; NULL: no greylisting */
 };
 
 /* DKIM signing while a message streams to the spool (session_dkim.c).
@@ -159,6 +161,8 @@ enum sess_state {
 #define SF_SIGN      0x80u
 #define SF_SYNCQ     0x100u         /* renamed, waiting for the async
                                        group commit (d->cq_wait/cq_sync) */
+#define SF_GREY      0x200u         /* its listener greylists (greylist) */
+#define SF_DNSWL     0x400u         /* screen.dnsbl scored it below 0 */
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -257,6 +261,9 @@ int     sess_screen_begin(struct sess *s, const struct config_listen *l);
 void    sess_screen_io(struct sess *s, unsigned events);
 void    sess_screen_timer(struct sess *s);
 void    sess_screen_free(struct sess *s);   /* none: no-op */
+/* session_grey.c: greylisting at RCPT; 0 when addr may be accepted, -1
+ * when a 450 was queued (s's client, sender and addr: a triplet too new). */
+int     sess_grey_rcpt(struct sess *s, const char *addr);
 /* session_ban.c: count one error of s's client toward limits.ban */
 void    sess_ban_note(struct sess *s);
 /* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */

@@ -72,6 +72,7 @@
 #include "tlspol/tlspol.h"
 #include "common/net.h"
 #include "common/sandbox.h"
+#include "grey/grey.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
 #include "dkim/dkim.h"
@@ -740,6 +741,28 @@ worker_dkim_init(struct worker *w)
 }
 
 
+/* worker_grey_init - greylist.mdb, here: after fork (an LMDB environment
+ * is never shared across one) and before the sandbox, so no path is
+ * opened later.  A file that does not open turns greylisting off in this
+ * worker (logged): mail is never refused for it. */
+static void
+worker_grey_init(struct worker *w)
+{
+    const struct config *cfg = w->cfg;
+    char                 path[PATH_MAX];
+
+    if (!cfg->grey_enabled)
+        return;
+    snprintf(path, sizeof(path), "%s/%s", cfg->spool_dir, GREY_FILE);
+    if (grey_open(&w->grey, path) < 0) {
+        log_err("greylist: %s; greylisting is off in this worker",
+            grey_errstr(w->grey));
+        grey_close(w->grey);
+        w->grey = NULL;
+    }
+}
+
+
 struct worker *
 worker_init(const struct worker_args *a)
 {
@@ -837,6 +860,8 @@ worker_init(const struct worker_args *a)
         w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
     tls_rpt_enable(cfg->tlsrpt_enabled);
+    worker_grey_init(w);
+    env.grey = w->grey;
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -853,6 +878,7 @@ worker_init(const struct worker_args *a)
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
+    grey_close(w->grey);
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
@@ -902,6 +928,7 @@ worker_run(struct worker *w)
     (void)tls_rpt_export(worker_tlsrpt_emit, w);   /* the last counts */
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
+    grey_close(w->grey);
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
