@@ -127,6 +127,29 @@ static const struct config_key config_greylist[] = {
     END
 };
 
+/* quotas: per kind {messages, bytes} (0: none), the client network's
+ * size.  A size of min -1 may be 0. */
+#define QUOTA_KIND(name, i) \
+static const struct config_key config_quota_##name[] = { \
+    { "messages", CONFIG_INT, OFF(quota_msgs[i]), 0, 2147483647, NULL }, \
+    { "bytes", CONFIG_SIZE, OFF(quota_bytes[i]), -1, 0, NULL }, \
+    END \
+}
+QUOTA_KIND(sender, STATUS_QK_SENDER);
+QUOTA_KIND(rcpt, STATUS_QK_RCPT);
+QUOTA_KIND(user, STATUS_QK_USER);
+QUOTA_KIND(net, STATUS_QK_NET);
+
+static const struct config_key config_quotas[] = {
+    SECTION("sender_domain", config_quota_sender),
+    SECTION("recipient_domain", config_quota_rcpt),
+    SECTION("user", config_quota_user),
+    SECTION("network", config_quota_net),
+    { "ipv4_prefix", CONFIG_INT, OFF(quota_ipv4_prefix), 8, 32, NULL },
+    { "ipv6_prefix", CONFIG_INT, OFF(quota_ipv6_prefix), 16, 128, NULL },
+    END
+};
+
 static const struct config_key config_relay[] = {
     KEY("allow_networks", CONFIG_CIDRS, allow_networks),
     END
@@ -254,6 +277,7 @@ const struct config_key config_top[] = {
     SECTION("limits", config_limits),
     SECTION("screen", config_screen),
     SECTION("greylist", config_greylist),
+    SECTION("quotas", config_quotas),
     SECTION("relay", config_relay),
     SECTION("spool", config_spool),
     SECTION("routes", config_routes),
@@ -486,6 +510,8 @@ config_defaults(const char *path)
     cfg->grey_ipv4_prefix = 24;
     cfg->grey_ipv6_prefix = 64;
     cfg->grey_dnswl_exempt = true;
+    cfg->quota_ipv4_prefix = 24;
+    cfg->quota_ipv6_prefix = 64;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));

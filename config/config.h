@@ -78,6 +78,7 @@ struct config_dkim_key {
 };
 
 #define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
+#define CONFIG_QUOTA_KINDS   4     /* quotas: as STATUS_QK_MAX */
 
 /* auth.failure_delay_max may not exceed 5 minutes: a client waits that
  * long for a reply (RFC 5321 4.5.3.2) before it gives up. */
@@ -265,6 +266,15 @@ struct config {
     struct config_domains grey_allow_rcpts;     /* recipient domains */
     bool    grey_dnswl_exempt;      /* true: a client that screen.dnsbl
                                        scored below 0 is not greylisted */
+
+    /* quotas: messages and body bytes in the queue per key of each kind,
+     * indexed as enum status_qkind (sender domain, recipient domain, AUTH
+     * user, client network); 0 = no quota (smtpd/session_quota.c,
+     * delivery/quota.c) */
+    int     quota_msgs[CONFIG_QUOTA_KINDS];
+    uint64_t quota_bytes[CONFIG_QUOTA_KINDS];
+    int     quota_ipv4_prefix;      /* 24: a client network's size */
+    int     quota_ipv6_prefix;      /* 64 */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

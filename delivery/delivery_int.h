@@ -39,6 +39,8 @@ struct dl_entry {
 };
 
 struct deliver {
+    struct status_page   *qpage;    /* quotas' rows (quota.c); NULL none */
+    unsigned              qslot;    /* our column: the worker's slot */
     struct ev_loop       *loop;
     const struct config  *cfg;
     struct spool         *sp;
@@ -153,5 +155,14 @@ int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
 void dl_finish(struct dl_attempt *a);
 void dl_giveback_one(struct dl_attempt *a);
+
+/* quota.c: a message's share of the queue quotas, taken once from its
+ * envelope (NULL: none; no page, or draining), given back when its index
+ * entry goes (NULL ok). */
+struct dq_rows;
+struct dq_rows *dq_take(struct deliver *d, const struct spool_env *env);
+void    dq_release(struct dq_rows *r);
+/* qindex.c: the rebuilt index's entries take their shares */
+void    qx_quota_rebuild(struct deliver *d);
 
 #endif /* MTAD_DELIVER_INT_H */

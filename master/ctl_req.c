@@ -85,6 +85,9 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
     } else if (strncmp(line, "ban ", 4) == 0) {
         r->kind = CTL_REQ_BAN;
         r->arg = line + 4;
+    } else if (strncmp(line, "quota ", 6) == 0) {
+        r->kind = CTL_REQ_QUOTA;
+        r->arg = line + 6;
     } else if (strncmp(line, "greylist ", 9) == 0) {
         r->kind = CTL_REQ_GREYLIST;
         r->arg = line + 9;

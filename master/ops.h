@@ -83,6 +83,12 @@ void    ctl_ban(struct master *m, const char *arg, char **out);
 void    ctl_greylist(struct master *m, const char *arg, char **out);
 void    greylist_tick(struct master *m, uint64_t now_ms);
 
+/* quota.c: "quota list|set KIND KEY|* [messages=N] [bytes=S]|del KIND
+ * KEY|*" (arg after "quota "): the reply (the caller frees it).  tick:
+ * idle rows freed every 30 ticks. */
+void    ctl_quota(struct master *m, const char *arg, char **out);
+void    quota_tick(struct master *m, uint64_t now_ms);
+
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);
 

@@ -177,6 +177,7 @@ struct sess_txn {
     int               used_bdat;
     size_t            env_bytes;    /* envelope memory, for
                                        limits.max_envelope_size */
+    uint64_t          size_decl;    /* MAIL ... SIZE=, 0 none (quotas) */
     int               bdat_cr;      /* BDAT: the last byte was a CR */
     int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
     int               too_big;
@@ -228,6 +229,7 @@ struct sess {
     uint8_t           role;          /* the listener's CONFIG_ROLE_* */
     uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
     struct sess_screen *screen;      /* SS_SCREEN's state; NULL after */
+    char              qerr[400];     /* a quota's 452 (session_quota.c) */
 };
 
 /* session.c: life cycle, I/O, replies, timers, stop */
@@ -264,6 +266,14 @@ void    sess_screen_free(struct sess *s);   /* none: no-op */
 /* session_grey.c: greylisting at RCPT; 0 when addr may be accepted, -1
  * when a 450 was queued (s's client, sender and addr: a triplet too new). */
 int     sess_grey_rcpt(struct sess *s, const char *addr);
+/* session_quota.c: queue quotas.  on: relay.yaml has one (the queue is
+ * counted).  rcpt: 0, or -1 with the 452 queued (a message quota of the
+ * recipient's domain, the sender's, the user's or the client network's).
+ * data: NULL, or the 452 for DATA / the first BDAT (a bytes quota; in
+ * s->qerr, valid while s lives). */
+int     sess_quota_on(const struct smtpd *d);
+int     sess_quota_rcpt(struct sess *s, const char *addr);
+const char *sess_quota_data(struct sess *s);
 /* session_ban.c: count one error of s's client toward limits.ban */
 void    sess_ban_note(struct sess *s);
 /* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */

@@ -741,6 +741,20 @@ worker_dkim_init(struct worker *w)
 }
 
 
+/* worker_quotas_on - relay.yaml has a queue quota: the queue is counted
+ * (a file read per message at start when no index was saved). */
+static int
+worker_quotas_on(const struct config *cfg)
+{
+    int i;
+
+    for (i = 0; i < CONFIG_QUOTA_KINDS; i++)
+        if (cfg->quota_msgs[i] != 0 || cfg->quota_bytes[i] != 0)
+            return 1;
+    return 0;
+}
+
+
 /* worker_grey_init - greylist.mdb, here: after fork (an LMDB environment
  * is never shared across one) and before the sandbox, so no path is
  * opened later.  A file that does not open turns greylisting off in this
@@ -825,6 +839,9 @@ worker_init(const struct worker_args *a)
     }
     if (a->status != NULL)
         deliver_set_throttle(w->deliver, &a->status->throttle);
+    if (a->status != NULL && a->slot < STATUS_MAX_WORKERS &&
+        worker_quotas_on(cfg))
+        deliver_set_quota(w->deliver, a->status, a->slot);
     /* Daemon-wide admission counters: see ADMISSION above. */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
         w->admit = a->status;
