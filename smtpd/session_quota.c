@@ -90,14 +90,15 @@ sess_quota_over(struct sess *s, unsigned kind, const char *v, int bytes,
     lim = deliver_quota_limit(d->cfg, d->shared, kind, bytes ? u.lim_bytes :
         u.lim_msgs, bytes);
     used = bytes ? u.bytes : u.msgs;
-    if (lim == 0 || row < 0)
+    if (lim == 0)
         return 0;
     if (bytes && extra > 0 ? used + (int64_t)extra <= (int64_t)lim :
         used < (int64_t)lim)
         return 0;
     STATUS_ADD(d->shared->quota_rejects[kind], 1);
-    sess_quota_episode(s, kind, key, row, bytes ? "bytes" : "message", used,
-        lim);
+    if (row >= 0)                   /* none: only SIZE= was over */
+        sess_quota_episode(s, kind, key, row, bytes ? "bytes" : "message",
+            used, lim);
     snprintf(s->qerr, sizeof(s->qerr), "452 4.3.1 Quota exceeded: %s %s "
         "has %" PRId64 " %s queued (quota %" PRIu64 "), try again later",
         sess_quota_words[kind], key, used, bytes ? "bytes" : "messages",

@@ -368,7 +368,7 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "screen, greylist, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
+        "screen, greylist, quotas, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
         "tlsrpt, auth, submission)");
 }
 
@@ -468,7 +468,7 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "screen, greylist, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
+        "screen, greylist, quotas, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
         "tlsrpt, auth, submission)");
 }
 
@@ -655,7 +655,7 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "screen, greylist, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
+        "screen, greylist, quotas, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
         "tlsrpt, auth, submission), got a sequence");
 }
 
@@ -679,7 +679,7 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, screen, greylist, relay, spool, routes, delivery, log, tls, dns, dkim, "
+        "limits, screen, greylist, quotas, relay, spool, routes, delivery, log, tls, dns, dkim, "
         "metrics, tlsrpt, auth, submission)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
