@@ -162,6 +162,8 @@ void dl_giveback_one(struct dl_attempt *a);
 struct dq_rows;
 struct dq_rows *dq_take(struct deliver *d, const struct spool_env *env);
 void    dq_release(struct dq_rows *r);
+void    dq_forget(struct dq_rows *r);   /* freed, nothing given back (the
+                                           worker ends: its column goes) */
 /* qindex.c: the rebuilt index's entries take their shares */
 void    qx_quota_rebuild(struct deliver *d);
 

@@ -147,7 +147,7 @@ qx_free(struct deliver *d)
     qx_snap_free(q);
     for (size_t i = 0; i < q->n; i++) {
         free(q->v[i].blob);
-        dq_release(q->v[i].qr);
+        dq_forget(q->v[i].qr);          /* the master clears our column */
     }
     free(q->v);
     free(q->sync);

@@ -139,3 +139,39 @@ def test_mtactl_and_metrics(mtad_factory):
     log = m.wait_log("via=mtactl: greylist flush")
     assert "via=mtactl: greylist del 127.0.0.0/24" in log
     assert "via=mtactl: greylist list" not in log, "list is read-only"
+
+
+WL_ZONE = """$ORIGIN wl.test.
+$TTL 300
+@                 IN SOA ns.wl.test. hostmaster.wl.test. 1 3600 600 86400 60
+@                 IN NS  ns
+ns                IN A   127.0.0.1
+2.0.0.127.white   IN A   127.0.0.5
+"""
+
+
+def test_dnswl_scored_clients_are_exempt(mtad_factory):
+    """screen.dnsbl with an allowlist (weight -5): 127.0.0.2, listed,
+    scores below 0 and is not greylisted; 127.0.0.3 is; with
+    dnswl_exempt false 127.0.0.2 is greylisted too."""
+    import shutil
+    import tempfile
+    from mtadtest import Nsd
+    d = tempfile.mkdtemp(prefix="mtad-grey-", dir="/dev/shm")
+    nsd = Nsd(d, zone_text=WL_ZONE, zone="wl.test").start()
+    try:
+        screen = {"dnsbl": [{"zone": "white.wl.test", "weight": -5}]}
+        dns = {"servers": [nsd.addr], "timeout": "2s", "attempts": 1}
+        m = start(mtad_factory, screen=screen, dns=dns)
+        assert rcpt(m, "127.0.0.2", "a@x.test", "u@example.org")[0] == 250
+        assert rcpt(m, "127.0.0.3", "a@x.test", "u@example.org")[0] == 450
+        m2 = mtad_factory({"relay": {"allow_networks": ["127.0.0.8/32"]},
+                           "routes": {"static": {"example.org": "discard"}},
+                           "greylist": {"enabled": True, "delay": "2s",
+                                        "dnswl_exempt": False},
+                           "screen": screen, "dns": dns}, subdir="m2")
+        m2.start()
+        assert rcpt(m2, "127.0.0.2", "a@x.test", "u@example.org")[0] == 450
+    finally:
+        nsd.stop()
+        shutil.rmtree(d, ignore_errors=True)
