@@ -3,11 +3,16 @@
  * [RCPT]]", "greylist flush" on the control socket (mtactl greylist), and
  * the prune of expired triplets on the master's tick.
  *
- * CONTRACT  greylist.mdb (<spool.dir>/greylist.mdb, grey/grey.h) is
- *           opened for each call and closed after it: the master forks
- *           workers, and an LMDB environment must not cross a fork (its
- *           fcntl locks would be dropped by the child's close).  The
- *           workers write the same file meanwhile; LMDB serialises.
+ * CONTRACT  greylist.mdb (<spool.dir>/greylist.mdb, grey/grey.h) is never
+ *           opened by the master itself: each call forks a child that
+ *           drops to the workers' user first (the spool is that user's,
+ *           who could have put a link there: root must not follow it, nor
+ *           make the file root's), opens the file, answers through a
+ *           pipe and exits.  So no LMDB environment lives in the master
+ *           across the fork of a worker either.  The workers write the
+ *           same file meanwhile; LMDB serialises.  The master waits for
+ *           the answer (at most GREYLIST_CHILD_MS); the prune's child is
+ *           not waited for (master_reap() takes it).
  *           NET is a network as the list shows it, or a bare address,
  *           which names its greylist.ipv4_prefix / ipv6_prefix network.
  *           list answers one line per triplet: "NET SENDER RCPT
@@ -17,11 +22,18 @@
  * FAILURE   "error: ..." and nothing changed.  A prune that fails is
  *           logged and tried again at the next period.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include "common/buf.h"
 #include "common/log.h"
@@ -32,6 +44,8 @@
 #include "master/ops.h"
 
 #define GREYLIST_LIST_MAX 10000
+#define GREYLIST_CHILD_MS 10000
+#define GREYLIST_ANSWER_MAX (8u << 20)  /* bytes of a list kept */
 
 struct greylist_out {
     struct buf *t;
@@ -130,15 +144,121 @@ greylist_prefix(const struct config *cfg, const char *arg, char *out,
 }
 
 
+/* greylist_op - in the child, as the workers' user: the answer to op
+ * ('l' list, 'd' del or flush) for prefix into t. */
+static void
+greylist_op(const struct config *cfg, int op, const char *prefix,
+    struct buf *t)
+{
+    struct greylist_out o;
+    struct grey        *g;
+    char                err[512];
+    long                n;
+
+    if ((g = greylist_open(cfg, err, sizeof(err))) == NULL) {
+        buf_printf(t, "error: greylist: %s\n", err);
+        return;
+    }
+    if (op == 'l') {
+        buf_printf(t, "ok\n");
+        o = (struct greylist_out){ t, util_wall_ms(), 0 };
+        if (grey_each(g, prefix, greylist_line, &o) < 0)
+            buf_printf(t, "error: greylist: %s\n", grey_errstr(g));
+    } else if ((n = grey_del(g, prefix)) < 0) {
+        buf_printf(t, "error: greylist: %s\n", grey_errstr(g));
+    } else {
+        buf_printf(t, "ok\n%ld triplets removed\n", n);
+    }
+    grey_close(g);
+}
+
+
+/* greylist_fork - a child as the workers' user (privs_drop), its write
+ * end of a pipe in *wfd when rfd is not NULL; 0 in the child, its pid in
+ * the master, -1 (logged) when it could not start. */
+static pid_t
+greylist_fork(struct master *m, int *rfd, int *wfd)
+{
+    int   p[2] = { -1, -1 };
+    pid_t pid;
+
+    if (rfd != NULL && pipe2(p, O_CLOEXEC) < 0) {
+        log_warn("greylist: pipe: %s", strerror(errno));
+        return -1;
+    }
+    if ((pid = fork()) < 0) {
+        log_warn("greylist: fork: %s", strerror(errno));
+        if (rfd != NULL) {
+            close(p[0]);
+            close(p[1]);
+        }
+        return -1;
+    }
+    if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != m->pid)
+            _exit(1);
+        proctitle_set(&m->title, "mtad: greylist", "mtad: master: greylist");
+        privs_drop(&m->cur->privs);
+        if (rfd != NULL) {
+            close(p[0]);
+            *wfd = p[1];
+        }
+        return 0;
+    }
+    if (rfd != NULL) {
+        close(p[1]);
+        *rfd = p[0];
+    }
+    return pid;
+}
+
+
+/* greylist_wait - the child's answer from fd into t (bounded in time),
+ * then the child reaped. */
+static void
+greylist_wait(pid_t pid, int fd, struct buf *t)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    uint64_t      end = util_now_ms() + GREYLIST_CHILD_MS, now;
+    char          chunk[4096];
+    ssize_t       n;
+    size_t        before = t->len;
+
+    for (;;) {
+        now = util_now_ms();
+        if (now >= end || poll(&pfd, 1, (int)(end - now)) == 0) {
+            (void)kill(pid, SIGKILL);
+            t->len = before;
+            buf_printf(t, "error: greylist: no answer in %ds\n",
+                GREYLIST_CHILD_MS / 1000);
+            break;
+        }
+        n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (t->len - before < GREYLIST_ANSWER_MAX)
+            buf_append(t, chunk, (size_t)n);
+    }
+    close(fd);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (t->len == before)
+        buf_printf(t, "error: greylist: the helper failed\n");
+    buf_append(t, "", 1);           /* a C string for the reply */
+    t->len--;
+}
+
+
 void
 ctl_greylist(struct master *m, const char *arg, char **out)
 {
     const struct config *cfg = m->cur->cfg;
-    struct greylist_out  o;
-    struct grey         *g;
-    struct buf           t;
-    char                 err[512], prefix[GREY_KEY_MAX + 1];
-    long                 n;
+    struct buf           t, a;
+    char                 prefix[GREY_KEY_MAX + 1];
+    pid_t                pid;
+    int                  rfd = -1, wfd = -1;
 
     buf_init(&t);
     if (strcmp(arg, "list") != 0 && strncmp(arg, "list ", 5) != 0 &&
@@ -160,21 +280,16 @@ ctl_greylist(struct master *m, const char *arg, char **out)
         buf_printf(&t, "error: greylisting is off (greylist.enabled)\n");
         goto done;
     }
-    if ((g = greylist_open(cfg, err, sizeof(err))) == NULL) {
-        buf_printf(&t, "error: greylist: %s\n", err);
+    if ((pid = greylist_fork(m, &rfd, &wfd)) < 0) {
+        buf_printf(&t, "error: greylist: cannot start its helper\n");
         goto done;
     }
-    if (arg[0] == 'l') {
-        buf_printf(&t, "ok\n");
-        o = (struct greylist_out){ &t, util_wall_ms(), 0 };
-        if (grey_each(g, prefix, greylist_line, &o) < 0)
-            buf_printf(&t, "error: greylist: %s\n", grey_errstr(g));
-    } else if ((n = grey_del(g, prefix)) < 0) {
-        buf_printf(&t, "error: greylist: %s\n", grey_errstr(g));
-    } else {
-        buf_printf(&t, "ok\n%ld triplets removed\n", n);
+    if (pid == 0) {                 /* the child */
+        buf_init(&a);
+        greylist_op(cfg, arg[0] == 'l' ? 'l' : 'd', prefix, &a);
+        _exit(util_write_all(wfd, a.data, a.len) == 0 ? 0 : 1);
     }
-    grey_close(g);
+    greylist_wait(pid, rfd, &t);
 done:
     *out = t.data;
 }
@@ -192,9 +307,11 @@ greylist_tick(struct master *m, uint64_t now_ms)
     if (!cfg->grey_enabled || now_ms < m->grey_prune_ms)
         return;
     m->grey_prune_ms = now_ms + GREYLIST_PRUNE_MS;
+    if (greylist_fork(m, NULL, NULL) != 0)
+        return;                     /* the master; master_reap() reaps */
     if ((g = greylist_open(cfg, err, sizeof(err))) == NULL) {
         log_warn("greylist: prune: %s", err);
-        return;
+        _exit(1);
     }
     greylist_params(cfg, &p);
     if ((n = grey_prune(g, util_wall_ms(), &p)) < 0)
@@ -202,4 +319,6 @@ greylist_tick(struct master *m, uint64_t now_ms)
     else if (n > 0)
         log_info("greylist: %ld expired triplets pruned", n);
     grey_close(g);
+    log_flush();
+    _exit(0);
 }

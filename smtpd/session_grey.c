@@ -109,3 +109,10 @@ sess_grey_rcpt(struct sess *s, const char *addr)
     sess_reply_flow(s, "450 4.7.1 Greylisted, try again later");
     return -1;
 }
+
+
+void
+smtpd_set_grey(struct smtpd *d, struct grey *g)
+{
+    d->grey = g;
+}

@@ -755,10 +755,13 @@ worker_quotas_on(const struct config *cfg)
 }
 
 
-/* worker_grey_init - greylist.mdb, here: after fork (an LMDB environment
- * is never shared across one) and before the sandbox, so no path is
- * opened later.  A file that does not open turns greylisting off in this
- * worker (logged): mail is never refused for it. */
+/* worker_grey_init - greylist.mdb, from worker_run(): after fork (an
+ * LMDB environment is never shared across one) and after the privilege
+ * drop, as the workers' user, who owns the spool and so could have put a
+ * link in place of the file (root must not follow it, nor create the
+ * file as root's); Landlock allows the spool, seccomp what LMDB calls.
+ * A file that does not open turns greylisting off in this worker
+ * (logged): mail is never refused for it. */
 static void
 worker_grey_init(struct worker *w)
 {
@@ -877,8 +880,7 @@ worker_init(const struct worker_args *a)
         w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
     tls_rpt_enable(cfg->tlsrpt_enabled);
-    worker_grey_init(w);
-    env.grey = w->grey;
+    env.grey = NULL;                /* worker_run() opens it */
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -916,6 +918,8 @@ worker_run(struct worker *w)
     /* A killed predecessor in this slot may have left files in tmp/.
      * Here, not in worker_init(): as the workers' user, not as root in a
      * directory that user can write. */
+    worker_grey_init(w);
+    smtpd_set_grey(w->smtpd, w->grey);
     if ((rc = spool_tmp_sweep(w->spool)) > 0)
         log_notice("spool %s: %d files left in tmp/ by an earlier worker "
             "of slot %u removed", w->cfg->spool_dir, rc, w->a.slot);
