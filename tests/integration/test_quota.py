@@ -130,3 +130,47 @@ def test_bytes_quota_at_data(mtad_factory):
         == 250
     assert m.ctl("quota", "set", "nonsense", "x", "messages=1").returncode \
         == 1
+
+
+def test_user_and_network_quotas_survive_a_restart(mtad_factory, workdir):
+    """user.messages 1: alice's second message is refused at RCPT, also
+    after a restart (the login is in the queue file's envelope);
+    network.messages 2 counts 127.0.0.0/24 over both workers."""
+    import os
+    from test_auth_scale import plain, yescrypt
+    pw = os.path.join(workdir, "passwd")
+    with open(pw, "w") as f:
+        f.write("alice:%s\n" % yescrypt("s3cret pass", cost=5))
+    os.chmod(pw, 0o600)
+    port = closed_port()
+    m = start(mtad_factory, {"user": {"messages": 1},
+                             "network": {"messages": 3}}, port,
+              auth={"password_file": pw, "allow_plaintext_loopback": True,
+                    "failure_delay": "0s"})
+
+    def as_alice():
+        with Client(m.port, source="127.0.0.40", timeout=30) as c:
+            c.greet()
+            assert c.cmd(plain("alice", "s3cret pass")).code == 235
+            assert c.cmd("MAIL FROM:<alice@s.test>").code == 250
+            r = c.cmd("RCPT TO:<u@example.org>")
+            if r.code == 250:
+                assert c.cmd("DATA").code == 354
+                c.send(b"Subject: a\r\n\r\nx\r\n.\r\n")
+                assert c.reply().code == 250
+            return r.code, r.text.decode()
+
+    assert as_alice()[0] == 250
+    code, text = as_alice()
+    assert code == 452 and "Quota exceeded: user alice has 1 messages " \
+        "queued (quota 1)" in text, (code, text)
+    m.stop()
+    m.start()
+    assert as_alice()[0] == 452, "the count came back from the spool"
+    assert txn(m, "127.0.0.41", "b@s.test", "v@example.org")[0] == 250
+    assert txn(m, "127.0.0.42", "b@s.test", "w@example.org")[0] == 250
+    code, text = txn(m, "127.0.0.43", "b@s.test", "x@example.org")
+    assert code == 452 and "client network 127.0.0.0/24 has 3 messages" \
+        in text, (code, text)
+    assert any(x.startswith("network 127.0.0.0/24 messages=3/3 ")
+               for x in quota_lines(m))
