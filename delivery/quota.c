@@ -55,6 +55,10 @@ dq_net(const struct config *cfg, const char *ip, char *out)
 
     if (inet_pton(fam, ip, b) != 1)
         return 0;
+    if (fam == AF_INET6 && IN6_IS_ADDR_V4MAPPED((struct in6_addr *)b)) {
+        memmove(b, b + 12, 4);      /* an IPv4 client, as such */
+        fam = AF_INET;
+    }
     all = fam == AF_INET ? 32 : 128;
     bits = (unsigned)(fam == AF_INET ? cfg->quota_ipv4_prefix :
         cfg->quota_ipv6_prefix);
