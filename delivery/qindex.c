@@ -525,6 +525,11 @@ qx_sync_add(struct deliver *d, const char *id, const struct spool_env *env,
         qx_count(q, old, 1);
         return;
     }
+    if (old != NULL) {                  /* the same message, the same keys:
+                                           its quotas' share stays */
+        e->qr = old->qr;
+        old->qr = NULL;
+    }
     if (env != NULL) {
         qx_fill(d, e, env);
         return;

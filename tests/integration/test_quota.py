@@ -72,7 +72,8 @@ def test_domain_message_quota_live_edit_restart_and_drain(mtad_factory,
     lines = quota_lines(m)
     assert "recipient_domain * messages=3 bytes=-" in lines, lines
     assert any(re.fullmatch(r"recipient_domain example\.org messages=3/3 "
-                            r"bytes=\d+/- over", x) for x in lines), lines
+                            r"bytes=\d+/- over", x) for x in lines), \
+        (lines, [x for x in m.log_text().splitlines() if "quota" in x])
     from test_ops import scrape
     _f, s, _t = scrape(mport)
     assert s["mtad_quota_usage{key=example.org}{kind=recipient_domain}"
@@ -87,12 +88,23 @@ def test_domain_message_quota_live_edit_restart_and_drain(mtad_factory,
     m.ctl("quota", "del", "recipient_domain", "example.org", check=True)
     wait_for(lambda: m.log_text().count("via=mtactl: quota") >= 2,
              what="the admin records")
+    # a flush (every worker rebuilds its schedule and index) keeps them
+    ends = m.log_text().count("under its quotas again")
+    assert ends == 1, "the raised limit ended the episode"
+    m.ctl("flush", check=True)
+    wait_for(lambda: m.log_text().count("kick: ") >= 2, timeout=10,
+             what="both workers' rebuilds")
+    assert any(x.startswith("recipient_domain example.org messages=4/3 ")
+               for x in quota_lines(m)), quota_lines(m)
+    assert m.log_text().count("under its quotas again") == ends
     # the counts come back after a restart (rebuilt from the spool)
     m.stop()
     m.start()
-    lines = quota_lines(m)
-    assert any(x.startswith("recipient_domain example.org messages=4/3 ")
-               for x in lines), lines
+    # each worker counts its shard in its recovery, just after it is ready
+    wait_for(lambda: any(x.startswith("recipient_domain example.org "
+                                      "messages=4/3 ")
+                         for x in quota_lines(m)), timeout=10,
+             what="the counts rebuilt after the restart")
     assert txn(m, "127.0.0.30", "a@s.test", "z@example.org")[0] == 452
     # the hop comes up: the queue drains, mail is taken again
     sink = sink_factory(port=port)
@@ -166,6 +178,9 @@ def test_user_and_network_quotas_survive_a_restart(mtad_factory, workdir):
         "queued (quota 1)" in text, (code, text)
     m.stop()
     m.start()
+    wait_for(lambda: any(x.startswith("user alice messages=1/1 ")
+                         for x in quota_lines(m)), timeout=10,
+             what="alice's count rebuilt after the restart")
     assert as_alice()[0] == 452, "the count came back from the spool"
     assert txn(m, "127.0.0.41", "b@s.test", "v@example.org")[0] == 250
     assert txn(m, "127.0.0.42", "b@s.test", "w@example.org")[0] == 250
