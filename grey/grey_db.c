@@ -117,6 +117,8 @@ grey_get(struct grey *g, const char *key, size_t klen, struct grey_rec *rec)
     else
         rc = mdb_txn_renew(g->rtxn);
     if (rc != 0) {
+        if (g->rtxn != NULL)
+            mdb_txn_abort(g->rtxn);     /* a failed renew: begin anew */
         g->rtxn = NULL;
         return grey_fail(g, "read: %s", mdb_strerror(rc));
     }
