@@ -75,6 +75,7 @@ umod_test_router := router
 umod_test_config := config
 umod_test_dns := dns
 umod_test_dns_rbl := dns
+umod_test_grey := grey
 umod_test_sts := sts
 umod_test_proxy := proxy
 umod_test_config_listen := config

@@ -202,6 +202,7 @@ status_slot_clear(struct status_page *sp, unsigned slot)
 {
     if (slot < STATUS_MAX_WORKERS)
         memset(sp->iptab[slot], 0, sizeof(sp->iptab[slot]));
+    status_quota_clear_slot(sp, slot);  /* its queue counts, too */
 }
 
 

@@ -55,6 +55,7 @@ enum status_reject {
     STATUS_REJ_BANNED,              /* 421 at connect: limits.ban */
     STATUS_REJ_MAX
 };
+enum { STATUS_GREY_DEFERRED = 0, STATUS_GREY_PASSED, STATUS_GREY_ALLOWED };
 /* Delivery latency (arrival -> delivered, per recipient) histogram: upper
  * bounds in milliseconds; the last bucket is +Inf. */
 #define STATUS_LAT_BOUNDS_MS { 10, 50, 100, 250, 500, 1000, 2500, 5000, \
@@ -64,6 +65,8 @@ enum status_reject {
 struct status_ops {
     uint64_t rejects[STATUS_REJ_MAX];
     uint64_t tls_ok, tls_failed;    /* STARTTLS handshakes */
+    uint64_t grey[3];               /* greylist verdicts at RCPT, by
+                                       STATUS_GREY_* */
     uint64_t lat_bucket[STATUS_LAT_NB];  /* not cumulative */
     uint64_t lat_sum_ms;
     uint64_t lat_count;
@@ -109,6 +112,31 @@ struct status_bclass_row {
     char     site[STATUS_BCLASS_SITE_LEN];
     uint64_t n[STATUS_BCLASS_NCLASS];
 };
+/* Queue quotas (quotas section): messages and body bytes in the queue
+ * per sender domain, recipient domain, AUTH user and client network, one
+ * row per key for the node (status_quota.c).  Each row has one column per
+ * worker slot, written by the worker in it alone (the counts of the
+ * messages its queue index holds); the sum over the columns is the
+ * node's usage.  lim_*: mtactl quota set's override of the key, stored
+ * as limit + 1 (0: none; a limit 0 means no limit). */
+enum status_qkind { STATUS_QK_SENDER = 0, STATUS_QK_RCPT, STATUS_QK_USER,
+    STATUS_QK_NET, STATUS_QK_MAX };
+#define STATUS_QUOTA_SLOTS   2048       /* rows, power of two */
+#define STATUS_QUOTA_KEY_MAX 255
+struct status_quota_row {
+    uint64_t tag;                   /* hash of kind and key | 1; 0 free;
+                                       STATUS_QUOTA_FREEING: being freed */
+    uint64_t ready;                 /* == tag once key and limits are set */
+    uint64_t lim_msgs, lim_bytes;   /* override + 1; 0: the kind's */
+    uint32_t over;                  /* an episode is on (logged once) */
+    uint32_t kind;
+    uint32_t claimed_s;             /* CLOCK_MONOTONIC s of the claim */
+    uint32_t klen;
+    char     key[STATUS_QUOTA_KEY_MAX + 1];
+    int64_t  msgs[STATUS_MAX_WORKERS];
+    int64_t  bytes[STATUS_MAX_WORKERS];
+};
+#define STATUS_QUOTA_FREEING 2u
 
 struct status_page {
     uint64_t master_started_ms;
@@ -140,7 +168,13 @@ struct status_page {
      * answer, written by every worker with compare-and-swap, read by the
      * master for mtactl hosts and /metrics (status_health.c). */
     struct status_hop_row hoptab[STATUS_HOP_SLOTS];
+    /* quotas: the rows, and per kind mtactl quota set's override of the
+     * configured limits (+ 1, 0: none); rejections counted */
+    uint64_t quota_def_msgs[STATUS_QK_MAX], quota_def_bytes[STATUS_QK_MAX];
+    uint64_t quota_rejects[STATUS_QK_MAX];
+    struct status_quota_row quota[STATUS_QUOTA_SLOTS];
 };
+
 
 #define STATUS_THROTTLE_REFUSE 1u  /* 421 to new connections */
 #define STATUS_THROTTLE_HOLD   2u  /* start no delivery attempt */
@@ -296,5 +330,40 @@ size_t  status_hop_list(struct status_page *sp, uint32_t now_s,
             uint32_t forget_s, struct status_hop *out, size_t max);
 size_t  status_hop_count(struct status_page *sp, uint32_t now_s,
             uint32_t forget_s);
+/* Queue quotas (status_quota.c), lock-free as the ban table.
+ * status_quota_row(): the row of (kind, key) (key lower-cased by the
+ * caller, at most STATUS_QUOTA_KEY_MAX bytes), claimed when missing and
+ * claim is set: its index, or -1 (none; the table full near its hash).
+ * status_quota_add(): add to slot's column of row i (the caller holds
+ * counts in it, or has just claimed it).  status_quota_sum(): the usage
+ * of (kind, key) over every column of every row of it (two workers that
+ * claim a key at once make two rows); the first row in *row (-1 none).
+ * status_quota_clear_slot(): zero slot's column everywhere (its worker is
+ * gone, or recounts).  status_quota_reclaim(): free the rows with no
+ * count and no override claimed more than min_age_s ago; their number.
+ * status_quota_kind_name(): "sender_domain", "recipient_domain", "user",
+ * "network"; status_quota_kind(): the reverse, -1 unknown. */
+struct status_quota_use {
+    int64_t  msgs, bytes;
+    uint64_t lim_msgs, lim_bytes;   /* the row's override + 1, 0 none */
+};
+int     status_quota_row(struct status_page *sp, unsigned kind,
+            const char *key, size_t klen, int claim, uint32_t now_s);
+void    status_quota_add(struct status_page *sp, int row, unsigned slot,
+            int64_t msgs, int64_t bytes);
+void    status_quota_sum(struct status_page *sp, unsigned kind,
+            const char *key, size_t klen, struct status_quota_use *u,
+            int *row);
+/* status_quota_take(): the row of (kind, key), claimed when missing,
+ * with msgs and bytes added to slot's column, which then holds it (no
+ * reclaim frees it while a column is not 0): its index, or -1 (full). */
+int     status_quota_take(struct status_page *sp, unsigned kind,
+            const char *key, size_t klen, unsigned slot, int64_t msgs,
+            int64_t bytes, uint32_t now_s);
+void    status_quota_clear_slot(struct status_page *sp, unsigned slot);
+size_t  status_quota_reclaim(struct status_page *sp, uint32_t now_s,
+            uint32_t min_age_s);
+const char *status_quota_kind_name(unsigned kind);
+int     status_quota_kind(const char *name);
 
 #endif /* MTAD_STATUS_H */

@@ -34,6 +34,8 @@ status_ops_add(struct status_ops *t, const struct status_ops *w)
         ADD(rejects[i]);
     for (size_t i = 0; i < STATUS_LAT_NB; i++)
         ADD(lat_bucket[i]);
+    for (size_t i = 0; i < 3; i++)
+        ADD(grey[i]);
     ADD(tls_ok); ADD(tls_failed); ADD(lat_sum_ms); ADD(lat_count);
     /* not the gauges: a retired worker's queue is nobody's now */
 #undef ADD

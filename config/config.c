@@ -112,6 +112,45 @@ static const struct config_key config_screen[] = {
     END
 };
 
+/* greylist: unauthenticated mail on role mx listeners, deferred at RCPT
+ * until its triplet is delay old (smtpd/session_grey.c) */
+static const struct config_key config_greylist[] = {
+    KEY("enabled", CONFIG_BOOL, grey_enabled),
+    DUR("delay", grey_delay_ms, 1000),
+    DUR("expiry", grey_expiry_ms, 60000),
+    DUR("pass_lifetime", grey_pass_lifetime_ms, 60000),
+    { "ipv4_prefix", CONFIG_INT, OFF(grey_ipv4_prefix), 8, 32, NULL },
+    { "ipv6_prefix", CONFIG_INT, OFF(grey_ipv6_prefix), 16, 128, NULL },
+    KEY("allow_networks", CONFIG_GREY_NETS, grey_allow_networks),
+    KEY("allow_sender_domains", CONFIG_DOMAINS, grey_allow_senders),
+    KEY("allow_recipient_domains", CONFIG_DOMAINS, grey_allow_rcpts),
+    KEY("dnswl_exempt", CONFIG_BOOL, grey_dnswl_exempt),
+    END
+};
+
+/* quotas: per kind {messages, bytes} (0: none), the client network's
+ * size.  A size of min -1 may be 0. */
+#define QUOTA_KIND(name, i) \
+static const struct config_key config_quota_##name[] = { \
+    { "messages", CONFIG_INT, OFF(quota_msgs[i]), 0, 2147483647, NULL }, \
+    { "bytes", CONFIG_SIZE, OFF(quota_bytes[i]), -1, 0, NULL }, \
+    END \
+}
+QUOTA_KIND(sender, STATUS_QK_SENDER);
+QUOTA_KIND(rcpt, STATUS_QK_RCPT);
+QUOTA_KIND(user, STATUS_QK_USER);
+QUOTA_KIND(net, STATUS_QK_NET);
+
+static const struct config_key config_quotas[] = {
+    SECTION("sender_domain", config_quota_sender),
+    SECTION("recipient_domain", config_quota_rcpt),
+    SECTION("user", config_quota_user),
+    SECTION("network", config_quota_net),
+    { "ipv4_prefix", CONFIG_INT, OFF(quota_ipv4_prefix), 8, 32, NULL },
+    { "ipv6_prefix", CONFIG_INT, OFF(quota_ipv6_prefix), 16, 128, NULL },
+    END
+};
+
 static const struct config_key config_relay[] = {
     KEY("allow_networks", CONFIG_CIDRS, allow_networks),
     END
@@ -254,6 +293,8 @@ const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
     SECTION("screen", config_screen),
+    SECTION("greylist", config_greylist),
+    SECTION("quotas", config_quotas),
     SECTION("relay", config_relay),
     SECTION("spool", config_spool),
     SECTION("routes", config_routes),
@@ -310,6 +351,13 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_EGRESS_POOLS:
         config_set_egress_pools(p, n, path);
+        break;
+    case CONFIG_GREY_NETS:
+        (void)config_parse_cidrs(p, n, path, &p->cfg->grey_allow_networks,
+            &p->cfg->ngrey_allow_networks);
+        break;
+    case CONFIG_DOMAINS:
+        config_set_domains(p, k, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -493,6 +541,14 @@ config_defaults(const char *path)
     cfg->screen_threshold = 1;
     cfg->egress_recheck_ms = 60000;
     cfg->screen_timeout_ms = 2000;
+    cfg->grey_delay_ms = 5 * 60 * 1000;
+    cfg->grey_expiry_ms = 24 * 60 * 60 * 1000;
+    cfg->grey_pass_lifetime_ms = (uint64_t)36 * 24 * 60 * 60 * 1000;
+    cfg->grey_ipv4_prefix = 24;
+    cfg->grey_ipv6_prefix = 64;
+    cfg->grey_dnswl_exempt = true;
+    cfg->quota_ipv4_prefix = 24;
+    cfg->quota_ipv6_prefix = 64;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -937,6 +993,9 @@ config_free(struct config *cfg)
     config_free_dkim(cfg->dkim_sign, cfg->ndkim_sign);
     config_free_dnsbl(cfg->screen_dnsbl, cfg->nscreen_dnsbl);
     config_free_egress(cfg);
+    free(cfg->grey_allow_networks);
+    config_free_domains(&cfg->grey_allow_senders);
+    config_free_domains(&cfg->grey_allow_rcpts);
     free(cfg->dkim_sign_networks);
     free(cfg->dns_servers);
     free(cfg->load_file);

@@ -43,6 +43,15 @@ struct config_listen {
                                                after the pause */
     int                      no_dnsbl;     /* dnsbl: false (screen.dnsbl
                                                not asked here) */
+    int                      no_greylist;  /* greylist: false (not
+                                               greylisted here) */
+};
+
+/* A list of domains (greylist.allow_*_domains): lower case, no final dot;
+ * each matches itself and the names below it. */
+struct config_domains {
+    char  **v;
+    size_t  n;
 };
 
 /* One screen.dnsbl entry: a DNS list and what its answers are worth. */
@@ -71,6 +80,7 @@ struct config_dkim_key {
 };
 
 #define CONFIG_TLS_MAX_CERTS 4     /* tls.cert_file entries */
+#define CONFIG_QUOTA_KINDS   4     /* quotas: as STATUS_QK_MAX */
 
 /* egress (config_egress.c): local addresses mail leaves from, each with
  * its EHLO name, and weighted pools of them.  No section: none of either
@@ -293,6 +303,29 @@ struct config {
     size_t  egress_default;         /* index into egress_pools */
     uint64_t egress_recheck_ms;     /* a source that could not bind is
                                        tried again this often; 60s */
+    /* greylist: unauthenticated mail on role mx listeners (grey/,
+     * smtpd/session_grey.c); state in <spool.dir>/greylist.mdb */
+    bool    grey_enabled;           /* false */
+    uint64_t grey_delay_ms;         /* 5m: deferred until this long */
+    uint64_t grey_expiry_ms;        /* 1d: an unconfirmed triplet's life */
+    uint64_t grey_pass_lifetime_ms; /* 36d after the last passing message */
+    int     grey_ipv4_prefix;       /* 24 (32: the exact address) */
+    int     grey_ipv6_prefix;       /* 64 */
+    struct cidr *grey_allow_networks;   /* never greylisted */
+    size_t  ngrey_allow_networks;
+    struct config_domains grey_allow_senders;   /* sender domains */
+    struct config_domains grey_allow_rcpts;     /* recipient domains */
+    bool    grey_dnswl_exempt;      /* true: a client that screen.dnsbl
+                                       scored below 0 is not greylisted */
+
+    /* quotas: messages and body bytes in the queue per key of each kind,
+     * indexed as enum status_qkind (sender domain, recipient domain, AUTH
+     * user, client network); 0 = no quota (smtpd/session_quota.c,
+     * delivery/quota.c) */
+    int     quota_msgs[CONFIG_QUOTA_KINDS];
+    uint64_t quota_bytes[CONFIG_QUOTA_KINDS];
+    int     quota_ipv4_prefix;      /* 24: a client network's size */
+    int     quota_ipv6_prefix;      /* 64 */
 };
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */

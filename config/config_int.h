@@ -53,8 +53,11 @@ enum config_type {
     CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
     CONFIG_EGRESS_SOURCES,         /* egress.sources (config_egress.c) */
     CONFIG_EGRESS_POOLS,           /* egress.pools */
-    CONFIG_OPAQUE                  /* shaping: read by shape/ itself from the
+    CONFIG_OPAQUE,                 /* shaping: read by shape/ itself from the
                                       same file (shape_rules_load()) */
+    CONFIG_GREY_NETS,              /* greylist.allow_networks */
+    CONFIG_DOMAINS                 /* struct config_domains: a sequence of
+                                      domain names */
 };
 
 struct config_key {
@@ -166,6 +169,10 @@ void config_set_egress_pools(struct config_parse *p, const yaml_node_t *n,
     const char *path);
 void config_check_egress(struct config_parse *p);
 void config_show_egress(FILE *f, const struct config *cfg, int pools);
+/* config_screen.c: greylist's lists */
+void config_free_domains(struct config_domains *d);
+void config_set_domains(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

@@ -183,6 +183,21 @@ config_listen_dnsbl(struct config_parse *p, const yaml_node_t *n,
 }
 
 
+/* greylist: false keeps greylist.enabled off this listener; true is the
+ * default and only allowed on role mx (submission clients authenticate). */
+static int
+config_listen_greylist(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    int on;
+
+    if (config_listen_flag(p, n, path, &on) < 0)
+        return -1;
+    l->no_greylist = !on;
+    return 0;
+}
+
+
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
     { "proxy_protocol", config_listen_proxy },
@@ -192,6 +207,7 @@ static const struct config_listen_key config_listen_keys[] = {
     { "pregreet", config_listen_pregreet },
     { "pregreet_multiline", config_listen_multiline },
     { "dnsbl", config_listen_dnsbl },
+    { "greylist", config_listen_greylist },
     { NULL, NULL }
 };
 
@@ -211,7 +227,7 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
     const struct config_listen_key *k;
     yaml_node_pair_t *pair, *prev;
     const yaml_mark_t *proxy_mark = NULL, *from_mark = NULL;
-    const yaml_mark_t *screen_mark = NULL;
+    const yaml_mark_t *screen_mark = NULL, *grey_mark = NULL;
     const char *screen_key = NULL;
     char kpath[CONFIG_PATH_MAX], show[CONFIG_SHOW_MAX + 8];
     int bad = 0;
@@ -245,7 +261,7 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
                 "one of: address, proxy_protocol, proxy_from, role, tls, "
-                "pregreet, pregreet_multiline, dnsbl)", kpath,
+                "pregreet, pregreet_multiline, dnsbl, greylist)", kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;
@@ -256,6 +272,8 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
             proxy_mark = &kn->start_mark;
         if (k->set == config_listen_proxy_from)
             from_mark = &kn->start_mark;
+        if (k->set == config_listen_greylist && !l->no_greylist)
+            grey_mark = &kn->start_mark;
         if ((k->set == config_listen_pregreet && l->pregreet_ms > 0) ||
             (k->set == config_listen_multiline && l->pregreet_multiline) ||
             (k->set == config_listen_dnsbl && !l->no_dnsbl)) {
@@ -288,6 +306,11 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
         config_addf(p, screen_mark, "%s.%s: only on a listener with role "
             "mx in clear text (not %s)", path, screen_key,
             l->tls_implicit ? "tls: implicit" : "role: submission");
+        return -1;
+    }
+    if (grey_mark != NULL && l->role == CONFIG_ROLE_SUBMISSION) {
+        config_addf(p, grey_mark, "%s.greylist: only on a listener with "
+            "role mx (submission is never greylisted)", path);
         return -1;
     }
     return 0;

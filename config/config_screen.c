@@ -1,7 +1,8 @@
 /*
  * config_screen.c - the screen section's DNS lists: screen.dnsbl entries
  * {zone, weight, match}, the match parsed with dns/'s return-code filter
- * so that `mtad -t` names a bad one by line.
+ * so that `mtad -t` names a bad one by line; and greylist's lists of
+ * domains (greylist.allow_sender_domains, allow_recipient_domains).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,4 +199,68 @@ config_set_dnsbl(struct config_parse *p, const yaml_node_t *n,
     config_free_dnsbl(cfg->screen_dnsbl, cfg->nscreen_dnsbl);
     cfg->screen_dnsbl = z;
     cfg->nscreen_dnsbl = nz;
+}
+
+
+void
+config_free_domains(struct config_domains *d)
+{
+    size_t i;
+
+    for (i = 0; i < d->n; i++)
+        free(d->v[i]);
+    free(d->v);
+    d->v = NULL;
+    d->n = 0;
+}
+
+
+/* greylist.allow_*_domains: a sequence of domain names, lower-cased, a
+ * final dot dropped; a bad item is named by line and nothing is set. */
+void
+config_set_domains(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path)
+{
+    static const char what[] = "a domain name like example.org";
+    struct config_domains *dst = config_field(p, k), d = { NULL, 0 };
+    char                   ipath[CONFIG_PATH_MAX];
+    const char            *v;
+    long                   i, cnt;
+    size_t                 len, j;
+    int                    bad = 0;
+
+    cnt = config_seq_len(p, n, path, "a sequence of domain names like "
+        "[example.org, example.net]");
+    if (cnt < 0)
+        return;
+    d.v = xcalloc(cnt > 0 ? (size_t)cnt : 1, sizeof(*d.v));
+    for (i = 0; i < cnt; i++) {
+        yaml_node_t *it = config_item(p, n, i);
+
+        config_ipath(ipath, sizeof(ipath), path, i);
+        if ((v = config_scalar(p, it, ipath, what)) == NULL) {
+            bad = 1;
+            continue;
+        }
+        len = strlen(v);
+        if (len > 0 && v[len - 1] == '.')
+            len--;
+        if (len == 0 || len > 253 || !config_valid_hostname(v)) {
+            config_expected(p, it, ipath, what);
+            bad = 1;
+            continue;
+        }
+        d.v[d.n] = xstrdup(v);
+        d.v[d.n][len] = '\0';
+        for (j = 0; j < len; j++)
+            if (d.v[d.n][j] >= 'A' && d.v[d.n][j] <= 'Z')
+                d.v[d.n][j] = (char)(d.v[d.n][j] - 'A' + 'a');
+        d.n++;
+    }
+    if (bad) {
+        config_free_domains(&d);
+        return;
+    }
+    config_free_domains(dst);
+    *dst = d;
 }

@@ -422,7 +422,7 @@ config_set_scalar_kind(struct config_parse *p, const struct config_key *k,
         v = config_scalar(p, n, path, size_what);
         if (v != NULL && util_parse_size(v, &u) != 0)
             config_expected(p, n, path, size_what);
-        else if (v != NULL && u == 0)
+        else if (v != NULL && u == 0 && k->min >= 0)
             config_expected(p, n, path, "a size greater than 0");
         else if (v != NULL)
             *(uint64_t *)f = u;

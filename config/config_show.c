@@ -146,7 +146,8 @@ config_show_listen(FILE *f, const struct config *cfg)
 
         fputs(i ? ", " : "", f);
         if (l->proxy == 0 && l->role == CONFIG_ROLE_MX && !l->tls_implicit &&
-            l->pregreet_ms == 0 && !l->pregreet_multiline && !l->no_dnsbl) {
+            l->pregreet_ms == 0 && !l->pregreet_multiline && !l->no_dnsbl &&
+            !l->no_greylist) {
             config_show_flowstr(f, l->spec, 1);
             continue;
         }
@@ -169,6 +170,8 @@ config_show_listen(FILE *f, const struct config *cfg)
             fputs(", pregreet_multiline: true", f);
         if (l->no_dnsbl)
             fputs(", dnsbl: false", f);
+        if (l->no_greylist)
+            fputs(", greylist: false", f);
         fputc('}', f);
     }
     fputc(']', f);
@@ -269,6 +272,21 @@ config_show_level(int level)
 }
 
 
+/* config_show_domains - a list of domains in flow style. */
+static void
+config_show_domains(FILE *f, const struct config_domains *d)
+{
+    size_t i;
+
+    fputc('[', f);
+    for (i = 0; i < d->n; i++) {
+        fputs(i ? ", " : "", f);
+        config_show_flowstr(f, d->v[i], 1);
+    }
+    fputc(']', f);
+}
+
+
 /* config_show_value - the value of key k of cfg, by its type. */
 static void
 config_show_value(FILE *f, const struct config *cfg,
@@ -361,6 +379,14 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_EGRESS_SOURCES:
     case CONFIG_EGRESS_POOLS:
         config_show_egress(f, cfg, k->type == CONFIG_EGRESS_POOLS);
+        break;
+    case CONFIG_GREY_NETS:
+        config_show_cidrs(f, cfg->grey_allow_networks,
+            cfg->ngrey_allow_networks);
+        break;
+    case CONFIG_DOMAINS:
+        config_show_domains(f, (const struct config_domains *)
+            (const void *)at);
         break;
     case CONFIG_LOAD:
         load = *(const uint32_t *)(const void *)at;

@@ -866,6 +866,7 @@ found:
     free(ids);
     free(act);
     qx_sync_end(d);
+    qx_quota_rebuild(d);
     d->nheap = 0;                       /* the spool is the truth */
     for (i = 0; i < nfound; i++)
         dl_heap_push(d, found[i].when, found[i].id);
@@ -995,6 +996,10 @@ deliver_drain(struct deliver *d)
 {
     if (!d->draining) {
         d->draining = 1;
+        /* the next generation counts this shard's queue for the quotas:
+         * ours goes (what we remove from here on takes from the sum) */
+        if (d->qpage != NULL)
+            status_quota_clear_slot(d->qpage, d->qslot);
         /* an attempt still waiting for DNS has sent nothing: the next
          * generation looks it up again rather than this one waiting out
          * a slow resolver's timeouts until the stop deadline */

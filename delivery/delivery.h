@@ -73,6 +73,24 @@ struct shape_rules;
 struct shape_table;
 void    deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
             struct shape_table *tab, unsigned slot);
+/* Queue quotas (quota.c).  set_quota: count this worker's messages in
+ * column slot of sp's quota rows (zeroed now).  quota_key: the key of
+ * value v for kind (enum status_qkind: an address's domain lower-cased,
+ * a user as is, an IP address's quotas.ipv4_prefix / ipv6_prefix
+ * network) into out (STATUS_QUOTA_KEY_MAX + 1 bytes); its length, 0 when
+ * v has none (the null sender).  quota_limit: the limit in force (a
+ * row's override + 1, else the kind's, else the configuration's; 0 none).
+ * quota_end: log the end of row's episode when it is under again. */
+struct status_page;
+void    deliver_set_quota(struct deliver *d, struct status_page *sp,
+            unsigned slot);
+size_t  deliver_quota_key(const struct config *cfg, unsigned kind,
+            const char *v, char *out);
+uint64_t deliver_quota_limit(const struct config *cfg,
+            struct status_page *sp, unsigned kind, uint64_t row_lim1,
+            int bytes);
+void    deliver_quota_end(const struct config *cfg, struct status_page *sp,
+            int row);
 /* Gauges for the status page: attempts open, scheduled entries due now,
  * scheduled for later.  O(scheduled): called once a second, not per
  * message. */

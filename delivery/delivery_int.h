@@ -40,6 +40,8 @@ struct dl_entry {
 };
 
 struct deliver {
+    struct status_page   *qpage;    /* quotas' rows (quota.c); NULL none */
+    unsigned              qslot;    /* our column: the worker's slot */
     struct ev_loop       *loop;
     const struct config  *cfg;
     struct spool         *sp;
@@ -195,5 +197,15 @@ void dl_giveback_one(struct dl_attempt *a);
 struct dl_txn *dl_fallback(struct dl_attempt *a, struct dl_txn *t);
 void dl_fallback_start(struct dl_attempt *a, struct dl_txn *fb,
         mta_done_fn *done);
+/* quota.c: a message's share of the queue quotas, taken once from its
+ * envelope (NULL: none; no page, or draining), given back when its index
+ * entry goes (NULL ok). */
+struct dq_rows;
+struct dq_rows *dq_take(struct deliver *d, const struct spool_env *env);
+void    dq_release(struct dq_rows *r);
+void    dq_forget(struct dq_rows *r);   /* freed, nothing given back (the
+                                           worker ends: its column goes) */
+/* qindex.c: the rebuilt index's entries take their shares */
+void    qx_quota_rebuild(struct deliver *d);
 
 #endif /* MTAD_DELIVER_INT_H */

@@ -71,6 +71,8 @@ struct qx_ent {
     uint64_t  next_retry;               /* what the record was built from */
     uint64_t  size;                     /* body bytes, while blob is set */
     char     *blob;                     /* spool_wire_body(); NULL: unread */
+    struct dq_rows *qr;                 /* its quotas' share (quota.c),
+                                           from the first envelope seen */
 };
 
 struct qx_stream {
@@ -143,8 +145,10 @@ qx_free(struct deliver *d)
         qx_stream_close(d, q->streams);
     ev_timer_stop(d->loop, &q->warm);
     qx_snap_free(q);
-    for (size_t i = 0; i < q->n; i++)
+    for (size_t i = 0; i < q->n; i++) {
         free(q->v[i].blob);
+        dq_forget(q->v[i].qr);          /* the master clears our column */
+    }
     free(q->v);
     free(q->sync);
     buf_free(&q->tmp);
@@ -269,16 +273,22 @@ qx_unread(struct qx_ent *e)
 static void
 qx_kill(struct qx *q, struct qx_ent *e)
 {
+    dq_release(e->qr);                  /* it left the queue */
+    e->qr = NULL;
     qx_unread(e);
     e->flags = QX_DEAD;
     q->ndead++;
 }
 
 
-/* qx_fill - e's record from env. */
+/* qx_fill - e's record from env; its quotas' share when it has none. */
 static void
-qx_fill(struct qx *q, struct qx_ent *e, const struct spool_env *env)
+qx_fill(struct deliver *d, struct qx_ent *e, const struct spool_env *env)
 {
+    struct qx *q = d->qx;
+
+    if (e->qr == NULL && !(e->flags & QX_DEAD))
+        e->qr = dq_take(d, env);
     q->tmp.off = q->tmp.len = 0;
     spool_wire_body(&q->tmp, env);
     qx_unread(e);
@@ -300,7 +310,7 @@ qx_put(struct deliver *d, const struct spool_env *env, int active)
     struct qx_ent *e = qx_get(d->qx, env->id);
 
     qx_count(d->qx, e, -1);
-    qx_fill(d->qx, e, env);
+    qx_fill(d, e, env);
     if (active)
         e->flags |= QX_ACTIVE;
     else
@@ -317,7 +327,7 @@ qx_done(struct deliver *d, const struct spool_env *env)
     if (e == NULL)
         return;                         /* removed */
     qx_count(d->qx, e, -1);
-    qx_fill(d->qx, e, env);
+    qx_fill(d, e, env);
     e->flags &= (uint8_t)~QX_ACTIVE;
     qx_count(d->qx, e, 1);
 }
@@ -511,11 +521,17 @@ qx_sync_add(struct deliver *d, const char *id, const struct spool_env *env,
         *e = *old;                      /* unchanged: keep the record */
         qx_count(q, old, -1);
         old->blob = NULL;
+        old->qr = NULL;                 /* moved with it */
         qx_count(q, old, 1);
         return;
     }
+    if (old != NULL) {                  /* the same message, the same keys:
+                                           its quotas' share stays */
+        e->qr = old->qr;
+        old->qr = NULL;
+    }
     if (env != NULL) {
-        qx_fill(q, e, env);
+        qx_fill(d, e, env);
         return;
     }
     e->flags = peeked && held ? QX_HELD : 0;
@@ -531,8 +547,10 @@ qx_sync_end(struct deliver *d)
     struct qx_ent *t;
     size_t         c;
 
-    for (size_t i = 0; i < q->n; i++)
+    for (size_t i = 0; i < q->n; i++) {
         free(q->v[i].blob);
+        dq_release(q->v[i].qr);         /* not in the spool any more */
+    }
     t = q->v;
     q->v = q->sync;
     q->sync = t;
@@ -556,6 +574,35 @@ qx_sync_end(struct deliver *d)
     /* an open attempt not seen in the listing (cannot happen: it holds
      * the file) would be forgotten here; its end finds no entry */
     qx_warm_start(d);
+}
+
+
+/* qx_quota_rebuild - after a rebuild (start, kick): the entries without
+ * their quotas' share read their envelope for it (only with quotas on:
+ * a file read per such message, which a start with a saved index or
+ * without quotas does not pay). */
+void
+qx_quota_rebuild(struct deliver *d)
+{
+    struct qx        *q = d->qx;
+    struct spool_env *env;
+    char              id[SPOOL_ID_SIZE];
+    size_t            i;
+
+    if (d->qpage == NULL)
+        return;
+    for (i = 0; i < q->n; i++) {
+        struct qx_ent *e = &q->v[i];
+
+        if (e->qr != NULL || (e->flags & QX_DEAD))
+            continue;
+        memcpy(id, e->id, SPOOL_ID_LEN);
+        id[SPOOL_ID_LEN] = '\0';
+        env = NULL;
+        if (spool_msg_open(d->sp, id, 0, &env, NULL, NULL) == SPOOL_OK)
+            e->qr = dq_take(d, env);
+        spool_env_free(env);
+    }
 }
 
 
@@ -585,7 +632,7 @@ qx_load(struct deliver *d, size_t i)
         qx_count(d->qx, e, 1);
         return -1;
     }
-    qx_fill(d->qx, e, env);
+    qx_fill(d, e, env);
     qx_count(d->qx, e, 1);
     spool_env_free(env);
     return 0;

@@ -476,6 +476,16 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_client_reply(m, c, report);
         free(report);
         break;
+    case CTL_REQ_QUOTA:
+        ctl_quota(m, r.arg, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+        break;
+    case CTL_REQ_GREYLIST:
+        ctl_greylist(m, r.arg, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+        break;
     case CTL_REQ_KICK:
         ctl_kick(m, c, r.arg);
         break;

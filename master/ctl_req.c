@@ -88,6 +88,12 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
     } else if (strncmp(line, "shaping ", 8) == 0) {
         r->kind = CTL_REQ_SHAPING;
         r->arg = line + 8;
+    } else if (strncmp(line, "quota ", 6) == 0) {
+        r->kind = CTL_REQ_QUOTA;
+        r->arg = line + 6;
+    } else if (strncmp(line, "greylist ", 9) == 0) {
+        r->kind = CTL_REQ_GREYLIST;
+        r->arg = line + 9;
     } else if (strncmp(line, "tls ", 4) == 0) {
         r->kind = CTL_REQ_TLS;
         r->arg = line + 4;

@@ -7,7 +7,8 @@
  *
  * CONTRACT  ctl_req_parse() cuts line at its first CR or LF (in place)
  *           and fills r: the kind, r->arg for CTL_REQ_TLS (after "tls ")
- *           and CTL_REQ_BAN (after "ban "), CTL_REQ_KICK ("kick " or "index ": a queue id,
+ *           CTL_REQ_BAN (after "ban "), CTL_REQ_GREYLIST (after
+ *           "greylist "), CTL_REQ_QUOTA (after "quota "), CTL_REQ_KICK ("kick " or "index ": a queue id,
  *           spool_id_valid(), or "*"),
  *           r->drain_ms for CTL_REQ_DRAIN ("drain" or "drain <ms>":
  *           digits only, at most CTL_REQ_DRAIN_MAX_MS; 0 when none
@@ -41,6 +42,8 @@ enum ctl_req_kind {
     CTL_REQ_BAN,                    /* "ban ...": ban.c checks the rest */
     CTL_REQ_HOSTS,                  /* "hosts": hosts.c */
     CTL_REQ_SHAPING,                /* "shaping ...": shaping.c's */
+    CTL_REQ_GREYLIST,               /* "greylist ...": greylist.c checks */
+    CTL_REQ_QUOTA,                  /* "quota ...": quota.c checks */
     CTL_REQ_SANDBOX_TEST
 };
 

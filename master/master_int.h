@@ -205,6 +205,7 @@ struct master {
     uint64_t           drain_deadline;  /* 0 = none */
     uint64_t           started_ms;
     unsigned           ticks;
+    uint64_t           grey_prune_ms;   /* the next greylist prune */
     struct ctl_client  clients[MASTER_MAX_CLIENTS];
     /* counters of workers that are gone, so totals only grow */
     struct status_worker retired;

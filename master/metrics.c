@@ -181,6 +181,64 @@ mt_one(struct buf *t, const char *name, const char *type,
     buf_printf(t, "%s %" PRIu64 "\n", name, v);
 }
 
+
+/* metrics_label - v as a Prometheus label value: \\, " and newline
+ * escaped, other control bytes as '?' (keys are client text). */
+static void
+metrics_label(struct buf *t, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        unsigned char c = (unsigned char)*v;
+
+        if (c == '\\' || c == '"')
+            buf_printf(t, "\\%c", c);
+        else if (c == '\n')
+            buf_printf(t, "\\n");
+        else
+            buf_printf(t, "%c", c < ' ' || c == 0x7f ? '?' : c);
+    }
+}
+
+
+/* metrics_quota - the queue quotas: each counted key's usage (messages
+ * and body bytes in the queue, node-wide) and the 452s by kind. */
+static void
+metrics_quota(struct buf *t, struct status_page *st)
+{
+    struct status_quota_use u;
+    size_t                  i;
+    unsigned                k;
+    int                     first;
+
+    mt_head(t, "mtad_quota_usage", "gauge", "Queue quotas: what a key has "
+        "in the queue now (unit messages or bytes), by kind "
+        "(sender_domain, recipient_domain, user, network).");
+    for (i = 0; i < STATUS_QUOTA_SLOTS; i++) {
+        const struct status_quota_row *r = &st->quota[i];
+        uint64_t tag = __atomic_load_n(&r->tag, __ATOMIC_ACQUIRE);
+
+        if (tag == 0 || tag == STATUS_QUOTA_FREEING ||
+            __atomic_load_n(&r->ready, __ATOMIC_ACQUIRE) != tag)
+            continue;
+        status_quota_sum(st, r->kind, r->key, r->klen, &u, &first);
+        if (first != (int)i || (u.msgs == 0 && u.bytes == 0))
+            continue;
+        for (k = 0; k < 2; k++) {
+            buf_printf(t, "mtad_quota_usage{kind=\"%s\",key=\"",
+                status_quota_kind_name(r->kind));
+            metrics_label(t, r->key);
+            buf_printf(t, "\",unit=\"%s\"} %" PRId64 "\n",
+                k ? "bytes" : "messages", k ? u.bytes : u.msgs);
+        }
+    }
+    mt_head(t, "mtad_quota_rejections_total", "counter", "Queue quotas: "
+        "452 4.3.1 replies, by the kind of the quota that was full.");
+    for (k = 0; k < STATUS_QK_MAX; k++)
+        buf_printf(t, "mtad_quota_rejections_total{kind=\"%s\"} %" PRIu64
+            "\n", status_quota_kind_name(k),
+            __atomic_load_n(&st->quota_rejects[k], __ATOMIC_RELAXED));
+}
+
 long
 metrics_queue_size(struct master *m, const char *spool_dir)
 {
@@ -329,6 +387,16 @@ metrics_render(struct master *m)
         tot.ops.tls_ok);
     buf_printf(&t, "mtad_tls_handshakes_total{result=\"failed\"} %" PRIu64
         "\n", tot.ops.tls_failed);
+    mt_head(&t, "mtad_greylist_total", "counter",
+        "Greylist verdicts at RCPT: deferred (450), passed, allowlisted "
+        "(exempt: relay networks, AUTH, the greylist allow lists, DNSWL).");
+    buf_printf(&t, "mtad_greylist_total{result=\"deferred\"} %" PRIu64 "\n",
+        tot.ops.grey[STATUS_GREY_DEFERRED]);
+    buf_printf(&t, "mtad_greylist_total{result=\"passed\"} %" PRIu64 "\n",
+        tot.ops.grey[STATUS_GREY_PASSED]);
+    buf_printf(&t, "mtad_greylist_total{result=\"allowlisted\"} %" PRIu64
+        "\n", tot.ops.grey[STATUS_GREY_ALLOWED]);
+    metrics_quota(&t, st);
     mt_one(&t, "mtad_smtp_errors_total", "counter",
         "SMTP command errors and failed handshakes counted against "
         "limits.max_errors.", tot.errors);

@@ -86,6 +86,20 @@ struct buf;
 void    ctl_shaping(struct master *m, const char *arg, char **out);
 void    master_shaping_tick(struct master *m, uint64_t now);
 void    master_shaping_metrics(struct master *m, struct buf *b);
+/* greylist.c: "greylist list [PREFIX]|del NET [SENDER [RCPT]]|flush"
+ * (arg after "greylist "): the reply, "ok\n..." or "error: ...\n" (the
+ * caller frees it).  tick: the expired triplets pruned every
+ * GREYLIST_PRUNE_MS.  Both open greylist.mdb for the call only: the
+ * master forks workers, and an LMDB environment must not cross a fork. */
+#define GREYLIST_PRUNE_MS (10 * 60 * 1000)
+void    ctl_greylist(struct master *m, const char *arg, char **out);
+void    greylist_tick(struct master *m, uint64_t now_ms);
+
+/* quota.c: "quota list|set KIND KEY|* [messages=N] [bytes=S]|del KIND
+ * KEY|*" (arg after "quota "): the reply (the caller frees it).  tick:
+ * idle rows freed every 30 ticks. */
+void    ctl_quota(struct master *m, const char *arg, char **out);
+void    quota_tick(struct master *m, uint64_t now_ms);
 
 /* status_json.c: the "status json" reply ("ok\n" + one JSON object). */
 void    status_json_report(struct master *m, char **out);

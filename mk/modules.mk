@@ -8,17 +8,17 @@
 #   every library it uses.
 # deps_<m>: every module <m> may use, directly or through another (the
 #   closure: a module that uses x also lists what x uses).  Dependencies
-#   point down: common <- bclass, smtp, dns, sts, proxy, dkim <- router,
-#   spool <- config <- tlspol <- delivery <- smtpd <- worker <- master;
-#   shape (uses common only) <- delivery.  config uses dkim to check the
-#   DKIM keys at load and bclass to load the bounce classes
-#   (delivery.bounce_classes); mtactl and sendmail are programs (mtactl
-#   uses delivery for `tls check`).
+#   point down: common <- bclass, grey, milter, sasl, shape, smtp, dns,
+#   sts, proxy, dkim <- router, spool <- config <- events, tlspol <-
+#   delivery <- smtpd <- worker <- master.  config uses dkim to check the
+#   DKIM keys at load and bclass to load the bounce classes; events uses
+#   config and spool; mtactl and sendmail are programs (mtactl uses
+#   delivery for `tls check`).
 # pub_<m>: the headers <m> offers the other modules, when not <m>/<m>.h
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery tlspol shape config spool router smtp dkim proxy dns sts bclass common
+MODS := master worker smtpd delivery tlspol shape config spool router smtp dkim proxy dns sts bclass grey common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -28,13 +28,14 @@ deps_router   := smtp common
 deps_spool    := smtp common
 deps_dkim     := common
 deps_bclass   := common
+deps_grey     := common
+deps_shape    := common
 deps_config   := dkim router smtp proxy dns bclass common
 deps_tlspol   := spool router smtp dns sts common
-deps_shape    := common
 deps_delivery := tlspol shape config dkim spool router smtp proxy dns sts bclass common
-deps_smtpd    := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
-deps_worker   := smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
-deps_master   := worker smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_smtpd    := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey common
+deps_worker   := smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey common
+deps_master   := worker smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey common
 deps_mtactl   := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_sendmail := config dkim router smtp proxy dns bclass common
 pub_common    := *

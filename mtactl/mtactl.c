@@ -335,6 +335,62 @@ mtactl_run_suspend(struct mtactl *c, int argc, char **argv)
     return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
 }
 
+/* "greylist list [NET]", "greylist del NET [SENDER [RCPT]]", "greylist
+ * flush": the master reads and edits greylist.mdb (master/greylist.c). */
+static int
+mtactl_run_greylist(struct mtactl *c, int argc, char **argv)
+{
+    char   req[CTL_REQUEST_MAX];
+    size_t n;
+    int    i;
+
+    if ((argc == 2 && strcmp(argv[1], "flush") == 0) ||
+        (argc >= 2 && argc <= 3 && strcmp(argv[1], "list") == 0) ||
+        (argc >= 3 && argc <= 5 && strcmp(argv[1], "del") == 0)) {
+        n = (size_t)snprintf(req, sizeof(req), "greylist %s", argv[1]);
+        for (i = 2; i < argc; i++) {
+            if (strcspn(argv[i], " \t\r\n") != strlen(argv[i]) ||
+                n + strlen(argv[i]) + 2 >= sizeof(req))
+                goto usage;
+            n += (size_t)snprintf(req + n, sizeof(req) - n, " %s", argv[i]);
+        }
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+usage:
+    fprintf(stderr, "mtactl: usage: mtactl greylist list [NET] | del NET "
+        "[SENDER [RCPT]] | flush\n");
+    return MTACTL_USAGE;
+}
+
+/* "quota list", "quota set KIND KEY|* [messages=N] [bytes=SIZE]", "quota
+ * del KIND KEY|*": the master reads and edits the node's quota rows
+ * (master/quota.c). */
+static int
+mtactl_run_quota(struct mtactl *c, int argc, char **argv)
+{
+    char   req[CTL_REQUEST_MAX];
+    size_t n;
+    int    i;
+
+    if ((argc == 2 && strcmp(argv[1], "list") == 0) ||
+        (argc >= 5 && argc <= 6 && strcmp(argv[1], "set") == 0) ||
+        (argc == 4 && strcmp(argv[1], "del") == 0)) {
+        n = (size_t)snprintf(req, sizeof(req), "quota %s", argv[1]);
+        for (i = 2; i < argc; i++) {
+            if (argv[i][0] == '\0' ||
+                strcspn(argv[i], " \t\r\n") != strlen(argv[i]) ||
+                n + strlen(argv[i]) + 2 >= sizeof(req))
+                goto usage;
+            n += (size_t)snprintf(req + n, sizeof(req) - n, " %s", argv[i]);
+        }
+        return mtactl_request(c, req, MTACTL_TIMEOUT_MS, NULL);
+    }
+usage:
+    fprintf(stderr, "mtactl: usage: mtactl quota list | set KIND KEY|* "
+        "[messages=N] [bytes=SIZE] | del KIND KEY|*\n");
+    return MTACTL_USAGE;
+}
+
 /* "tls report [DOMAIN]" and "tls report --send" (TLS-RPT, RFC 8460). */
 static int
 mtactl_tls_report(struct mtactl *c, int argc, char **argv)
@@ -510,6 +566,26 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "End the site's back-off episode (suspended or slowed, by mtactl or "
       "a reply) now; its waiting mail goes at the next wake.",
       NULL, mtactl_run_suspend, MV_DAEMON, 1, 3 },
+    { "greylist", "list [NET]|del NET [SENDER [RCPT]]|flush",
+      "greylisting's triplets (greylist)",
+      "list: the triplets (client network, sender, recipient) in "
+      "greylist.mdb, waiting or passed, their age and deferrals (NET: only "
+      "that client's, an address or a network as listed); del: forget "
+      "NET's triplets (or one sender's, or one triplet), so they are "
+      "greylisted again; flush: forget them all.  del and flush are logged "
+      "as admin records.",
+      NULL, mtactl_run_greylist, MV_DAEMON, 1, 4 },
+    { "quota", "list|set KIND KEY|* [messages=N] [bytes=SIZE]|del KIND KEY|*",
+      "queue quotas: usage and limits (quotas)",
+      "list: each kind's limit and every key counted, with its messages "
+      "and bytes in the queue (node-wide) and limit, \"over\" while its "
+      "mail gets 452; set: a limit for one key, or * for the kind's every "
+      "key, on every worker at once (0: none), until del or until mtad "
+      "stops (a reload keeps it; relay.yaml is not written); del: back to "
+      "the kind's, or relay.yaml's, limit.  KIND: sender_domain, "
+      "recipient_domain, user, network (KEY a network like 192.0.2.0/24 or "
+      "an address in it).  set and del are logged as admin records.",
+      NULL, mtactl_run_quota, MV_DAEMON, 1, 5 },
     MTACTL_QUEUE_VERB("queue", "[filters] [--summary [--top N]] [--json]",
         "the queue; --summary: by domain and age"),
     MTACTL_QUEUE_VERB("show", "ID [--body | --raw | --json]",

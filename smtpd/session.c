@@ -777,6 +777,9 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     sess_peer(s, sa, salen);
     s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     s->flags |= sess_net_flags(s);
+    if (d->grey != NULL && s->role == CONFIG_ROLE_MX &&
+        (l == NULL || !l->no_greylist))
+        s->flags |= SF_GREY;
     if (ev_watch(d->loop, fd, EV_READ, sess_on_io, s) < 0) {
         log_warn("epoll_ctl for %s: %s; session=%s", s->ip,
             strerror(errno), s->sid);
@@ -892,6 +895,7 @@ smtpd_new(const struct smtpd_env *env)
     d->dkim = env->dkim;
     d->auth = env->auth;
     d->shared = env->shared;
+    d->grey = env->grey;
     d->gone = env->gone;
     d->arg = env->arg;
     d->sid_slot = env->slot & 0xffu;

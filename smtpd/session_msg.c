@@ -83,6 +83,7 @@ sess_txn_release(struct sess_txn *t)
     smtpd_dkim_free(t->dkim);
     free(t->env.sender);
     free(t->env.envid);
+    free(t->env.auth_user);
     for (i = 0; i < t->env.nrcpt; i++) {
         free(t->env.rcpt[i].addr);
         free(t->env.rcpt[i].orcpt);
@@ -464,6 +465,9 @@ sess_mail(struct sess *s, struct str arg)
     t->env.client_ip = s->ip;
     t->env.client_port = s->port;
     t->env.helo = s->helo;
+    t->size_decl = m.size;
+    if (smtpd_auth_user(s->auth) != NULL)
+        t->env.auth_user = xstrdup(smtpd_auth_user(s->auth));
     memcpy(t->sid, s->sid, sizeof(t->sid));
     s->txn = t;
     s->nmail++;
@@ -554,7 +558,8 @@ sess_rcpt(struct sess *s, struct str arg)
         sess_reply_flow(s, "452 4.5.3 Error: too much recipient data");
         return;
     }
-    if (sess_rcpt_route(s, r.addr) < 0)
+    if (sess_rcpt_route(s, r.addr) < 0 || sess_grey_rcpt(s, r.addr) < 0 ||
+        sess_quota_rcpt(s, r.addr) < 0)
         return;
     t->env_bytes += need;
     if (t->env.nrcpt == t->rcap) {
@@ -574,10 +579,15 @@ void
 sess_data(struct sess *s, struct str arg)
 {
     struct sess_txn *t = s->txn;
+    const char      *reply;
 
     (void)arg;                      /* none: the table said 501 */
     if (t->env.body == SMTP_BODY_BINARYMIME) {
         sess_reply(s, "503 5.5.1 Error: BODY=BINARYMIME requires BDAT");
+        return;
+    }
+    if ((reply = sess_quota_data(s)) != NULL) {
+        sess_reply_flow(s, reply);
         return;
     }
     if (sess_msg_open(s) != SPOOL_OK) {
@@ -609,6 +619,10 @@ sess_bdat(struct sess *s, struct str arg)
     /* the table's 503, sent once the chunk is read */
     s->bdat_err = sess_cmd_denied(s, SMTP_BDAT);
     if (s->bdat_err == NULL && t->msg == NULL &&
+        (s->bdat_err = sess_quota_data(s)) != NULL) {
+        sess_txn_free(s);           /* as for a full spool: RSET-like */
+        t = NULL;
+    } else if (s->bdat_err == NULL && t->msg == NULL &&
         sess_msg_open(s) != SPOOL_OK) {
         s->bdat_err = "452 4.3.1 Insufficient system storage";
         sess_txn_free(s);           /* the transaction failed */

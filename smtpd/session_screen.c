@@ -127,6 +127,8 @@ sess_screen_decide(struct sess *s)
 
     sess_screen_zones(sc, zones, sizeof(zones), &top);
     sess_screen_free(s);
+    if (score < 0)
+        s->flags |= SF_DNSWL;       /* greylist.dnswl_exempt */
     if (top != NULL && score >= cfg->screen_threshold) {
         SESS_REJECT(s, STATUS_REJ_DNSBL);
         log_ev(LOGL_INFO, "reject", LOG_KVS(SESS_CLIENT(s),

@@ -39,6 +39,7 @@ struct ssl_ctx_st;
 struct dkim_keys;
 struct config_listen;
 struct smtpd_auth;
+struct grey;
 
 /* Quiet time after which a session between transactions is closed during
  * a graceful stop. */
@@ -54,6 +55,8 @@ struct smtpd_env {
     struct ssl_ctx_st    *tls_ctx;  /* NULL: STARTTLS not offered */
     struct dkim_keys     *dkim;     /* dkim.sign keys; NULL: no signing */
     struct smtpd_auth    *auth;     /* auth.password_file; NULL: no AUTH */
+    struct grey          *grey;     /* greylist.mdb (or smtpd_set_grey()
+                                       later); NULL: off */
     /* The worker's slot (0..255), held by no other live worker: part of
      * every session id, which makes them unique across workers. */
     unsigned              slot;
@@ -67,6 +70,9 @@ struct smtpd_env {
 struct smtpd;
 
 struct smtpd *smtpd_new(const struct smtpd_env *env);
+/* smtpd_set_grey - greylist.mdb, opened after smtpd_new() (as the
+ * workers' user), before the first session; NULL: no greylisting. */
+void    smtpd_set_grey(struct smtpd *d, struct grey *g);
 void    smtpd_free(struct smtpd *d);                    /* NULL ok */
 /* l: the listener it came on (role, implicit TLS); NULL = plain mx. */
 void    smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,

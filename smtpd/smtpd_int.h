@@ -23,6 +23,7 @@
 struct sess;
 struct spool_msg;
 struct dkim_keys;
+struct grey;
 
 /* A message in the group commit: once renamed, its transaction stays
  * alive even if its client leaves (s = NULL): the file is in queue/. */
@@ -93,6 +94,7 @@ struct smtpd {
     struct ev_timer       tls_timer;
 
     struct smtpd_hash    *hash;     /* AUTH's hashing threads, or NULL */
+    struct grey          *grey;     /* greylist.mdb; NULL: no greylisting */
 };
 
 /* DKIM signing while a message streams to the spool (session_dkim.c).
@@ -159,6 +161,8 @@ enum sess_state {
 #define SF_SIGN      0x80u
 #define SF_SYNCQ     0x100u         /* renamed, waiting for the async
                                        group commit (d->cq_wait/cq_sync) */
+#define SF_GREY      0x200u         /* its listener greylists (greylist) */
+#define SF_DNSWL     0x400u         /* screen.dnsbl scored it below 0 */
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -173,6 +177,7 @@ struct sess_txn {
     int               used_bdat;
     size_t            env_bytes;    /* envelope memory, for
                                        limits.max_envelope_size */
+    uint64_t          size_decl;    /* MAIL ... SIZE=, 0 none (quotas) */
     int               bdat_cr;      /* BDAT: the last byte was a CR */
     int               bdat_bare;    /* BDAT: a bare CR or LF was seen */
     int               too_big;
@@ -224,6 +229,7 @@ struct sess {
     uint8_t           role;          /* the listener's CONFIG_ROLE_* */
     uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
     struct sess_screen *screen;      /* SS_SCREEN's state; NULL after */
+    char              qerr[400];     /* a quota's 452 (session_quota.c) */
 };
 
 /* session.c: life cycle, I/O, replies, timers, stop */
@@ -257,6 +263,17 @@ int     sess_screen_begin(struct sess *s, const struct config_listen *l);
 void    sess_screen_io(struct sess *s, unsigned events);
 void    sess_screen_timer(struct sess *s);
 void    sess_screen_free(struct sess *s);   /* none: no-op */
+/* session_grey.c: greylisting at RCPT; 0 when addr may be accepted, -1
+ * when a 450 was queued (s's client, sender and addr: a triplet too new). */
+int     sess_grey_rcpt(struct sess *s, const char *addr);
+/* session_quota.c: queue quotas.  on: relay.yaml has one (the queue is
+ * counted).  rcpt: 0, or -1 with the 452 queued (a message quota of the
+ * recipient's domain, the sender's, the user's or the client network's).
+ * data: NULL, or the 452 for DATA / the first BDAT (a bytes quota; in
+ * s->qerr, valid while s lives). */
+int     sess_quota_on(const struct smtpd *d);
+int     sess_quota_rcpt(struct sess *s, const char *addr);
+const char *sess_quota_data(struct sess *s);
 /* session_ban.c: count one error of s's client toward limits.ban */
 void    sess_ban_note(struct sess *s);
 /* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */

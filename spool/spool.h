@@ -107,6 +107,8 @@ struct spool_env {
     char       *client_ip;          /* "127.0.0.1" */
     unsigned    client_port;
     char       *helo;               /* as the client said it, or NULL */
+    char       *auth_user;          /* the AUTH login that sent it; NULL:
+                                       none (the "auth" line, optional) */
     /* RFC 8689: MAIL ... REQUIRETLS was given (deliver only over verified
      * TLS to hops that advertise REQUIRETLS), or else the content has a
      * "TLS-Required: No" field (recipient-domain TLS policy failures do

@@ -23,6 +23,8 @@
  *             rcpts <n>
  *             rcpt <notify bits> <addr xtext> <orcpt xtext|+>   (n times)
  *             tlsreq REQUIRETLS|NO        optional, see below
+ *             auth <xtext>                optional: the AUTH login that
+ *                                         sent it (queue quotas per user)
  *             end
  *           then the body.  state/<id> (written whole, renamed into place):
  *             MTAD-STATE 1                or 2, 3, 4, 5, see below
@@ -203,6 +205,11 @@ spool_env_render(const struct spool_env *env, char *dst)
         spool_puts(&o, SPOOL_TLSREQ_REQUIRETLS);
     else if (env->tls_optional)
         spool_puts(&o, SPOOL_TLSREQ_NO);
+    if (env->auth_user != NULL && env->auth_user[0] != '\0') {
+        spool_puts(&o, "auth");
+        spool_put_xtext(&o, env->auth_user);
+        spool_puts(&o, "\n");
+    }
     spool_puts(&o, "end\n");
     return o.n;
 }
@@ -419,7 +426,7 @@ spool_word(const struct spool_field *f, const char *const *names, int n)
 
 enum spool_key {
     K_ID, K_ARRIVAL, K_SENDER, K_BODY, K_SMTPUTF8, K_RET, K_ENVID, K_CLIENT,
-    K_HELO, K_RCPTS, K_RCPT, K_TLSREQ, K_END, K_NKEYS
+    K_HELO, K_RCPTS, K_RCPT, K_TLSREQ, K_AUTH, K_END, K_NKEYS
 };
 
 static const struct spool_keydef {
@@ -432,6 +439,7 @@ static const struct spool_keydef {
     [K_ENVID] = { "envid", 1 }, [K_CLIENT] = { "client", 2 },
     [K_HELO] = { "helo", 1 }, [K_RCPTS] = { "rcpts", 1 },
     [K_RCPT] = { "rcpt", 3 }, [K_TLSREQ] = { "tlsreq", 1 },
+    [K_AUTH] = { "auth", 1 },
     [K_END] = { "end", 0 },
 };
 
@@ -499,6 +507,8 @@ spool_env_field(struct spool_env *e, enum spool_key k,
             return -1;
         return spool_xtext(&f[2], 1, &r->orcpt);
     }
+    case K_AUTH:
+        return spool_xtext(&f[0], 0, &e->auth_user);
     case K_TLSREQ:
         if (spool_is(&f[0], "REQUIRETLS"))
             e->requiretls = 1;
@@ -550,7 +560,8 @@ spool_env_parse(const char *p, size_t n, struct spool_env **envp,
         if (spool_env_field(e, (enum spool_key)k, f, n - pos, &cap) < 0)
             goto fail;
     }
-    if ((seen | (1u << K_RCPT) | (1u << K_TLSREQ) | (1u << K_END)) !=
+    if ((seen | (1u << K_RCPT) | (1u << K_TLSREQ) | (1u << K_AUTH) |
+        (1u << K_END)) !=
         (1u << K_NKEYS) - 1 ||
         e->nrcpt != cap)
         goto fail;
@@ -682,6 +693,7 @@ spool_env_free(struct spool_env *env)
     free(env->envid);
     free(env->client_ip);
     free(env->helo);
+    free(env->auth_user);
     free(env->body_copy);
     free(env);
 }

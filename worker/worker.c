@@ -72,6 +72,7 @@
 #include "tlspol/tlspol.h"
 #include "common/net.h"
 #include "common/sandbox.h"
+#include "grey/grey.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
 #include "dkim/dkim.h"
@@ -740,6 +741,45 @@ worker_dkim_init(struct worker *w)
 }
 
 
+/* worker_quotas_on - relay.yaml has a queue quota: the queue is counted
+ * (a file read per message at start when no index was saved). */
+static int
+worker_quotas_on(const struct config *cfg)
+{
+    int i;
+
+    for (i = 0; i < CONFIG_QUOTA_KINDS; i++)
+        if (cfg->quota_msgs[i] != 0 || cfg->quota_bytes[i] != 0)
+            return 1;
+    return 0;
+}
+
+
+/* worker_grey_init - greylist.mdb, from worker_run(): after fork (an
+ * LMDB environment is never shared across one) and after the privilege
+ * drop, as the workers' user, who owns the spool and so could have put a
+ * link in place of the file (root must not follow it, nor create the
+ * file as root's); Landlock allows the spool, seccomp what LMDB calls.
+ * A file that does not open turns greylisting off in this worker
+ * (logged): mail is never refused for it. */
+static void
+worker_grey_init(struct worker *w)
+{
+    const struct config *cfg = w->cfg;
+    char                 path[PATH_MAX];
+
+    if (!cfg->grey_enabled)
+        return;
+    snprintf(path, sizeof(path), "%s/%s", cfg->spool_dir, GREY_FILE);
+    if (grey_open(&w->grey, path) < 0) {
+        log_err("greylist: %s; greylisting is off in this worker",
+            grey_errstr(w->grey));
+        grey_close(w->grey);
+        w->grey = NULL;
+    }
+}
+
+
 struct worker *
 worker_init(const struct worker_args *a)
 {
@@ -807,6 +847,9 @@ worker_init(const struct worker_args *a)
     if (a->shape_rules != NULL)
         deliver_set_shaping(w->deliver, a->shape_rules, a->shape_tab,
             a->slot);
+    if (a->status != NULL && a->slot < STATUS_MAX_WORKERS &&
+        worker_quotas_on(cfg))
+        deliver_set_quota(w->deliver, a->status, a->slot);
     /* Daemon-wide admission counters: see ADMISSION above. */
     if (a->status != NULL && a->slot < STATUS_MAX_WORKERS) {
         w->admit = a->status;
@@ -843,6 +886,7 @@ worker_init(const struct worker_args *a)
         w->a.gid, w->a.admin_gid)) == NULL)
         goto fail;
     tls_rpt_enable(cfg->tlsrpt_enabled);
+    env.grey = NULL;                /* worker_run() opens it */
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -859,6 +903,7 @@ worker_init(const struct worker_args *a)
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
+    grey_close(w->grey);
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
@@ -879,6 +924,8 @@ worker_run(struct worker *w)
     /* A killed predecessor in this slot may have left files in tmp/.
      * Here, not in worker_init(): as the workers' user, not as root in a
      * directory that user can write. */
+    worker_grey_init(w);
+    smtpd_set_grey(w->smtpd, w->grey);
     if ((rc = spool_tmp_sweep(w->spool)) > 0)
         log_notice("spool %s: %d files left in tmp/ by an earlier worker "
             "of slot %u removed", w->cfg->spool_dir, rc, w->a.slot);
@@ -908,6 +955,7 @@ worker_run(struct worker *w)
     (void)tls_rpt_export(worker_tlsrpt_emit, w);   /* the last counts */
     wproxy_close_all(w);
     smtpd_free(w->smtpd);
+    grey_close(w->grey);
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);

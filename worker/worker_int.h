@@ -32,6 +32,7 @@ struct worker {
     struct deliver      *deliver;
     struct status_worker *st;
     struct status_worker st_local;  /* when the master gave no status page */
+    struct grey         *grey;      /* greylist.mdb, or NULL (greylist off) */
 
     /* admission: daemon-wide counts in the shared page (a private one
      * when the master gave none) */

@@ -57,6 +57,8 @@ ref_kind(const char *l, int sandbox)
     if (!strcmp(l, "drain") || !strncmp(l, "drain ", 6)) return CTL_REQ_DRAIN;
     if (!strncmp(l, "tls ", 4)) return CTL_REQ_TLS;
     if (!strncmp(l, "ban ", 4)) return CTL_REQ_BAN;
+    if (!strncmp(l, "quota ", 6)) return CTL_REQ_QUOTA;
+    if (!strncmp(l, "greylist ", 9)) return CTL_REQ_GREYLIST;
     if (!strncmp(l, "kick ", 5) || !strncmp(l, "index ", 6)) return CTL_REQ_KICK;
     if (!strcmp(l, "sandbox-test") && sandbox) return CTL_REQ_SANDBOX_TEST;
     return CTL_REQ_BAD;
@@ -131,6 +133,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case CTL_REQ_TLS:
     case CTL_REQ_BAN:                   /* master/ban.c checks the rest */
         if (r.arg != line + 4)
+            abort();
+        break;
+    case CTL_REQ_QUOTA:                 /* master/quota.c checks the rest */
+        if (r.arg != line + 6)
+            abort();
+        break;
+    case CTL_REQ_GREYLIST:              /* master/greylist.c checks it */
+        if (r.arg != line + 9)
             abort();
         break;
     case CTL_REQ_DRAIN:

@@ -369,8 +369,9 @@ Test(config, unknown_key_top)
 {
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
-        "screen, relay, spool, routes, delivery, egress, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission, shaping)");
+        "screen, greylist, quotas, relay, spool, routes, delivery, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "submission, shaping)");
 }
 
 Test(config, unknown_key_nested)
@@ -509,8 +510,9 @@ Test(config, control_characters_in_key)
 {
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
-        "screen, relay, spool, routes, delivery, egress, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission, shaping)");
+        "screen, greylist, quotas, relay, spool, routes, delivery, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "submission, shaping)");
 }
 
 Test(config, bad_size)
@@ -696,8 +698,9 @@ Test(config, top_level_not_mapping)
 {
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
-        "screen, relay, spool, routes, delivery, egress, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission, shaping), got a sequence");
+        "screen, greylist, quotas, relay, spool, routes, delivery, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "submission, shaping), got a sequence");
 }
 
 Test(config, second_document)
@@ -720,8 +723,9 @@ Test(config, all_errors_collected)
         "%P:5:21: limits.max_message_size: expected a size like 50M "
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
-        "limits, screen, relay, spool, routes, delivery, egress, log, tls, dns, dkim, "
-        "metrics, tlsrpt, auth, submission, shaping)\n"
+        "limits, screen, greylist, quotas, relay, spool, routes, "
+        "delivery, egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "submission, shaping)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }

@@ -98,3 +98,37 @@ Test(maildir, crlf_to_lf_at_every_split)
     check_unix("\r\r\n", "\r\n");
     check_unix("", "");
 }
+
+/* Queue quotas: the key a value counts under. */
+#include "common/status.h"
+#include "config/config.h"
+
+Test(deliver_quota, keys_by_kind)
+{
+    struct config cfg;
+    char          k[STATUS_QUOTA_KEY_MAX + 1];
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.quota_ipv4_prefix = 24;
+    cfg.quota_ipv6_prefix = 64;
+    cr_assert_eq(deliver_quota_key(&cfg, STATUS_QK_RCPT, "U@Mail.Example.ORG",
+        k), 16);
+    cr_assert_str_eq(k, "mail.example.org");
+    cr_assert_eq(deliver_quota_key(&cfg, STATUS_QK_SENDER, "", k), 0,
+        "the null sender has no domain");
+    cr_assert_eq(deliver_quota_key(&cfg, STATUS_QK_RCPT, "postmaster", k), 0);
+    cr_assert_gt(deliver_quota_key(&cfg, STATUS_QK_USER, "Alice", k), 0);
+    cr_assert_str_eq(k, "Alice", "a login keeps its case");
+    cr_assert_gt(deliver_quota_key(&cfg, STATUS_QK_NET, "192.0.2.77", k), 0);
+    cr_assert_str_eq(k, "192.0.2.0/24");
+    cr_assert_gt(deliver_quota_key(&cfg, STATUS_QK_NET, "2001:db8:1:2:3::9",
+        k), 0);
+    cr_assert_str_eq(k, "2001:db8:1:2::/64");
+    deliver_quota_key(&cfg, STATUS_QK_NET, "::ffff:192.0.2.9", k);
+    cr_assert_str_eq(k, "192.0.2.0/24", "v4-mapped as IPv4");
+    cfg.quota_ipv4_prefix = 32;
+    deliver_quota_key(&cfg, STATUS_QK_NET, "192.0.2.77", k);
+    cr_assert_str_eq(k, "192.0.2.77/32");
+    cr_assert_eq(deliver_quota_key(&cfg, STATUS_QK_NET, "nonsense", k), 0);
+    cr_assert_eq(deliver_quota_key(&cfg, STATUS_QK_USER, NULL, k), 0);
+}

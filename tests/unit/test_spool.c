@@ -372,7 +372,18 @@ Test(spool_env, round_trip_with_hostile_values)
     spool_env_format(&e, &out, &len);
     cr_assert_eq(spool_env_parse(out, len, &got, &used), SPOOL_OK);
     t_env_eq(got, &e);
+    cr_assert_null(got->auth_user, "no auth line, no user");
     spool_env_free(got);
+    free(out);
+
+    /* The AUTH login (queue quotas per user): an optional line, xtext. */
+    e.auth_user = "al ice+x";
+    spool_env_format(&e, &out, &len);
+    cr_assert_not_null(strstr(out, "\nauth al+20ice+2Bx\nend\n"), "%s", out);
+    cr_assert_eq(spool_env_parse(out, len, &got, &used), SPOOL_OK);
+    cr_assert_str_eq(got->auth_user, "al ice+x");
+    spool_env_free(got);
+    e.auth_user = NULL;
     free(out);
     for (i = 0; i < 1000; i++)
         free(addrs[i]);

@@ -544,3 +544,37 @@ Test(status, hop_rows_are_per_hop_and_never_evict_live_ones)
     cr_expect_eq(n, recorded, "%u down, %u recorded", n, recorded);
     cr_expect_eq(status_hop_count(sp, 20, 600), recorded);
 }
+
+/* Queue quotas: rows per (kind, key), a column per slot, summed; a slot
+ * cleared; idle rows reclaimed, held ones kept. */
+Test(status, quota_rows_columns_and_reclaim)
+{
+    struct status_page     *sp = status_create();
+    struct status_quota_use u;
+    int                     r1, r2, first;
+
+    r1 = status_quota_take(sp, STATUS_QK_RCPT, "example.org", 11, 0, 1, 100,
+        1000);
+    cr_assert_geq(r1, 0);
+    r2 = status_quota_take(sp, STATUS_QK_RCPT, "example.org", 11, 3, 2, 50,
+        1000);
+    cr_assert_eq(r2, r1, "the same key, the same row");
+    cr_assert_neq(status_quota_take(sp, STATUS_QK_SENDER, "example.org", 11,
+        0, 1, 1, 1000), r1, "another kind, another row");
+    status_quota_sum(sp, STATUS_QK_RCPT, "example.org", 11, &u, &first);
+    cr_assert_eq(u.msgs, 3);
+    cr_assert_eq(u.bytes, 150);
+    cr_assert_eq(first, r1);
+    status_quota_clear_slot(sp, 3);
+    status_quota_sum(sp, STATUS_QK_RCPT, "example.org", 11, &u, &first);
+    cr_assert_eq(u.msgs, 1, "slot 3's counts went with it");
+    cr_assert_eq(status_quota_reclaim(sp, 2000, 60), 0, "counts held");
+    status_quota_add(sp, r1, 0, -1, -100);
+    cr_assert_eq(status_quota_reclaim(sp, 1030, 60), 0, "too young");
+    cr_assert_eq(status_quota_reclaim(sp, 2000, 60), 1);
+    status_quota_sum(sp, STATUS_QK_RCPT, "example.org", 11, &u, &first);
+    cr_assert_eq(first, -1);
+    cr_assert_eq(status_quota_kind("network"), STATUS_QK_NET);
+    cr_assert_str_eq(status_quota_kind_name(STATUS_QK_USER), "user");
+    cr_assert_eq(status_quota_row(sp, STATUS_QK_USER, "", 0, 1, 0), -1);
+}
