@@ -37,6 +37,7 @@ enum status_reject {
     STATUS_REJ_PREGREET,            /* 554 5.5.1 talked before the 220 */
     STATUS_REJ_DNSBL,               /* 554 5.7.1 screen.dnsbl score */
     STATUS_REJ_BANNED,              /* 421 at connect: limits.ban */
+    STATUS_REJ_MILTER,              /* a milter's reject or tempfail */
     STATUS_REJ_MAX
 };
 /* Delivery latency (arrival -> delivered, per recipient) histogram: upper

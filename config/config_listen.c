@@ -1,6 +1,7 @@
 /*
  * config_listen.c - server.listen: each entry is "host:port" or a mapping
- * (address, proxy, proxy_from, role, tls, the screen's pregreet keys)
+ * (address, proxy, proxy_from, role, tls, the screen's pregreet keys,
+ * milters: config_milter.c)
  * checked by its own handler.
  */
 #include <arpa/inet.h>
@@ -183,6 +184,14 @@ config_listen_dnsbl(struct config_parse *p, const yaml_node_t *n,
 }
 
 
+static int
+config_listen_milters(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    return config_set_milters(p, n, path, &l->milters, &l->nmilters);
+}
+
+
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
     { "proxy_protocol", config_listen_proxy },
@@ -192,6 +201,7 @@ static const struct config_listen_key config_listen_keys[] = {
     { "pregreet", config_listen_pregreet },
     { "pregreet_multiline", config_listen_multiline },
     { "dnsbl", config_listen_dnsbl },
+    { "milters", config_listen_milters },
     { NULL, NULL }
 };
 
@@ -200,6 +210,7 @@ config_listen_free(struct config_listen *l)
 {
     free(l->spec);
     free(l->proxy_from);
+    config_free_milters(l->milters, l->nmilters);
     memset(l, 0, sizeof(*l));
 }
 
@@ -245,7 +256,7 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
                 "one of: address, proxy_protocol, proxy_from, role, tls, "
-                "pregreet, pregreet_multiline, dnsbl)", kpath,
+                "pregreet, pregreet_multiline, dnsbl, milters)", kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;
