@@ -1,0 +1,299 @@
+"""The milter client against a milter written here (fakemilter.py, the
+protocol's server side): every action (accept, reject with the milter's
+text, tempfail, discard, quarantine, add/change/insert/delete header,
+replace body, change sender, add/delete recipient) checked on the message
+a sink gets; what mtad sends (macros, headers, body, the steps a milter
+declined in SMFIC_OPTNEG); a milter that dies mid-message, one that
+stalls past its timeout, one that is down: each holds its default action
+(tempfail or accept).  `mtad -t` on bad milter keys.
+
+One mtad for the module with four listeners: the fake milter with
+default_action tempfail, the same with accept, and a milter that is down
+with each.  Each SMTP session opens its own milter connection, which
+reads the script the test set before the session began.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from fakemilter import FakeMilter, body, headers, macros, pkt, u32, z
+from mtadtest import MTAD, Client, Mtad, closed_port, free_port, wait_for
+from sink import Sink
+
+MSG = (b"From: a@example.org\r\nTo: b@example.net\r\nSubject: hello\r\n"
+       b"X-Serial: 1\r\nX-Serial: 2\r\n\r\nline one\r\nline two\r\n")
+
+
+@pytest.fixture(scope="module")
+def env():
+    d = tempfile.mkdtemp(prefix="mtad-milter-", dir="/dev/shm")
+    os.chmod(d, 0o755)
+    fm = FakeMilter()
+    sink = Sink().start()
+    down = "inet:127.0.0.1:%d" % closed_port()
+    ports = [free_port() for _ in range(4)]
+
+    def milter(sock, action):
+        return [{"name": "m1", "socket": sock, "default_action": action,
+                 "timeouts": {"connect": "2s", "command": "2s",
+                              "eom": "2s"}}]
+    m = Mtad(d, {"relay": {"allow_networks": ["127.0.0.0/8"]},
+                 "routes": {"default": sink.route}})
+    m.port = ports[0]
+    m.cfg["server"]["listen"] = [
+        {"address": "127.0.0.1:%d" % ports[0],
+         "milters": milter(fm.socket_spec, "tempfail")},
+        {"address": "127.0.0.1:%d" % ports[1],
+         "milters": milter(fm.socket_spec, "accept")},
+        {"address": "127.0.0.1:%d" % ports[2],
+         "milters": milter(down, "tempfail")},
+        {"address": "127.0.0.1:%d" % ports[3],
+         "milters": milter(down, "accept")}]
+    m.write_config()
+    m.start()
+    m.ports = ports
+    try:
+        yield m, fm, sink
+    finally:
+        m.stop()
+        sink.stop()
+        fm.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def session(port, rcpts=("b@example.net",), msg=MSG, sender="a@example.org"):
+    """One transaction; the replies to MAIL, each RCPT and the data (None
+    where the session did not get that far)."""
+    out = {"mail": None, "rcpt": [], "data": None}
+    with Client(port, timeout=15) as c:
+        c.greet()
+        out["mail"] = c.cmd("MAIL FROM:<%s> SIZE=%d" % (sender, len(msg)))
+        if out["mail"].code != 250:
+            return out
+        for r in rcpts:
+            out["rcpt"].append(c.cmd("RCPT TO:<%s>" % r))
+        if not any(r.code == 250 for r in out["rcpt"]):
+            return out
+        r = c.cmd("DATA")
+        assert r.code == 354, r
+        c.send(msg + b".\r\n")
+        out["data"] = c.reply()
+        c.cmd("QUIT")
+    return out
+
+
+def queued_id(reply):
+    m = re.search(rb"queued as ([0-9A-F]{16})", reply.lines[-1])
+    assert m, reply
+    return m.group(1).decode()
+
+
+def wait_msg(sink, qid_text, n_before):
+    msgs = sink.wait_for(n_before + 1)
+    return msgs[n_before]
+
+
+def test_clean_message_and_what_is_sent(env):
+    m, fm, sink = env
+    fm.script = {}
+    n = len(sink.received())
+    out = session(m.ports[0])
+    assert out["data"].code == 250, out
+    got = wait_msg(sink, None, n)
+    assert got.mail_from == "a@example.org"
+    assert got.rcpt_tos == ["b@example.net"]
+    assert got.data.endswith(MSG)
+    log = fm.last()
+    cmds = [c for c, _ in log if c != "D"]
+    # negotiation, connect, helo, mail, rcpt, data, 5 headers (ours:
+    # Received), eoh, one body chunk, eom; then ABORT (the transaction's
+    # end) and QUIT may follow
+    assert cmds[:6] == ["O", "C", "H", "M", "R", "T"], cmds
+    assert cmds[-3:] in (["N", "B", "E"], ["B", "E", "A"],
+                         ["E", "A", "Q"]) or "E" in cmds, cmds
+    mac = macros(log)
+    assert mac["j"] == "mx.test.example"
+    assert mac["{client_addr}"] == "127.0.0.1"
+    assert mac["{mail_addr}"] == "a@example.org"
+    assert mac["{rcpt_addr}"] == "b@example.net"
+    assert re.fullmatch(r"[0-9A-F]{16}", mac["i"]), mac
+    hs = headers(log)
+    assert hs[0][0] == "Received"
+    assert ("Subject", "hello") in hs          # one space eaten
+    assert body(log) == b"line one\r\nline two\r\n"
+    mail = [d for c, d in log if c == "M"][0]
+    assert mail.split(b"\0")[:2] == [b"<a@example.org>", b"SIZE=%d" % len(MSG)]
+
+
+def test_every_edit(env):
+    m, fm, sink = env
+    fm.script = {"eom": [
+        ("h", z("X-Added", "yes")),
+        ("m", u32(1) + z("Subject", "changed")),
+        ("m", u32(2) + z("X-Serial", "")),     # delete the second
+        ("i", u32(0) + z("X-First", "top")),
+        ("b", b"new body\r\n"),
+        ("e", z("<new@example.org>")),
+        ("+", z("<added@example.net>")),
+        ("-", z("<b@example.net>")),
+        ("c", b"")]}
+    n = len(sink.received())
+    out = session(m.ports[0], rcpts=("b@example.net", "c@example.net"))
+    assert out["data"].code == 250, out
+    got = wait_msg(sink, None, n)
+    assert got.mail_from == "new@example.org"
+    assert sorted(got.rcpt_tos) == ["added@example.net", "c@example.net"]
+    head, _, rest = got.data.partition(b"\r\n\r\n")
+    assert rest == b"new body\r\n"
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"X-First: top", lines
+    assert b"Subject: changed" in lines and b"Subject: hello" not in lines
+    assert b"X-Serial: 1" in lines and b"X-Serial: 2" not in lines
+    assert lines[-1] == b"X-Added: yes"
+    assert m.wait_log("milter edits applied")
+
+
+def test_header_value_cannot_start_a_field(env):
+    m, fm, sink = env
+    fm.script = {"eom": [("h", z("X-Folded", "a\nInjected: no")),
+                         ("c", b"")]}
+    n = len(sink.received())
+    assert session(m.ports[0])["data"].code == 250
+    got = wait_msg(sink, None, n)
+    assert b"X-Folded: a\r\n\tInjected: no\r\n" in got.data
+    assert b"\r\nInjected:" not in got.data
+
+
+def test_reject_and_tempfail_with_text(env):
+    m, fm, _ = env
+    fm.script = {"rcpt_replies": {
+        "<bad@example.net>": ("y", z("550 5.7.1 no \x1b[31mthanks"))}}
+    out = session(m.ports[0], rcpts=("bad@example.net", "b@example.net"))
+    bad, good = out["rcpt"]
+    assert bad.code == 550 and bad.lines[0] == \
+        b"550 5.7.1 no \\x1b[31mthanks", bad
+    assert good.code == 250
+    assert out["data"].code == 250
+    fm.script = {"replies": {"M": ("t", b"")}}
+    out = session(m.ports[0])
+    assert out["mail"].code == 451 and b"4.7.1" in out["mail"].lines[0]
+    fm.script = {"eom": [("y", z("554 5.7.1 spam\r\n554 5.7.1 go away"))]}
+    out = session(m.ports[0])
+    # a multi-line reply joined into one line
+    assert out["data"].lines == [b"554 5.7.1 spam 5.7.1 go away"], out
+    fm.script = {"eom": [("y", z("250 fine"))]}     # not a refusal: 451
+    assert session(m.ports[0])["data"].code == 451
+    assert m.wait_log("milter-reject")
+
+
+def test_discard_and_quarantine(env):
+    m, fm, sink = env
+    fm.script = {"eom": [("d", b"")]}
+    n = len(sink.received())
+    out = session(m.ports[0])
+    assert out["data"].code == 250
+    assert m.wait_log("milter-discard")
+    fm.script = {"eom": [("q", z("looks odd")), ("c", b"")]}
+    out = session(m.ports[0])
+    assert out["data"].code == 250
+    qid = queued_id(out["data"])
+
+    def held():
+        r = m.ctl("queue", "--json", "--state", "held")
+        return r.returncode == 0 and qid in r.stdout
+    wait_for(held, timeout=10, what="the quarantined message held")
+    assert m.wait_log("quarantined: looks odd")
+    time.sleep(0.5)                 # delivery had its chance: none
+    assert len(sink.received()) == n
+    r = m.ctl("release", qid)
+    assert r.returncode == 0, r.stderr
+    sink.wait_for(n + 1)
+
+
+def test_declined_steps_and_no_replies(env):
+    m, fm, sink = env
+    # no connect, no helo, headers and body sent without replies
+    fm.script = {"protocol": 0x01 | 0x02 | 0x80 | 0x80000}
+    n = len(sink.received())
+    assert session(m.ports[0])["data"].code == 250
+    sink.wait_for(n + 1)
+    cmds = [c for c, _ in fm.last()]
+    assert "C" not in cmds and "H" not in cmds and "L" in cmds, cmds
+
+
+def test_milter_dies_mid_body(env):
+    m, fm, sink = env
+    fm.script = {"die_at": "B"}
+    out = session(m.ports[0])
+    assert out["data"].code == 451, out
+    n = len(sink.received())
+    out = session(m.ports[1])       # default_action accept
+    assert out["data"].code == 250, out
+    got = wait_msg(sink, None, n)
+    assert got.data.endswith(MSG)
+    assert m.wait_log("connection closed by the milter")
+
+
+def test_milter_stalls(env):
+    m, fm, sink = env
+    fm.script = {"stall_at": "E"}
+    t0 = time.time()
+    out = session(m.ports[0])
+    took = time.time() - t0
+    assert out["data"].code == 451, out
+    assert 1.5 < took < 10, took
+    assert m.wait_log("end-of-message timed out")
+    n = len(sink.received())
+    assert session(m.ports[1])["data"].code == 250
+    sink.wait_for(n + 1)
+
+
+def test_milter_down(env):
+    m, fm, sink = env
+    out = session(m.ports[2])
+    assert out["mail"].code == 451, out
+    n = len(sink.received())
+    assert session(m.ports[3])["data"].code == 250
+    sink.wait_for(n + 1)
+
+
+def test_connect_reject(env):
+    m, fm, _ = env
+    fm.script = {"replies": {"C": ("y", z("554 5.7.1 go away"))}}
+    with Client(m.ports[0], timeout=10) as c:
+        assert c.reply().code == 220
+        r = c.cmd("EHLO client.test")
+        assert r.lines == [b"554 5.7.1 go away"], r
+        assert c.closed()
+
+
+def test_check_refuses_bad_milters(tmp_path):
+    cfg = tmp_path / "relay.yaml"
+    cfg.write_text(
+        "server:\n  hostname: mx.test\n  listen:\n"
+        "    - address: 127.0.0.1:2525\n      milters:\n"
+        "        - {name: a, socket: \"unix:/run/m.sock\"}\n"
+        "        - {name: b, socket: \"inet:127.0.0.1:1\","
+        " default_action: maybe}\n"
+        "        - {name: c, socket: \"inet:localhost:1\"}\n"
+        "        - {name: d, socket: \"inet:127.0.0.1:1\", skip: [nope]}\n"
+        "spool: {dir: %s}\nroutes: {db: %s, default: \"smtp:[127.0.0.1]:1\"}\n"
+        % (tmp_path / "s", tmp_path / "r.mdb"))
+    r = subprocess.run([MTAD, "-t", "-c", str(cfg)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0
+    err = r.stderr
+    assert re.search(r"relay\.yaml:6:\d+: .*milters\[0\]\.socket: unix "
+                     r"sockets are not supported", err), err
+    assert re.search(r"relay\.yaml:7:\d+: .*default_action: expected "
+                     r"tempfail or accept", err), err
+    assert re.search(r"relay\.yaml:8:\d+: .*milters\[2\]\.socket: expected "
+                     r"inet:IP:port", err), err
+    assert re.search(r"relay\.yaml:9:\d+: .*skip\[0\]: expected a step",
+                     err), err
