@@ -30,7 +30,7 @@
 #define MM_OUT_HIGH   (256 * 1024)
 #define MM_HDR_MAX    (1024 * 1024)     /* a header section read whole */
 #define MM_EDITS_MAX  4096
-#define MM_BODY_MAX   ((size_t)256 * 1024 * 1024)
+#define MM_BODY_MAX   ((size_t)128 * 1024 * 1024)  /* under buf's cap */
 
 
 void

@@ -873,7 +873,7 @@ smtpd_stop_all(struct smtpd *d, uint64_t linger_ms)
     for (s = d->sessions; s != NULL; s = next) {
         next = s->next;
         if (s->state == SS_COMMIT || s->state == SS_DATA ||
-            s->state == SS_BDAT)
+            s->state == SS_BDAT || s->state == SS_MILTER)
             continue;
         if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
             ev_timer_start(d->loop, &s->timer, 0);  /* closed, no 421 */

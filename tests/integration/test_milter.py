@@ -297,3 +297,59 @@ def test_check_refuses_bad_milters(tmp_path):
                      r"inet:IP:port", err), err
     assert re.search(r"relay\.yaml:9:\d+: .*skip\[0\]: expected a step",
                      err), err
+
+
+def test_pipelined_commands_wait_in_order(env):
+    m, fm, sink = env
+    fm.script = {"rcpt_replies": {"<no@example.net>": ("r", b"")}}
+    n = len(sink.received())
+    with Client(m.ports[0], timeout=15) as c:
+        c.greet()
+        c.send("MAIL FROM:<a@example.org>\r\nRCPT TO:<no@example.net>\r\n"
+               "RCPT TO:<b@example.net>\r\nDATA\r\n")
+        rs = c.replies(4)
+        assert [r.code for r in rs] == [250, 550, 250, 354], rs
+        assert rs[1].lines == [b"550 5.7.1 Command rejected"]
+        c.send(MSG + b".\r\nQUIT\r\n")
+        assert c.reply().code == 250
+        assert c.reply().code == 221
+    got = sink.wait_for(n + 1)[n]
+    assert got.rcpt_tos == ["b@example.net"]
+
+
+def test_bdat_waits_for_the_verdict(env):
+    m, fm, sink = env
+    fm.script = {"eom": [("h", z("X-Bdat", "seen")), ("c", b"")]}
+    n = len(sink.received())
+    with Client(m.ports[0], timeout=15) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@example.org>").code == 250
+        assert c.cmd("RCPT TO:<b@example.net>").code == 250
+        half = len(MSG) // 2
+        c.send(b"BDAT %d\r\n" % half + MSG[:half])
+        assert c.reply().code == 250
+        c.send(b"BDAT %d LAST\r\n" % (len(MSG) - half) + MSG[half:])
+        r = c.reply()
+        assert r.code == 250 and b"queued as" in r.lines[-1], r
+    got = sink.wait_for(n + 1)[n]
+    assert b"\r\nX-Bdat: seen\r\n" in got.data
+
+
+def test_client_leaves_while_the_milter_thinks(env):
+    m, fm, sink = env
+    fm.script = {"stall_at": "E"}
+    with Client(m.ports[0], timeout=15) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@example.org>").code == 250
+        assert c.cmd("RCPT TO:<b@example.net>").code == 250
+        assert c.cmd("DATA").code == 354
+        c.send(MSG + b".\r\n")
+        wait_for(lambda: fm.last() and fm.last()[-1][0] == "E", timeout=5,
+                 what="the end of message at the milter")
+    # a closed connection is seen when the verdict (here the timeout's
+    # tempfail) is written: nothing was queued, the worker goes on
+    n = len(sink.received())
+    m.wait_log("end-of-message timed out")
+    fm.script = {}
+    assert session(m.ports[0])["data"].code == 250     # the worker is fine
+    assert len(sink.wait_for(n + 1)) == n + 1
