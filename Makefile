@@ -101,7 +101,7 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean layering size deb
+.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim bench-milter fuzz soak install clean layering size deb
 all: $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
 	@:
 
@@ -284,6 +284,11 @@ bench-tls: all
 # bench/deps installs postfix and opendkim with their services kept down).
 bench-dkim: all
 	@sh bench/deps && /usr/bin/python3 bench/dkim_bench.py
+
+# Opt-in: rspamd as a milter, mtad and Postfix asking the same rspamd
+# (bench/milter.py; bench/deps installs postfix and rspamd, services down).
+bench-milter: all
+	@sh bench/deps && /usr/bin/python3 bench/milter.py
 
 # The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
 # a seeded fault injector for DURATION seconds; fails on any lost, phantom
