@@ -27,7 +27,7 @@ if [ ! -e "$prc" ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$prc" >/dev/null
     $SUDO chmod 0755 "$prc"
     own_prc=1
+    trap '$SUDO rm -f "$prc"' EXIT INT TERM
 fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-[ -n "$own_prc" ] && $SUDO rm -f "$prc"
 echo "deps: done"
