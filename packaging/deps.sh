@@ -22,11 +22,9 @@ $SUDO apt-get update -qq
 # system services must not start (policy-rc.d 101 while apt runs, unless
 # one is there already).
 prc=/usr/sbin/policy-rc.d
-own_prc=""
 if [ ! -e "$prc" ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$prc" >/dev/null
     $SUDO chmod 0755 "$prc"
-    own_prc=1
     trap '$SUDO rm -f "$prc"' EXIT INT TERM
 fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
