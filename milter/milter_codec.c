@@ -132,15 +132,36 @@ milter_code_ok(const char *p, char want)
 }
 
 
+/* milter_enhanced - the length of an enhanced status code "c.s.d" at p
+ * (RFC 3463: class 2/4/5, up to 3 digits each) followed by a space; 0
+ * when there is none. */
+static size_t
+milter_enhanced(const char *p)
+{
+    size_t i = 0, part, digits;
+
+    for (part = 0; part < 3; part++) {
+        for (digits = 0; p[i] >= '0' && p[i] <= '9' && digits < 4; digits++)
+            i++;
+        if (digits == 0 || digits > 3)
+            return 0;
+        if (part < 2 && p[i++] != '.')
+            return 0;
+    }
+    return p[i] == ' ' ? i : 0;
+}
+
+
 int
 milter_reply_text(const char *in, char want, char *out, size_t outsz)
 {
     char        tmp[1024];
-    size_t      t = 0, len;
+    size_t      t = 0, len, elen;
     const char *p = in, *nl;
 
     if (outsz < 16 || !milter_code_ok(in, want))
         return -1;
+    elen = in[3] != '\0' ? milter_enhanced(in + 4) : 0;
     /* Join the lines of a multi-line reply: each "ddd-" or "ddd " prefix
      * after the first is dropped, the texts separated by a space. */
     while (*p != '\0' && t < sizeof(tmp) - 1) {
@@ -153,6 +174,12 @@ milter_reply_text(const char *in, char want, char *out, size_t outsz)
                 memcmp(p, in, 3) == 0) {
                 p += 4;
                 len -= 4;
+            }
+            /* and the enhanced code the first line gave already */
+            if (elen > 0 && len > elen && memcmp(p, in + 4, elen) == 0 &&
+                p[elen] == ' ') {
+                p += elen + 1;
+                len -= elen + 1;
             }
             tmp[t++] = ' ';
         } else {
