@@ -11,6 +11,7 @@ sessions):
   eom                 a list of packets sent at end of message, then the
                       final one (default: just 'c')
   die_at / stall_at   a command byte: close the socket / never answer it
+  delay               {cmd: seconds} to wait before answering it
 A packet is (cmd, data bytes).
 """
 import socket
@@ -120,6 +121,8 @@ class FakeMilter:
         if cmd == sc.get("stall_at"):
             self.stop_ev.wait(60)
             return False
+        if cmd in sc.get("delay", {}):
+            self.stop_ev.wait(sc["delay"][cmd])
         if cmd == "O":
             c.sendall(pkt("O", u32(6) + u32(sc.get("actions", SMFIF_ALL)) +
                           u32(sc.get("protocol", 0))))

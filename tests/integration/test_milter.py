@@ -120,6 +120,8 @@ def test_clean_message_and_what_is_sent(env):
     mac = macros(log)
     assert mac["j"] == "mx.test.example"
     assert mac["{client_addr}"] == "127.0.0.1"
+    assert mac["{daemon_addr}"] == "127.0.0.1"
+    assert mac["_"] == "unknown [127.0.0.1]"
     assert mac["{mail_addr}"] == "a@example.org"
     assert mac["{rcpt_addr}"] == "b@example.net"
     assert re.fullmatch(r"[0-9A-F]{16}", mac["i"]), mac
@@ -353,3 +355,26 @@ def test_client_leaves_while_the_milter_thinks(env):
     fm.script = {}
     assert session(m.ports[0])["data"].code == 250     # the worker is fine
     assert len(sink.wait_for(n + 1)) == n + 1
+
+
+def test_ehlo_waits_for_a_slow_connect_stage(env):
+    m, fm, sink = env
+    fm.script = {"delay": {"C": 0.5}}
+    t0 = time.time()
+    with Client(m.ports[0], timeout=10) as c:
+        assert c.reply().code == 220       # the 220 does not wait
+        assert time.time() - t0 < 0.4
+        r = c.cmd("EHLO client.test")
+        assert r.code == 250, r
+        assert time.time() - t0 >= 0.5     # EHLO waited for the verdict
+        c.cmd("QUIT")
+
+
+def test_negotiation_that_never_answers(env):
+    m, fm, sink = env
+    fm.script = {"stall_at": "O"}
+    t0 = time.time()
+    out = session(m.ports[0])
+    assert out["mail"].code == 451, out        # tempfail from MAIL on
+    assert time.time() - t0 >= 1.5
+    assert m.wait_log("option negotiation timed out")
