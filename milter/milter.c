@@ -464,7 +464,7 @@ milter_chain_free(struct milter_chain *c)
 
         if (m->fd >= 0) {
             if (m->st == MC_READY && !m->waiting) {
-                buf_init(&m->out);
+                m->out.off = m->out.len = 0;    /* anything unsent goes */
                 milter_put(&m->out, SMFIC_QUIT, NULL, 0);
                 (void)send(m->fd, m->out.data, m->out.len,
                     MSG_NOSIGNAL | MSG_DONTWAIT);
