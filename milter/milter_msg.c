@@ -271,16 +271,25 @@ mc_msg_pump(struct mconn *m)
 {
     int rc = 0;
 
-    while (!m->waiting && m->mstep != MM_DONE &&
-        buf_avail(&m->out) < MM_OUT_HIGH && (rc = mm_next(m)) == 0)
-        ;
-    if (rc < 0) {
-        mc_dead(m, "reading the spooled message failed");
-        mc_step(m->c);
-        return;
+    for (;;) {
+        while (!m->waiting && m->mstep != MM_DONE &&
+            buf_avail(&m->out) < MM_OUT_HIGH && (rc = mm_next(m)) == 0)
+            ;
+        if (rc < 0) {
+            mc_dead(m, "reading the spooled message failed");
+            mc_step(m->c);
+            return;
+        }
+        if (mc_flush(m) < 0) {
+            mc_step(m->c);
+            return;
+        }
+        /* more to queue once the socket took it: EV_WRITE resumes a
+         * full buffer, an emptied one goes on here */
+        if (m->waiting || m->mstep == MM_DONE ||
+            buf_avail(&m->out) >= MM_OUT_HIGH)
+            return;
     }
-    if (mc_flush(m) < 0)
-        mc_step(m->c);
 }
 
 

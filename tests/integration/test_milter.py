@@ -378,3 +378,21 @@ def test_negotiation_that_never_answers(env):
     assert out["mail"].code == 451, out        # tempfail from MAIL on
     assert time.time() - t0 >= 1.5
     assert m.wait_log("option negotiation timed out")
+
+
+def test_large_body_without_replies(env):
+    """A body of many chunks to a milter that answers none of them (the
+    queue of commands refilled as the socket takes it), then edits."""
+    m, fm, sink = env
+    fm.script = {"protocol": 0x80 | 0x80000,
+                 "eom": [("h", z("X-Big", "yes")), ("c", b"")]}
+    line = b"0123456789" * 7 + b"\r\n"
+    big = MSG + line * (3 * 1024 * 1024 // len(line))
+    n = len(sink.received())
+    assert session(m.ports[0], msg=big)["data"].code == 250
+    got = sink.wait_for(n + 1)[n]
+    assert got.data.endswith(big[big.index(b"\r\n\r\n") + 4:])
+    assert b"\r\nX-Big: yes\r\n" in got.data
+    assert len(body(fm.last())) == len(big) - big.index(b"\r\n\r\n") - 4
+    chunks = [d for c, d in fm.last() if c == "B"]
+    assert max(len(d) for d in chunks) == 65535, len(chunks)
