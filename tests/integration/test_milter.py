@@ -25,6 +25,7 @@ import pytest
 from fakemilter import FakeMilter, body, headers, macros, pkt, u32, z
 from mtadtest import MTAD, Client, Mtad, closed_port, free_port, wait_for
 from sink import Sink
+from test_ops import scrape
 
 MSG = (b"From: a@example.org\r\nTo: b@example.net\r\nSubject: hello\r\n"
        b"X-Serial: 1\r\nX-Serial: 2\r\n\r\nline one\r\nline two\r\n")
@@ -43,8 +44,11 @@ def env():
         return [{"name": "m1", "socket": sock, "default_action": action,
                  "timeouts": {"connect": "2s", "command": "2s",
                               "eom": "2s"}}]
+    mport = free_port()
     m = Mtad(d, {"relay": {"allow_networks": ["127.0.0.0/8"]},
-                 "routes": {"default": sink.route}})
+                 "routes": {"default": sink.route},
+                 "metrics": {"listen": "127.0.0.1:%d" % mport}})
+    m.mport = mport
     m.port = ports[0]
     m.cfg["server"]["listen"] = [
         {"address": "127.0.0.1:%d" % ports[0],
@@ -190,8 +194,13 @@ def test_reject_and_tempfail_with_text(env):
     # a multi-line reply joined into one line
     assert out["data"].lines == [b"554 5.7.1 spam go away"], out
     fm.script = {"eom": [("y", z("250 fine"))]}     # not a refusal: 451
+    before = scrape(m.mport)[1].get("mtad_rejections_total{reason=milter}",
+                                    0)
     assert session(m.ports[0])["data"].code == 451
     assert m.wait_log("milter-reject")
+    wait_for(lambda: scrape(m.mport)[1].get(
+        "mtad_rejections_total{reason=milter}") == before + 1,
+        timeout=5, what="the milter's refusal in /metrics")
 
 
 def test_discard_and_quarantine(env):
