@@ -510,7 +510,8 @@ mc_skips(const struct milter_chain *c, const struct mconn *m)
 {
     static const uint32_t no[] = {
         [MS_CONNECT] = SMFIP_NOCONNECT, [MS_HELO] = SMFIP_NOHELO,
-        [MS_MAIL] = SMFIP_NOMAIL, [MS_RCPT] = SMFIP_NORCPT, [MS_MSG] = 0
+        [MS_MAIL] = SMFIP_NOMAIL, [MS_RCPT] = SMFIP_NORCPT,
+        [MS_DATA] = SMFIP_NODATA, [MS_MSG] = 0
     };
 
     if (m->conn_accepted)
@@ -527,7 +528,8 @@ mc_noreply(const struct milter_chain *c, const struct mconn *m)
 {
     static const uint32_t nr[] = {
         [MS_CONNECT] = SMFIP_NR_CONN, [MS_HELO] = SMFIP_NR_HELO,
-        [MS_MAIL] = SMFIP_NR_MAIL, [MS_RCPT] = SMFIP_NR_RCPT, [MS_MSG] = 0
+        [MS_MAIL] = SMFIP_NR_MAIL, [MS_RCPT] = SMFIP_NR_RCPT,
+        [MS_DATA] = SMFIP_NR_DATA, [MS_MSG] = 0
     };
 
     return (m->proto & nr[c->stage]) != 0;
@@ -569,6 +571,8 @@ mc_step(struct milter_chain *c)
         }
         if (c->stage >= MS_MAIL)
             m->in_msg = 1;
+        if (c->stage == MS_DATA)
+            m->data_sent = 1;       /* not again before the headers */
         buf_append(&m->out, c->cmd.data, c->cmd.len);
         if (!mc_noreply(c, m))
             mc_expect(m, c->cmdc, m->sp->command_ms);
@@ -649,6 +653,17 @@ milter_rcpt(struct milter_chain *c, const struct milter_macro *mm,
 }
 
 
+int
+milter_data(struct milter_chain *c, const struct milter_macro *mm,
+    size_t nm)
+{
+    c->cmd.off = c->cmd.len = 0;
+    milter_put_macros(&c->cmd, SMFIC_DATA, mm, nm);
+    milter_put(&c->cmd, SMFIC_DATA, NULL, 0);
+    return mc_stage(c, MS_DATA, SMFIC_DATA);
+}
+
+
 void
 milter_chain_abort(struct milter_chain *c)
 {
@@ -664,6 +679,7 @@ milter_chain_abort(struct milter_chain *c)
             (void)mc_flush(m);
         }
         m->in_msg = 0;
+        m->data_sent = 0;
         m->msg_accepted = 0;
     }
     c->stage = MS_NONE;

@@ -6,7 +6,7 @@
  * CONTRACT  A chain (milter_chain_new) holds the session's milters in the
  *           order configured and connects to each at once (inet:host:port;
  *           unix:/path where the process may).  Each stage call (connect,
- *           helo, mail, rcpt, message) asks the milters in order, each
+ *           helo, mail, rcpt, data, message) asks the milters in order, each
  *           only for what it negotiated (SMFIC_OPTNEG: steps it skips, the
  *           replies it does not send), and returns MILTER_DONE with the
  *           verdict in milter_chain_result(), or MILTER_PENDING: the chain
@@ -238,8 +238,12 @@ int     milter_mail(struct milter_chain *c, const struct milter_macro *m,
             size_t nm, const char *const *args, size_t nargs);
 int     milter_rcpt(struct milter_chain *c, const struct milter_macro *m,
             size_t nm, const char *const *args, size_t nargs);
+/* The DATA command (before its 354, as Postfix sends it; macros: i). */
+int     milter_data(struct milter_chain *c, const struct milter_macro *m,
+            size_t nm);
 /* The message: len bytes at off in fd (header section, blank line,
- * body; CRLF lines), sent as DATA, headers, EOH, body, end of message. */
+ * body; CRLF lines), sent as headers, EOH, body, end of message (and
+ * DATA first to a milter that was not sent it at the command: BDAT). */
 int     milter_message(struct milter_chain *c, const struct milter_macro *m,
             size_t nm, int fd, off_t off, uint64_t len);
 struct milter_edits *milter_chain_edits(struct milter_chain *c);

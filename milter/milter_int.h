@@ -17,7 +17,7 @@
 enum { MC_CONNECTING = 0, MC_NEG, MC_READY, MC_DEAD };
 /* the stage in progress; the order matters (from MS_MAIL on, a dead
  * milter's tempfail holds) */
-enum { MS_NONE = 0, MS_CONNECT, MS_HELO, MS_MAIL, MS_RCPT, MS_MSG };
+enum { MS_NONE = 0, MS_CONNECT, MS_HELO, MS_MAIL, MS_RCPT, MS_DATA, MS_MSG };
 /* one milter's progress through the message */
 enum { MM_DATA = 0, MM_HDR, MM_EOH, MM_BODY, MM_EOM, MM_DONE };
 
@@ -35,6 +35,7 @@ struct mconn {
     int             conn_accepted;  /* SMFIR_ACCEPT at connect or HELO */
     int             msg_accepted;   /* SMFIR_ACCEPT for this message */
     int             in_msg;         /* MAIL sent: SMFIC_ABORT owed */
+    int             data_sent;      /* SMFIC_DATA sent at the DATA command */
     int             mstep;          /* MM_* */
     size_t          hidx;           /* next header to send */
     uint64_t        bpos;           /* body bytes sent */

@@ -218,8 +218,8 @@ mm_next(struct mconn *m)
     switch (m->mstep) {
     case MM_DATA:
         m->mstep = MM_HDR;
-        if (m->proto & SMFIP_NODATA)
-            return 0;
+        if ((m->proto & SMFIP_NODATA) || m->data_sent)
+            return 0;               /* sent at the DATA command already */
         buf_append(&m->out, c->mac_data.data, c->mac_data.len);
         milter_put(&m->out, SMFIC_DATA, NULL, 0);
         c->cmdc = SMFIC_DATA;

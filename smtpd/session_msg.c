@@ -618,6 +618,16 @@ sess_data(struct sess *s, struct str arg)
         return;
     }
     smtp_data_init(&t->dp, s->d->cfg->bare_newline_accept);
+    if (s->milter != NULL && sess_milter_data(s))
+        return;                     /* the 354 once the milters say */
+    sess_data_go(s);
+}
+
+
+/* sess_data_go - the 354: the content follows. */
+void
+sess_data_go(struct sess *s)
+{
     sess_reply(s, "354 End data with <CR><LF>.<CR><LF>");
     sess_enter(s, SS_DATA);
 }

@@ -273,7 +273,7 @@ void    sess_greet(struct sess *s, int first_of_two);
 
 /* session_milter.c: the listener's milters (NULL s->milter: none, and
  * none of these is called).  begin: at connect, the chain and its
- * connect stage (the session goes on meanwhile).  helo, mail, rcpt, eom:
+ * connect stage (the session goes on meanwhile).  helo, mail, rcpt, data, eom:
  * 1 when the session now waits in SS_MILTER (the command is answered,
  * or the message committed, once the milters say), 0 when the caller
  * goes on as without milters (the verdict was known at once: nothing
@@ -284,6 +284,7 @@ int     sess_milter_helo(struct sess *s, int esmtp);
 int     sess_milter_mail(struct sess *s, struct str arg);
 int     sess_milter_rcpt(struct sess *s, const struct smtp_rcpt *r,
             struct str arg);
+int     sess_milter_data(struct sess *s);
 int     sess_milter_eom(struct sess *s);
 void    sess_milter_abort(struct sess *s);     /* the transaction ends */
 /* After the commit: a quarantined message is put on hold (its state
@@ -292,6 +293,7 @@ int     sess_milter_hold(struct smtpd *d, struct sess_txn *t, uint64_t size);
 /* the answers that go on where the milters had the session wait */
 void    sess_ehlo_reply(struct sess *s, int esmtp);
 void    sess_rcpt_add(struct sess *s, const struct smtp_rcpt *r);
+void    sess_data_go(struct sess *s);
 void    sess_finish_commit(struct sess *s, uint64_t size);
 
 /* session_cmd.c: the command table */

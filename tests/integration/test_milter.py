@@ -119,6 +119,7 @@ def test_clean_message_and_what_is_sent(env):
     # Received), eoh, one body chunk, eom; then ABORT (the transaction's
     # end) and QUIT may follow
     assert cmds[:6] == ["O", "C", "H", "M", "R", "T"], cmds
+    assert cmds.count("T") == 1, cmds       # at DATA, not again
     assert cmds[-3:] in (["N", "B", "E"], ["B", "E", "A"],
                          ["E", "A", "Q"]) or "E" in cmds, cmds
     mac = macros(log)
@@ -344,6 +345,8 @@ def test_bdat_waits_for_the_verdict(env):
         assert r.code == 250 and b"queued as" in r.lines[-1], r
     got = sink.wait_for(n + 1)[n]
     assert b"\r\nX-Bdat: seen\r\n" in got.data
+    cmds = [c for c, _ in fm.last() if c != "D"]
+    assert cmds.count("T") == 1 and cmds.index("T") < cmds.index("L"), cmds
 
 
 def test_client_leaves_while_the_milter_thinks(env):
@@ -405,3 +408,17 @@ def test_large_body_without_replies(env):
     assert len(body(fm.last())) == len(big) - big.index(b"\r\n\r\n") - 4
     chunks = [d for c, d in fm.last() if c == "B"]
     assert max(len(d) for d in chunks) == 65535, len(chunks)
+
+
+def test_reject_at_data(env):
+    m, fm, sink = env
+    fm.script = {"replies": {"T": ("y", z("554 5.7.1 no data today"))}}
+    with Client(m.ports[0], timeout=10) as c:
+        c.greet()
+        assert c.cmd("MAIL FROM:<a@example.org>").code == 250
+        assert c.cmd("RCPT TO:<b@example.net>").code == 250
+        r = c.cmd("DATA")
+        assert r.lines == [b"554 5.7.1 no data today"], r
+        assert c.cmd("RSET").code == 250
+        fm.script = {}
+    assert m.wait_log("milter-reject: DATA")
