@@ -240,3 +240,16 @@ def test_chain_of_two(env):
     assert b"dkim=pass" in head and b"X-Spamd-Result:" in head, head
     r = send(m.ports[2], message(b"x", GTUBE + b"\r\n"))
     assert r.code == 554, r
+
+
+def test_rspamd_large_message(env):
+    """Many body chunks (over 65535 bytes each) through a real milter."""
+    m, sink, _ = env
+    n = len(sink.received())
+    text = b"".join(b"line %06d of a long report about nothing much\r\n" % i
+                    for i in range(20000))
+    r = send(m.ports[0], message(b"long", text))
+    assert r.code == 250, r
+    got = sink.wait_for(n + 1)[n]
+    assert got.data.endswith(text)
+    assert b"\r\nX-Spamd-Result: " in got.data.split(b"\r\n\r\n", 1)[0]
