@@ -491,18 +491,6 @@ milter_chain_result(const struct milter_chain *c)
 }
 
 
-int
-milter_chain_live(const struct milter_chain *c)
-{
-    size_t i;
-
-    for (i = 0; i < c->n; i++)
-        if (c->m[i].st != MC_DEAD)
-            return 1;
-    return 0;
-}
-
-
 /* mc_skips - m is not asked at this stage: it accepted, or said it does
  * not want the step (SMFIP_NO*). */
 static int

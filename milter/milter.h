@@ -248,8 +248,6 @@ int     milter_message(struct milter_chain *c, const struct milter_macro *m,
             size_t nm, int fd, off_t off, uint64_t len);
 struct milter_edits *milter_chain_edits(struct milter_chain *c);
 void    milter_chain_abort(struct milter_chain *c);
-/* 1 when some milter is connected or still connecting */
-int     milter_chain_live(const struct milter_chain *c);
 
 /* Edits applied (milter_edit.c, pure): the header section hdr[0..n)
  * (CRLF lines, without the blank line) made what the edits say into out. */
