@@ -168,6 +168,7 @@ void    milter_put_macros(struct buf *b, char cmd,
 /* strings: n NUL-ended strings in one packet (HELO, MAIL, RCPT, HEADER) */
 void    milter_put_strs(struct buf *b, char cmd, const char *const *s,
             size_t n);
+/* family: 4 or 6 (anything else: unknown, no port or address sent) */
 void    milter_put_connect(struct buf *b, const char *host, int family,
             unsigned port, const char *addr);
 
