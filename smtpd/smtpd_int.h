@@ -272,8 +272,9 @@ void    sess_ban_note(struct sess *s);
 void    sess_greet(struct sess *s, int first_of_two);
 
 /* session_milter.c: the listener's milters (NULL s->milter: none, and
- * none of these is called).  begin: at connect, the chain and its
- * connect stage (the session goes on meanwhile).  helo, mail, rcpt, data, eom:
+ * none of these is called).  begin: at connect, the listener's milters
+ * noted (they are connected and sent the connect stage at the first
+ * HELO/EHLO).  helo, mail, rcpt, data, eom:
  * 1 when the session now waits in SS_MILTER (the command is answered,
  * or the message committed, once the milters say), 0 when the caller
  * goes on as without milters (the verdict was known at once: nothing

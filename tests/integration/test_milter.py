@@ -422,3 +422,18 @@ def test_reject_at_data(env):
         assert c.cmd("RSET").code == 250
         fm.script = {}
     assert m.wait_log("milter-reject: DATA")
+
+
+def test_no_helo_no_milter_connection(env):
+    m, fm, sink = env
+    fm.script = {}
+    before = len(fm.all())
+    with Client(m.ports[0], timeout=10) as c:
+        assert c.reply().code == 220
+        assert c.cmd("NOOP").code == 250
+        assert c.cmd("QUIT").code == 221
+    session(m.ports[0])                     # this one connects
+    wait_for(lambda: len(fm.all()) == before + 1, timeout=5,
+             what="one milter connection")
+    time.sleep(0.2)
+    assert len(fm.all()) == before + 1
