@@ -38,7 +38,7 @@ def env():
     fm = FakeMilter()
     sink = Sink().start()
     down = "inet:127.0.0.1:%d" % closed_port()
-    ports = [free_port() for _ in range(4)]
+    ports = [free_port() for _ in range(5)]
 
     def milter(sock, action):
         return [{"name": "m1", "socket": sock, "default_action": action,
@@ -58,7 +58,10 @@ def env():
         {"address": "127.0.0.1:%d" % ports[2],
          "milters": milter(down, "tempfail")},
         {"address": "127.0.0.1:%d" % ports[3],
-         "milters": milter(down, "accept")}]
+         "milters": milter(down, "accept")},
+        {"address": "127.0.0.1:%d" % ports[4],
+         "milters": [dict(milter(fm.socket_spec, "tempfail")[0],
+                          skip=["connect", "helo", "body"])]}]
     m.write_config()
     m.start()
     m.ports = ports
@@ -437,3 +440,14 @@ def test_no_helo_no_milter_connection(env):
              what="one milter connection")
     time.sleep(0.2)
     assert len(fm.all()) == before + 1
+
+
+def test_skip_key(env):
+    m, fm, sink = env
+    fm.script = {}
+    n = len(sink.received())
+    assert session(m.ports[4])["data"].code == 250
+    sink.wait_for(n + 1)
+    cmds = [c for c, _ in fm.last() if c != "D"]
+    assert "C" not in cmds and "H" not in cmds and "B" not in cmds, cmds
+    assert "M" in cmds and "L" in cmds and "E" in cmds, cmds
