@@ -298,7 +298,7 @@ int
 sess_milter_mail(struct sess *s, struct str arg)
 {
     struct sess_milter *sm = s->milter;
-    struct milter_macro mm[4];
+    struct milter_macro mm[3];
     const char         *v[17];
     char                addr[SMTP_ADDR_MAX + 2], buf[SMTP_LINE_MAX + 1];
     size_t              n;
@@ -311,9 +311,7 @@ sess_milter_mail(struct sess *s, struct str arg)
     mm[1] = (struct milter_macro){ "{mail_mailer}", "smtp" };
     mm[2] = (struct milter_macro){ "{auth_authen}",
         smtpd_auth_user(s->auth) };
-    mm[3] = (struct milter_macro){ "{auth_type}",
-        smtpd_auth_user(s->auth) != NULL ? "PLAIN" : NULL };
-    if (milter_mail(sm->c, mm, 4, v, n) == MILTER_PENDING)
+    if (milter_mail(sm->c, mm, 3, v, n) == MILTER_PENDING)
         return sm_wait(s, SM_MAIL);
     r = milter_chain_result(sm->c);
     if (sm_refused(s, r, "MAIL")) {
