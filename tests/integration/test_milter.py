@@ -451,3 +451,20 @@ def test_skip_key(env):
     cmds = [c for c, _ in fm.last() if c != "D"]
     assert "C" not in cmds and "H" not in cmds and "B" not in cmds, cmds
     assert "M" in cmds and "L" in cmds and "E" in cmds, cmds
+
+
+def test_protocol_error_and_edits_not_negotiated(env):
+    m, fm, sink = env
+    fm.script = {"eom": [("Z", b"junk")]}
+    assert session(m.ports[0])["data"].code == 451
+    assert m.wait_log("protocol error")
+    # only SMFIF_ADDHDRS negotiated: the sender change is ignored
+    fm.script = {"actions": 0x01, "eom": [("e", z("<evil@example.org>")),
+                                          ("h", z("X-Ok", "1")),
+                                          ("c", b"")]}
+    n = len(sink.received())
+    assert session(m.ports[0])["data"].code == 250
+    got = sink.wait_for(n + 1)[n]
+    assert got.mail_from == "a@example.org"
+    assert b"\r\nX-Ok: 1\r\n" in got.data
+    assert m.wait_log("not negotiated: ignored")
