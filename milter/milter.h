@@ -18,7 +18,8 @@
  *           one that accepts is skipped for the rest of the message (or of
  *           the session, at connect).  At the end of the message the
  *           edits of every milter (milter_chain_edits) are in the order
- *           sent, every milter having seen the message as received.
+ *           sent; each milter is sent the message with the header and
+ *           body edits of those before it (as Postfix's cleanup does).
  *           milter_chain_abort() ends a transaction (SMFIC_ABORT);
  *           milter_chain_free() says SMFIC_QUIT and closes (a stage in
  *           progress is dropped: done is not called).

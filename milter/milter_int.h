@@ -65,6 +65,7 @@ struct milter_chain {
     struct buf      mac_data, mac_eom;  /* macro packets */
     struct milter_edits edits;
     size_t          body_owner;     /* milter whose REPLBODY is kept + 1 */
+    size_t          edits_mark;     /* the current milter's first edit */
 };
 
 void    mc_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg);

@@ -33,19 +33,13 @@
 #define MM_BODY_MAX   ((size_t)128 * 1024 * 1024)  /* under buf's cap */
 
 
+static void mm_fields_free(struct milter_chain *c);
+
+
 void
 mc_msg_free(struct milter_chain *c)
 {
-    size_t i;
-
-    for (i = 0; i < c->nh; i++) {
-        free(c->hname[i]);
-        free(c->hvalue[i]);
-    }
-    free(c->hname);
-    free(c->hvalue);
-    c->hname = c->hvalue = NULL;
-    c->nh = 0;
+    mm_fields_free(c);
     buf_free(&c->mac_data);
     buf_free(&c->mac_eom);
     milter_edits_free(&c->edits);
@@ -88,13 +82,86 @@ mm_field(struct milter_chain *c, const char *f, size_t n)
 }
 
 
+/* mm_split - the fields of h[0..n) into the list. */
+static void
+mm_split(struct milter_chain *c, const char *h, size_t n)
+{
+    size_t i, start;
+
+    for (i = 0; i < n;) {
+        start = i;
+        do {
+            const char *lf = memchr(h + i, '\n', n - i);
+
+            i = lf != NULL ? (size_t)(lf - h) + 1 : n;
+        } while (i < n && (h[i] == ' ' || h[i] == '\t'));
+        mm_field(c, h + start, i - start);
+    }
+}
+
+
+/* mm_fields_free - the header list emptied. */
+static void
+mm_fields_free(struct milter_chain *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->nh; i++) {
+        free(c->hname[i]);
+        free(c->hvalue[i]);
+    }
+    free(c->hname);
+    free(c->hvalue);
+    c->hname = c->hvalue = NULL;
+    c->nh = 0;
+}
+
+
+/* mm_carry - a milter said its last word: its header edits are applied
+ * to the list the next milters are sent (as Postfix's cleanup does, each
+ * milter sees the message as those before it left it; a replaced body
+ * is sent from memory, mm_body). */
+static void
+mm_carry(struct milter_chain *c)
+{
+    struct milter_edits one;
+    struct buf          in, out;
+    size_t              i;
+    const char         *v;
+
+    for (i = c->edits_mark; i < c->edits.n; i++)
+        if (c->edits.v[i].kind <= MILTER_CHGHDR)
+            break;
+    if (i == c->edits.n || c->cur + 1 >= c->n)
+        return;                     /* no header edit, or no one to see it */
+    buf_init(&in);
+    for (i = 0; i < c->nh; i++) {
+        buf_append(&in, c->hname[i], strlen(c->hname[i]));
+        buf_append(&in, ":", 1);
+        for (v = c->hvalue[i]; *v != '\0'; v++)
+            buf_append(&in, *v == '\n' ? "\r\n" : v, *v == '\n' ? 2 : 1);
+        buf_append(&in, "\r\n", 2);
+    }
+    memset(&one, 0, sizeof(one));
+    one.v = c->edits.v + c->edits_mark;
+    one.n = c->edits.n - c->edits_mark;
+    buf_init(&out);
+    milter_edit_headers(in.data != NULL ? in.data : "", in.len, &one, &out);
+    mm_fields_free(c);
+    if (out.len > 0)
+        mm_split(c, out.data, out.len);
+    buf_free(&in);
+    buf_free(&out);
+}
+
+
 /* mm_headers - read the header section at off and split it; the body
  * starts after its blank line (none: everything is header). */
 static int
 mm_headers(struct milter_chain *c, int fd, off_t off, uint64_t len)
 {
     size_t  cap = len < MM_HDR_MAX ? (size_t)len : MM_HDR_MAX, got = 0;
-    size_t  hend, i, start;
+    size_t  hend;
     char   *h = xmalloc(cap + 1), *blank;
     ssize_t r;
 
@@ -121,15 +188,7 @@ mm_headers(struct milter_chain *c, int fd, off_t off, uint64_t len)
         hend = got;
         c->body_off = got;
     }
-    for (i = 0; i < hend;) {
-        start = i;
-        do {
-            char *lf = memchr(h + i, '\n', hend - i);
-
-            i = lf != NULL ? (size_t)(lf - h) + 1 : hend;
-        } while (i < hend && (h[i] == ' ' || h[i] == '\t'));
-        mm_field(c, h + start, i - start);
-    }
+    mm_split(c, h, hend);
     free(h);
     c->body_len = len - c->body_off;
     c->body_off += (uint64_t)off;
@@ -170,6 +229,7 @@ mc_msg_start(struct mconn *m)
     m->hidx = 0;
     m->bpos = 0;
     m->in_msg = 1;
+    m->c->edits_mark = m->c->edits.n;
     mc_msg_pump(m);
 }
 
@@ -185,17 +245,31 @@ mm_send(struct mconn *m, uint32_t noreply)
 }
 
 
+/* mm_blen - the body's length as the current milter is to see it. */
+static uint64_t
+mm_blen(const struct milter_chain *c)
+{
+    return c->edits.body_set ? buf_avail(&c->edits.body) : c->body_len;
+}
+
+
 /* mm_body - the next chunk of the body; -1 when the read failed. */
 static int
 mm_body(struct mconn *m)
 {
     struct milter_chain *c = m->c;
     char                 chunk[MILTER_CHUNK_MAX];
-    uint64_t             left = c->body_len - m->bpos;
+    uint64_t             left = mm_blen(c) - m->bpos;
     size_t               want = left < sizeof(chunk) ? (size_t)left :
                              sizeof(chunk);
     ssize_t              r;
 
+    if (c->edits.body_set) {        /* an earlier milter's body */
+        milter_put(&m->out, SMFIC_BODY, buf_head(&c->edits.body) + m->bpos,
+            want);
+        m->bpos += want;
+        return 0;
+    }
     do
         r = pread(c->fd, chunk, want, (off_t)(c->body_off + m->bpos));
     while (r < 0 && errno == EINTR);
@@ -245,7 +319,7 @@ mm_next(struct mconn *m)
         c->cmdc = SMFIC_EOH;
         return mm_send(m, SMFIP_NR_EOH);
     case MM_BODY:
-        if ((m->proto & SMFIP_NOBODY) || m->bpos >= c->body_len) {
+        if ((m->proto & SMFIP_NOBODY) || m->bpos >= mm_blen(c)) {
             m->mstep = MM_EOM;
             return 0;
         }
@@ -437,6 +511,7 @@ mc_msg_reply(struct mconn *m, const struct milter_reply *r)
         ev_timer_stop(c->loop, &m->timer);
         if (m->expect == SMFIC_BODYEOB &&
             (r->cmd == SMFIR_CONTINUE || r->cmd == SMFIR_ACCEPT)) {
+            mm_carry(c);
             c->cur++;
             mc_step(c);
             return;

@@ -36,9 +36,10 @@ def env():
     d = tempfile.mkdtemp(prefix="mtad-milter-", dir="/dev/shm")
     os.chmod(d, 0o755)
     fm = FakeMilter()
+    fm2 = FakeMilter()
     sink = Sink().start()
     down = "inet:127.0.0.1:%d" % closed_port()
-    ports = [free_port() for _ in range(5)]
+    ports = [free_port() for _ in range(6)]
 
     def milter(sock, action):
         return [{"name": "m1", "socket": sock, "default_action": action,
@@ -61,16 +62,21 @@ def env():
          "milters": milter(down, "accept")},
         {"address": "127.0.0.1:%d" % ports[4],
          "milters": [dict(milter(fm.socket_spec, "tempfail")[0],
-                          skip=["connect", "helo", "body"])]}]
+                          skip=["connect", "helo", "body"])]},
+        {"address": "127.0.0.1:%d" % ports[5],
+         "milters": milter(fm.socket_spec, "tempfail") +
+         [dict(milter(fm2.socket_spec, "tempfail")[0], name="m2")]}]
     m.write_config()
     m.start()
     m.ports = ports
+    m.fm2 = fm2
     try:
         yield m, fm, sink
     finally:
         m.stop()
         sink.stop()
         fm.stop()
+        fm2.stop()
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -468,3 +474,24 @@ def test_protocol_error_and_edits_not_negotiated(env):
     assert got.mail_from == "a@example.org"
     assert b"\r\nX-Ok: 1\r\n" in got.data
     assert m.wait_log("not negotiated: ignored")
+
+
+def test_a_second_milter_sees_the_first_ones_edits(env):
+    m, fm, sink = env
+    fm2 = m.fm2
+    fm.script = {"eom": [("m", u32(1) + z("Subject", "first")),
+                         ("h", z("X-One", "1")),
+                         ("b", b"body of one\r\n"), ("c", b"")]}
+    fm2.script = {"eom": [("m", u32(1) + z("X-One", "2")),
+                          ("b", b"body of two\r\n"), ("c", b"")]}
+    n = len(sink.received())
+    assert session(m.ports[5])["data"].code == 250
+    got = sink.wait_for(n + 1)[n]
+    seen = headers(fm2.last())
+    assert ("Subject", "first") in seen and ("X-One", "1") in seen, seen
+    assert ("Subject", "hello") not in seen, seen
+    assert body(fm2.last()) == b"body of one\r\n"
+    head, _, rest = got.data.partition(b"\r\n\r\n")
+    assert rest == b"body of two\r\n"
+    assert b"\r\nSubject: first\r\n" in head + b"\r\n"
+    assert b"\r\nX-One: 2" in head and b"X-One: 1" not in head, head
