@@ -92,6 +92,7 @@ umod_test_tls_cache := tlspol
 umod_test_tlsrpt := tlspol
 umod_test_dane := tlspol
 umod_test_shape := shape
+umod_test_milter := milter
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
@@ -104,7 +105,7 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim fuzz soak install clean layering size deb
+.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim bench-milter fuzz soak install clean layering size deb
 all: $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
 	@:
 
@@ -198,7 +199,8 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
-                auth dsn stsd metrics sendmail routeline control chan bclass
+                auth dsn stsd metrics sendmail routeline control chan bclass \
+                milter
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -217,6 +219,7 @@ fmod_dsn := delivery
 fmod_stsd := delivery
 fmod_chan := common
 fmod_bclass := bclass
+fmod_milter := milter
 # A parser inside a program or a big module: its own file (fsrc_T) and the
 # modules it uses.
 fsrc_metrics := master/metrics_req.c
@@ -287,6 +290,11 @@ bench-tls: all
 # bench/deps installs postfix and opendkim with their services kept down).
 bench-dkim: all
 	@sh bench/deps && /usr/bin/python3 bench/dkim_bench.py
+
+# Opt-in: rspamd as a milter, mtad and Postfix asking the same rspamd
+# (bench/milter.py; bench/deps installs postfix and rspamd, services down).
+bench-milter: all
+	@sh bench/deps && /usr/bin/python3 bench/milter.py
 
 # The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
 # a seeded fault injector for DURATION seconds; fails on any lost, phantom

@@ -53,6 +53,7 @@ enum status_reject {
     STATUS_REJ_PREGREET,            /* 554 5.5.1 talked before the 220 */
     STATUS_REJ_DNSBL,               /* 554 5.7.1 screen.dnsbl score */
     STATUS_REJ_BANNED,              /* 421 at connect: limits.ban */
+    STATUS_REJ_MILTER,              /* a milter's reject or tempfail */
     STATUS_REJ_MAX
 };
 enum { STATUS_GREY_DEFERRED = 0, STATUS_GREY_PASSED, STATUS_GREY_ALLOWED };

@@ -26,7 +26,17 @@ struct bclass_rules;
 
 /* A server.listen entry: "host:port", or the mapping form
  * {address, proxy_protocol, proxy_from, role, tls, pregreet,
- * pregreet_multiline, dnsbl}. */
+ * pregreet_multiline, dnsbl, milters}. */
+/* One of a listener's milters (config_milter.c): socket is
+ * "inet:IP:port"; proto_off the SMFIP_NO* steps never sent. */
+struct config_milter {
+    char                    *name;
+    char                    *socket;
+    uint64_t                 connect_ms, command_ms, eom_ms;
+    int                      default_accept;   /* 0: tempfail */
+    uint32_t                 proto_off;
+};
+
 struct config_listen {
     char                    *spec;  /* as written: "127.0.0.1:2525" */
     struct sockaddr_storage  addr;
@@ -45,6 +55,8 @@ struct config_listen {
                                                not asked here) */
     int                      no_greylist;  /* greylist: false (not
                                                greylisted here) */
+    struct config_milter    *milters;      /* content filters, in order */
+    size_t                   nmilters;
 };
 
 /* A list of domains (greylist.allow_*_domains): lower case, no final dot;

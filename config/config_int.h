@@ -2,6 +2,7 @@
  * config_int.h - declarations shared by the parts of config/ (config.c,
  * config_util.c, config_listen.c, config_set.c, config_tls.c,
  * config_dkim.c, config_screen.c, config_egress.c).  Nothing outside config/ includes this.
+ * config_dkim.c, config_screen.c, config_milter.c).  Nothing outside config/ includes this.
  *
  * CONTRACT  struct config_parse is the state of one config_load(); every
  *           function here reports problems through config_addf() and never
@@ -173,6 +174,11 @@ void config_show_egress(FILE *f, const struct config *cfg, int pools);
 void config_free_domains(struct config_domains *d);
 void config_set_domains(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
+
+/* config_milter.c */
+void config_free_milters(struct config_milter *m, size_t n);
+int config_set_milters(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_milter **out, size_t *nout);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

@@ -1,6 +1,7 @@
 /*
  * config_listen.c - server.listen: each entry is "host:port" or a mapping
- * (address, proxy, proxy_from, role, tls, the screen's pregreet keys)
+ * (address, proxy, proxy_from, role, tls, the screen's pregreet keys,
+ * milters: config_milter.c)
  * checked by its own handler.
  */
 #include <arpa/inet.h>
@@ -197,6 +198,13 @@ config_listen_greylist(struct config_parse *p, const yaml_node_t *n,
     return 0;
 }
 
+static int
+config_listen_milters(struct config_parse *p, const yaml_node_t *n,
+    const char *path, struct config_listen *l)
+{
+    return config_set_milters(p, n, path, &l->milters, &l->nmilters);
+}
+
 
 static const struct config_listen_key config_listen_keys[] = {
     { "address", config_listen_address },
@@ -208,6 +216,7 @@ static const struct config_listen_key config_listen_keys[] = {
     { "pregreet_multiline", config_listen_multiline },
     { "dnsbl", config_listen_dnsbl },
     { "greylist", config_listen_greylist },
+    { "milters", config_listen_milters },
     { NULL, NULL }
 };
 
@@ -216,6 +225,7 @@ config_listen_free(struct config_listen *l)
 {
     free(l->spec);
     free(l->proxy_from);
+    config_free_milters(l->milters, l->nmilters);
     memset(l, 0, sizeof(*l));
 }
 
@@ -261,7 +271,8 @@ config_listen_map(struct config_parse *p, const yaml_node_t *n,
         if (k->name == NULL) {
             config_addf(p, &kn->start_mark, "%s: unknown key %s (expected "
                 "one of: address, proxy_protocol, proxy_from, role, tls, "
-                "pregreet, pregreet_multiline, dnsbl, greylist)", kpath,
+                "pregreet, pregreet_multiline, dnsbl, greylist, milters)",
+                kpath,
                 config_found(kn, show, sizeof(show)));
             bad = 1;
             continue;

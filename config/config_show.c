@@ -135,6 +135,38 @@ config_show_cidrs(FILE *f, const struct cidr *c, size_t n)
 
 /* config_show_listen - server.listen: the plain form for a plain entry,
  * the mapping for one with more than its address. */
+
+/* a listener's milters, in flow style, every key shown */
+static void
+config_show_milters(FILE *f, const struct config_milter *m, size_t n)
+{
+    static const char *const steps[] = { "connect", "helo", "mail", "rcpt",
+        "body", "headers", "eoh", NULL, NULL, "data" };
+    size_t i, b;
+    int    first;
+
+    fputs(", milters: [", f);
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%s{name: %s, socket: ", i ? ", " : "", m[i].name);
+        config_show_flowstr(f, m[i].socket, 1);
+        fputs(", timeouts: {connect: ", f);
+        config_show_duration(f, m[i].connect_ms);
+        fputs(", command: ", f);
+        config_show_duration(f, m[i].command_ms);
+        fputs(", eom: ", f);
+        config_show_duration(f, m[i].eom_ms);
+        fprintf(f, "}, default_action: %s, skip: [",
+            m[i].default_accept ? "accept" : "tempfail");
+        for (b = 0, first = 1; b < sizeof(steps) / sizeof(steps[0]); b++)
+            if (steps[b] != NULL && (m[i].proto_off & (1u << b))) {
+                fprintf(f, "%s%s", first ? "" : ", ", steps[b]);
+                first = 0;
+            }
+        fputs("]}", f);
+    }
+    fputc(']', f);
+}
+
 static void
 config_show_listen(FILE *f, const struct config *cfg)
 {
@@ -147,7 +179,7 @@ config_show_listen(FILE *f, const struct config *cfg)
         fputs(i ? ", " : "", f);
         if (l->proxy == 0 && l->role == CONFIG_ROLE_MX && !l->tls_implicit &&
             l->pregreet_ms == 0 && !l->pregreet_multiline && !l->no_dnsbl &&
-            !l->no_greylist) {
+            !l->no_greylist && l->nmilters == 0) {
             config_show_flowstr(f, l->spec, 1);
             continue;
         }
@@ -172,6 +204,8 @@ config_show_listen(FILE *f, const struct config *cfg)
             fputs(", dnsbl: false", f);
         if (l->no_greylist)
             fputs(", greylist: false", f);
+        if (l->nmilters > 0)
+            config_show_milters(f, l->milters, l->nmilters);
         fputc('}', f);
     }
     fputc(']', f);

@@ -80,7 +80,7 @@ static const char *const metrics_reject_names[STATUS_REJ_MAX] = {
     "relay_denied", "route_reject", "route_defer", "too_large",
     "bare_newline", "mail_loop", "too_many_recipients", "too_many_errors",
     "connection_limit", "connection_limit_per_ip", "overload",
-    "pregreet", "dnsbl", "banned"
+    "pregreet", "dnsbl", "banned", "milter"
 };
 
 static struct metrics *

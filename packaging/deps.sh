@@ -7,7 +7,7 @@ PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
 libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev
 python3-prometheus-client swaks procps iproute2 openssl libc-ares-dev nsd
 unbound ldnsutils dnsutils haproxy clang libclang-rt-14-dev libcrypt-dev
-libcurl4-openssl-dev"
+libcurl4-openssl-dev rspamd opendkim"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -18,5 +18,14 @@ echo "deps: installing:$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
 $SUDO apt-get update -qq
+# rspamd and opendkim are milters the tests start on their own ports: their
+# system services must not start (policy-rc.d 101 while apt runs, unless
+# one is there already).
+prc=/usr/sbin/policy-rc.d
+if [ ! -e "$prc" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$prc" >/dev/null
+    $SUDO chmod 0755 "$prc"
+    trap '$SUDO rm -f "$prc"' EXIT INT TERM
+fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 echo "deps: done"

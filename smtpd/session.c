@@ -483,7 +483,7 @@ sess_write(struct sess *s)
     /* held or waiting for the sync off the loop: nothing is read, and
      * the level-triggered loop must not report the input meanwhile */
     sess_watch(s, s->state == SS_AUTH_HOLD || s->state == SS_AUTH_WAIT ||
-        (s->flags & SF_SYNCQ) ? 0 : EV_READ);
+        s->state == SS_MILTER || (s->flags & SF_SYNCQ) ? 0 : EV_READ);
     if (s->state == SS_CMD && s->in.data != NULL && buf_avail(&s->in) > 0)
         sess_process(s);            /* commands paused at SESS_OUT_HIGH */
     else if (s->tp.ssl != NULL)
@@ -517,6 +517,10 @@ sess_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg)
             sess_free(s, "connection lost during the AUTH delay");
         else if (s->state == SS_AUTH_WAIT && (events & EV_ERROR))
             sess_free(s, "connection lost during the AUTH check");
+        else if (s->state == SS_MILTER && (events & EV_ERROR))
+            sess_free(s, "connection lost waiting for the milters");
+        else if (s->state == SS_MILTER)
+            sess_watch(s, 0);       /* input waits for the verdict */
         else if ((s->flags & SF_SYNCQ) && (events & EV_ERROR))
             /* reset while its sync runs: epoll reports ERR/HUP even with
              * no events watched, every turn until the fd goes, so keep it
@@ -559,10 +563,11 @@ sess_on_timer(struct ev_loop *loop, struct ev_timer *t, void *arg)
         sess_free(s, "timeout during TLS handshake");
         return;
     }
-    if (s->state == SS_COMMIT) {
+    if (s->state == SS_COMMIT || s->state == SS_MILTER) {
         /* the commit hook answers this turn; a sync off the loop may take
-         * longer: the command timeout starts again for after its 250 */
-        if (s->flags & SF_SYNCQ)
+         * longer, as the milters may (their own timeouts bound them):
+         * the command timeout starts again for after the answer */
+        if ((s->flags & SF_SYNCQ) || s->state == SS_MILTER)
             ev_timer_start(loop, &s->timer, s->d->cfg->command_timeout_ms);
         return;
     }
@@ -594,9 +599,11 @@ sess_on_life(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (s->state == SS_CLOSING)
         return;                     /* its own timer bounds the close */
-    if (s->state == SS_COMMIT) {
-        /* the hook answers this turn; a sync off the loop, soon */
-        ev_timer_start(loop, &s->life, (s->flags & SF_SYNCQ) ? 10 : 0);
+    if (s->state == SS_COMMIT || s->state == SS_MILTER) {
+        /* the hook answers this turn; a sync off the loop, soon; the
+         * milters within their timeouts */
+        ev_timer_start(loop, &s->life, (s->flags & SF_SYNCQ) ? 10 :
+            s->state == SS_MILTER ? 1000 : 0);
         return;
     }
     SESS_LOG_INFO(s, "session lifetime exceeded from [%s]:%u; session=%s",
@@ -694,6 +701,7 @@ sess_free(struct sess *s, const char *why)
     smtpd_auth_cancel(d, s->auth);  /* its hash's answer is dropped */
     smtpd_auth_sess_free(s->auth);
     sess_screen_free(s);
+    sess_milter_free(s);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -804,6 +812,7 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     log_ev(LOGL_INFO, "connect", LOG_KVS(SESS_CLIENT(s)),
         "connect from [%s]:%u session=%s", s->ip, (unsigned)s->port,
         s->sid);
+    sess_milter_begin(s, l);
     if (l != NULL && l->tls_implicit && d->tls_ctx != NULL) {
         /* RFC 8314: TLS from the first byte, the 220 inside it */
         s->greet_tls = 1;
@@ -867,7 +876,7 @@ smtpd_stop_all(struct smtpd *d, uint64_t linger_ms)
     for (s = d->sessions; s != NULL; s = next) {
         next = s->next;
         if (s->state == SS_COMMIT || s->state == SS_DATA ||
-            s->state == SS_BDAT)
+            s->state == SS_BDAT || s->state == SS_MILTER)
             continue;
         if (s->state == SS_TLS || s->state == SS_HANDSHAKE) {
             ev_timer_start(d->loop, &s->timer, 0);  /* closed, no 421 */

@@ -250,10 +250,7 @@ sess_limits(const struct config *cfg, char *out, size_t outsz)
 static void
 sess_ehlo(struct sess *s, struct str arg, int esmtp)
 {
-    const struct config *cfg = s->d->cfg;
     const char          *reply;
-    struct smtpd_auth_ctx actx;
-    char                 limits[64];
 
     if (smtp_parse_helo(arg, &reply) < 0) {
         sess_reply(s, reply);
@@ -264,6 +261,20 @@ sess_ehlo(struct sess *s, struct str arg, int esmtp)
         arg.n--;                    /* the name as validated, unpadded */
     free(s->helo);
     s->helo = xstrndup(arg.p, arg.n);
+    if (s->milter != NULL && sess_milter_helo(s, esmtp))
+        return;                     /* answered once the milters say */
+    sess_ehlo_reply(s, esmtp);
+}
+
+
+/* sess_ehlo_reply - the 250 to a HELO or EHLO whose name is s->helo. */
+void
+sess_ehlo_reply(struct sess *s, int esmtp)
+{
+    const struct config *cfg = s->d->cfg;
+    struct smtpd_auth_ctx actx;
+    char                 limits[64];
+
     if (!esmtp) {
         s->flags &= ~SF_ESMTP;
         sess_replyf(s, "250 %s", cfg->hostname);

@@ -93,6 +93,8 @@ sess_gone_queued(struct smtpd *d, struct sess_txn *t, uint64_t size)
         "its client left (no 250 was seen)", t->id, t->env.sender,
         (unsigned long long)size, t->env.nrcpt, t->sid);
     STATUS_ADD(d->st->msgs_in, 1);
+    if (sess_milter_hold(d, t, size))
+        return;                     /* quarantined: on hold */
     if (t->kenv != NULL) {
         t->kenv->body_size = size;
         deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
@@ -132,7 +134,9 @@ sess_queued(struct sess *s, uint64_t size)
     STATUS_ADD(d->st->msgs_in, 1);
     s->njunk = 0;                   /* a client that sends mail is no idler */
     sess_push(s);                   /* the 250 first, then the delivery */
-    if (t->kenv != NULL) {
+    if (sess_milter_hold(d, t, size)) {
+        /* quarantined: on hold */
+    } else if (t->kenv != NULL) {
         t->kenv->body_size = size;
         deliver_submit_kept(d->deliver, t->kenv, t->kfd, t->koff);
         t->kenv = NULL;             /* delivery's now, and the fd too */

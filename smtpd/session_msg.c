@@ -64,6 +64,7 @@ sess_txn_free(struct sess *s)
 
     if (t == NULL)
         return;
+    sess_milter_abort(s);           /* the milters end it too */
     if (sess_commit_leave(s))
         return;                     /* the group commit ends it */
     sess_txn_release(t);
@@ -244,7 +245,6 @@ static void
 sess_finish_msg(struct sess *s)
 {
     struct sess_txn *t = s->txn;
-    struct smtpd   *d = s->d;
     uint64_t         size;
     int              rc;
 
@@ -271,6 +271,21 @@ sess_finish_msg(struct sess *s)
         sess_storage_fail(s);
         return;
     }
+    if (s->milter != NULL && sess_milter_eom(s))
+        return;                     /* committed once the milters say */
+    sess_finish_commit(s, size);
+}
+
+
+/* sess_finish_commit - a finished message of size bytes: commit it now
+ * (no fsync) or join this turn's group commit. */
+void
+sess_finish_commit(struct sess *s, uint64_t size)
+{
+    struct sess_txn *t = s->txn;
+    struct smtpd    *d = s->d;
+    int              rc;
+
     if (!d->cfg->spool_fsync) {
         rc = spool_commit(t->msg);
         if (rc != SPOOL_OK) {
@@ -471,6 +486,8 @@ sess_mail(struct sess *s, struct str arg)
     memcpy(t->sid, s->sid, sizeof(t->sid));
     s->txn = t;
     s->nmail++;
+    if (s->milter != NULL && sess_milter_mail(s, arg))
+        return;                     /* answered once the milters say */
     sess_reply(s, "250 2.1.0 Ok");
 }
 
@@ -561,6 +578,22 @@ sess_rcpt(struct sess *s, struct str arg)
     if (sess_rcpt_route(s, r.addr) < 0 || sess_grey_rcpt(s, r.addr) < 0 ||
         sess_quota_rcpt(s, r.addr) < 0)
         return;
+    if (s->milter != NULL && sess_milter_rcpt(s, &r, arg))
+        return;                     /* added once the milters say */
+    sess_rcpt_add(s, &r);
+}
+
+
+/* sess_rcpt_add - r joins the envelope: 250. */
+void
+sess_rcpt_add(struct sess *s, const struct smtp_rcpt *r)
+{
+    struct sess_txn   *t = s->txn;
+    struct spool_rcpt *sr;
+    size_t             need;
+
+    need = strlen(r->addr) + 1 + (r->orcpt[0] ? strlen(r->orcpt) + 1 : 0) +
+        2 * sizeof(*sr);
     t->env_bytes += need;
     if (t->env.nrcpt == t->rcap) {
         t->rcap = t->rcap ? t->rcap * 2 : 4;
@@ -568,9 +601,9 @@ sess_rcpt(struct sess *s, struct str arg)
     }
     sr = &t->env.rcpt[t->env.nrcpt++];
     memset(sr, 0, sizeof(*sr));
-    sr->addr = xstrdup(r.addr);
-    sr->orcpt = r.orcpt[0] ? xstrdup(r.orcpt) : NULL;
-    sr->notify = r.notify;
+    sr->addr = xstrdup(r->addr);
+    sr->orcpt = r->orcpt[0] ? xstrdup(r->orcpt) : NULL;
+    sr->notify = r->notify;
     sess_reply(s, "250 2.1.5 Ok");
 }
 
@@ -595,6 +628,16 @@ sess_data(struct sess *s, struct str arg)
         return;
     }
     smtp_data_init(&t->dp, s->d->cfg->bare_newline_accept);
+    if (s->milter != NULL && sess_milter_data(s))
+        return;                     /* the 354 once the milters say */
+    sess_data_go(s);
+}
+
+
+/* sess_data_go - the 354: the content follows. */
+void
+sess_data_go(struct sess *s)
+{
     sess_reply(s, "354 End data with <CR><LF>.<CR><LF>");
     sess_enter(s, SS_DATA);
 }

@@ -143,9 +143,13 @@ enum sess_state {
     SS_AUTH_HOLD,                   /* a failed AUTH's reply held back
                                        (auth.failure_delay): nothing is
                                        read until the timer answers it */
-    SS_AUTH_WAIT                    /* an AUTH password being hashed off
+    SS_AUTH_WAIT,                   /* an AUTH password being hashed off
                                        the loop: nothing is read until
                                        the answer comes (sess_auth_done) */
+    SS_MILTER                       /* a command or the message waits for
+                                       the milters' verdict: nothing is
+                                       read until it comes
+                                       (session_milter.c) */
 };
 
 #define SF_ESMTP     0x01u          /* EHLO (not HELO) was used */
@@ -192,6 +196,10 @@ struct sess_txn {
     struct spool_env *kenv;
     int               kfd;
     off_t             koff;
+    /* the milters' verdicts (session_milter.c): the message is dropped
+     * after its 250 (discard), or committed on hold (quarantine) */
+    int               milter_discard;
+    int               milter_hold;
 };
 
 struct sess {
@@ -230,6 +238,7 @@ struct sess {
     uint8_t           greet_tls;     /* implicit TLS: 220 after handshake */
     struct sess_screen *screen;      /* SS_SCREEN's state; NULL after */
     char              qerr[400];     /* a quota's 452 (session_quota.c) */
+    struct sess_milter *milter;      /* the listener's milters; NULL: none */
 };
 
 /* session.c: life cycle, I/O, replies, timers, stop */
@@ -278,6 +287,32 @@ const char *sess_quota_data(struct sess *s);
 void    sess_ban_note(struct sess *s);
 /* Queue the 220 (first_of_two: its "220-" line, the 220 comes later). */
 void    sess_greet(struct sess *s, int first_of_two);
+
+/* session_milter.c: the listener's milters (NULL s->milter: none, and
+ * none of these is called).  begin: at connect, the listener's milters
+ * noted (they are connected and sent the connect stage at the first
+ * HELO/EHLO).  helo, mail, rcpt, data, eom:
+ * 1 when the session now waits in SS_MILTER (the command is answered,
+ * or the message committed, once the milters say), 0 when the caller
+ * goes on as without milters (the verdict was known at once: nothing
+ * was sent, or the answer was already given and the session goes on). */
+void    sess_milter_begin(struct sess *s, const struct config_listen *l);
+void    sess_milter_free(struct sess *s);
+int     sess_milter_helo(struct sess *s, int esmtp);
+int     sess_milter_mail(struct sess *s, struct str arg);
+int     sess_milter_rcpt(struct sess *s, const struct smtp_rcpt *r,
+            struct str arg);
+int     sess_milter_data(struct sess *s);
+int     sess_milter_eom(struct sess *s);
+void    sess_milter_abort(struct sess *s);     /* the transaction ends */
+/* After the commit: a quarantined message is put on hold (its state
+ * saved held) before delivery hears of it.  1 when it was. */
+int     sess_milter_hold(struct smtpd *d, struct sess_txn *t, uint64_t size);
+/* the answers that go on where the milters had the session wait */
+void    sess_ehlo_reply(struct sess *s, int esmtp);
+void    sess_rcpt_add(struct sess *s, const struct smtp_rcpt *r);
+void    sess_data_go(struct sess *s);
+void    sess_finish_commit(struct sess *s, uint64_t size);
 
 /* session_cmd.c: the command table */
 /* Where a session is in the mail transaction: what the command table

@@ -213,6 +213,10 @@ int     spool_head_fill(struct spool_msg *m, const void *p, size_t n);
  * buffer (256 KiB), else SPOOL_ELATE and nothing changes.  A message
  * created with requiretls set keeps it (SPOOL_OK, nothing added). */
 int     spool_mark_tls_optional(struct spool_msg *m);
+/* After spool_finish(): m's file, open (still m's: never close it), and
+ * where its body starts, to read the message back (the milters); -1
+ * when the file is closed. */
+int     spool_msg_fd(const struct spool_msg *m, off_t *body_off);
 /* spool_commit() frees m only on SPOOL_OK; on failure m stays valid and
  * the caller must spool_abort() it (nothing is left in queue/). */
 int     spool_commit(struct spool_msg *m);               /* fsync?, rename; frees m */

@@ -706,3 +706,11 @@ spool_abort(struct spool_msg *m)
     unlinkat(m->sp->tmpfd, m->tmpid, 0);    /* gone already after a rename */
     spool_msg_free(m);
 }
+
+
+int
+spool_msg_fd(const struct spool_msg *m, off_t *body_off)
+{
+    *body_off = (off_t)m->body_off;
+    return m->finished ? m->fd : -1;
+}

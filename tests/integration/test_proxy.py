@@ -47,7 +47,7 @@ routes:
      r"relay.yaml:5:7: server.listen\[1\].proxy_protcol: unknown key "
      r"'proxy_protcol' \(expected one of: address, proxy_protocol, "
      r"proxy_from, role, tls, pregreet, pregreet_multiline, dnsbl, "
-     r"greylist\)"),
+     r"greylist, milters\)"),
     ('    - address: "127.0.0.1:2526"\n      proxy_protocol: v3\n'
      '      proxy_from: [10.0.0.0/8]\n',
      r"relay.yaml:5:23: server.listen\[1\].proxy_protocol: expected v1, v2 "

@@ -135,7 +135,7 @@ static const struct {
     { "    - address: \"127.0.0.1:1\"\n      backlog: 10\n",
       "relay.yaml:4:7: server.listen[0].backlog: unknown key 'backlog' "
       "(expected one of: address, proxy_protocol, proxy_from, role, tls, "
-      "pregreet, pregreet_multiline, dnsbl, greylist)" },
+      "pregreet, pregreet_multiline, dnsbl, greylist, milters)" },
     { "    - address: \"127.0.0.1:1\"\n      pregreet: soon\n",
       "relay.yaml:4:17: server.listen[0].pregreet: expected a duration" },
     { "    - address: \"127.0.0.1:1\"\n      pregreet: 2m\n",
