@@ -8,7 +8,7 @@
 #   every library it uses.
 # deps_<m>: every module <m> may use, directly or through another (the
 #   closure: a module that uses x also lists what x uses).  Dependencies
-#   point down: common <- smtp, dns, sts, proxy, dkim <- router, spool <-
+#   point down: common <- smtp, dns, sts, proxy, dkim, sasl <- router, spool <-
 #   config <- tlspol <- delivery <- smtpd <- worker <- master.  config uses
 #   dkim to check the DKIM keys at load; mtactl and sendmail are programs
 #   (mtactl uses delivery for `tls check`).
@@ -16,10 +16,11 @@
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts common
+MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts sasl common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
+deps_sasl     := common
 deps_proxy    := common
 deps_smtp     := common
 deps_router   := smtp common
@@ -28,9 +29,9 @@ deps_dkim     := common
 deps_config   := dkim router smtp proxy dns common
 deps_tlspol   := spool router smtp dns sts common
 deps_delivery := tlspol config dkim spool router smtp proxy dns sts common
-deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
+deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts sasl common
+deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts sasl common
+deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts sasl common
 deps_mtactl   := delivery tlspol config dkim spool router smtp proxy dns sts common
 deps_sendmail := config dkim router smtp proxy dns common
 pub_common    := *
