@@ -86,9 +86,12 @@ service auth {{
         self.proc = None
 
     def start(self):
+        # a process group of its own: its auth process outlives the master
+        # while clients are connected, and a stop stops them all
         self.proc = subprocess.Popen([DOVECOT, "-F", "-c", self.conf],
                                      stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log + ".err", "ab"))
+                                     stderr=open(self.log + ".err", "ab"),
+                                     start_new_session=True)
 
         def up():
             if self.proc.poll() is not None:
@@ -113,25 +116,27 @@ service auth {{
         return out[-3000:]
 
     def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        pgid = self.proc.pid             # its own session: pgid == pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(pgid, signal.SIGKILL)
             self.proc.wait(5)
-        # the master leaves its auth children to exit on their own
-        wait_for(lambda: not os.path.exists(self.sock) or not self._alive(),
-                 timeout=10, what="dovecot's socket gone")
 
-    def _alive(self):
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(self.sock)
-            return True
-        except OSError:
-            return False
+        def gone():
+            try:
+                os.killpg(pgid, 0)
+                return False
+            except ProcessLookupError:
+                return True
+        wait_for(gone, timeout=10, what="dovecot's processes gone")
+        self.proc = None
 
 
 @pytest.fixture
@@ -216,8 +221,11 @@ def test_plain_and_login(mtad_factory, dovecot, hole):
     s.close()
     text = m.wait_log("authenticated as bob@example.org (LOGIN)")
     assert "authenticated as alice (PLAIN)" in text
-    assert re.search(r"failed for user alice \(PLAIN\), failure 1 of", text), \
-        text[-2000:]
+    assert re.search(r"failed for user bob@example.org \(LOGIN\), failure 1 "
+                     r"of 5", text), text[-2000:]
+    assert re.search(r"failed for user alice \(PLAIN\), failure 2 of 5", text)
+    assert re.search(r"failed for user mallory \(PLAIN\), failure 3 of 5",
+                     text)
     # an unadvertised mechanism
     s = smtp(m)
     assert s.docmd("AUTH", "CRAM-MD5")[0] == 504
@@ -243,8 +251,10 @@ def test_requests_share_one_connection(mtad_factory, dovecot, hole):
 
     def one(i):
         good = i % 2 == 0
+        # an address each: failures count per address
         s, code, _ = auth_plain(m, b"alice",
-                                b"s3cret pass" if good else b"bad")
+                                b"s3cret pass" if good else b"bad",
+                                source="127.0.0.%d" % (10 + i))
         s.close()
         results.append((good, code))
     ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
@@ -288,8 +298,9 @@ def test_dovecot_down_then_back(mtad_factory, dovecot, hole):
         s.close()
     dovecot.start()
     wait_auth_ready(m)
-    assert m.log_text().count("auth: dovecot %s: connected" % dovecot.sock) \
-        == 2
+    wait_for(lambda: m.log_text().count("auth: dovecot %s: connected"
+                                        % dovecot.sock) == 2,
+             what="the second connect in the log")
 
 
 def test_inet_listener(mtad_factory, dovecot, hole):
