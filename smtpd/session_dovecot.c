@@ -256,6 +256,26 @@ smtpd_dc_ready(struct smtpd_dc *dc)
 }
 
 
+/* smtpd_dc_user_ok - a login mtad can use: 1..255 bytes, no space or
+ * control character (as auth.password_file's names).  It goes into the
+ * log (escaped), submission.sender_login_match and, with
+ * auth.received_header, the Received: header, where a CR or LF from the
+ * backend would start a header of its own; a cut name could match
+ * another user's addresses. */
+static int
+smtpd_dc_user_ok(const char *u)
+{
+    size_t i;
+
+    if (u == NULL || u[0] == '\0' || strlen(u) > 255)
+        return 0;
+    for (i = 0; u[i] != '\0'; i++)
+        if ((unsigned char)u[i] <= ' ' || u[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+
 /* smtpd_dc_answer - OK, CONT or FAIL for a request. */
 static void
 smtpd_dc_answer(struct smtpd_dc *dc, const struct sasl_line *l)
@@ -275,12 +295,13 @@ smtpd_dc_answer(struct smtpd_dc *dc, const struct sasl_line *l)
     }
     sl->id = 0;
     sl->owner = NULL;
-    if (l->kind == SASL_OK && l->user != NULL && l->user[0] != '\0') {
+    if (l->kind == SASL_OK && smtpd_dc_user_ok(l->user)) {
         kind = SMTPD_DC_OK;
         text = l->user;
     } else if (l->kind == SASL_OK) {
         kind = SMTPD_DC_TEMP;
-        text = "dovecot said OK without a user name";
+        text = "dovecot said OK without a usable user name (none, over "
+            "255 bytes, or with a space or control character)";
     } else {
         kind = (l->fail_flags & SASL_FAIL_TEMP) ? SMTPD_DC_TEMP
                                                 : SMTPD_DC_FAIL;
@@ -560,7 +581,8 @@ smtpd_dc_slot_take(struct smtpd_dc *dc, void *owner)
         dc->seq = dc->seq % 0x7fffffu + 1;  /* ids 1..2^31-1: a long */
         sl->id = (dc->seq << 8) | (uint32_t)(sl - dc->slot);
         sl->owner = owner;
-        sl->wait = 1;
+        sl->wait = 0;               /* 1 once its line is out: a close
+                                       while it is sent fails nobody */
         return sl;
     }
     return NULL;
@@ -599,6 +621,7 @@ smtpd_dc_auth(struct smtpd_dc *dc, const struct smtpd_dc_req *r, void *owner)
     }
     OPENSSL_cleanse(b.data, b.cap);
     buf_free(&b);
+    sl->wait = 1;
     ev_timer_start(dc->loop, &sl->timer, dc->cfg->auth_dovecot_timeout_ms);
     return id;
 }
@@ -616,7 +639,6 @@ smtpd_dc_cont(struct smtpd_dc *dc, long id, struct str b64)
         return -1;
     buf_init(&b);
     buf_printf(&b, "CONT\t%u\t%.*s\n", (unsigned)sl->id, (int)b64.n, b64.p);
-    sl->wait = 1;
     rc = smtpd_dc_send(dc, buf_head(&b), buf_avail(&b));
     OPENSSL_cleanse(b.data, b.cap);
     buf_free(&b);
@@ -627,6 +649,7 @@ smtpd_dc_cont(struct smtpd_dc *dc, long id, struct str b64)
         }
         return -1;
     }
+    sl->wait = 1;
     ev_timer_start(dc->loop, &sl->timer, dc->cfg->auth_dovecot_timeout_ms);
     return 0;
 }

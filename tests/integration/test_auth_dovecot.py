@@ -314,18 +314,17 @@ def test_inet_listener(mtad_factory, dovecot, hole):
     s.close()
 
 
-class Mute:
-    """An auth-client socket that does the handshake, then never answers
-    a request."""
+class FakeAuth:
+    """An auth-client socket that does Dovecot's handshake, then answers
+    each AUTH with answer % id (None: never answers)."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, answer=None):
+        self.path, self.answer = path, answer
         self.l = socket.socket(socket.AF_UNIX)
         self.l.bind(path)
         self.l.listen(4)
         self.conns = []
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
+        threading.Thread(target=self.run, daemon=True).start()
 
     def run(self):
         while True:
@@ -333,18 +332,32 @@ class Mute:
                 c, _ = self.l.accept()
             except OSError:
                 return
+            self.conns.append(c)
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        try:
             c.sendall(b"VERSION\t1\t2\nMECH\tPLAIN\tplaintext\nSPID\t1\n"
                       b"CUID\t1\nCOOKIE\t00\nDONE\n")
-            self.conns.append(c)
+            f = c.makefile("rb")
+            for line in f:
+                if line.startswith(b"AUTH\t") and self.answer is not None:
+                    c.sendall(self.answer % int(line.split(b"\t")[1]))
+        except OSError:
+            pass
 
     def close(self):
         self.l.close()
         for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             c.close()
 
 
 def test_timeout_is_454(mtad_factory, workdir, hole):
-    mute = Mute(os.path.join(workdir, "mute.sock"))
+    mute = FakeAuth(os.path.join(workdir, "mute.sock"))
     try:
         m = start_mtad(mtad_factory, mute.path, hole,
                        auth={"dovecot_timeout": "300ms"})
@@ -358,6 +371,32 @@ def test_timeout_is_454(mtad_factory, workdir, hole):
         m.wait_log("no answer within auth.dovecot_timeout")
     finally:
         mute.close()
+
+
+@pytest.mark.parametrize("answer,logged", [
+    # a login that would write a header of its own into Received:
+    (b"OK\t%d\tuser=evil\001nX-Injected: yes\n", "usable user name"),
+    (b"OK\t%d\n", "usable user name"),
+    # a challenge that is not base64 would reach the client as is
+    (b"CONT\t%d\t334 fake\n", "a malformed line from dovecot"),
+])
+def test_bad_answers_are_not_logins(mtad_factory, workdir, hole, answer,
+                                    logged):
+    fake = FakeAuth(os.path.join(workdir, "fake.sock"), answer)
+    try:
+        m = start_mtad(mtad_factory, fake.path, hole,
+                       auth={"received_header": True})
+        m.wait_log("connected; mechanisms: PLAIN")
+        s, code, text = auth_plain(m, b"alice", b"s3cret pass")
+        assert (code, text[:5]) == (454, b"4.7.0"), (code, text)
+        # not authenticated: relaying from 127.0.0.2 is still refused
+        assert s.docmd("MAIL", "FROM:<evil@example.org>")[0] == 250
+        assert s.docmd("RCPT", "TO:<x@remote.test>")[0] >= 500
+        s.close()
+        text = m.wait_log(logged)
+        assert "authenticated as" not in text
+    finally:
+        fake.close()
 
 
 def test_check_errors(mtad_factory, workdir):
