@@ -15,6 +15,13 @@
  *           gets is more connections to Dovecot's auth-client socket,
  *           which it was given anyway.  The master connects as root:
  *           the socket need not be open to the workers' user.
+ * PATH      The master connects as root, so it connects only a socket whose
+ *           directory nobody but root (or the master's euid) can change
+ *           (safefs_dir_trusted: no one else could put a fake auth server
+ *           there, whose every OK would be a login that may relay), and
+ *           it connects through that directory's descriptor
+ *           (/proc/self/fd/N/NAME), so the directory checked is the one
+ *           connected in, whatever is renamed meanwhile.
  * LIMITS    At most one connect per worker per MASTER_AUTH_GAP_MS (the
  *           worker backs off on its own; this bounds a worker that does
  *           not); a request past it is refused with a reason.  The connect
@@ -34,6 +41,7 @@
 
 #include "common/chan.h"
 #include "common/log.h"
+#include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "master/master_int.h"
@@ -50,6 +58,41 @@ master_auth_refuse(struct slot *s, const char *why)
 }
 
 
+/* master_auth_open - path connected, through its trusted directory; the
+ * socket, or -1 with why in err. */
+static int
+master_auth_open(const char *path, char *err, size_t errsz)
+{
+    struct sockaddr_un sun;
+    const char        *name;
+    int                dfd, fd = -1, n;
+
+    dfd = safefs_open_parent(path, &name, err, errsz);
+    if (dfd < 0)
+        return -1;
+    if (safefs_dir_trusted(dfd, path, err, errsz) != 0) {
+        close(dfd);
+        return -1;
+    }
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    n = snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d/%s",
+        dfd, name);
+    if (n < 0 || (size_t)n >= sizeof(sun.sun_path))
+        snprintf(err, errsz, "%s: the name is too long", path);
+    else if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+        SOCK_CLOEXEC, 0)) < 0)
+        snprintf(err, errsz, "socket: %s", strerror(errno));
+    else if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+        snprintf(err, errsz, "%s", strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    close(dfd);
+    return fd;
+}
+
+
 void
 master_auth_connect(struct master *m, struct slot *s, unsigned idx)
 {
@@ -58,6 +101,7 @@ master_auth_connect(struct master *m, struct slot *s, unsigned idx)
     unsigned                sslen;
     const char             *why;
     uint64_t                now = util_now_ms();
+    char                    err[512];
     int                     fd;
 
     if (g == NULL || !config_auth_dovecot(g->cfg) ||
@@ -76,14 +120,10 @@ master_auth_connect(struct master *m, struct slot *s, unsigned idx)
         }
         master_auth_last[idx] = now;
     }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = master_auth_open(((struct sockaddr_un *)&ss)->sun_path, err,
+        sizeof(err));
     if (fd < 0) {
-        master_auth_refuse(s, strerror(errno));
-        return;
-    }
-    if (connect(fd, (struct sockaddr *)&ss, sslen) != 0) {
-        master_auth_refuse(s, strerror(errno));
-        close(fd);
+        master_auth_refuse(s, err);
         return;
     }
     if (chan_send(s->chan, CHAN_AUTH_SOCKET, NULL, 0, fd) < 0)

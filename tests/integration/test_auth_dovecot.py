@@ -433,3 +433,29 @@ def test_check_errors(mtad_factory, workdir):
     r = subprocess.run([MTAD, "-t", "-c", m.cfg_path],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
+
+
+def test_socket_in_a_directory_others_may_change(mtad_factory, workdir, hole):
+    """The master connects as root: not to a socket whose directory
+    anyone could put a fake auth server in (every OK would be a login)."""
+    d = os.path.join(workdir, "open")
+    os.makedirs(d)
+    os.chmod(d, 0o777)
+    fake = FakeAuth(os.path.join(d, "auth.sock"),
+                    b"OK\t%d\tuser=alice\n")
+    try:
+        m = start_mtad(mtad_factory, fake.path, hole)
+        m.wait_log("directory writable by anyone")
+        s, code, text = auth_plain(m, b"alice", b"anything")
+        assert (code, text[:5]) == (454, b"4.7.0"), (code, text)
+        s.close()
+        assert "authenticated as" not in m.log_text()
+        # the same server in a directory only root changes: connected
+        os.chmod(d, 0o755)
+        def ok():
+            s, code, _ = auth_plain(m, b"alice", b"anything")
+            s.close()
+            return code == 235
+        wait_for(ok, timeout=15, what="AUTH once the directory is root's")
+    finally:
+        fake.close()
