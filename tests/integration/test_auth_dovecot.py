@@ -270,16 +270,37 @@ def test_requests_share_one_connection(mtad_factory, dovecot, hole):
 
 
 def test_failures_counted_and_banned(mtad_factory, dovecot, hole):
+    """Dovecot's FAILs count as the file's: auth.max_failures (421), and
+    toward limits.ban as 5xx replies."""
     m = start_mtad(mtad_factory, dovecot.sock, hole,
                    auth={"max_failures": 2})
+    m.stop()
+    m.cfg["limits"] = {"ban": {"errors": 2, "window": "1m",
+                               "duration": "1h"}}
+    m.write_config()
+    m.start()
     wait_auth_ready(m)
-    for _ in range(2):
+    # the failure that reaches max_failures is answered 421 (and closes);
+    # later AUTHs from the address get 421 unchecked, even the right one
+    for want in (535, 421):
         s, code, _ = auth_plain(m, b"alice", b"bad", source="127.0.0.3")
+        assert code == want
         s.close()
     s, code, text = auth_plain(m, b"alice", b"s3cret pass",
                                source="127.0.0.3")
     assert code == 421, (code, text)
     s.close()
+    # a second 5xx (an unknown command) after the 535: banned at connect
+    s = smtp(m, "127.0.0.3")
+    assert s.docmd("BOGUS")[0] == 500
+    s.close()
+    s = socket.create_connection(("127.0.0.1", m.port), 10,
+                                 source_address=("127.0.0.3", 0))
+    s.settimeout(10)
+    first = s.recv(512)
+    s.close()
+    assert first.startswith(b"421 4.7.0 mx.test.example Too many errors"), \
+        first
 
 
 def test_dovecot_down_then_back(mtad_factory, dovecot, hole):
