@@ -480,3 +480,37 @@ def test_socket_in_a_directory_others_may_change(mtad_factory, workdir, hole):
         wait_for(ok, timeout=15, what="AUTH once the directory is root's")
     finally:
         fake.close()
+
+
+def test_over_starttls(mtad_factory, dovecot, hole, workdir):
+    """Without allow_plaintext_loopback AUTH waits for TLS (538 before,
+    not in EHLO); over TLS Dovecot is told "secured" and says OK."""
+    import smtplib
+    import ssl
+    from mtadtest import make_keyed_cert
+    cert, key = make_keyed_cert(workdir, "server", "ec")
+    m = mtad_factory()
+    m.cfg["server"]["workers"] = 1
+    m.cfg["tls"] = {"cert_file": cert, "key_file": key}
+    m.cfg["relay"] = {"allow_networks": ["127.0.0.1/32"]}
+    m.cfg["routes"]["default"] = hole.route()
+    m.cfg["auth"] = {"backend": "dovecot", "dovecot_socket": dovecot.sock}
+    m.write_config()
+    m.start()
+    m.wait_log("auth: dovecot %s: connected" % dovecot.sock)
+    s = smtplib.SMTP("127.0.0.1", m.port, timeout=10,
+                     source_address=("127.0.0.2", 0))
+    s.ehlo("client.test")
+    assert "auth" not in s.esmtp_features
+    assert s.docmd("AUTH", "PLAIN " + b64(b"\0alice\0s3cret pass"))[0] == 538
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    s.starttls(context=ctx)
+    s.ehlo("client.test")
+    assert s.esmtp_features["auth"].split() == ["PLAIN", "LOGIN"]
+    assert s.login("alice", "s3cret pass")[0] == 235
+    assert s.sendmail("alice@example.org", ["rcpt@remote.test"],
+                      make_message(1)) == {}
+    s.quit()
+    m.wait_log("authenticated as alice (PLAIN)")
