@@ -195,7 +195,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
-                auth dsn stsd metrics sendmail routeline control chan sasl
+                auth dsn stsd metrics sendmail routeline control chan sasl dovecot
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -214,6 +214,7 @@ fmod_dsn := delivery
 fmod_stsd := delivery
 fmod_chan := common
 fmod_sasl := sasl
+fmod_dovecot := smtpd
 # A parser inside a program or a big module: its own file (fsrc_T) and the
 # modules it uses.
 fsrc_metrics := master/metrics_req.c
