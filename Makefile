@@ -78,6 +78,7 @@ umod_test_dns_rbl := dns
 umod_test_grey := grey
 umod_test_sts := sts
 umod_test_proxy := proxy
+umod_test_sasl := sasl
 umod_test_config_listen := config
 umod_test_deliver := delivery
 umod_test_deliver_queue := delivery
@@ -200,7 +201,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
                 auth dsn stsd metrics sendmail routeline control chan bclass \
-                milter
+                milter sasl dovecot
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -220,6 +221,8 @@ fmod_stsd := delivery
 fmod_chan := common
 fmod_bclass := bclass
 fmod_milter := milter
+fmod_sasl := sasl
+fmod_dovecot := smtpd
 # A parser inside a program or a big module: its own file (fsrc_T) and the
 # modules it uses.
 fsrc_metrics := master/metrics_req.c

@@ -17,8 +17,14 @@ PURPOSE   Starts bench/smtpsink and one mtad (loopback, a spool on
           and how long the
           flood took, and how many AUTHs were answered 535 (checked) and
           454 (the worker's hashing queue was full).
+DOVECOT   --dovecot: the same, with auth.backend: dovecot: a dovecot -F of
+          its own (Debian's dovecot-core, only its auth service, its
+          config and auth-client socket in the run's directory) checks
+          the same yescrypt hash ({CRYPT} in a passwd-file), with
+          auth_failure_delay = 0 (mtad holds failures back itself).  The
+          hashes then run in Dovecot's auth process, not in mtad.
 CONTRACT  bench/auth_stall.py [--mtad PATH] [--clients 400] [--sessions 20]
-                              [--workers 2] [--limit 120]
+                              [--workers 2] [--limit 120] [--dovecot]
           Run as root (mtad drops to the "mtad" user) after `make`.  Prints
           one "key=value ..." line; exit 0 when every AUTH was answered
           535 or 454, 1
@@ -61,11 +67,81 @@ def yescrypt(password):
                      lib.crypt_gensalt(b"$y$", 0, None, 0)).decode()
 
 
-def config(d, port, sink, workers):
+DOVECOT_CONF = """base_dir = %(d)s/dc
+state_dir = %(d)s/dc
+log_path = %(d)s/dovecot.log
+protocols =
+listen = 127.0.0.1
+ssl = no
+auth_mechanisms = plain login
+auth_failure_delay = 0
+default_internal_user = root
+default_internal_group = root
+default_login_user = root
+passdb {
+  driver = passwd-file
+  args = %(d)s/dc-passwd
+}
+userdb {
+  driver = static
+  args = uid=root gid=root home=%(d)s
+}
+service auth {
+  unix_listener auth-client {
+    path = %(d)s/auth-client
+    mode = 0600
+  }
+}
+"""
+
+
+def start_dovecot(d):
+    """dovecot -F with only its auth service; its own process group (its
+    auth process outlives the master while clients are connected)."""
+    os.makedirs(os.path.join(d, "dc"), exist_ok=True)
+    with open(os.path.join(d, "dc-passwd"), "w") as f:
+        f.write("alice:{CRYPT}%s\n" % yescrypt("s3cret pass"))
+    conf = os.path.join(d, "dovecot.conf")
+    with open(conf, "w") as f:
+        f.write(DOVECOT_CONF % dict(d=d))
+    p = subprocess.Popen(["dovecot", "-F", "-c", conf], stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(d, "dovecot.err"), "wb"),
+                         start_new_session=True)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError("dovecot exited: %s" % open(
+                os.path.join(d, "dovecot.err")).read()[-500:])
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(os.path.join(d, "auth-client"))
+            return p
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("dovecot's auth-client socket did not appear")
+
+
+def stop_group(p):
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(5)
+
+
+def config(d, port, sink, workers, dovecot=False):
     pw = os.path.join(d, "passwd")
     with open(pw, "w") as f:
         f.write("alice:%s\n" % yescrypt("s3cret pass"))
     os.chmod(pw, 0o600)
+    auth = "  password_file: %s\n" % pw
+    if dovecot:
+        auth = ("  backend: dovecot\n  dovecot_socket: %s/auth-client\n"
+                "  dovecot_timeout: 30s\n" % d)
     text = """server:
   hostname: mx.bench.example
   listen: ["127.0.0.1:%d"]
@@ -83,12 +159,11 @@ relay:
 limits:
   max_connections_per_ip: 1000
 auth:
-  password_file: %s
-  allow_plaintext_loopback: true
+%s  allow_plaintext_loopback: true
 log:
   file: %s/mtad.log
   level: warn
-""" % (port, workers, d, d, d, d, sink, pw, d)
+""" % (port, workers, d, d, d, d, sink, auth, d)
     path = os.path.join(d, "relay.yaml")
     with open(path, "w") as f:
         f.write(text)
@@ -184,20 +259,25 @@ def main():
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=float, default=120.0)
+    ap.add_argument("--dovecot", action="store_true",
+                    help="auth.backend: dovecot (a dovecot of its own)")
     a = ap.parse_args()
     a.clients = min(a.clients, 2000)
     a.sessions = min(a.sessions, 200)
     d = tempfile.mkdtemp(prefix="auth-stall-", dir="/dev/shm")
     os.chmod(d, 0o755)
     procs = []
+    dc = None
     try:
+        if a.dovecot:
+            dc = start_dovecot(d)
         sink_port, port = free_port(), free_port()
         sink = subprocess.Popen(
             [os.path.join(BUILD, "bench", "smtpsink"), "-l",
              "127.0.0.1:%d" % sink_port], stdout=subprocess.DEVNULL)
         procs.append(sink)
         wait_banner(sink_port, sink)
-        cfg = config(d, port, sink_port, a.workers)
+        cfg = config(d, port, sink_port, a.workers, a.dovecot)
         errf = open(os.path.join(d, "stderr.log"), "wb")
         m = subprocess.Popen([a.mtad, "-f", "-c", cfg], stdout=errf,
                              stderr=errf, cwd=d)
@@ -218,11 +298,12 @@ def main():
         slow = sum(d for d in during if d > 0.1)
         answered = sum(1 for c in done if c == 535)
         busy = sum(1 for c in done if c == 454)
-        print("mtad=%s clients=%d sessions=%d workers=%d flood_s=%.2f "
+        print("backend=%s mtad=%s clients=%d sessions=%d workers=%d flood_s=%.2f "
               "auth_535=%d auth_454=%d replies_during=%d msgs=%d p50_ms=%.1f "
               "p99_ms=%.1f p999_ms=%.1f max_ms=%.1f mean_ms=%.1f "
               "session_worst_p50_ms=%.1f stalled_s=%.2f load=%s" % (
-                  a.mtad, a.clients, a.sessions, a.workers, secs, answered, busy,
+                  "dovecot" if a.dovecot else "file", a.mtad, a.clients,
+                  a.sessions, a.workers, secs, answered, busy,
                   len(during), msgs, pct(during, 0.5) * 1e3,
                   pct(during, 0.99) * 1e3, pct(during, 0.999) * 1e3,
                   (during[-1] if during else float("nan")) * 1e3,
@@ -239,6 +320,8 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(5)
+        if dc is not None:
+            stop_group(dc)
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -23,6 +23,8 @@ CONTRACT  Run by bench/run.sh as root after `make`.  Environment:
             BENCH_RESULTS=FILE  write the results there instead of
                                 bench/RESULTS.md (a partial run, e.g.
                                 BENCH_ONLY, then leaves RESULTS.md alone)
+            BENCH_ONLY=postscreen  only the screening rows (bench/postscreen.py:
+                                pregreet + DNSBL, mtad against postscreen)
             BENCH_BIGQUEUE_N=N  messages of the bigqueue scenario
                                 (bench/bigqueue.py; default 1000000,
                                 100000 with BENCH_QUICK)
@@ -677,6 +679,7 @@ LOAD_SHARE = 0.75
 LOADPOINTS = [("1k-s20@75%", 20, "1k-s20"), ("1k-s200@75%", 200, "1k-s200")]
 BIGQUEUE = "bigqueue"                 # bench/bigqueue.py
 SHAPING = "shaping"                   # bench/shaping.py
+POSTSCREEN = "postscreen"             # bench/postscreen.py
 IDLE_BASE = "1k-s20-before-idle"
 
 
@@ -993,6 +996,15 @@ def main():
                                timeout=7200)
             if r.returncode != 0:
                 notes.append("shaping: failed (exit %d)" % r.returncode)
+        if not only or POSTSCREEN in only:
+            # Screening before the greeting against Postfix's postscreen
+            # (its own section of RESULTS.md, kept by write_results below).
+            r = subprocess.run([sys.executable, "-B",
+                                os.path.join(ROOT, "bench", "postscreen.py")],
+                               timeout=3600)
+            if r.returncode != 0:
+                notes.append("postscreen: a verdict was wrong or a side did not run "
+                             "(exit %d; see its section)" % r.returncode)
     except KeyboardInterrupt:
         notes.append("interrupted")
         log("interrupted")
@@ -1502,6 +1514,9 @@ def targets16(results, tool, t, check):
 KEPT_SECTIONS = ("## Scale-out", "## TLS inbound", "## DKIM signing",
                  "## A million queued messages", "## Traffic shaping", "## Issue 16",
                  "## Issue 20, both directions")
+                 "## A million queued messages", "## Issue 16",
+                 "## Issue 20, both directions",
+                 "## Screening before the greeting")
 TLS_SECTION = "## TLS: mtad against Postfix"          # bench/tlsvs.py
 
 

@@ -39,6 +39,9 @@ static const struct chan_spec {
     [CHAN_LOG_INTERVAL] = { "interval", TO(CHAN_LOGD), sizeof(uint64_t),
                             sizeof(uint64_t), 0 },
     [CHAN_ROUTES]       = { "routes", TO(CHAN_WORKER), 0, 0, 0 },
+    [CHAN_AUTH_CONNECT] = { "auth-connect", TO(CHAN_MASTER), 0, 0, 0 },
+    [CHAN_AUTH_SOCKET]  = { "auth-socket", TO(CHAN_WORKER), 0, 0, 1 },
+    [CHAN_AUTH_REFUSED] = { "auth-refused", TO(CHAN_WORKER), 0, 255, 0 },
 };
 
 

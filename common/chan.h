@@ -40,6 +40,11 @@
  *             CHAN_ROUTES       M->W   -  a new routes snapshot is
  *                                      published: reopen it before the
  *                                      next lookup
+ *             CHAN_AUTH_CONNECT W->M   -  connect auth.dovecot_socket (a
+ *                                      unix socket) for me: the worker's
+ *                                      sandbox may not make unix sockets
+ *             CHAN_AUTH_SOCKET  M->W   -  the connected socket            yes
+ *             CHAN_AUTH_REFUSED M->W   why the connect failed (text)
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -78,6 +83,9 @@ enum chan_cmd {
     CHAN_LOG_REOPEN,
     CHAN_LOG_INTERVAL,
     CHAN_ROUTES,
+    CHAN_AUTH_CONNECT,
+    CHAN_AUTH_SOCKET,
+    CHAN_AUTH_REFUSED,
     CHAN_NCMD
 };
 

@@ -166,7 +166,8 @@ sandbox_allow_ioctl(scmp_filter_ctx ctx)
 
 /* New sockets: TCP and UDP over IPv4 and IPv6 only (next hops, DNS, the
  * MTA-STS fetch).  Every unix socket a worker uses (the channel, the log
- * socket, a queue listing's stream) is made before the filter or passed
+ * socket, a queue listing's stream, Dovecot's auth socket: the master
+ * connects it, master/auth_connect.c) is made before the filter or passed
  * in; a new one could connect to any world-writable socket on the host,
  * which Landlock does not cover.  AF_UNIX and AF_NETLINK, which a library
  * may probe (nscd, interface lists), fail with EACCES; any other family

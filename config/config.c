@@ -272,6 +272,9 @@ static const struct config_key config_auth[] = {
     DUR("failure_delay", auth_failure_delay_ms, 0),
     DUR("failure_delay_max", auth_failure_delay_max_ms, 0),
     KEY("received_header", CONFIG_BOOL, auth_received_header),
+    KEY("backend", CONFIG_STRING, auth_backend),
+    KEY("dovecot_socket", CONFIG_STRING, auth_dovecot_socket),
+    DUR("dovecot_timeout", auth_dovecot_timeout_ms, 100),
     END
 };
 
@@ -482,6 +485,9 @@ config_section(struct config_parse *p, const struct config_key *keys,
             p->egress_default_mark = vn->start_mark;
             p->have_egress_default_mark = 1;
         }
+        if (keys == config_auth && (k->off == OFF(auth_backend) ||
+            k->off == OFF(auth_dovecot_socket)))
+            config_auth_mark(p, k->off == OFF(auth_backend), vn);
         if (k->off == OFF(log_file) && keys == config_log) {
             p->logfile_mark = vn->start_mark;
             p->have_logfile_mark = 1;
@@ -530,6 +536,7 @@ config_defaults(const char *path)
     cfg->auth_max_failures = 5;
     cfg->auth_failure_delay_ms = 1000;
     cfg->auth_failure_delay_max_ms = 8000;
+    cfg->auth_dovecot_timeout_ms = 10000;
     cfg->bare_newline_accept = false;
     cfg->ipv6_prefix = 64;
     cfg->ban_window_ms = 600000;
@@ -880,6 +887,7 @@ config_check_auth(struct config_parse *p)
 
     if (cfg->auth_password_file != NULL)
         config_check_pwfile(p, cfg->auth_password_file);
+    config_check_dovecot(p);
     /* A client waits 5 minutes for a reply (RFC 5321 4.5.3.2). */
     if (cfg->auth_failure_delay_max_ms > CONFIG_AUTH_DELAY_LIMIT_MS)
         config_addf(p, NULL, "auth.failure_delay_max: at most 5m (clients "
@@ -898,9 +906,9 @@ config_check_auth(struct config_parse *p)
             config_addf(p, at, "server.listen %s: tls: implicit needs "
                 "tls.cert_file and tls.key_file", l->spec);
         if (l->role == CONFIG_ROLE_SUBMISSION &&
-            cfg->auth_password_file == NULL)
+            cfg->auth_password_file == NULL && !config_auth_dovecot(cfg))
             config_addf(p, at, "server.listen %s: role: submission needs "
-                "auth.password_file", l->spec);
+                "auth.password_file (or auth.backend: dovecot)", l->spec);
     }
 }
 
@@ -1007,5 +1015,7 @@ config_free(struct config *cfg)
     free(cfg->auth_password_file);
     free(cfg->bounce_classes);
     bclass_free(cfg->bclass);
+    free(cfg->auth_backend);
+    free(cfg->auth_dovecot_socket);
     free(cfg);
 }

@@ -298,6 +298,13 @@ struct config {
     uint64_t auth_failure_delay_max_ms; /* 8s: ... up to this (at most
                                        CONFIG_AUTH_DELAY_LIMIT_MS) */
     bool    auth_received_header;   /* the login in Received: (default no) */
+    /* auth.backend: NULL or "file" (auth.password_file), or "dovecot":
+     * checks go to Dovecot's auth service at auth.dovecot_socket (a unix
+     * socket path, or "inet:ADDRESS:PORT"), each answered within
+     * auth.dovecot_timeout (10s) or 454 (smtpd/session_dovecot.c). */
+    char   *auth_backend;
+    char   *auth_dovecot_socket;
+    uint64_t auth_dovecot_timeout_ms;
     bool    submission_sender_login_match; /* MAIL FROM bound to the login */
 
     /* screen: the DNS lists asked before the greeting (config_screen.c) */
@@ -368,6 +375,14 @@ int         config_show(const struct config *cfg, FILE *f);
  * address with role mx, without implicit TLS or PROXY; NULL when none.
  * A pointer into cfg. */
 const struct config_listen *config_submit_listen(const struct config *cfg);
+
+/* auth.backend is dovecot. */
+bool        config_auth_dovecot(const struct config *cfg);
+/* auth.dovecot_socket as an address: a unix path (AF_UNIX) or
+ * "inet:ADDRESS:PORT" (an IPv4 or [IPv6] literal); 0, or -1 with why. */
+struct sockaddr_storage;
+int         config_dovecot_addr(const char *spec, struct sockaddr_storage *ss,
+                unsigned *sslen, const char **why);
 
 /* The submission hint: the master writes that listener's address,
  * server.hostname and limits.max_message_size, one "key value" line

@@ -101,6 +101,8 @@ struct config_parse {
     yaml_mark_t      listen_marks[CONFIG_LISTEN_MARKS]; /* each entry */
     yaml_mark_t      egress_default_mark; /* egress.default_pool's value */
     int              have_egress_default_mark;
+    yaml_mark_t      backend_mark, dcsock_mark;  /* auth.backend, ...socket */
+    int              have_backend_mark, have_dcsock_mark;
 };
 
 /* config_util.c */
@@ -156,6 +158,11 @@ int config_bool(const char *v);
 void config_set_tls(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_check_tls(struct config_parse *p);
+
+/* config_auth.c: auth.backend and auth.dovecot_socket */
+void config_auth_mark(struct config_parse *p, int backend,
+    const yaml_node_t *vn);
+void config_check_dovecot(struct config_parse *p);
 
 /* config_screen.c */
 void config_free_dnsbl(struct config_dnsbl *z, size_t n);

@@ -133,6 +133,16 @@ master_chan_tlsrpt(const struct chan_msg *msg, void *arg)
 }
 
 
+static void
+master_chan_auth(const struct chan_msg *msg, void *arg)
+{
+    struct master_from *f = arg;
+
+    (void)msg;
+    master_auth_connect(f->m, f->s, f->idx);
+}
+
+
 /* master_chan_bad - the 1st, 2nd, 4th, 8th... refused message of a slot
  * is logged: a worker sending nothing but bad messages must not make the
  * master write a line for each (the master's log is root's word). */
@@ -154,6 +164,7 @@ static const struct chan_side master_worker_chan = {
         [CHAN_READY] = master_chan_ready,
         [CHAN_PONG] = master_chan_pong,
         [CHAN_TLSRPT_ADD] = master_chan_tlsrpt,
+        [CHAN_AUTH_CONNECT] = master_chan_auth,
     },
     master_chan_bad
 };

@@ -280,6 +280,9 @@ int     master_shutdown_step(struct master *m);   /* 1: all gone */
 
 /* reload.c */
 struct generation *master_gen_by_id(struct master *m, unsigned id);
+/* CHAN_AUTH_CONNECT from the worker in slot s (index idx): connect its
+ * generation's auth.dovecot_socket and pass it back (auth_connect.c). */
+void    master_auth_connect(struct master *m, struct slot *s, unsigned idx);
 struct generation *master_gen_prepare(struct master *m, struct config *cfg,
             int *exit_code, char *err, size_t errsz);
 unsigned master_gen_nready(struct master *m, const struct generation *g);

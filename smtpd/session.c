@@ -913,7 +913,7 @@ smtpd_new(const struct smtpd_env *env)
     ev_before_sleep(d->loop, sess_commit_hook, d);
     ev_before_sleep(d->loop, sess_flush_hook, d);
     sess_commit_setup(d);
-    sess_auth_setup(d);
+    sess_auth_setup(d, env->auth_connect);
     return d;
 }
 

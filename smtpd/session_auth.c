@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +61,7 @@
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "sasl/sasl.h"
 #include "smtpd/smtpd_int.h"
 
 /* The session's fields of a record (SESS_CLIENT for an auth context). */
@@ -78,7 +80,8 @@ struct smtpd_auth {
     size_t                  nusers;
 };
 
-enum { SA_NONE = 0, SA_PLAIN, SA_LOGIN_USER, SA_LOGIN_PASS };
+enum { SA_NONE = 0, SA_PLAIN, SA_LOGIN_USER, SA_LOGIN_PASS,
+       SA_DOVECOT };                 /* Dovecot sent CONT: the client's turn */
 
 struct smtpd_sauth {
     int   step;                      /* SA_*: waiting for a client line */
@@ -92,6 +95,8 @@ struct smtpd_sauth {
     char  tried[256];                /* the user name given */
     char *user;                      /* authenticated as, or NULL */
     const char *mech;
+    long  dcid;                      /* Dovecot's request, 0: none */
+    char  dcmech[SASL_MECH_MAX + 1]; /* its mechanism */
 };
 
 
@@ -339,7 +344,7 @@ smtpd_b64dec(struct str in, unsigned char *out, size_t outsz)
 int
 smtpd_auth_offered(const struct smtpd *d, const struct smtpd_auth_ctx *c)
 {
-    if (d->auth == NULL)
+    if (d->auth == NULL && d->dovecot == NULL)
         return 0;
     return c->tls || (c->loopback && d->cfg->auth_allow_plaintext_loopback);
 }
@@ -350,7 +355,10 @@ smtpd_auth_ehlo(const struct smtpd *d, const struct smtpd_auth_ctx *c)
 {
     if (c->sa != NULL && c->sa->user != NULL)
         return "";
-    return smtpd_auth_offered(d, c) ? "250-AUTH PLAIN LOGIN\r\n" : "";
+    if (!smtpd_auth_offered(d, c))
+        return "";
+    return d->dovecot != NULL ? smtpd_dc_ehlo(d->dovecot)
+                              : "250-AUTH PLAIN LOGIN\r\n";
 }
 
 
@@ -457,7 +465,12 @@ smtpd_auth_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
 void
 smtpd_auth_cancel(struct smtpd *d, struct smtpd_sauth *sa)
 {
-    if (sa == NULL || !sa->busy)
+    if (sa == NULL)
+        return;
+    if (sa->dcid > 0)
+        smtpd_dc_cancel(d->dovecot, sa->dcid);  /* the count stays */
+    sa->dcid = 0;
+    if (!sa->busy)
         return;
     smtpd_hash_cancel(d->hash, sa->job);    /* the count stays */
     sa->busy = 0;
@@ -537,6 +550,123 @@ smtpd_auth_login_field(struct str b64, char *out, size_t outsz)
 }
 
 
+/* --- Dovecot (auth.backend: dovecot; session_dovecot.c) ---------------- */
+
+/* smtpd_auth_dc_temp - no verdict (Dovecot down, slow or unsure): the
+ * check is given back, and the client may try again later. */
+static int
+smtpd_auth_dc_temp(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, const char *why, char *reply, size_t rsz)
+{
+    sa->step = SA_NONE;
+    sa->dcid = 0;
+    status_auth_give(d->shared, c->group, smtpd_auth_now_s(d),
+        SMTPD_AUTH_WINDOW_S);
+    log_ev(LOGL_WARN, "auth_failed", LOG_KVS(SMTPD_AUTH_CLIENT(c),
+        LKV_S("method", sa->mech), LKV_S("reason", why)),
+        "auth: [%s]:%u temporary failure (%s): %s; session=%s", c->ip,
+        (unsigned)c->port, sa->mech, why, c->sid);
+    snprintf(reply, rsz, "454 4.7.0 Temporary authentication failure");
+    return SMTPD_AUTH_FAIL;
+}
+
+
+/* smtpd_auth_dc_start - AUTH mech [initial]: counted as a check (as a
+ * password is, before its hash), then handed to Dovecot as it came. */
+static int
+smtpd_auth_dc_start(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, struct str mech, struct str init, char *reply,
+    size_t rsz)
+{
+    struct smtpd_dc_req     r;
+    struct sockaddr_storage ls;
+    socklen_t               llen = sizeof(ls);
+    char                    lip[INET6_ADDRSTRLEN] = "", resp[1100];
+    unsigned                n;
+
+    if (smtpd_dc_mech(d->dovecot, mech, sa->dcmech, sizeof(sa->dcmech)) ==
+        NULL) {
+        snprintf(reply, rsz, "504 5.5.4 Error: unsupported authentication "
+            "mechanism");
+        return SMTPD_AUTH_FAIL;
+    }
+    sa->mech = sa->dcmech;
+    if (init.n >= sizeof(resp) || !sasl_is_base64(init.p, init.n)) {
+        snprintf(reply, rsz, "501 5.5.2 Error: invalid base64 data");
+        return SMTPD_AUTH_FAIL;
+    }
+    memcpy(resp, init.p, init.n);   /* "=": an empty response (RFC 4954) */
+    resp[init.n == 1 && init.p[0] == '=' ? 0 : init.n] = '\0';
+    n = status_auth_take(d->shared, c->group, smtpd_auth_now_s(d),
+        SMTPD_AUTH_WINDOW_S, (unsigned)d->cfg->auth_max_failures);
+    if (n == 0)
+        return smtpd_auth_reply(d, SMTPD_AUTH_CLOSE, reply, rsz);
+    sa->n = n;
+    util_strlcpy(sa->tried, "", sizeof(sa->tried));
+    memset(&r, 0, sizeof(r));
+    if (getsockname(c->fd, (struct sockaddr *)&ls, &llen) == 0 &&
+        util_sockaddr_ip((struct sockaddr *)&ls, lip, sizeof(lip)) != NULL)
+        r.lport = ntohs(ls.ss_family == AF_INET6 ?
+            ((struct sockaddr_in6 *)&ls)->sin6_port :
+            ((struct sockaddr_in *)&ls)->sin_port);
+    r.mech = sa->dcmech;
+    r.resp = init.n > 0 ? resp : NULL;
+    r.lip = lip;
+    r.rip = c->ip;
+    r.rport = c->port;
+    r.sid = c->sid;
+    r.secured = c->tls || c->loopback;
+    sa->dcid = smtpd_dc_auth(d->dovecot, &r, c->owner);
+    OPENSSL_cleanse(resp, sizeof(resp));
+    if (sa->dcid < 0)
+        return smtpd_auth_dc_temp(d, c, sa, "dovecot is not connected",
+            reply, rsz);
+    return SMTPD_AUTH_WAIT;
+}
+
+
+/* smtpd_auth_dc_line - the client's answer to a 334 from Dovecot. */
+static int
+smtpd_auth_dc_line(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, struct str line, char *reply, size_t rsz)
+{
+    sa->step = SA_NONE;
+    if (!sasl_is_base64(line.p, line.n)) {
+        smtpd_dc_cancel(d->dovecot, sa->dcid);
+        sa->dcid = 0;
+        snprintf(reply, rsz, "501 5.5.2 Error: invalid base64 data");
+        return SMTPD_AUTH_FAIL;
+    }
+    if (smtpd_dc_cont(d->dovecot, sa->dcid, line) < 0)
+        return smtpd_auth_dc_temp(d, c, sa, "dovecot's request is gone",
+            reply, rsz);
+    return SMTPD_AUTH_WAIT;
+}
+
+
+int
+smtpd_auth_dc_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
+    struct smtpd_sauth *sa, int kind, const char *text, char *reply,
+    size_t rsz)
+{
+    switch (kind) {
+    case SMTPD_DC_CONT:
+        sa->step = SA_DOVECOT;
+        snprintf(reply, rsz, "334 %s", text);   /* base64 (sasl.h) */
+        return SMTPD_AUTH_CONT;
+    case SMTPD_DC_TEMP:
+        return smtpd_auth_dc_temp(d, c, sa, text, reply, rsz);
+    default:
+        break;
+    }
+    sa->dcid = 0;
+    sa->found = kind == SMTPD_DC_OK;
+    util_strlcpy(sa->tried, text[0] != '\0' ? text : "(unknown)",
+        sizeof(sa->tried));
+    return smtpd_auth_done(d, c, sa, kind == SMTPD_DC_OK, reply, rsz);
+}
+
+
 int
 smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
     struct smtpd_sauth **sap, struct str arg, char *reply, size_t rsz)
@@ -545,7 +675,7 @@ smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
     struct str          mech = arg, init = { arg.p + arg.n, 0 };
     const char         *sp = memchr(arg.p, ' ', arg.n);
 
-    if (d->auth == NULL) {
+    if (d->auth == NULL && d->dovecot == NULL) {
         snprintf(reply, rsz, "502 5.5.1 Error: authentication not enabled");
         return SMTPD_AUTH_FAIL;
     }
@@ -579,6 +709,8 @@ smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
     if (*sap == NULL)
         *sap = xcalloc(1, sizeof(**sap));
     sa = *sap;
+    if (d->dovecot != NULL)
+        return smtpd_auth_dc_start(d, c, sa, mech, init, reply, rsz);
     if (mech.n == 5 && strncasecmp(mech.p, "PLAIN", 5) == 0) {
         sa->mech = "PLAIN";
         if (init.n == 0) {
@@ -620,11 +752,19 @@ smtpd_auth_line(struct smtpd *d, const struct smtpd_auth_ctx *c,
     int  rc;
 
     if (line.n == 1 && line.p[0] == '*') {
+        if (sa->step == SA_DOVECOT) {   /* not a guess: given back */
+            smtpd_dc_cancel(d->dovecot, sa->dcid);
+            sa->dcid = 0;
+            status_auth_give(d->shared, c->group, smtpd_auth_now_s(d),
+                SMTPD_AUTH_WINDOW_S);
+        }
         sa->step = SA_NONE;
         snprintf(reply, rsz, "501 5.0.0 Error: authentication aborted");
         return SMTPD_AUTH_FAIL;
     }
     switch (sa->step) {
+    case SA_DOVECOT:
+        return smtpd_auth_dc_line(d, c, sa, line, reply, rsz);
     case SA_PLAIN:
         return smtpd_auth_plain(d, c, sa, line, reply, rsz);
     case SA_LOGIN_USER:

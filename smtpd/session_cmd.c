@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -34,6 +35,7 @@
 #include "delivery/delivery.h"
 #include "smtp/smtp.h"
 #include "common/net.h"
+#include "sasl/sasl.h"
 #include "smtpd/smtpd.h"
 #include "smtpd/smtpd_int.h"
 
@@ -59,6 +61,7 @@ sess_auth_ctx(struct sess *s, struct smtpd_auth_ctx *c)
     c->group = status_addr_group(&s->peer.sa,
         (unsigned)s->d->cfg->ipv6_prefix, &c->group_ss);
     c->owner = s;
+    c->fd = s->tp.fd;
     return c;
 }
 
@@ -167,9 +170,45 @@ sess_on_hash(struct ev_loop *loop, int fd, unsigned events, void *arg)
 }
 
 
-void
-sess_auth_setup(struct smtpd *d)
+/* sess_on_dovecot - Dovecot's answer for s (session_dovecot.c). */
+static void
+sess_on_dovecot(void *owner, int kind, const char *text)
 {
+    struct sess          *s = owner;
+    struct smtpd_auth_ctx c;
+    char                  reply[SASL_LINE_MAX + 8];
+    int                   rc;
+
+    rc = smtpd_auth_dc_done(s->d, sess_auth_ctx(s, &c), s->auth, kind, text,
+        reply, sizeof(reply));
+    if (s->state != SS_AUTH_WAIT)
+        return;
+    sess_enter(s, SS_CMD);
+    sess_auth_answer(s, rc, reply);
+    sess_auth_resume(s);
+}
+
+
+void
+smtpd_auth_socket(struct smtpd *d, int fd, const char *why)
+{
+    if (d->dovecot == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    smtpd_dc_socket(d->dovecot, fd, why);
+}
+
+
+void
+sess_auth_setup(struct smtpd *d, int (*auth_connect)(void *arg))
+{
+    if (config_auth_dovecot(d->cfg)) {
+        d->dovecot = smtpd_dc_new(d->loop, d->cfg, sess_on_dovecot,
+            auth_connect, d->arg);
+        return;                     /* no hashing: Dovecot checks */
+    }
     if (d->auth == NULL)
         return;
     d->hash = smtpd_hash_new();
@@ -187,6 +226,8 @@ sess_auth_setup(struct smtpd *d)
 void
 sess_auth_teardown(struct smtpd *d)
 {
+    smtpd_dc_free(d->dovecot);
+    d->dovecot = NULL;
     if (d->hash == NULL)
         return;
     ev_unwatch(d->loop, smtpd_hash_fd(d->hash));

@@ -62,6 +62,10 @@ struct smtpd_env {
     unsigned              slot;
     struct status_page   *shared;   /* the node's status page: AUTH
                                        failures count daemon-wide */
+    /* auth.backend: dovecot with a unix socket: ask the master to connect
+     * it (CHAN_AUTH_CONNECT; the sandbox makes no unix sockets); its
+     * answer goes to smtpd_auth_socket().  0, or -1 when it cannot ask. */
+    int                 (*auth_connect)(void *arg);
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
@@ -90,6 +94,9 @@ int     smtpd_banned(struct smtpd *d, const struct sockaddr *sa, char *text,
 struct smtpd_auth *smtpd_auth_load(const char *path, gid_t gid,
             gid_t admin_gid);
 void    smtpd_auth_free(struct smtpd_auth *a);            /* NULL ok */
+/* The master's answer to auth_connect: the connected socket (smtpd owns
+ * it), or fd -1 and why it could not connect. */
+void    smtpd_auth_socket(struct smtpd *d, int fd, const char *why);
 void    smtpd_stop_begin(struct smtpd *d);
 void    smtpd_stop_all(struct smtpd *d, uint64_t linger_ms);
 

@@ -95,6 +95,7 @@ struct smtpd {
 
     struct smtpd_hash    *hash;     /* AUTH's hashing threads, or NULL */
     struct grey          *grey;     /* greylist.mdb; NULL: no greylisting */
+    struct smtpd_dc      *dovecot;  /* auth.backend: dovecot, or NULL */
 };
 
 /* DKIM signing while a message streams to the spool (session_dkim.c).
@@ -408,6 +409,7 @@ struct smtpd_auth_ctx {
     const struct sockaddr *group;   /* the address failures count for
                                        (status_addr_group: IPv6 per /N) */
     void               *owner;      /* the session, for a check's answer */
+    int                 fd;         /* its socket (Dovecot's lip, lport) */
     struct sockaddr_storage group_ss;   /* group's storage */
 };
 int     smtpd_auth_cmd(struct smtpd *d, const struct smtpd_auth_ctx *c,
@@ -444,6 +446,44 @@ int     smtpd_hash_submit(struct smtpd_hash *h, const char *pass,
             const char *hash, void *owner);
 void    smtpd_hash_cancel(struct smtpd_hash *h, int id);
 int     smtpd_hash_reap(struct smtpd_hash *h, void **owner, int *match);
+/* Dovecot's auth service (session_dovecot.c; its header comment says how
+ * it connects).  new: NULL when auth.dovecot_socket is unset or bad
+ * (logged); ask sends CHAN_AUTH_CONNECT for a unix socket, whose answer
+ * goes to smtpd_dc_socket() (fd -1: why).  ehlo: the "250-AUTH ...\r\n"
+ * line ("" when nothing may be offered).  mech: the offered mechanism
+ * named name, into out, or NULL.  auth: a request id (> 0) for owner, or
+ * -1 (not connected, every slot busy): answer 454.  cont: the client's
+ * next base64 after a CONT; -1: the request is gone (454).  The answer
+ * comes through fn(owner, kind, text): CONT (text: base64 to send as
+ * 334), OK (text: the user name Dovecot gave), FAIL (text: the user
+ * name, or ""), TEMP (text: why); never after cancel. */
+#define SMTPD_DC_REQS 256
+enum { SMTPD_DC_OK = 0, SMTPD_DC_CONT, SMTPD_DC_FAIL, SMTPD_DC_TEMP };
+struct smtpd_dc;
+struct smtpd_dc_req {
+    const char *mech;               /* as smtpd_dc_mech() gave it */
+    const char *resp;               /* initial response (base64), or NULL */
+    const char *lip, *rip, *sid;
+    unsigned    lport, rport;
+    int         secured;            /* TLS, or loopback */
+};
+typedef void smtpd_dc_fn(void *owner, int kind, const char *text);
+struct smtpd_dc *smtpd_dc_new(struct ev_loop *loop, const struct config *cfg,
+            smtpd_dc_fn *fn, int (*ask)(void *arg), void *ask_arg);
+void    smtpd_dc_free(struct smtpd_dc *dc);                /* NULL ok */
+void    smtpd_dc_socket(struct smtpd_dc *dc, int fd, const char *why);
+const char *smtpd_dc_ehlo(const struct smtpd_dc *dc);
+const char *smtpd_dc_mech(const struct smtpd_dc *dc, struct str name,
+            char *out, size_t outsz);
+long    smtpd_dc_auth(struct smtpd_dc *dc, const struct smtpd_dc_req *r,
+            void *owner);
+int     smtpd_dc_cont(struct smtpd_dc *dc, long id, struct str b64);
+void    smtpd_dc_cancel(struct smtpd_dc *dc, long id);    /* NULL ok */
+/* session_auth.c: Dovecot's answer for the session's exchange; returns
+ * as smtpd_auth_done() does, or CONT (a 334 in reply). */
+int     smtpd_auth_dc_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
+            struct smtpd_sauth *sa, int kind, const char *text, char *reply,
+            size_t rsz);
 int     smtpd_auth_release(const struct smtpd *d, struct smtpd_sauth *sa,
             char *reply, size_t rsz);
 /* The delay of the reply to a client address's n-th failure (n >= 1):
@@ -455,7 +495,7 @@ void    sess_auth(struct sess *s, struct str arg, int cont);
 void    sess_auth_release(struct sess *s);  /* SS_AUTH_HOLD's timer */
 /* The hashing threads for d (smtpd_new, with an auth table); gone at
  * smtpd_free, after the sessions. */
-void    sess_auth_setup(struct smtpd *d);
+void    sess_auth_setup(struct smtpd *d, int (*auth_connect)(void *arg));
 void    sess_auth_teardown(struct smtpd *d);
 int     sess_auth_mail(struct sess *s, const char *sender); /* -1: replied */
 

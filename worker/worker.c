@@ -494,6 +494,38 @@ worker_chan_ping(const struct chan_msg *m, void *arg)
 }
 
 
+/* The master's answer to CHAN_AUTH_CONNECT (smtpd/session_dovecot.c). */
+static void
+worker_chan_auth_socket(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    smtpd_auth_socket(w->smtpd, m->fd, NULL);
+}
+
+
+static void
+worker_chan_auth_refused(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+    char           why[256];
+
+    util_strlcpy(why, m->data, sizeof(why));    /* NUL-terminated (chan.h) */
+    smtpd_auth_socket(w->smtpd, -1, why);
+}
+
+
+/* worker_auth_connect - smtpd asks for a connection to Dovecot's unix
+ * socket, which only the master may make (the sandbox). */
+static int
+worker_auth_connect(void *arg)
+{
+    struct worker *w = arg;
+
+    return chan_send(w->a.chan_fd, CHAN_AUTH_CONNECT, NULL, 0, -1);
+}
+
+
 static void
 worker_chan_stop(const struct chan_msg *m, void *arg)
 {
@@ -590,6 +622,8 @@ static const struct chan_side worker_chan = {
         [CHAN_TLSRPT_SEND] = worker_chan_tlsrpt_send,
         [CHAN_SANDBOX_TEST] = worker_chan_sandbox_test,
         [CHAN_ROUTES] = worker_chan_routes,
+        [CHAN_AUTH_SOCKET] = worker_chan_auth_socket,
+        [CHAN_AUTH_REFUSED] = worker_chan_auth_refused,
     },
     worker_chan_bad
 };
@@ -898,6 +932,7 @@ worker_init(const struct worker_args *a)
     env.auth = w->auth;
     env.slot = w->a.slot;
     env.shared = w->admit;
+    env.auth_connect = worker_auth_connect;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
