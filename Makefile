@@ -12,7 +12,7 @@ ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib hiredis
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build

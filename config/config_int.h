@@ -48,7 +48,12 @@ enum config_type {
     CONFIG_HOSTPORT,               /* one "host:port" (metrics.listen) */
     CONFIG_TLSLEVEL,               /* int: none|may|encrypt|verify|dane|
                                       dane-only (router_tls_level()) */
-    CONFIG_DNSBL                   /* screen.dnsbl: a sequence of mappings */
+    CONFIG_DNSBL,                  /* screen.dnsbl: a sequence of mappings */
+    CONFIG_EVTYPES,                /* events.types: names -> unsigned mask */
+    CONFIG_EVFULL,                 /* events.when_full */
+    CONFIG_EVURL,                  /* events.http.url */
+    CONFIG_EVHEADERS,              /* events.headers */
+    CONFIG_EVADDR                  /* events.redis.address: host:port */
 };
 
 struct config_key {
@@ -149,6 +154,12 @@ void config_check_tls(struct config_parse *p);
 void config_free_dnsbl(struct config_dnsbl *z, size_t n);
 void config_set_dnsbl(struct config_parse *p, const yaml_node_t *n,
     const char *path);
+
+/* config_events.c */
+void config_set_events(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path);
+void config_show_events(FILE *f, const struct config_key *k, const void *at);
+void config_check_events(struct config_parse *p);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

@@ -69,6 +69,7 @@ struct deliver {
      * heap scan each would make `hold --all` quadratic) */
     char                (*stale)[SPOOL_ID_SIZE];
     size_t                nstale, capstale;
+    struct events        *events;       /* delivery events; NULL: off */
 };
 
 /* qindex.c: the index of this worker's messages for `mtactl queue`
@@ -135,6 +136,9 @@ struct dl_attempt {
     int                changed;         /* results recorded this attempt */
     int                cut;             /* a txn was cut by the giveback */
     int                unsaved;         /* on d->unsaved, not d->active */
+    int                expiring;        /* dl_expire(): results are expiry */
+    char              *ev_hdr;          /* header section for the events */
+    size_t             ev_hdrlen;
 };
 
 /* deliver.c */
@@ -153,5 +157,14 @@ int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
 void dl_finish(struct dl_attempt *a);
 void dl_giveback_one(struct dl_attempt *a);
+/* The original's header section (malloc'd), *len its length. */
+char *dl_read_headers(struct dl_attempt *a, size_t *len);
+
+/* dl_events.c: the events of a result and of a DSN queued. */
+struct tls_outcome;
+void dl_event_result(struct dl_attempt *a, size_t i, int status,
+            const struct tls_outcome *tls);
+void dl_event_dsn(struct dl_attempt *a, const char *dsn_id,
+            const char *kind);
 
 #endif /* MTAD_DELIVER_INT_H */

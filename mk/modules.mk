@@ -16,7 +16,7 @@
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery tlspol config spool router smtp dkim proxy dns sts common
+MODS := master worker smtpd delivery events tlspol config spool router smtp dkim proxy dns sts common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -27,11 +27,12 @@ deps_spool    := smtp common
 deps_dkim     := common
 deps_config   := dkim router smtp proxy dns common
 deps_tlspol   := spool router smtp dns sts common
-deps_delivery := tlspol config dkim spool router smtp proxy dns sts common
-deps_smtpd    := delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_worker   := smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_master   := worker smtpd delivery tlspol config dkim spool router smtp proxy dns sts common
-deps_mtactl   := delivery tlspol config dkim spool router smtp proxy dns sts common
+deps_events   := config spool dkim router smtp proxy dns common
+deps_delivery := events tlspol config dkim spool router smtp proxy dns sts common
+deps_smtpd    := delivery events tlspol config dkim spool router smtp proxy dns sts common
+deps_worker   := smtpd delivery events tlspol config dkim spool router smtp proxy dns sts common
+deps_master   := worker smtpd delivery events tlspol config dkim spool router smtp proxy dns sts common
+deps_mtactl   := delivery events tlspol config dkim spool router smtp proxy dns sts common
 deps_sendmail := config dkim router smtp proxy dns common
 pub_common    := *
 pub_router    := router/router.h router/route.h

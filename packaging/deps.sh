@@ -7,7 +7,7 @@ PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
 libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev
 python3-prometheus-client swaks procps iproute2 openssl libc-ares-dev nsd
 unbound ldnsutils dnsutils haproxy clang libclang-rt-14-dev libcrypt-dev
-libcurl4-openssl-dev"
+libcurl4-openssl-dev libhiredis-dev redis-server"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -59,12 +59,14 @@ struct smtpd_env {
     unsigned              slot;
     struct status_page   *shared;   /* the node's status page: AUTH
                                        failures count daemon-wide */
+    struct events        *events;   /* delivery events; NULL: off */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
 };
 
 struct smtpd;
+struct events;
 
 struct smtpd *smtpd_new(const struct smtpd_env *env);
 void    smtpd_free(struct smtpd *d);                    /* NULL ok */
