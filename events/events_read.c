@@ -258,7 +258,28 @@ ev_backlog(const struct events *e)
 }
 
 
-/* ev_drop_oldest - events.when_full: drop_oldest, down to 90%. */
+/* ev_line_after - the offset just past the first newline in s at or
+ * after at (s->size when there is none). */
+static uint64_t
+ev_line_after(struct events *e, struct events_seg *s, uint64_t at)
+{
+    char    buf[4096];
+    ssize_t got;
+
+    while (at < s->size && ev_seg_fd(e, s) >= 0 &&
+        (got = pread(s->fd, buf, sizeof(buf), (off_t)at)) > 0) {
+        const char *nl = memchr(buf, '\n', (size_t)got);
+
+        if (nl != NULL)
+            return at + (uint64_t)(nl - buf) + 1;
+        at += (uint64_t)got;
+    }
+    return s->size;
+}
+
+
+/* ev_drop_oldest - events.when_full: drop_oldest: the oldest whole records
+ * go until the backlog is at 90% of the limit. */
 static int
 ev_drop_oldest(struct events *e, uint64_t backlog)
 {
@@ -267,13 +288,15 @@ ev_drop_oldest(struct events *e, uint64_t backlog)
 
     for (size_t i = 0; i < e->nsegs && backlog > max / 10 * 9; i++) {
         struct events_seg *s = &e->segs[i];
-        uint64_t left = s->size - s->off;
+        uint64_t left = s->size - s->off, need = backlog - max / 10 * 9;
+        uint64_t to = need >= left ? s->size :
+            ev_line_after(e, s, s->off + need - 1);
 
         if (left == 0)
             continue;
-        dropped += ev_count_lines(e, s, s->size);
-        backlog -= left;
-        s->off = s->plan = s->size;
+        dropped += ev_count_lines(e, s, to);
+        backlog -= to - s->off;
+        s->off = s->plan = to;
         changed = 1;
     }
     if (!changed)
@@ -282,8 +305,9 @@ ev_drop_oldest(struct events *e, uint64_t backlog)
         STATUS_ADD(e->st->ops.ev_dropped, dropped);
     if (!e->dropping)
         log_warn("events: backlog over events.max_backlog (%" PRIu64
-            " bytes): dropping the oldest records (%" PRIu64 " so far in "
-            "this episode); the target is not keeping up", max, dropped);
+            " bytes): dropping the oldest records (%" PRIu64 " at first; "
+            "counted in mtad_events_dropped_total); the target is not "
+            "keeping up", max, dropped);
     e->dropping = 1;
     return 1;
 }

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -259,15 +260,40 @@ def test_backpressure_452_at_data_until_drained(mtad_factory, sink, receiver,
     submit(m, "alice@x.test", ["bob@y.test"], make_message(99))
 
 
+def metric(port, name):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError("no metric " + name)
+
+
 def test_drop_oldest_counts_and_logs(mtad_factory, sink, receiver, workdir):
     receiver.up(False)
+    mport = free_port()
     m = start(mtad_factory, events_cfg(workdir, receiver.url,
                                        max_backlog="1K"),
               sink.route, extra={"metrics": {"listen": "127.0.0.1:%d" %
-                                             free_port()}})
+                                             mport}})
     for i in range(10):
         submit(m, "alice@x.test", ["bob@y.test"], make_message(i))
     m.wait_log("dropping the oldest records", timeout=20)
+    assert wait_for(lambda: metric(mport, "mtad_events_dropped_total") > 0,
+                    10)
+    assert wait_for(lambda: metric(mport, "mtad_events_failed_total") > 0,
+                    10)
+    dropped = metric(mport, "mtad_events_dropped_total")
+    assert dropped < 20             # the newest records stay
+    assert metric(mport, "mtad_events_backlog_bytes") <= 1024
+    assert metric(mport, "mtad_events_queued_total") >= 20
+    # what is left is sent once the target is back; the backlog empties
+    receiver.up(True)
+    assert wait_for(lambda: metric(mport, "mtad_events_backlog_bytes") == 0,
+                    40)
+    assert metric(mport, "mtad_events_oldest_unsent_age_seconds") == 0
+    assert metric(mport, "mtad_events_sent_total") == len(receiver.events)
+    assert len(receiver.events) + dropped >= 20
 
 
 def test_bad_events_config_names_its_place(mtad_factory, workdir):
