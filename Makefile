@@ -88,6 +88,7 @@ umod_test_tls_policy := tlspol
 umod_test_tls_cache := tlspol
 umod_test_tlsrpt := tlspol
 umod_test_dane := tlspol
+umod_test_events := events
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router

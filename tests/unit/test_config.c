@@ -369,7 +369,7 @@ Test(config, unknown_key_top)
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
         "screen, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission)");
+        "tlsrpt, auth, events, submission)");
 }
 
 Test(config, unknown_key_nested)
@@ -469,7 +469,7 @@ Test(config, control_characters_in_key)
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
         "screen, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission)");
+        "tlsrpt, auth, events, submission)");
 }
 
 Test(config, bad_size)
@@ -656,7 +656,7 @@ Test(config, top_level_not_mapping)
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
         "screen, relay, spool, routes, delivery, log, tls, dns, dkim, metrics, "
-        "tlsrpt, auth, submission), got a sequence");
+        "tlsrpt, auth, events, submission), got a sequence");
 }
 
 Test(config, second_document)
@@ -680,7 +680,7 @@ Test(config, all_errors_collected)
         "(units K, M, G), got '1T'\n"
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
         "limits, screen, relay, spool, routes, delivery, log, tls, dns, dkim, "
-        "metrics, tlsrpt, auth, submission)\n"
+        "metrics, tlsrpt, auth, events, submission)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }
