@@ -354,3 +354,24 @@ def test_redis_stream_target(mtad_factory, sink, redis, workdir):
     ev = [json.loads(line) for line in dump.splitlines()
           if line.startswith("{")]
     assert {e["type"] for e in ev} == {"reception", "delivery"}
+
+
+def test_kill_9_master_then_restart_loses_nothing(mtad_factory, sink,
+                                                  receiver, workdir):
+    receiver.up(False)
+    m = start(mtad_factory, events_cfg(workdir, receiver.url), sink.route,
+              workers_n=2)
+    ids = [submit(m, "alice@x.test", ["bob@y.test"], make_message(i))
+           for i in range(10)]
+    assert wait_for(lambda: len(sink.messages) == 10, 30)
+    olds = workers(m.pid)
+    m.proc.send_signal(signal.SIGKILL)
+    m.proc.wait(10)
+    # its workers follow it (they are told by the kernel); the spool stays
+    assert wait_for(lambda: not any(os.path.exists("/proc/%d" % p)
+                                    for p in olds), 20)
+    receiver.up(True)
+    m.start()
+    assert wait_for(lambda: count_ids(receiver, "reception") >= set(ids),
+                    30), set(ids) - count_ids(receiver, "reception")
+    assert wait_for(lambda: count_ids(receiver, "delivery") >= set(ids), 30)
