@@ -12,7 +12,7 @@ ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 
-PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib
+PKGS     := openssl lmdb yaml-0.1 libcares libseccomp libxcrypt libcurl zlib hiredis
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 BUILD    ?= build
@@ -94,6 +94,7 @@ umod_test_tlsrpt := tlspol
 umod_test_dane := tlspol
 umod_test_shape := shape
 umod_test_milter := milter
+umod_test_events := events
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router

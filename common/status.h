@@ -80,6 +80,11 @@ struct status_ops {
     uint64_t q_held;                /* held by mtactl */
     uint64_t q_oldest_ms;           /* arrival of its oldest; 0: none */
     uint64_t pong;                  /* watchdog: last ping answered */
+    /* delivery events (events/): counters of this worker */
+    uint64_t ev_emitted;            /* records written to its segments */
+    uint64_t ev_sent;               /* acknowledged by the target (reader) */
+    uint64_t ev_failed;             /* batches the target refused/missed */
+    uint64_t ev_dropped;            /* skipped: backlog full, drop_oldest */
 };
 
 /* Count one delivery latency (ms) into w's histogram. */
@@ -174,6 +179,14 @@ struct status_page {
     uint64_t quota_def_msgs[STATUS_QK_MAX], quota_def_bytes[STATUS_QK_MAX];
     uint64_t quota_rejects[STATUS_QK_MAX];
     struct status_quota_row quota[STATUS_QUOTA_SLOTS];
+    /* delivery events: written by the process reading the events files
+     * (events/events.h), read by every worker and the metrics */
+    struct status_events {
+        uint64_t backlog_bytes;     /* unsent bytes on the spool */
+        uint64_t oldest_ms;         /* wall clock of the oldest unsent */
+        uint32_t full;              /* backpressure: 452 at DATA */
+        int32_t  reader_pid;
+    } events;
 };
 
 

@@ -37,6 +37,7 @@ status_ops_add(struct status_ops *t, const struct status_ops *w)
     for (size_t i = 0; i < 3; i++)
         ADD(grey[i]);
     ADD(tls_ok); ADD(tls_failed); ADD(lat_sum_ms); ADD(lat_count);
+    ADD(ev_emitted); ADD(ev_sent); ADD(ev_failed); ADD(ev_dropped);
     /* not the gauges: a retired worker's queue is nobody's now */
 #undef ADD
 }

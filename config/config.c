@@ -292,6 +292,33 @@ static const struct config_key config_egress[] = {
     END
 };
 
+/* events: delivery events (config_events.c, events/events.h) */
+static const struct config_key config_events_http[] = {
+    KEY("url", CONFIG_EVURL, events_http_url),
+    KEY("secret_file", CONFIG_STRING, events_http_secret_file),
+    DUR("timeout", events_http_timeout_ms, 1),
+    END
+};
+
+static const struct config_key config_events_redis[] = {
+    KEY("address", CONFIG_EVADDR, events_redis_address),
+    KEY("stream", CONFIG_STRING, events_redis_stream),
+    { "maxlen", CONFIG_INT, OFF(events_redis_maxlen), 0, 2147483647, NULL },
+    KEY("password_file", CONFIG_STRING, events_redis_password_file),
+    END
+};
+
+static const struct config_key config_events[] = {
+    KEY("types", CONFIG_EVTYPES, events_types),
+    KEY("headers", CONFIG_EVHEADERS, events_headers),
+    KEY("max_backlog", CONFIG_SIZE, events_max_backlog),
+    KEY("when_full", CONFIG_EVFULL, events_when_full),
+    { "batch", CONFIG_INT, OFF(events_batch), 1, 10000, NULL },
+    SECTION("http", config_events_http),
+    SECTION("redis", config_events_redis),
+    END
+};
+
 const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -310,6 +337,7 @@ const struct config_key config_top[] = {
     SECTION("metrics", config_metrics),
     SECTION("tlsrpt", config_tlsrpt),
     SECTION("auth", config_auth),
+    SECTION("events", config_events),
     SECTION("submission", config_submission),
     /* traffic shaping: the shape module reads this section (shape.h) */
     { "shaping", CONFIG_OPAQUE, 0, 0, 0, NULL },
@@ -361,6 +389,13 @@ config_value(struct config_parse *p, const struct config_key *k,
         break;
     case CONFIG_DOMAINS:
         config_set_domains(p, k, n, path);
+        break;
+    case CONFIG_EVTYPES:
+    case CONFIG_EVFULL:
+    case CONFIG_EVURL:
+    case CONFIG_EVHEADERS:
+    case CONFIG_EVADDR:
+        config_set_events(p, k, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -556,6 +591,12 @@ config_defaults(const char *path)
     cfg->grey_dnswl_exempt = true;
     cfg->quota_ipv4_prefix = 24;
     cfg->quota_ipv6_prefix = 64;
+    cfg->events_types = (1u << CONFIG_EVENT_NTYPES) - 1;
+    cfg->events_max_backlog = (uint64_t)1 << 30;
+    cfg->events_batch = 500;
+    cfg->events_http_timeout_ms = 10000;
+    cfg->events_redis_maxlen = 1000000;
+    cfg->events_redis_stream = xstrdup("mtad:events");
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -940,6 +981,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_parse_file(&p, fp);
     fclose(fp);
     config_check_tls(&p);
+    config_check_events(&p);
     config_check_auth(&p);
     config_check_logfile(&p);
     config_check_tlsrpt(&p);
@@ -1012,6 +1054,12 @@ config_free(struct config *cfg)
     free(cfg->tlsrpt_organization);
     free(cfg->tlsrpt_contact);
     free(cfg->tlsrpt_sender);
+    free(cfg->events_headers);
+    free(cfg->events_http_url);
+    free(cfg->events_http_secret_file);
+    free(cfg->events_redis_address);
+    free(cfg->events_redis_stream);
+    free(cfg->events_redis_password_file);
     free(cfg->auth_password_file);
     free(cfg->bounce_classes);
     bclass_free(cfg->bclass);

@@ -345,7 +345,31 @@ struct config {
     uint64_t quota_bytes[CONFIG_QUOTA_KINDS];
     int     quota_ipv4_prefix;      /* 24: a client network's size */
     int     quota_ipv6_prefix;      /* 64 */
+    /* events: delivery events to a target (events/events.h,
+     * config_events.c, docs/EVENTS.md); off without a target */
+    unsigned events_types;          /* bit (1 << i) per config_event_types[i] */
+    char   *events_headers;         /* "X-Msg-Id, X-Campaign" or NULL */
+    uint64_t events_max_backlog;    /* unsent bytes kept, 1G */
+    int     events_when_full;       /* CONFIG_EVENTS_DROP_OLDEST (default)
+                                       or CONFIG_EVENTS_BACKPRESSURE */
+    int     events_batch;           /* records per offer, 500 */
+    char   *events_http_url;        /* POST target, or NULL */
+    char   *events_http_secret_file; /* HMAC-SHA256 key, or NULL */
+    uint64_t events_http_timeout_ms; /* 10s */
+    char   *events_redis_address;   /* "host:port" of redis-server, or NULL */
+    char   *events_redis_stream;    /* "mtad:events" */
+    int     events_redis_maxlen;    /* XADD MAXLEN ~, 1000000; 0: none */
+    char   *events_redis_password_file; /* AUTH password, or NULL */
 };
+
+/* events.types names, in the order of enum events_type (events.h). */
+#define CONFIG_EVENT_NTYPES 8
+#define CONFIG_EVENT_TYPE_NAMES "reception", "delivery", "deferral", \
+    "bounce", "expiry", "dsn", "suspension", "resumption"
+extern const char *const config_event_types[CONFIG_EVENT_NTYPES];
+#define CONFIG_EVENT_HEADERS 8      /* events.headers names at most */
+#define CONFIG_EVENTS_DROP_OLDEST  0
+#define CONFIG_EVENTS_BACKPRESSURE 1
 
 /* dns_address_family / dns_prefer values: as enum dns_family in dns.h. */
 #define CONFIG_DNS_BOTH 0

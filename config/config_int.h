@@ -57,8 +57,13 @@ enum config_type {
     CONFIG_OPAQUE,                 /* shaping: read by shape/ itself from the
                                       same file (shape_rules_load()) */
     CONFIG_GREY_NETS,              /* greylist.allow_networks */
-    CONFIG_DOMAINS                 /* struct config_domains: a sequence of
+    CONFIG_DOMAINS,                /* struct config_domains: a sequence of
                                       domain names */
+    CONFIG_EVTYPES,                /* events.types: names -> unsigned mask */
+    CONFIG_EVFULL,                 /* events.when_full */
+    CONFIG_EVURL,                  /* events.http.url */
+    CONFIG_EVHEADERS,              /* events.headers */
+    CONFIG_EVADDR                  /* events.redis.address: host:port */
 };
 
 struct config_key {
@@ -186,6 +191,11 @@ void config_set_domains(struct config_parse *p, const struct config_key *k,
 void config_free_milters(struct config_milter *m, size_t n);
 int config_set_milters(struct config_parse *p, const yaml_node_t *n,
     const char *path, struct config_milter **out, size_t *nout);
+/* config_events.c */
+void config_set_events(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path);
+void config_show_events(FILE *f, const struct config_key *k, const void *at);
+void config_check_events(struct config_parse *p);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

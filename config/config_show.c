@@ -432,6 +432,15 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_TLSLEVEL:
         fputs(router_tls_level_name(*(const int *)(const void *)at), f);
         break;
+    case CONFIG_EVTYPES:
+    case CONFIG_EVFULL:
+        config_show_events(f, k, at);
+        break;
+    case CONFIG_EVURL:
+    case CONFIG_EVHEADERS:
+    case CONFIG_EVADDR:
+        config_show_optstr(f, *(char *const *)(const void *)at);
+        break;
     }
 }
 

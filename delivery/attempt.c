@@ -22,6 +22,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "spool/spool.h"
+#include "events/events.h"
 #include "delivery/delivery.h"
 #include "delivery/delivery_int.h"
 #include "delivery/dsn.h"
@@ -197,6 +198,8 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
             env->id, rc->addr, rc->relay, delay, w, rc->last_reply,
             cls != NULL ? ", class=" : "", cls != NULL ? cls : "");
     }
+    if (a->d->events != NULL)
+        dl_event_result(a, i, status, tls);
     if (a->d->st == NULL)
         return;
     if (status == MTA_SENT) {
@@ -214,7 +217,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
 
 /* dl_read_headers - the original's header section (at most
  * DELIVER_HDRS_MAX bytes read), malloc'd; *len its length. */
-static char *
+char *
 dl_read_headers(struct dl_attempt *a, size_t *len)
 {
     uint64_t want = a->env->body_size;
@@ -376,6 +379,9 @@ dl_dsn(struct dl_attempt *a, enum dsn_kind kind)
         LOG_KVS(LKV_S("queue_id", env->id), LKV_S("bounce_id", newid),
         LKV_S("action", dl_dsn_word[kind])),
         "%s: sender %s notification: %s", env->id, dl_dsn_word[kind], newid);
+    if (d->events != NULL)
+        dl_event_dsn(a, newid, kind == DSN_FAILURE ? "failure" :
+            dl_dsn_word[kind]);
     log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", newid),
         LKV_S("from", ""), LKV_I("size", size), LKV_I("nrcpt", 1),
         LKV_S("bounce_of", env->id)),
@@ -496,6 +502,7 @@ dl_attempt_free(struct dl_attempt *a)
     if (a->fd >= 0)
         close(a->fd);                   /* releases the flock */
     spool_env_free(a->env);
+    free(a->ev_hdr);
     free(a);
 }
 
@@ -508,6 +515,7 @@ dl_expire(struct dl_attempt *a)
     char              why[SMTP_REPLY_MAX + 100];
     size_t            i;
 
+    a->expiring = 1;
     for (i = 0; i < env->nrcpt; i++) {
         struct spool_rcpt *rc = &env->rcpt[i];
 
@@ -522,6 +530,7 @@ dl_expire(struct dl_attempt *a)
             NULL);
         a->keep_cls = 0;
     }
+    a->expiring = 0;
 }
 
 
@@ -532,6 +541,8 @@ dl_save(struct dl_attempt *a)
 {
     struct deliver *d = a->d;
 
+    /* the results' events are on the spool before the state is */
+    events_flush(d->events);
     if (spool_state_save(d->sp, a->env) != SPOOL_OK) {
         if (!d->save_failing)
             log_warn("%s: saving the delivery state: %s; holding such "

@@ -118,6 +118,10 @@ void    deliver_tlsrpt_send(struct deliver *d, const char *msg, size_t n);
  * DNS lists smtpd asks before a greeting; NULL when it did not start. */
 struct dns;
 struct dns *deliver_dns(struct deliver *d);
+/* Delivery events (events/events.h): results, expiries and DSNs are
+ * emitted to e and flushed before each state save.  NULL: off. */
+struct events;
+void    deliver_set_events(struct deliver *d, struct events *e);
 /* Shard of a queue id under nshards workers. */
 unsigned deliver_shard_of(const char *id, unsigned nshards);
 

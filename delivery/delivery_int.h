@@ -79,6 +79,7 @@ struct deliver {
     size_t                nwaiting;
     struct ev_timer       wait_timer;
     uint64_t              wait_at;      /* wall: when it fires */
+    struct events        *events;       /* delivery events; NULL: off */
 };
 
 /* qindex.c: the index of this worker's messages for `mtactl queue`
@@ -152,6 +153,9 @@ struct dl_attempt {
                                            of the results being recorded */
     int                held;            /* shaping held a txn (HELD) */
     size_t             ndefer;          /* recipients deferred for real */
+    int                expiring;        /* dl_expire(): results are expiry */
+    char              *ev_hdr;          /* header section for the events */
+    size_t             ev_hdrlen;
 };
 
 /* shape_wait.c: mail held by traffic shaping waits here, one id and its
@@ -187,6 +191,15 @@ int  dl_save(struct dl_attempt *a);
 void dl_save_fire(struct ev_loop *loop, struct ev_timer *tm, void *arg);
 void dl_finish(struct dl_attempt *a);
 void dl_giveback_one(struct dl_attempt *a);
+/* The original's header section (malloc'd), *len its length. */
+char *dl_read_headers(struct dl_attempt *a, size_t *len);
+
+/* dl_events.c: the events of a result and of a DSN queued. */
+struct tls_outcome;
+void dl_event_result(struct dl_attempt *a, size_t i, int status,
+            const struct tls_outcome *tls);
+void dl_event_dsn(struct dl_attempt *a, const char *dsn_id,
+            const char *kind);
 
 /* fallback.c: the fallback relay (delivery.fallback_relay, a route's
  * fallback=).  dl_fallback: t came back with deferred recipients from

@@ -239,6 +239,35 @@ metrics_quota(struct buf *t, struct status_page *st)
             __atomic_load_n(&st->quota_rejects[k], __ATOMIC_RELAXED));
 }
 
+
+/* metrics_events - the delivery events (events/events.h): counters summed
+ * over the workers, the backlog as the reading worker published it. */
+static void
+metrics_events(struct buf *t, const struct status_worker *tot,
+    const struct status_page *sp)
+{
+    uint64_t oldest = __atomic_load_n(&sp->events.oldest_ms,
+        __ATOMIC_RELAXED), now = util_wall_ms();
+    uint64_t age = oldest > 0 && now > oldest ? now - oldest : 0;
+
+    mt_one(t, "mtad_events_queued_total", "counter", "Delivery events "
+        "written to the spool's events files.", tot->ops.ev_emitted);
+    mt_one(t, "mtad_events_sent_total", "counter", "Delivery events the "
+        "target acknowledged.", tot->ops.ev_sent);
+    mt_one(t, "mtad_events_failed_total", "counter", "Batches of events the "
+        "target did not acknowledge (retried).", tot->ops.ev_failed);
+    mt_one(t, "mtad_events_dropped_total", "counter", "Delivery events "
+        "dropped: backlog full under events.when_full: drop_oldest.",
+        tot->ops.ev_dropped);
+    mt_one(t, "mtad_events_backlog_bytes", "gauge", "Bytes of events not "
+        "yet acknowledged by the target.", __atomic_load_n(
+        &sp->events.backlog_bytes, __ATOMIC_RELAXED));
+    mt_head(t, "mtad_events_oldest_unsent_age_seconds", "gauge",
+        "Age of the oldest event not yet acknowledged; 0 when none.");
+    buf_printf(t, "mtad_events_oldest_unsent_age_seconds %" PRIu64 ".%03"
+        PRIu64 "\n", age / 1000, age % 1000);
+}
+
 long
 metrics_queue_size(struct master *m, const char *spool_dir)
 {
@@ -446,6 +475,7 @@ metrics_render(struct master *m)
     buf_printf(&t, "mtad_queue_oldest_age_seconds %" PRIu64 ".%03" PRIu64
         "\n", age / 1000, age % 1000);
     master_shaping_metrics(m, &t);
+    metrics_events(&t, &tot, st);
     mt_head(&t, "mtad_build_info", "gauge",
         "Always 1; the label says which mtad this is.");
     buf_printf(&t, "mtad_build_info{version=\"%s\"} 1\n", MTAD_VERSION);

@@ -18,7 +18,7 @@
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
+MODS := master worker smtpd delivery events tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -34,11 +34,12 @@ deps_sasl     := common
 deps_shape    := common
 deps_config   := dkim router smtp proxy dns bclass common
 deps_tlspol   := spool router smtp dns sts common
-deps_delivery := tlspol shape config dkim spool router smtp proxy dns sts bclass common
-deps_smtpd    := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
-deps_worker   := smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
-deps_master   := worker smtpd delivery tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
-deps_mtactl   := delivery tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_events   := config spool dkim router smtp proxy dns bclass common
+deps_delivery := events tlspol shape config dkim spool router smtp proxy dns sts bclass common
+deps_smtpd    := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_worker   := smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_master   := worker smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_mtactl   := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_sendmail := config dkim router smtp proxy dns bclass common
 pub_common    := *
 pub_router    := router/router.h router/route.h

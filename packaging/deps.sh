@@ -4,7 +4,8 @@
 # other scripts point here (bench/deps adds what only `make bench` needs).
 #
 # No service of a package installed here is started by its install: the
-# tests run their own nsd, unbound, haproxy, dovecot, rspamd and opendkim
+# tests run their own nsd, unbound, haproxy, dovecot, rspamd, opendkim and
+# redis-server
 # (dovecot-core's would bind 110/143 and its auth socket; the milters take
 # their ports), so apt runs under a temporary
 # /usr/sbin/policy-rc.d that answers 101 ("not allowed"), as bench/deps
@@ -14,7 +15,8 @@ PKGS="build-essential pkg-config libssl-dev liblmdb-dev lmdb-utils libyaml-dev
 libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev
 python3-prometheus-client swaks procps iproute2 openssl libc-ares-dev nsd
 unbound ldnsutils dnsutils haproxy clang libclang-rt-14-dev libcrypt-dev
-libcurl4-openssl-dev rspamd opendkim dovecot-core"
+libcurl4-openssl-dev rspamd opendkim dovecot-core libhiredis-dev
+redis-server"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

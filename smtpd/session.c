@@ -900,6 +900,7 @@ smtpd_new(const struct smtpd_env *env)
     d->router = env->router;
     d->deliver = env->deliver;
     d->st = env->st;
+    d->events = env->events;
     d->tls_ctx = env->tls_ctx;
     d->dkim = env->dkim;
     d->auth = env->auth;

@@ -38,6 +38,7 @@
 #include "config/config.h"
 #include "spool/spool.h"
 #include "delivery/delivery.h"
+#include "events/events.h"
 #include "smtpd/smtpd.h"
 #include "smtpd/smtpd_int.h"
 
@@ -117,6 +118,12 @@ sess_queued(struct sess *s, uint64_t size)
             "lack of space meanwhile", (unsigned long long)d->nospace);
         d->nospace = 0;
     }
+    if (d->events != NULL && !(s->flags & SF_EVENTED)) {
+        /* committed inline: its event on the spool before the 250 */
+        sess_event_reception(d, s, t, size);
+        events_flush(d->events);
+    }
+    s->flags &= ~SF_EVENTED;
     sess_replyf(s, "250 2.0.0 Ok: queued as %s", t->id);
     log_ev(LOGL_INFO, "received", LOG_KVS(LKV_S("queue_id", t->id),
         LKV_S("from", t->env.sender), LKV_I("size", size),
@@ -247,6 +254,16 @@ sess_commit_done(struct smtpd *d, int renamed)
         e = &r->q[i];
         e->t->msg = d->cq_ms[i];    /* NULL once committed (freed) */
         e->rc = d->cq_rc[i];
+        if (d->events != NULL && !renamed && e->rc == SPOOL_OK) {
+            sess_event_reception(d, e->s, e->t, e->size);
+            if (e->s != NULL)
+                e->s->flags |= SF_EVENTED;
+        }
+    }
+    /* the round's reception events are on the spool before any 250 */
+    events_flush(d->events);
+    for (i = 0; i < r->n; i++) {
+        e = &r->q[i];
         if (renamed && e->rc == SPOOL_OK) {
             sess_cq_push(&d->cq_wait, e->s, e->t, e->size);
             /* its input is unwatched meanwhile (sess_on_io) */

@@ -49,6 +49,7 @@
 #include "delivery/delivery.h"
 #include "smtp/smtp.h"
 #include "common/net.h"
+#include "events/events.h"
 #include "smtpd/smtpd.h"
 #include "smtpd/smtpd_int.h"
 
@@ -623,6 +624,10 @@ sess_data(struct sess *s, struct str arg)
         sess_reply_flow(s, reply);
         return;
     }
+    if (events_full(s->d->events)) {
+        sess_reply(s, SESS_EVENTS_FULL);
+        return;
+    }
     if (sess_msg_open(s) != SPOOL_OK) {
         sess_storage_fail(s);
         return;
@@ -666,6 +671,12 @@ sess_bdat(struct sess *s, struct str arg)
         sess_txn_free(s);           /* as for a full spool: RSET-like */
         t = NULL;
     } else if (s->bdat_err == NULL && t->msg == NULL &&
+        events_full(s->d->events)) {
+        s->bdat_err = SESS_EVENTS_FULL;
+        sess_txn_free(s);           /* the transaction failed */
+        t = NULL;
+    }
+    if (s->bdat_err == NULL && t != NULL && t->msg == NULL &&
         sess_msg_open(s) != SPOOL_OK) {
         s->bdat_err = "452 4.3.1 Insufficient system storage";
         sess_txn_free(s);           /* the transaction failed */

@@ -66,12 +66,14 @@ struct smtpd_env {
      * it (CHAN_AUTH_CONNECT; the sandbox makes no unix sockets); its
      * answer goes to smtpd_auth_socket().  0, or -1 when it cannot ask. */
     int                 (*auth_connect)(void *arg);
+    struct events        *events;   /* delivery events; NULL: off */
     /* A session ended; peer is the address it was admitted with. */
     void                (*gone)(void *arg, const struct sockaddr *peer);
     void                 *arg;
 };
 
 struct smtpd;
+struct events;
 
 struct smtpd *smtpd_new(const struct smtpd_env *env);
 /* smtpd_set_grey - greylist.mdb, opened after smtpd_new() (as the

@@ -48,6 +48,7 @@ struct smtpd {
     struct router        *router;
     struct deliver       *deliver;
     struct status_worker *st;
+    struct events        *events;   /* delivery events; NULL: off */
     struct ssl_ctx_st    *tls_ctx;
     struct dkim_keys     *dkim;     /* NULL: no signing */
     struct smtpd_auth    *auth;     /* NULL: no AUTH */
@@ -168,6 +169,8 @@ enum sess_state {
                                        group commit (d->cq_wait/cq_sync) */
 #define SF_GREY      0x200u         /* its listener greylists (greylist) */
 #define SF_DNSWL     0x400u         /* screen.dnsbl scored it below 0 */
+#define SF_EVENTED   0x200u         /* the group commit flushed the
+                                       reception event of its message */
 
 /* The mail transaction: from MAIL to the end of the message. */
 struct sess_txn {
@@ -424,6 +427,16 @@ int     smtpd_auth_offered(const struct smtpd *d,
 const char *smtpd_auth_ehlo(const struct smtpd *d,
             const struct smtpd_auth_ctx *c);   /* "" or the 250-AUTH line */
 const char *smtpd_auth_user(const struct smtpd_sauth *sa); /* NULL: none */
+
+/* events.when_full: backpressure, while the backlog is full */
+#define SESS_EVENTS_FULL "452 4.3.1 Delivery events backlog full, try again " \
+    "later"
+
+/* session_events.c: the reception event of committed message t of
+ * session s (NULL: its client left), emitted (the caller flushes before
+ * the 250: events/events.h). */
+void    sess_event_reception(struct smtpd *d, const struct sess *s,
+            const struct sess_txn *t, uint64_t size);
 int     smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
             const char *sender, char *reply, size_t rsz);
 void    smtpd_auth_sess_free(struct smtpd_sauth *sa);      /* NULL ok */

@@ -199,10 +199,11 @@ spool_parent_trusted(int pfd, const char *dir, char *err, size_t errsz)
 static int
 spool_prepare_any(const char *dir, uid_t uid, gid_t gid, int states)
 {
-    static const char *const subs[] = { "tmp", "queue", "state" };
+    /* events/: the delivery events' segments (events/events.h) */
+    static const char *const subs[] = { "tmp", "queue", "state", "events" };
     char        err[512], shown[PATH_MAX + 16];
     const char *name;
-    int         fds[3] = { -1, -1, -1 };
+    int         fds[4] = { -1, -1, -1, -1 };
     int         pfd, rootfd, rc = SPOOL_OK;
     size_t      i;
 

@@ -73,6 +73,7 @@
 #include "common/net.h"
 #include "common/sandbox.h"
 #include "grey/grey.h"
+#include "events/events.h"
 #include "worker/worker.h"
 #include "smtpd/smtpd.h"
 #include "dkim/dkim.h"
@@ -921,6 +922,19 @@ worker_init(const struct worker_args *a)
         goto fail;
     tls_rpt_enable(cfg->tlsrpt_enabled);
     env.grey = NULL;                /* worker_run() opens it */
+    /* delivery events: the HTTP secret and the CA bundle are read now,
+     * before the privilege drop and the sandbox */
+    {
+        char why[512];
+
+        w->events = events_new(w->loop, cfg, a->status, w->st, why,
+            sizeof(why));
+        if (w->events == NULL && why[0] != '\0') {
+            log_err("%s", why);
+            goto fail;
+        }
+        deliver_set_events(w->deliver, w->events);
+    }
     env.loop = w->loop;
     env.cfg = cfg;
     env.spool = w->spool;
@@ -933,12 +947,14 @@ worker_init(const struct worker_args *a)
     env.slot = w->a.slot;
     env.shared = w->admit;
     env.auth_connect = worker_auth_connect;
+    env.events = w->events;
     env.gone = worker_session_gone;
     env.arg = w;
     w->smtpd = smtpd_new(&env);
     return w;
 fail:
     grey_close(w->grey);
+    events_free(w->events);
     smtpd_auth_free(w->auth);
     dkim_keys_free(w->dkim);
     net_tls_ctx_free(w->tls_ctx);
@@ -997,6 +1013,7 @@ worker_run(struct worker *w)
     if (w->exit_code == 0)
         deliver_save_index(w->deliver);
     deliver_free(w->deliver);
+    events_free(w->events);         /* flushes what is still buffered */
     router_close(w->router);
     spool_close(w->spool);
     ev_free(w->loop);

@@ -21,6 +21,7 @@ struct ssl_ctx_st;
 struct dkim_keys;
 struct wproxy;
 struct config_listen;
+struct events;
 
 struct worker {
     struct worker_args   a;
@@ -62,6 +63,7 @@ struct worker {
     int                  draining;  /* "drain": listeners closed for good */
 
     struct smtpd        *smtpd;     /* the inbound sessions */
+    struct events       *events;    /* delivery events; NULL: off */
 
     /* STARTTLS (NULL: not offered).  Built in worker_init() while still
      * privileged, so the key file may be readable by root only; the

@@ -370,7 +370,7 @@ Test(config, unknown_key_top)
     tc_load_bad("routes:\n  default: discard\nfoo: 1\n",
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
-        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
         "submission, shaping)");
 }
 
@@ -511,7 +511,7 @@ Test(config, control_characters_in_key)
     tc_load_bad("routes:\n  default: discard\n\"a\\nb\": 1\n",
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
-        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
         "submission, shaping)");
 }
 
@@ -699,7 +699,7 @@ Test(config, top_level_not_mapping)
     tc_load_bad("- a\n- b\n",
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
-        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
+        "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
         "submission, shaping), got a sequence");
 }
 
@@ -725,7 +725,7 @@ Test(config, all_errors_collected)
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
         "limits, screen, greylist, quotas, relay, spool, routes, "
         "delivery, egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
-        "submission, shaping)\n"
+        "events, submission, shaping)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }

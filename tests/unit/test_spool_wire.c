@@ -285,8 +285,9 @@ Test(spool_index, saved_taken_once_and_checked)
     cr_assert_eq(spool_prepare_tree(dir, (uid_t)-1, (gid_t)-1), SPOOL_OK);
     cr_assert_eq(access(path, F_OK), 0);
     cr_assert_eq(unlink(path), 0);
-    for (int i = 0; i < 3; i++) {
-        static const char *const sub[] = { "tmp", "queue", "state" };
+    for (int i = 0; i < 4; i++) {
+        static const char *const sub[] = { "tmp", "queue", "state",
+            "events" };
 
         snprintf(path, sizeof(path), "%s/%s", dir, sub[i]);
         cr_assert_eq(rmdir(path), 0, "%s", path);
