@@ -203,4 +203,13 @@ void config_set_dkim(struct config_parse *p, const yaml_node_t *n,
     const char *path);
 void config_dkim_default_nets(struct config_parse *p);
 
+/* config_check.c */
+void config_default_hostname(struct config *cfg);
+void config_check_tlsrpt(struct config_parse *p);
+void config_tlsrpt_defaults(struct config *cfg);
+void config_check_pwfile(struct config_parse *p, const char *path);
+void config_check_logfile(struct config_parse *p);
+void config_load_bclass(struct config_parse *p);
+void config_check_auth(struct config_parse *p);
+
 #endif

@@ -114,7 +114,6 @@
 #define DELIVER_HOLD_POLL_MS 1000        /* while limits.load holds us */
 
 
-
 /* dl_schedule - (re)schedule id at wall-clock time when. */
 void
 dl_schedule(struct deliver *d, const char *id, uint64_t when)
@@ -223,80 +222,6 @@ dl_group(struct dl_attempt *a, const struct router_result *res,
     t->next = a->txns;
     a->txns = t;
     return t;
-}
-
-
-/*
- * dl_tls_level - the outbound TLS level for rcpt (tlspol.h): the
- * policy table's entry for the recipient's domain, else for the routes
- * key that matched, else delivery.tls.  -1 when the table cannot be read:
- * the recipient is deferred rather than sent under a weaker default.
- */
-static int
-dl_tls_level(struct deliver *d, const char *rcpt,
-    const struct router_result *res)
-{
-    const char *at = strrchr(rcpt, '@');
-    char        dom[ROUTE_KEY_MAX + 1], v[ROUTER_TLS_VALUE_MAX + 1];
-    size_t      i, n;
-    int         rc;
-
-    if (at != NULL && (n = strlen(at + 1)) > 0 && n < sizeof(dom)) {
-        for (i = 0; i < n; i++)
-            dom[i] = (char)tolower((unsigned char)at[1 + i]);
-        if (dom[n - 1] == '.')
-            n--;
-        dom[n] = '\0';
-        rc = router_tls_get(d->router, dom, v, sizeof(v));
-        if (rc == ROUTER_OK)
-            return router_tls_level(v);
-        if (rc != ROUTER_ENOTFOUND)
-            return -1;
-    }
-    if (res->match != ROUTER_MATCH_DEFAULT) {
-        rc = router_tls_get(d->router, res->key, v, sizeof(v));
-        if (rc == ROUTER_OK)
-            return router_tls_level(v);
-        if (rc != ROUTER_ENOTFOUND)
-            return -1;
-    }
-    return d->cfg->delivery_tls;
-}
-
-
-/*
- * dl_sender_pool - the egress pool of the sender's domain in the pool
- * table (routes.mdb, mtactl pool): the domain, then its parents as
- * ".parent" wildcards, as route keys.  "" when none (or the null
- * sender); -1 when the table cannot be read.
- */
-static int
-dl_sender_pool(struct deliver *d, const char *sender, char *pool,
-    size_t poolsz)
-{
-    const char *at = strrchr(sender, '@'), *p;
-    char        dom[ROUTE_KEY_MAX + 1];
-    size_t      i, n;
-    int         rc;
-
-    pool[0] = '\0';
-    if (at == NULL || (n = strlen(at + 1)) == 0 || n >= sizeof(dom))
-        return 0;
-    for (i = 0; i < n; i++)
-        dom[i] = (char)tolower((unsigned char)at[1 + i]);
-    if (dom[n - 1] == '.')
-        n--;
-    dom[n] = '\0';
-    /* "mail.example.org", then ".example.org", ".org" */
-    for (p = dom; p != NULL; p = strchr(p + 1, '.')) {
-        rc = router_pool_get(d->router, p, pool, poolsz);
-        if (rc == ROUTER_OK)
-            return 0;
-        if (rc != ROUTER_ENOTFOUND)
-            return -1;
-    }
-    pool[0] = '\0';
-    return 0;
 }
 
 
@@ -687,8 +612,6 @@ deliver_free(struct deliver *d)
 }
 
 
-
-
 static int
 dl_id_cmp(const void *a, const void *b)
 {
@@ -1016,54 +939,3 @@ deliver_drain(struct deliver *d)
 }
 
 
-void
-deliver_set_health(struct deliver *d, struct status_page *sp)
-{
-    mta_set_health(d->relay, sp, d->cfg->host_down_for_ms,
-        d->cfg->host_down_max_ms);
-}
-
-
-void
-deliver_set_throttle(struct deliver *d, const uint32_t *throttle)
-{
-    d->throttle = throttle;
-}
-
-
-void
-deliver_set_page(struct deliver *d, struct status_page *page)
-{
-    d->page = page;
-}
-
-
-void
-deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
-    struct shape_table *tab, unsigned slot)
-{
-    mta_set_shaping(d->relay, rules, tab, slot);
-    if (rules == NULL || d->relay->shape == NULL || d->waits != NULL)
-        return;
-    d->waits = xcalloc(SHAPE_SLOTS, sizeof(*d->waits));
-    ev_timer_init(&d->wait_timer, dl_wait_fire, d);
-}
-
-
-void
-deliver_gauges(const struct deliver *d, uint64_t *active, uint64_t *due,
-    uint64_t *deferred)
-{
-    uint64_t now = util_wall_ms();
-    size_t   i;
-
-    *active = d->nactive;
-    *due = d->nwaiting;                 /* held by shaping: due, waiting */
-    *deferred = 0;
-    for (i = 0; i < d->nheap; i++) {
-        if (d->heap[i].when <= now)
-            (*due)++;
-        else
-            (*deferred)++;
-    }
-}

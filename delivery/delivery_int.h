@@ -221,4 +221,10 @@ void    dq_forget(struct dq_rows *r);   /* freed, nothing given back (the
 /* qindex.c: the rebuilt index's entries take their shares */
 void    qx_quota_rebuild(struct deliver *d);
 
+/* deliver_route.c */
+int dl_tls_level(struct deliver *d, const char *rcpt,
+    const struct router_result *res);
+int dl_sender_pool(struct deliver *d, const char *sender, char *pool,
+    size_t poolsz);
+
 #endif /* MTAD_DELIVER_INT_H */

@@ -255,7 +255,6 @@ mta_conn_close(struct mta_conn *c)
 }
 
 
-
 /* mta_fail_txn - the connection failed during a transaction: defer every
  * recipient without a final answer, close, and hand the txn back. */
 static void
@@ -522,8 +521,6 @@ mta_connected(struct mta_conn *c)
 }
 
 
-
-
 /* mta_conn_new - open a connection to d from egress source src for t
  * (t rides along until the session is set up, or fails with the
  * connection). */
@@ -732,50 +729,6 @@ mta_hop_literal(const char *name, unsigned port, struct mta_hop *out)
     util_strlcpy(out->name, name, sizeof(out->name));
     out->port = port;
     return 0;
-}
-
-
-int
-mta_block_take(struct mta_conn *c)
-{
-    struct mta *r = c->r;
-    size_t      n = buf_avail(&c->out);
-    char       *b;
-
-    if (c->out_block)
-        return 1;
-    if (r->nblocks >= MTA_BLOCKS || n > MTA_BLOCK / 2)
-        return 0;
-    b = r->nblock_spare > 0 ? r->block_spare[--r->nblock_spare]
-                            : xmalloc(MTA_BLOCK);
-    if (n > 0)                      /* an empty buffer may have no data */
-        memcpy(b, buf_head(&c->out), n);
-    buf_free(&c->out);
-    c->out.data = b;
-    c->out.off = 0;
-    c->out.len = n;
-    c->out.cap = MTA_BLOCK;
-    c->out_block = 1;
-    r->nblocks++;
-    return 1;
-}
-
-
-void
-mta_block_give(struct mta_conn *c)
-{
-    struct mta *r = c->r;
-
-    if (!c->out_block)
-        return;
-    /* a block that buf_reserve() grew is freed, not pooled */
-    if (c->out.cap == MTA_BLOCK && r->nblock_spare < MTA_BLOCK_SPARE)
-        r->block_spare[r->nblock_spare++] = c->out.data;
-    else
-        free(c->out.data);
-    buf_init(&c->out);
-    c->out_block = 0;
-    r->nblocks--;
 }
 
 

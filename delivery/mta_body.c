@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/sendfile.h>
@@ -224,4 +225,48 @@ mta_body_write(struct mta_conn *c)
         return -1;
     (void)mta_watch(c, EV_READ | EV_WRITE);
     return 0;
+}
+
+
+int
+mta_block_take(struct mta_conn *c)
+{
+    struct mta *r = c->r;
+    size_t      n = buf_avail(&c->out);
+    char       *b;
+
+    if (c->out_block)
+        return 1;
+    if (r->nblocks >= MTA_BLOCKS || n > MTA_BLOCK / 2)
+        return 0;
+    b = r->nblock_spare > 0 ? r->block_spare[--r->nblock_spare]
+                            : xmalloc(MTA_BLOCK);
+    if (n > 0)                      /* an empty buffer may have no data */
+        memcpy(b, buf_head(&c->out), n);
+    buf_free(&c->out);
+    c->out.data = b;
+    c->out.off = 0;
+    c->out.len = n;
+    c->out.cap = MTA_BLOCK;
+    c->out_block = 1;
+    r->nblocks++;
+    return 1;
+}
+
+
+void
+mta_block_give(struct mta_conn *c)
+{
+    struct mta *r = c->r;
+
+    if (!c->out_block)
+        return;
+    /* a block that buf_reserve() grew is freed, not pooled */
+    if (c->out.cap == MTA_BLOCK && r->nblock_spare < MTA_BLOCK_SPARE)
+        r->block_spare[r->nblock_spare++] = c->out.data;
+    else
+        free(c->out.data);
+    buf_init(&c->out);
+    c->out_block = 0;
+    r->nblocks--;
 }

@@ -90,4 +90,10 @@ void    wproxy_accept(struct worker *w, int fd,
             const struct config_listen *l);
 void    wproxy_close_all(struct worker *w);
 
+/* worker_keys.c */
+int worker_tls_init(struct worker *w);
+int worker_dkim_init(struct worker *w);
+int worker_quotas_on(const struct config *cfg);
+void worker_grey_init(struct worker *w);
+
 #endif /* MTAD_WORKER_INT_H */
