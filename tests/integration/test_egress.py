@@ -258,7 +258,11 @@ def test_route_pool_and_the_sender_table_live(mtad_factory, sim):
     blast(m.port, 60, "x@sender.test", "r@dest.test", threads=2)
     got = wait_delivered(sock, 60)
     assert set(got) == {"127.0.0.4", "127.0.0.5"}, got
-    assert abs(got["127.0.0.4"] - got["127.0.0.5"]) <= 12, got
+    # each of the 2 workers splits its own messages, a source at most
+    # MTA_EGRESS_SLACK (8) over its share before its connection yields:
+    # 60 messages may land 22/38 at worst, never worse (the weights
+    # themselves are measured over 10,000 in test_pool_weights_and_each_sources_ehlo)
+    assert abs(got["127.0.0.4"] - got["127.0.0.5"]) <= 2 * 8 + 2, got
     # a subdomain's key (".sender.test") and the route's pool winning
     m.ctl("pool", "set", ".sender.test", "solo", check=True)
     ctl(sock, {"cmd": "reset"})

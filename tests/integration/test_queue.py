@@ -972,7 +972,7 @@ def test_exit_codes_and_bad_ids_for_every_change(kq):
     assert set(m.queue_ids()) == before
     assert os.path.exists("/etc/passwd")
     # nothing stray was written next to the spool
-    assert sorted(os.listdir(m.spool)) == ["queue", "state", "tmp"]
+    assert sorted(os.listdir(m.spool)) == ["events", "queue", "state", "tmp"]
     r = m.ctl("nosuchcommand")
     assert r.returncode == 2
     r = m.ctl("help", "queue")
