@@ -1512,11 +1512,10 @@ def targets16(results, tool, t, check):
 # bench/scale.sh, bench/tls_bench.py, bench/dkim_bench.py, bench/bigqueue.py;
 # "## Issue 16" is written by hand (syscalls, 200 sessions)
 KEPT_SECTIONS = ("## Scale-out", "## TLS inbound", "## DKIM signing",
-                 "## A million queued messages", "## Traffic shaping", "## Issue 16",
-                 "## Issue 20, both directions")
-                 "## A million queued messages", "## Issue 16",
-                 "## Issue 20, both directions",
-                 "## Screening before the greeting")
+                 "## A million queued messages", "## Traffic shaping",
+                 "## Issue 16", "## Issue 20, both directions",
+                 "## Screening before the greeting", "## Milters",
+                 "## Delivery events")
 TLS_SECTION = "## TLS: mtad against Postfix"          # bench/tlsvs.py
 
 
