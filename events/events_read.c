@@ -179,7 +179,8 @@ ev_scan(struct events *e)
             e->segs[i].off = e->segs[i].size;
         i++;
     }
-    qsort(e->segs, e->nsegs, sizeof(*e->segs), ev_seg_cmp);
+    if (e->nsegs > 1)               /* segs is NULL while none */
+        qsort(e->segs, e->nsegs, sizeof(*e->segs), ev_seg_cmp);
 }
 
 

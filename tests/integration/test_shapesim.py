@@ -308,11 +308,16 @@ def test_dead_modes_switch_at_run_time(sim_factory):
     e = refused_at_greeting(p, "127.0.0.2")
     assert e.smtp_code == 421
     sim.set_mode("gmail", "reset")
-    s = socket.create_connection((p.addrs[0], p.port), timeout=5,
-                                 source_address=("127.0.0.2", 0))
+    # the reset may reach the client's connect() already (a loaded box
+    # lets the simulator accept and abort before connect returns), or
+    # its first recv()
     with pytest.raises((ConnectionResetError, AssertionError)):
-        assert s.recv(100) != b""       # reset, or at least closed
-    s.close()
+        s = socket.create_connection((p.addrs[0], p.port), timeout=5,
+                                     source_address=("127.0.0.2", 0))
+        try:
+            assert s.recv(100) != b""   # reset, or at least closed
+        finally:
+            s.close()
     sim.set_mode("gmail", "normal")
     c = client(p)
     send(c, 1)
