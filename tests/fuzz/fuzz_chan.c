@@ -45,10 +45,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (m.cmd == CHAN_LOG_INTERVAL && m.len != sizeof(uint64_t))
             abort();
-        if ((m.cmd == CHAN_QSTREAM || m.cmd == CHAN_LOG_REOPEN) != have_fd)
-            abort();
+        if ((m.cmd == CHAN_QSTREAM || m.cmd == CHAN_LOG_REOPEN ||
+            m.cmd == CHAN_AUTH_SOCKET) != have_fd)
+            abort();                /* the commands that carry a socket */
         if (me == CHAN_MASTER && m.cmd != CHAN_PONG && m.cmd != CHAN_READY &&
-            m.cmd != CHAN_TLSRPT_ADD)
+            m.cmd != CHAN_TLSRPT_ADD && m.cmd != CHAN_AUTH_CONNECT)
             abort();                /* a child may send only these */
     } else if (rc != CHAN_EBAD || why == NULL || why[0] == '\0') {
         abort();

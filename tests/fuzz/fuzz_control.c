@@ -59,6 +59,7 @@ ref_kind(const char *l, int sandbox)
     if (!strncmp(l, "ban ", 4)) return CTL_REQ_BAN;
     if (!strncmp(l, "quota ", 6)) return CTL_REQ_QUOTA;
     if (!strncmp(l, "greylist ", 9)) return CTL_REQ_GREYLIST;
+    if (!strncmp(l, "shaping ", 8)) return CTL_REQ_SHAPING;
     if (!strncmp(l, "kick ", 5) || !strncmp(l, "index ", 6)) return CTL_REQ_KICK;
     if (!strcmp(l, "sandbox-test") && sandbox) return CTL_REQ_SANDBOX_TEST;
     return CTL_REQ_BAD;
@@ -141,6 +142,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case CTL_REQ_GREYLIST:              /* master/greylist.c checks it */
         if (r.arg != line + 9)
+            abort();
+        break;
+    case CTL_REQ_SHAPING:               /* master/shaping.c checks it */
+        if (r.arg != line + 8)
             abort();
         break;
     case CTL_REQ_DRAIN:
