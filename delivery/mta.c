@@ -878,6 +878,7 @@ mta_submit(struct mta *r, struct mta_txn *t)
     t->cut = 0;
     t->held = 0;
     t->shape_e = -1;
+    t->shape_se = -1;
     t->shape_paid = 0;
     t->site[0] = '\0';
     if (d->shape_e == -2)

@@ -103,6 +103,12 @@ struct mta_txn {
     uint64_t    not_before_ms;
     int         shape_e, shape_block;
     int         shape_paid;         /* its event taken from the rates */
+    int         shape_se;           /* the entry of the source that carried
+                                       it (its counters and back-off); -1:
+                                       none.  shape_e stays the site's wait
+                                       list (the first source's entry), so
+                                       a delivery from any source releases
+                                       the next held message */
     char        site[SHAPE_NAME_MAX];
     /* private to the client (mta*.c) */
     struct mta_txn *next;

@@ -328,7 +328,7 @@ mta_conn_next(struct mta_conn *c)
         if (t == NULL && (t = mta_dest_pop(c->dest)) != NULL)
             mta_egress_take(c, t);
         if (t != NULL && c->shape_e >= 0)
-            t->shape_e = c->shape_e;    /* its back-off is c's source's */
+            t->shape_se = c->shape_e;   /* its back-off is c's source's */
         if (t == NULL)
             break;
         if (c->reused && !mta_conn_fits(c, t))

@@ -505,9 +505,11 @@ mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
     enum shape_kind     kind;
     uint64_t            now;
     char                esc[UTIL_ESC_ROOM(SHAPE_REPLY_MAX)];
+    int                 e;
 
     if (r->shape == NULL || t->shape_e < 0 || t->held || t->cut)
         return;
+    e = t->shape_se >= 0 ? t->shape_se : t->shape_e;
     for (i = 0; i < t->nrcpt; i++) {
         if (t->res[i].status == MTA_SENT)
             sent++;
@@ -517,7 +519,7 @@ mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
             open++;
     }
     if (sent > 0)
-        shape_count(r->shape_tab, t->shape_e, 1, 0);
+        shape_count(r->shape_tab, e, 1, 0);
     if (why == NULL)
         return;
     kind = shape_kind_of(why);
@@ -533,7 +535,7 @@ mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
         return;
     }
     now = util_wall_ms();
-    if (shape_backoff(r->shape_tab, t->shape_e, &a, why, now, 0)) {
+    if (shape_backoff(r->shape_tab, e, &a, why, now, 0)) {
         util_escape(esc, sizeof(esc), why, strlen(why), 0, NULL);
         if (a.act == SHAPE_ACT_SUSPEND)
             log_notice("shaping: site %s source %s suspended for %llus "

@@ -336,8 +336,10 @@ def test_backoff_on_connect_failures_and_bounce_rules(mtad_factory,
                     {"code": "451", "text": "temporary local problem",
                      "action": "bounce"}]})
     ids = inject(m, lambda i: ["c%d@gmail.%s" % (i, ZONE)], 3)
+    # the trigger is the refused connect, or (when next-hop health marked
+    # the hops down first) the skip that carries it
     m.wait_log("shaping: site google source default suspended for 2s "
-               "(rule 0, connect): connect to mx", timeout=15)
+               "(rule 0, connect): ", timeout=15)
     sim.set_mode("gmail", "normal")
     sim.wait_for(3, timeout=20, provider="gmail")
     log = m.log_text()
