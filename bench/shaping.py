@@ -292,8 +292,11 @@ def mtad_shaping_yaml(sink_block=None):
                   "      deliveries_per_minute: %d"
                   % int(lim["per_minute"] * HEADROOM)]
     if sink_block:
+        # the sink is a literal route (smtp:[127.0.0.1]:port): its site is
+        # its host's, which a domains: rule never matches
         lines += ["    - name: sink",
-                  "      domains: [\"%s\"]" % SINK_DOMAIN]
+                  "      domains: [\"%s\"]" % SINK_DOMAIN,
+                  "      mx: [\"127.0.0.1\"]"]
         lines += ["      %s: %s" % kv for kv in sink_block.items()]
     return "\n".join(lines) + "\n"
 
