@@ -199,7 +199,7 @@ dl_result_tls(struct dl_attempt *a, size_t i, int status, const char *reply,
             cls != NULL ? ", class=" : "", cls != NULL ? cls : "");
     }
     if (a->d->events != NULL)
-        dl_event_result(a, i, status, tls);
+        dl_event_result(a, i, status, tls, source);
     if (a->d->st == NULL)
         return;
     if (status == MTA_SENT) {

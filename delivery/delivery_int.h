@@ -197,7 +197,7 @@ char *dl_read_headers(struct dl_attempt *a, size_t *len);
 /* dl_events.c: the events of a result and of a DSN queued. */
 struct tls_outcome;
 void dl_event_result(struct dl_attempt *a, size_t i, int status,
-            const struct tls_outcome *tls);
+            const struct tls_outcome *tls, const char *source);
 void dl_event_dsn(struct dl_attempt *a, const char *dsn_id,
             const char *kind);
 

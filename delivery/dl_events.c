@@ -39,7 +39,7 @@ dl_event_hdrs(struct dl_attempt *a, struct events_rec *r)
 
 void
 dl_event_result(struct dl_attempt *a, size_t i, int status,
-    const struct tls_outcome *tls)
+    const struct tls_outcome *tls, const char *source)
 {
     const struct spool_env  *env = a->env;
     const struct spool_rcpt *rc = &env->rcpt[i];
@@ -61,6 +61,9 @@ dl_event_result(struct dl_attempt *a, size_t i, int status,
     r.attempt = env->attempts + 1;  /* counted when the attempt ends */
     r.relay = rc->relay;
     r.reply = rc->last_reply;
+    r.cls = rc->cls;                /* bounce class of a failure */
+    r.site = a->site != NULL && a->site[0] != '\0' ? a->site : NULL;
+    r.source = source;              /* egress source, when configured */
     if (tls != NULL && tls->used) {
         r.tls_version = tls->version;
         r.tls_cipher = tls->cipher;

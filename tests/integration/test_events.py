@@ -175,6 +175,7 @@ def test_deferral_bounce_and_dsn_events(mtad_factory, sink, receiver,
     assert wait_for(lambda: receiver.of("bounce", qb), 20), receiver.events
     b = receiver.of("bounce", qb)[0]
     assert b["reply"]["code"] == 550 and b["reply"]["enhanced"] == "5.1.1"
+    assert b["class"] == "invalid_recipient", b
     assert wait_for(lambda: receiver.of("dsn", qb), 20)
     assert receiver.of("dsn", qb)[0]["dsn_kind"] == "failure"
     assert wait_for(lambda: receiver.of("deferral", qd), 20)
@@ -182,6 +183,7 @@ def test_deferral_bounce_and_dsn_events(mtad_factory, sink, receiver,
     # mtad's own reason: no SMTP code, the text says what happened
     assert "code" not in d["reply"], d["reply"]
     assert "Connection refused" in d["reply"]["text"] and d["attempt"] == 1
+    assert d["class"] == "no_answer", d
 
 
 def test_types_filter(mtad_factory, sink, receiver, workdir):
@@ -375,3 +377,23 @@ def test_kill_9_master_then_restart_loses_nothing(mtad_factory, sink,
     assert wait_for(lambda: count_ids(receiver, "reception") >= set(ids),
                     30), set(ids) - count_ids(receiver, "reception")
     assert wait_for(lambda: count_ids(receiver, "delivery") >= set(ids), 30)
+
+
+def test_results_name_their_source_and_class(mtad_factory, sink, receiver,
+                                             workdir):
+    """With an egress source, a result's event names it; a failure's its
+    bounce class."""
+    sink.defer = {"later@y.test"}
+    m = start(mtad_factory, events_cfg(workdir, receiver.url), sink.route,
+              extra={"egress": {"sources": [{"name": "s2",
+                                             "address": "127.0.0.2",
+                                             "ehlo": "out2.test"}]},
+                     "delivery": {"retry": ["30s"]}})
+    qid = submit(m, "alice@x.test", ["bob@y.test", "later@y.test"],
+                 make_message(7))
+    assert wait_for(lambda: receiver.of("delivery", qid) and
+                    receiver.of("deferral", qid), 20), receiver.events
+    d = receiver.of("delivery", qid)[0]
+    assert d["source"] == "s2" and "class" not in d, d
+    f = receiver.of("deferral", qid)[0]
+    assert f["source"] == "s2" and f["class"], f
