@@ -324,11 +324,13 @@ def redis(workdir):
                           "--requirepass", "redispw"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    assert wait_for(lambda: "PONG" in redis_cmd(port, "PING"), 10), \
-        "redis-server did not start"
-    yield port
-    p.terminate()
-    p.wait(10)
+    try:
+        assert wait_for(lambda: "PONG" in redis_cmd(port, "PING"), 10), \
+            "redis-server did not start"
+        yield port
+    finally:
+        p.terminate()               # also when it never answered
+        p.wait(10)
 
 
 def redis_cmd(port, *args):
