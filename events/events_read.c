@@ -226,6 +226,30 @@ ev_count_lines(struct events *e, struct events_seg *s, uint64_t end)
 }
 
 
+/* ev_has_line - 1 when s holds a newline between its place and its end.
+ * Stops at the first one: ev_cleanup asks this of every complete segment
+ * each tick, and a backlog of many segments must not be read whole each
+ * time (that made a drain quadratic in the backlog). */
+static int
+ev_has_line(struct events *e, struct events_seg *s)
+{
+    char     buf[65536];
+    uint64_t off = s->off;
+    ssize_t  got;
+
+    if (ev_seg_fd(e, s) < 0)
+        return 0;
+    while (off < s->size && (got = pread(s->fd, buf, sizeof(buf) <
+        s->size - off ? sizeof(buf) : (size_t)(s->size - off),
+        (off_t)off)) > 0) {
+        if (memchr(buf, '\n', (size_t)got) != NULL)
+            return 1;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+
 /* ev_oldest_ms - "unix_ms" of the first unsent record, or 0. */
 static uint64_t
 ev_oldest_ms(struct events *e)
@@ -360,7 +384,7 @@ ev_cleanup(struct events *e)
             i++;
             continue;
         }
-        if (s->off < s->size && ev_count_lines(e, s, s->size) == 0) {
+        if (s->off < s->size && !ev_has_line(e, s)) {
             log_warn("events: %s/%s: a last record without its end (%"
                 PRIu64 " bytes; its writer died writing it) skipped",
                 EVENTS_DIR, s->name, s->size - s->off);
