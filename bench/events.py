@@ -234,11 +234,15 @@ def main():
     ap.add_argument("-m", type=int, default=30000, help="messages a run")
     ap.add_argument("-z", type=int, default=1024, help="message size")
     ap.add_argument("--md", help="also write the Markdown summary here")
+    ap.add_argument("--mtad", help="the mtad binary (default: the build's; "
+                    "copied first, so a make meanwhile does not change it)")
     a = ap.parse_args()
     if a.n < 1 or a.m < 1:
         ap.error("-n and -m must be positive")
     work = tempfile.mkdtemp(prefix="mtad-events.", dir="/dev/shm")
     os.chmod(work, 0o755)
+    harness.MTAD = shutil.copy2(a.mtad or harness.MTAD,
+                                os.path.join(work, "mtad"))
     sink = harness.Sink("ours", harness.free_port(), work)
     target = Target(work)
     res = {False: [], True: []}
