@@ -142,6 +142,7 @@ def run(a, work, sink, target):
         out["sink0"] = sink0
         out["down_s"] = loaded
         out["accepted"] = load["accepted"]
+        out["load_errors"] = load.get("errors", load.get("error"))
         out["delivered"] = sink.count() - sink0
         out["load_cpu"] = (harness.tree_cpu(mta.root()) - cpu0) / \
             max(1, out["delivered"]) * 1000
@@ -216,8 +217,10 @@ def report(a, o, t_start, t_end):
         "| figure | value |",
         "|---|---:|",
         "| target down, load at full rate | %.0f s |" % o["down_s"],
-        "| messages accepted / delivered | %d / %d (%.0f msgs/s) |" % (
-            o["accepted"], o["delivered"], o["delivered"] / o["down_s"]),
+        "| messages accepted / delivered | %d / %d (%.0f msgs/s; "
+        "smtpblast errors: %s) |" % (
+            o["accepted"], o["delivered"], o["delivered"] / o["down_s"],
+            o["load_errors"]),
         "| events kept (a reception and a delivery a message) | %d |" %
         o["events"],
         "| events' bytes on the spool (segment files) | %.1f MB in %d "
