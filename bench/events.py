@@ -242,7 +242,7 @@ def main():
     work = tempfile.mkdtemp(prefix="mtad-events.", dir="/dev/shm")
     os.chmod(work, 0o755)
     harness.MTAD = shutil.copy2(a.mtad or harness.MTAD,
-                                os.path.join(work, "mtad"))
+                                os.path.join(work, "mtad-bin"))
     sink = harness.Sink("ours", harness.free_port(), work)
     target = Target(work)
     res = {False: [], True: []}

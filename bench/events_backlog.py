@@ -282,7 +282,7 @@ def main():
     work = tempfile.mkdtemp(prefix="mtad-evbacklog.", dir="/dev/shm")
     os.chmod(work, 0o755)
     harness.MTAD = shutil.copy2(a.mtad or harness.MTAD,
-                                os.path.join(work, "mtad"))
+                                os.path.join(work, "mtad-bin"))
     sink = harness.Sink("ours", harness.free_port(), work)
     target = events.Target(work)
     t_start = time.time()

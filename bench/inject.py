@@ -246,7 +246,7 @@ def main():
     work = tempfile.mkdtemp(prefix="mtad-inject.", dir="/dev/shm")
     os.chmod(work, 0o755)
     harness.MTAD = shutil.copy2(a.mtad or harness.MTAD,
-                                os.path.join(work, "mtad"))
+                                os.path.join(work, "mtad-bin"))
     if not has_api():
         print("inject: this mtad has no HTTP API (no api section); "
               "nothing measured", file=sys.stderr)
@@ -295,6 +295,15 @@ def main():
         if a.md:
             with open(a.md, "w") as f:
                 f.write(md)
+    except Exception:
+        for name in ("mtad.out", "mtad.log"):       # what mtad said
+            try:
+                with open(os.path.join(run_dir, name), errors="replace") as f:
+                    sys.stderr.write("--- %s (end)\n%s\n" % (name,
+                                                            f.read()[-3000:]))
+            except OSError:
+                pass
+        raise
     finally:
         mta.stop()
         sink.stop()
