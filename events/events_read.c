@@ -233,7 +233,7 @@ ev_count_lines(struct events *e, struct events_seg *s, uint64_t end)
 static int
 ev_has_line(struct events *e, struct events_seg *s)
 {
-    char     buf[65536];
+    char     buf[4096];             /* a record is shorter, mostly */
     uint64_t off = s->off;
     ssize_t  got;
 
@@ -525,7 +525,7 @@ static void
 ev_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     struct events *e = arg;
-    uint64_t       backlog;
+    uint64_t       backlog, now;
     int            changed;
 
     (void)loop;
@@ -537,15 +537,24 @@ ev_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
     ev_timer_start(e->loop, &e->tick, EVENTS_TICK_MS);
     if (e->inflight)
         return;
-    ev_scan(e);
-    backlog = ev_backlog(e);
-    changed = e->cfg->events_when_full == CONFIG_EVENTS_DROP_OLDEST &&
-        backlog > e->cfg->events_max_backlog && ev_drop_oldest(e, backlog);
-    changed |= ev_cleanup(e);
-    if (changed)
-        ev_cursor_save(e);
-    ev_publish(e, ev_backlog(e));
-    if (e->retry_at == 0 || ev_now(e->loop) >= e->retry_at)
+    /* The directory scan, the clean-up and the gauges cost a few system
+     * calls per segment: once a tick, not after every acknowledged batch
+     * (a drain of a 10-minute backlog, 190 segments, made 20,000 of them),
+     * unless what the last scan found is all sent. */
+    now = ev_now(e->loop);
+    if (ev_backlog(e) == 0 || now - e->scanned_at >= EVENTS_TICK_MS) {
+        e->scanned_at = now;
+        ev_scan(e);
+        backlog = ev_backlog(e);
+        changed = e->cfg->events_when_full == CONFIG_EVENTS_DROP_OLDEST &&
+            backlog > e->cfg->events_max_backlog &&
+            ev_drop_oldest(e, backlog);
+        changed |= ev_cleanup(e);
+        if (changed)
+            ev_cursor_save(e);
+        ev_publish(e, ev_backlog(e));
+    }
+    if (e->retry_at == 0 || now >= e->retry_at)
         ev_offer(e);
 }
 
