@@ -254,13 +254,15 @@ def main():
         return 2
     sink = harness.Sink("ours", harness.free_port(), work)
     run_dir = os.path.join(work, "mtad")
-    os.makedirs(run_dir)
-    mta = ApiMtad(run_dir, os.path.join(run_dir, "queue"), False, sink.port)
+    mta = None
     res = {k: [] for k in KINDS}
     ok = True
     t0 = time.time()
     load0 = "%.2f %.2f %.2f" % os.getloadavg()
     try:
+        os.makedirs(run_dir)
+        mta = ApiMtad(run_dir, os.path.join(run_dir, "queue"), False,
+                      sink.port)
         sink.start()
         mta.start()
         mta.wait_api()
@@ -305,7 +307,8 @@ def main():
                 pass
         raise
     finally:
-        mta.stop()
+        if mta is not None:
+            mta.stop()
         sink.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
