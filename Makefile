@@ -1,6 +1,8 @@
 # mtad - non-recursive GNU make.  Objects go to build/ (or build-asan/).
 # Targets: all (the default: mtad, mtactl, mtad-sendmail, the bench tools),
 #          deps, run, test, unit, integration, layering, size, asan, bench,
+#          bench-tls, bench-dkim, bench-milter, bench-events,
+#          bench-events-backlog, bench-inject,
 #          fuzz, install, deb, clean.
 # Only `make deps` installs packages (packaging/deps.sh holds the list);
 # `make run` and `make test` call it first, a compile never does.
@@ -107,7 +109,7 @@ umod_dkim_sign_bench := dkim
 umod_tlsblast := common
 
 .SECONDARY:
-.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim bench-milter fuzz soak install clean layering size deb
+.PHONY: all deps run test unit integration asan bench bench-tls bench-dkim bench-milter bench-events bench-events-backlog bench-inject fuzz soak install clean layering size deb
 all: $(BUILD)/mtad $(BUILD)/mtactl $(BUILD)/mtad-sendmail $(BENCH_BIN)
 	@:
 
@@ -182,11 +184,11 @@ integration: all
 	@MTAD_BUILD=$(BUILD) sh tests/run-integration.sh
 
 # The same tests on an ASan+UBSan build, in build-asan/.
-# The bench tools' own tests (test_bench_tools.py) run in `make test` only:
-# under ASan they would check smtpblast and smtpsink, not mtad, and CI has
-# a 15-minute budget.
+# The bench tools' own tests (test_bench_tools.py, test_httpblast.py) run in
+# `make test` only: under ASan they would check smtpblast, smtpsink and
+# httpblast, not mtad, and CI has a 15-minute budget.
 asan:
-	MTAD_TEST_SKIP="test_bench_tools.py" \
+	MTAD_TEST_SKIP="test_bench_tools.py test_httpblast.py" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
@@ -299,6 +301,21 @@ bench-dkim: all
 # (bench/milter.py; bench/deps installs postfix and rspamd, services down).
 bench-milter: all
 	@sh bench/deps && /usr/bin/python3 bench/milter.py
+
+# Opt-in, mtad only (issue 37): delivery events off vs on (bench/events.py),
+# the events backlog with the target down for 10 minutes and its drain
+# (bench/events_backlog.py; BENCH_ARGS="--minutes 0.5" for a smoke run),
+# injection over the HTTP API against SMTP (bench/inject.py).  Timed runs:
+# call them under the exclusive lock, `flock -x /tmp/mtad-quiet.lock make
+# bench-events`.  They need only python3 (bench/deps checks it).
+bench-events: all
+	@sh bench/deps && /usr/bin/python3 bench/events.py $(BENCH_ARGS)
+
+bench-events-backlog: all
+	@sh bench/deps && /usr/bin/python3 bench/events_backlog.py $(BENCH_ARGS)
+
+bench-inject: all
+	@sh bench/deps && /usr/bin/python3 bench/inject.py $(BENCH_ARGS)
 
 # The chaos soak (tests/soak/soak.py): clients, a misbehaving next hop and
 # a seeded fault injector for DURATION seconds; fails on any lost, phantom

@@ -1515,7 +1515,7 @@ KEPT_SECTIONS = ("## Scale-out", "## TLS inbound", "## DKIM signing",
                  "## A million queued messages", "## Traffic shaping",
                  "## Issue 16", "## Issue 20, both directions",
                  "## Screening before the greeting", "## Milters",
-                 "## Delivery events")
+                 "## Delivery events", "## HTTP injection")
 TLS_SECTION = "## TLS: mtad against Postfix"          # bench/tlsvs.py
 
 

@@ -63,6 +63,7 @@ struct events {
     size_t                inflight_n;   /* records in it */
     uint64_t              backoff_ms;   /* 0: not failing */
     uint64_t              retry_at;     /* monotonic ms */
+    uint64_t              scanned_at;   /* last ev_scan, monotonic ms */
     int                   dropping;     /* drop_oldest episode logged */
     int                   full_logged;  /* backpressure episode logged */
     struct buf            batch;

@@ -226,6 +226,30 @@ ev_count_lines(struct events *e, struct events_seg *s, uint64_t end)
 }
 
 
+/* ev_has_line - 1 when s holds a newline between its place and its end.
+ * Stops at the first one: ev_cleanup asks this of every complete segment
+ * each tick, and a backlog of many segments must not be read whole each
+ * time (that made a drain quadratic in the backlog). */
+static int
+ev_has_line(struct events *e, struct events_seg *s)
+{
+    char     buf[4096];             /* a record is shorter, mostly */
+    uint64_t off = s->off;
+    ssize_t  got;
+
+    if (ev_seg_fd(e, s) < 0)
+        return 0;
+    while (off < s->size && (got = pread(s->fd, buf, sizeof(buf) <
+        s->size - off ? sizeof(buf) : (size_t)(s->size - off),
+        (off_t)off)) > 0) {
+        if (memchr(buf, '\n', (size_t)got) != NULL)
+            return 1;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+
 /* ev_oldest_ms - "unix_ms" of the first unsent record, or 0. */
 static uint64_t
 ev_oldest_ms(struct events *e)
@@ -360,7 +384,7 @@ ev_cleanup(struct events *e)
             i++;
             continue;
         }
-        if (s->off < s->size && ev_count_lines(e, s, s->size) == 0) {
+        if (s->off < s->size && !ev_has_line(e, s)) {
             log_warn("events: %s/%s: a last record without its end (%"
                 PRIu64 " bytes; its writer died writing it) skipped",
                 EVENTS_DIR, s->name, s->size - s->off);
@@ -501,7 +525,7 @@ static void
 ev_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     struct events *e = arg;
-    uint64_t       backlog;
+    uint64_t       backlog, now;
     int            changed;
 
     (void)loop;
@@ -513,15 +537,24 @@ ev_tick(struct ev_loop *loop, struct ev_timer *t, void *arg)
     ev_timer_start(e->loop, &e->tick, EVENTS_TICK_MS);
     if (e->inflight)
         return;
-    ev_scan(e);
-    backlog = ev_backlog(e);
-    changed = e->cfg->events_when_full == CONFIG_EVENTS_DROP_OLDEST &&
-        backlog > e->cfg->events_max_backlog && ev_drop_oldest(e, backlog);
-    changed |= ev_cleanup(e);
-    if (changed)
-        ev_cursor_save(e);
-    ev_publish(e, ev_backlog(e));
-    if (e->retry_at == 0 || ev_now(e->loop) >= e->retry_at)
+    /* The directory scan, the clean-up and the gauges cost a few system
+     * calls per segment: once a tick, not after every acknowledged batch
+     * (a drain of a 10-minute backlog, 190 segments, made 20,000 of them),
+     * unless what the last scan found is all sent. */
+    now = ev_now(e->loop);
+    if (ev_backlog(e) == 0 || now - e->scanned_at >= EVENTS_TICK_MS) {
+        e->scanned_at = now;
+        ev_scan(e);
+        backlog = ev_backlog(e);
+        changed = e->cfg->events_when_full == CONFIG_EVENTS_DROP_OLDEST &&
+            backlog > e->cfg->events_max_backlog &&
+            ev_drop_oldest(e, backlog);
+        changed |= ev_cleanup(e);
+        if (changed)
+            ev_cursor_save(e);
+        ev_publish(e, ev_backlog(e));
+    }
+    if (e->retry_at == 0 || now >= e->retry_at)
         ev_offer(e);
 }
 

@@ -399,3 +399,42 @@ def test_results_name_their_source_and_class(mtad_factory, sink, receiver,
     assert d["source"] == "s2" and "class" not in d, d
     f = receiver.of("deferral", qid)[0]
     assert f["source"] == "s2" and f["class"], f
+
+
+def test_complete_segment_with_a_cut_last_record_is_sent_and_removed(
+        mtad_factory, sink, receiver, workdir):
+    """A segment whose writer died mid-record (no writer holds it): its
+    whole records are sent, the cut one is skipped and logged, the file is
+    removed; the same with whole segments before it (the reader asks each
+    complete segment for a newline every tick: it must find the first one,
+    not count them all)."""
+    receiver.up(False)
+    m = start(mtad_factory, events_cfg(workdir, receiver.url), sink.route)
+    ev_dir = os.path.join(m.spool, "events")
+    assert wait_for(lambda: os.path.isdir(ev_dir), 10)
+    m.stop()
+    st = os.stat(ev_dir)
+
+    def rec(i):
+        return json.dumps({"v": 1, "type": "reception", "time": "x",
+                           "unix_ms": 1000 + i, "node": "n",
+                           "queue_id": "CUT%013d" % i}).encode() + b"\n"
+    names = []
+    for k in range(3):
+        name = "0000000000001-1-%d.ev" % k
+        body = b"".join(rec(10 * k + i) for i in range(2))
+        if k == 2:
+            body += rec(99)[:20]               # the writer died here
+        with open(os.path.join(ev_dir, name), "wb") as f:
+            f.write(body)
+        os.chown(os.path.join(ev_dir, name), st.st_uid, st.st_gid)
+        names.append(name)
+    receiver.up(True)
+    m.start()
+    want = {"CUT%013d" % (10 * k + i) for k in range(3) for i in range(2)}
+    assert wait_for(lambda: count_ids(receiver, "reception") >= want, 30), \
+        want - count_ids(receiver, "reception")
+    m.wait_log("a last record without its end (20 bytes", timeout=10)
+    assert "CUT%013d" % 99 not in count_ids(receiver, "reception")
+    assert wait_for(lambda: not any(os.path.exists(os.path.join(ev_dir, n))
+                                    for n in names), 10), os.listdir(ev_dir)
