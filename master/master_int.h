@@ -120,6 +120,12 @@ void    privs_drop(const struct privs *p);        /* fatal on failure */
 int     listen_acquire(struct master *m, const struct config *cfg, int **fds,
             char *err, size_t errsz);
 void    listen_release(struct master *m, int *fds, size_t n);
+/* The API's injection socket (config_inject_listen), appended to fds (n
+ * of them, n counts it) when the API is on; 0, or -1 with err and nothing
+ * more held. */
+int     listen_inject(struct master *m, const struct config *cfg,
+            const struct privs *p, int **fds, size_t *n, char *err,
+            size_t errsz);
 
 /* The log process: records from the workers' recv_fd and the master's
  * own_fd; master: the pid whose records it writes unchecked. */

@@ -316,6 +316,9 @@ master_gen_prepare(struct master *m, struct config *cfg, int *exit_code,
     if (listen_acquire(m, cfg, &g->lfds, err, errsz) < 0)
         goto fail;
     g->nlisten = cfg->nlisten;
+    if (listen_inject(m, cfg, &g->privs, &g->lfds, &g->nlisten, err,
+        errsz) < 0)
+        goto fail;                  /* master_gen_free releases the rest */
     *exit_code = EX_CANTCREAT;
     rc = master_spool_prepare(m, cfg, &g->privs);
     if (rc != SPOOL_OK) {
