@@ -25,8 +25,7 @@
 int
 config_inject_on(const struct config *cfg)
 {
-    (void)cfg;
-    return 0;   /* MERGE: cfg's api.listen is set (apid's config_api.c) */
+    return cfg->api_listen != NULL;
 }
 
 
