@@ -22,10 +22,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "api/api.h"
 #include "api/api_core.h"
 #include "api/api_json.h"
+#include "api/api_submit.h"
 #include "common/chan.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -541,6 +543,27 @@ api_check(const struct config *cfg, char *err, size_t errsz)
     return 0;
 }
 
+/* api_inject_setup - POST /v1/messages and its pool of connections to
+ * the workers' injection socket (api/api_submit.h). */
+static int
+api_inject_setup(struct api *a, char *err, size_t errsz)
+{
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+    if (config_inject_path(a->cfg, path, sizeof(path)) < 0 ||
+        api_submit_init(a->loop, path) < 0) {
+        snprintf(err, errsz, "the injection socket next to %s: path too "
+            "long", a->cfg->control_socket);
+        return -1;
+    }
+    if (api_submit_routes(a) < 0) {
+        snprintf(err, errsz, "POST /v1/messages: cannot add the route");
+        return -1;
+    }
+    return 0;
+}
+
+
 struct api *
 api_init(const struct api_args *args, char *err, size_t errsz)
 {
@@ -567,11 +590,11 @@ api_init(const struct api_args *args, char *err, size_t errsz)
     ev_timer_init(&a->stop_timer, api_stop_expired, a);
     api_routes_core(a);
     /* The other parts' routes.  TODO(lead): uncomment when the apiverbs
-     * and inject branches are merged:
+     * branch is merged:
      *     api_verbs_routes(a);
-     *     api_submit_init(a, config_inject_path(a->cfg));
-     *     api_submit_routes(a);
      */
+    if (api_inject_setup(a, err, errsz) < 0)
+        goto fail;
     return a;
 fail:
     api_tokens_free(a->tokens);
@@ -593,6 +616,7 @@ api_main(struct api *a)
     ev_run(a->loop);
     while (a->clients != NULL)
         api_client_close(a->clients);
+    api_submit_shutdown();
     log_flush();
     return 0;
 }
