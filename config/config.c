@@ -833,6 +833,7 @@ config_load(const char *path, char *err, size_t errsz)
     config_check_tls(&p);
     config_check_events(&p);
     config_check_api(&p);
+    config_check_inject(&p);
     config_check_auth(&p);
     config_check_logfile(&p);
     config_check_tlsrpt(&p);

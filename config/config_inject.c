@@ -21,6 +21,7 @@
 #include "common/util.h"
 #include "proxy/proxy.h"
 #include "config/config.h"
+#include "config/config_int.h"
 
 int
 config_inject_on(const struct config *cfg)
@@ -75,4 +76,23 @@ config_inject_listen(const struct config *cfg, struct config_listen *l,
         l->nmilters = like->nmilters;
     }
     return 0;
+}
+
+
+/* config_check_inject - mtad -t: with the API on, the injection socket's
+ * path must fit a unix socket address (it is derived from
+ * server.control_socket, so that key is named). */
+void
+config_check_inject(struct config_parse *p)
+{
+    struct config_listen l;
+    char                 spec[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+    if (!config_inject_on(p->cfg))
+        return;
+    if (config_inject_listen(p->cfg, &l, spec, sizeof(spec)) < 0)
+        config_addf(p, p->have_api_listen_mark ? &p->api_listen_mark : NULL,
+            "api.listen: the injection socket %s next to "
+            "server.control_socket would be longer than %zu bytes",
+            CONFIG_INJECT_NAME, sizeof(spec) - 1);
 }

@@ -203,6 +203,7 @@ void config_check_events(struct config_parse *p);
 void config_set_api(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_check_api(struct config_parse *p);
+void config_check_inject(struct config_parse *p);   /* config_inject.c */
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);
