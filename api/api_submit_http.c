@@ -444,8 +444,10 @@ subh_on_messages(struct api *a, struct api_client *c, const struct api_req *r,
         api_reply_error(c, 503, "injection is not available");
         return;
     }
-    if ((root = api_req_json(c, r)) == NULL)
-        return;                     /* answered */
+    if ((root = api_req_json(c, r)) == NULL) {
+        api_admin_log(a, c, r, "action=inject result=bad_request");
+        return;                     /* answered (400 or 415) */
+    }
     memset(&p, 0, sizeof(p));
     if ((why = subh_parse(root, &p, &status)) != NULL) {
         api_admin_log(a, c, r, "action=inject result=%d", status);

@@ -463,15 +463,15 @@ def test_tokens_and_roles(workdir, sink):
         m.stop()
 
 
-def test_idle_pooled_connection_closed_by_the_worker_is_retried(workdir,
-                                                                 sink):
+def test_idle_pooled_connection_closed_by_the_worker_is_replaced(workdir,
+                                                                  sink):
     m = make(workdir, sink.route, {"limits": {"command_timeout": "1s"}})
     try:
         st, _, doc = post(m, {"from": "a@x.test", "to": ["one@y.test"],
                               "message": "Subject: 1\r\n\r\nx\r\n"})
         assert st == 201, doc
         # the worker times the idle pooled session out and closes it
-        assert m.wait_log("timeout exceeded", 10)
+        m.wait_log("timeout after command from [127.0.0.1]", 10)
         st, _, doc = post(m, {"from": "a@x.test", "to": ["two@y.test"],
                               "message": "Subject: 2\r\n\r\nx\r\n"})
         assert st == 201, doc
