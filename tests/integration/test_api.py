@@ -184,11 +184,72 @@ def test_listen_without_tokens_file_refused(mtad_factory):
 # ---- HTTP rules ------------------------------------------------------------
 
 
-def test_malformed_json_is_400(api):
-    """Through a route that reads JSON: the status route takes none, so a
-    POST to it is 405; a body on a JSON route is the verbs' business.  The
-    parser's 400 is checked with the unit test and fuzzer; here the HTTP
-    side: a body with a bad length or bytes after it."""
+@pytest.fixture
+def echo(mtad_factory, workdir, monkeypatch):
+    """An mtad whose API has the test route POST /v1/test/echo (JSON in,
+    the same JSON written again out, one admin record): MTAD_API_TEST=1."""
+    monkeypatch.setenv("MTAD_API_TEST", "1")
+    port = free_port()
+    m = mtad_factory(api_cfg(workdir, port))
+    m.start()
+    wait_api(port)
+    m.api_port = port
+    return m
+
+
+def test_malformed_json_is_400(echo):
+    tok = TOKENS["operator"][1]
+    for body in (b"{", b"{\"a\":1,}", b"[1 2]", b"{'a':1}", b"\"\xff\"",
+                 b"{\"a\":1,\"a\":2}", b"01", b"[" * 40 + b"]" * 40, b""):
+        r, data = request(echo.api_port, "POST", "/v1/test/echo", token=tok,
+                          body=body)
+        err = error_of(r, data, 400)
+        assert err["message"].startswith("malformed JSON: "), err
+        assert "line 1 col" in err["message"] or "JSON" in err["message"]
+    r, data = request(echo.api_port, "POST", "/v1/test/echo", token=tok,
+                      body=b"{}", ctype="text/plain")
+    error_of(r, data, 415)
+
+
+def test_json_round_trip(echo):
+    doc = {"s": "caf\u00e9 \U0001f600 \"q\" \\ \n\u0001", "n": -42,
+           "f": 1.5, "big": 9223372036854775807, "t": True, "z": None,
+           "a": [1, [2, {"x": []}], {}], "nul": "a\u0000b"}
+    r, data = request(echo.api_port, "POST", "/v1/test/echo",
+                      token=TOKENS["operator"][1],
+                      body=json.dumps(doc).encode())
+    assert r.status == 200, data
+    assert json.loads(data) == doc
+    data.decode("utf-8")                     # valid UTF-8 out
+
+
+def test_echo_needs_operate(echo):
+    r, data = request(echo.api_port, "POST", "/v1/test/echo",
+                      token=TOKENS["reader"][1], body=b"{}")
+    error_of(r, data, 403)
+
+
+def test_admin_record(echo):
+    r, data = request(echo.api_port, "POST", "/v1/test/echo",
+                      token=TOKENS["operator"][1],
+                      body=json.dumps({"note": "two words\nforged line"})
+                      .encode())
+    assert r.status == 200, data
+    text = echo.wait_log("admin api:operator from=127.0.0.1 "
+                         "action=test-echo")
+    line = [ln for ln in text.splitlines() if "action=test-echo" in ln][0]
+    assert "args=two\\x20words\\x0aforged\\x20line result=ok" in line, line
+    assert not any(ln.startswith("forged line") for ln in text.splitlines())
+    assert "refused a log record" not in text
+
+
+def test_no_test_route_by_default(api):
+    r, data = request(api.api_port, "POST", "/v1/test/echo",
+                      token=TOKENS["operator"][1], body=b"{}")
+    error_of(r, data, 404)
+
+
+def test_bad_content_length_is_400(api):
     tok = TOKENS["operator"][1].encode()
     resp = raw(api.api_port, b"POST /v1/status HTTP/1.1\r\nHost: x\r\n"
                b"Authorization: Bearer " + tok + b"\r\n"
@@ -317,15 +378,34 @@ def test_max_clients(mtad_factory, workdir):
     m = mtad_factory(api_cfg(workdir, port, max_clients=2))
     m.start()
     wait_api(port)
-    held = [socket.create_connection(("127.0.0.1", port), timeout=5)
-            for _ in range(2)]
+    held = []
     try:
-        time.sleep(0.2)         # the two accepted before the third
+        # two kept-alive clients, each answered: both are counted
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            r, data = request(port, "GET", "/v1/status",
+                              token=TOKENS["reader"][1], conn=c)
+            assert r.status == 200, data
+            held.append(c)
         resp = raw(port, b"")
         assert status_line(resp) == 503
+        assert b"Retry-After: 1" in resp
+        held.pop().close()
+        deadline = time.time() + 10
+        status = None
+        while status != 200 and time.time() < deadline:
+            # the freed place is taken again (until the close is seen, a
+            # 503 or a reset: the refusal closes with the request unread)
+            try:
+                r, data = request(port, "GET", "/v1/status",
+                                  token=TOKENS["reader"][1])
+                status = r.status
+            except OSError:
+                time.sleep(0.05)
+        assert status == 200
     finally:
-        for s in held:
-            s.close()
+        for c in held:
+            c.close()
 
 
 # ---- TLS ---------------------------------------------------------------------
