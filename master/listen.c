@@ -115,6 +115,8 @@ listen_unref(struct master *m, int fd)
             if (--l->refs == 0) {
                 child_unregister_master_fd(m, l->fd);
                 close(l->fd);
+                if (l->addr.ss_family == AF_UNIX)  /* the injection socket */
+                    (void)unlink(l->spec);
                 free(l->spec);
                 memset(l, 0, sizeof(*l));
             }

@@ -532,3 +532,44 @@ def test_kill_9_of_the_worker_mid_request_is_never_a_201(workdir, sink):
             m.stop()
     finally:
         fm.stop()
+
+
+def test_concurrent_clients_each_get_their_own_201s(workdir, sink):
+    """8 keep-alive clients at once, 40 messages each: every answer a 201
+    with a distinct id, every message delivered once, and the pool holds
+    no more sessions than clients at once (one address: 127.0.0.1)."""
+    import threading
+    m = make(workdir, sink.route)
+    try:
+        ids, errors = [], []
+        lock = threading.Lock()
+
+        def client(k):
+            c = http.client.HTTPConnection(*m.api, timeout=30)
+            try:
+                for i in range(40):
+                    st, _, doc = post(m, {
+                        "from": "a@x.test", "to": ["c%d-%d@y.test" % (k, i)],
+                        "message": "Subject: %d %d\r\n\r\nx\r\n" % (k, i)},
+                        conn=c)
+                    with lock:
+                        (ids if st == 201 else errors).append(
+                            doc["queue_id"] if st == 201 else (st, doc))
+            finally:
+                c.close()
+        ts = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errors, errors[:3]
+        assert len(ids) == 320 and len(set(ids)) == 320
+        got = sink.wait_for(320, 60)
+        rcpts = sorted(x.rcpt_tos[0] for x in got)
+        assert rcpts == sorted("c%d-%d@y.test" % (k, i) for k in range(8)
+                               for i in range(40))
+        sessions = [ln for ln in m.log_text().splitlines()
+                    if " connect from [127.0.0.1]" in ln]
+        assert len(sessions) <= 8 + 3, len(sessions)
+    finally:
+        m.stop()
