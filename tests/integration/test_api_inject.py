@@ -573,3 +573,29 @@ def test_concurrent_clients_each_get_their_own_201s(workdir, sink):
         assert len(sessions) <= 8 + 3, len(sessions)
     finally:
         m.stop()
+
+
+def test_reload_keeps_injecting_and_turning_the_api_off_removes_the_socket(
+        workdir, sink):
+    m = make(workdir, sink.route)
+    try:
+        ino = os.stat(m.inject_sock).st_ino
+        old = set(workers(m.pid))
+        m.ctl("reload", check=True)
+        assert wait_for(lambda: set(workers(m.pid)) and
+                        not (set(workers(m.pid)) & old), 20), "no new workers"
+        assert os.stat(m.inject_sock).st_ino == ino     # the same socket
+        wait_api(m)
+
+        def ok():
+            st, _, doc = post(m, {"from": "a@x.test", "to": ["r@y.test"],
+                                  "message": "Subject: r\r\n\r\nx\r\n"})
+            return st == 201
+        assert wait_for(ok, 20, step=0.2)
+        sink.wait_for(1)
+        del m.cfg["api"]
+        m.write_config()
+        m.ctl("reload", check=True)
+        assert wait_for(lambda: not os.path.exists(m.inject_sock), 20)
+    finally:
+        m.stop()
