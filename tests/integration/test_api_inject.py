@@ -599,3 +599,24 @@ def test_reload_keeps_injecting_and_turning_the_api_off_removes_the_socket(
         assert wait_for(lambda: not os.path.exists(m.inject_sock), 20)
     finally:
         m.stop()
+
+
+def test_a_banned_http_client_is_429_with_retry_after(workdir, sink):
+    """The ban is the HTTP client's address (the PROXY header's), not the
+    API process's: the pooled connection is refused at its greeting (an
+    address in relay.allow_networks is never banned, hence 10.9.9.0/24)."""
+    m = make(workdir, sink.route,
+             {"relay": {"allow_networks": ["10.9.9.0/24"]}})
+    try:
+        m.ctl("ban", "add", "127.0.0.1", "--for", "1h", check=True)
+        st, h, doc = post(m, {"from": "a@x.test", "to": ["b@y.test"],
+                              "message": "Subject: b\r\n\r\nx\r\n"})
+        assert st == 429, doc
+        assert int(h["retry-after"]) > 0
+        assert doc["error"]["smtp"]["code"] == 421, doc
+        m.ctl("ban", "del", "127.0.0.1", check=True)
+        st, _, doc = post(m, {"from": "a@x.test", "to": ["b@y.test"],
+                              "message": "Subject: b\r\n\r\nx\r\n"})
+        assert st == 201, doc
+    finally:
+        m.stop()
