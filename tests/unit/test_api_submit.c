@@ -265,6 +265,7 @@ Test(api_submit, wire_format_and_reuse)
     cr_assert_eq(x.r[1].status, API_SUBMIT_OK);
     cr_assert_eq(s.conns, 1, "the idle connection was reused");
     api_submit_free(p);
+    ev_free(x.loop);
     srv_stop(&s);
 }
 
@@ -285,6 +286,7 @@ Test(api_submit, refused_rcpt_closes_inside_data)
     cr_assert_eq(x.r[0].reply.code, 550);
     cr_assert_str_eq(x.r[0].enhanced, "5.1.1");
     api_submit_free(p);
+    ev_free(x.loop);
     srv_stop(&s);
     pthread_join(s.th, NULL);
     cr_assert(s.closed_in_data, "no final dot after a refused RCPT");
@@ -315,6 +317,7 @@ Test(api_submit, refused_data_is_rset_and_the_connection_kept)
     cr_assert_eq(idle, 1);
     cr_assert_geq(s.rsets, 1);
     api_submit_free(p);
+    ev_free(x.loop);
     srv_stop(&s);
 }
 
@@ -333,6 +336,7 @@ Test(api_submit, lost_after_the_dot_is_a_failure)
     cr_assert_eq(x.r[0].stage, API_STAGE_CONTENT);
     cr_assert_eq(s.conns, 1, "not retried: it may have been accepted");
     api_submit_free(p);
+    ev_free(x.loop);
     srv_stop(&s);
 }
 
@@ -353,6 +357,7 @@ Test(api_submit, dropped_idle_connection_is_retried_once)
     cr_assert_eq(x.r[1].status, API_SUBMIT_OK);
     cr_assert_eq(s.conns, 2);
     api_submit_free(p);
+    ev_free(x.loop);
     srv_stop(&s);
 }
 
@@ -373,4 +378,5 @@ Test(api_submit, no_server_is_a_failure_and_bad_addresses_refused)
     run_until_done(&x);
     cr_assert_eq(x.r[0].status, API_SUBMIT_FAILED);
     api_submit_free(p);
+    ev_free(x.loop);
 }
