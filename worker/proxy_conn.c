@@ -250,7 +250,7 @@ wproxy_accept(struct worker *w, int fd, const struct sockaddr_storage *ss,
         util_sockaddr_str((const struct sockaddr *)ss, who, sizeof(who));
         STATUS_ADD(w->st->proxy_refused, 1);
         log_warn("proxy listener %s: refused %s: %s", l->spec, who,
-            i == l->nproxy_from ? "not in proxy_from" :
+            i == l->nproxy_from && !l->inject ? "not in proxy_from" :
             "too many connections waiting for their PROXY header");
         close(fd);
         return;
