@@ -620,3 +620,22 @@ def test_a_banned_http_client_is_429_with_retry_after(workdir, sink):
         assert st == 201, doc
     finally:
         m.stop()
+
+
+def test_an_ipv6_http_client_is_named_by_a_tcp6_header(workdir, sink):
+    m = Mtad(workdir, {"routes": {"default": sink.route},
+                       "api": {"listen": "[::1]:%d" % free_port("::1"),
+                               "tokens_file": tokens_file(workdir)}})
+    m.start()
+    try:
+        port = int(m.cfg["api"]["listen"].rsplit(":", 1)[1])
+        m.api = ("::1", port)
+        wait_api(m)
+        st, _, doc = post(m, {"from": "a@x.test", "to": ["v6@y.test"],
+                              "message": "Subject: 6\r\n\r\nx\r\n"})
+        assert st == 201, doc
+        assert m.wait_log("%s: from=<a@x.test>, size=" % doc["queue_id"])
+        assert m.wait_log("client=[::1]:")
+        assert b"[::1]" in sink.wait_for(1)[0].data.split(b"\r\n\r\n")[0]
+    finally:
+        m.stop()
