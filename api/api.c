@@ -38,6 +38,7 @@
 static void api_client_io(struct ev_loop *loop, int fd, unsigned ev,
     void *arg);
 static void api_client_input(struct api_client *c);
+static void api_client_reset(struct api_client *c);
 
 struct ev_loop *
 api_loop(struct api *a)
@@ -125,6 +126,7 @@ api_client_timeout(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (c->state == API_C_HEAD && buf_avail(&c->in) > 0 && c->head_timer) {
         /* a head begun and not finished in time: say so, then close */
+        api_client_reset(c);
         log_info("%s: request head not complete within %llums",
             c->peer_str, (unsigned long long)c->a->cfg->api_header_timeout_ms);
         c->keep_alive = 0;
@@ -172,6 +174,7 @@ api_client_flush(struct api_client *c)
     buf_compact(&c->in);
     c->state = API_C_HEAD;
     c->head_timer = 0;
+    api_client_reset(c);
     api_want(c, EV_READ);
     api_timer(c, c->a->cfg->api_idle_timeout_ms);
     if (buf_avail(&c->in) > 0)
@@ -185,7 +188,9 @@ api_client_send(struct api_client *c)
         return;
     c->state = API_C_WRITE;
     api_timer(c, c->a->cfg->api_body_timeout_ms);
+    api_client_ref(c);              /* the flush may close it */
     api_client_flush(c);
+    api_client_unref(c);
 }
 
 /* A head parsed: check what can be checked before the body comes. */
@@ -195,19 +200,23 @@ api_client_head(struct api_client *c)
     struct api_http_head *h = &c->head;
 
     c->keep_alive = h->keep_alive;
-    c->answered = 0;
     if (h->has_length && h->content_length > 0) {
         c->state = API_C_BODY;
-        if (h->expect_continue && buf_avail(&c->in) == h->head_len) {
-            static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
-
-            /* best effort: a client that gets nothing sends anyway */
-            (void)net_write(&c->conn, go, sizeof(go) - 1);
-        }
         api_timer(c, c->a->cfg->api_body_timeout_ms);
         return;
     }
     c->state = API_C_HANDLER;
+}
+
+/* A new request begins: nothing of the last one (its token above all)
+ * may carry over to it. */
+static void
+api_client_reset(struct api_client *c)
+{
+    memset(&c->req, 0, sizeof(c->req));
+    c->nparams = 0;
+    c->path[0] = '\0';
+    c->answered = 0;
 }
 
 /* The bytes in c->in: a head, a body, or not enough yet. */
@@ -226,9 +235,9 @@ api_client_input(struct api_client *c)
             c->a->cfg->api_max_body, &c->head, &why);
         if (rc == -2)
             return;
+        api_client_reset(c);
         if (rc != 0) {
             c->keep_alive = 0;
-            c->answered = 0;
             c->state = API_C_HANDLER;
             api_reply_error(c, rc, "%s", why);
             return;
@@ -237,6 +246,13 @@ api_client_input(struct api_client *c)
         /* auth before the body: a refused client sends no megabytes */
         if (c->state == API_C_BODY && api_precheck(c->a, c) != 0)
             return;
+        if (c->state == API_C_BODY && c->head.expect_continue &&
+            buf_avail(&c->in) == c->head.head_len) {
+            static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+            /* best effort: a client that gets nothing sends anyway */
+            (void)net_write(&c->conn, go, sizeof(go) - 1);
+        }
     }
     if (c->state == API_C_BODY) {
         if (buf_avail(&c->in) < c->head.head_len + c->head.content_length)

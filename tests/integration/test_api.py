@@ -307,6 +307,37 @@ def test_keep_alive_many_requests_one_connection(api):
     c.close()
 
 
+def test_token_does_not_carry_over_keep_alive(api):
+    """Each request is authenticated by its own header: a second request
+    on the same connection without a token is 401, with a reader's token
+    403 on an operate route, whatever the first one had."""
+    tok = TOKENS["operator"][1].encode()
+    first = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + \
+            tok + b"\r\n\r\n"
+    second = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    resp = raw(api.api_port, first + second)
+    assert resp.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 401 " in resp and resp.count(b"HTTP/1.1 ") == 2
+    c = http.client.HTTPConnection("127.0.0.1", api.api_port, timeout=10)
+    r, _ = request(api.api_port, "GET", "/v1/status", token=tok.decode(),
+                   conn=c)
+    assert r.status == 200
+    r, data = request(api.api_port, "GET", "/v1/status", conn=c)
+    error_of(r, data, 401)
+    c.close()
+
+
+def test_http10_keep_alive(api):
+    tok = TOKENS["reader"][1].encode()
+    one = b"GET /v1/status HTTP/1.0\r\nConnection: keep-alive\r\n" \
+          b"Authorization: Bearer " + tok + b"\r\n\r\n"
+    two = b"GET /v1/status HTTP/1.0\r\nAuthorization: Bearer " + tok + \
+          b"\r\n\r\n"
+    resp = raw(api.api_port, one + two)
+    assert resp.count(b"HTTP/1.1 200 ") == 2, resp[:300]
+    assert b"Connection: keep-alive" in resp
+
+
 def test_pipelined_requests_answered_in_order(api):
     tok = b"Authorization: Bearer " + TOKENS["reader"][1].encode() + b"\r\n"
     one = b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + tok + b"\r\n"
