@@ -133,7 +133,8 @@ def test_status_with_each_reading_role(api):
                           token=TOKENS[name][1])
         assert r.status == 200, data
         doc = json.loads(data)
-        assert isinstance(doc, dict) and doc, doc
+        assert doc["generation"] >= 1 and isinstance(doc["workers"], list)
+        assert doc["api"]["state"] == "running" and doc["api"]["pid"] > 0
         assert r.getheader("Cache-Control") == "no-store"
 
 
