@@ -169,6 +169,7 @@ api_client_flush(struct api_client *c)
         api_client_close(c);
         return;
     }
+    c->nreq++;
     /* the request's bytes are done with; a pipelined one may follow */
     buf_consume(&c->in, c->head.head_len + (size_t)c->head.content_length);
     buf_compact(&c->in);
@@ -441,9 +442,12 @@ api_stop(struct api *a)
     for (c = a->clients; c != NULL; c = next) {
         next = c->next;
         c->keep_alive = 0;
-        if ((c->state == API_C_HEAD && buf_avail(&c->in) == 0) ||
-            c->state == API_C_TLS)
-            api_client_close(c);        /* idle: nothing to finish */
+        /* idle between requests: nothing to finish.  A connection that
+         * has not sent its first request yet may be one the client just
+         * opened for a request on its way: it is served (and closed)
+         * like the others, within API_STOP_MS. */
+        if (c->state == API_C_HEAD && buf_avail(&c->in) == 0 && c->nreq > 0)
+            api_client_close(c);
     }
     ev_timer_start(a->loop, &a->stop_timer, API_STOP_MS);
     api_maybe_exit(a);

@@ -531,6 +531,29 @@ def test_reload_rereads_tokens(api):
     error_of(r, data, 401)
 
 
+def test_reload_refuses_no_request(api):
+    """Across a reload (a new API process, the old one stopping) every
+    request on a new connection is answered: the socket stays open in the
+    master, and the old process serves what it accepted."""
+    pid = wait_pid(api)
+    tok = TOKENS["reader"][1]
+    statuses = []
+    os.kill(api.pid, signal.SIGHUP)
+    deadline = time.time() + 20
+    new = None
+    while time.time() < deadline and len(statuses) < 2000:
+        r, _ = request(api.api_port, "GET", "/v1/status", token=tok)
+        statuses.append(r.status)
+        p = api_pid(api)
+        if p is not None and p != pid:
+            new = p
+            if len(statuses) > 50 and not os.path.exists("/proc/%d" % pid):
+                break
+    assert new is not None, "no new API process"
+    assert set(statuses) == {200}, statuses
+    api.wait_log("API process (pid %d) serving" % new)
+
+
 def test_admin_record_format_and_no_forgery(api):
     """The API's log lines reach the log as its own; the token never."""
     r, _ = request(api.api_port, "GET", "/v1/status", token="nope-nope")
