@@ -511,6 +511,26 @@ def test_process_unprivileged_and_restarted(api):
     api.wait_log("API process (pid %d) exited on signal 9" % pid)
 
 
+def test_hung_process_killed_and_restarted(api):
+    """SIGSTOP: no pong within the master's 10 s ping period: killed and
+    forked again, and the relay itself was left alone."""
+    pid = wait_pid(api)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        new = wait_pid(api, old=pid, timeout=30)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    api.wait_log("API process (pid %d) did not answer a ping" % pid)
+    wait_api(api.api_port)
+    r, data = request(api.api_port, "GET", "/v1/status",
+                      token=TOKENS["reader"][1])
+    assert r.status == 200, data
+    assert json.loads(data)["api"]["pid"] == new
+
+
 def test_reload_rereads_tokens(api):
     pid = wait_pid(api)
     tokens = api.cfg["api"]["tokens_file"]
