@@ -53,6 +53,14 @@ def wait_api(port, timeout=15.0, tls=False):
     raise AssertionError("API not listening on %d: %r" % (port, last))
 
 
+def assert_api_never_died(m):
+    """No API process exited unasked (a sanitizer's abort, a crash): the
+    master logs each such exit."""
+    bad = [ln for ln in m.log_text().splitlines()
+           if "API process (pid" in ln and ") exited" in ln]
+    assert not bad, bad
+
+
 @pytest.fixture
 def api(mtad_factory, workdir):
     port = free_port()
@@ -60,7 +68,10 @@ def api(mtad_factory, workdir):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    m.kills_ok = False
+    yield m
+    if not m.kills_ok:
+        assert_api_never_died(m)
 
 
 def request(port, method, path, token=None, body=None, headers=None,
@@ -195,7 +206,8 @@ def echo(mtad_factory, workdir, monkeypatch):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    yield m
+    assert_api_never_died(m)
 
 
 def test_malformed_json_is_400(echo):
@@ -494,6 +506,7 @@ def wait_pid(m, old=None, timeout=15.0):
 
 
 def test_process_unprivileged_and_restarted(api):
+    api.kills_ok = True
     pid = wait_pid(api)
     with open("/proc/%d/status" % pid) as f:
         st = f.read()
@@ -514,6 +527,7 @@ def test_process_unprivileged_and_restarted(api):
 def test_hung_process_killed_and_restarted(api):
     """SIGSTOP: no pong within the master's 10 s ping period: killed and
     forked again, and the relay itself was left alone."""
+    api.kills_ok = True
     pid = wait_pid(api)
     os.kill(pid, signal.SIGSTOP)
     try:
