@@ -53,6 +53,14 @@ def wait_api(port, timeout=15.0, tls=False):
     raise AssertionError("API not listening on %d: %r" % (port, last))
 
 
+def assert_api_never_died(m):
+    """No API process exited unasked (a sanitizer's abort, a crash): the
+    master logs each such exit."""
+    bad = [ln for ln in m.log_text().splitlines()
+           if "API process (pid" in ln and ") exited" in ln]
+    assert not bad, bad
+
+
 @pytest.fixture
 def api(mtad_factory, workdir):
     port = free_port()
@@ -60,7 +68,10 @@ def api(mtad_factory, workdir):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    m.kills_ok = False
+    yield m
+    if not m.kills_ok:
+        assert_api_never_died(m)
 
 
 def request(port, method, path, token=None, body=None, headers=None,
@@ -133,7 +144,8 @@ def test_status_with_each_reading_role(api):
                           token=TOKENS[name][1])
         assert r.status == 200, data
         doc = json.loads(data)
-        assert isinstance(doc, dict) and doc, doc
+        assert doc["generation"] >= 1 and isinstance(doc["workers"], list)
+        assert doc["api"]["state"] == "running" and doc["api"]["pid"] > 0
         assert r.getheader("Cache-Control") == "no-store"
 
 
@@ -194,7 +206,8 @@ def echo(mtad_factory, workdir, monkeypatch):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    yield m
+    assert_api_never_died(m)
 
 
 def test_malformed_json_is_400(echo):
@@ -305,6 +318,37 @@ def test_keep_alive_many_requests_one_connection(api):
         assert r.status == (200 if i % 2 == 0 else 404), data
         assert c.sock is not None and c.sock.getsockname() == local
     c.close()
+
+
+def test_token_does_not_carry_over_keep_alive(api):
+    """Each request is authenticated by its own header: a second request
+    on the same connection without a token is 401, with a reader's token
+    403 on an operate route, whatever the first one had."""
+    tok = TOKENS["operator"][1].encode()
+    first = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + \
+            tok + b"\r\n\r\n"
+    second = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    resp = raw(api.api_port, first + second)
+    assert resp.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 401 " in resp and resp.count(b"HTTP/1.1 ") == 2
+    c = http.client.HTTPConnection("127.0.0.1", api.api_port, timeout=10)
+    r, _ = request(api.api_port, "GET", "/v1/status", token=tok.decode(),
+                   conn=c)
+    assert r.status == 200
+    r, data = request(api.api_port, "GET", "/v1/status", conn=c)
+    error_of(r, data, 401)
+    c.close()
+
+
+def test_http10_keep_alive(api):
+    tok = TOKENS["reader"][1].encode()
+    one = b"GET /v1/status HTTP/1.0\r\nConnection: keep-alive\r\n" \
+          b"Authorization: Bearer " + tok + b"\r\n\r\n"
+    two = b"GET /v1/status HTTP/1.0\r\nAuthorization: Bearer " + tok + \
+          b"\r\n\r\n"
+    resp = raw(api.api_port, one + two)
+    assert resp.count(b"HTTP/1.1 200 ") == 2, resp[:300]
+    assert b"Connection: keep-alive" in resp
 
 
 def test_pipelined_requests_answered_in_order(api):
@@ -462,6 +506,7 @@ def wait_pid(m, old=None, timeout=15.0):
 
 
 def test_process_unprivileged_and_restarted(api):
+    api.kills_ok = True
     pid = wait_pid(api)
     with open("/proc/%d/status" % pid) as f:
         st = f.read()
@@ -477,6 +522,27 @@ def test_process_unprivileged_and_restarted(api):
                       token=TOKENS["reader"][1])
     assert r.status == 200, data
     api.wait_log("API process (pid %d) exited on signal 9" % pid)
+
+
+def test_hung_process_killed_and_restarted(api):
+    """SIGSTOP: no pong within the master's 10 s ping period: killed and
+    forked again, and the relay itself was left alone."""
+    api.kills_ok = True
+    pid = wait_pid(api)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        new = wait_pid(api, old=pid, timeout=30)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    api.wait_log("API process (pid %d) did not answer a ping" % pid)
+    wait_api(api.api_port)
+    r, data = request(api.api_port, "GET", "/v1/status",
+                      token=TOKENS["reader"][1])
+    assert r.status == 200, data
+    assert json.loads(data)["api"]["pid"] == new
 
 
 def test_reload_rereads_tokens(api):
@@ -497,6 +563,29 @@ def test_reload_rereads_tokens(api):
     r, data = request(api.api_port, "GET", "/v1/status",
                       token=TOKENS["reader"][1])
     error_of(r, data, 401)
+
+
+def test_reload_refuses_no_request(api):
+    """Across a reload (a new API process, the old one stopping) every
+    request on a new connection is answered: the socket stays open in the
+    master, and the old process serves what it accepted."""
+    pid = wait_pid(api)
+    tok = TOKENS["reader"][1]
+    statuses = []
+    os.kill(api.pid, signal.SIGHUP)
+    deadline = time.time() + 20
+    new = None
+    while time.time() < deadline and len(statuses) < 2000:
+        r, _ = request(api.api_port, "GET", "/v1/status", token=tok)
+        statuses.append(r.status)
+        p = api_pid(api)
+        if p is not None and p != pid:
+            new = p
+            if len(statuses) > 50 and not os.path.exists("/proc/%d" % pid):
+                break
+    assert new is not None, "no new API process"
+    assert set(statuses) == {200}, statuses
+    api.wait_log("API process (pid %d) serving" % new)
 
 
 def test_admin_record_format_and_no_forgery(api):
