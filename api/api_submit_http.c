@@ -46,6 +46,7 @@ struct subh_ctx {
     struct api        *a;
     struct api_client *c;
     struct api_req     req;         /* its pointers live while c is held */
+    char               tname[80];   /* req.token_name points here */
     char               rcpt[512];   /* the refused one, if any */
     char             **addrs;       /* every recipient, for "recipient" */
     size_t             naddrs;
@@ -435,6 +436,8 @@ subh_on_messages(struct api *a, struct api_client *c, const struct api_req *r,
     struct subh_parsed p;
     struct subh_ctx   *x;
     struct api_json   *root;
+    struct api_req     rq;
+    char               tname[80];
     const char        *why;
     int                status;
     size_t             i;
@@ -444,8 +447,14 @@ subh_on_messages(struct api *a, struct api_client *c, const struct api_req *r,
         api_reply_error(c, 503, "injection is not available");
         return;
     }
+    /* the record after an answer made elsewhere: the request dies with
+     * that answer, so its token's name is kept first */
+    rq = *r;
+    util_strlcpy(tname, r->token_name != NULL ? r->token_name : "",
+        sizeof(tname));
+    rq.token_name = tname;
     if ((root = api_req_json(c, r)) == NULL) {
-        api_admin_log(a, c, r, "action=inject result=bad_request");
+        api_admin_log(a, c, &rq, "action=inject result=bad_request");
         return;                     /* answered (400 or 415) */
     }
     memset(&p, 0, sizeof(p));
@@ -458,7 +467,9 @@ subh_on_messages(struct api *a, struct api_client *c, const struct api_req *r,
     x = xcalloc(1, sizeof(*x));
     x->a = a;
     x->c = c;
-    x->req = *r;
+    x->req = rq;
+    memcpy(x->tname, tname, sizeof(x->tname));
+    x->req.token_name = x->tname;
     x->body_len = p.m.body_len;
     x->naddrs = p.m.nrcpt;
     x->addrs = xcalloc(p.m.nrcpt, sizeof(*x->addrs));
