@@ -639,3 +639,29 @@ def test_an_ipv6_http_client_is_named_by_a_tcp6_header(workdir, sink):
         assert b"[::1]" in sink.wait_for(1)[0].data.split(b"\r\n\r\n")[0]
     finally:
         m.stop()
+
+
+def test_injected_mail_is_dkim_signed_by_the_sockets_trust(workdir):
+    """Neither relay.allow_networks nor dkim.sign_networks holds the HTTP
+    client (127.0.0.1): the signature comes from the socket's trust, as
+    for an authenticated session, and verifies."""
+    from test_dkim import Keys, signatures, verify
+    keys = Keys(workdir)
+    key = keys.make("example.org", "s1", "ed25519-sha256")
+    m = make(workdir, "smtp:[127.0.0.1]:%d" % closed_port(),
+             {"relay": {"allow_networks": ["10.9.9.0/24"]},
+              "dkim": {"sign": [key], "sign_networks": ["10.9.9.0/24"]}})
+    try:
+        msg = (b"From: a@example.org\r\nTo: b@y.test\r\nSubject: signed\r\n"
+               b"\r\n.dot line\r\nbody\r\n")
+        st, _, doc = post(m, {"from": "a@example.org", "to": ["b@y.test"],
+                              "message": msg.decode()})
+        assert st == 201, doc
+        path = os.path.join(m.spool, "queue", doc["queue_id"])
+        assert wait_for(lambda: os.path.exists(path), 10)
+        _, body = read_queue_file(path)
+        assert len(signatures(body)) == 1, body[:400]
+        assert body.endswith(msg)
+        assert verify(keys, body), body[:600]
+    finally:
+        m.stop()
