@@ -18,7 +18,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -26,7 +25,6 @@ import pytest
 from fakemilter import FakeMilter
 from mtadtest import (Mtad, closed_port, free_port, read_queue_file,
                       spool_files, wait_for, workers, xtext_decode)
-from sink import Sink
 from test_events import Receiver, events_cfg
 
 TOKEN = "inject-secret-token-1"
