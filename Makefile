@@ -97,6 +97,9 @@ umod_test_dane := tlspol
 umod_test_shape := shape
 umod_test_milter := milter
 umod_test_events := events
+umod_test_api_json := api
+umod_test_api_submit := api
+umod_test_api_http := api
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router
@@ -204,7 +207,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
                 auth dsn stsd metrics sendmail routeline control chan bclass \
-                milter sasl dovecot
+                milter sasl dovecot api_http api_json
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -234,6 +237,10 @@ fmod_sendmail := common
 fmod_routeline := router
 fsrc_control := master/ctl_req.c
 fmod_control := spool
+fsrc_api_http := api/api_http.c
+fmod_api_http := common
+fsrc_api_json := api/api_json.c
+fmod_api_json := common
 fsrc = $(fsrc_$(1)) $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 # Each source is compiled once (with the fuzzer's coverage, not its main)
 # into build-fuzz/obj/ and linked into every target that uses it.

@@ -10,7 +10,8 @@
  * MESSAGE   struct chan_hdr (type, payload length), then exactly len
  *           payload bytes (the packet is sizeof(hdr) + len long), and at
  *           most one descriptor (SCM_RIGHTS), only where the table says.
- * COMMANDS  dir: M master, W worker, L log process; fd: a descriptor
+ * COMMANDS  dir: M master, W worker, L log process, A the API process
+ *           (api/; STOP, PING and PONG as a worker's); fd: a descriptor
  *           travels with it (and must).
  *             type              dir    payload                       fd
  *             CHAN_STOP         M->W   -  graceful: close listeners,
@@ -49,6 +50,9 @@
  *                                      REASON": a shaping episode the
  *                                      master began or ended (mtactl, the
  *                                      tick), for the worker's events
+ *             CHAN_API_STATUS   A->M   uint64_t request id: the status
+ *                                      JSON for GET /v1/status
+ *             CHAN_API_STATUS_REPLY M->A  uint64_t id, then the JSON
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -91,11 +95,13 @@ enum chan_cmd {
     CHAN_AUTH_SOCKET,
     CHAN_AUTH_REFUSED,
     CHAN_SHAPE_EVENT,
+    CHAN_API_STATUS,
+    CHAN_API_STATUS_REPLY,
     CHAN_NCMD
 };
 
-/* The three ends; a command's table entry says which may receive it. */
-enum chan_role { CHAN_MASTER = 0, CHAN_WORKER, CHAN_LOGD };
+/* The ends; a command's table entry says which may receive it. */
+enum chan_role { CHAN_MASTER = 0, CHAN_WORKER, CHAN_LOGD, CHAN_API };
 
 enum chan_rc {
     CHAN_OK = 0, CHAN_ESYS = -1, CHAN_AGAIN = -2, CHAN_EBAD = -3,

@@ -57,6 +57,8 @@ struct config_listen {
                                                greylisted here) */
     struct config_milter    *milters;      /* content filters, in order */
     size_t                   nmilters;
+    int                      inject;       /* the API's injection socket
+                                               (config_inject_listen) */
 };
 
 /* A list of domains (greylist.allow_*_domains): lower case, no final dot;
@@ -360,6 +362,19 @@ struct config {
     char   *events_redis_stream;    /* "mtad:events" */
     int     events_redis_maxlen;    /* XADD MAXLEN ~, 1000000; 0: none */
     char   *events_redis_password_file; /* AUTH password, or NULL */
+    /* api: the HTTP API process (config_api.c, api/, docs/API.md); no
+     * API process without api.listen */
+    char   *api_listen;             /* "127.0.0.1:8025", or NULL */
+    struct sockaddr_storage api_addr;
+    socklen_t api_addrlen;
+    char   *api_tls_cert_file;      /* both or neither: TLS on the listener */
+    char   *api_tls_key_file;
+    char   *api_tokens_file;        /* required with api.listen */
+    uint64_t api_max_body;          /* request body bytes, 64M */
+    uint64_t api_header_timeout_ms; /* the request head, 10s */
+    uint64_t api_body_timeout_ms;   /* body (and reply) idle, 30s */
+    uint64_t api_idle_timeout_ms;   /* between requests, 60s */
+    int     api_max_clients;        /* connections at once, 256 */
 };
 
 /* events.types names, in the order of enum events_type (events.h). */
@@ -416,5 +431,22 @@ int         config_dovecot_addr(const char *spec, struct sockaddr_storage *ss,
  * default control socket's directory makes CONFIG_SUBMIT_PATH. */
 #define CONFIG_SUBMIT_NAME  "submit"
 #define CONFIG_SUBMIT_PATH  "/run/mtad/submit"
+
+/* The injection listener (config_inject.c): the unix socket CONFIG_INJECT_NAME
+ * next to server.control_socket, owned by server.user, mode 0600, bound by
+ * the master when the HTTP API is on (api.listen) and served by every
+ * worker: a session there starts with a PROXY v1 header naming the HTTP
+ * client, relays as the authenticated user "api" and meets every other
+ * limit of a session.  config_inject_path: that path into buf; 0, or -1
+ * when it does not fit.  config_inject_listen: l describes the listener
+ * (spec and the address point into spec, milters are the submission
+ * listener's, shared: l owns nothing and is never config_listen_free()d);
+ * 0, or -1 when the path is too long for a unix socket. */
+#define CONFIG_INJECT_NAME  "inject.sock"
+int         config_inject_on(const struct config *cfg);    /* the API is on */
+int         config_inject_path(const struct config *cfg, char *buf,
+                size_t bufsz);
+int         config_inject_listen(const struct config *cfg,
+                struct config_listen *l, char *spec, size_t specsz);
 
 #endif /* MTAD_CONFIG_H */

@@ -17,6 +17,9 @@
  *           reload never closes a socket that keeps its address: no
  *           connection is refused during the swap.  listen_release() drops
  *           the references; the socket closes with the last one.
+ *           listen_inject() adds the HTTP API's injection socket after
+ *           them (config_inject_listen), shared across reloads the same
+ *           way, when the API is on.
  * FAILURE   -1 and "cannot listen on SPEC: <why>" in err; nothing is held.
  */
 #include <errno.h>
@@ -28,7 +31,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
+#include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "master/master_int.h"
@@ -109,6 +115,8 @@ listen_unref(struct master *m, int fd)
             if (--l->refs == 0) {
                 child_unregister_master_fd(m, l->fd);
                 close(l->fd);
+                if (l->addr.ss_family == AF_UNIX)  /* the injection socket */
+                    (void)unlink(l->spec);
                 free(l->spec);
                 memset(l, 0, sizeof(*l));
             }
@@ -161,4 +169,109 @@ listen_release(struct master *m, int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         listen_unref(m, fds[i]);
+}
+
+
+/*
+ * listen_inject_bind - the injection socket: in the control socket's
+ * directory (one only root can change, checked as ctl_listen does), born
+ * mode 0600 (umask around bind), then given to server.user: the API
+ * process and the workers run as that user, nobody else connects.  A
+ * socket file left by a crash is replaced; a live one (another mtad)
+ * refuses the start.
+ */
+static int
+listen_inject_bind(const struct config_listen *cl, const struct privs *p,
+    char *err, size_t errsz)
+{
+    const struct sockaddr_un *sun = (const struct sockaddr_un *)&cl->addr;
+    const char *name;
+    char        what[512];
+    struct stat st;
+    mode_t      old;
+    int         fd = -1, dfd, probe, rc;
+
+    master_mkparent(cl->spec);
+    if ((dfd = safefs_open_parent(cl->spec, &name, what, sizeof(what))) < 0 ||
+        safefs_dir_trusted(dfd, cl->spec, what, sizeof(what)) < 0) {
+        snprintf(err, errsz, "cannot listen on %s: %s", cl->spec, what);
+        goto fail;
+    }
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errsz, "cannot listen on %s: exists and is not a "
+                "socket; left alone", cl->spec);
+            goto fail;
+        }
+        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (const struct sockaddr *)sun,
+            cl->addrlen) == 0) {
+            close(probe);
+            snprintf(err, errsz, "cannot listen on %s: it answers: is "
+                "another mtad running?", cl->spec);
+            goto fail;
+        }
+        if (probe >= 0)
+            close(probe);
+        (void)unlinkat(dfd, name, 0);
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    old = umask(0177);
+    rc = fd < 0 ? -1 : bind(fd, (const struct sockaddr *)sun, cl->addrlen);
+    (void)umask(old);
+    if (rc < 0 || (p->drop && fchownat(dfd, name, p->uid, p->gid,
+        AT_SYMLINK_NOFOLLOW) < 0) || listen(fd, listen_backlog()) < 0) {
+        snprintf(err, errsz, "cannot listen on %s: %s", cl->spec,
+            strerror(errno));
+        goto fail;
+    }
+    close(dfd);
+    return fd;
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (dfd >= 0)
+        close(dfd);
+    return -1;
+}
+
+
+int
+listen_inject(struct master *m, const struct config *cfg,
+    const struct privs *p, int **fdsp, size_t *np, char *err, size_t errsz)
+{
+    struct config_listen cl;
+    struct listener     *l;
+    char                 spec[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    size_t               j;
+
+    if (!config_inject_on(cfg))
+        return 0;
+    if (config_inject_listen(cfg, &cl, spec, sizeof(spec)) < 0) {
+        snprintf(err, errsz, "cannot listen on the injection socket next to "
+            "%s: path too long", cfg->control_socket);
+        return -1;
+    }
+    l = listen_find(m, &cl);
+    if (l == NULL) {
+        for (j = 0; j < LISTEN_MAX && m->listeners[j].refs > 0; j++)
+            ;
+        if (j == LISTEN_MAX) {
+            snprintf(err, errsz, "cannot listen on %s: more than %d "
+                "addresses", cl.spec, LISTEN_MAX);
+            return -1;
+        }
+        l = &m->listeners[j];
+        l->fd = listen_inject_bind(&cl, p, err, errsz);
+        if (l->fd < 0)
+            return -1;
+        l->addr = cl.addr;
+        l->addrlen = cl.addrlen;
+        l->spec = xstrdup(cl.spec);
+        child_register_master_fd(m, l->fd);
+    }
+    l->refs++;
+    *fdsp = xrealloc(*fdsp, (*np + 1) * sizeof(int));
+    (*fdsp)[(*np)++] = l->fd;
+    return 0;
 }

@@ -66,7 +66,7 @@ struct generation {
     struct shape_rules *shape;      /* shaping rules, NULL: off (shape.h) */
 };
 
-enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD };
+enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD, ROLE_API };
 enum slot_state { SLOT_FREE = 0, SLOT_RUNNING, SLOT_STOPPING, SLOT_BACKOFF };
 
 /* One supervised child. */
@@ -97,6 +97,9 @@ struct master;
 pid_t   child_spawn_worker(struct master *m, struct slot *s,
             struct generation *g);
 pid_t   child_spawn_logd(struct master *m, struct slot *s);
+/* The HTTP API process (api/api.h) of generation g on listener lfd. */
+pid_t   child_spawn_api(struct master *m, struct slot *s,
+            struct generation *g, int lfd);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 #define MASTER_MAX_FDS (MASTER_MAX_SLOTS * 2 + 64)
@@ -120,6 +123,12 @@ void    privs_drop(const struct privs *p);        /* fatal on failure */
 int     listen_acquire(struct master *m, const struct config *cfg, int **fds,
             char *err, size_t errsz);
 void    listen_release(struct master *m, int *fds, size_t n);
+/* The API's injection socket (config_inject_listen), appended to fds (n
+ * of them, n counts it) when the API is on; 0, or -1 with err and nothing
+ * more held. */
+int     listen_inject(struct master *m, const struct config *cfg,
+            const struct privs *p, int **fds, size_t *n, char *err,
+            size_t errsz);
 
 /* The log process: records from the workers' recv_fd and the master's
  * own_fd; master: the pid whose records it writes unchecked. */
@@ -155,6 +164,28 @@ ev_io_fn ctl_accept_event;                /* the control socket */
 void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
 void    ctl_expire(struct master *m, uint64_t now);
 void    ctl_status_report(struct master *m, char **out);
+
+/* The HTTP API process (api_child.c): the one serving, and one stopping
+ * after a reload; the api.listen socket the master keeps. */
+struct master_api {
+    struct slot cur, old;
+    int         lfd;                /* -1: api.listen unset */
+    char       *spec;
+    /* its log records: a datagram pair only API processes hold; the
+     * master relays the lines that are the API's own (api_child.c) */
+    int         log_send, log_recv;
+    uint64_t    ping_at;            /* the next liveness ping (or kill) */
+};
+void    api_child_init(struct master *m);
+int     api_child_bind(struct master *m, const struct config *cfg,
+            char *err, size_t errsz);
+void    api_child_start(struct master *m);
+void    api_child_reload(struct master *m);     /* after m->cur changed */
+void    api_child_stop_all(struct master *m);
+int     api_child_alive(const struct master *m);
+int     api_child_reaped(struct master *m, pid_t pid, int st);
+uint64_t api_child_next_deadline(const struct master *m);
+void    api_child_deadlines(struct master *m, uint64_t now);
 
 /* Master state, for master.c and ctl.c. */
 struct ctl_client {
@@ -224,6 +255,7 @@ struct master {
     int                load_failing;    /* load.c: the file was unreadable */
     struct master_notify   notify;      /* notify.c */
     struct master_watchdog wd;          /* watchdog.c */
+    struct master_api  api;             /* api_child.c */
 };
 
 /* master.c services used by ctl.c */

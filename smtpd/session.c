@@ -785,6 +785,11 @@ smtpd_accept(struct smtpd *d, int fd, const struct sockaddr *sa,
     sess_peer(s, sa, salen);
     s->role = l != NULL ? (uint8_t)l->role : CONFIG_ROLE_MX;
     s->flags |= sess_net_flags(s);
+    if (l != NULL && l->inject) {
+        /* the HTTP API's session: relays and signs as if authenticated */
+        s->flags |= SF_RELAY | SF_SIGN;
+        s->auth = smtpd_auth_trusted(SMTPD_INJECT_USER);
+    }
     if (d->grey != NULL && s->role == CONFIG_ROLE_MX &&
         (l == NULL || !l->no_greylist))
         s->flags |= SF_GREY;

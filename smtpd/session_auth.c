@@ -94,6 +94,7 @@ struct smtpd_sauth {
     unsigned n;                      /* ... counted as the n-th */
     char  tried[256];                /* the user name given */
     char *user;                      /* authenticated as, or NULL */
+    int   trusted;                   /* smtpd_auth_trusted(): any sender */
     const char *mech;
     long  dcid;                      /* Dovecot's request, 0: none */
     char  dcmech[SASL_MECH_MAX + 1]; /* its mechanism */
@@ -373,6 +374,18 @@ int
 smtpd_auth_waiting(const struct smtpd_sauth *sa)
 {
     return sa != NULL && sa->step != SA_NONE;
+}
+
+
+struct smtpd_sauth *
+smtpd_auth_trusted(const char *name)
+{
+    struct smtpd_sauth *sa = xcalloc(1, sizeof(*sa));
+
+    sa->user = xstrdup(name);
+    sa->trusted = 1;
+    sa->mech = "internal";
+    return sa;
 }
 
 
@@ -819,7 +832,8 @@ smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
             snprintf(reply, rsz, "530 5.7.0 Authentication required");
         return -1;
     }
-    if (user != NULL && d->cfg->submission_sender_login_match &&
+    if (user != NULL && !c->sa->trusted &&
+        d->cfg->submission_sender_login_match &&
         !smtpd_auth_sender_ok(user, sender)) {
         log_ev(LOGL_INFO, "reject", LOG_KVS(SMTPD_AUTH_CLIENT(c),
             LKV_S("reason", "sender_login_mismatch"), LKV_S("user", user),

@@ -440,6 +440,11 @@ void    sess_event_reception(struct smtpd *d, const struct sess *s,
 int     smtpd_auth_mail(const struct smtpd *d, const struct smtpd_auth_ctx *c,
             const char *sender, char *reply, size_t rsz);
 void    smtpd_auth_sess_free(struct smtpd_sauth *sa);      /* NULL ok */
+/* An authenticated state without an exchange, for a session its listener
+ * trusts (the injection socket: user "api"); its sender is not checked
+ * against the login (submission.sender_login_match). */
+struct smtpd_sauth *smtpd_auth_trusted(const char *name);
+#define SMTPD_INJECT_USER "api"
 uint64_t smtpd_auth_hold_ms(const struct smtpd_sauth *sa);  /* 0: none */
 int     smtpd_auth_done(struct smtpd *d, const struct smtpd_auth_ctx *c,
             struct smtpd_sauth *sa, int match, char *reply, size_t rsz);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "common/ev.h"
 #include "common/log.h"
@@ -105,6 +106,12 @@ wproxy_done(struct wproxy *p)
     int                     fd = p->fd;
     const struct config_listen *l = p->l;
 
+    if (p->hdr.local && l->inject) {
+        /* the API always names its HTTP client: the limits, logs and
+         * events are that client's, and a unix peer is nobody's */
+        wproxy_fail(p, "PROXY UNKNOWN on the injection socket");
+        return;
+    }
     if (p->hdr.local) {
         client = p->peer;
         clen = p->peerlen;
@@ -114,8 +121,9 @@ wproxy_done(struct wproxy *p)
     }
     util_sockaddr_str((const struct sockaddr *)&p->peer, who, sizeof(who));
     util_sockaddr_str((const struct sockaddr *)&client, cl, sizeof(cl));
-    log_info("proxy %s: PROXY v%u for %s%s", who, p->hdr.version, cl,
-        p->hdr.local ? " (no client address: the proxy itself)" : "");
+    if (!l->inject)             /* the API's: one per pooled connection */
+        log_info("proxy %s: PROXY v%u for %s%s", who, p->hdr.version, cl,
+            p->hdr.local ? " (no client address: the proxy itself)" : "");
     wproxy_free(p, 0);
     worker_admit(w, fd, &client, clen, l);
 }
@@ -232,14 +240,17 @@ wproxy_accept(struct worker *w, int fd, const struct sockaddr_storage *ss,
     char           who[INET6_ADDRSTRLEN + 16];
     size_t         i;
 
-    for (i = 0; i < l->nproxy_from; i++)
+    /* The injection socket has no peer address to check: its mode (0600,
+     * server.user's) admits only the API process. */
+    for (i = 0; i < l->nproxy_from && !l->inject; i++)
         if (util_cidr_match(&l->proxy_from[i], (const struct sockaddr *)ss))
             break;
-    if (i == l->nproxy_from || w->nproxy >= (size_t)w->cfg->max_connections) {
+    if ((i == l->nproxy_from && !l->inject) ||
+        w->nproxy >= (size_t)w->cfg->max_connections) {
         util_sockaddr_str((const struct sockaddr *)ss, who, sizeof(who));
         STATUS_ADD(w->st->proxy_refused, 1);
         log_warn("proxy listener %s: refused %s: %s", l->spec, who,
-            i == l->nproxy_from ? "not in proxy_from" :
+            i == l->nproxy_from && !l->inject ? "not in proxy_from" :
             "too many connections waiting for their PROXY header");
         close(fd);
         return;
@@ -272,4 +283,41 @@ wproxy_close_all(struct worker *w)
 {
     while (w->proxy_wait != NULL)
         wproxy_free(w->proxy_wait, 1);
+}
+
+
+/* --- the injection socket --------------------------------------------- */
+
+struct wproxy_inject {
+    struct config_listen l;
+    char                 spec[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+
+int
+worker_inject_init(struct worker *w)
+{
+    struct wproxy_inject *in;
+    size_t                i = w->cfg->nlisten;
+
+    if (w->nlisten <= i)
+        return 0;                   /* the API is off */
+    in = xcalloc(1, sizeof(*in));
+    if (config_inject_listen(w->cfg, &in->l, in->spec, sizeof(in->spec)) < 0) {
+        log_err("injection socket: path too long");
+        free(in);
+        return -1;
+    }
+    w->inject_l = &in->l;
+    /* not TCP: never a setsockopt(TCP_NODELAY) per connection */
+    w->lnodelay[i] = 1;
+    return 0;
+}
+
+
+void
+worker_inject_free(struct worker *w)
+{
+    free(w->inject_l);              /* the first member of its wproxy_inject */
+    w->inject_l = NULL;
 }

@@ -244,15 +244,15 @@ worker_admit(struct worker *w, int fd, struct sockaddr_storage *ss,
 
 
 /* worker_listener - the configuration of listener fd (lfds[i] is
- * cfg->listen[i]). */
+ * cfg->listen[i]; the one after them the injection socket). */
 static const struct config_listen *
 worker_listener(const struct worker *w, int fd)
 {
     size_t i;
 
-    for (i = 0; i < w->nlisten && i < w->cfg->nlisten; i++)
+    for (i = 0; i < w->nlisten; i++)
         if (w->lfds[i] == fd)
-            return &w->cfg->listen[i];
+            return i < w->cfg->nlisten ? &w->cfg->listen[i] : w->inject_l;
     return NULL;
 }
 
@@ -812,6 +812,8 @@ worker_init(const struct worker_args *a)
         w->lnodelay[i] = getsockopt(w->lfds[i], IPPROTO_TCP, TCP_NODELAY,
             &nd, &ndlen) == 0 && nd != 0;
     }
+    if (worker_inject_init(w) < 0)
+        goto fail;
     ev_timer_init(&w->tick, worker_on_tick, w);
     ev_timer_init(&w->log_timer, worker_on_log_timer, w);
     if (worker_tls_init(w) < 0 || worker_dkim_init(w) < 0)
@@ -922,6 +924,7 @@ worker_run(struct worker *w)
     ev_free(w->loop);
     free(w->lfds);
     free(w->lnodelay);
+    worker_inject_free(w);
     rc = w->exit_code;
     free(w);
     return rc;

@@ -45,6 +45,9 @@ struct worker {
     unsigned char       *lnodelay;  /* listener i has TCP_NODELAY, which
                                      * its accepted sockets inherit */
     size_t               nlisten;
+    /* lfds[cfg->nlisten], when there is one: the API's injection socket
+     * (config_inject_listen), described by inject_l */
+    struct config_listen *inject_l; /* NULL: none */
     int                  listening; /* listeners watched */
     int                  accept_pause; /* EMFILE: retry on the next tick */
     unsigned             accept_batch; /* accepts this wakeup (on_accept) */
@@ -89,6 +92,10 @@ void    wproxy_accept(struct worker *w, int fd,
             const struct sockaddr_storage *ss, socklen_t len,
             const struct config_listen *l);
 void    wproxy_close_all(struct worker *w);
+/* The injection socket, when the master passed one (a listener fd after
+ * cfg->nlisten): w->inject_l describes it.  init: 0, or -1 logged. */
+int     worker_inject_init(struct worker *w);
+void    worker_inject_free(struct worker *w);
 
 /* worker_keys.c */
 int worker_tls_init(struct worker *w);
