@@ -42,6 +42,15 @@ static const struct chan_spec {
     [CHAN_AUTH_CONNECT] = { "auth-connect", TO(CHAN_MASTER), 0, 0, 0 },
     [CHAN_AUTH_SOCKET]  = { "auth-socket", TO(CHAN_WORKER), 0, 0, 1 },
     [CHAN_AUTH_REFUSED] = { "auth-refused", TO(CHAN_WORKER), 0, 255, 0 },
+    [CHAN_API_RUN]      = { "api-run", TO(CHAN_MASTER),
+                            sizeof(struct chan_api_run) + 2,
+                            CHAN_PAYLOAD_MAX, 0 },
+    [CHAN_API_PIPE]     = { "api-pipe", TO(CHAN_API),
+                            sizeof(struct chan_api_pipe),
+                            sizeof(struct chan_api_pipe), 1 },
+    [CHAN_API_EXIT]     = { "api-exit", TO(CHAN_API),
+                            sizeof(struct chan_api_exit),
+                            sizeof(struct chan_api_exit) + 255, 0 },
 };
 
 

@@ -45,6 +45,14 @@
  *                                      sandbox may not make unix sockets
  *             CHAN_AUTH_SOCKET  M->W   -  the connected socket            yes
  *             CHAN_AUTH_REFUSED M->W   why the connect failed (text)
+ *             CHAN_API_RUN      A->M   struct chan_api_run, the actor,
+ *                                      argc arguments (each ends in NUL),
+ *                                      then stdin_len bytes: run mtactl
+ *                                      with them (master/api_run.c)
+ *             CHAN_API_PIPE     M->A   struct chan_api_pipe: the read     yes
+ *                                      end of that run's stdout or stderr
+ *             CHAN_API_EXIT     M->A   struct chan_api_exit, then why
+ *                                      (text) when it did not run
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -86,11 +94,14 @@ enum chan_cmd {
     CHAN_AUTH_CONNECT,
     CHAN_AUTH_SOCKET,
     CHAN_AUTH_REFUSED,
+    CHAN_API_RUN,
+    CHAN_API_PIPE,
+    CHAN_API_EXIT,
     CHAN_NCMD
 };
 
 /* The three ends; a command's table entry says which may receive it. */
-enum chan_role { CHAN_MASTER = 0, CHAN_WORKER, CHAN_LOGD };
+enum chan_role { CHAN_MASTER = 0, CHAN_WORKER, CHAN_LOGD, CHAN_API };
 
 enum chan_rc {
     CHAN_OK = 0, CHAN_ESYS = -1, CHAN_AGAIN = -2, CHAN_EBAD = -3,
@@ -104,6 +115,31 @@ struct chan_hdr {
 
 #define CHAN_MSG_MAX      65536u    /* bytes of one packet, header included */
 #define CHAN_PAYLOAD_MAX  (CHAN_MSG_MAX - sizeof(struct chan_hdr))
+
+/* The fixed heads of the API process's run commands (host byte order).
+ * id: the API's own number for the run, echoed back. */
+struct chan_api_run {
+    uint32_t id;
+    uint32_t argc;                  /* 1..CHAN_API_ARGC_MAX */
+    uint32_t stdin_len;             /* the last bytes of the payload */
+};
+#define CHAN_API_ARGC_MAX 64
+#define CHAN_API_ACTOR_MAX 160      /* bytes of the actor, NUL included */
+
+enum { CHAN_API_STDOUT = 1, CHAN_API_STDERR = 2 };
+struct chan_api_pipe {
+    uint32_t id;
+    uint32_t which;                 /* CHAN_API_STDOUT or CHAN_API_STDERR */
+};
+
+/* status: mtactl's exit code (0..255), 128 + N when signal N ended it,
+ * or CHAN_API_NOT_RUN when the master refused or could not start it
+ * (the text after the head says why). */
+#define CHAN_API_NOT_RUN (-1)
+struct chan_api_exit {
+    uint32_t id;
+    int32_t  status;
+};
 
 /* One message received.  data points into the caller's buffer and is
  * NUL-terminated after len bytes; valid until the next receive into it.

@@ -317,6 +317,7 @@ master_tick(struct master *m, uint64_t now)
     quota_tick(m, now);
     metrics_expire(m, now);
     watchdog_tick(m, now);
+    master_api_tick(m, now);
 }
 
 /* The tick timer: counters ring, load, ticket keys, expiries, watchdog,

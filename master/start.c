@@ -283,6 +283,8 @@ master_cleanup(struct master *m)
 {
     if (m->pid_path != NULL)
         (void)unlink(m->pid_path);
+    free(m->api_runs);
+    m->api_runs = NULL;
     if (m->ctl_path != NULL && m->ctlfd >= 0) {
         char submit[4096];
 
@@ -354,6 +356,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return EX_UNAVAILABLE;
     }
     m->ctl_path = xstrdup(cfg->control_socket);
+    master_api_init(m);             /* where mtactl is, while it is there */
     child_register_master_fd(m, m->ctlfd);
     if (master_write_pidfile(cfg->pid_file, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
