@@ -18,7 +18,7 @@
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery events tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
+MODS := master api worker smtpd delivery events tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -38,11 +38,13 @@ deps_events   := config spool dkim router smtp proxy dns bclass common
 deps_delivery := events tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_smtpd    := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
 deps_worker   := smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
-deps_master   := worker smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_master   := api worker smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_api      := config dkim spool router smtp proxy dns bclass common
 deps_mtactl   := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_sendmail := config dkim router smtp proxy dns bclass common
 pub_common    := *
 pub_router    := router/router.h router/route.h
 pub_delivery  := delivery/delivery.h
+pub_api       := api/api.h api/api_json.h
 seam_mtactl/tls_check.c := delivery/mta.h delivery/resolve.h
 seam_mtactl/tls_probe.c := delivery/mta.h
