@@ -95,6 +95,7 @@ umod_test_dane := tlspol
 umod_test_shape := shape
 umod_test_milter := milter
 umod_test_events := events
+umod_test_api_argv := master
 umod_test_api_json := api
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
