@@ -23,8 +23,10 @@ static const struct chan_spec {
     size_t      min, max;           /* payload bytes */
     int         fd;                 /* a descriptor must travel with it */
 } chan_specs[CHAN_NCMD] = {
-    [CHAN_STOP]         = { "stop", TO(CHAN_WORKER) | TO(CHAN_LOGD), 0, 0, 0 },
-    [CHAN_PING]         = { "ping", TO(CHAN_WORKER) | TO(CHAN_LOGD), 0, 0, 0 },
+    [CHAN_STOP]         = { "stop", TO(CHAN_WORKER) | TO(CHAN_LOGD) |
+                            TO(CHAN_API), 0, 0, 0 },
+    [CHAN_PING]         = { "ping", TO(CHAN_WORKER) | TO(CHAN_LOGD) |
+                            TO(CHAN_API), 0, 0, 0 },
     [CHAN_PONG]         = { "pong", TO(CHAN_MASTER), 0, 0, 0 },
     [CHAN_READY]        = { "ready", TO(CHAN_MASTER), 0, 0, 0 },
     [CHAN_DRAIN]        = { "drain", TO(CHAN_WORKER), 0, 0, 0 },
@@ -42,6 +44,10 @@ static const struct chan_spec {
     [CHAN_AUTH_CONNECT] = { "auth-connect", TO(CHAN_MASTER), 0, 0, 0 },
     [CHAN_AUTH_SOCKET]  = { "auth-socket", TO(CHAN_WORKER), 0, 0, 1 },
     [CHAN_AUTH_REFUSED] = { "auth-refused", TO(CHAN_WORKER), 0, 255, 0 },
+    [CHAN_API_STATUS]   = { "api-status", TO(CHAN_MASTER), sizeof(uint64_t),
+                            sizeof(uint64_t), 0 },
+    [CHAN_API_STATUS_REPLY] = { "api-status-reply", TO(CHAN_API),
+                            sizeof(uint64_t), CHAN_PAYLOAD_MAX, 0 },
     [CHAN_API_RUN]      = { "api-run", TO(CHAN_MASTER),
                             sizeof(struct chan_api_run) + 2,
                             CHAN_PAYLOAD_MAX, 0 },

@@ -10,7 +10,8 @@
  * MESSAGE   struct chan_hdr (type, payload length), then exactly len
  *           payload bytes (the packet is sizeof(hdr) + len long), and at
  *           most one descriptor (SCM_RIGHTS), only where the table says.
- * COMMANDS  dir: M master, W worker, L log process; fd: a descriptor
+ * COMMANDS  dir: M master, W worker, L log process, A the API process
+ *           (api/; STOP, PING and PONG as a worker's); fd: a descriptor
  *           travels with it (and must).
  *             type              dir    payload                       fd
  *             CHAN_STOP         M->W   -  graceful: close listeners,
@@ -45,6 +46,9 @@
  *                                      sandbox may not make unix sockets
  *             CHAN_AUTH_SOCKET  M->W   -  the connected socket            yes
  *             CHAN_AUTH_REFUSED M->W   why the connect failed (text)
+ *             CHAN_API_STATUS   A->M   uint64_t request id: the status
+ *                                      JSON for GET /v1/status
+ *             CHAN_API_STATUS_REPLY M->A  uint64_t id, then the JSON
  *             CHAN_API_RUN      A->M   struct chan_api_run, the actor,
  *                                      argc arguments (each ends in NUL),
  *                                      then stdin_len bytes: run mtactl
@@ -94,13 +98,15 @@ enum chan_cmd {
     CHAN_AUTH_CONNECT,
     CHAN_AUTH_SOCKET,
     CHAN_AUTH_REFUSED,
+    CHAN_API_STATUS,
+    CHAN_API_STATUS_REPLY,
     CHAN_API_RUN,
     CHAN_API_PIPE,
     CHAN_API_EXIT,
     CHAN_NCMD
 };
 
-/* The three ends; a command's table entry says which may receive it. */
+/* The ends; a command's table entry says which may receive it. */
 enum chan_role { CHAN_MASTER = 0, CHAN_WORKER, CHAN_LOGD, CHAN_API };
 
 enum chan_rc {

@@ -319,6 +319,25 @@ static const struct config_key config_events[] = {
     END
 };
 
+/* api: the HTTP API process (config_api.c, api/, docs/API.md) */
+static const struct config_key config_api_tls[] = {
+    KEY("cert_file", CONFIG_STRING, api_tls_cert_file),
+    KEY("key_file", CONFIG_STRING, api_tls_key_file),
+    END
+};
+
+static const struct config_key config_api[] = {
+    KEY("listen", CONFIG_APIADDR, api_listen),
+    SECTION("tls", config_api_tls),
+    KEY("tokens_file", CONFIG_STRING, api_tokens_file),
+    KEY("max_body", CONFIG_SIZE, api_max_body),
+    DUR("header_timeout", api_header_timeout_ms, 100),
+    DUR("body_timeout", api_body_timeout_ms, 100),
+    DUR("idle_timeout", api_idle_timeout_ms, 100),
+    { "max_clients", CONFIG_INT, OFF(api_max_clients), 1, 100000, NULL },
+    END
+};
+
 const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -338,6 +357,7 @@ const struct config_key config_top[] = {
     SECTION("tlsrpt", config_tlsrpt),
     SECTION("auth", config_auth),
     SECTION("events", config_events),
+    SECTION("api", config_api),
     SECTION("submission", config_submission),
     /* traffic shaping: the shape module reads this section (shape.h) */
     { "shaping", CONFIG_OPAQUE, 0, 0, 0, NULL },
@@ -396,6 +416,9 @@ config_value(struct config_parse *p, const struct config_key *k,
     case CONFIG_EVHEADERS:
     case CONFIG_EVADDR:
         config_set_events(p, k, n, path);
+        break;
+    case CONFIG_APIADDR:
+        config_set_api(p, k, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -597,6 +620,11 @@ config_defaults(const char *path)
     cfg->events_http_timeout_ms = 10000;
     cfg->events_redis_maxlen = 1000000;
     cfg->events_redis_stream = xstrdup("mtad:events");
+    cfg->api_max_body = 64 * 1024 * 1024;
+    cfg->api_header_timeout_ms = 10 * 1000;
+    cfg->api_body_timeout_ms = 30 * 1000;
+    cfg->api_idle_timeout_ms = 60 * 1000;
+    cfg->api_max_clients = 256;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -804,6 +832,7 @@ config_load(const char *path, char *err, size_t errsz)
     fclose(fp);
     config_check_tls(&p);
     config_check_events(&p);
+    config_check_api(&p);
     config_check_auth(&p);
     config_check_logfile(&p);
     config_check_tlsrpt(&p);
@@ -882,6 +911,10 @@ config_free(struct config *cfg)
     free(cfg->events_redis_address);
     free(cfg->events_redis_stream);
     free(cfg->events_redis_password_file);
+    free(cfg->api_listen);
+    free(cfg->api_tls_cert_file);
+    free(cfg->api_tls_key_file);
+    free(cfg->api_tokens_file);
     free(cfg->auth_password_file);
     free(cfg->bounce_classes);
     bclass_free(cfg->bclass);

@@ -360,6 +360,19 @@ struct config {
     char   *events_redis_stream;    /* "mtad:events" */
     int     events_redis_maxlen;    /* XADD MAXLEN ~, 1000000; 0: none */
     char   *events_redis_password_file; /* AUTH password, or NULL */
+    /* api: the HTTP API process (config_api.c, api/, docs/API.md); no
+     * API process without api.listen */
+    char   *api_listen;             /* "127.0.0.1:8025", or NULL */
+    struct sockaddr_storage api_addr;
+    socklen_t api_addrlen;
+    char   *api_tls_cert_file;      /* both or neither: TLS on the listener */
+    char   *api_tls_key_file;
+    char   *api_tokens_file;        /* required with api.listen */
+    uint64_t api_max_body;          /* request body bytes, 64M */
+    uint64_t api_header_timeout_ms; /* the request head, 10s */
+    uint64_t api_body_timeout_ms;   /* body (and reply) idle, 30s */
+    uint64_t api_idle_timeout_ms;   /* between requests, 60s */
+    int     api_max_clients;        /* connections at once, 256 */
 };
 
 /* events.types names, in the order of enum events_type (events.h). */

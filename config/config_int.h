@@ -63,7 +63,8 @@ enum config_type {
     CONFIG_EVFULL,                 /* events.when_full */
     CONFIG_EVURL,                  /* events.http.url */
     CONFIG_EVHEADERS,              /* events.headers */
-    CONFIG_EVADDR                  /* events.redis.address: host:port */
+    CONFIG_EVADDR,                 /* events.redis.address: host:port */
+    CONFIG_APIADDR                 /* api.listen: host:port (config_api.c) */
 };
 
 struct config_key {
@@ -108,6 +109,8 @@ struct config_parse {
     int              have_egress_default_mark;
     yaml_mark_t      backend_mark, dcsock_mark;  /* auth.backend, ...socket */
     int              have_backend_mark, have_dcsock_mark;
+    yaml_mark_t      api_listen_mark;   /* api.listen's value */
+    int              have_api_listen_mark;
 };
 
 /* config_util.c */
@@ -196,6 +199,10 @@ void config_set_events(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_show_events(FILE *f, const struct config_key *k, const void *at);
 void config_check_events(struct config_parse *p);
+/* config_api.c */
+void config_set_api(struct config_parse *p, const struct config_key *k,
+    const yaml_node_t *n, const char *path);
+void config_check_api(struct config_parse *p);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

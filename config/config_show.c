@@ -439,6 +439,7 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_EVURL:
     case CONFIG_EVHEADERS:
     case CONFIG_EVADDR:
+    case CONFIG_APIADDR:
         config_show_optstr(f, *(char *const *)(const void *)at);
         break;
     }
