@@ -204,7 +204,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
                 auth dsn stsd metrics sendmail routeline control chan bclass \
-                milter sasl dovecot
+                milter sasl dovecot api_argv
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -233,6 +233,8 @@ fsrc_sendmail := sendmail/scan.c
 fmod_sendmail := common
 fmod_routeline := router
 fsrc_control := master/ctl_req.c
+fsrc_api_argv := master/api_argv.c
+fmod_api_argv := common
 fmod_control := spool
 fsrc = $(fsrc_$(1)) $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 # Each source is compiled once (with the fuzzer's coverage, not its main)

@@ -97,7 +97,7 @@ verb_key_ok(const char *s, size_t max)
 static int
 verb_text_ok(const char *s)
 {
-    if (!verb_chars(s, 1, 255, NULL))
+    if (!verb_chars(s, 1, 255, NULL) || s[0] == '-')
         return 0;
     for (; *s; s++)
         if ((unsigned char)*s < ' ' || (unsigned char)*s == 0x7f)
@@ -423,7 +423,7 @@ verb_filter(struct api_client *c, struct verb_argv *av, const char *name,
             api_reply_error(c, 400, "%s: %s", name, i == 2 ? "expected "
                 "queued, active, deferred or held" : i == 3 ? "expected a "
                 "duration like 30m or 2d" : "expected 1 to 255 printable "
-                "characters");
+                "characters, not starting with '-'");
             return -1;
         }
         verb_push(av, map[i].opt);

@@ -114,8 +114,8 @@ api_kind_ok(char kind, const char *s)
     case 'n':
         return api_bytes_ok(s, 1, 7, 0, 0) &&
             strspn(s, "0123456789") == strlen(s);
-    case 't':
-        return api_bytes_ok(s, 1, 255, 1, 1);
+    case 't':                       /* never read as an option either */
+        return s[0] != '-' && api_bytes_ok(s, 1, 255, 1, 1);
     case 's':
         return api_in_list(s, states);
     case 'w':
@@ -264,8 +264,11 @@ api_shape_args(const struct api_shape *sh, int i, int argc,
 static int
 api_import_ok(const char *in, size_t n)
 {
-    const char *p = in, *end = in + n;
+    const char *p = in, *end;
 
+    if (n == 0)
+        return 1;
+    end = in + n;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl != NULL ? nl : end;
