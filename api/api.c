@@ -126,14 +126,14 @@ api_client_timeout(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (c->state == API_C_HEAD && buf_avail(&c->in) > 0 && c->head_timer) {
         /* a head begun and not finished in time: say so, then close */
-        log_info("api: %s: request head not complete within %llums",
+        log_info("%s: request head not complete within %llums",
             c->peer_str, (unsigned long long)c->a->cfg->api_header_timeout_ms);
         c->keep_alive = 0;
         api_reply_error(c, 408, "request head not complete in time");
         return;
     }
     if (c->state == API_C_BODY)
-        log_info("api: %s: request body stalled for %llums", c->peer_str,
+        log_info("%s: request body stalled for %llums", c->peer_str,
             (unsigned long long)c->a->cfg->api_body_timeout_ms);
     api_client_close(c);
 }
@@ -299,7 +299,7 @@ api_client_handshake(struct api_client *c)
         return;
     }
     if (rc < 0) {
-        log_info("api: %s: TLS handshake failed: %s", c->peer_str, err);
+        log_info("%s: TLS handshake failed: %s", c->peer_str, err);
         api_client_close(c);
         return;
     }
@@ -360,7 +360,7 @@ api_accept(struct ev_loop *loop, int lfd, unsigned ev, void *arg)
 
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                log_warn("api: accept: %s", strerror(errno));
+                log_warn("accept: %s", strerror(errno));
             return;
         }
         if (a->nclients >= (unsigned)a->cfg->api_max_clients) {
@@ -386,7 +386,7 @@ api_accept(struct ev_loop *loop, int lfd, unsigned ev, void *arg)
         c->started_ms = ev_now(a->loop);
         if (a->tls != NULL) {
             if (net_tls_start(&c->conn, a->tls, err, sizeof(err)) < 0) {
-                log_warn("api: %s: %s", c->peer_str, err);
+                log_warn("%s: %s", c->peer_str, err);
                 api_client_close(c);
                 continue;
             }
@@ -439,7 +439,7 @@ api_stop_expired(struct ev_loop *loop, struct ev_timer *t, void *arg)
 {
     (void)t;
     (void)arg;
-    log_warn("api: requests still open after %us; exiting", API_STOP_MS / 1000);
+    log_warn("requests still open after %us; exiting", API_STOP_MS / 1000);
     ev_stop(loop);
 }
 
@@ -479,7 +479,7 @@ static void
 api_on_bad(const char *why, void *arg)
 {
     (void)arg;
-    log_warn("api: bad message from the master: %s", why);
+    log_warn("bad message from the master: %s", why);
 }
 
 /* The handlers of the API's end of the channel.  apiverbs adds its
@@ -596,10 +596,10 @@ api_main(struct api *a)
 {
     if (ev_watch(a->loop, a->chan, EV_READ, api_chan_io, a) < 0 ||
         ev_watch(a->loop, a->lfd, EV_READ, api_accept, a) < 0) {
-        log_err("api: watch: %s", strerror(errno));
+        log_err("watch: %s", strerror(errno));
         return 1;
     }
-    log_info("api: serving %s%s with %zu tokens", a->cfg->api_listen,
+    log_info("serving %s%s with %zu tokens", a->cfg->api_listen,
         a->tls != NULL ? " (TLS)" : "", api_tokens_count(a->tokens));
     ev_run(a->loop);
     while (a->clients != NULL)

@@ -59,7 +59,7 @@ api_reply_hdrs(struct api_client *c, int status, const char *hdrs,
         buf_append(o, json, len);
         buf_append(o, "\n", 1);
     }
-    log_debug("api: %s %s %s -> %d", c->peer_str, c->head.method_name,
+    log_debug("%s %s %s -> %d", c->peer_str, c->head.method_name,
         c->path[0] ? c->path : "-", status);
     api_client_send(c);
 }
@@ -307,7 +307,7 @@ api_precheck(struct api *a, struct api_client *c)
     if (c->req.token_name != NULL)
         return 0;                       /* done for this request */
     if (strncasecmp(v, "Bearer ", 7) != 0) {
-        log_info("api: %s: 401 (no bearer token)", c->peer_str);
+        log_info("%s: 401 (no bearer token)", c->peer_str);
         c->keep_alive = 0;
         c->state = API_C_HANDLER;
         api_reply_error(c, 401, "missing bearer token");
@@ -317,7 +317,7 @@ api_precheck(struct api *a, struct api_client *c)
     v += strspn(v, " ");
     n = strlen(v);
     if (api_tokens_check(a->tokens, v, n, &name, &roles) < 0) {
-        log_info("api: %s: 401 (unknown token)", c->peer_str);
+        log_info("%s: 401 (unknown token)", c->peer_str);
         c->keep_alive = 0;
         c->state = API_C_HANDLER;
         api_reply_error(c, 401, "invalid token");
@@ -371,7 +371,7 @@ api_route_request(struct api *a, struct api_client *c)
                 continue;
             }
             if ((rt->role & r->roles) != rt->role) {
-                log_info("api: %s: 403 %s %s for token %s", c->peer_str,
+                log_info("%s: 403 %s %s for token %s", c->peer_str,
                     api_method_name(r->method), c->path, r->token_name);
                 api_reply_error(c, 403, "token %s lacks the role this "
                     "needs", r->token_name);
@@ -441,9 +441,90 @@ api_status_reply(struct api *a, const char *json, size_t n, uint64_t id)
     }
 }
 
+/* ---- the test route (MTAD_API_TEST=1 only) ---------------------------- */
+
+/* Writes v again with the writer: what the parser understood. */
+static void
+api_echo_value(struct api_jw *w, const struct api_json *v)
+{
+    size_t  n;
+    int64_t i;
+
+    switch (api_json_type(v)) {
+    case API_JSON_OBJ:
+        api_jw_obj(w);
+        for (size_t k = 0; k < api_json_len(v); k++) {
+            api_jw_key(w, api_json_key(v, k));
+            api_echo_value(w, api_json_at(v, k));
+        }
+        api_jw_obj_end(w);
+        break;
+    case API_JSON_ARR:
+        api_jw_arr(w);
+        for (size_t k = 0; k < api_json_len(v); k++)
+            api_echo_value(w, api_json_at(v, k));
+        api_jw_arr_end(w);
+        break;
+    case API_JSON_STR: {
+        const char *s = api_json_str(v, &n);
+
+        api_jw_strn(w, s, n);
+        break;
+    }
+    case API_JSON_NUM:
+        if (api_json_int(v, &i) == 0)
+            api_jw_int(w, i);
+        else
+            api_jw_num(w, api_json_num(v));
+        break;
+    case API_JSON_TRUE:
+    case API_JSON_FALSE:
+        api_jw_bool(w, api_json_bool(v));
+        break;
+    default:
+        api_jw_null(w);
+        break;
+    }
+}
+
+/* POST /v1/test/echo: the body parsed and written again, and one admin
+ * record ("action=test-echo args=<the \"note\" member> result=ok"), so
+ * the tests reach the parser, the writer and the admin log without the
+ * verbs.  Never registered unless MTAD_API_TEST=1 was in the master's
+ * environment at its start. */
+static void
+api_post_echo(struct api *a, struct api_client *c, const struct api_req *r,
+    void *arg)
+{
+    struct api_json *v = api_req_json(c, r);
+    struct buf       b;
+    struct api_jw    w;
+    char             note[256];
+    const char      *s;
+    size_t           n;
+
+    (void)arg;
+    if (v == NULL)
+        return;
+    s = api_json_str(api_json_get(v, "note"), &n);
+    api_admin_log(a, c, r, "action=test-echo args=%s result=ok",
+        s != NULL ? api_admin_arg(s, n, note, sizeof(note)) : "-");
+    buf_init(&b);
+    api_jw_init(&w, &b);
+    api_echo_value(&w, v);
+    api_reply(c, 200, buf_head(&b), buf_avail(&b));
+    buf_free(&b);
+    api_json_free(v);
+}
+
 void
 api_routes_core(struct api *a)
 {
+    const char *t = getenv("MTAD_API_TEST");
+
     (void)api_route_add(a, API_GET, "/v1/status", API_ROLE_READ,
         api_get_status, NULL);
+    if (t != NULL && strcmp(t, "1") == 0)
+        (void)api_route_add(a, API_POST, "/v1/test/echo", API_ROLE_OPERATE,
+            api_post_echo, NULL);
 }

@@ -193,6 +193,26 @@ sandbox_allow_sockets(scmp_filter_ctx ctx)
     return 0;
 }
 
+/* The API process: TCP over IPv4/IPv6 (its listener is passed in, but a
+ * library may probe), and unix stream sockets: its SMTP client connects
+ * to the workers' inject.sock (a socket of the workers' user in a
+ * directory only root can change). */
+static int
+sandbox_allow_api_sockets(scmp_filter_ctx ctx)
+{
+    static const int ok[] = { AF_INET, AF_INET6, AF_UNIX };
+    struct scmp_arg_cmp c = { .arg = 0, .op = SCMP_CMP_EQ, .datum_b = 0 };
+
+    for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
+        c.datum_a = (scmp_datum_t)ok[i];
+        if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, c) < 0)
+            return -1;
+    }
+    c.datum_a = AF_NETLINK;
+    return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+        c);
+}
+
 /* abort() (assert, OpenSSL's fatal paths) signals its own thread: allowed
  * for this process only, so SIGABRT still gives a core and a log line. */
 static int
@@ -284,6 +304,15 @@ sandbox_seccomp(enum sandbox_role role, char *err, size_t errsz)
             sandbox_allow_ioctl(ctx) < 0 ||
             sandbox_allow_sockets(ctx) < 0 ||
             sandbox_allow_threads(ctx) < 0 ||
+            sandbox_allow_sigpipe_action(ctx) < 0)
+            goto out;
+        break;
+    case SANDBOX_API:
+        if (sandbox_allow(ctx, sandbox_worker_calls,
+            ARRAY_LEN(sandbox_worker_calls)) < 0 ||
+            sandbox_allow_self_signal(ctx) < 0 ||
+            sandbox_allow_ioctl(ctx) < 0 ||
+            sandbox_allow_api_sockets(ctx) < 0 ||
             sandbox_allow_sigpipe_action(ctx) < 0)
             goto out;
         break;

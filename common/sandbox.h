@@ -19,7 +19,10 @@
 
 #include <stddef.h>
 
-enum sandbox_role { SANDBOX_MASTER, SANDBOX_WORKER, SANDBOX_LOGD };
+/* SANDBOX_API: the HTTP API process (api/): the worker's calls, and unix
+ * stream sockets too (its SMTP client to the workers' inject.sock). */
+enum sandbox_role { SANDBOX_MASTER, SANDBOX_WORKER, SANDBOX_LOGD,
+                    SANDBOX_API };
 
 /* The file system a worker keeps: rw beneath each of rw[] and of the
  * directories open at rwfd[] (O_PATH: opened by the caller without

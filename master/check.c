@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "api/api.h"
 #include "common/safefs.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -182,6 +183,10 @@ master_check(const struct config *cfg, char *err, size_t errsz)
             goto out;
         shape_rules_free(rules);
     }
+    /* api: the tokens file and the TLS files, as the API process loads
+     * them */
+    if (api_check(cfg, err, errsz) < 0)
+        goto out;
     code = EX_OK;
 out:
     privs_free(&p);

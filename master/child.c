@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <sys/prctl.h>
 
+#include "api/api.h"
 #include "common/util.h"
 #include "common/log.h"
 #include "common/safefs.h"
@@ -379,6 +380,56 @@ child_spawn_logd(struct master *m, struct slot *s)
         fatalx("logd: sandbox: %s", err);
     logd_main(m->log_recv, m->log_own_recv, sv[1], m->log_file,
         m->cur->cfg->log_flush_interval_ms, m->pid);
+}
+
+/* The HTTP API process (api/api.h): the listener and the log socket kept;
+ * the tokens file and TLS key read while still root, then the drop and
+ * its own sandbox (no file written; what OpenSSL and the time zone read). */
+pid_t
+child_spawn_api(struct master *m, struct slot *s, struct generation *g,
+    int lfd)
+{
+    static const char *ro[] = { "/etc/ssl", "/lib", "/usr/lib",
+        "/etc/localtime", "/usr/share/zoneinfo",
+#if defined(__SANITIZE_ADDRESS__)
+        "/proc/self",
+#endif
+    };
+    static const struct sandbox_fs api_fs = { NULL, 0, ro, ARRAY_LEN(ro),
+        NULL, 0, 0 };
+    int             keep[2] = { lfd, m->api.log_send };
+    struct api_args args;
+    struct api     *a;
+    char            err[1024];
+    pid_t           pid;
+    int             sv[2], rc = 1;
+
+    if ((pid = child_fork(s, sv)) != 0)
+        return pid;                 /* the master, or -1 */
+    child_common(m, keep, ARRAY_LEN(keep), CHILD_SANITIZED);
+    (void)close(sv[0]);
+    if (m->tickets != NULL)
+        tlskey_forget(m->tickets);
+    proctitle_set(&m->title, "mtad: api", "mtad: api (generation %u)", g->id);
+    log_open("api", m->api.log_send, g->cfg->log_level);
+    log_set_format(g->cfg->log_format);
+    args = (struct api_args){ g->cfg, lfd, sv[1] };
+    if ((a = api_init(&args, err, sizeof(err))) == NULL) {
+        log_err("api: %s", err);
+        log_flush();
+        _exit(1);
+    }
+    if (g->cfg->sandbox &&
+        (rc = sandbox_landlock(&api_fs, err, sizeof(err))) < 0)
+        fatalx("api: sandbox: %s", err);
+    privs_drop(&g->privs);
+    if (g->cfg->sandbox) {
+        if (sandbox_seccomp(SANDBOX_API, err, sizeof(err)) < 0)
+            fatalx("api: sandbox: %s", err);
+        log_debug("api: sandbox: seccomp filter on; Landlock %s",
+            rc == 0 ? "on" : "off");
+    }
+    exit(api_main(a));
 }
 
 int

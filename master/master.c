@@ -67,6 +67,7 @@ master_close_chan(struct master *m, struct slot *s)
 {
     if (s->chan < 0)
         return;
+    master_api_gone(m, s->chan);    /* its runs answer no one now */
     master_unwatch(m, s->chan);
     child_unregister_master_fd(m, s->chan);
     close(s->chan);
@@ -353,6 +354,8 @@ master_next_deadline(const struct master *m)
         next = m->logd.stop_deadline;
     if (m->next != NULL && m->reload_deadline < next)
         next = m->reload_deadline;
+    if (api_child_next_deadline(m) < next)
+        next = api_child_next_deadline(m);
     return next;
 }
 
@@ -412,6 +415,7 @@ master_run(const struct master_opts *o)
     m->log_send = m->log_recv = m->log_file = -1;
     m->log_own_send = m->log_own_recv = -1;
     m->logd.chan = -1;
+    api_child_init(m);
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++)
         master_slot_free(&m->slots[i]);
     for (size_t i = 0; i < MASTER_MAX_CLIENTS; i++)

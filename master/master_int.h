@@ -66,7 +66,7 @@ struct generation {
     struct shape_rules *shape;      /* shaping rules, NULL: off (shape.h) */
 };
 
-enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD };
+enum slot_role  { ROLE_NONE = 0, ROLE_WORKER, ROLE_LOGD, ROLE_API };
 enum slot_state { SLOT_FREE = 0, SLOT_RUNNING, SLOT_STOPPING, SLOT_BACKOFF };
 
 /* One supervised child. */
@@ -97,6 +97,9 @@ struct master;
 pid_t   child_spawn_worker(struct master *m, struct slot *s,
             struct generation *g);
 pid_t   child_spawn_logd(struct master *m, struct slot *s);
+/* The HTTP API process (api/api.h) of generation g on listener lfd. */
+pid_t   child_spawn_api(struct master *m, struct slot *s,
+            struct generation *g, int lfd);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 #define MASTER_MAX_FDS (MASTER_MAX_SLOTS * 2 + 64)
@@ -155,6 +158,27 @@ ev_io_fn ctl_accept_event;                /* the control socket */
 void    ctl_reply_fd(int fd, const char *text);      /* writes, closes */
 void    ctl_expire(struct master *m, uint64_t now);
 void    ctl_status_report(struct master *m, char **out);
+
+/* The HTTP API process (api_child.c): the one serving, and one stopping
+ * after a reload; the api.listen socket the master keeps. */
+struct master_api {
+    struct slot cur, old;
+    int         lfd;                /* -1: api.listen unset */
+    char       *spec;
+    /* its log records: a datagram pair only API processes hold; the
+     * master relays the lines that are the API's own (api_child.c) */
+    int         log_send, log_recv;
+};
+void    api_child_init(struct master *m);
+int     api_child_bind(struct master *m, const struct config *cfg,
+            char *err, size_t errsz);
+void    api_child_start(struct master *m);
+void    api_child_reload(struct master *m);     /* after m->cur changed */
+void    api_child_stop_all(struct master *m);
+int     api_child_alive(const struct master *m);
+int     api_child_reaped(struct master *m, pid_t pid, int st);
+uint64_t api_child_next_deadline(const struct master *m);
+void    api_child_deadlines(struct master *m, uint64_t now);
 
 /* Master state, for master.c and ctl.c. */
 struct ctl_client {
@@ -225,6 +249,7 @@ struct master {
     int                load_failing;    /* load.c: the file was unreadable */
     struct master_notify   notify;      /* notify.c */
     struct master_watchdog wd;          /* watchdog.c */
+    struct master_api  api;             /* api_child.c */
     struct master_api_runs *api_runs;   /* api_run.c */
 };
 

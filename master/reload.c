@@ -572,6 +572,7 @@ master_finish_reload(struct master *m, int timed_out)
             log_err("reload: %s; the metrics listener stays where it was",
                 merr);
     }
+    api_child_reload(m);
     if (strcmp(g->cfg->log_file, m->log_path) != 0)
         master_reopen_log(m, g->cfg->log_file);
     if (g->cfg->log_flush_interval_ms != old->cfg->log_flush_interval_ms &&
@@ -637,6 +638,7 @@ master_request_stop(struct master *m)
         return;
     m->stopping = 1;
     notify_send(m, "STOPPING=1");
+    api_child_stop_all(m);
     log_notice("stopping: telling the workers to finish (at most %" PRIu64
         "ms)", timeout);
     if (m->next != NULL)

@@ -381,7 +381,8 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return EX_OSERR;
     }
     child_register_master_fd(m, ev_fd(m->loop));
-    if (metrics_apply(m, cfg, err, sizeof(err)) < 0) {
+    if (metrics_apply(m, cfg, err, sizeof(err)) < 0 ||
+        api_child_bind(m, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
         master_cleanup(m);
         return EX_UNAVAILABLE;
@@ -398,5 +399,6 @@ master_start(struct master *m, struct config *cfg, int foreground)
     master_publish_submit(cfg);
     tlsagg_load(m);                 /* the day's TLS-RPT counts so far */
     (void)master_start_generation(m, m->cur);
+    api_child_start(m);
     return EX_OK;
 }

@@ -367,6 +367,8 @@ master_reap(struct master *m)
             master_logd_exited(m, st);
             continue;
         }
+        if (api_child_reaped(m, pid, st))
+            continue;
         if (tlsagg_reaped(m, pid, st))
             continue;
         if (master_api_reaped(m, pid, st))
@@ -405,6 +407,7 @@ master_deadlines(struct master *m, uint64_t now)
     if (m->logd.state == SLOT_BACKOFF && now >= m->logd.restart_at &&
         !m->stopping)
         master_spawn_logd(m);
+    api_child_deadlines(m, now);
     if (m->logd.state == SLOT_STOPPING && now >= m->logd.stop_deadline &&
         m->logd.pid > 0) {
         (void)kill(m->logd.pid, SIGKILL);
@@ -432,7 +435,7 @@ master_workers_alive(const struct master *m)
 int
 master_shutdown_step(struct master *m)
 {
-    if (master_workers_alive(m))
+    if (master_workers_alive(m) || api_child_alive(m))
         return 0;
     if (m->logd.state == SLOT_RUNNING) {
         log_notice("workers stopped; mtad exits");
