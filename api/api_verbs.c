@@ -18,7 +18,7 @@
  *           more against its own table (master/api_argv.c).
  * STATUS    mtactl's exit: 0 ok; 2 usage (400); 1 failed: 404 when it says
  *           the thing does not exist ("no such message", "not found",
- *           "no entry"), 502 when it could not reach mtad, else 409 (queue
+ *           "no entry", "no TLS policy for", "no such key"), 502 when it could not reach mtad, else 409 (queue
  *           changes: e.g. still being delivered) or 422 (a table change
  *           mtactl refused: a bad route).  Not run: 503 (busy, master
  *           gone; Retry-After), 504 (timed out), 400 (refused).
@@ -270,7 +270,9 @@ verb_failed(struct verb_ctx *x, int status, const char *err, size_t n)
     else if (status != 1)
         code = 500;
     else if (strstr(msg, "no such message") != NULL ||
-        strstr(msg, "not found") != NULL || strstr(msg, "no entry") != NULL)
+        strstr(msg, "not found") != NULL || strstr(msg, "no entry") != NULL ||
+        strstr(msg, "no TLS policy for") != NULL ||
+        strstr(msg, "no such key") != NULL)
         code = 404;
     else if (strstr(msg, "cannot connect") != NULL ||
         strstr(msg, "is mtad running") != NULL)

@@ -323,13 +323,14 @@ void    master_abort_reload(struct master *m);
 int     master_routes_changed(struct master *m, char *err, size_t errsz);
 
 /* api_run.c: mtactl runs for the API process (CHAN_API_RUN); see there.
- * init at start (where mtactl is: /proc/self/exe's directory); run on
+ * init at start, before the master's seccomp filter (where mtactl is:
+ * /proc/self/exe's directory; the runner, with api.listen); run on
  * its message from the API channel chan; reaped: 1 when pid was a run
  * (answered); tick: SIGKILL past the deadline; gone: the API channel
  * chan closed; actor: the actor of the run with that pid, or NULL. */
 #define MASTER_API_RUNS    8
 #define MASTER_API_RUN_MS  120000u      /* > mtactl's own 60 s lock wait */
-void    master_api_init(struct master *m);
+void    master_api_init(struct master *m, const struct config *cfg);
 void    master_api_run(struct master *m, int chan, const struct chan_msg *msg);
 int     master_api_reaped(struct master *m, pid_t pid, int status);
 void    master_api_tick(struct master *m, uint64_t now);

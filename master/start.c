@@ -324,6 +324,8 @@ master_start(struct master *m, struct config *cfg, int foreground)
         config_free(cfg);
         return code;
     }
+    /* the verbs' runner may exec mtactl: forked before the filter */
+    master_api_init(m, cfg);
     if (cfg->sandbox && sandbox_seccomp(SANDBOX_MASTER, err,
         sizeof(err)) < 0) {
         fprintf(stderr, "mtad: server.sandbox: %s\n", err);
@@ -356,7 +358,6 @@ master_start(struct master *m, struct config *cfg, int foreground)
         return EX_UNAVAILABLE;
     }
     m->ctl_path = xstrdup(cfg->control_socket);
-    master_api_init(m);             /* where mtactl is, while it is there */
     child_register_master_fd(m, m->ctlfd);
     if (master_write_pidfile(cfg->pid_file, err, sizeof(err)) < 0) {
         fprintf(stderr, "mtad: %s\n", err);
