@@ -204,7 +204,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
                 auth dsn stsd metrics sendmail routeline control chan bclass \
-                milter sasl dovecot api_argv
+                milter sasl dovecot api_http api_json api_argv
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -236,6 +236,10 @@ fsrc_control := master/ctl_req.c
 fsrc_api_argv := master/api_argv.c
 fmod_api_argv := common
 fmod_control := spool
+fsrc_api_http := api/api_http.c
+fmod_api_http := common
+fsrc_api_json := api/api_json.c
+fmod_api_json := common
 fsrc = $(fsrc_$(1)) $(foreach m,$(fmod_$(1)) $(deps_$(fmod_$(1))),$(SRC_$(m)))
 # Each source is compiled once (with the fuzzer's coverage, not its main)
 # into build-fuzz/obj/ and linked into every target that uses it.

@@ -408,6 +408,10 @@ jcontainer(struct jp *p, unsigned depth, int obj)
                 return jfail(p, "expected a key"), NULL;
             if (jstring(p, &key, &keylen) < 0)
                 return NULL;
+            /* keys are looked up as C strings: "a\u0000b" would pass
+             * for "a" */
+            if (memchr(key, '\0', keylen) != NULL)
+                return jfail(p, "NUL in a key"), NULL;
             jskip_ws(p);
             if (p->pos >= p->n || p->s[p->pos] != ':')
                 return jfail(p, "expected ':'"), NULL;

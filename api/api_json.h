@@ -8,7 +8,8 @@
  *           trailing commas, single quotes, leading zeros, "+1", ".5",
  *           "1.", NaN/Infinity, control bytes in strings, bytes that are
  *           not valid UTF-8 (overlong forms and surrogates included),
- *           \u escapes naming a lone surrogate, duplicate keys in one
+ *           \u escapes naming a lone surrogate, "\u0000" in a key (keys
+ *           are C strings), duplicate keys in one
  *           object, nesting deeper than API_JSON_MAX_DEPTH, more than
  *           API_JSON_MAX_NODES values, and texts longer than
  *           API_JSON_MAX_TEXT bytes.  Numbers are kept as a double, and

@@ -16,7 +16,7 @@ libcriterion-dev libseccomp-dev python3 python3-pytest python3-dkim zlib1g-dev
 python3-prometheus-client swaks procps iproute2 openssl libc-ares-dev nsd
 unbound ldnsutils dnsutils haproxy clang libclang-rt-14-dev libcrypt-dev
 libcurl4-openssl-dev rspamd opendkim dovecot-core libhiredis-dev
-redis-server curl"
+redis-server curl python3-yaml"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -513,3 +513,23 @@ def test_admin_record_format_and_no_forgery(api):
 def test_no_api_without_listen(mtad):
     time.sleep(0.3)
     assert api_pid(mtad) is None
+
+
+def test_openapi_has_every_endpoint_of_api_md():
+    """docs/openapi.yaml and docs/API.md's endpoint table name the same
+    operations, each with its role."""
+    import re
+    import yaml
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "openapi.yaml")) as f:
+        doc = yaml.safe_load(f)
+    assert doc["openapi"].startswith("3.0")
+    ops = {(m.upper(), p): o["x-mtad-role"]
+           for p, item in doc["paths"].items() for m, o in item.items()}
+    with open(os.path.join(root, "docs", "API.md")) as f:
+        md = f.read()
+    table = {(m, p): role for m, p, role in re.findall(
+        r"^\| `(GET|POST|PUT|DELETE) (/v1/[^`]*)` \| (\w+) \|", md, re.M)}
+    assert len(table) >= 20, table
+    assert table == ops
