@@ -13,7 +13,7 @@
  * RUNNER    The master's seccomp filter denies execve (common/sandbox.c:
  *           the master never execs; shellcode in it cannot start a shell).
  *           So at start, before that filter, when api.listen is set, the
- *           master forks one runner ("mtad: api-runner", root, no filter)
+ *           master forks one runner ("mtad: runner", root, no filter)
  *           that holds nothing but its socket to the master and does one
  *           thing: fork and exec the mtactl found next to mtad
  *           (/proc/self/exe's directory) as "mtactl -c CONFIG WORDS...",
@@ -449,7 +449,8 @@ master_api_init(struct master *m, const struct config *cfg)
         if (dup2(sv[1], 3) < 0)
             _exit(1);
         (void)close_range(4, ~0U, 0);
-        proctitle_set(&m->title, "mtad: api-runner", "mtad: api-runner");
+        proctitle_set(&m->title, "mtad: runner",
+            "mtad: runner: mtactl for the API");
         api_runner_main(a, 3);
     }
     close(sv[1]);

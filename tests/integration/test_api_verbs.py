@@ -413,7 +413,7 @@ def test_many_at_once_and_keep_alive(mtad_factory):
         return True
     wait_for(no_mtactl, 10, what="every mtactl reaped")
     runner = [k for k in m.children()
-              if "api-runner" in open("/proc/%d/cmdline" % k).read()]
+              if "mtad: runner" in open("/proc/%d/cmdline" % k).read()]
     assert len(runner) == 1, m.children()
 
 
