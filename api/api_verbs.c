@@ -18,9 +18,10 @@
  *           more against its own table (master/api_argv.c).
  * STATUS    mtactl's exit: 0 ok; 2 usage (400); 1 failed: 404 when it says
  *           the thing does not exist ("no such message", "not found",
- *           "no entry", "no TLS policy for", "no such key"), 502 when it could not reach mtad, else 409 (queue
- *           changes: e.g. still being delivered) or 422 (a table change
- *           mtactl refused: a bad route).  Not run: 503 (busy, master
+ *           "no entry", "no TLS policy for", "no such key"), 502 when
+ *           it could not reach mtad, else 409 (queue changes: e.g. still
+ *           being delivered) or 422 (a table change mtactl refused: a bad
+ *           route).  Not run: 503 (busy, master
  *           gone; Retry-After), 504 (timed out), 400 (refused).
  */
 #include <errno.h>
@@ -73,7 +74,8 @@ verb_chars(const char *s, size_t lo, size_t hi, const char *set)
     return n >= lo && n <= hi && (set == NULL || strspn(s, set) == n);
 }
 
-#define ID_CHARS  "0123456789ABCDEFabcdefGHIJKLMNOPQRSTUVWXYZghijklmnopqrstuvwxyz"
+#define ID_CHARS  "0123456789ABCDEFabcdefGHIJKLMNOPQRSTUVWXYZ" \
+                  "ghijklmnopqrstuvwxyz"
 #define DUR_CHARS "0123456789smhdw"
 
 static int
