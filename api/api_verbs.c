@@ -22,7 +22,8 @@
  *           it could not reach mtad, else 409 (queue changes: e.g. still
  *           being delivered) or 422 (a table change mtactl refused: a bad
  *           route).  Not run: 503 (busy, master
- *           gone; Retry-After), 504 (timed out), 400 (refused).
+ *           gone, no runner; Retry-After), 504 (timed out), 400
+ *           (refused).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -263,7 +264,8 @@ verb_failed(struct verb_ctx *x, int status, const char *err, size_t n)
     verb_err_text(err, n, msg, sizeof(msg));
     if (status == API_RUN_NOT_RUN)
         code = strncmp(msg, "busy", 4) == 0 ||
-            strstr(msg, "master is gone") != NULL ? 503 :
+            strstr(msg, "master is gone") != NULL ||
+            strstr(msg, "runner") != NULL ? 503 :
             strstr(msg, "did not finish") != NULL ? 504 : 400;
     else if (status == API_RUN_TOO_BIG)
         code = 502;

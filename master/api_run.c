@@ -21,7 +21,7 @@
  *           default signals and an empty mask, stdin a memfd holding the
  *           request's stdin bytes (or /dev/null), stdout and stderr two
  *           pipes, every other fd closed, and a fixed environment (PATH,
- *           LC_ALL=C, MTACTL_ACTOR).  The runner passes the pipes' read
+ *           LC_ALL=C).  The runner passes the pipes' read
  *           ends and the pid to the master, which passes the ends on to
  *           the API process (two CHAN_API_PIPE, SCM_RIGHTS) and never reads
  *           them; the runner reaps mtactl and reports its exit.  A runner
@@ -248,10 +248,9 @@ api_run_exec(struct master_api_runs *a, const struct api_req_run *q,
 {
     struct sigaction sa;
     sigset_t         none;
-    char            *args[CHAN_API_ARGC_MAX + 4], actor[CHAN_API_ACTOR_MAX +
-                     sizeof("MTACTL_ACTOR=")];
+    char            *args[CHAN_API_ARGC_MAX + 4];
     char            *env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-                               "LC_ALL=C", actor, NULL };
+                               "LC_ALL=C", NULL };
     int              sig;
     size_t           i;
 
@@ -265,7 +264,6 @@ api_run_exec(struct master_api_runs *a, const struct api_req_run *q,
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         _exit(127);
     (void)close_range(3, ~0U, 0);
-    snprintf(actor, sizeof(actor), "MTACTL_ACTOR=%s", q->actor);
     args[0] = "mtactl";
     args[1] = "-c";
     args[2] = a->config;

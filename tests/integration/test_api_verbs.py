@@ -423,3 +423,43 @@ def grandchildren(pid):
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
+
+
+def runner_pid(m):
+    pids = [k for k in m.children()
+            if open("/proc/%d/cmdline" % k).read().startswith("mtad: runner")]
+    assert len(pids) == 1, m.children()
+    return pids[0]
+
+
+def test_api_process_killed_mid_run_and_runner_gone(mtad_factory):
+    """kill -9 of the API process while runs are out: the master forgets
+    their channel, the restarted API process runs verbs again.  kill -9 of
+    the runner: the master says so, the verbs answer 503 (Retry-After),
+    everything else keeps serving."""
+    import signal
+    m = start_api(mtad_factory)
+    queue_some(m, 2)
+    api = [k for k in m.children()
+           if open("/proc/%d/cmdline" % k).read().startswith("mtad: api")]
+    assert len(api) == 1
+    conns = []
+    for _ in range(4):
+        c = http.client.HTTPConnection("127.0.0.1", m.api_port, timeout=30)
+        c.request("GET", "/v1/queue", headers={
+            "Authorization": "Bearer " + TOKENS["reader"][1]})
+        conns.append(c)
+    os.kill(api[0], signal.SIGKILL)
+    for c in conns:
+        c.close()
+    wait_for(lambda: call(m, "GET", "/v1/routes", "reader")[0] == 200, 15,
+             what="the restarted API process running verbs")
+    assert m.proc.poll() is None
+    os.kill(runner_pid(m), signal.SIGKILL)
+    m.wait_log("the runner (pid")
+    st, doc, raw, hdrs = call(m, "GET", "/v1/routes", "reader")
+    assert st == 503 and "runner" in doc["error"]["message"], raw
+    assert hdrs.get("Retry-After") == "1", hdrs
+    assert call(m, "GET", "/v1/status", "reader")[0] == 200
+    with m.smtp() as s:                       # mail still flows in
+        assert s.noop()[0] == 250
