@@ -97,6 +97,7 @@ umod_test_milter := milter
 umod_test_events := events
 umod_test_api_argv := master
 umod_test_api_json := api
+umod_test_api_http := api
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BIN  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 umod_router_bench := router

@@ -39,6 +39,7 @@
 static void api_client_io(struct ev_loop *loop, int fd, unsigned ev,
     void *arg);
 static void api_client_input(struct api_client *c);
+static void api_client_reset(struct api_client *c);
 
 struct ev_loop *
 api_loop(struct api *a)
@@ -126,6 +127,7 @@ api_client_timeout(struct ev_loop *loop, struct ev_timer *t, void *arg)
     (void)t;
     if (c->state == API_C_HEAD && buf_avail(&c->in) > 0 && c->head_timer) {
         /* a head begun and not finished in time: say so, then close */
+        api_client_reset(c);
         log_info("%s: request head not complete within %llums",
             c->peer_str, (unsigned long long)c->a->cfg->api_header_timeout_ms);
         c->keep_alive = 0;
@@ -168,11 +170,13 @@ api_client_flush(struct api_client *c)
         api_client_close(c);
         return;
     }
+    c->nreq++;
     /* the request's bytes are done with; a pipelined one may follow */
     buf_consume(&c->in, c->head.head_len + (size_t)c->head.content_length);
     buf_compact(&c->in);
     c->state = API_C_HEAD;
     c->head_timer = 0;
+    api_client_reset(c);
     api_want(c, EV_READ);
     api_timer(c, c->a->cfg->api_idle_timeout_ms);
     if (buf_avail(&c->in) > 0)
@@ -186,7 +190,9 @@ api_client_send(struct api_client *c)
         return;
     c->state = API_C_WRITE;
     api_timer(c, c->a->cfg->api_body_timeout_ms);
+    api_client_ref(c);              /* the flush may close it */
     api_client_flush(c);
+    api_client_unref(c);
 }
 
 /* A head parsed: check what can be checked before the body comes. */
@@ -196,19 +202,23 @@ api_client_head(struct api_client *c)
     struct api_http_head *h = &c->head;
 
     c->keep_alive = h->keep_alive;
-    c->answered = 0;
     if (h->has_length && h->content_length > 0) {
         c->state = API_C_BODY;
-        if (h->expect_continue && buf_avail(&c->in) == h->head_len) {
-            static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
-
-            /* best effort: a client that gets nothing sends anyway */
-            (void)net_write(&c->conn, go, sizeof(go) - 1);
-        }
         api_timer(c, c->a->cfg->api_body_timeout_ms);
         return;
     }
     c->state = API_C_HANDLER;
+}
+
+/* A new request begins: nothing of the last one (its token above all)
+ * may carry over to it. */
+static void
+api_client_reset(struct api_client *c)
+{
+    memset(&c->req, 0, sizeof(c->req));
+    c->nparams = 0;
+    c->path[0] = '\0';
+    c->answered = 0;
 }
 
 /* The bytes in c->in: a head, a body, or not enough yet. */
@@ -227,9 +237,9 @@ api_client_input(struct api_client *c)
             c->a->cfg->api_max_body, &c->head, &why);
         if (rc == -2)
             return;
+        api_client_reset(c);
         if (rc != 0) {
             c->keep_alive = 0;
-            c->answered = 0;
             c->state = API_C_HANDLER;
             api_reply_error(c, rc, "%s", why);
             return;
@@ -238,6 +248,13 @@ api_client_input(struct api_client *c)
         /* auth before the body: a refused client sends no megabytes */
         if (c->state == API_C_BODY && api_precheck(c->a, c) != 0)
             return;
+        if (c->state == API_C_BODY && c->head.expect_continue &&
+            buf_avail(&c->in) == c->head.head_len) {
+            static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+            /* best effort: a client that gets nothing sends anyway */
+            (void)net_write(&c->conn, go, sizeof(go) - 1);
+        }
     }
     if (c->state == API_C_BODY) {
         if (buf_avail(&c->in) < c->head.head_len + c->head.content_length)
@@ -426,9 +443,12 @@ api_stop(struct api *a)
     for (c = a->clients; c != NULL; c = next) {
         next = c->next;
         c->keep_alive = 0;
-        if ((c->state == API_C_HEAD && buf_avail(&c->in) == 0) ||
-            c->state == API_C_TLS)
-            api_client_close(c);        /* idle: nothing to finish */
+        /* idle between requests: nothing to finish.  A connection that
+         * has not sent its first request yet may be one the client just
+         * opened for a request on its way: it is served (and closed)
+         * like the others, within API_STOP_MS. */
+        if (c->state == API_C_HEAD && buf_avail(&c->in) == 0 && c->nreq > 0)
+            api_client_close(c);
     }
     ev_timer_start(a->loop, &a->stop_timer, API_STOP_MS);
     api_maybe_exit(a);

@@ -48,6 +48,7 @@ struct api_client {
     struct api_http_head    head;
     int                     keep_alive;     /* after this answer */
     int                     answered;
+    unsigned                nreq;           /* requests answered */
     uint64_t                status_id;      /* awaited CHAN_API_STATUS_REPLY */
     unsigned                watched;        /* events asked of the loop */
     /* the request handed out */

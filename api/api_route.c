@@ -49,6 +49,8 @@ api_reply_hdrs(struct api_client *c, int status, const char *hdrs,
         buf_printf(o, "%s", hdrs);
     if (!c->keep_alive || c->a->stopping)
         buf_printf(o, "Connection: close\r\n");
+    else if (c->head.minor == 0)
+        buf_printf(o, "Connection: keep-alive\r\n");
     buf_printf(o, "Cache-Control: no-store\r\n");
     if (status == 204) {
         buf_printf(o, "\r\n");

@@ -35,7 +35,8 @@ sj_state(const struct slot *s)
 {
     switch (s->state) {
     case SLOT_RUNNING:
-        return s->ready || s->role == ROLE_LOGD ? "running" : "starting";
+        return s->ready || s->role == ROLE_LOGD || s->role == ROLE_API ?
+            "running" : "starting";
     case SLOT_STOPPING: return "stopping";
     case SLOT_BACKOFF:  return "restart-wait";
     default:            return "free";
@@ -77,12 +78,14 @@ status_json_report(struct master *m, char **out)
     buf_printf(&t, "ok\n{\"version\":\"%s\",\"pid\":%d,\"uptime_s\":%" PRIu64 ",\"generation\":%u,"
         "\"workers_configured\":%d,\"load\":%u.%02u,\"throttle\":{"
         "\"queue_only\":%s,\"refuse\":%s},\"logd\":{\"pid\":%d,\"state\":"
-        "\"%s\"},\"reload\":\"%s\",\"workers\":[", MTAD_VERSION,
+        "\"%s\"},\"api\":{\"pid\":%d,\"state\":\"%s\"},\"reload\":\"%s\","
+        "\"workers\":[", MTAD_VERSION,
         (int)getpid(),
         (now - m->started_ms) / 1000, m->cur->id, m->cur->cfg->workers,
         load / 100, load % 100, (thr & STATUS_THROTTLE_HOLD) ? "true" :
         "false", (thr & STATUS_THROTTLE_REFUSE) ? "true" : "false",
         (int)m->logd.pid, sj_state(&m->logd),
+        (int)m->api.cur.pid, m->api.lfd < 0 ? "off" : sj_state(&m->api.cur),
         m->next != NULL ? "in progress" : "idle");
     for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
         const struct slot          *s = &m->slots[i];

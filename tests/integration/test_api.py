@@ -133,7 +133,8 @@ def test_status_with_each_reading_role(api):
                           token=TOKENS[name][1])
         assert r.status == 200, data
         doc = json.loads(data)
-        assert isinstance(doc, dict) and doc, doc
+        assert doc["generation"] >= 1 and isinstance(doc["workers"], list)
+        assert doc["api"]["state"] == "running" and doc["api"]["pid"] > 0
         assert r.getheader("Cache-Control") == "no-store"
 
 
@@ -305,6 +306,37 @@ def test_keep_alive_many_requests_one_connection(api):
         assert r.status == (200 if i % 2 == 0 else 404), data
         assert c.sock is not None and c.sock.getsockname() == local
     c.close()
+
+
+def test_token_does_not_carry_over_keep_alive(api):
+    """Each request is authenticated by its own header: a second request
+    on the same connection without a token is 401, with a reader's token
+    403 on an operate route, whatever the first one had."""
+    tok = TOKENS["operator"][1].encode()
+    first = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + \
+            tok + b"\r\n\r\n"
+    second = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    resp = raw(api.api_port, first + second)
+    assert resp.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 401 " in resp and resp.count(b"HTTP/1.1 ") == 2
+    c = http.client.HTTPConnection("127.0.0.1", api.api_port, timeout=10)
+    r, _ = request(api.api_port, "GET", "/v1/status", token=tok.decode(),
+                   conn=c)
+    assert r.status == 200
+    r, data = request(api.api_port, "GET", "/v1/status", conn=c)
+    error_of(r, data, 401)
+    c.close()
+
+
+def test_http10_keep_alive(api):
+    tok = TOKENS["reader"][1].encode()
+    one = b"GET /v1/status HTTP/1.0\r\nConnection: keep-alive\r\n" \
+          b"Authorization: Bearer " + tok + b"\r\n\r\n"
+    two = b"GET /v1/status HTTP/1.0\r\nAuthorization: Bearer " + tok + \
+          b"\r\n\r\n"
+    resp = raw(api.api_port, one + two)
+    assert resp.count(b"HTTP/1.1 200 ") == 2, resp[:300]
+    assert b"Connection: keep-alive" in resp
 
 
 def test_pipelined_requests_answered_in_order(api):
@@ -497,6 +529,29 @@ def test_reload_rereads_tokens(api):
     r, data = request(api.api_port, "GET", "/v1/status",
                       token=TOKENS["reader"][1])
     error_of(r, data, 401)
+
+
+def test_reload_refuses_no_request(api):
+    """Across a reload (a new API process, the old one stopping) every
+    request on a new connection is answered: the socket stays open in the
+    master, and the old process serves what it accepted."""
+    pid = wait_pid(api)
+    tok = TOKENS["reader"][1]
+    statuses = []
+    os.kill(api.pid, signal.SIGHUP)
+    deadline = time.time() + 20
+    new = None
+    while time.time() < deadline and len(statuses) < 2000:
+        r, _ = request(api.api_port, "GET", "/v1/status", token=tok)
+        statuses.append(r.status)
+        p = api_pid(api)
+        if p is not None and p != pid:
+            new = p
+            if len(statuses) > 50 and not os.path.exists("/proc/%d" % pid):
+                break
+    assert new is not None, "no new API process"
+    assert set(statuses) == {200}, statuses
+    api.wait_log("API process (pid %d) serving" % new)
 
 
 def test_admin_record_format_and_no_forgery(api):
