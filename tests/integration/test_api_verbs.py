@@ -463,3 +463,50 @@ def test_api_process_killed_mid_run_and_runner_gone(mtad_factory):
     assert call(m, "GET", "/v1/status", "reader")[0] == 200
     with m.smtp() as s:                       # mail still flows in
         assert s.noop()[0] == 250
+
+
+def test_every_verb_with_curl(mtad_factory):
+    """The verbs the tests above drive with http.client, now with curl
+    (and the reverse), so each one is seen from both clients."""
+    m = start_api(mtad_factory, shaping={
+        "sites": [{"name": "bigmail", "mx": [".bigmail.test"],
+                   "connections": 2}]})
+    ids = sorted(queue_some(m, 3))
+    code, doc = curl(m, "GET", "/v1/queue/" + ids[0], "reader")
+    assert code == 200 and doc["id"] == ids[0], doc
+    code, doc = curl(m, "POST", "/v1/queue/%s/hold" % ids[0], "ops")
+    assert code == 200 and doc["action"] == "hold", doc
+    st, doc, raw, _ = call(m, "POST", "/v1/queue/%s/release" % ids[0], "ops")
+    assert st == 200 and doc["action"] == "release", raw
+    code, doc = curl(m, "POST", "/v1/queue/%s/flush" % ids[1], "ops")
+    assert code == 200 and doc["action"] == "flush", doc
+    code, doc = curl(m, "POST", "/v1/queue/%s/bounce" % ids[1], "ops")
+    assert code == 200 and doc["action"] == "bounce", doc
+    st, doc, raw, _ = call(m, "DELETE", "/v1/queue/" + ids[2], "ops")
+    assert st == 200 and doc["action"] == "delete", raw
+    st, doc, raw, _ = call(m, "PUT", "/v1/routes/example.org", "ops",
+                           {"route": "smtp:[192.0.2.1]:25"})
+    assert st == 200, raw
+    code, doc = curl(m, "GET", "/v1/routes", "reader")
+    assert code == 200 and doc["routes"][0]["key"] == "example.org", doc
+    code, doc = curl(m, "GET", "/v1/routes/example.org", "reader")
+    assert code == 200 and doc["match"] == "domain", doc
+    code, doc = curl(m, "PUT", "/v1/tls/policy/example.org", "ops",
+                     {"level": "encrypt"})
+    assert code == 200 and doc["level"] == "encrypt", doc
+    code, doc = curl(m, "GET", "/v1/tls/policy", "reader")
+    assert code == 200 and doc["policies"][0]["level"] == "encrypt", doc
+    code, doc = curl(m, "POST", "/v1/shaping/bigmail/suspend?for=5m", "ops")
+    assert code == 200 and "suspended for 300s" in doc["result"], doc
+    code, doc = curl(m, "GET", "/v1/shaping", "reader")
+    assert code == 200 and any(p["site"] == "bigmail" and
+                               p["state"] == "suspended"
+                               for p in doc["pairs"]), doc
+    st, doc, raw, _ = call(m, "POST", "/v1/shaping/bigmail/resume", "ops")
+    assert st == 200, raw
+    code, doc = curl(m, "GET", "/v1/queue/" + ids[0], "inj")
+    assert code == 403 and doc["error"]["status"] == 403, doc
+    code, doc = curl(m, "DELETE", "/v1/routes/example.org", "reader")
+    assert code == 403, doc
+    code, doc = curl(m, "GET", "/v1/routes")
+    assert code == 401, doc
