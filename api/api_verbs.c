@@ -639,7 +639,6 @@ verb_put(struct api *a, struct api_client *c, const struct api_req *r,
     const char      *member = tls ? "level" : "route", *v;
     char            *rv[] = { "route", "add", NULL, NULL, NULL };
     char            *tv[] = { "tls", "policy", "set", NULL, NULL, NULL };
-    char             ek[300], ev[1100];
     struct api_json *j;
     struct verb_ctx *x;
     size_t           len;
@@ -664,10 +663,7 @@ verb_put(struct api *a, struct api_client *c, const struct api_req *r,
     }
     x = verb_ctx_new(a, c, r, VK_CHANGE, tls ? "tls_policy_set" :
         "route_add");
-    api_admin_arg(key, strlen(key), ek, sizeof(ek));
-    api_admin_arg(v, len, ev, sizeof(ev));
-    /* the values are printable ASCII without '"' trouble only after the
-     * writer: build the members with it */
+    /* the answer's members, escaped by the writer */
     {
         struct buf    b;
         struct api_jw w;

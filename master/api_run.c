@@ -393,14 +393,18 @@ api_runner_main(struct master_api_runs *a, int fd)
             api_runner_say(fd, q.head.id, RM_NOT_RUN, 0, why, NULL, 0);
             continue;
         }
-        for (size_t i = 0; i < MASTER_API_RUNS; i++)
-            if (pid[i] == 0) {
+        for (size_t i = 0; i <= MASTER_API_RUNS; i++) {
+            if (i == MASTER_API_RUNS)   /* the master counts them too */
+                api_runner_say(fd, q.head.id, RM_NOT_RUN, 0, "busy: too "
+                    "many commands running", NULL, 0);
+            else if (pid[i] == 0) {
                 if ((p = api_runner_start(a, fd, &q)) > 0) {
                     pid[i] = p;
                     ids[i] = q.head.id;
                 }
                 break;
             }
+        }
     }
 }
 
@@ -619,6 +623,7 @@ master_api_run(struct master *m, int chan, const struct chan_msg *msg)
     const char             *why;
     char                    words[1200];
 
+    memset(&q, 0, sizeof(q));
     if (api_run_parse(msg->data, msg->len, &q, &why) != 0) {
         log_warn("api: run request dropped: %s", why);
         api_run_answer(chan, q.head.id, CHAN_API_NOT_RUN, why);
