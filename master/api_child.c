@@ -37,6 +37,7 @@
 #include "master/ops.h"
 
 #define API_CHILD_STOP_MS 15000u        /* then SIGKILL */
+#define API_CHILD_PING_MS 10000u        /* a ping; no pong by the next: kill */
 
 static void master_api_io(struct ev_loop *loop, int fd, unsigned ev,
     void *arg);
@@ -189,6 +190,7 @@ api_child_spawn(struct master *m)
     s->pid = pid;
     s->state = SLOT_RUNNING;
     s->started_ms = util_now_ms();
+    m->api.ping_at = s->started_ms + API_CHILD_PING_MS;
     child_register_master_fd(m, s->chan);
     master_watch(m, s->chan, EV_READ, master_api_io);
     log_info("API process (pid %d) serving http%s://%s", (int)pid,
@@ -301,6 +303,8 @@ api_child_next_deadline(const struct master *m)
         next = m->api.cur.stop_deadline;
     if (m->api.old.state == SLOT_STOPPING && m->api.old.stop_deadline < next)
         next = m->api.old.stop_deadline;
+    if (m->api.cur.state == SLOT_RUNNING && m->api.ping_at < next)
+        next = m->api.ping_at;
     return next;
 }
 
@@ -327,6 +331,23 @@ api_child_deadlines(struct master *m, uint64_t now)
     }
     api_child_deadline_one(&m->api.cur, now);
     api_child_deadline_one(&m->api.old, now);
+    if (m->api.cur.state == SLOT_RUNNING && now >= m->api.ping_at &&
+        m->api.cur.pid > 0) {
+        struct slot *s = &m->api.cur;
+
+        /* a hung API process is killed and forked again; the relay goes
+         * on (it is no reason for systemd's watchdog to restart mtad) */
+        if (s->pinged) {
+            log_warn("API process (pid %d) did not answer a ping for %us; "
+                "killing it", (int)s->pid, API_CHILD_PING_MS / 1000);
+            (void)kill(s->pid, SIGKILL);
+            s->pinged = 0;
+        } else if (s->chan >= 0 &&
+            chan_send(s->chan, CHAN_PING, NULL, 0, -1) == 0) {
+            s->pinged = 1;
+        }
+        m->api.ping_at = now + API_CHILD_PING_MS;
+    }
 }
 
 /* ---- the channel ------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 
 #include "api/api.h"
@@ -410,6 +411,13 @@ child_spawn_api(struct master *m, struct slot *s, struct generation *g,
     (void)close(sv[0]);
     if (m->tickets != NULL)
         tlskey_forget(m->tickets);
+    /* what the workers share and the API has no use for: their log
+     * socket, and the status page they write (the API's status comes
+     * from the master over the channel) */
+    if (m->log_send >= 0)
+        (void)close(m->log_send);
+    if (m->status != NULL)
+        (void)munmap(m->status, sizeof(*m->status));
     proctitle_set(&m->title, "mtad: api", "mtad: api (generation %u)", g->id);
     log_open("api", m->api.log_send, g->cfg->log_level);
     log_set_format(g->cfg->log_format);

@@ -168,6 +168,7 @@ struct master_api {
     /* its log records: a datagram pair only API processes hold; the
      * master relays the lines that are the API's own (api_child.c) */
     int         log_send, log_recv;
+    uint64_t    ping_at;            /* the next liveness ping (or kill) */
 };
 void    api_child_init(struct master *m);
 int     api_child_bind(struct master *m, const struct config *cfg,

@@ -53,6 +53,14 @@ def wait_api(port, timeout=15.0, tls=False):
     raise AssertionError("API not listening on %d: %r" % (port, last))
 
 
+def assert_api_never_died(m):
+    """No API process exited unasked (a sanitizer's abort, a crash): the
+    master logs each such exit."""
+    bad = [ln for ln in m.log_text().splitlines()
+           if "API process (pid" in ln and ") exited" in ln]
+    assert not bad, bad
+
+
 @pytest.fixture
 def api(mtad_factory, workdir):
     port = free_port()
@@ -60,7 +68,10 @@ def api(mtad_factory, workdir):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    m.kills_ok = False
+    yield m
+    if not m.kills_ok:
+        assert_api_never_died(m)
 
 
 def request(port, method, path, token=None, body=None, headers=None,
@@ -195,7 +206,8 @@ def echo(mtad_factory, workdir, monkeypatch):
     m.start()
     wait_api(port)
     m.api_port = port
-    return m
+    yield m
+    assert_api_never_died(m)
 
 
 def test_malformed_json_is_400(echo):
@@ -267,6 +279,18 @@ def test_oversized_body_is_413_before_the_body(api):
     assert status_line(resp) == 413
     body = json.loads(resp.split(b"\r\n\r\n", 1)[1])
     assert body["error"]["status"] == 413
+
+
+def test_oversized_body_sent_at_once_still_gets_413(api):
+    """http.client sends the head and the whole body before it reads: the
+    413 must reach it (no reset from a close with the body unread)."""
+    for _ in range(3):
+        r, data = request(api.api_port, "POST", "/v1/status",
+                          token=TOKENS["operator"][1], body=b"x" * 300000)
+        error_of(r, data, 413)
+    r, data = request(api.api_port, "POST", "/v1/status", token="bad",
+                      body=b"y" * 300000)
+    error_of(r, data, 401)
 
 
 def test_head_limits(api):
@@ -494,6 +518,7 @@ def wait_pid(m, old=None, timeout=15.0):
 
 
 def test_process_unprivileged_and_restarted(api):
+    api.kills_ok = True
     pid = wait_pid(api)
     with open("/proc/%d/status" % pid) as f:
         st = f.read()
@@ -509,6 +534,27 @@ def test_process_unprivileged_and_restarted(api):
                       token=TOKENS["reader"][1])
     assert r.status == 200, data
     api.wait_log("API process (pid %d) exited on signal 9" % pid)
+
+
+def test_hung_process_killed_and_restarted(api):
+    """SIGSTOP: no pong within the master's 10 s ping period: killed and
+    forked again, and the relay itself was left alone."""
+    api.kills_ok = True
+    pid = wait_pid(api)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        new = wait_pid(api, old=pid, timeout=30)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    api.wait_log("API process (pid %d) did not answer a ping" % pid)
+    wait_api(api.api_port)
+    r, data = request(api.api_port, "GET", "/v1/status",
+                      token=TOKENS["reader"][1])
+    assert r.status == 200, data
+    assert json.loads(data)["api"]["pid"] == new
 
 
 def test_reload_rereads_tokens(api):
