@@ -97,6 +97,7 @@ umod_test_dane := tlspol
 umod_test_shape := shape
 umod_test_milter := milter
 umod_test_events := events
+umod_test_api_argv := master
 umod_test_api_json := api
 umod_test_api_submit := api
 umod_test_api_http := api
@@ -207,7 +208,7 @@ FUZZ_FLAGS    = -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror \
                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_TARGETS := smtp stuff relay env route config dns proxy dkim sts tlsrpt wire \
                 auth dsn stsd metrics sendmail routeline control chan bclass \
-                milter sasl dovecot api_http api_json
+                milter sasl dovecot api_http api_json api_argv
 # Each target links the module it fuzzes and what that module uses.
 fmod_smtp := smtp
 fmod_stuff := smtp
@@ -236,6 +237,8 @@ fsrc_sendmail := sendmail/scan.c
 fmod_sendmail := common
 fmod_routeline := router
 fsrc_control := master/ctl_req.c
+fsrc_api_argv := master/api_argv.c
+fmod_api_argv := common
 fmod_control := spool
 fsrc_api_http := api/api_http.c
 fmod_api_http := common

@@ -28,6 +28,7 @@
 #include "api/api_core.h"
 #include "api/api_json.h"
 #include "api/api_submit.h"
+#include "api/api_verbs.h"
 #include "common/chan.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -36,6 +37,8 @@
 
 #define API_STOP_MS     10000u
 #define API_READ_CHUNK  16384u
+#define API_LINGER_MS   2000u
+#define API_LINGER_MAX  ((size_t)4 * 1024 * 1024)
 
 static void api_client_io(struct ev_loop *loop, int fd, unsigned ev,
     void *arg);
@@ -147,6 +150,46 @@ api_timer(struct api_client *c, uint64_t ms)
     ev_timer_start(c->a->loop, &c->timer, ms);
 }
 
+/* The answer is out and the connection ends: with request bytes unread
+ * (a refused body on its way), close() would send a reset that can
+ * destroy the answer in the client's buffer before it reads it; so shut
+ * our side, read and drop what comes for a while, then close.  TLS
+ * connections close at once (with close_notify). */
+static void
+api_client_linger(struct api_client *c)
+{
+    if (c->conn.ssl != NULL || shutdown(c->conn.fd, SHUT_WR) < 0) {
+        api_client_close(c);
+        return;
+    }
+    c->state = API_C_LINGER;
+    c->drained = 0;
+    buf_consume(&c->in, buf_avail(&c->in));
+    buf_compact(&c->in);
+    api_want(c, EV_READ);
+    api_timer(c, API_LINGER_MS);
+}
+
+static void
+api_client_drain(struct api_client *c)
+{
+    char    junk[16384];
+    ssize_t r;
+
+    for (int i = 0; i < 16; i++) {
+        r = read(c->conn.fd, junk, sizeof(junk));
+        if (r > 0) {
+            if ((c->drained += (size_t)r) > API_LINGER_MAX)
+                break;
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        break;
+    }
+    api_client_close(c);            /* EOF, error, or enough */
+}
+
 /* Writes what c->out holds; when done, the next request or the close. */
 static void
 api_client_flush(struct api_client *c)
@@ -168,7 +211,7 @@ api_client_flush(struct api_client *c)
     }
     buf_compact(&c->out);
     if (!c->keep_alive || c->a->stopping) {
-        api_client_close(c);
+        api_client_linger(c);
         return;
     }
     c->nreq++;
@@ -234,8 +277,9 @@ api_client_input(struct api_client *c)
             c->head_timer = 1;
             api_timer(c, c->a->cfg->api_header_timeout_ms);
         }
-        rc = api_http_parse(buf_head(&c->in), buf_avail(&c->in),
-            c->a->cfg->api_max_body, &c->head, &why);
+        /* the size is checked after the token: 401 comes first */
+        rc = api_http_parse(buf_head(&c->in), buf_avail(&c->in), UINT64_MAX,
+            &c->head, &why);
         if (rc == -2)
             return;
         api_client_reset(c);
@@ -249,6 +293,13 @@ api_client_input(struct api_client *c)
         /* auth before the body: a refused client sends no megabytes */
         if (c->state == API_C_BODY && api_precheck(c->a, c) != 0)
             return;
+        if (c->head.content_length > c->a->cfg->api_max_body) {
+            c->keep_alive = 0;
+            c->state = API_C_HANDLER;
+            api_reply_error(c, 413, "body larger than %llu bytes",
+                (unsigned long long)c->a->cfg->api_max_body);
+            return;
+        }
         if (c->state == API_C_BODY && c->head.expect_continue &&
             buf_avail(&c->in) == c->head.head_len) {
             static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -342,6 +393,8 @@ api_client_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
         api_client_handshake(c);
     } else if (c->state == API_C_WRITE) {
         api_client_flush(c);
+    } else if (c->state == API_C_LINGER) {
+        api_client_drain(c);
     } else if (c->state == API_C_HEAD || c->state == API_C_BODY) {
         api_client_read(c);
     }
@@ -489,6 +542,13 @@ api_on_status(const struct chan_msg *m, void *arg)
     api_status_reply(arg, m->data + sizeof(id), m->len - sizeof(id), id);
 }
 
+/* CHAN_API_PIPE and CHAN_API_EXIT: a run of api_verbs.c (api_run.c) */
+static void
+api_on_run(const struct chan_msg *m, void *arg)
+{
+    api_run_chan(arg, m);
+}
+
 static void
 api_on_bad(const char *why, void *arg)
 {
@@ -504,6 +564,8 @@ static const struct chan_side api_side = {
         [CHAN_STOP] = api_on_stop,
         [CHAN_PING] = api_on_ping,
         [CHAN_API_STATUS_REPLY] = api_on_status,
+        [CHAN_API_PIPE] = api_on_run,
+        [CHAN_API_EXIT] = api_on_run,
     },
     .bad = api_on_bad,
 };
@@ -520,6 +582,7 @@ api_chan_io(struct ev_loop *loop, int fd, unsigned ev, void *arg)
     if (rc == CHAN_EOF || rc == CHAN_ESYS) {
         /* the master is gone: no one to serve for */
         ev_unwatch(a->loop, fd);
+        api_run_master_gone(a);
         api_stop(a);
     }
 }
@@ -609,10 +672,7 @@ api_init(const struct api_args *args, char *err, size_t errsz)
     }
     ev_timer_init(&a->stop_timer, api_stop_expired, a);
     api_routes_core(a);
-    /* The other parts' routes.  TODO(lead): uncomment when the apiverbs
-     * branch is merged:
-     *     api_verbs_routes(a);
-     */
+    api_verbs_routes(a);
     if (api_inject_setup(a, err, errsz) < 0)
         goto fail;
     return a;

@@ -30,6 +30,9 @@ enum api_cstate {
     API_C_BODY,                 /* reading its body */
     API_C_HANDLER,              /* a handler has the request */
     API_C_WRITE,                /* writing the answer */
+    API_C_LINGER,               /* answered and closing: reading what the
+                                   client still sends, so that our close
+                                   does not reset the answer away */
 };
 
 struct api_client {
@@ -49,6 +52,7 @@ struct api_client {
     int                     keep_alive;     /* after this answer */
     int                     answered;
     unsigned                nreq;           /* requests answered */
+    size_t                  drained;        /* API_C_LINGER: bytes dropped */
     uint64_t                status_id;      /* awaited CHAN_API_STATUS_REPLY */
     unsigned                watched;        /* events asked of the loop */
     /* the request handed out */

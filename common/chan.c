@@ -49,6 +49,15 @@ static const struct chan_spec {
                             sizeof(uint64_t), 0 },
     [CHAN_API_STATUS_REPLY] = { "api-status-reply", TO(CHAN_API),
                             sizeof(uint64_t), CHAN_PAYLOAD_MAX, 0 },
+    [CHAN_API_RUN]      = { "api-run", TO(CHAN_MASTER),
+                            sizeof(struct chan_api_run) + 2,
+                            CHAN_PAYLOAD_MAX, 0 },
+    [CHAN_API_PIPE]     = { "api-pipe", TO(CHAN_API),
+                            sizeof(struct chan_api_pipe),
+                            sizeof(struct chan_api_pipe), 1 },
+    [CHAN_API_EXIT]     = { "api-exit", TO(CHAN_API),
+                            sizeof(struct chan_api_exit),
+                            sizeof(struct chan_api_exit) + 255, 0 },
 };
 
 

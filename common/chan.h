@@ -53,6 +53,14 @@
  *             CHAN_API_STATUS   A->M   uint64_t request id: the status
  *                                      JSON for GET /v1/status
  *             CHAN_API_STATUS_REPLY M->A  uint64_t id, then the JSON
+ *             CHAN_API_RUN      A->M   struct chan_api_run, the actor,
+ *                                      argc arguments (each ends in NUL),
+ *                                      then stdin_len bytes: run mtactl
+ *                                      with them (master/api_run.c)
+ *             CHAN_API_PIPE     M->A   struct chan_api_pipe: the read     yes
+ *                                      end of that run's stdout or stderr
+ *             CHAN_API_EXIT     M->A   struct chan_api_exit, then why
+ *                                      (text) when it did not run
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -97,6 +105,9 @@ enum chan_cmd {
     CHAN_SHAPE_EVENT,
     CHAN_API_STATUS,
     CHAN_API_STATUS_REPLY,
+    CHAN_API_RUN,
+    CHAN_API_PIPE,
+    CHAN_API_EXIT,
     CHAN_NCMD
 };
 
@@ -115,6 +126,31 @@ struct chan_hdr {
 
 #define CHAN_MSG_MAX      65536u    /* bytes of one packet, header included */
 #define CHAN_PAYLOAD_MAX  (CHAN_MSG_MAX - sizeof(struct chan_hdr))
+
+/* The fixed heads of the API process's run commands (host byte order).
+ * id: the API's own number for the run, echoed back. */
+struct chan_api_run {
+    uint32_t id;
+    uint32_t argc;                  /* 1..CHAN_API_ARGC_MAX */
+    uint32_t stdin_len;             /* the last bytes of the payload */
+};
+#define CHAN_API_ARGC_MAX 64
+#define CHAN_API_ACTOR_MAX 160      /* bytes of the actor, NUL included */
+
+enum { CHAN_API_STDOUT = 1, CHAN_API_STDERR = 2 };
+struct chan_api_pipe {
+    uint32_t id;
+    uint32_t which;                 /* CHAN_API_STDOUT or CHAN_API_STDERR */
+};
+
+/* status: mtactl's exit code (0..255), 128 + N when signal N ended it,
+ * or CHAN_API_NOT_RUN when the master refused or could not start it
+ * (the text after the head says why). */
+#define CHAN_API_NOT_RUN (-1)
+struct chan_api_exit {
+    uint32_t id;
+    int32_t  status;
+};
 
 /* One message received.  data points into the caller's buffer and is
  * NUL-terminated after len bytes; valid until the next receive into it.

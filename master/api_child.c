@@ -402,6 +402,15 @@ api_on_status(const struct chan_msg *msg, void *arg)
     free(out);
 }
 
+/* CHAN_API_RUN: run mtactl for a verb (api_run.c) */
+static void
+api_on_run(const struct chan_msg *msg, void *arg)
+{
+    struct api_chan_ctx *x = arg;
+
+    master_api_run(x->m, x->s->chan, msg);
+}
+
 static void
 api_on_bad(const char *why, void *arg)
 {
@@ -412,13 +421,13 @@ api_on_bad(const char *why, void *arg)
         why);
 }
 
-/* The master's handlers for the API's channel.  apiverbs adds its
- * CHAN_API_RUN here. */
+/* The master's handlers for the API's channel. */
 static const struct chan_side master_api_chan = {
     .me = CHAN_MASTER,
     .on = {
         [CHAN_PONG] = api_on_pong,
         [CHAN_API_STATUS] = api_on_status,
+        [CHAN_API_RUN] = api_on_run,
     },
     .bad = api_on_bad,
 };

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "master/master_int.h"
 #include "master/ops.h"
 
 int
@@ -36,22 +37,34 @@ audit_peer(int fd, uid_t *uid, pid_t *pid)
     return 0;
 }
 
-void
-audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
-    const char *args)
+/* audit_log_as - the admin record; actor (NULL: none) is who asked
+ * the API, for a run of the master's (api_run.c). */
+static void
+audit_log_as(uid_t uid, pid_t pid, const char *via, const char *actor,
+    const char *action, const char *args)
 {
     long long u = uid == (uid_t)-1 ? -1 : (long long)uid;
 
     log_event(LOGL_NOTICE, "admin", LOG_KVS(LKV_I("uid", u),
-        LKV_I("peer_pid", pid), LKV_S("via", via), LKV_S("action", action),
-        LKV_S("args", args[0] ? args : NULL)),
-        "admin: uid=%lld pid=%d via=%s: %s%s%.400s", u, (int)pid, via,
+        LKV_I("peer_pid", pid), LKV_S("via", via), LKV_S("actor", actor),
+        LKV_S("action", action), LKV_S("args", args[0] ? args : NULL)),
+        "admin: uid=%lld pid=%d via=%s%s%s: %s%s%.400s", u, (int)pid, via,
+        actor != NULL ? " actor=" : "", actor != NULL ? actor : "",
         action, args[0] ? " " : "", args);
 }
 
+
 void
-audit_request(int fd, const char *line)
+audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
+    const char *args)
 {
+    audit_log_as(uid, pid, via, NULL, action, args);
+}
+
+void
+audit_request(struct master *m, int fd, const char *line)
+{
+    const char *actor;
     char        action[32];
     const char *args;
     size_t      n;
@@ -80,5 +93,7 @@ audit_request(int fd, const char *line)
     memcpy(action, line, n);
     action[n] = '\0';
     args = line + n + (line[n] == ' ');
-    audit_log(uid, pid, "mtactl", action, args);
+    actor = master_api_actor(m, pid);
+    audit_log_as(uid, pid, actor != NULL ? "api" : "mtactl", actor, action,
+        args);
 }

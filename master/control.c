@@ -423,7 +423,7 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_client_reply(m, c, "error: permission denied\n");
         return;
     }
-    audit_request(c->fd, line);     /* who asked: SO_PEERCRED (audit.c) */
+    audit_request(m, c->fd, line);     /* who asked: SO_PEERCRED (audit.c) */
     switch (r.kind) {
     case CTL_REQ_STATUS_JSON:
         status_json_report(m, &report);

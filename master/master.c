@@ -67,6 +67,7 @@ master_close_chan(struct master *m, struct slot *s)
 {
     if (s->chan < 0)
         return;
+    master_api_gone(m, s->chan);    /* its runs answer no one now */
     master_unwatch(m, s->chan);
     child_unregister_master_fd(m, s->chan);
     close(s->chan);
@@ -317,6 +318,7 @@ master_tick(struct master *m, uint64_t now)
     quota_tick(m, now);
     metrics_expire(m, now);
     watchdog_tick(m, now);
+    master_api_tick(m, now);
 }
 
 /* The tick timer: counters ring, load, ticket keys, expiries, watchdog,

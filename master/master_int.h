@@ -205,6 +205,7 @@ struct ctl_client {
  * master/ file keeps state of its own. */
 struct metrics;
 struct tlsagg;
+struct master_api_runs;
 struct master {
     const char        *config_path;
     struct proctitle   title;           /* main()'s argv area (proctitle.c) */
@@ -256,6 +257,7 @@ struct master {
     struct master_notify   notify;      /* notify.c */
     struct master_watchdog wd;          /* watchdog.c */
     struct master_api  api;             /* api_child.c */
+    struct master_api_runs *api_runs;   /* api_run.c */
 };
 
 /* master.c services used by ctl.c */
@@ -326,5 +328,20 @@ void    master_abort_reload(struct master *m);
 /* "routes" (mtactl changed the table): publish a new snapshot and tell
  * the workers.  -1 (err says why) or how many could not be told. */
 int     master_routes_changed(struct master *m, char *err, size_t errsz);
+
+/* api_run.c: mtactl runs for the API process (CHAN_API_RUN); see there.
+ * init at start, before the master's seccomp filter (where mtactl is:
+ * /proc/self/exe's directory; the runner, with api.listen); run on
+ * its message from the API channel chan; reaped: 1 when pid was a run
+ * (answered); tick: SIGKILL past the deadline; gone: the API channel
+ * chan closed; actor: the actor of the run with that pid, or NULL. */
+#define MASTER_API_RUNS    8
+#define MASTER_API_RUN_MS  120000u      /* > mtactl's own 60 s lock wait */
+void    master_api_init(struct master *m, const struct config *cfg);
+void    master_api_run(struct master *m, int chan, const struct chan_msg *msg);
+int     master_api_reaped(struct master *m, pid_t pid, int status);
+void    master_api_tick(struct master *m, uint64_t now);
+void    master_api_gone(struct master *m, int chan);
+const char *master_api_actor(struct master *m, pid_t pid);
 
 #endif /* MTAD_MASTER_INT_H */

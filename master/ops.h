@@ -53,8 +53,10 @@ int     audit_peer(int fd, uid_t *uid, pid_t *pid);
 /* Log one admin action ("admin" record: uid, pid, action, args). */
 void    audit_log(uid_t uid, pid_t pid, const char *via, const char *action,
             const char *args);
-/* A control request line: logged as an admin action unless read-only. */
-void    audit_request(int fd, const char *line);
+/* A control request line: logged as an admin action unless read-only;
+ * from an mtactl the master runs for the API (api_run.c), with the actor
+ * the API named ("via=api actor=..."). */
+void    audit_request(struct master *m, int fd, const char *line);
 
 /* tlsrpt_agg.c: TLS-RPT day totals (tlspol/tlspol.h), in the struct
  * tlsagg the master owns (m->tlsagg, made at first use).  load at start,

@@ -283,6 +283,8 @@ master_cleanup(struct master *m)
 {
     if (m->pid_path != NULL)
         (void)unlink(m->pid_path);
+    free(m->api_runs);
+    m->api_runs = NULL;
     if (m->ctl_path != NULL && m->ctlfd >= 0) {
         char submit[4096];
 
@@ -322,6 +324,8 @@ master_start(struct master *m, struct config *cfg, int foreground)
         config_free(cfg);
         return code;
     }
+    /* the verbs' runner may exec mtactl: forked before the filter */
+    master_api_init(m, cfg);
     if (cfg->sandbox && sandbox_seccomp(SANDBOX_MASTER, err,
         sizeof(err)) < 0) {
         fprintf(stderr, "mtad: server.sandbox: %s\n", err);

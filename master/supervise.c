@@ -371,6 +371,8 @@ master_reap(struct master *m)
             continue;
         if (tlsagg_reaped(m, pid, st))
             continue;
+        if (master_api_reaped(m, pid, st))
+            continue;
         i = master_find_pid(m, pid);
         if (i >= 0)
             master_worker_exited(m, &m->slots[i], st);

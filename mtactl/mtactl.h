@@ -38,6 +38,9 @@ void    mtactl_audit(const char *fmt, ...)
             __attribute__((format(printf, 1, 2)));
 void    mtactl_audit_flush(void);       /* after the command */
 void    mtactl_queue_help(void);
+/* queue_format.c: s as a JSON string on stdout, escaped (null for NULL);
+ * every --json output writes its strings through it */
+void    queue_json_str(const char *s);
 int     mtactl_dkim(int argc, char **argv);                             /* dkim.c */
 void    mtactl_dkim_help(void);
 int     mtactl_user(int argc, char **argv, const struct config *cfg,

@@ -493,6 +493,8 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         { "files", no_argument, NULL, 'F' },
         { "daemon", no_argument, NULL, 'D' },
         { "top", required_argument, NULL, 'n' },
+        { "after", required_argument, NULL, 'A' },
+        { "limit", required_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
     int ch;
@@ -525,19 +527,31 @@ queue_parse_opts(int argc, char **argv, const char *allowed,
         case 'r': o->raw = 1; break;
         case 'F': o->source = QUEUE_SRC_FILES; break;
         case 'D': o->source = QUEUE_SRC_DAEMON; break;
-        case 'n': {
+        case 'n':
+        case 'L': {
             char *end;
             unsigned long n = strtoul(optarg, &end, 10);
 
             if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' ||
                 n == 0 || n > 1000000) {
-                fprintf(stderr, "mtactl: %s: --top: expected a number of "
-                    "domains, got '%s'\n", argv[0], optarg);
+                fprintf(stderr, "mtactl: %s: %s: expected a number of "
+                    "%s, got '%s'\n", argv[0], ch == 'n' ? "--top" :
+                    "--limit", ch == 'n' ? "domains" : "messages", optarg);
                 return -1;
             }
-            o->top = (size_t)n;
+            if (ch == 'n')
+                o->top = (size_t)n;
+            else
+                o->limit = (size_t)n;
             break;
         }
+        case 'A':
+            if (!queue_norm_id(optarg, o->after)) {
+                fprintf(stderr, "mtactl: %s: --after: not a queue id: "
+                    "'%s'\n", argv[0], optarg);
+                return -1;
+            }
+            break;
         case 's':
             if ((o->f.state = queue_parse_state(optarg)) < 0) {
                 fprintf(stderr, "mtactl: %s: --state: expected queued, "
@@ -598,7 +612,7 @@ mtactl_queue_help(void)
 "happen between attempts, waiting for one in progress to end):\n"
 "  queue [--from S] [--to S] [--state queued|active|deferred|held]\n"
 "        [--older-than DUR] [--by-domain] [--summary [--top N]] [--json]\n"
-"        [--daemon | --files]\n"
+"        [--daemon | --files] [--after ID] [--limit N]\n"
 "                     one line per message: id, size, arrival, age, state,\n"
 "                     sender -> pending recipients; then next retry,\n"
 "                     attempts and last error; a summary line.  --from/--to\n"
@@ -616,7 +630,10 @@ mtactl_queue_help(void)
 "                     runs its\n"
 "                     workers answer from the records they keep; else the\n"
 "                     files are read (same output); --daemon / --files\n"
-"                     insist on one source\n"
+"                     insist on one source; --after ID only the ids\n"
+"                     after ID, --limit N at most N (the summary counts\n"
+"                     every match; --json adds \"next\": the id to pass\n"
+"                     as --after for the next page, or null)\n"
 "  show ID [--body | --raw]\n"
 "                     envelope, each recipient's status, relay and last\n"
 "                     reply, the log lines about the message (history),\n"

@@ -37,6 +37,10 @@ struct queue_opts {
     struct queue_filter f;
     int         json, by_domain, all, body, raw, summary;
     size_t      top;                /* --top N: domains shown, 0 all */
+    /* paging (queue): --after ID lists only the ids after it, --limit N
+     * at most N of them (0 all); the summary still counts every match */
+    char        after[SPOOL_ID_SIZE];   /* "" none */
+    size_t      limit;
     int         source;             /* QUEUE_SRC_*: --files, --daemon */
     char      **ops;                /* the operands, in order */
     int         nops;

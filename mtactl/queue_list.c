@@ -292,6 +292,9 @@ struct queue_list_run {
     const struct queue_opts *o;
     uint64_t                 now, bytes;
     size_t                   n, counts[QS_NSTATES];
+    size_t                   shown;     /* printed (the page) */
+    int                      more;      /* a match past the page */
+    char                     last[SPOOL_ID_SIZE];   /* last printed */
     struct queue_tally       tally;
 };
 
@@ -302,17 +305,27 @@ static void
 queue_list_one(const struct queue_item *it, void *arg)
 {
     struct queue_list_run *r = arg;
+    int                    page;
 
-    if (!r->o->summary) {
+    /* the ids come in order (by id, both sources): a page is the first
+     * --limit ids after --after */
+    page = (r->o->after[0] == '\0' ||
+        strcmp(it->env->id, r->o->after) > 0) &&
+        (r->o->limit == 0 || r->shown < r->o->limit);
+    if (!page && r->o->limit > 0 && r->shown == r->o->limit)
+        r->more = 1;
+    if (!r->o->summary && page) {
+        util_strlcpy(r->last, it->env->id, sizeof(r->last));
         if (r->o->json) {
-            fputs(r->n ? "," : "{\"messages\":[", stdout);
+            fputs(r->shown ? "," : "{\"messages\":[", stdout);
             queue_print_json_item(it, r->now);
         } else {
-            if (r->n == 0)
+            if (r->shown == 0)
                 printf("%-16s %9s %-20s %6s %-8s %s\n", "ID", "SIZE",
                     "ARRIVED", "AGE", "STATE", "SENDER -> RECIPIENTS");
             queue_print_line(it, r->now);
         }
+        r->shown++;
     }
     r->n++;
     r->bytes += it->env->body_size;
@@ -331,7 +344,7 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
     struct spool         *sp;
     int                   rc;
 
-    if (queue_parse_opts(argc, argv, "ftsodjSFDn", &o) < 0 || o.nops > 0) {
+    if (queue_parse_opts(argc, argv, "ftsodjSFDnAL", &o) < 0 || o.nops > 0) {
         if (o.nops > 0)
             fprintf(stderr, "mtactl: queue: unexpected '%s' (to see one "
                 "message: mtactl show ID)\n", o.ops[0]);
@@ -373,8 +386,14 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
     }
     if (o.json) {
         /* the same object as before streaming: messages, then summary */
-        fputs(o.summary ? "{\"summary\":{" : r.n ? "],\"summary\":{" :
-            "{\"messages\":[],\"summary\":{", stdout);
+        fputs(o.summary ? "{" : r.shown ? "]," : "{\"messages\":[],",
+            stdout);
+        if (!o.summary && (o.limit > 0 || o.after[0] != '\0')) {
+            fputs("\"next\":", stdout);
+            queue_json_str(r.more ? r.last : NULL);
+            putchar(',');
+        }
+        fputs("\"summary\":{", stdout);
         printf("\"messages\":%zu,\"bytes\":%lu,\"queued\":%zu,"
             "\"active\":%zu,\"deferred\":%zu,\"held\":%zu}", r.n,
             (unsigned long)r.bytes, r.counts[QS_QUEUED], r.counts[QS_ACTIVE],
@@ -384,6 +403,9 @@ queue_cmd_list(int argc, char **argv, const struct config *cfg)
             "%zu deferred, %zu held\n", r.n, r.n == 1 ? "" : "s",
             (unsigned long)r.bytes, r.counts[QS_QUEUED], r.counts[QS_ACTIVE],
             r.counts[QS_DEFERRED], r.counts[QS_HELD]);
+        if (r.more)
+            printf("-- %zu shown; the next page: --after %s\n", r.shown,
+                r.last);
     }
     if (o.by_domain)
         queue_print_domains(&r.tally, o.json, o.summary, o.top);

@@ -51,12 +51,14 @@ mtactl_route_help(void)
 "mtactl route add KEY ROUTE     add or replace a route (ROUTE may be several\n"
 "                               words: reject:550 5.7.1 no such user)\n"
 "mtactl route del KEY           delete a route\n"
-"mtactl route get ADDRESS       show the route for ADDRESS and which key\n"
+"mtactl route get ADDRESS [--json]\n"
+"                               show the route for ADDRESS and which key\n"
 "                               matched (a bare DOMAIN is looked up as a\n"
 "                               domain); for an MX route (mx, smtp:host)\n"
 "                               also the MX hosts and addresses delivery\n"
 "                               would use now, with TTLs (dns.* settings)\n"
-"mtactl route list              every route, \"KEY<TAB>ROUTE\", sorted\n"
+"mtactl route list [--json]     every route, \"KEY<TAB>ROUTE\", sorted\n"
+"  --json (get, list): one JSON object; get --json does no DNS\n"
 "mtactl route import [--replace] FILE\n"
 "                               add the \"KEY ROUTE\" lines of FILE ('-' =\n"
 "                               stdin; '#' comments) in one transaction;\n"
@@ -353,8 +355,36 @@ mtactl_route_resolve(const struct config *cfg, const char *addr,
 }
 
 
+/* mtactl_route_get_json - route get --json: the lookup only (no DNS):
+ * {"address", "route" (null: none), "match" (address, domain, wildcard,
+ * default), "key" (the key that matched; null for the default)}. */
 static int
-mtactl_route_get(struct router *r, const struct config *cfg, const char *arg)
+mtactl_route_get_json(const char *arg, int rc,
+    const struct router_result *res)
+{
+    static const char *name[] = {
+        [ROUTER_MATCH_ADDRESS] = "address", [ROUTER_MATCH_DOMAIN] = "domain",
+        [ROUTER_MATCH_WILDCARD] = "wildcard",
+        [ROUTER_MATCH_DEFAULT] = "default",
+    };
+
+    fputs("{\"address\":", stdout);
+    queue_json_str(arg);
+    fputs(",\"route\":", stdout);
+    queue_json_str(rc == ROUTER_OK ? res->value : NULL);
+    fputs(",\"match\":", stdout);
+    queue_json_str(rc == ROUTER_OK ? name[res->match] : NULL);
+    fputs(",\"key\":", stdout);
+    queue_json_str(rc == ROUTER_OK && res->match != ROUTER_MATCH_DEFAULT ?
+        res->key : NULL);
+    fputs("}\n", stdout);
+    return rc == ROUTER_OK ? MTACTL_OK : MTACTL_FAIL;
+}
+
+
+static int
+mtactl_route_get(struct router *r, const struct config *cfg, const char *arg,
+    int json)
 {
     static const char *why[] = {
         [ROUTER_MATCH_ADDRESS] = "address", [ROUTER_MATCH_DOMAIN] = "domain",
@@ -371,6 +401,8 @@ mtactl_route_get(struct router *r, const struct config *cfg, const char *arg)
     else
         snprintf(addr, sizeof(addr), "%s", arg);
     rc = router_lookup(r, addr, &res);
+    if (json && (rc == ROUTER_OK || rc == ROUTER_ENOTFOUND))
+        return mtactl_route_get_json(arg, rc, &res);
     if (rc == ROUTER_ENOTFOUND) {
         printf("%s -> no route (no key matched and no routes.default)\n",
             arg);
@@ -392,11 +424,23 @@ mtactl_route_get(struct router *r, const struct config *cfg, const char *arg)
 }
 
 
-/* mtactl_route_print - router_each callback; arg is the separator. */
+/* mtactl_route_print - router_each callback; arg is the separator, or
+ * NULL for JSON (route list --json: {"routes":[{"key","route"},...]}). */
 static int
 mtactl_route_print(const char *key, const char *value, void *arg)
 {
-    printf("%s%s%s\n", key, (const char *)arg, value);
+    static int first = 1;
+
+    if (arg != NULL)
+        printf("%s%s%s\n", key, (const char *)arg, value);
+    else {
+        fputs(first ? "{\"key\":" : ",{\"key\":", stdout);
+        queue_json_str(key);
+        fputs(",\"route\":", stdout);
+        queue_json_str(value);
+        putchar('}');
+        first = 0;
+    }
     return ferror(stdout) ? 1 : 0;
 }
 
@@ -404,10 +448,14 @@ mtactl_route_print(const char *key, const char *value, void *arg)
 static int
 mtactl_route_list(struct router *r, const char *cmd, const char *sep)
 {
+    if (sep == NULL)
+        fputs("{\"routes\":[", stdout);
     if (router_each(r, mtactl_route_print, (void *)sep) != ROUTER_OK) {
         fprintf(stderr, "mtactl: route %s: %s\n", cmd, router_errstr(r));
         return MTACTL_FAIL;
     }
+    if (sep == NULL)
+        fputs("]}\n", stdout);
     if (fflush(stdout) == EOF || ferror(stdout)) {
         fprintf(stderr, "mtactl: route %s: stdout: %s\n", cmd,
             strerror(errno));
@@ -601,7 +649,7 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
 {
     struct router *r;
     const char *cmd;
-    int         rc;
+    int         rc, json = 0;
 
     if (argc < 2)
         return mtactl_route_usage("missing command");
@@ -614,14 +662,18 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
     if (strcmp(cmd, "add") == 0) {
         if (argc < 4)
             return mtactl_route_usage("add needs KEY and ROUTE");
-    } else if (strcmp(cmd, "del") == 0 || strcmp(cmd, "get") == 0) {
+    } else if (strcmp(cmd, "get") == 0 || strcmp(cmd, "list") == 0) {
+        json = argc >= 3 && strcmp(argv[argc - 1], "--json") == 0;
+        if (argc - json != (strcmp(cmd, "get") == 0 ? 3 : 2))
+            return mtactl_route_usage(strcmp(cmd, "get") == 0 ?
+                "get needs exactly one ADDRESS (and --json)" :
+                "list takes no arguments but --json");
+    } else if (strcmp(cmd, "del") == 0) {
         if (argc != 3)
-            return mtactl_route_usage(strcmp(cmd, "del") == 0 ?
-                "del needs exactly one KEY" : "get needs exactly one ADDRESS");
-    } else if (strcmp(cmd, "list") == 0 || strcmp(cmd, "export") == 0 ||
-        strcmp(cmd, "hash") == 0) {
+            return mtactl_route_usage("del needs exactly one KEY");
+    } else if (strcmp(cmd, "export") == 0 || strcmp(cmd, "hash") == 0) {
         if (argc != 2)
-            return mtactl_route_usage("list, export and hash take no "
+            return mtactl_route_usage("export and hash take no "
                 "arguments");
     } else if (strcmp(cmd, "import") == 0) {
         if (argc == 4 && strcmp(argv[2], "--replace") == 0)
@@ -651,9 +703,9 @@ mtactl_route(int argc, char **argv, const struct config *cfg)
             rc = mtactl_routes_publish(cfg, "route del");
         }
     } else if (strcmp(cmd, "get") == 0)
-        rc = mtactl_route_get(r, cfg, argv[2]);
+        rc = mtactl_route_get(r, cfg, argv[2], json);
     else if (strcmp(cmd, "list") == 0)
-        rc = mtactl_route_list(r, "list", "\t");
+        rc = mtactl_route_list(r, "list", json ? NULL : "\t");
     else if (strcmp(cmd, "hash") == 0)
         rc = mtactl_route_hash(r);
     else {

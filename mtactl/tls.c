@@ -1,7 +1,8 @@
 /*
  * tls.c - mtactl tls: the outbound TLS policy table.
  *
- * CONTRACT  mtactl tls policy set DOMAIN LEVEL | del DOMAIN | list (tls
+ * CONTRACT  mtactl tls policy set DOMAIN LEVEL | del DOMAIN | list
+ *           [--json] | get DOMAIN [--json] (tls
  *           report is mtactl.c's, tls check tls_check.c's).  The
  *           table is the named database ROUTER_TLS_DB in the routes file
  *           (router.h), opened directly like `mtactl route` does; workers
@@ -27,12 +28,15 @@ mtactl_tls_help(void)
     printf(
 "usage: mtactl tls policy set DOMAIN LEVEL\n"
 "       mtactl tls policy del DOMAIN\n"
-"       mtactl tls policy list\n"
+"       mtactl tls policy list [--json]\n"
+"       mtactl tls policy get DOMAIN [--json]\n"
 "  The outbound TLS level per destination, in the routes db (applies to\n"
 "  the next delivery attempt; no reload).  LEVEL: none | may | encrypt |\n"
 "  verify | dane | dane-only.  DOMAIN: a recipient domain, or a routes\n"
 "  key (domain, .domain, user@domain).  Lookup: the recipient's domain,\n"
 "  then the routes key that matched, then delivery.tls in relay.yaml.\n"
+"  get: DOMAIN's own entry (exit 1: none); --json: one JSON object,\n"
+"  {\"policies\":[{\"domain\",\"level\"},...]} or {\"domain\",\"level\"}.\n"
 "usage: mtactl tls report [DOMAIN]\n"
 "       mtactl tls report --send\n"
 "  Today's TLS-RPT counts (RFC 8460, UTC day) per policy domain: the\n"
@@ -56,33 +60,78 @@ static int
 mtactl_tls_usage(const char *msg)
 {
     fprintf(stderr, "mtactl: tls: %s\n"
-        "usage: mtactl tls policy set DOMAIN LEVEL | del DOMAIN | list\n"
+        "usage: mtactl tls policy set DOMAIN LEVEL | del DOMAIN |\n"
+        "       list [--json] | get DOMAIN [--json]\n"
         "       (mtactl help tls)\n", msg);
     return MTACTL_USAGE;
 }
 
 
+/* mtactl_tls_print - router_tls_each callback; arg: NULL text, else the
+ * JSON entries written so far. */
 static int
 mtactl_tls_print(const char *key, const char *value, void *arg)
 {
-    (void)arg;
-    printf("%s\t%s\n", key, value);
+    size_t *n = arg;
+
+    if (n == NULL) {
+        printf("%s\t%s\n", key, value);
+        return 0;
+    }
+    fputs((*n)++ ? ",{\"domain\":" : "{\"domain\":", stdout);
+    queue_json_str(key);
+    fputs(",\"level\":", stdout);
+    queue_json_str(value);
+    putchar('}');
     return 0;
 }
 
 
+/* tls policy get DOMAIN [--json]: the entry of DOMAIN itself. */
 static int
-mtactl_tls_policy(struct router *r, const struct config *cfg, char **argv)
+mtactl_tls_get(struct router *r, const char *key, int json)
+{
+    char val[ROUTER_TLS_VALUE_MAX + 1];
+    int  rc = router_tls_get(r, key, val, sizeof(val));
+
+    if (rc != ROUTER_OK && rc != ROUTER_ENOTFOUND) {
+        fprintf(stderr, "mtactl: tls policy get: %s\n", router_errstr(r));
+        return MTACTL_FAIL;
+    }
+    if (json) {
+        fputs("{\"domain\":", stdout);
+        queue_json_str(key);
+        fputs(",\"level\":", stdout);
+        queue_json_str(rc == ROUTER_OK ? val : NULL);
+        fputs("}\n", stdout);
+    } else if (rc == ROUTER_OK)
+        printf("%s\t%s\n", key, val);
+    else
+        fprintf(stderr, "mtactl: tls policy get: %s: no entry\n", key);
+    return rc == ROUTER_OK ? MTACTL_OK : MTACTL_FAIL;
+}
+
+
+static int
+mtactl_tls_policy(struct router *r, const struct config *cfg, int argc,
+    char **argv)
 {
     const char *cmd = argv[2];
     char        key[ROUTE_KEY_MAX + 1];
+    size_t      n = 0;
+    int         json = strcmp(argv[argc - 1], "--json") == 0;
 
     if (strcmp(cmd, "list") == 0) {
-        if (router_tls_each(r, mtactl_tls_print, NULL) != ROUTER_OK) {
+        if (json)
+            fputs("{\"policies\":[", stdout);
+        if (router_tls_each(r, mtactl_tls_print, json ? &n : NULL) !=
+            ROUTER_OK) {
             fprintf(stderr, "mtactl: tls policy list: %s\n",
                 router_errstr(r));
             return MTACTL_FAIL;
         }
+        if (json)
+            fputs("]}\n", stdout);
         return MTACTL_OK;
     }
     if (strlen(argv[3]) >= sizeof(key)) {
@@ -91,6 +140,8 @@ mtactl_tls_policy(struct router *r, const struct config *cfg, char **argv)
     }
     memcpy(key, argv[3], strlen(argv[3]) + 1);
     route_key_normalize(key);
+    if (strcmp(cmd, "get") == 0)
+        return mtactl_tls_get(r, key, json);
     if (strcmp(cmd, "set") == 0) {
         if (router_tls_put(r, argv[3], argv[4]) != ROUTER_OK) {
             fprintf(stderr, "mtactl: tls policy set: %s\n", router_errstr(r));
@@ -128,9 +179,12 @@ mtactl_tls(int argc, char **argv, const struct config *cfg)
     cmd = argv[2];
     if (!((strcmp(cmd, "set") == 0 && argc == 5) ||
         (strcmp(cmd, "del") == 0 && argc == 4) ||
-        (strcmp(cmd, "list") == 0 && argc == 3)))
+        (strcmp(cmd, "list") == 0 && (argc == 3 || (argc == 4 &&
+        strcmp(argv[3], "--json") == 0))) ||
+        (strcmp(cmd, "get") == 0 && (argc == 4 || (argc == 5 &&
+        strcmp(argv[4], "--json") == 0)))))
         return mtactl_tls_usage("policy set DOMAIN LEVEL | del DOMAIN | "
-            "list");
+            "list [--json] | get DOMAIN [--json]");
     if (cfg == NULL) {
         fprintf(stderr, "mtactl: tls policy: no configuration loaded\n");
         return MTACTL_FAIL;
@@ -142,7 +196,7 @@ mtactl_tls(int argc, char **argv, const struct config *cfg)
         router_close(r);
         return MTACTL_FAIL;
     }
-    rc = mtactl_tls_policy(r, cfg, argv);
+    rc = mtactl_tls_policy(r, cfg, argc, argv);
     router_close(r);
     return rc;
 }

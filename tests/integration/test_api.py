@@ -281,6 +281,18 @@ def test_oversized_body_is_413_before_the_body(api):
     assert body["error"]["status"] == 413
 
 
+def test_oversized_body_sent_at_once_still_gets_413(api):
+    """http.client sends the head and the whole body before it reads: the
+    413 must reach it (no reset from a close with the body unread)."""
+    for _ in range(3):
+        r, data = request(api.api_port, "POST", "/v1/status",
+                          token=TOKENS["operator"][1], body=b"x" * 300000)
+        error_of(r, data, 413)
+    r, data = request(api.api_port, "POST", "/v1/status", token="bad",
+                      body=b"y" * 300000)
+    error_of(r, data, 401)
+
+
 def test_head_limits(api):
     tok = b"Authorization: Bearer " + TOKENS["reader"][1].encode() + b"\r\n"
     resp = raw(api.api_port, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n"
