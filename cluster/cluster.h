@@ -97,7 +97,8 @@ int     cluster_key(char *out, size_t outsz, const char *prefix,
 /* A lease's expiry: the agent's lease lives for three sync intervals
  * and at least a second, so two lost cycles do not drop it. */
 uint64_t cluster_lease_ms(uint64_t sync_ms);
-/* Is a lease value "n:expiry_ms" live at now? its n into *n. */
+/* Is a lease value "n:expiry_ms" (or "n:b:expiry_ms") live at now?
+ * its n into *n. */
 int     cluster_lease_live(const char *v, uint64_t now_ms, uint64_t *n);
 /* The stock of delivery tokens a node asks for per cycle: two sync
  * intervals of the most restrictive rate (n per per_ms) spread over the

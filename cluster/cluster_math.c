@@ -40,18 +40,27 @@ cluster_lease_ms(uint64_t sync_ms)
 int
 cluster_lease_live(const char *v, uint64_t now_ms, uint64_t *n)
 {
+    const char        *p = v;
     char              *e;
-    unsigned long long a, x;
+    unsigned long long first = 0, x = 0;
+    int                k;
 
-    a = strtoull(v, &e, 10);
-    if (e == v || *e != ':')
+    /* "n:expiry" or "n:b:expiry": the first number and the last */
+    for (k = 0; k < 3; k++) {
+        x = strtoull(p, &e, 10);
+        if (e == p)
+            return 0;
+        if (k == 0)
+            first = x;
+        if (*e == '\0')
+            break;
+        if (*e != ':')
+            return 0;
+        p = e + 1;
+    }
+    if (k == 0 || *e != '\0' || x <= now_ms)
         return 0;
-    x = strtoull(e + 1, &e, 10);
-    if (*e != '\0' && *e != ':')
-        return 0;
-    if (x <= now_ms)
-        return 0;
-    *n = a;
+    *n = first;
     return 1;
 }
 
