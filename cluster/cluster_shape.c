@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "cluster/cluster_int.h"
@@ -205,6 +206,34 @@ cl_shape_queue(struct cl_agent *g)
     }
 }
 
+/* the names of entry e, from this cycle's views */
+static const struct shape_view *
+cl_view_of(struct cl_agent *g, int e)
+{
+    size_t i;
+
+    for (i = 0; i < g->nviews; i++)
+        if (g->views[i].e == e)
+            return &g->views[i];
+    return NULL;
+}
+
+static const char *
+cl_site(struct cl_agent *g, int e)
+{
+    const struct shape_view *v = cl_view_of(g, e);
+
+    return v != NULL ? v->site : "?";
+}
+
+static const char *
+cl_source(struct cl_agent *g, int e)
+{
+    const struct shape_view *v = cl_view_of(g, e);
+
+    return v != NULL ? v->source : "?";
+}
+
 /* cl_apply - a fleet episode another node published: "node|since|act|
  * for|factor|steps|step_ms|base_n|base_per|reply" */
 static void
@@ -217,6 +246,7 @@ cl_apply(struct cl_agent *g, int e, const char *val)
     int                 act, off = 0;
     uint64_t            now = util_wall_ms(), el, s2;
     char                node[CLUSTER_ID_MAX], reply[SHAPE_REPLY_MAX];
+    char                esc[UTIL_ESC_ROOM(CLUSTER_ID_MAX)];
     const char         *bar;
 
     bar = strchr(val, '|');
@@ -245,8 +275,19 @@ cl_apply(struct cl_agent *g, int e, const char *val)
         return;
     util_strlcpy(reply, bar + 1 + off, sizeof(reply));
     /* the reply was escaped where it was published */
-    if (shape_backoff(g->shape, e, &a, reply, now, 0) &&
-        shape_backoff_get(g->shape, e, now, &a, &s2, reply))
+    if (!shape_backoff(g->shape, e, &a, reply, now, 0))
+        return;                         /* one as strict is on already */
+    util_escape(esc, sizeof(esc), node, strlen(node), 0, NULL);
+    if (a.act == SHAPE_ACT_SUSPEND)
+        log_notice("cluster: site %s source %s suspended for %llus as node "
+            "%s was told: %s", cl_site(g, e),
+            cl_source(g, e), (unsigned long long)(a.for_ms / 1000), esc,
+            reply);
+    else
+        log_notice("cluster: site %s source %s slowed to %.1f%% as node %s "
+            "was told: %s", cl_site(g, e), cl_source(g, e),
+            a.factor / 10.0, esc, reply);
+    if (shape_backoff_get(g->shape, e, now, &a, &s2, reply))
         p->bo_since = s2;               /* not ours to publish again */
 }
 

@@ -187,3 +187,68 @@ def test_bad_cluster_config_names_its_place(mtad_factory, workdir):
     r = subprocess.run([MTAD, "-t", "-c", m2.cfg_path], capture_output=True,
                        text=True, timeout=20)
     assert "cluster.sentinel.master_name" in r.stderr, r.stderr
+
+
+def test_backoff_another_node_published_is_applied(mtad_factory, sink, redis,
+                                                   workdir):
+    m = mtad_factory({"cluster": cluster_cfg(workdir, redis),
+                      "routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                 sink.port},
+                      "shaping": {"defaults": {"connections": 2}}}).start()
+    assert wait_for(lambda: status(m)["redis"]["connected"], 10)
+    send(m, "s@home.test", ["b0@dest.test"], make_message(0))
+    sink.wait_for(1, timeout=20)
+    assert wait_for(lambda: status(m)["shaping"], 5), status(m)
+    pair = status(m)["shaping"][0]
+    key = "t:backoff:%s|%s" % (pair["site"], pair["source"])
+    now = int(time.time() * 1000)
+    # node-b was told 421: suspend 30 s (act 1), reply escaped already
+    redis.cmd("SET", key, "node-b|%d|1|30000|0|0|0|0|0|421 4.7.0 slow down"
+              % now, "PX", "30000")
+    m.wait_log("cluster: site %s source %s suspended for" % (
+        pair["site"], pair["source"]), timeout=5)
+    assert "node-b was told: 421 4.7.0 slow down" in m.log_text()
+    assert wait_for(lambda: status(m)["shaping"][0]["mode"] == "suspended",
+                    5), status(m)
+    # mail waits (held, not deferred) while the fleet's suspension lasts
+    send(m, "s@home.test", ["b1@dest.test"], make_message(1))
+    time.sleep(1.0)     # a bounded look: nothing may arrive meanwhile
+    assert len(sink.messages) == 1
+    m.ctl("resume", pair["site"], check=True)
+    sink.wait_for(2, timeout=20)
+
+
+def test_sentinel_gives_the_primary(mtad_factory, sink, redis, workdir):
+    sport = free_port()
+    sdir = os.path.join(workdir, "sentinel")
+    os.makedirs(sdir)
+    conf = os.path.join(sdir, "sentinel.conf")
+    with open(conf, "w") as f:
+        f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                "sentinel monitor mtadp 127.0.0.1 %d 1\n"
+                "sentinel auth-pass mtadp clpw\n" % (sport, sdir, redis.port))
+    p = subprocess.Popen([REDIS, conf, "--sentinel"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def asks():
+            out = subprocess.run(["redis-cli", "-p", str(sport), "SENTINEL",
+                                  "get-master-addr-by-name", "mtadp"],
+                                 capture_output=True, text=True,
+                                 timeout=5).stdout
+            return str(redis.port) in out
+        assert wait_for(asks, 10), "sentinel did not start"
+        cl = cluster_cfg(workdir, redis)
+        del cl["redis"]
+        cl["sentinel"] = {"addresses": ["127.0.0.1:%d" % sport],
+                          "master_name": "mtadp"}
+        m = mtad_factory({"cluster": cl,
+                          "routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                     sink.port}}).start()
+        assert wait_for(lambda: status(m)["redis"]["connected"], 10), \
+            status(m)
+        s = status(m)
+        assert s["redis"]["address"] == "127.0.0.1:%d" % redis.port, s
+        assert s["redis"]["role"] == "master"
+    finally:
+        p.kill()
+        p.wait(10)
