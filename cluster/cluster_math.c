@@ -1,6 +1,6 @@
 /*
  * cluster_math.c - the pure parts of the fleet (cluster.h): shares, key
- * names, lease expiry, token stocks and fallback minting.  No I/O.
+ * names, lease expiry, token stocks.  No I/O.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,20 +82,4 @@ cluster_stock(uint32_t n, uint64_t per_ms, uint64_t sync_ms, uint32_t nodes,
     if (cap > 0 && want > cap)
         want = cap;
     return (uint32_t)want;
-}
-
-uint32_t
-cluster_mint(uint32_t n, uint64_t per_ms, uint32_t nodes, uint64_t dt_ms,
-    uint64_t *frac)
-{
-    uint64_t micro;
-
-    if (n == 0 || per_ms == 0)
-        return 0;
-    if (nodes == 0)
-        nodes = 1;
-    /* in millionths of a token: n * dt / per / nodes */
-    micro = *frac + (uint64_t)n * dt_ms * 1000000 / (per_ms * nodes);
-    *frac = micro % 1000000;
-    return (uint32_t)(micro / 1000000);
 }

@@ -252,3 +252,46 @@ def test_sentinel_gives_the_primary(mtad_factory, sink, redis, workdir):
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_three_nodes_keep_one_rate_and_connection_limit(mtad_factory, sink,
+                                                        redis, workdir):
+    rate, n_each = 30, 40
+    CONNS = int(os.environ.get('CL_CONNS', '10'))
+    nodes = []
+    for i in range(3):
+        cl = cluster_cfg(workdir, redis, node_id="n%d" % i)
+        nodes.append(mtad_factory({
+            "cluster": cl,
+            "routes": {"default": "smtp:[127.0.0.1]:%d" % sink.port},
+            "shaping": {"defaults": {"connections": CONNS,
+                                     "deliveries_per_second": rate,
+                                     "burst": 0}}},
+            subdir="node%d" % i).start())
+    for m in nodes:
+        assert wait_for(lambda: status(m)["nodes_live"] == 3, 10), status(m)
+    t0 = time.time()
+    for k in range(n_each):
+        for i, m in enumerate(nodes):
+            send(m, "s@home.test", ["r%d-%d@dest.test" % (i, k)],
+                 make_message(k))
+    total = 3 * n_each
+    t_inj = time.time() - t0
+    arrivals = []
+    while len(arrivals) < total and time.time() - t0 < 60:
+        k = len(sink.messages)
+        while len(arrivals) < k:
+            arrivals.append(time.time())
+        time.sleep(0.005)
+    took = time.time() - t0
+    print("inject %.2fs, first %.2f, last %.2f" % (t_inj, arrivals[0] - t0,
+                                                   arrivals[-1] - t0))
+    for sec in range(int(took) + 1):
+        print(sec, sum(1 for a in arrivals if sec <= a - t0 < sec + 1))
+    # the fleet's 30/s: 120 take at least 119/30 s; within 10% of it
+    least = (total - 1) / float(rate)
+    assert took >= least * 0.95, (took, least)
+    assert took <= least * 1.25, (took, least)
+    peak = max(s["shaping"][0]["connections"]["fleet"]
+               for s in (status(m) for m in nodes))
+    assert peak <= CONNS

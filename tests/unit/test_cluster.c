@@ -1,7 +1,6 @@
 /*
  * test_cluster.c - cluster/'s pure parts: a limit's share per node, key
- * names, lease expiry, the token stock a node asks for and fallback
- * minting; and the shaping table's fleet mode (grants and tokens spent by
+ * names, lease expiry, the token stock a node asks for; and the shaping table's fleet mode (grants and tokens spent by
  * the workers' checks, demand counted, the GCRA's refusal giving the
  * token back).
  */
@@ -61,21 +60,6 @@ Test(cluster, stock_is_two_intervals_of_the_rate_over_the_nodes)
     cr_assert_eq(cluster_stock(10, 1000, 100, 0, 0), 2);   /* 0 nodes: 1 */
 }
 
-Test(cluster, mint_carries_the_fraction)
-{
-    uint64_t frac = 0, got = 0;
-    int      i;
-
-    /* 30/s over 3 nodes: 10/s, in 100 steps of 37 ms: 37 tokens */
-    for (i = 0; i < 100; i++)
-        got += cluster_mint(30, 1000, 3, 37, &frac);
-    cr_assert_eq(got, 37, "%llu", (unsigned long long)got);
-    frac = 0;
-    cr_assert_eq(cluster_mint(60, 60000, 2, 1000, &frac), 0);  /* 0.5 */
-    cr_assert_eq(cluster_mint(60, 60000, 2, 1000, &frac), 1);  /* 1.0 */
-    cr_assert_eq(cluster_mint(0, 1000, 1, 1000, &frac), 0);
-}
-
 Test(cluster, fleet_mode_grants_and_tokens)
 {
     struct shape_table *t = shape_table_create();
@@ -103,7 +87,7 @@ Test(cluster, fleet_mode_grants_and_tokens)
     cr_assert_eq(f.want[SHAPE_FLEET_MSG], 1);
     /* granted 2 connections, 2 tokens */
     shape_fleet_grant(t, e, 2);
-    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 2);
+    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 2, now, 0);
     cr_assert_eq(shape_conn_take(t, e, 0, lim.connections), 0);
     cr_assert_eq(shape_conn_take(t, e, 1, lim.connections), 0);
     cr_assert_eq(shape_conn_take(t, e, 1, lim.connections), -1);
@@ -118,13 +102,33 @@ Test(cluster, fleet_mode_grants_and_tokens)
     /* the local GCRA says no (its burst spent): the token comes back */
     lim.burst = 0;
     lim.rate[SHAPE_R_SEC].n = 1;
-    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 1);
+    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 1, now, 0);
     cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now, 0, &nb), -1);
     shape_fleet_get(t, e, &f);
     cr_assert_eq(f.tokens[SHAPE_FLEET_MSG], 1);
     cr_assert_eq(f.used[SHAPE_FLEET_MSG], 2);
     cr_assert_eq(shape_fleet_drain(t, e, SHAPE_FLEET_MSG), 1);
     cr_assert_eq(shape_fleet_drain(t, e, SHAPE_FLEET_MSG), 0);
+    /* reserved times: 3 tokens from now + 500 us, 1000 us apart */
+    e = shape_entry(t, "timed", "default");   /* a fresh local GCRA */
+    lim.rate[SHAPE_R_SEC].n = 1000000;
+    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 3, now + 500, 1000);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now, 0, &nb), -1);
+    cr_assert_eq(nb, now + 500);            /* not before its time */
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 500, 0, &nb),
+        0);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 600, 0, &nb),
+        -1);
+    cr_assert_eq(nb, now + 1500);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 1500, 0, &nb),
+        0);
+    /* late: no bunching beyond the pair's burst (0): one now, then 1 ms */
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 90000, 0, &nb),
+        0);
+    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 1, now, 1000);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 90000, 0, &nb),
+        -1);
+    cr_assert_eq(nb, now + 91000);
     /* a pair without limits is not held back by the fleet */
     e = shape_entry(t, "open", "default");
     memset(&lim, 0, sizeof(lim));
