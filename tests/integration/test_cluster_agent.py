@@ -312,3 +312,39 @@ def test_three_nodes_keep_one_rate_and_connection_limit(mtad_factory, sink,
     peak = max(s["shaping"][0]["connections"]["fleet"]
                for s in (status(m) for m in nodes))
     assert peak <= CONNS
+
+
+def test_auth_failures_add_up_with_the_fleet(mtad_factory, workdir, hole,
+                                             redis):
+    from test_auth import login_plain, smtp_starttls, start
+    import smtplib
+    t = start(mtad_factory, workdir, hole, auth={"max_failures": 3},
+              extra={"cluster": cluster_cfg(workdir, redis)})
+    assert wait_for(lambda: status(t.m)["redis"]["connected"], 10)
+    s = smtp_starttls(t.sub, source="127.0.0.7")
+    with pytest.raises(smtplib.SMTPAuthenticationError) as e:
+        login_plain(s, "alice", "bad")
+    assert e.value.smtp_code == 535
+    s.close()
+    # this node's failure is the fleet's now
+    assert wait_for(lambda: redis.cmd("HVALS", "t:auth").startswith("1:"),
+                    5), redis.cmd("HGETALL", "t:auth")
+    field = redis.cmd("HKEYS", "t:auth").split()[0]
+    # two more on other nodes: 3 in the fleet, max_failures reached here
+    end = int(time.time() * 1000) + 600000
+    redis.cmd("HSET", "t:auth", field, "3:%d" % end)
+
+    def refused():
+        c = smtp_starttls(t.sub, source="127.0.0.7")
+        try:
+            login_plain(c, "alice", "s3cret pass")
+            c.quit()
+            return False
+        except smtplib.SMTPAuthenticationError as x:
+            c.close()
+            return x.smtp_code == 421
+    assert wait_for(refused, 5)
+    # another address is not affected
+    s = smtp_starttls(t.sub, source="127.0.0.8")
+    assert s.login("alice", "s3cret pass")[0] == 235
+    s.quit()
