@@ -348,3 +348,29 @@ def test_auth_failures_add_up_with_the_fleet(mtad_factory, workdir, hole,
     s = smtp_starttls(t.sub, source="127.0.0.8")
     assert s.login("alice", "s3cret pass")[0] == 235
     s.quit()
+
+
+def test_quota_counts_the_other_nodes_usage(mtad_factory, hole, redis,
+                                            workdir):
+    from test_quota import txn
+    m = mtad_factory({"cluster": cluster_cfg(workdir, redis),
+                      "relay": {"allow_networks": ["127.0.0.8/32"]},
+                      "routes": {"static": {"example.org": hole.route()}},
+                      "quotas": {"recipient_domain": {"messages": 3}}})
+    m.start()
+    assert wait_for(lambda: status(m)["redis"]["connected"], 10)
+    assert txn(m, "127.0.0.8", "a@s.test", "u@example.org")[0] == 250
+    # this node's message is in the fleet's lease for the key
+    key = "t:quota:%d:example.org" % 1      # kind 1: recipient domain
+    assert wait_for(lambda: redis.cmd("HGET", key, "node-a").startswith(
+        "1:"), 5), redis.cmd("KEYS", "t:*")
+    assert "1:example.org" in redis.cmd("ZRANGE", "t:quotas", "0", "-1")
+    # node-b holds two: 3 in the fleet, the quota is reached here
+    end = int(time.time() * 1000) + 600000
+    redis.cmd("HSET", key, "node-b", "2:200:%d" % end)
+    assert wait_for(lambda: txn(m, "127.0.0.8", "a@s.test",
+                                "v@example.org")[0] == 452, 5)
+    # node-b's lease ends (its messages delivered): room again
+    redis.cmd("HDEL", key, "node-b")
+    assert wait_for(lambda: txn(m, "127.0.0.8", "a@s.test",
+                                "w@example.org")[0] == 250, 5)
