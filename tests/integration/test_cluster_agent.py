@@ -374,3 +374,26 @@ def test_quota_counts_the_other_nodes_usage(mtad_factory, hole, redis,
     redis.cmd("HDEL", key, "node-b")
     assert wait_for(lambda: txn(m, "127.0.0.8", "a@s.test",
                                 "w@example.org")[0] == 250, 5)
+
+
+def test_a_dead_nodes_connection_lease_expires(mtad_factory, sink, redis,
+                                               workdir):
+    m = mtad_factory({"cluster": cluster_cfg(workdir, redis),
+                      "routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                 sink.port},
+                      "shaping": {"defaults": {"connections": 1}}}).start()
+    assert wait_for(lambda: status(m)["redis"]["connected"], 10)
+    # a literal route's site is its address; the source "default"
+    key = "t:conn:127.0.0.1|default"
+    # node-b (killed) held the one connection; its lease ends in 2 s
+    now_ms = int(redis.cmd("TIME").split()[0]) * 1000
+    redis.cmd("HSET", key, "node-b", "1:0:%d" % (now_ms + 2000))
+    t0 = time.time()
+    send(m, "s@home.test", ["l1@dest.test"], make_message(1))
+    assert wait_for(lambda: status(m)["shaping"] and status(m)["shaping"][0]
+                    ["connections"]["others"] == 1, 5), status(m)
+    assert status(m)["shaping"][0]["site"] == "127.0.0.1"
+    sink.wait_for(1, timeout=20)
+    took = time.time() - t0
+    assert 0.8 <= took <= 6, took
+    assert "node-b" not in redis.cmd("HKEYS", key)
