@@ -397,3 +397,56 @@ def test_a_dead_nodes_connection_lease_expires(mtad_factory, sink, redis,
     took = time.time() - t0
     assert 0.8 <= took <= 6, took
     assert "node-b" not in redis.cmd("HKEYS", key)
+
+
+def test_sentinel_fail_over_moves_the_agent(mtad_factory, sink, redis,
+                                            workdir):
+    replica = Redis(workdir)
+    replica.proc = subprocess.Popen(
+        [REDIS, "--port", str(replica.port), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no", "--dir", replica.dir,
+         "--requirepass", "clpw", "--masterauth", "clpw",
+         "--replicaof", "127.0.0.1", str(redis.port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sport = free_port()
+    sdir = os.path.join(workdir, "sentinel2")
+    os.makedirs(sdir)
+    conf = os.path.join(sdir, "sentinel.conf")
+    with open(conf, "w") as f:
+        f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                "sentinel monitor mtadp 127.0.0.1 %d 1\n"
+                "sentinel auth-pass mtadp clpw\n"
+                "sentinel down-after-milliseconds mtadp 500\n"
+                "sentinel failover-timeout mtadp 3000\n"
+                % (sport, sdir, redis.port))
+    sp = subprocess.Popen([REDIS, conf, "--sentinel"],
+                          stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: "connected_slaves:1" in redis.cmd(
+            "INFO", "replication"), 10)
+
+        def replicas_known():
+            out = subprocess.run(["redis-cli", "-p", str(sport), "SENTINEL",
+                                  "replicas", "mtadp"], capture_output=True,
+                                 text=True, timeout=5).stdout
+            return str(replica.port) in out
+        assert wait_for(replicas_known, 15), "sentinel does not see it"
+        cl = cluster_cfg(workdir, redis)
+        del cl["redis"]
+        cl["sentinel"] = {"addresses": ["127.0.0.1:%d" % sport],
+                          "master_name": "mtadp"}
+        m = mtad_factory({"cluster": cl,
+                          "routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                     sink.port}}).start()
+        assert wait_for(lambda: status(m)["redis"]["connected"], 10)
+        redis.stop()                # the primary dies: the replica goes up
+        want = "127.0.0.1:%d" % replica.port
+        assert wait_for(lambda: status(m)["redis"]["address"] == want and
+                        status(m)["redis"]["connected"], 30), status(m)
+        assert status(m)["redis"]["role"] == "master"
+        m.wait_log("answers again after", timeout=5)
+    finally:
+        sp.kill()
+        sp.wait(10)
+        replica.stop()
