@@ -33,6 +33,7 @@ struct cl_pend {
 };
 
 #define CL_MAX_NODES 64
+#define CL_SHOWN     16             /* bans, AUTH keys in the report */
 #define CL_ARGS      96
 #define CL_ARGBUF    16384
 
@@ -80,6 +81,11 @@ struct cl_agent {
     struct shape_view   *views;     /* SHAPE_SLOTS */
     size_t               nviews;
     size_t               fleet_bans, fleet_auth, fleet_quotas;
+    /* the first of them, for the report */
+    struct { char addr[48]; uint64_t left_ms; } ban_list[CL_SHOWN];
+    size_t               nban_list;
+    struct { uint32_t key; long long count; } auth_list[CL_SHOWN];
+    size_t               nauth_list;
     /* fallback */
     int                  fallback;
     uint64_t             fb_since_ms, retry_at_ms, retry_ms, last_cycle_ms;

@@ -155,6 +155,9 @@ def test_fleet_ban_and_local_ban(mtad_factory, sink, redis, workdir):
     m.ctl("ban", "add", "198.51.100.9", "--for", "10m", check=True)
     assert wait_for(lambda: "198.51.100.9" in redis.cmd("HKEYS", "t:bans"),
                     5), redis.cmd("HGETALL", "t:bans")
+    assert wait_for(lambda: {b["address"] for b in status(m)["ban_list"]} ==
+                    {"192.0.2.7", "198.51.100.9"}, 5), status(m)
+    assert "192.0.2.7 for " in m.ctl("cluster", "status").stdout
 
 
 def test_fallback_episode_and_rejoin(mtad_factory, sink, workdir):
@@ -370,6 +373,13 @@ def test_quota_counts_the_other_nodes_usage(mtad_factory, hole, redis,
     redis.cmd("HSET", key, "node-b", "2:200:%d" % end)
     assert wait_for(lambda: txn(m, "127.0.0.8", "a@s.test",
                                 "v@example.org")[0] == 452, 5)
+    def row():
+        q = [x for x in status(m)["quotas"] if x["key"] == "example.org"]
+        return q[0] if q and q[0]["others"]["messages"] == 2 else None
+    assert wait_for(row, 5), status(m)
+    q = [row()]
+    assert q[0]["others"] == {"messages": 2, "bytes": 200}, q
+    assert q[0]["kind"] == "recipient_domain" and q[0]["here"]["messages"] >= 1
     # node-b's lease ends (its messages delivered): room again
     redis.cmd("HDEL", key, "node-b")
     assert wait_for(lambda: txn(m, "127.0.0.8", "a@s.test",
