@@ -255,6 +255,8 @@ size_t  shape_table_each(struct shape_table *t, const char *site,
 #define SHAPE_FLEET_CONN 1
 void    shape_fleet_on(struct shape_table *t, uint32_t wait_us);
 int     shape_fleet_is(const struct shape_table *t);
+/* Cluster mode off (the section was removed): the local limits alone. */
+void    shape_fleet_off(struct shape_table *t);
 /* conns >= max, or (cluster mode, max > 0) >= the grant: the local look
  * of shape_conn_take() (counts a refusal for want of a grant). */
 int     shape_conn_full(struct shape_table *t, int e, uint32_t max);

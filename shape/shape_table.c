@@ -674,6 +674,12 @@ shape_fleet_on(struct shape_table *t, uint32_t wait_us)
     __atomic_store_n(&t->fleet, 1, __ATOMIC_RELEASE);
 }
 
+void
+shape_fleet_off(struct shape_table *t)
+{
+    __atomic_store_n(&t->fleet, 0, __ATOMIC_RELEASE);
+}
+
 int
 shape_fleet_is(const struct shape_table *t)
 {

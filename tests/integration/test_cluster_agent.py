@@ -460,3 +460,22 @@ def test_sentinel_fail_over_moves_the_agent(mtad_factory, sink, redis,
         sp.kill()
         sp.wait(10)
         replica.stop()
+
+
+def test_reload_restarts_the_agent_with_the_new_section(mtad_factory, sink,
+                                                        redis, workdir):
+    m = mtad_factory({"cluster": cluster_cfg(workdir, redis),
+                      "routes": {"default": "smtp:[127.0.0.1]:%d" %
+                                 sink.port}}).start()
+    assert wait_for(lambda: status(m)["redis"]["connected"], 10)
+    pid = status(m)["agent"]["pid"]
+    m.cfg["cluster"]["node_id"] = "node-z"
+    m.write_config()
+    m.ctl("reload", check=True)
+    assert wait_for(lambda: status(m)["node"] == "node-z" and
+                    status(m)["redis"]["connected"], 10), status(m)
+    assert status(m)["agent"]["pid"] != pid
+    del m.cfg["cluster"]
+    m.write_config()
+    m.ctl("reload", check=True)
+    assert wait_for(lambda: status(m) == {"enabled": False}, 10), status(m)
