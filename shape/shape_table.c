@@ -254,11 +254,34 @@ shape_slot_clear(struct shape_table *t, unsigned ws)
 
 /* ---- rates ---- */
 
+/* st_fleet_lapse - the slots of kind k that passed unspent (more than a
+ * slot and the pair's burst ago) are lost: spent late they would meet
+ * another node's slots, and the fleet would pass the rate. */
+static void
+st_fleet_lapse(struct shape_ent *x, int k, uint64_t now, uint64_t tol_us,
+    uint64_t iv)
+{
+    uint64_t n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED), miss;
+    int32_t  c;
+
+    if (iv == 0 || now < n + tol_us + iv)
+        return;
+    miss = (now - n - tol_us) / iv;
+    if (!__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + miss * iv, 0,
+        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;                     /* another worker did */
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    while (c > 0 && !__atomic_compare_exchange_n(&x->fl_tok[k], &c,
+        (uint64_t)c > miss ? c - (int32_t)miss : 0, 1, __ATOMIC_ACQ_REL,
+        __ATOMIC_RELAXED))
+        ;
+}
+
 /* st_fleet_token - cluster mode: one token of kind k from the stock,
  * no sooner than its time (take), or only look; -1 with *nb when the
  * stock is empty (counted as demand: *nb is then 0) or the next token is
- * not due yet.  tol_us: the burst the pair's own rate allows, so that
- * tokens spent late do not bunch up beyond it. */
+ * not due yet.  tol_us: the burst the pair's own rate allows; a slot
+ * missed by more than it and a slot lapses (st_fleet_lapse). */
 static int
 st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
     uint64_t tol_us, uint64_t *nb)
@@ -267,6 +290,8 @@ st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
     uint64_t n, iv = __atomic_load_n(&x->fl_iv_us[k], __ATOMIC_RELAXED);
 
     *nb = 0;
+    st_fleet_lapse(x, k, now, tol_us, iv);
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
     do {
         if (c <= 0) {
             __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
@@ -283,16 +308,13 @@ st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
     /* the token is ours; its time too, unless another worker took it */
     for (;;) {
-        uint64_t from;
-
         n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
         if (now < n) {
             __atomic_add_fetch(&x->fl_tok[k], 1, __ATOMIC_RELAXED);
             *nb = n;
             return -1;
         }
-        from = n + tol_us < now ? now - tol_us : n;
-        if (__atomic_compare_exchange_n(&x->fl_next_us[k], &n, from + iv, 0,
+        if (__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + iv, 0,
             __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             break;
     }
@@ -349,7 +371,7 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
     uint32_t          factor = 1000, step;
     struct shape_rate base = { 0, 0 };
     uint64_t          iv[SHAPE_NRATES], nb = 0, b;
-    int               r, lo, hi, taken = -1, any = 0, fk, fleet = 0;
+    int               r, lo, hi, taken = -1, any = 0, fk;
 
     if (mode == SHAPE_M_SUSPEND) {
         uint64_t until = __atomic_load_n(&x->until_ms, __ATOMIC_RELAXED);
@@ -376,7 +398,11 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
         *not_before_us = nb ? nb : now_us + t->fleet_wait_us;
         return -1;
     }
-    fleet = t->fleet && any && take;
+    /* the fleet's token was the rate's check: its slot is the pair's
+     * schedule for the whole fleet (a local one on top would only make
+     * tokens late, and a late slot is lost) */
+    if (t->fleet && any)
+        return 0;
     /* slowing a site without a rate of its own: from the rule's base */
     if (!any && factor < 1000 && kind != SHAPE_R_CONN)
         iv[SHAPE_R_SEC] = shape_interval_us(&base, factor);
@@ -399,13 +425,6 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
             if (iv[taken] != 0)
                 __atomic_sub_fetch(&x->tat[taken], iv[taken],
                     __ATOMIC_RELAXED);
-        if (fleet) {                /* and the fleet's token, its time */
-            __atomic_add_fetch(&x->fl_tok[fk], 1, __ATOMIC_RELAXED);
-            __atomic_sub_fetch(&x->fl_used[fk], 1, __ATOMIC_RELAXED);
-            __atomic_sub_fetch(&x->fl_next_us[fk],
-                __atomic_load_n(&x->fl_iv_us[fk], __ATOMIC_RELAXED),
-                __ATOMIC_RELAXED);
-        }
         *not_before_us = nb;
         return -1;
     }

@@ -99,15 +99,11 @@ Test(cluster, fleet_mode_grants_and_tokens)
     cr_assert_eq(f.tokens[SHAPE_FLEET_MSG], 0);
     cr_assert_eq(f.used[SHAPE_FLEET_MSG], 2);
     cr_assert_eq(f.conns, 2);
-    /* the local GCRA says no (its burst spent): the token comes back */
+    /* the fleet's token is the rate's check: no local GCRA on top */
     lim.burst = 0;
     lim.rate[SHAPE_R_SEC].n = 1;
     shape_fleet_add(t, e, SHAPE_FLEET_MSG, 1, now, 0);
-    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now, 0, &nb), -1);
-    shape_fleet_get(t, e, &f);
-    cr_assert_eq(f.tokens[SHAPE_FLEET_MSG], 1);
-    cr_assert_eq(f.used[SHAPE_FLEET_MSG], 2);
-    cr_assert_eq(shape_fleet_drain(t, e, SHAPE_FLEET_MSG), 1);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now, 0, &nb), 0);
     cr_assert_eq(shape_fleet_drain(t, e, SHAPE_FLEET_MSG), 0);
     /* reserved times: 3 tokens from now + 500 us, 1000 us apart */
     e = shape_entry(t, "timed", "default");   /* a fresh local GCRA */
@@ -122,13 +118,17 @@ Test(cluster, fleet_mode_grants_and_tokens)
     cr_assert_eq(nb, now + 1500);
     cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 1500, 0, &nb),
         0);
-    /* late: no bunching beyond the pair's burst (0): one now, then 1 ms */
-    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 90000, 0, &nb),
+    /* a slot missed by more than a slot (burst 0) lapses: 3 tokens for
+     * now + 10 ms, 11 ms, 12 ms; at now + 11.5 ms the first is lost, the
+     * second goes, the third waits for its time */
+    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 3, now + 10000, 1000);
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 11500, 0, &nb),
         0);
-    shape_fleet_add(t, e, SHAPE_FLEET_MSG, 1, now, 1000);
-    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 90000, 0, &nb),
+    cr_assert_eq(shape_may(t, e, &lim, SHAPE_R_SEC, 1, now + 11600, 0, &nb),
         -1);
-    cr_assert_eq(nb, now + 91000);
+    cr_assert_eq(nb, now + 12000);
+    shape_fleet_get(t, e, &f);
+    cr_assert_eq(f.tokens[SHAPE_FLEET_MSG], 1);
     /* a pair without limits is not held back by the fleet */
     e = shape_entry(t, "open", "default");
     memset(&lim, 0, sizeof(lim));
