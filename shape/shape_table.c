@@ -299,6 +299,9 @@ st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
         }
         n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
         if (now < n) {
+            /* mail waits: demand too, so the fleet's schedule stays
+             * reserved without gaps (an unreserved slot is lost) */
+            __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
             *nb = n;
             return -1;
         }
