@@ -34,6 +34,7 @@
 #include "cluster/cluster_int.h"
 
 #define CL_HEADROOM_MS 1000         /* a granted head-room is kept so long */
+#define CL_IDLE_MS     10000        /* a pair unused so long is not synced */
 
 static const char *const cl_rate_name[SHAPE_NRATES] = {
     "sec", "min", "hour", "conn"
@@ -201,6 +202,25 @@ cl_backoff(struct cl_agent *g, const struct shape_view *v,
     cl_send(g, &pd);
 }
 
+/* cl_idle - a pair unused for CL_IDLE_MS costs Redis nothing: no lease
+ * to hold (its field expires), no tokens, and its next use shows within
+ * a cycle (the demand counters move), the fleet's back-off read then */
+static int
+cl_idle(struct cl_pair *p, const struct shape_view *v,
+    const struct shape_fleet *f, uint64_t now)
+{
+    if (v->sent != p->sent || f->conns > 0 || f->tokens[0] > 0 ||
+        f->tokens[1] > 0 || f->conn_want != p->seen_want[2] ||
+        f->want[0] != p->seen_want[0] || f->want[1] != p->seen_want[1] ||
+        v->mode != SHAPE_M_NONE || p->active_ms == 0)
+        p->active_ms = now;
+    p->sent = v->sent;
+    p->seen_want[0] = f->want[0];
+    p->seen_want[1] = f->want[1];
+    p->seen_want[2] = f->conn_want;
+    return now - p->active_ms > CL_IDLE_MS;
+}
+
 void
 cl_shape_queue(struct cl_agent *g)
 {
@@ -214,6 +234,8 @@ cl_shape_queue(struct cl_agent *g)
         struct cl_pair          *p = &g->pair[v->e];
 
         shape_fleet_get(g->shape, v->e, &f);
+        if (cl_idle(p, v, &f, now))
+            continue;
         if (v->lim.connections > 0)
             cl_conns(g, v, &f, p, now);
         cl_tokens(g, v, &f, p, SHAPE_FLEET_MSG);
