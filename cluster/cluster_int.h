@@ -87,6 +87,7 @@ struct cl_agent {
     /* the first of them, for the report */
     struct { char addr[48]; uint64_t left_ms; } ban_list[CL_SHOWN];
     size_t               nban_list;
+    uint32_t             unban_tail;
     struct { uint32_t key; long long count; } auth_list[CL_SHOWN];
     size_t               nauth_list;
     /* fallback */
