@@ -8,7 +8,8 @@
  *           stop counting by themselves; the grant never lets the sum
  *           pass the limit.  A node asks one more than it has open only
  *           after a worker was refused for want of a grant (the demand
- *           counter), and keeps a granted head-room for a second.
+ *           counter: one per refusal, CL_RAMP at most a cycle), and keeps
+ *           a granted head-room for a second.
  *           Rates: one GCRA per rate lives in Redis (its theoretical
  *           arrival time, the pair's burst as its tolerance, the
  *           slow-down factor applied); a node with demand reserves the
@@ -34,6 +35,7 @@
 #include "cluster/cluster_int.h"
 
 #define CL_HEADROOM_MS 1000         /* a granted head-room is kept so long */
+#define CL_RAMP        8            /* connections more per cycle, at most */
 #define CL_IDLE_MS     10000        /* a pair unused so long is not synced */
 
 static const char *const cl_rate_name[SHAPE_NRATES] = {
@@ -81,7 +83,11 @@ cl_conns(struct cl_agent *g, const struct shape_view *v,
     uint32_t       want = f->conns;
 
     if (f->conn_want != p->conn_want) {
-        want = f->conns + 1;            /* a worker was refused: one more */
+        /* workers were refused: one more per refusal, CL_RAMP at most a
+         * cycle (the grant never passes what the others leave) */
+        uint32_t d = f->conn_want - p->conn_want;
+
+        want = f->conns + (d < CL_RAMP ? d : CL_RAMP);
         p->conn_want = f->conn_want;
         p->demand_ms = now;
     } else if (now - p->demand_ms < CL_HEADROOM_MS && f->grant > want)
