@@ -375,6 +375,20 @@ struct config {
     uint64_t api_body_timeout_ms;   /* body (and reply) idle, 30s */
     uint64_t api_idle_timeout_ms;   /* between requests, 60s */
     int     api_max_clients;        /* connections at once, 256 */
+    /* cluster: limits shared across nodes through Redis (cluster/,
+     * config_cluster.c, docs/SCALING.md); off without an address */
+    char   *cluster_redis;          /* "host:port" or "/unix/path" entries,
+                                       joined by ","; NULL: off */
+    bool    cluster_tls;            /* TLS to Redis */
+    char   *cluster_tls_ca_file;
+    char   *cluster_user;           /* ACL user (AUTH user pass), or NULL */
+    char   *cluster_password_file;  /* read by the master at start */
+    char   *cluster_key_prefix;     /* "mtad:" */
+    char   *cluster_node_id;        /* NULL: server.hostname */
+    uint64_t cluster_timeout_ms;    /* connect and reply, 1s */
+    uint64_t cluster_sync_ms;       /* sync_interval, 100ms */
+    char   *cluster_sentinel;       /* sentinel.addresses, joined; or NULL */
+    char   *cluster_sentinel_master; /* sentinel.master_name */
 };
 
 /* events.types names, in the order of enum events_type (events.h). */

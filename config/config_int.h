@@ -64,7 +64,10 @@ enum config_type {
     CONFIG_EVURL,                  /* events.http.url */
     CONFIG_EVHEADERS,              /* events.headers */
     CONFIG_EVADDR,                 /* events.redis.address: host:port */
-    CONFIG_APIADDR                 /* api.listen: host:port (config_api.c) */
+    CONFIG_APIADDR,                /* api.listen: host:port (config_api.c) */
+    CONFIG_CLADDRS                 /* cluster.redis, sentinel.addresses: a
+                                      list (or one string) of host:port or
+                                      /unix paths, kept joined by "," */
 };
 
 struct config_key {
@@ -111,6 +114,8 @@ struct config_parse {
     int              have_backend_mark, have_dcsock_mark;
     yaml_mark_t      api_listen_mark;   /* api.listen's value */
     int              have_api_listen_mark;
+    yaml_mark_t      cluster_mark, cluster_pw_mark;  /* cluster:, its file */
+    int              have_cluster_mark, have_cluster_pw_mark;
 };
 
 /* config_util.c */
@@ -204,6 +209,10 @@ void config_set_api(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_check_api(struct config_parse *p);
 void config_check_inject(struct config_parse *p);   /* config_inject.c */
+/* config_cluster.c */
+void config_set_cluster_addrs(struct config_parse *p,
+    const struct config_key *k, const yaml_node_t *n, const char *path);
+void config_check_cluster(struct config_parse *p);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

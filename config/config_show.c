@@ -38,6 +38,8 @@ config_show_flowstr(FILE *f, const char *s, int flow)
             "0123456789._/@:+-*[]=", *p) == NULL ||
             (flow && strchr(":[]", *p) != NULL))
             plain = 0;
+    if (plain && s[strlen(s) - 1] == ':')
+        plain = 0;                  /* "mtad:" would read as a mapping */
     if (plain) {
         fputs(s, f);
         return;
@@ -396,6 +398,9 @@ config_show_value(FILE *f, const struct config *cfg,
     case CONFIG_TLSVER:
         fputs(*(const int *)(const void *)at == CONFIG_TLS13 ? "TLSv1.3" :
             "TLSv1.2", f);
+        break;
+    case CONFIG_CLADDRS:
+        config_show_optstr(f, *(char *const *)(const void *)at);
         break;
     case CONFIG_DNSSERVERS:
         config_show_optstr(f, cfg->dns_servers);

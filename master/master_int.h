@@ -100,6 +100,8 @@ pid_t   child_spawn_logd(struct master *m, struct slot *s);
 /* The HTTP API process (api/api.h) of generation g on listener lfd. */
 pid_t   child_spawn_api(struct master *m, struct slot *s,
             struct generation *g, int lfd);
+struct cluster_args;
+pid_t   child_spawn_cluster(struct master *m, const struct cluster_args *a);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 #define MASTER_MAX_FDS (MASTER_MAX_SLOTS * 2 + 64)
@@ -206,6 +208,7 @@ struct ctl_client {
 struct metrics;
 struct tlsagg;
 struct master_api_runs;
+struct master_cluster;
 struct master {
     const char        *config_path;
     struct proctitle   title;           /* main()'s argv area (proctitle.c) */
@@ -258,6 +261,7 @@ struct master {
     struct master_watchdog wd;          /* watchdog.c */
     struct master_api  api;             /* api_child.c */
     struct master_api_runs *api_runs;   /* api_run.c */
+    struct master_cluster *cluster;     /* cluster.c: the sync agent */
 };
 
 /* master.c services used by ctl.c */

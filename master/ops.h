@@ -72,6 +72,30 @@ void    tlsagg_save(struct master *m);
 int     tlsagg_reaped(struct master *m, pid_t pid, int status);
 void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
+/* cluster.c: the sync agent (cluster/cluster.h) the master forks when
+ * relay.yaml has cluster:.  start before the first fork (reads the
+ * password, turns the shaping table's fleet mode on), spawn once the
+ * log socket is there; reaped: 1 when pid was the agent
+ * (restarted with back-off); tick once a second (restart, the heartbeat
+ * watchdog); stop at shutdown (1 when it is gone); ctl answers "cluster
+ * status|json"; metrics appends mtad_cluster_*. */
+struct buf;
+int     master_cluster_start(struct master *m, char *err, size_t errsz);
+void    master_cluster_spawn(struct master *m);     /* after logd */
+int     master_cluster_reaped(struct master *m, pid_t pid, int status);
+void    master_cluster_tick(struct master *m, uint64_t now_ms);
+/* mtactl ban del: lift sa's ban on every node (1: a cluster is on). */
+struct sockaddr;
+int     master_cluster_unban(struct master *m, const struct sockaddr *sa);
+/* After a reload (m->cur the new generation): a changed cluster section
+ * restarts the agent with it, a new one starts it, a removed one stops
+ * it and the fleet mode. */
+struct config;
+void    master_cluster_reloaded(struct master *m, const struct config *old);
+int     master_cluster_stop(struct master *m);
+void    master_cluster_ctl(struct master *m, const char *arg, char **out);
+void    master_cluster_metrics(struct master *m, struct buf *t);
+
 /* ban.c: "ban list|add ADDR [SECONDS]|del ADDR" (arg after "ban "):
  * the reply, "ok\n..." or "error: ...\n" (the caller frees it). */
 void    ctl_ban(struct master *m, const char *arg, char **out);

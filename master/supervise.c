@@ -371,7 +371,8 @@ master_reap(struct master *m)
             continue;
         if (tlsagg_reaped(m, pid, st))
             continue;
-        if (master_api_reaped(m, pid, st))
+        if (master_api_reaped(m, pid, st) ||
+            master_cluster_reaped(m, pid, st))
             continue;
         i = master_find_pid(m, pid);
         if (i >= 0)
@@ -437,6 +438,8 @@ master_shutdown_step(struct master *m)
 {
     if (master_workers_alive(m) || api_child_alive(m))
         return 0;
+    if (!master_cluster_stop(m))
+        return 0;                   /* the sync agent goes before logd */
     if (m->logd.state == SLOT_RUNNING) {
         log_notice("workers stopped; mtad exits");
         m->logd.state = SLOT_STOPPING;

@@ -50,9 +50,18 @@ struct shape_ent {
     struct shape_action act;
     char     reply[SHAPE_REPLY_MAX];
     uint64_t sent, held, backoffs;
+    /* the fleet's grants (cluster mode): written by the agent */
+    uint32_t fl_grant, fl_conn_want;
+    int32_t  fl_tok[2];
+    uint32_t fl_want[2];
+    uint64_t fl_used[2];
+    uint64_t fl_next_us[2];         /* the next token's time (monotonic) */
+    uint64_t fl_iv_us[2];           /* and the spacing of the rest */
 };
 
 struct shape_table {
+    uint32_t         fleet;             /* cluster mode */
+    uint32_t         fleet_wait_us;
     struct shape_ent e[SHAPE_SLOTS];
 };
 
@@ -146,6 +155,28 @@ shape_entry_set(struct shape_table *t, int e, const struct shape_limits *lim,
 
 /* ---- connections ---- */
 
+/* st_fleet_full - cluster mode: c open here reach the grant (counted as
+ * demand for the agent). */
+static int
+st_fleet_full(struct shape_table *t, struct shape_ent *x, uint32_t c,
+    uint32_t max)
+{
+    if (!t->fleet || max == 0 ||
+        c < __atomic_load_n(&x->fl_grant, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_add_fetch(&x->fl_conn_want, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+int
+shape_conn_full(struct shape_table *t, int e, uint32_t max)
+{
+    struct shape_ent *x = &t->e[e];
+    uint32_t          c = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
+
+    return (max > 0 && c >= max) || st_fleet_full(t, x, c, max);
+}
+
 int
 shape_conn_take(struct shape_table *t, int e, unsigned ws, uint32_t max)
 {
@@ -158,7 +189,7 @@ shape_conn_take(struct shape_table *t, int e, unsigned ws, uint32_t max)
     __atomic_add_fetch(&x->wconns[ws], 1, __ATOMIC_RELAXED);
     c = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
     do {
-        if (max > 0 && c >= max) {
+        if ((max > 0 && c >= max) || st_fleet_full(t, x, c, max)) {
             __atomic_sub_fetch(&x->wconns[ws], 1, __ATOMIC_RELAXED);
             return -1;
         }
@@ -223,6 +254,88 @@ shape_slot_clear(struct shape_table *t, unsigned ws)
 
 /* ---- rates ---- */
 
+/* st_fleet_lapse - the slots of kind k that passed unspent (more than a
+ * slot and the pair's burst ago) are lost: spent late they would meet
+ * another node's slots, and the fleet would pass the rate. */
+static void
+st_fleet_lapse(struct shape_ent *x, int k, uint64_t now, uint64_t tol_us,
+    uint64_t iv)
+{
+    uint64_t n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED), miss;
+    int32_t  c;
+
+    if (iv == 0 || now < n + tol_us + iv)
+        return;
+    miss = (now - n - tol_us) / iv;
+    if (!__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + miss * iv, 0,
+        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;                     /* another worker did */
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    while (c > 0 && !__atomic_compare_exchange_n(&x->fl_tok[k], &c,
+        (uint64_t)c > miss ? c - (int32_t)miss : 0, 1, __ATOMIC_ACQ_REL,
+        __ATOMIC_RELAXED))
+        ;
+}
+
+/* st_fleet_token - cluster mode: one token of kind k from the stock,
+ * no sooner than its time (take), or only look; -1 with *nb when the
+ * stock is empty (counted as demand: *nb is then 0) or the next token is
+ * not due yet.  tol_us: the burst the pair's own rate allows; a slot
+ * missed by more than it and a slot lapses (st_fleet_lapse). */
+static int
+st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
+    uint64_t tol_us, uint64_t *nb)
+{
+    int32_t  c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    uint64_t n, iv = __atomic_load_n(&x->fl_iv_us[k], __ATOMIC_RELAXED);
+
+    *nb = 0;
+    st_fleet_lapse(x, k, now, tol_us, iv);
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    do {
+        if (c <= 0) {
+            __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
+            return -1;
+        }
+        n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+        if (now < n) {
+            /* mail waits: demand too, so the fleet's schedule stays
+             * reserved without gaps (an unreserved slot is lost) */
+            __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
+            *nb = n;
+            return -1;
+        }
+        if (!take)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&x->fl_tok[k], &c, c - 1, 1,
+        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    /* the token is ours; its time too, unless another worker took it */
+    for (;;) {
+        n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+        if (now < n) {
+            __atomic_add_fetch(&x->fl_tok[k], 1, __ATOMIC_RELAXED);
+            *nb = n;
+            return -1;
+        }
+        if (__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + iv, 0,
+            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            break;
+    }
+    __atomic_add_fetch(&x->fl_used[k], 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* st_fleet_tol - the burst of the pair's rates of kind, in time */
+static uint64_t
+st_fleet_tol(const struct shape_limits *lim, int kind, const uint64_t *iv)
+{
+    if (kind == SHAPE_R_CONN)
+        return lim->rate[SHAPE_R_CONN].n > 1 ?
+            (uint64_t)(lim->rate[SHAPE_R_CONN].n - 1) * iv[SHAPE_R_CONN] : 0;
+    return (uint64_t)lim->burst * (iv[SHAPE_R_SEC] > iv[SHAPE_R_MIN] ?
+        iv[SHAPE_R_SEC] : iv[SHAPE_R_MIN]);
+}
+
 /* st_gcra - the shared form of shape_gcra(): a CAS on the word. */
 static int
 st_gcra(uint64_t *word, uint64_t now_us, uint64_t iv, uint32_t burst,
@@ -261,7 +374,7 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
     uint32_t          factor = 1000, step;
     struct shape_rate base = { 0, 0 };
     uint64_t          iv[SHAPE_NRATES], nb = 0, b;
-    int               r, lo, hi, taken = -1, any = 0;
+    int               r, lo, hi, taken = -1, any = 0, fk;
 
     if (mode == SHAPE_M_SUSPEND) {
         uint64_t until = __atomic_load_n(&x->until_ms, __ATOMIC_RELAXED);
@@ -282,6 +395,17 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
         iv[r] = shape_interval_us(&lim->rate[r], factor);
         any |= iv[r] != 0;
     }
+    fk = kind == SHAPE_R_CONN ? SHAPE_FLEET_CONN : SHAPE_FLEET_MSG;
+    if (t->fleet && any && st_fleet_token(x, fk, take, now_us,
+        st_fleet_tol(lim, kind, iv), &nb) < 0) {
+        *not_before_us = nb ? nb : now_us + t->fleet_wait_us;
+        return -1;
+    }
+    /* the fleet's token was the rate's check: its slot is the pair's
+     * schedule for the whole fleet (a local one on top would only make
+     * tokens late, and a late slot is lost) */
+    if (t->fleet && any)
+        return 0;
     /* slowing a site without a rate of its own: from the rule's base */
     if (!any && factor < 1000 && kind != SHAPE_R_CONN)
         iv[SHAPE_R_SEC] = shape_interval_us(&base, factor);
@@ -560,4 +684,107 @@ shape_table_each(struct shape_table *t, const char *site, const char *source,
         n++;
     }
     return n;
+}
+
+
+/* ---- the fleet ---- */
+
+void
+shape_fleet_on(struct shape_table *t, uint32_t wait_us)
+{
+    t->fleet_wait_us = wait_us;
+    __atomic_store_n(&t->fleet, 1, __ATOMIC_RELEASE);
+}
+
+void
+shape_fleet_off(struct shape_table *t)
+{
+    __atomic_store_n(&t->fleet, 0, __ATOMIC_RELEASE);
+}
+
+int
+shape_fleet_is(const struct shape_table *t)
+{
+    return t != NULL && __atomic_load_n(&t->fleet, __ATOMIC_ACQUIRE);
+}
+
+void
+shape_fleet_get(struct shape_table *t, int e, struct shape_fleet *f)
+{
+    struct shape_ent *x = &t->e[e];
+    int               k;
+
+    f->conns = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
+    f->grant = __atomic_load_n(&x->fl_grant, __ATOMIC_RELAXED);
+    f->conn_want = __atomic_load_n(&x->fl_conn_want, __ATOMIC_RELAXED);
+    for (k = 0; k < 2; k++) {
+        f->tokens[k] = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+        f->used[k] = __atomic_load_n(&x->fl_used[k], __ATOMIC_RELAXED);
+        f->want[k] = __atomic_load_n(&x->fl_want[k], __ATOMIC_RELAXED);
+        f->next_us[k] = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+    }
+}
+
+void
+shape_fleet_grant(struct shape_table *t, int e, uint32_t grant)
+{
+    __atomic_store_n(&t->e[e].fl_grant, grant, __ATOMIC_RELEASE);
+}
+
+void
+shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n,
+    uint64_t first_us, uint64_t iv_us)
+{
+    struct shape_ent *x = &t->e[e];
+    int               k = kind & 1;
+    int32_t           left = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    uint64_t          nx, want;
+
+    /* the tokens left go first, ending where the new ones start */
+    __atomic_store_n(&x->fl_iv_us[k], iv_us, __ATOMIC_RELAXED);
+    want = left > 0 && first_us > (uint64_t)left * iv_us ?
+        first_us - (uint64_t)left * iv_us : left > 0 ? 0 : first_us;
+    nx = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+    while (nx < want && !__atomic_compare_exchange_n(&x->fl_next_us[k], &nx,
+        want, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        ;
+    __atomic_add_fetch(&x->fl_tok[k], n, __ATOMIC_ACQ_REL);
+}
+
+int32_t
+shape_fleet_drain(struct shape_table *t, int e, int kind)
+{
+    int32_t n = __atomic_exchange_n(&t->e[e].fl_tok[kind & 1], 0,
+        __ATOMIC_ACQ_REL);
+
+    return n > 0 ? n : 0;
+}
+
+int
+shape_backoff_get(struct shape_table *t, int e, uint64_t now,
+    struct shape_action *a, uint64_t *since_ms, char reply[SHAPE_REPLY_MAX])
+{
+    struct shape_ent *x = &t->e[e];
+    uint32_t          step;
+    int               on = 0;
+
+    st_lock(x);
+    if (x->mode == SHAPE_M_SUSPEND && now < x->until_ms) {
+        memset(a, 0, sizeof(*a));
+        a->act = SHAPE_ACT_SUSPEND;
+        a->for_ms = x->until_ms - x->since_ms;
+        on = 1;
+    } else if (x->mode == SHAPE_M_SLOW) {
+        (void)shape_ramp(&x->act, x->since_ms, now, &step);
+        if (step <= x->act.steps) {
+            *a = x->act;
+            on = 1;
+        }
+    }
+    if (on) {
+        *since_ms = x->since_ms;
+        memcpy(reply, x->reply, SHAPE_REPLY_MAX);
+    }
+    st_unlock(x);
+    return on;
 }
