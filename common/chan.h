@@ -46,6 +46,10 @@
  *                                      sandbox may not make unix sockets
  *             CHAN_AUTH_SOCKET  M->W   -  the connected socket            yes
  *             CHAN_AUTH_REFUSED M->W   why the connect failed (text)
+ *             CHAN_SHAPE_EVENT  M->W   "TYPE\tSITE\tSOURCE\tMODE\tUNTIL_MS\t
+ *                                      REASON": a shaping episode the
+ *                                      master began or ended (mtactl, the
+ *                                      tick), for the worker's events
  *             CHAN_API_STATUS   A->M   uint64_t request id: the status
  *                                      JSON for GET /v1/status
  *             CHAN_API_STATUS_REPLY M->A  uint64_t id, then the JSON
@@ -90,6 +94,7 @@ enum chan_cmd {
     CHAN_AUTH_CONNECT,
     CHAN_AUTH_SOCKET,
     CHAN_AUTH_REFUSED,
+    CHAN_SHAPE_EVENT,
     CHAN_API_STATUS,
     CHAN_API_STATUS_REPLY,
     CHAN_NCMD
