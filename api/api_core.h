@@ -79,6 +79,8 @@ struct api {
     struct api_route    routes[API_MAX_ROUTES];
     size_t              nroutes;
     uint64_t            status_seq;
+    uint64_t            refused_sec;    /* 401/403 log lines: this second */
+    unsigned            refused_n, refused_skipped;
     struct ev_timer     stop_timer;
     char                chanbuf[CHAN_MSG_MAX + 1];
 };

@@ -298,6 +298,30 @@ api_method_name(int m)
     }
 }
 
+/* Refusals are logged, but a client hammering with bad tokens must not
+ * fill the log: at most API_REFUSED_PER_S lines a second, then one line
+ * with the count of those left out. */
+#define API_REFUSED_PER_S 20u
+
+static int
+api_refusal_loggable(struct api *a)
+{
+    uint64_t sec = ev_now(a->loop) / 1000;
+
+    if (sec != a->refused_sec) {
+        if (a->refused_skipped > 0)
+            log_info("%u more refused requests not logged (at most %u "
+                "a second)", a->refused_skipped, API_REFUSED_PER_S);
+        a->refused_sec = sec;
+        a->refused_n = 0;
+        a->refused_skipped = 0;
+    }
+    if (a->refused_n++ < API_REFUSED_PER_S)
+        return 1;
+    a->refused_skipped++;
+    return 0;
+}
+
 /* The token of the head; 0, or -1 after answering 401. */
 int
 api_precheck(struct api *a, struct api_client *c)
@@ -309,7 +333,8 @@ api_precheck(struct api *a, struct api_client *c)
     if (c->req.token_name != NULL)
         return 0;                       /* done for this request */
     if (strncasecmp(v, "Bearer ", 7) != 0) {
-        log_info("%s: 401 (no bearer token)", c->peer_str);
+        if (api_refusal_loggable(a))
+            log_info("%s: 401 (no bearer token)", c->peer_str);
         c->keep_alive = 0;
         c->state = API_C_HANDLER;
         api_reply_error(c, 401, "missing bearer token");
@@ -319,7 +344,8 @@ api_precheck(struct api *a, struct api_client *c)
     v += strspn(v, " ");
     n = strlen(v);
     if (api_tokens_check(a->tokens, v, n, &name, &roles) < 0) {
-        log_info("%s: 401 (unknown token)", c->peer_str);
+        if (api_refusal_loggable(a))
+            log_info("%s: 401 (unknown token)", c->peer_str);
         c->keep_alive = 0;
         c->state = API_C_HANDLER;
         api_reply_error(c, 401, "invalid token");
@@ -373,7 +399,8 @@ api_route_request(struct api *a, struct api_client *c)
                 continue;
             }
             if ((rt->role & r->roles) != rt->role) {
-                log_info("%s: 403 %s %s for token %s", c->peer_str,
+                if (api_refusal_loggable(a))
+                    log_info("%s: 403 %s %s for token %s", c->peer_str,
                     api_method_name(r->method), c->path, r->token_name);
                 api_reply_error(c, 403, "token %s lacks the role this "
                     "needs", r->token_name);

@@ -49,8 +49,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             m.cmd == CHAN_AUTH_SOCKET) != have_fd)
             abort();                /* the commands that carry a socket */
         if (me == CHAN_MASTER && m.cmd != CHAN_PONG && m.cmd != CHAN_READY &&
-            m.cmd != CHAN_TLSRPT_ADD && m.cmd != CHAN_AUTH_CONNECT)
+            m.cmd != CHAN_TLSRPT_ADD && m.cmd != CHAN_AUTH_CONNECT &&
+            m.cmd != CHAN_API_STATUS)
             abort();                /* a child may send only these */
+        if (me == CHAN_API && m.cmd != CHAN_STOP && m.cmd != CHAN_PING &&
+            m.cmd != CHAN_API_STATUS_REPLY)
+            abort();                /* what the master sends the API */
     } else if (rc != CHAN_EBAD || why == NULL || why[0] == '\0') {
         abort();
     }

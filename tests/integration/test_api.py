@@ -138,6 +138,24 @@ def test_bad_token_is_401_for_any_path(api):
     error_of(r, data, 401)
 
 
+def test_refusals_do_not_flood_the_log(api):
+    c = http.client.HTTPConnection("127.0.0.1", api.api_port, timeout=10)
+    t0 = time.time()
+    for _ in range(150):
+        r, _ = request(api.api_port, "GET", "/v1/status", token=TOKENS[
+            "injector"][1], conn=c)
+        assert r.status == 403
+    secs = int(time.time() - t0) + 2
+    r, _ = request(api.api_port, "GET", "/v1/status", token=TOKENS[
+        "injector"][1], conn=c)
+    c.close()
+    time.sleep(1.1)             # a new second: the count of those left out
+    request(api.api_port, "GET", "/v1/status")
+    text = api.wait_log("more refused requests not logged")
+    n = text.count("403 GET /v1/status for token injector")
+    assert 20 <= n <= 20 * secs, n
+
+
 def test_status_with_each_reading_role(api):
     for name in ("reader", "operator"):
         r, data = request(api.api_port, "GET", "/v1/status",
