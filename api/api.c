@@ -234,6 +234,10 @@ api_client_send(struct api_client *c)
         return;
     c->state = API_C_WRITE;
     api_timer(c, c->a->cfg->api_body_timeout_ms);
+    if (c->in_handler) {
+        c->send_pending = 1;        /* api_route_request() sends it */
+        return;
+    }
     api_client_ref(c);              /* the flush may close it */
     api_client_flush(c);
     api_client_unref(c);

@@ -51,6 +51,9 @@ struct api_client {
     struct api_http_head    head;
     int                     keep_alive;     /* after this answer */
     int                     answered;
+    /* a handler runs: an answer it gives is sent when it returns, so
+     * the request (r, its body, its token) stays whole until then */
+    int                     in_handler, send_pending;
     unsigned                nreq;           /* requests answered */
     size_t                  drained;        /* API_C_LINGER: bytes dropped */
     uint64_t                status_id;      /* awaited CHAN_API_STATUS_REPLY */

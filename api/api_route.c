@@ -356,6 +356,20 @@ api_precheck(struct api *a, struct api_client *c)
     return 0;
 }
 
+/* api_route_call - the handler; what it answered goes out after it
+ * returned (a handler may log from r after its api_reply()). */
+static void
+api_route_call(struct api *a, struct api_client *c, struct api_route *rt)
+{
+    c->in_handler = 1;
+    rt->fn(a, c, &c->req, rt->arg);
+    c->in_handler = 0;
+    if (c->send_pending) {
+        c->send_pending = 0;
+        api_client_send(c);
+    }
+}
+
 void
 api_route_request(struct api *a, struct api_client *c)
 {
@@ -406,7 +420,7 @@ api_route_request(struct api *a, struct api_client *c)
                     "needs", r->token_name);
                 return;
             }
-            rt->fn(a, c, r, rt->arg);
+            api_route_call(a, c, rt);
             return;
         }
     }

@@ -46,14 +46,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m.cmd == CHAN_LOG_INTERVAL && m.len != sizeof(uint64_t))
             abort();
         if ((m.cmd == CHAN_QSTREAM || m.cmd == CHAN_LOG_REOPEN ||
-            m.cmd == CHAN_AUTH_SOCKET) != have_fd)
+            m.cmd == CHAN_AUTH_SOCKET || m.cmd == CHAN_API_PIPE) != have_fd)
             abort();                /* the commands that carry a socket */
         if (me == CHAN_MASTER && m.cmd != CHAN_PONG && m.cmd != CHAN_READY &&
             m.cmd != CHAN_TLSRPT_ADD && m.cmd != CHAN_AUTH_CONNECT &&
-            m.cmd != CHAN_API_STATUS)
+            m.cmd != CHAN_API_STATUS && m.cmd != CHAN_API_RUN)
             abort();                /* a child may send only these */
         if (me == CHAN_API && m.cmd != CHAN_STOP && m.cmd != CHAN_PING &&
-            m.cmd != CHAN_API_STATUS_REPLY)
+            m.cmd != CHAN_API_STATUS_REPLY && m.cmd != CHAN_API_PIPE &&
+            m.cmd != CHAN_API_EXIT)
             abort();                /* what the master sends the API */
     } else if (rc != CHAN_EBAD || why == NULL || why[0] == '\0') {
         abort();
