@@ -18,8 +18,8 @@ import urllib.request
 
 import pytest
 
-from mtadtest import (MTAD, closed_port, free_port, make_message, wait_for,
-                      workers)
+from mtadtest import (MTAD, children_by_comm, closed_port, free_port,
+                      make_message, wait_for, workers)
 
 ID_MARK = b"queued as "
 SECRET = b"s3cret-key"
@@ -438,3 +438,25 @@ def test_complete_segment_with_a_cut_last_record_is_sent_and_removed(
     assert "CUT%013d" % 99 not in count_ids(receiver, "reception")
     assert wait_for(lambda: not any(os.path.exists(os.path.join(ev_dir, n))
                                     for n in names), 10), os.listdir(ev_dir)
+
+
+def test_kill_9_of_the_log_process_loses_no_event(mtad_factory, sink,
+                                                  receiver, workdir):
+    """The events do not pass through the log process: kill -9 of it while
+    mail flows and the target is down loses none of them."""
+    receiver.up(False)
+    m = start(mtad_factory, events_cfg(workdir, receiver.url), sink.route)
+    logd = wait_for(lambda: children_by_comm(m.pid, "mtad: logd"), 10)
+    ids = [submit(m, "alice@x.test", ["bob@y.test"], make_message(i))
+           for i in range(10)]
+    os.kill(logd[0], signal.SIGKILL)
+    ids += [submit(m, "alice@x.test", ["bob@y.test"], make_message(50 + i))
+            for i in range(10)]
+    assert wait_for(lambda: [p for p in children_by_comm(m.pid, "mtad: logd")
+                             if p != logd[0]], 20, what="a new logd")
+    receiver.up(True)
+    want = set(ids)
+    assert wait_for(lambda: count_ids(receiver, "reception") >= want, 60), \
+        want - count_ids(receiver, "reception")
+    assert wait_for(lambda: count_ids(receiver, "delivery") >= want, 30), \
+        want - count_ids(receiver, "delivery")
