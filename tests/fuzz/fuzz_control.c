@@ -60,6 +60,7 @@ ref_kind(const char *l, int sandbox)
     if (!strncmp(l, "quota ", 6)) return CTL_REQ_QUOTA;
     if (!strncmp(l, "greylist ", 9)) return CTL_REQ_GREYLIST;
     if (!strncmp(l, "shaping ", 8)) return CTL_REQ_SHAPING;
+    if (!strncmp(l, "cluster ", 8)) return CTL_REQ_CLUSTER;
     if (!strncmp(l, "kick ", 5) || !strncmp(l, "index ", 6)) return CTL_REQ_KICK;
     if (!strcmp(l, "sandbox-test") && sandbox) return CTL_REQ_SANDBOX_TEST;
     return CTL_REQ_BAD;
@@ -145,6 +146,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         break;
     case CTL_REQ_SHAPING:               /* master/shaping.c checks it */
+    case CTL_REQ_CLUSTER:               /* master/cluster.c checks it */
         if (r.arg != line + 8)
             abort();
         break;

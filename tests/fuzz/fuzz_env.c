@@ -81,7 +81,9 @@ fuzz_state_free(struct spool_env *e)
         free(e->rcpt[i].last_reply);
         free(e->rcpt[i].relay);
         free(e->rcpt[i].tls);
+        free(e->rcpt[i].cls);
         e->rcpt[i].last_reply = e->rcpt[i].relay = e->rcpt[i].tls = NULL;
+        e->rcpt[i].cls = NULL;
     }
 }
 
