@@ -94,7 +94,7 @@ maxmemory 64mb
 maxmemory-policy noeviction
 # the operator (redis-cli), and the nodes: only their own keys
 user default on >{admin_password} ~* &* +@all
-user mtad on >{password} ~mtad:* &* +@all -@admin -flushall -flushdb -keys
+user mtad on >{password} ~mtad:* &* +@all -@dangerous +role +info
 """
 
 
