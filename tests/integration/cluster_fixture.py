@@ -104,9 +104,17 @@ REDIS_DOC = {"host": "10.0.0.20", "port": 6379, "dir": "/var/lib/redis-mtad",
              "admin_password": "<the operator's password>"}
 
 
-def haproxy_config():
-    return HAPROXY_CFG.format(front=FRONT, n1=NODE_ADDRS[0], n2=NODE_ADDRS[1],
-                              n3=NODE_ADDRS[2], proxy_port=PROXY_PORT)
+# ... and the addresses of packaging/cluster/haproxy.cfg.example.
+HAPROXY_DOC = {"front": "10.0.0.10", "n1": "10.0.0.11", "n2": "10.0.0.12",
+               "n3": "10.0.0.13", "proxy_port": PROXY_PORT}
+
+
+def haproxy_config(**values):
+    """HAPROXY_CFG with the tests' addresses (or values)."""
+    v = {"front": FRONT, "n1": NODE_ADDRS[0], "n2": NODE_ADDRS[1],
+         "n3": NODE_ADDRS[2], "proxy_port": PROXY_PORT}
+    v.update(values)
+    return HAPROXY_CFG.format(**v)
 
 
 class Redis:

@@ -339,10 +339,19 @@ def test_mtactl_cluster_status_names_the_nodes_and_redis(fleet):
 
 def test_scaling_doc_shows_the_configs_the_tests_run():
     """docs/SCALING.md carries this fixture's HAProxy and Redis
-    configurations as they are run (Redis with the doc's values)."""
+    configurations as they are run (Redis with the doc's values), and
+    packaging/cluster/ the same with production addresses."""
     import cluster_fixture as cf
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "..", "docs", "SCALING.md")) as f:
-        doc = f.read()
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+    def text(*p):
+        with open(os.path.join(top, *p)) as f:
+            return f.read()
+    doc = text("docs", "SCALING.md")
+    redis = cf.REDIS_CONF.format(**cf.REDIS_DOC)
     assert cf.haproxy_config() in doc
-    assert cf.REDIS_CONF.format(**cf.REDIS_DOC) in doc
+    assert redis in doc
+    assert text("packaging", "cluster", "redis-mtad.conf.example").endswith(
+        "\n" + redis)
+    assert text("packaging", "cluster", "haproxy.cfg.example").endswith(
+        "\n" + cf.haproxy_config(**cf.HAPROXY_DOC))
