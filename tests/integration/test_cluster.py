@@ -103,8 +103,8 @@ def test_the_fleet_keeps_one_rate_limit(fleet):
     c = fleet(google_site(deliveries_per_minute=RATE),
               sim={"per_minute": RATE})
     ids = c.submit(3 * RATE // 2, gmail_rcpt("r"))
-    for n in c.nodes:                   # round-robin: about 60 each
-        assert len(n.accepted() & set(ids)) >= len(ids) // 4, n.name
+    spread = {n.name: len(n.accepted() & set(ids)) for n in c.nodes}
+    assert min(spread.values()) >= len(ids) // 6, spread   # round-robin
     first = c.sim.wait_for(1, timeout=20, provider="gmail")[0]["time"]
     span = 40.0
     wait_for(lambda: time.time() > first + span + 1, span + 5,
@@ -127,9 +127,12 @@ def test_the_fleet_keeps_one_connection_limit(fleet):
     c = fleet(google_site(connections=2),
               sim={"max_conns": 2, "data_delay": 0.2})
     c.submit(60, gmail_rcpt("u"))
-    recs = c.sim.wait_for(60, timeout=60, provider="gmail")
+    wait_for(lambda: len(c.sim.records("gmail")) >= 60 or
+             c.sim.violations("gmail"), 60, what="60 deliveries")
     st = c.sim.source("gmail", SOURCE)
     assert c.sim.violations("gmail") == 0, (st, c.sim.events()[:5])
+    recs = c.sim.records("gmail")
+    assert len(recs) == 60, st
     assert st["max_open"] == 2, st
     assert len(by_node(recs)) == 3, by_node(recs)
 
