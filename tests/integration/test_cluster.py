@@ -150,6 +150,10 @@ def test_a_421_seen_by_one_node_slows_the_others(fleet):
                             "step": "1s"}]},
               sim={"replies": [("trigger*", "rcpt", TRIGGER, 0)]})
     n1, n2, n3 = c.nodes
+    # every node has sent to the site before (as in a fleet at work)
+    for k, n in enumerate(c.nodes):
+        c.submit(1, gmail_rcpt("w"), via=n, serial0=100 + k)
+    c.sim.wait_for(3, timeout=20, provider="gmail")
     c.submit(1, lambda i: ["trigger@gmail.%s" % ZONE], via=n1)
     n1.wait_log("site google source s0 slowed to 25.0%", timeout=20)
     t_slow = time.time()
@@ -169,7 +173,7 @@ def test_a_421_seen_by_one_node_slows_the_others(fleet):
               if t0 <= r["time"] < end and r["ehlo"][:2] in ("n2", "n3")]
     # a quarter of 8/s for the fleet: 2/s, plus one sync's reservation
     assert len(during) <= 2 * (end - t0) + 3, len(during)
-    assert c.sim.violations("gmail") == 1      # n1's one 421
+    assert c.sim.violations("gmail") == 0      # a scripted 421 is none
 
 
 def make_errors(node, ip, n):
