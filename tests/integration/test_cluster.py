@@ -9,7 +9,6 @@ the simulator catching the fleet at three times the limits: what the
 shared tests assert can fail.  Port 25 needs root (own network
 namespace)."""
 import os
-import re
 import time
 
 import pytest
