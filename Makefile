@@ -93,6 +93,7 @@ umod_test_tls_cache := tlspol
 umod_test_tlsrpt := tlspol
 umod_test_dane := tlspol
 umod_test_shape := shape
+umod_test_cluster := cluster
 umod_test_milter := milter
 umod_test_events := events
 BENCH_SRC  := $(wildcard bench/*.c)

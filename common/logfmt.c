@@ -451,9 +451,10 @@ logfmt_worker_line(const char *line, size_t n, long pid)
         return logfmt_jstr_at(&p, end) &&
             logfmt_lit_at(&p, end, ",\"level\":") &&
             logfmt_jstr_at(&p, end) &&
-            logfmt_lit_at(&p, end, ",\"proc\":\"worker ") &&
+            (logfmt_lit_at(&p, end, ",\"proc\":\"cluster\",\"pid\":") ||
+            (logfmt_lit_at(&p, end, ",\"proc\":\"worker ") &&
             logfmt_num_at(&p, end, &shard) &&
-            logfmt_lit_at(&p, end, "\",\"pid\":") &&
+            logfmt_lit_at(&p, end, "\",\"pid\":"))) &&
             logfmt_num_at(&p, end, &v) && v == pid &&
             logfmt_lit_at(&p, end, ",\"event\":") &&
             logfmt_fields_at(p, end);
@@ -461,7 +462,9 @@ logfmt_worker_line(const char *line, size_t n, long pid)
     if ((sp = memchr(p, ' ', n < 40 ? n : 40)) == NULL)
         return 0;                   /* the time stamp, then one blank */
     p = sp;
+    /* the cluster sync agent (an unprivileged child too) as "cluster" */
     return logfmt_lit_at(&p, end, " mtad[") && logfmt_num_at(&p, end, &v) &&
-        v == pid && logfmt_lit_at(&p, end, "]: worker ") &&
-        logfmt_num_at(&p, end, &shard) && logfmt_lit_at(&p, end, ": ");
+        v == pid && (logfmt_lit_at(&p, end, "]: cluster: ") ||
+        (logfmt_lit_at(&p, end, "]: worker ") &&
+        logfmt_num_at(&p, end, &shard) && logfmt_lit_at(&p, end, ": ")));
 }

@@ -37,6 +37,7 @@ const char *logfmt_level_name(int level);
 /* 1 when line[0..n) (without its newline) is a record of the worker with
  * pid: "<ts> mtad[<pid>]: worker <N>: ..." (text) or {"ts":"..",
  * "level":"..","proc":"worker <N>","pid":<pid>,"event":... (JSON, with
+ * "cluster" for "worker <N>": the cluster sync agent's; with
  * no second "proc" or "pid" key), and no control byte (a record is
  * escaped where it is made); else 0.  What log.c makes passes. */
 int     logfmt_worker_line(const char *line, size_t n, long pid);

@@ -321,6 +321,54 @@ status_auth_take(struct status_page *sp, const struct sockaddr *sa,
     }
 }
 
+size_t
+status_auth_list(struct status_page *sp, uint32_t now_s, uint32_t window_s,
+    struct status_auth_key *out, size_t max)
+{
+    size_t   i, n = 0;
+    uint64_t w;
+
+    for (i = 0; i < STATUS_AUTH_SLOTS && n < max; i++) {
+        w = __atomic_load_n(&sp->authtab[i], __ATOMIC_ACQUIRE);
+        if (SA_CNT(w) == 0 || status_auth_age(w, now_s) > window_s)
+            continue;
+        out[n].key = (uint32_t)SA_KEY(w);
+        out[n++].count = (unsigned)SA_CNT(w);
+    }
+    return n;
+}
+
+void
+status_auth_add_key(struct status_page *sp, uint32_t key32, uint32_t now_s,
+    uint32_t window_s, int n)
+{
+    struct status_auth_scan r;
+    uint64_t key = key32 & 0xfffffffULL, *word, old;
+    int64_t  cnt;
+
+    if (key == 0 || n == 0)
+        return;
+    for (;;) {
+        status_auth_scan(sp, key, now_s, window_s, &r);
+        if (r.live != NULL) {
+            word = r.live;
+            old = r.live_w;
+            cnt = (int64_t)SA_CNT(old) + n;
+        } else if (n > 0) {
+            word = r.reuse;
+            old = r.reuse_w;
+            cnt = n;
+        } else
+            return;
+        cnt = cnt < 0 ? 0 : cnt > STATUS_AUTH_CNT_MAX ? STATUS_AUTH_CNT_MAX :
+            cnt;
+        if (__atomic_compare_exchange_n(word, &old,
+            SA_WORD(key, (uint64_t)cnt, now_s), 0, __ATOMIC_ACQ_REL,
+            __ATOMIC_ACQUIRE))
+            return;
+    }
+}
+
 void
 status_auth_give(struct status_page *sp, const struct sockaddr *sa,
     uint32_t now_s, uint32_t window_s)

@@ -139,9 +139,12 @@ struct status_quota_row {
     uint32_t claimed_s;             /* CLOCK_MONOTONIC s of the claim */
     uint32_t klen;
     char     key[STATUS_QUOTA_KEY_MAX + 1];
-    int64_t  msgs[STATUS_MAX_WORKERS];
-    int64_t  bytes[STATUS_MAX_WORKERS];
+    /* one column per worker slot, and the last (STATUS_QUOTA_FLEET) the
+     * other nodes' usage as the cluster agent last read it */
+    int64_t  msgs[STATUS_MAX_WORKERS + 1];
+    int64_t  bytes[STATUS_MAX_WORKERS + 1];
 };
+#define STATUS_QUOTA_FLEET STATUS_MAX_WORKERS
 #define STATUS_QUOTA_FREEING 2u
 
 struct status_page {
@@ -245,6 +248,15 @@ unsigned status_auth_take(struct status_page *sp, const struct sockaddr *sa,
             uint32_t now_s, uint32_t window_s, unsigned max);
 void    status_auth_give(struct status_page *sp, const struct sockaddr *sa,
             uint32_t now_s, uint32_t window_s);
+/* The fleet (cluster/): the live words of the table as (28-bit key,
+ * count), at most max (a key may come twice: sum them); and n (may be
+ * negative) added to key's count as a count at now_s would be (claiming a
+ * word when it has none, never below 0). */
+struct status_auth_key { uint32_t key; unsigned count; };
+size_t  status_auth_list(struct status_page *sp, uint32_t now_s,
+            uint32_t window_s, struct status_auth_key *out, size_t max);
+void    status_auth_add_key(struct status_page *sp, uint32_t key,
+            uint32_t now_s, uint32_t window_s, int n);
 
 /* status_addr_hash - a 48-bit hash of sa's address (v4-mapped folded to
  * IPv4), never 0; 0 for anything but IPv4 and IPv6. */
@@ -375,6 +387,12 @@ int     status_quota_take(struct status_page *sp, unsigned kind,
             const char *key, size_t klen, unsigned slot, int64_t msgs,
             int64_t bytes, uint32_t now_s);
 void    status_quota_clear_slot(struct status_page *sp, unsigned slot);
+/* The fleet (cluster/): the node's own usage of row i (the worker
+ * columns); and the other nodes' usage written into the fleet column. */
+void    status_quota_local(struct status_page *sp, int row, int64_t *msgs,
+            int64_t *bytes);
+void    status_quota_set_fleet(struct status_page *sp, int row, int64_t msgs,
+            int64_t bytes);
 size_t  status_quota_reclaim(struct status_page *sp, uint32_t now_s,
             uint32_t min_age_s);
 const char *status_quota_kind_name(unsigned kind);

@@ -121,7 +121,7 @@ status_quota_add(struct status_page *sp, int row, unsigned slot,
 {
     struct status_quota_row *r;
 
-    if (row < 0 || row >= STATUS_QUOTA_SLOTS || slot >= STATUS_MAX_WORKERS)
+    if (row < 0 || row >= STATUS_QUOTA_SLOTS || slot > STATUS_QUOTA_FLEET)
         return;
     r = &sp->quota[row];
     __atomic_fetch_add(&r->msgs[slot], msgs, __ATOMIC_SEQ_CST);
@@ -137,7 +137,7 @@ quota_row_sum(const struct status_quota_row *r, int64_t *msgs,
     unsigned s;
 
     *msgs = *bytes = 0;
-    for (s = 0; s < STATUS_MAX_WORKERS; s++) {
+    for (s = 0; s <= STATUS_QUOTA_FLEET; s++) {
         *msgs += __atomic_load_n(&r->msgs[s], __ATOMIC_SEQ_CST);
         *bytes += __atomic_load_n(&r->bytes[s], __ATOMIC_SEQ_CST);
     }
@@ -180,7 +180,7 @@ status_quota_clear_slot(struct status_page *sp, unsigned slot)
 {
     size_t i;
 
-    if (slot >= STATUS_MAX_WORKERS)
+    if (slot > STATUS_QUOTA_FLEET)
         return;
     for (i = 0; i < STATUS_QUOTA_SLOTS; i++) {
         if (__atomic_load_n(&sp->quota[i].tag, __ATOMIC_RELAXED) == 0)
@@ -188,6 +188,32 @@ status_quota_clear_slot(struct status_page *sp, unsigned slot)
         __atomic_store_n(&sp->quota[i].msgs[slot], 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&sp->quota[i].bytes[slot], 0, __ATOMIC_SEQ_CST);
     }
+}
+
+
+void
+status_quota_local(struct status_page *sp, int row, int64_t *msgs,
+    int64_t *bytes)
+{
+    const struct status_quota_row *r = &sp->quota[row];
+    unsigned                       s;
+
+    *msgs = *bytes = 0;
+    for (s = 0; s < STATUS_MAX_WORKERS; s++) {
+        *msgs += __atomic_load_n(&r->msgs[s], __ATOMIC_SEQ_CST);
+        *bytes += __atomic_load_n(&r->bytes[s], __ATOMIC_SEQ_CST);
+    }
+}
+
+
+void
+status_quota_set_fleet(struct status_page *sp, int row, int64_t msgs,
+    int64_t bytes)
+{
+    struct status_quota_row *r = &sp->quota[row];
+
+    __atomic_store_n(&r->msgs[STATUS_QUOTA_FLEET], msgs, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&r->bytes[STATUS_QUOTA_FLEET], bytes, __ATOMIC_SEQ_CST);
 }
 
 

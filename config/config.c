@@ -319,6 +319,27 @@ static const struct config_key config_events[] = {
     END
 };
 
+/* cluster: limits shared through Redis (config_cluster.c, cluster/) */
+static const struct config_key config_cluster_sentinel[] = {
+    KEY("addresses", CONFIG_CLADDRS, cluster_sentinel),
+    KEY("master_name", CONFIG_STRING, cluster_sentinel_master),
+    END
+};
+
+static const struct config_key config_cluster[] = {
+    KEY("redis", CONFIG_CLADDRS, cluster_redis),
+    KEY("tls", CONFIG_BOOL, cluster_tls),
+    KEY("ca_file", CONFIG_STRING, cluster_tls_ca_file),
+    KEY("user", CONFIG_STRING, cluster_user),
+    KEY("password_file", CONFIG_STRING, cluster_password_file),
+    KEY("key_prefix", CONFIG_STRING, cluster_key_prefix),
+    KEY("node_id", CONFIG_STRING, cluster_node_id),
+    DUR("timeout", cluster_timeout_ms, 10),
+    DUR("sync_interval", cluster_sync_ms, 10),
+    SECTION("sentinel", config_cluster_sentinel),
+    END
+};
+
 const struct config_key config_top[] = {
     SECTION("server", config_server),
     SECTION("limits", config_limits),
@@ -339,6 +360,7 @@ const struct config_key config_top[] = {
     SECTION("auth", config_auth),
     SECTION("events", config_events),
     SECTION("submission", config_submission),
+    SECTION("cluster", config_cluster),
     /* traffic shaping: the shape module reads this section (shape.h) */
     { "shaping", CONFIG_OPAQUE, 0, 0, 0, NULL },
     END
@@ -396,6 +418,9 @@ config_value(struct config_parse *p, const struct config_key *k,
     case CONFIG_EVHEADERS:
     case CONFIG_EVADDR:
         config_set_events(p, k, n, path);
+        break;
+    case CONFIG_CLADDRS:
+        config_set_cluster_addrs(p, k, n, path);
         break;
     case CONFIG_RETRY:
         config_set_retry(p, k, n, path);
@@ -523,6 +548,14 @@ config_section(struct config_parse *p, const struct config_key *keys,
         if (keys == config_auth && (k->off == OFF(auth_backend) ||
             k->off == OFF(auth_dovecot_socket)))
             config_auth_mark(p, k->off == OFF(auth_backend), vn);
+        if (k->sub == config_cluster && !p->have_cluster_mark) {
+            p->cluster_mark = kn->start_mark;
+            p->have_cluster_mark = 1;
+        }
+        if (keys == config_cluster && k->off == OFF(cluster_password_file)) {
+            p->cluster_pw_mark = vn->start_mark;
+            p->have_cluster_pw_mark = 1;
+        }
         if (k->off == OFF(log_file) && keys == config_log) {
             p->logfile_mark = vn->start_mark;
             p->have_logfile_mark = 1;
@@ -597,6 +630,9 @@ config_defaults(const char *path)
     cfg->events_http_timeout_ms = 10000;
     cfg->events_redis_maxlen = 1000000;
     cfg->events_redis_stream = xstrdup("mtad:events");
+    cfg->cluster_key_prefix = xstrdup("mtad:");
+    cfg->cluster_timeout_ms = 1000;
+    cfg->cluster_sync_ms = 100;
 
     cfg->nallow_networks = ARRAY_LEN(nets);
     cfg->allow_networks = xcalloc(ARRAY_LEN(nets), sizeof(struct cidr));
@@ -804,6 +840,7 @@ config_load(const char *path, char *err, size_t errsz)
     fclose(fp);
     config_check_tls(&p);
     config_check_events(&p);
+    config_check_cluster(&p);
     config_check_auth(&p);
     config_check_logfile(&p);
     config_check_tlsrpt(&p);
@@ -882,6 +919,14 @@ config_free(struct config *cfg)
     free(cfg->events_redis_address);
     free(cfg->events_redis_stream);
     free(cfg->events_redis_password_file);
+    free(cfg->cluster_redis);
+    free(cfg->cluster_tls_ca_file);
+    free(cfg->cluster_user);
+    free(cfg->cluster_password_file);
+    free(cfg->cluster_key_prefix);
+    free(cfg->cluster_node_id);
+    free(cfg->cluster_sentinel);
+    free(cfg->cluster_sentinel_master);
     free(cfg->auth_password_file);
     free(cfg->bounce_classes);
     bclass_free(cfg->bclass);

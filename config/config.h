@@ -360,6 +360,20 @@ struct config {
     char   *events_redis_stream;    /* "mtad:events" */
     int     events_redis_maxlen;    /* XADD MAXLEN ~, 1000000; 0: none */
     char   *events_redis_password_file; /* AUTH password, or NULL */
+    /* cluster: limits shared across nodes through Redis (cluster/,
+     * config_cluster.c, docs/SCALING.md); off without an address */
+    char   *cluster_redis;          /* "host:port" or "/unix/path" entries,
+                                       joined by ","; NULL: off */
+    bool    cluster_tls;            /* TLS to Redis */
+    char   *cluster_tls_ca_file;
+    char   *cluster_user;           /* ACL user (AUTH user pass), or NULL */
+    char   *cluster_password_file;  /* read by the master at start */
+    char   *cluster_key_prefix;     /* "mtad:" */
+    char   *cluster_node_id;        /* NULL: server.hostname */
+    uint64_t cluster_timeout_ms;    /* connect and reply, 1s */
+    uint64_t cluster_sync_ms;       /* sync_interval, 100ms */
+    char   *cluster_sentinel;       /* sentinel.addresses, joined; or NULL */
+    char   *cluster_sentinel_master; /* sentinel.master_name */
 };
 
 /* events.types names, in the order of enum events_type (events.h). */

@@ -63,7 +63,10 @@ enum config_type {
     CONFIG_EVFULL,                 /* events.when_full */
     CONFIG_EVURL,                  /* events.http.url */
     CONFIG_EVHEADERS,              /* events.headers */
-    CONFIG_EVADDR                  /* events.redis.address: host:port */
+    CONFIG_EVADDR,                 /* events.redis.address: host:port */
+    CONFIG_CLADDRS                 /* cluster.redis, sentinel.addresses: a
+                                      list (or one string) of host:port or
+                                      /unix paths, kept joined by "," */
 };
 
 struct config_key {
@@ -108,6 +111,8 @@ struct config_parse {
     int              have_egress_default_mark;
     yaml_mark_t      backend_mark, dcsock_mark;  /* auth.backend, ...socket */
     int              have_backend_mark, have_dcsock_mark;
+    yaml_mark_t      cluster_mark, cluster_pw_mark;  /* cluster:, its file */
+    int              have_cluster_mark, have_cluster_pw_mark;
 };
 
 /* config_util.c */
@@ -196,6 +201,10 @@ void config_set_events(struct config_parse *p, const struct config_key *k,
     const yaml_node_t *n, const char *path);
 void config_show_events(FILE *f, const struct config_key *k, const void *at);
 void config_check_events(struct config_parse *p);
+/* config_cluster.c */
+void config_set_cluster_addrs(struct config_parse *p,
+    const struct config_key *k, const yaml_node_t *n, const char *path);
+void config_check_cluster(struct config_parse *p);
 
 /* config_dkim.c */
 void config_free_dkim(struct config_dkim_key *k, size_t n);

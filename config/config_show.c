@@ -397,6 +397,9 @@ config_show_value(FILE *f, const struct config *cfg,
         fputs(*(const int *)(const void *)at == CONFIG_TLS13 ? "TLSv1.3" :
             "TLSv1.2", f);
         break;
+    case CONFIG_CLADDRS:
+        config_show_optstr(f, *(char *const *)(const void *)at);
+        break;
     case CONFIG_DNSSERVERS:
         config_show_optstr(f, cfg->dns_servers);
         break;

@@ -335,8 +335,7 @@ mta_shape_allow(void *arg, struct mta_dest *d, int src, uint64_t *nb)
     if (shape_may(r->shape_tab, e, lim, SHAPE_R_SEC, 0, now, wall, nb) < 0 ||
         shape_may(r->shape_tab, e, lim, SHAPE_R_CONN, 0, now, wall, nb) < 0)
         return 0;
-    if (lim->connections > 0 &&
-        shape_conns(r->shape_tab, e) >= lim->connections) {
+    if (shape_conn_full(r->shape_tab, e, lim->connections)) {
         *nb = now + MTA_SHAPE_POLL_MS * 1000;
         return 0;
     }

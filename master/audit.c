@@ -65,7 +65,9 @@ audit_request(int fd, const char *line)
         strcmp(line, "ban list") == 0 || strcmp(line, "shaping list") == 0 ||
         strcmp(line, "shaping json") == 0 || strcmp(line, "hosts") == 0 ||
         strncmp(line, "greylist list", 13) == 0 ||
-        strncmp(line, "quota list", 10) == 0) {
+        strncmp(line, "quota list", 10) == 0 ||
+        strcmp(line, "cluster status") == 0 ||
+        strcmp(line, "cluster json") == 0) {
         /* read-only, often polled; or ("index") the daemon's half of a
          * queue change whose "audit" record mtactl sent already */
         log_debug("control: %s", line);

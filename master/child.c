@@ -35,6 +35,7 @@
 #include "router/router.h"
 #include "common/status.h"
 #include "common/tlskey.h"
+#include "cluster/cluster.h"
 #include "config/config.h"
 #include "worker/worker.h"
 #include "master/master.h"
@@ -379,6 +380,26 @@ child_spawn_logd(struct master *m, struct slot *s)
         fatalx("logd: sandbox: %s", err);
     logd_main(m->log_recv, m->log_own_recv, sv[1], m->log_file,
         m->cur->cfg->log_flush_interval_ms, m->pid);
+}
+
+/* child_spawn_cluster - the sync agent (cluster/cluster.h): no channel
+ * (its state is its page, stop is SIGTERM), the node's log socket, the
+ * privileges of the workers. */
+pid_t
+child_spawn_cluster(struct master *m, const struct cluster_args *a)
+{
+    pid_t pid = fork();
+
+    if (pid != 0)
+        return pid;                 /* the master, or -1 */
+    child_common(m, NULL, 0, CHILD_SANITIZED);
+    if (m->tickets != NULL)
+        tlskey_forget(m->tickets);      /* no TLS here: no ticket keys */
+    log_open("cluster", m->log_send, m->cur->cfg->log_level);
+    log_set_format(m->cur->cfg->log_format);
+    privs_drop(&m->cur->privs);
+    proctitle_set(&m->title, "mtad: cluster", "mtad: cluster sync agent");
+    cluster_agent_main(a);
 }
 
 int

@@ -481,6 +481,11 @@ ctl_handle(struct master *m, struct ctl_client *c, char *line)
         ctl_client_reply(m, c, report);
         free(report);
         break;
+    case CTL_REQ_CLUSTER:
+        master_cluster_ctl(m, r.arg, &report);
+        ctl_client_reply(m, c, report);
+        free(report);
+        break;
     case CTL_REQ_GREYLIST:
         ctl_greylist(m, r.arg, &report);
         ctl_client_reply(m, c, report);

@@ -88,6 +88,9 @@ ctl_req_parse(char *line, int sandbox_test, struct ctl_req *r)
     } else if (strncmp(line, "shaping ", 8) == 0) {
         r->kind = CTL_REQ_SHAPING;
         r->arg = line + 8;
+    } else if (strncmp(line, "cluster ", 8) == 0) {
+        r->kind = CTL_REQ_CLUSTER;
+        r->arg = line + 8;
     } else if (strncmp(line, "quota ", 6) == 0) {
         r->kind = CTL_REQ_QUOTA;
         r->arg = line + 6;

@@ -44,6 +44,7 @@ enum ctl_req_kind {
     CTL_REQ_SHAPING,                /* "shaping ...": shaping.c's */
     CTL_REQ_GREYLIST,               /* "greylist ...": greylist.c checks */
     CTL_REQ_QUOTA,                  /* "quota ...": quota.c checks */
+    CTL_REQ_CLUSTER,                /* "cluster status|json": cluster.c */
     CTL_REQ_SANDBOX_TEST
 };
 

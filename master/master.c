@@ -312,6 +312,7 @@ master_tick(struct master *m, uint64_t now)
     }
     ctl_expire(m, now);
     tlsagg_tick(m, now);
+    master_cluster_tick(m, now);
     master_shaping_tick(m, now);
     greylist_tick(m, now);
     quota_tick(m, now);

@@ -97,6 +97,8 @@ struct master;
 pid_t   child_spawn_worker(struct master *m, struct slot *s,
             struct generation *g);
 pid_t   child_spawn_logd(struct master *m, struct slot *s);
+struct cluster_args;
+pid_t   child_spawn_cluster(struct master *m, const struct cluster_args *a);
 /* Every fd only the master needs (listeners included: a child keeps only
  * its own generation's); closed in each child unless it keeps it. */
 #define MASTER_MAX_FDS (MASTER_MAX_SLOTS * 2 + 64)
@@ -174,6 +176,7 @@ struct ctl_client {
  * master/ file keeps state of its own. */
 struct metrics;
 struct tlsagg;
+struct master_cluster;
 struct master {
     const char        *config_path;
     struct proctitle   title;           /* main()'s argv area (proctitle.c) */
@@ -224,6 +227,7 @@ struct master {
     int                load_failing;    /* load.c: the file was unreadable */
     struct master_notify   notify;      /* notify.c */
     struct master_watchdog wd;          /* watchdog.c */
+    struct master_cluster *cluster;     /* cluster.c: the sync agent */
 };
 
 /* master.c services used by ctl.c */

@@ -475,6 +475,7 @@ metrics_render(struct master *m)
     buf_printf(&t, "mtad_queue_oldest_age_seconds %" PRIu64 ".%03" PRIu64
         "\n", age / 1000, age % 1000);
     master_shaping_metrics(m, &t);
+    master_cluster_metrics(m, &t);
     metrics_events(&t, &tot, st);
     mt_head(&t, "mtad_build_info", "gauge",
         "Always 1; the label says which mtad this is.");

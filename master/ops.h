@@ -70,6 +70,22 @@ void    tlsagg_save(struct master *m);
 int     tlsagg_reaped(struct master *m, pid_t pid, int status);
 void    tlsagg_ctl(struct master *m, const char *arg, char **out);
 
+/* cluster.c: the sync agent (cluster/cluster.h) the master forks when
+ * relay.yaml has cluster:.  start before the first fork (reads the
+ * password, turns the shaping table's fleet mode on), spawn once the
+ * log socket is there; reaped: 1 when pid was the agent
+ * (restarted with back-off); tick once a second (restart, the heartbeat
+ * watchdog); stop at shutdown (1 when it is gone); ctl answers "cluster
+ * status|json"; metrics appends mtad_cluster_*. */
+struct buf;
+int     master_cluster_start(struct master *m, char *err, size_t errsz);
+void    master_cluster_spawn(struct master *m);     /* after logd */
+int     master_cluster_reaped(struct master *m, pid_t pid, int status);
+void    master_cluster_tick(struct master *m, uint64_t now_ms);
+int     master_cluster_stop(struct master *m);
+void    master_cluster_ctl(struct master *m, const char *arg, char **out);
+void    master_cluster_metrics(struct master *m, struct buf *t);
+
 /* ban.c: "ban list|add ADDR [SECONDS]|del ADDR" (arg after "ban "):
  * the reply, "ok\n..." or "error: ...\n" (the caller frees it). */
 void    ctl_ban(struct master *m, const char *arg, char **out);

@@ -383,6 +383,11 @@ master_start(struct master *m, struct config *cfg, int foreground)
         master_cleanup(m);
         return EX_UNAVAILABLE;
     }
+    if (master_cluster_start(m, err, sizeof(err)) < 0) {
+        fprintf(stderr, "mtad: %s\n", err);
+        master_cleanup(m);
+        return EX_CONFIG;
+    }
     /* Detach before the children fork: they must not hold the caller's
      * stdout/stderr (a pipe would never see EOF). */
     if (ok_fd >= 0)
@@ -394,6 +399,7 @@ master_start(struct master *m, struct config *cfg, int foreground)
         m->cur->privs.drop ? "" : " (not root: no privilege drop)");
     master_publish_submit(cfg);
     tlsagg_load(m);                 /* the day's TLS-RPT counts so far */
+    master_cluster_spawn(m);        /* before the workers need grants */
     (void)master_start_generation(m, m->cur);
     return EX_OK;
 }

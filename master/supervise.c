@@ -369,6 +369,8 @@ master_reap(struct master *m)
         }
         if (tlsagg_reaped(m, pid, st))
             continue;
+        if (master_cluster_reaped(m, pid, st))
+            continue;
         i = master_find_pid(m, pid);
         if (i >= 0)
             master_worker_exited(m, &m->slots[i], st);
@@ -432,6 +434,8 @@ master_shutdown_step(struct master *m)
 {
     if (master_workers_alive(m))
         return 0;
+    if (!master_cluster_stop(m))
+        return 0;                   /* the sync agent goes before logd */
     if (m->logd.state == SLOT_RUNNING) {
         log_notice("workers stopped; mtad exits");
         m->logd.state = SLOT_STOPPING;

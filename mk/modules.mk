@@ -10,7 +10,8 @@
 #   closure: a module that uses x also lists what x uses).  Dependencies
 #   point down: common <- bclass, grey, milter, sasl, shape, smtp, dns,
 #   sts, proxy, dkim <- router, spool <- config <- events, tlspol <-
-#   delivery <- smtpd <- worker <- master.  config uses dkim to check the
+#   delivery <- smtpd <- worker <- master; cluster (config, shape)
+#   is used by the master (it forks the sync agent).  config uses dkim to check the
 #   DKIM keys at load and bclass to load the bounce classes; events uses
 #   config and spool; mtactl and sendmail are programs (mtactl uses
 #   delivery for `tls check`).
@@ -18,7 +19,7 @@
 #   alone ("*": every header).  Another module's *_int.h is never one.
 # seam_<file>: headers beyond the contracts that one named file may include
 #   (mtactl's tls check runs the delivery's MX resolution and TLS client).
-MODS := master worker smtpd delivery events tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
+MODS := master cluster worker smtpd delivery events tlspol shape config spool router smtp dkim proxy dns sts bclass grey milter sasl common
 deps_common   :=
 deps_dns      := common
 deps_sts      := common
@@ -34,11 +35,12 @@ deps_sasl     := common
 deps_shape    := common
 deps_config   := dkim router smtp proxy dns bclass common
 deps_tlspol   := spool router smtp dns sts common
+deps_cluster  := config shape dkim router smtp proxy dns bclass common
 deps_events   := config spool dkim router smtp proxy dns bclass common
 deps_delivery := events tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_smtpd    := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
 deps_worker   := smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
-deps_master   := worker smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
+deps_master   := cluster worker smtpd delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass grey milter sasl common
 deps_mtactl   := delivery events tlspol shape config dkim spool router smtp proxy dns sts bclass common
 deps_sendmail := config dkim router smtp proxy dns bclass common
 pub_common    := *

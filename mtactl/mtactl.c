@@ -301,6 +301,19 @@ mtactl_run_shaping(struct mtactl *c, int argc, char **argv)
     return MTACTL_USAGE;
 }
 
+/* "cluster status [--json]": the sync agent's report (cluster.h) */
+static int
+mtactl_run_cluster(struct mtactl *c, int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "status") == 0)
+        return mtactl_request(c, "cluster status", MTACTL_TIMEOUT_MS, NULL);
+    if (argc == 3 && strcmp(argv[1], "status") == 0 &&
+        strcmp(argv[2], "--json") == 0)
+        return mtactl_request(c, "cluster json", MTACTL_TIMEOUT_MS, NULL);
+    fprintf(stderr, "mtactl: usage: mtactl cluster status [--json]\n");
+    return MTACTL_USAGE;
+}
+
 /* "suspend|resume SITE|DOMAIN [--source S] [--for D]" (--for: suspend
  * only, default an hour) as "shaping suspend NAME SOURCE|- SECONDS". */
 static int
@@ -554,6 +567,16 @@ static const struct mtactl_verb mtactl_verbs[] = {
       "when, the reply that triggered it (escaped), and its counters; "
       "--json: one JSON object (keys in mtactl(8)).",
       NULL, mtactl_run_shaping, MV_DAEMON, 0, 1 },
+    { "cluster", "status [--json]", "the fleet: nodes, shared limits, Redis",
+      "With relay.yaml cluster: the nodes seen in Redis and how long ago "
+      "(live within three sync intervals), each site x source's fleet "
+      "connections (open here, granted here, held by the others, the "
+      "limit) and the delivery tokens in stock, the bans, AUTH failure "
+      "addresses and quota keys shared, and Redis's health: address, role, "
+      "connected, the last round trip's latency, round trips, commands, "
+      "errors, fallback (on, episodes); --json: one JSON object (keys in "
+      "mtactl(8)).",
+      NULL, mtactl_run_cluster, MV_DAEMON, 1, 2 },
     { "suspend", "SITE|DOMAIN [--source S] [--for D]",
       "send nothing to a site for a while",
       "No new connection and no message to the site (a site name, or a "

@@ -235,4 +235,47 @@ size_t  shape_table_each(struct shape_table *t, const char *site,
             const char *source, void (*fn)(struct shape_table *, int, void *),
             void *arg);
 
+/* ---- the fleet (cluster/, docs/SCALING.md) ---- */
+
+/*
+ * Cluster mode: the limits of each pair hold for the fleet of nodes, and
+ * a node may hold only the connections and send only the messages its
+ * sync agent was granted (the agent writes the grants, the workers only
+ * read and spend them).  Set by the master before the first fork.  In
+ * it, for a pair with a connection limit, shape_conn_take() also stops
+ * at the grant; for a pair with a delivery (or new-connection) rate,
+ * shape_may() also spends a token of the pair's stock (kind 0:
+ * deliveries, 1: new connections) and says "not before now + wait_us"
+ * when the stock is empty.  Each refusal for want of a grant or a token
+ * is counted (the agent's demand signal).  A new pair starts with no
+ * grant and no token: it waits for the agent's next sync.
+ */
+#define SHAPE_FLEET_MSG  0
+#define SHAPE_FLEET_CONN 1
+void    shape_fleet_on(struct shape_table *t, uint32_t wait_us);
+int     shape_fleet_is(const struct shape_table *t);
+/* conns >= max, or (cluster mode, max > 0) >= the grant: the local look
+ * of shape_conn_take() (counts a refusal for want of a grant). */
+int     shape_conn_full(struct shape_table *t, int e, uint32_t max);
+
+struct shape_fleet {
+    uint32_t conns;                 /* open here */
+    uint32_t grant;                 /* connections granted here */
+    uint32_t conn_want;             /* refusals for want of a grant */
+    int32_t  tokens[2];             /* the stock, per kind */
+    uint64_t used[2];               /* tokens spent (counter) */
+    uint32_t want[2];               /* refusals for want of a token */
+};
+void    shape_fleet_get(struct shape_table *t, int e, struct shape_fleet *f);
+void    shape_fleet_grant(struct shape_table *t, int e, uint32_t grant);
+/* Add n tokens of kind to the stock. */
+void    shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n);
+/* Take the whole stock of kind back: how many there were. */
+int32_t shape_fleet_drain(struct shape_table *t, int e, int kind);
+/* The pair's back-off episode in force at now (0: none): its action
+ * (for_ms as it was started), start (wall ms) and the escaped reply. */
+int     shape_backoff_get(struct shape_table *t, int e, uint64_t now_wall_ms,
+            struct shape_action *a, uint64_t *since_ms,
+            char reply[SHAPE_REPLY_MAX]);
+
 #endif /* MTAD_SHAPE_H */

@@ -50,9 +50,16 @@ struct shape_ent {
     struct shape_action act;
     char     reply[SHAPE_REPLY_MAX];
     uint64_t sent, held, backoffs;
+    /* the fleet's grants (cluster mode): written by the agent */
+    uint32_t fl_grant, fl_conn_want;
+    int32_t  fl_tok[2];
+    uint32_t fl_want[2];
+    uint64_t fl_used[2];
 };
 
 struct shape_table {
+    uint32_t         fleet;             /* cluster mode */
+    uint32_t         fleet_wait_us;
     struct shape_ent e[SHAPE_SLOTS];
 };
 
@@ -146,6 +153,28 @@ shape_entry_set(struct shape_table *t, int e, const struct shape_limits *lim,
 
 /* ---- connections ---- */
 
+/* st_fleet_full - cluster mode: c open here reach the grant (counted as
+ * demand for the agent). */
+static int
+st_fleet_full(struct shape_table *t, struct shape_ent *x, uint32_t c,
+    uint32_t max)
+{
+    if (!t->fleet || max == 0 ||
+        c < __atomic_load_n(&x->fl_grant, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_add_fetch(&x->fl_conn_want, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+int
+shape_conn_full(struct shape_table *t, int e, uint32_t max)
+{
+    struct shape_ent *x = &t->e[e];
+    uint32_t          c = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
+
+    return (max > 0 && c >= max) || st_fleet_full(t, x, c, max);
+}
+
 int
 shape_conn_take(struct shape_table *t, int e, unsigned ws, uint32_t max)
 {
@@ -158,7 +187,7 @@ shape_conn_take(struct shape_table *t, int e, unsigned ws, uint32_t max)
     __atomic_add_fetch(&x->wconns[ws], 1, __ATOMIC_RELAXED);
     c = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
     do {
-        if (max > 0 && c >= max) {
+        if ((max > 0 && c >= max) || st_fleet_full(t, x, c, max)) {
             __atomic_sub_fetch(&x->wconns[ws], 1, __ATOMIC_RELAXED);
             return -1;
         }
@@ -223,6 +252,26 @@ shape_slot_clear(struct shape_table *t, unsigned ws)
 
 /* ---- rates ---- */
 
+/* st_fleet_token - cluster mode: one token of kind k from the stock
+ * (take), or only look; -1 when it is empty (counted as demand). */
+static int
+st_fleet_token(struct shape_ent *x, int k, int take)
+{
+    int32_t c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+
+    do {
+        if (c <= 0) {
+            __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
+            return -1;
+        }
+        if (!take)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&x->fl_tok[k], &c, c - 1, 1,
+        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    __atomic_add_fetch(&x->fl_used[k], 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 /* st_gcra - the shared form of shape_gcra(): a CAS on the word. */
 static int
 st_gcra(uint64_t *word, uint64_t now_us, uint64_t iv, uint32_t burst,
@@ -261,7 +310,7 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
     uint32_t          factor = 1000, step;
     struct shape_rate base = { 0, 0 };
     uint64_t          iv[SHAPE_NRATES], nb = 0, b;
-    int               r, lo, hi, taken = -1, any = 0;
+    int               r, lo, hi, taken = -1, any = 0, fk, fleet = 0;
 
     if (mode == SHAPE_M_SUSPEND) {
         uint64_t until = __atomic_load_n(&x->until_ms, __ATOMIC_RELAXED);
@@ -282,6 +331,12 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
         iv[r] = shape_interval_us(&lim->rate[r], factor);
         any |= iv[r] != 0;
     }
+    fk = kind == SHAPE_R_CONN ? SHAPE_FLEET_CONN : SHAPE_FLEET_MSG;
+    if (t->fleet && any && st_fleet_token(x, fk, take) < 0) {
+        *not_before_us = now_us + t->fleet_wait_us;
+        return -1;
+    }
+    fleet = t->fleet && any && take;
     /* slowing a site without a rate of its own: from the rule's base */
     if (!any && factor < 1000 && kind != SHAPE_R_CONN)
         iv[SHAPE_R_SEC] = shape_interval_us(&base, factor);
@@ -304,6 +359,10 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
             if (iv[taken] != 0)
                 __atomic_sub_fetch(&x->tat[taken], iv[taken],
                     __ATOMIC_RELAXED);
+        if (fleet) {                /* and the fleet's token */
+            __atomic_add_fetch(&x->fl_tok[fk], 1, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&x->fl_used[fk], 1, __ATOMIC_RELAXED);
+        }
         *not_before_us = nb;
         return -1;
     }
@@ -560,4 +619,86 @@ shape_table_each(struct shape_table *t, const char *site, const char *source,
         n++;
     }
     return n;
+}
+
+
+/* ---- the fleet ---- */
+
+void
+shape_fleet_on(struct shape_table *t, uint32_t wait_us)
+{
+    t->fleet_wait_us = wait_us;
+    __atomic_store_n(&t->fleet, 1, __ATOMIC_RELEASE);
+}
+
+int
+shape_fleet_is(const struct shape_table *t)
+{
+    return t != NULL && __atomic_load_n(&t->fleet, __ATOMIC_ACQUIRE);
+}
+
+void
+shape_fleet_get(struct shape_table *t, int e, struct shape_fleet *f)
+{
+    struct shape_ent *x = &t->e[e];
+    int               k;
+
+    f->conns = __atomic_load_n(&x->conns, __ATOMIC_RELAXED);
+    f->grant = __atomic_load_n(&x->fl_grant, __ATOMIC_RELAXED);
+    f->conn_want = __atomic_load_n(&x->fl_conn_want, __ATOMIC_RELAXED);
+    for (k = 0; k < 2; k++) {
+        f->tokens[k] = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+        f->used[k] = __atomic_load_n(&x->fl_used[k], __ATOMIC_RELAXED);
+        f->want[k] = __atomic_load_n(&x->fl_want[k], __ATOMIC_RELAXED);
+    }
+}
+
+void
+shape_fleet_grant(struct shape_table *t, int e, uint32_t grant)
+{
+    __atomic_store_n(&t->e[e].fl_grant, grant, __ATOMIC_RELEASE);
+}
+
+void
+shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n)
+{
+    __atomic_add_fetch(&t->e[e].fl_tok[kind & 1], n, __ATOMIC_ACQ_REL);
+}
+
+int32_t
+shape_fleet_drain(struct shape_table *t, int e, int kind)
+{
+    int32_t n = __atomic_exchange_n(&t->e[e].fl_tok[kind & 1], 0,
+        __ATOMIC_ACQ_REL);
+
+    return n > 0 ? n : 0;
+}
+
+int
+shape_backoff_get(struct shape_table *t, int e, uint64_t now,
+    struct shape_action *a, uint64_t *since_ms, char reply[SHAPE_REPLY_MAX])
+{
+    struct shape_ent *x = &t->e[e];
+    uint32_t          step;
+    int               on = 0;
+
+    st_lock(x);
+    if (x->mode == SHAPE_M_SUSPEND && now < x->until_ms) {
+        memset(a, 0, sizeof(*a));
+        a->act = SHAPE_ACT_SUSPEND;
+        a->for_ms = x->until_ms - x->since_ms;
+        on = 1;
+    } else if (x->mode == SHAPE_M_SLOW) {
+        (void)shape_ramp(&x->act, x->since_ms, now, &step);
+        if (step <= x->act.steps) {
+            *a = x->act;
+            on = 1;
+        }
+    }
+    if (on) {
+        *since_ms = x->since_ms;
+        memcpy(reply, x->reply, SHAPE_REPLY_MAX);
+    }
+    st_unlock(x);
+    return on;
 }

@@ -371,7 +371,7 @@ Test(config, unknown_key_top)
         "%P:3:1: foo: unknown key 'foo' (expected one of: server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
         "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
-        "submission, shaping)");
+        "submission, cluster, shaping)");
 }
 
 Test(config, unknown_key_nested)
@@ -512,7 +512,7 @@ Test(config, control_characters_in_key)
         "%P:3:1: a?b: unknown key 'a?b' (expected one of: server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
         "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
-        "submission, shaping)");
+        "submission, cluster, shaping)");
 }
 
 Test(config, bad_size)
@@ -700,7 +700,7 @@ Test(config, top_level_not_mapping)
         "%P:1:1: top level: expected a mapping of keys (server, limits, "
         "screen, greylist, quotas, relay, spool, routes, delivery, "
         "egress, log, tls, dns, dkim, metrics, tlsrpt, auth, events, "
-        "submission, shaping), got a sequence");
+        "submission, cluster, shaping), got a sequence");
 }
 
 Test(config, second_document)
@@ -725,7 +725,7 @@ Test(config, all_errors_collected)
         "%P:6:1: routing: unknown key 'routing' (expected one of: server, "
         "limits, screen, greylist, quotas, relay, spool, routes, "
         "delivery, egress, log, tls, dns, dkim, metrics, tlsrpt, auth, "
-        "events, submission, shaping)\n"
+        "events, submission, cluster, shaping)\n"
         "%P:1:1: routes.default: required key is missing (the route for "
         "mail that matches no other key)");
 }

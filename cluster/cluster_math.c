@@ -1,0 +1,92 @@
+/*
+ * cluster_math.c - the pure parts of the fleet (cluster.h): shares, key
+ * names, lease expiry, token stocks and fallback minting.  No I/O.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/cluster.h"
+
+uint32_t
+cluster_share(uint32_t limit, uint32_t nodes)
+{
+    uint32_t s;
+
+    if (limit == 0)
+        return 0;
+    if (nodes == 0)
+        nodes = 1;
+    s = limit / nodes;
+    return s > 0 ? s : 1;
+}
+
+int
+cluster_key(char *out, size_t outsz, const char *prefix, const char *kind,
+    const char *site, const char *source, const char *suffix)
+{
+    int n = snprintf(out, outsz, "%s%s:%s|%s%s%s", prefix, kind, site,
+        source, suffix ? ":" : "", suffix ? suffix : "");
+
+    return n < 0 || (size_t)n >= outsz ? -1 : n;
+}
+
+uint64_t
+cluster_lease_ms(uint64_t sync_ms)
+{
+    return sync_ms * 3 < 1000 ? 1000 : sync_ms * 3;
+}
+
+int
+cluster_lease_live(const char *v, uint64_t now_ms, uint64_t *n)
+{
+    char              *e;
+    unsigned long long a, x;
+
+    a = strtoull(v, &e, 10);
+    if (e == v || *e != ':')
+        return 0;
+    x = strtoull(e + 1, &e, 10);
+    if (*e != '\0' && *e != ':')
+        return 0;
+    if (x <= now_ms)
+        return 0;
+    *n = a;
+    return 1;
+}
+
+uint32_t
+cluster_stock(uint32_t n, uint64_t per_ms, uint64_t sync_ms, uint32_t nodes,
+    uint32_t cap)
+{
+    uint64_t want;
+
+    if (n == 0 || per_ms == 0)
+        return 0;
+    if (nodes == 0)
+        nodes = 1;
+    /* ceil(n * 2 * sync / per / nodes) */
+    want = ((uint64_t)n * 2 * sync_ms + per_ms * nodes - 1) /
+        (per_ms * nodes);
+    if (want < 1)
+        want = 1;
+    if (cap > 0 && want > cap)
+        want = cap;
+    return (uint32_t)want;
+}
+
+uint32_t
+cluster_mint(uint32_t n, uint64_t per_ms, uint32_t nodes, uint64_t dt_ms,
+    uint64_t *frac)
+{
+    uint64_t micro;
+
+    if (n == 0 || per_ms == 0)
+        return 0;
+    if (nodes == 0)
+        nodes = 1;
+    /* in millionths of a token: n * dt / per / nodes */
+    micro = *frac + (uint64_t)n * dt_ms * 1000000 / (per_ms * nodes);
+    *frac = micro % 1000000;
+    return (uint32_t)(micro / 1000000);
+}
