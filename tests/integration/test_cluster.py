@@ -247,6 +247,38 @@ def test_auth_failures_add_up_across_nodes(fleet, workdir):
         assert auth(node, "s3cret pass", src="127.0.0.7") == 235
 
 
+def test_queue_quotas_add_up_across_nodes(fleet):
+    """quotas.recipient_domain.messages 6, example.org's next hop down:
+    two messages queued on each node (none over 6 by itself); after a few
+    syncs a seventh is refused with 452 4.3.1 on n1 and on n2.  One probe
+    each: a probe taken would count."""
+    import json
+    from mtadtest import closed_port
+    c = fleet(google_site(), over={
+        "quotas": {"recipient_domain": {"messages": 6}},
+        "routes": {"static": {"example.org": "smtp:[127.0.0.1]:%d" %
+                              closed_port()}}})
+
+    def round_trips(node):
+        r = node.ctl("cluster", "status", "--json")
+        return (json.loads(r.stdout)["redis"]["round_trips"]
+                if r.returncode == 0 else 0)
+
+    for k, node in enumerate(c.nodes):
+        c.submit(2, lambda i: ["q%d.%d@example.org" % (k, i)], via=node)
+    for node in c.nodes:
+        r0 = round_trips(node)
+        wait_for(lambda: round_trips(node) >= r0 + 5, 10,
+                 what="%s: five syncs after the last message" % node.name)
+    for node in c.nodes[:2]:
+        with node.client() as cl:
+            cl.greet()
+            assert cl.cmd("MAIL FROM:<s@home.test>").code == 250
+            r = cl.cmd("RCPT TO:<probe@example.org>")
+            assert r.code == 452 and b"4.3.1 Quota exceeded" in r.text, \
+                (node.name, r)
+
+
 def serials(recs):
     return {int(r["x"]["X-Serial"]) for r in recs if "X-Serial" in r["x"]}
 
