@@ -97,16 +97,13 @@ int     cluster_key(char *out, size_t outsz, const char *prefix,
 /* A lease's expiry: the agent's lease lives for three sync intervals
  * and at least a second, so two lost cycles do not drop it. */
 uint64_t cluster_lease_ms(uint64_t sync_ms);
-/* Is a lease value "n:expiry_ms" live at now? its n into *n. */
+/* Is a lease value "n:expiry_ms" (or "n:b:expiry_ms") live at now?
+ * its n into *n. */
 int     cluster_lease_live(const char *v, uint64_t now_ms, uint64_t *n);
-/* The stock of delivery tokens a node asks for per cycle: two sync
- * intervals of the most restrictive rate (n per per_ms) spread over the
- * nodes, at least 1, at most cap. */
+/* The stock of tokens a node asks for per cycle: two sync intervals of
+ * the most restrictive rate (n per per_ms) over nodes (1 while Redis
+ * answers: the fleet's horizon shares it; the live nodes in fallback),
+ * at least 1, at most cap (0: none). */
 uint32_t cluster_stock(uint32_t n, uint64_t per_ms, uint64_t sync_ms,
             uint32_t nodes, uint32_t cap);
-/* Fallback minting: tokens due after dt_ms at n per per_ms over nodes,
- * with the fraction carried in *frac (millionths). */
-uint32_t cluster_mint(uint32_t n, uint64_t per_ms, uint32_t nodes,
-            uint64_t dt_ms, uint64_t *frac);
-
 #endif /* MTAD_CLUSTER_H */

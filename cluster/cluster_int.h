@@ -17,7 +17,7 @@
 #include "shape/shape.h"
 
 /* the Lua scripts, loaded on every connect (cluster_redis.c) */
-enum { CL_S_HELLO = 0, CL_S_LEASE, CL_S_BUCKET, CL_S_SET, CL_NSCRIPTS };
+enum { CL_S_HELLO = 0, CL_S_LEASE, CL_S_RESERVE, CL_S_SET, CL_NSCRIPTS };
 
 /* what a pipelined command's reply is for */
 enum cl_what { CL_W_IGNORE = 0, CL_W_HELLO, CL_W_LEASE, CL_W_BUCKET,
@@ -33,6 +33,7 @@ struct cl_pend {
 };
 
 #define CL_MAX_NODES 64
+#define CL_SHOWN     16             /* bans, AUTH keys in the report */
 #define CL_ARGS      96
 #define CL_ARGBUF    16384
 
@@ -42,7 +43,6 @@ struct cl_node { char id[CLUSTER_ID_MAX]; uint64_t age_ms; };
 struct cl_pair {
     uint64_t used[2];               /* tokens spent at the last cycle */
     uint32_t want[2], conn_want;    /* demand counters then */
-    uint64_t frac[2];               /* fallback minting's fraction */
     uint64_t demand_ms;             /* the last refusal for a grant */
     uint32_t others;                /* other nodes' connections */
     uint32_t fleet_grant;           /* as Redis granted it */
@@ -81,6 +81,11 @@ struct cl_agent {
     struct shape_view   *views;     /* SHAPE_SLOTS */
     size_t               nviews;
     size_t               fleet_bans, fleet_auth, fleet_quotas;
+    /* the first of them, for the report */
+    struct { char addr[48]; uint64_t left_ms; } ban_list[CL_SHOWN];
+    size_t               nban_list;
+    struct { uint32_t key; long long count; } auth_list[CL_SHOWN];
+    size_t               nauth_list;
     /* fallback */
     int                  fallback;
     uint64_t             fb_since_ms, retry_at_ms, retry_ms, last_cycle_ms;

@@ -1,6 +1,6 @@
 /*
  * cluster_math.c - the pure parts of the fleet (cluster.h): shares, key
- * names, lease expiry, token stocks and fallback minting.  No I/O.
+ * names, lease expiry, token stocks.  No I/O.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,18 +40,27 @@ cluster_lease_ms(uint64_t sync_ms)
 int
 cluster_lease_live(const char *v, uint64_t now_ms, uint64_t *n)
 {
+    const char        *p = v;
     char              *e;
-    unsigned long long a, x;
+    unsigned long long first = 0, x = 0;
+    int                k;
 
-    a = strtoull(v, &e, 10);
-    if (e == v || *e != ':')
+    /* "n:expiry" or "n:b:expiry": the first number and the last */
+    for (k = 0; k < 3; k++) {
+        x = strtoull(p, &e, 10);
+        if (e == p)
+            return 0;
+        if (k == 0)
+            first = x;
+        if (*e == '\0')
+            break;
+        if (*e != ':')
+            return 0;
+        p = e + 1;
+    }
+    if (k == 0 || *e != '\0' || x <= now_ms)
         return 0;
-    x = strtoull(e + 1, &e, 10);
-    if (*e != '\0' && *e != ':')
-        return 0;
-    if (x <= now_ms)
-        return 0;
-    *n = a;
+    *n = first;
     return 1;
 }
 
@@ -73,20 +82,4 @@ cluster_stock(uint32_t n, uint64_t per_ms, uint64_t sync_ms, uint32_t nodes,
     if (cap > 0 && want > cap)
         want = cap;
     return (uint32_t)want;
-}
-
-uint32_t
-cluster_mint(uint32_t n, uint64_t per_ms, uint32_t nodes, uint64_t dt_ms,
-    uint64_t *frac)
-{
-    uint64_t micro;
-
-    if (n == 0 || per_ms == 0)
-        return 0;
-    if (nodes == 0)
-        nodes = 1;
-    /* in millionths of a token: n * dt / per / nodes */
-    micro = *frac + (uint64_t)n * dt_ms * 1000000 / (per_ms * nodes);
-    *frac = micro % 1000000;
-    return (uint32_t)(micro / 1000000);
 }

@@ -13,8 +13,10 @@
  *           matter: HELLO (the node registry, a ZSET by last-seen time),
  *           LEASE (a hash of node -> "a:b:expiry": write this node's
  *           field, drop expired ones, answer the others' sums and the
- *           grant under a maximum), BUCKET (token buckets of one pair, one
- *           key per rate: take up to K from all at once, or give back),
+ *           grant under a maximum), RESERVE (one GCRA per rate of a pair,
+ *           its theoretical arrival time in a key: reserve up to K events
+ *           of all of them at once, no further ahead than a horizon, and
+ *           answer their times: the first and the spacing),
  *           SET (bans and counts in one hash with expiries).
  */
 #include <errno.h>
@@ -64,25 +66,32 @@ static const char *const cl_scripts[CL_NSCRIPTS] = {
     "redis.call('PEXPIRE', KEYS[1], ttl) "
     "else redis.call('HDEL', KEYS[1], ARGV[1]) end "
     "return {grant, oa, ob}",
-    /* BUCKET KEYS rates; ARGV want, then n per_ms cap per key: got */
-    CL_NOW
-    "local want = tonumber(ARGV[1]) local got = want local tok = {} "
+    /* RESERVE KEYS rates (a GCRA's TAT each, ms); ARGV want, horizon_ms,
+     * then n per_ms tolerance (events) per key: {K, first - now (us),
+     * spacing (us)}: K events at first, first + spacing, ... */
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 "
+    "local want, hz = tonumber(ARGV[1]), tonumber(ARGV[2]) "
+    "local K, first, ivmax, st, ivs = want, nil, 0, {}, {} "
     "for i = 1, #KEYS do "
-    "local n, per, cap = tonumber(ARGV[i * 3 - 1]), "
-    "tonumber(ARGV[i * 3]), tonumber(ARGV[i * 3 + 1]) "
-    "local b = redis.call('HMGET', KEYS[i], 't', 'ts') "
-    "local v, ts = tonumber(b[1]), tonumber(b[2]) "
-    "if v == nil or ts == nil then v = cap ts = now end "
-    "if now > ts then v = v + (now - ts) * n / per end "
-    "if v > cap then v = cap end tok[i] = v "
-    "if want > 0 and math.floor(v) < got then got = math.floor(v) end end "
-    "if want > 0 and got < 0 then got = 0 end "
-    "for i = 1, #KEYS do "
-    "local per, cap = tonumber(ARGV[i * 3]), tonumber(ARGV[i * 3 + 1]) "
-    "local v = tok[i] - got if v > cap then v = cap end "
-    "redis.call('HSET', KEYS[i], 't', tostring(v), 'ts', tostring(now)) "
-    "redis.call('PEXPIRE', KEYS[i], math.floor(per * 2 + 60000)) end "
-    "return got",
+    "local n, per, tol = tonumber(ARGV[i * 3]), tonumber(ARGV[i * 3 + 1]), "
+    "tonumber(ARGV[i * 3 + 2]) "
+    "local iv = per / n "
+    "local s = tonumber(redis.call('GET', KEYS[i])) or 0 "
+    "if s < now - tol * iv then s = now - tol * iv end "
+    "local k = math.floor((now + hz - s) / iv) "
+    "if k < K then K = k end "
+    "if first == nil or s > first then first = s end "
+    "if iv > ivmax then ivmax = iv end "
+    "st[i] = s ivs[i] = iv end "
+    "if K < 0 then K = 0 end "
+    "if K > 0 then for i = 1, #KEYS do "
+    "local tat = st[i] + K * ivs[i] "
+    "local b = first + (K - 1) * ivmax + ivs[i] "
+    "if b > tat then tat = b end "
+    "redis.call('SET', KEYS[i], tostring(tat), 'PX', "
+    "math.floor(tonumber(ARGV[i * 3 + 1]) * 2 + 60000)) end end "
+    "return {K, math.floor((first - now) * 1000), math.floor(ivmax * 1000)}",
     /* SET KEYS[1] hash; ARGV mode (ban|count) window_ms, then field value
      * pairs (ban: ms left; count: a delta): {field, left|count, ...} */
     CL_NOW

@@ -9,21 +9,26 @@
  *           pass the limit.  A node asks one more than it has open only
  *           after a worker was refused for want of a grant (the demand
  *           counter), and keeps a granted head-room for a second.
- *           Rates: the fleet's token bucket per rate lives in Redis (a
- *           bucket of burst + 1 filled at the rate, the slow-down factor
- *           applied); a node with demand tops its stock up to two sync
- *           intervals of the most restrictive rate over the live nodes,
- *           and gives an unspent stock back once a cycle passed without
- *           a spend, so tokens never pile up on an idle node.
+ *           Rates: one GCRA per rate lives in Redis (its theoretical
+ *           arrival time, the pair's burst as its tolerance, the
+ *           slow-down factor applied); a node with demand reserves the
+ *           next slots, at most two sync intervals ahead for the whole
+ *           fleet, and gets each token with its time: the workers spend a
+ *           token no sooner than it (shape.h), so the fleet's deliveries
+ *           follow one schedule and never pass the rate.  A stock whose
+ *           times passed unspent lapses (nothing piles up on an idle
+ *           node; a lapsed slot is lost, never used twice).
  *           Back-off: a local episode (a 421 that matched a rule) is
  *           published with the time it has left; the other nodes start
  *           the same episode for what is left of it.
  */
 #include <inttypes.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "cluster/cluster_int.h"
@@ -65,14 +70,6 @@ cl_scaled(uint32_t n, uint32_t factor)
     return v > 0 ? (uint32_t)v : 1;
 }
 
-static uint32_t
-cl_cap(const struct shape_limits *lim, int kind, int rate)
-{
-    if (kind)
-        return lim->rate[rate].n;       /* its burst is n - 1 */
-    return lim->burst + 1;
-}
-
 /* cl_conns - the lease of a pair with a connection limit */
 static void
 cl_conns(struct cl_agent *g, const struct shape_view *v,
@@ -102,7 +99,29 @@ cl_conns(struct cl_agent *g, const struct shape_view *v,
     cl_send(g, &pd);
 }
 
-/* cl_tokens - the stock of kind of a pair with rates of that kind */
+static uint64_t
+cl_mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* cl_tol - the burst the pair's own rate of kind allows, in events */
+static uint32_t
+cl_tol(const struct shape_limits *lim, int kind)
+{
+    if (kind)
+        return lim->rate[SHAPE_R_CONN].n > 0 ?
+            lim->rate[SHAPE_R_CONN].n - 1 : 0;
+    return lim->burst;
+}
+
+/* cl_tokens - the stock of kind of a pair with rates of that kind: with
+ * demand, reserve up to two sync intervals of the tightest rate (the
+ * fleet's horizon is as long: whoever asks first gets the next slots);
+ * a stock left unspent after its times passed lapses. */
 static void
 cl_tokens(struct cl_agent *g, const struct shape_view *v,
     const struct shape_fleet *f, struct cl_pair *p, int kind)
@@ -110,7 +129,6 @@ cl_tokens(struct cl_agent *g, const struct shape_view *v,
     struct cl_pend pd = { CL_W_BUCKET, v->e, kind, 0, NULL };
     int            r[SHAPE_NRATES], n, i, tight;
     uint32_t       stock;
-    int32_t        ask;
     char           key[300];
     int            spent = f->used[kind] != p->used[kind];
     int            demand = spent || f->want[kind] != p->want[kind];
@@ -119,30 +137,29 @@ cl_tokens(struct cl_agent *g, const struct shape_view *v,
     p->want[kind] = f->want[kind];
     if ((n = cl_rates(&v->lim, kind, r, &tight)) == 0)
         return;
+    if (!spent && f->tokens[kind] > 0 &&
+        f->next_us[kind] + g->sync_ms * 1000 < cl_mono_us()) {
+        (void)shape_fleet_drain(g->shape, v->e, kind);  /* lapsed */
+        return;
+    }
     stock = cluster_stock(cl_scaled(v->lim.rate[tight].n, v->factor),
-        v->lim.rate[tight].per_ms, g->sync_ms, g->nodes,
-        cl_cap(&v->lim, kind, tight));
-    if (demand)
-        ask = (int32_t)stock - f->tokens[kind];
-    else if (f->tokens[kind] > 0)
-        ask = -shape_fleet_drain(g->shape, v->e, kind);   /* give back */
-    else
+        v->lim.rate[tight].per_ms, g->sync_ms, 1, 0);
+    if (!demand || f->tokens[kind] >= (int32_t)stock)
         return;
-    if (ask == 0)
-        return;
-    pd.n = ask;
-    cl_eval(g, CL_S_BUCKET, n);
+    pd.n = (int32_t)stock - f->tokens[kind];
+    cl_eval(g, CL_S_RESERVE, n);
     for (i = 0; i < n; i++) {
         if (cluster_key(key, sizeof(key), g->prefix, "rate", v->site,
             v->source, cl_rate_name[r[i]]) < 0)
             return;
         cl_arg(g, "%s", key);
     }
-    cl_arg(g, "%" PRId32, ask);
+    cl_arg(g, "%" PRId32, pd.n);
+    cl_arg(g, "%" PRIu64, g->sync_ms * 2);
     for (i = 0; i < n; i++) {
         cl_arg(g, "%" PRIu32, cl_scaled(v->lim.rate[r[i]].n, v->factor));
         cl_arg(g, "%" PRIu64, v->lim.rate[r[i]].per_ms);
-        cl_arg(g, "%" PRIu32, cl_cap(&v->lim, kind, r[i]));
+        cl_arg(g, "%" PRIu32, cl_tol(&v->lim, kind));
     }
     cl_send(g, &pd);
 }
@@ -205,6 +222,34 @@ cl_shape_queue(struct cl_agent *g)
     }
 }
 
+/* the names of entry e, from this cycle's views */
+static const struct shape_view *
+cl_view_of(struct cl_agent *g, int e)
+{
+    size_t i;
+
+    for (i = 0; i < g->nviews; i++)
+        if (g->views[i].e == e)
+            return &g->views[i];
+    return NULL;
+}
+
+static const char *
+cl_site(struct cl_agent *g, int e)
+{
+    const struct shape_view *v = cl_view_of(g, e);
+
+    return v != NULL ? v->site : "?";
+}
+
+static const char *
+cl_source(struct cl_agent *g, int e)
+{
+    const struct shape_view *v = cl_view_of(g, e);
+
+    return v != NULL ? v->source : "?";
+}
+
 /* cl_apply - a fleet episode another node published: "node|since|act|
  * for|factor|steps|step_ms|base_n|base_per|reply" */
 static void
@@ -217,6 +262,7 @@ cl_apply(struct cl_agent *g, int e, const char *val)
     int                 act, off = 0;
     uint64_t            now = util_wall_ms(), el, s2;
     char                node[CLUSTER_ID_MAX], reply[SHAPE_REPLY_MAX];
+    char                esc[UTIL_ESC_ROOM(CLUSTER_ID_MAX)];
     const char         *bar;
 
     bar = strchr(val, '|');
@@ -245,8 +291,19 @@ cl_apply(struct cl_agent *g, int e, const char *val)
         return;
     util_strlcpy(reply, bar + 1 + off, sizeof(reply));
     /* the reply was escaped where it was published */
-    if (shape_backoff(g->shape, e, &a, reply, now, 0) &&
-        shape_backoff_get(g->shape, e, now, &a, &s2, reply))
+    if (!shape_backoff(g->shape, e, &a, reply, now, 0))
+        return;                         /* one as strict is on already */
+    util_escape(esc, sizeof(esc), node, strlen(node), 0, NULL);
+    if (a.act == SHAPE_ACT_SUSPEND)
+        log_notice("cluster: site %s source %s suspended for %llus as node "
+            "%s was told: %s", cl_site(g, e),
+            cl_source(g, e), (unsigned long long)(a.for_ms / 1000), esc,
+            reply);
+    else
+        log_notice("cluster: site %s source %s slowed to %.1f%% as node %s "
+            "was told: %s", cl_site(g, e), cl_source(g, e),
+            a.factor / 10.0, esc, reply);
+    if (shape_backoff_get(g->shape, e, now, &a, &s2, reply))
         p->bo_since = s2;               /* not ours to publish again */
 }
 
@@ -265,11 +322,19 @@ cl_shape_reply(struct cl_agent *g, const struct cl_pend *p,
         shape_fleet_grant(g->shape, p->e, x->fleet_grant);
         break;
     case CL_W_BUCKET:
-        if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 && p->n > 0) {
-            shape_fleet_add(g->shape, p->e, p->kind, (int32_t)r->integer);
+        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+            r->element[0]->integer > 0) {
+            /* the reply came after Redis's now: local times are later */
+            long long off = r->element[1]->integer;
+            uint64_t  now = cl_mono_us(), first = off < 0 &&
+                (uint64_t)-off > now ? 0 : (uint64_t)((long long)now + off);
+
+            shape_fleet_add(g->shape, p->e, p->kind,
+                (int32_t)r->element[0]->integer, first,
+                (uint64_t)r->element[2]->integer);
             if (p->kind == SHAPE_FLEET_MSG)
                 __atomic_add_fetch(&g->page->tokens_taken,
-                    (uint64_t)r->integer, __ATOMIC_RELAXED);
+                    (uint64_t)r->element[0]->integer, __ATOMIC_RELAXED);
         }
         break;
     case CL_W_BACKOFF:
@@ -284,34 +349,33 @@ cl_shape_reply(struct cl_agent *g, const struct cl_pend *p,
 void
 cl_shape_fallback(struct cl_agent *g, uint64_t dt_ms)
 {
-    uint64_t           now = util_wall_ms();
+    uint64_t           now = util_wall_ms(), mono = cl_mono_us();
     struct shape_fleet f;
     size_t             i;
     int                kind, r[SHAPE_NRATES], tight;
 
+    (void)dt_ms;
     g->nviews = shape_table_list(g->shape, now, g->views, SHAPE_SLOTS);
     for (i = 0; i < g->nviews; i++) {
         const struct shape_view *v = &g->views[i];
-        struct cl_pair          *p = &g->pair[v->e];
 
         shape_fleet_get(g->shape, v->e, &f);
         shape_fleet_grant(g->shape, v->e,
             cluster_share(v->lim.connections, g->nodes));
+        /* this node's own GCRA at rate / nodes: its share */
         for (kind = 0; kind < 2; kind++) {
-            uint32_t n, stock, got;
+            uint32_t n, stock;
+            uint64_t iv;
 
             if (cl_rates(&v->lim, kind, r, &tight) == 0)
                 continue;
             n = cl_scaled(v->lim.rate[tight].n, v->factor);
             stock = cluster_stock(n, v->lim.rate[tight].per_ms, g->sync_ms,
-                g->nodes, cl_cap(&v->lim, kind, tight));
-            got = cluster_mint(n, v->lim.rate[tight].per_ms, g->nodes, dt_ms,
-                &p->frac[kind]);
-            if (f.tokens[kind] + (int32_t)got > (int32_t)stock)
-                got = f.tokens[kind] < (int32_t)stock ?
-                    stock - (uint32_t)f.tokens[kind] : 0;
-            if (got > 0)
-                shape_fleet_add(g->shape, v->e, kind, (int32_t)got);
+                g->nodes, 0);
+            iv = v->lim.rate[tight].per_ms * 1000 * g->nodes / n;
+            if (f.tokens[kind] < (int32_t)stock)
+                shape_fleet_add(g->shape, v->e, kind,
+                    (int32_t)stock - f.tokens[kind], mono, iv);
         }
     }
 }
@@ -325,6 +389,5 @@ cl_shape_rejoin(struct cl_agent *g)
     for (i = 0; i < g->nviews; i++) {
         (void)shape_fleet_drain(g->shape, g->views[i].e, 0);
         (void)shape_fleet_drain(g->shape, g->views[i].e, 1);
-        g->pair[g->views[i].e].frac[0] = 0;
     }
 }

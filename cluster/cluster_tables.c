@@ -129,10 +129,17 @@ cl_bans_reply(struct cl_agent *g, const redisReply *r)
     if (r->type != REDIS_REPLY_ARRAY)
         return;
     g->fleet_bans = r->elements / 2;
+    g->nban_list = 0;
     for (i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *a = r->element[i], *left = r->element[i + 1];
         long long         ms = left->type == REDIS_REPLY_INTEGER ?
             left->integer : 0;
+
+        if (a->type == REDIS_REPLY_STRING && g->nban_list < CL_SHOWN) {
+            util_strlcpy(g->ban_list[g->nban_list].addr, a->str,
+                sizeof(g->ban_list[0].addr));
+            g->ban_list[g->nban_list++].left_ms = ms > 0 ? (uint64_t)ms : 0;
+        }
 
         if (a->type != REDIS_REPLY_STRING || ms <= 0 ||
             cl_parse_ip(a->str, &ss) < 0)
@@ -216,6 +223,7 @@ cl_auth_reply(struct cl_agent *g, const redisReply *r)
     if (r->type != REDIS_REPLY_ARRAY)
         return;
     g->fleet_auth = r->elements / 2;
+    g->nauth_list = 0;
     for (i = 0; i + 1 < r->elements; i += 2) {
         const redisReply    *f = r->element[i], *c = r->element[i + 1];
         struct cl_auth_memo *m;
@@ -226,6 +234,10 @@ cl_auth_reply(struct cl_agent *g, const redisReply *r)
             continue;
         key = (uint32_t)strtoul(f->str, NULL, 16);
         fleet = c->integer;
+        if (g->nauth_list < CL_SHOWN) {
+            g->auth_list[g->nauth_list].key = key;
+            g->auth_list[g->nauth_list++].count = fleet;
+        }
         if (key == 0 || (m = cl_memo_of(key, 1)) == NULL)
             continue;
         /* others' failures since: what the fleet has beyond ours */

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "common/buf.h"
+#include "common/status.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "cluster/cluster_int.h"
@@ -73,6 +74,48 @@ cl_role_name(uint32_t r)
         r == CLUSTER_ROLE_REPLICA ? "replica" : "none";
 }
 
+/* cl_quotas - the rows with usage here or elsewhere (at most CL_SHOWN) */
+static void
+cl_quotas(struct cl_agent *g, struct buf *t, int json)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < STATUS_QUOTA_SLOTS && n < CL_SHOWN; i++) {
+        const struct status_quota_row *q = &g->st->quota[i];
+        uint64_t tag = __atomic_load_n(&q->tag, __ATOMIC_ACQUIRE);
+        int64_t  m, b, om, ob;
+        char     key[STATUS_QUOTA_KEY_MAX + 1];
+
+        if (tag == 0 || tag == STATUS_QUOTA_FREEING ||
+            __atomic_load_n(&q->ready, __ATOMIC_ACQUIRE) != tag)
+            continue;
+        status_quota_local(g->st, (int)i, &m, &b);
+        om = __atomic_load_n(&q->msgs[STATUS_QUOTA_FLEET], __ATOMIC_RELAXED);
+        ob = __atomic_load_n(&q->bytes[STATUS_QUOTA_FLEET],
+            __ATOMIC_RELAXED);
+        if (m == 0 && om == 0)
+            continue;
+        memcpy(key, q->key, q->klen);
+        key[q->klen] = '\0';
+        if (json) {
+            buf_printf(t, "%s{\"kind\":\"%s\",\"key\":", n ? "," : "",
+                status_quota_kind_name(q->kind));
+            cl_jstr(t, key);
+            buf_printf(t, ",\"here\":{\"messages\":%" PRId64 ",\"bytes\":%"
+                PRId64 "},\"others\":{\"messages\":%" PRId64 ",\"bytes\":%"
+                PRId64 "}}", m, b, om, ob);
+        } else {
+            char esc[UTIL_ESC_ROOM(STATUS_QUOTA_KEY_MAX)];
+
+            util_escape(esc, sizeof(esc), key, q->klen, 0, NULL);
+            buf_printf(t, "  %s %s: here %" PRId64 " messages %" PRId64
+                " bytes, others %" PRId64 " messages %" PRId64 " bytes\n",
+                status_quota_kind_name(q->kind), esc, m, b, om, ob);
+        }
+        n++;
+    }
+}
+
 static void
 cl_text(struct cl_agent *g, struct buf *t)
 {
@@ -115,9 +158,20 @@ cl_text(struct cl_agent *g, struct buf *t)
             f.conns + x->others, v->lim.connections, f.tokens[0],
             f.tokens[1], f.used[0]);
     }
-    buf_printf(t, "bans: %zu in the fleet\nauth failures: %zu addresses in "
-        "the fleet\nquotas: %zu keys in use in the fleet\n", g->fleet_bans,
-        g->fleet_auth, g->fleet_quotas);
+    buf_printf(t, "bans: %zu in the fleet\n", g->fleet_bans);
+    for (i = 0; i < g->nban_list; i++) {
+        util_escape(esc, sizeof(esc), g->ban_list[i].addr,
+            strlen(g->ban_list[i].addr), 0, NULL);
+        buf_printf(t, "  %s for %" PRIu64 "s more\n", esc,
+            g->ban_list[i].left_ms / 1000);
+    }
+    buf_printf(t, "auth failures: %zu addresses in the fleet\n",
+        g->fleet_auth);
+    for (i = 0; i < g->nauth_list; i++)
+        buf_printf(t, "  address key %07" PRIx32 ": %lld failures\n",
+            g->auth_list[i].key, g->auth_list[i].count);
+    buf_printf(t, "quotas: %zu keys in use in the fleet\n", g->fleet_quotas);
+    cl_quotas(g, t, 0);
 }
 
 static void
@@ -166,9 +220,21 @@ cl_json(struct cl_agent *g, struct buf *t)
             f.tokens[0], f.tokens[1], f.used[0], v->mode == SHAPE_M_SUSPEND ?
             "suspended" : v->mode == SHAPE_M_SLOW ? "slow" : "normal");
     }
-    buf_printf(t, "],\"bans\":%zu,\"auth_failure_addresses\":%zu,"
-        "\"quota_keys\":%zu}\n", g->fleet_bans, g->fleet_auth,
-        g->fleet_quotas);
+    buf_printf(t, "],\"bans\":%zu,\"ban_list\":[", g->fleet_bans);
+    for (i = 0; i < g->nban_list; i++) {
+        buf_printf(t, "%s{\"address\":", i ? "," : "");
+        cl_jstr(t, g->ban_list[i].addr);
+        buf_printf(t, ",\"left_s\":%" PRIu64 "}",
+            g->ban_list[i].left_ms / 1000);
+    }
+    buf_printf(t, "],\"auth_failure_addresses\":%zu,\"auth_failures\":[",
+        g->fleet_auth);
+    for (i = 0; i < g->nauth_list; i++)
+        buf_printf(t, "%s{\"key\":\"%07" PRIx32 "\",\"count\":%lld}",
+            i ? "," : "", g->auth_list[i].key, g->auth_list[i].count);
+    buf_printf(t, "],\"quota_keys\":%zu,\"quotas\":[", g->fleet_quotas);
+    cl_quotas(g, t, 1);
+    buf_printf(t, "]}\n");
 }
 
 void

@@ -42,6 +42,7 @@ static const struct chan_spec {
     [CHAN_AUTH_CONNECT] = { "auth-connect", TO(CHAN_MASTER), 0, 0, 0 },
     [CHAN_AUTH_SOCKET]  = { "auth-socket", TO(CHAN_WORKER), 0, 0, 1 },
     [CHAN_AUTH_REFUSED] = { "auth-refused", TO(CHAN_WORKER), 0, 255, 0 },
+    [CHAN_SHAPE_EVENT]  = { "shape-event", TO(CHAN_WORKER), 5, 1024, 0 },
 };
 
 

@@ -45,6 +45,10 @@
  *                                      sandbox may not make unix sockets
  *             CHAN_AUTH_SOCKET  M->W   -  the connected socket            yes
  *             CHAN_AUTH_REFUSED M->W   why the connect failed (text)
+ *             CHAN_SHAPE_EVENT  M->W   "TYPE\tSITE\tSOURCE\tMODE\tUNTIL_MS\t
+ *                                      REASON": a shaping episode the
+ *                                      master began or ended (mtactl, the
+ *                                      tick), for the worker's events
  *           The receiver trusts nothing of the payload beyond its length
  *           (a worker is less trusted than the master): each handler
  *           parses its own payload strictly.
@@ -86,6 +90,7 @@ enum chan_cmd {
     CHAN_AUTH_CONNECT,
     CHAN_AUTH_SOCKET,
     CHAN_AUTH_REFUSED,
+    CHAN_SHAPE_EVENT,
     CHAN_NCMD
 };
 

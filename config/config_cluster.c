@@ -7,7 +7,8 @@
  *           entries (or one string, entries split at commas), each an IP
  *           literal with a port ("127.0.0.1:6379", "[::1]:6379") or an
  *           absolute unix socket path; they are kept joined by ",".
- *           The cluster is on when either is given; Sentinel needs its
+ *           The cluster is on when either is given (a section without
+ *           them is off, as "mtad -n" prints it); Sentinel needs its
  *           master_name.  The password file must be a regular file that
  *           neither its group nor the world may read (it is read by the
  *           master, as root, at start).
@@ -114,7 +115,7 @@ config_set_cluster_addrs(struct config_parse *p, const struct config_key *k,
     *dst = joined;
 }
 
-/* config_check_cluster - after the walk: an address, Sentinel's name,
+/* config_check_cluster - after the walk: Sentinel's name,
  * the password file's mode, a key prefix without spaces. */
 void
 config_check_cluster(struct config_parse *p)
@@ -125,9 +126,6 @@ config_check_cluster(struct config_parse *p)
 
     if (!p->have_cluster_mark)
         return;
-    if (cfg->cluster_redis == NULL && cfg->cluster_sentinel == NULL)
-        config_addf(p, at, "cluster: give cluster.redis (the Redis "
-            "addresses) or cluster.sentinel.addresses");
     if (cfg->cluster_sentinel != NULL && cfg->cluster_sentinel_master == NULL)
         config_addf(p, at, "cluster.sentinel.master_name: required with "
             "cluster.sentinel.addresses");

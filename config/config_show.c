@@ -38,6 +38,8 @@ config_show_flowstr(FILE *f, const char *s, int flow)
             "0123456789._/@:+-*[]=", *p) == NULL ||
             (flow && strchr(":[]", *p) != NULL))
             plain = 0;
+    if (plain && s[strlen(s) - 1] == ':')
+        plain = 0;                  /* "mtad:" would read as a mapping */
     if (plain) {
         fputs(s, f);
         return;

@@ -57,6 +57,7 @@ deliver_set_shaping(struct deliver *d, const struct shape_rules *rules,
     struct shape_table *tab, unsigned slot)
 {
     mta_set_shaping(d->relay, rules, tab, slot);
+    mta_set_shape_report(d->relay, dl_event_shape, d);
     if (rules == NULL || d->relay->shape == NULL || d->waits != NULL)
         return;
     d->waits = xcalloc(SHAPE_SLOTS, sizeof(*d->waits));

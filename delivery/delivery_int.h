@@ -200,6 +200,8 @@ void dl_event_result(struct dl_attempt *a, size_t i, int status,
             const struct tls_outcome *tls, const char *source);
 void dl_event_dsn(struct dl_attempt *a, const char *dsn_id,
             const char *kind);
+void dl_event_shape(void *arg, const char *site, const char *source,
+            const char *mode, uint64_t until_ms, const char *reply);
 
 /* fallback.c: the fallback relay (delivery.fallback_relay, a route's
  * fallback=).  dl_fallback: t came back with deferred recipients from

@@ -74,6 +74,18 @@ dl_event_result(struct dl_attempt *a, size_t i, int status,
 }
 
 
+/* dl_event_shape - a back-off episode began here (mta_set_shape_report). */
+void
+dl_event_shape(void *arg, const char *site, const char *source,
+    const char *mode, uint64_t until_ms, const char *reply)
+{
+    struct deliver *d = arg;
+
+    events_emit_shape(d->events, EVENTS_SUSPENSION, site, source, mode,
+        until_ms, reply);
+}
+
+
 void
 dl_event_dsn(struct dl_attempt *a, const char *dsn_id, const char *kind)
 {

@@ -194,6 +194,14 @@ const char *mta_site_name(const struct mta *r, const struct mta_txn *t,
  * on its failure, bounce-action replies made bounces, a back-off reply
  * makes t held (not a retry).  cls: the bounce class, NULL unknown. */
 void    mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls);
+/* Called when mta_shape_done() began (or made stricter) a back-off
+ * episode: the pair, "suspend" or "slow", its end (wall ms; a slow-down:
+ * the end of its ramp) and the reply that began it.  NULL: off. */
+typedef void mta_shape_report_fn(void *arg, const char *site,
+            const char *source, const char *mode, uint64_t until_ms,
+            const char *reply);
+void    mta_set_shape_report(struct mta *r, mta_shape_report_fn *fn,
+            void *arg);
 
 
 /* ---- private to the client: mta.c, mta_session.c, mta_txn.c,
@@ -381,6 +389,8 @@ struct mta {
     struct ev_timer    post_timer;
     const struct shape_rules *shape; /* NULL: shaping off */
     struct shape_table *shape_tab;
+    mta_shape_report_fn *shape_report;  /* or NULL */
+    void              *shape_report_arg;
     unsigned           shape_ws;    /* our worker slot in it */
     /* egress sources and pools (mta_egress.c) */
     struct mta_src    *src;

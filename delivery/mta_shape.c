@@ -496,6 +496,31 @@ mta_shape_next(struct mta_conn *c, struct mta_txn *t)
 /* ---- replies ---- */
 
 void
+mta_set_shape_report(struct mta *r, mta_shape_report_fn *fn, void *arg)
+{
+    r->shape_report = fn;
+    r->shape_report_arg = arg;
+}
+
+
+/* mta_shape_reported - tell the owner an episode began (its event). */
+static void
+mta_shape_reported(struct mta *r, const struct mta_txn *t,
+    const struct shape_action *a, const char *why, uint64_t now)
+{
+    uint64_t until = now + a->for_ms;
+
+    if (r->shape_report == NULL)
+        return;
+    if (a->act == SHAPE_ACT_SLOW)
+        until += (uint64_t)a->steps * a->step_ms;
+    r->shape_report(r->shape_report_arg, t->site,
+        t->src_name ? t->src_name : MTA_SHAPE_SOURCE,
+        a->act == SHAPE_ACT_SUSPEND ? "suspend" : "slow", until, why);
+}
+
+
+void
 mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
 {
     struct shape_action a;
@@ -535,6 +560,7 @@ mta_shape_done(struct mta *r, struct mta_txn *t, const char *cls)
     }
     now = util_wall_ms();
     if (shape_backoff(r->shape_tab, e, &a, why, now, 0)) {
+        mta_shape_reported(r, t, &a, why, now);
         util_escape(esc, sizeof(esc), why, strlen(why), 0, NULL);
         if (a.act == SHAPE_ACT_SUSPEND)
             log_notice("shaping: site %s source %s suspended for %llus "

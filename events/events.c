@@ -287,6 +287,9 @@ events_format(struct events *e, struct buf *b, const struct events_rec *r,
     ev_str(b, "auth_user", r->auth_user);
     ev_str(b, "dsn_queue_id", r->dsn_id);
     ev_str(b, "dsn_kind", r->dsn_kind);
+    ev_str(b, "mode", r->mode);
+    if (r->until_ms > 0)
+        buf_printf(b, ",\"until_ms\":%" PRIu64, r->until_ms);
     if (r->hdr != NULL && e->nheaders > 0)
         ev_headers(e, b, r->hdr, r->hdrlen);
     buf_append(b, "}\n", 2);
@@ -397,6 +400,18 @@ events_emit(struct events *e, const struct events_rec *r)
      * goes at the next loop turn */
     if (!ev_timer_active(&e->flush_timer))
         ev_timer_start(e->loop, &e->flush_timer, 0);
+}
+
+
+void
+events_emit_shape(struct events *e, enum events_type t, const char *site,
+    const char *source, const char *mode, uint64_t until_ms,
+    const char *reason)
+{
+    struct events_rec r = { .type = t, .site = site, .source = source,
+        .mode = mode, .until_ms = until_ms, .reply = reason };
+
+    events_emit(e, &r);
 }
 
 

@@ -72,6 +72,10 @@ struct events_rec {
     const char *auth_user;
     const char *dsn_id;             /* EVENTS_DSN: the DSN's queue id */
     const char *dsn_kind;           /* "failure", "delay", "success" */
+    /* EVENTS_SUSPENSION: "suspend" or "slow", and when it ends (wall ms;
+     * a slow-down: the end of its ramp); reply: what began it */
+    const char *mode;
+    uint64_t    until_ms;
     /* the message's header section, for events.headers (correlation
      * fields): hdr[0..hdrlen) */
     const char *hdr;
@@ -106,7 +110,22 @@ int     events_wants(const struct events *e, enum events_type t);
  * message's header section). */
 int     events_want_headers(const struct events *e);
 void    events_emit(struct events *e, const struct events_rec *r);
+/* A shaping episode (EVENTS_SUSPENSION or EVENTS_RESUMPTION) of site x
+ * source: mode, until_ms as in events_rec (a resumption: NULL, 0);
+ * reason: the reply that began it, or mtad's own words. */
+void    events_emit_shape(struct events *e, enum events_type t,
+            const char *site, const char *source, const char *mode,
+            uint64_t until_ms, const char *reason);
 void    events_flush(struct events *e);
+/* The CHAN_SHAPE_EVENT line of an episode the master began or ended
+ * (events_shape.c): its length, 0 when it does not fit outsz.  A worker
+ * gives the line to events_shape_take(), which emits the event: 0, or -1
+ * for a line that is not one (nothing emitted). */
+size_t  events_shape_encode(char *out, size_t outsz, enum events_type t,
+            const char *site, const char *source, const char *mode,
+            uint64_t until_ms, const char *reason);
+int     events_shape_take(struct events *e, const char *payload,
+            size_t len);
 /* 1 while the backlog is full and events.when_full is backpressure. */
 int     events_full(const struct events *e);
 

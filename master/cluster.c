@@ -9,9 +9,11 @@
  *           and forks the agent.  The agent has no channel: it publishes
  *           its state in the page and stops on SIGTERM; the master kills
  *           one whose heartbeat is older than CLUSTER_WD_MS and restarts
- *           an agent that exited (after MASTER_BACKOFF_MIN, doubling while
- *           it keeps dying young).  A reload keeps the agent and its
- *           config (the cluster section takes effect at a restart).
+ *           an agent that exited (after CLUSTER_BACKOFF_MIN, doubling while
+ *           it keeps dying young).  A reload that changes the cluster
+ *           section restarts the agent with it (the password file read
+ *           again), one that adds it starts it, one that removes it stops
+ *           it and turns the fleet mode off.
  * FAILURE   No agent running: the grants stay as the last one left them;
  *           the workers go on within them.
  */
@@ -46,6 +48,7 @@ struct master_cluster {
     pid_t                pid;
     uint64_t             started_ms, restart_at, backoff_ms, wd_ms;
     uint64_t             stop_ms;
+    int                  off;           /* removed by a reload */
     unsigned             restarts;
 };
 
@@ -113,6 +116,80 @@ master_cluster_spawn(struct master *m)
         mcl_spawn(m);
 }
 
+static int
+mcl_streq(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL &&
+        strcmp(a, b) == 0);
+}
+
+/* mcl_same - the cluster sections of a and b are alike */
+static int
+mcl_same(const struct config *a, const struct config *b)
+{
+    return mcl_streq(a->cluster_redis, b->cluster_redis) &&
+        mcl_streq(a->cluster_sentinel, b->cluster_sentinel) &&
+        mcl_streq(a->cluster_sentinel_master, b->cluster_sentinel_master) &&
+        mcl_streq(a->cluster_user, b->cluster_user) &&
+        mcl_streq(a->cluster_password_file, b->cluster_password_file) &&
+        mcl_streq(a->cluster_key_prefix, b->cluster_key_prefix) &&
+        mcl_streq(a->cluster_node_id, b->cluster_node_id) &&
+        mcl_streq(a->hostname, b->hostname) &&
+        a->cluster_timeout_ms == b->cluster_timeout_ms &&
+        a->cluster_sync_ms == b->cluster_sync_ms;
+}
+
+void
+master_cluster_reloaded(struct master *m, const struct config *old)
+{
+    const struct config   *cfg = m->cur->cfg;
+    struct master_cluster *c = m->cluster;
+    int                    on = cfg->cluster_redis != NULL ||
+        cfg->cluster_sentinel != NULL;
+    char                   err[512];
+
+    if (c == NULL || c->off) {
+        if (!on)
+            return;
+        if (c != NULL) {                /* on again: a fresh start */
+            shape_fleet_on(m->shape_tab, (uint32_t)(cfg->cluster_sync_ms *
+                1000));
+            c->off = 0;
+            c->restart_at = 1;
+        } else if (master_cluster_start(m, err, sizeof(err)) < 0)
+            log_err("reload: %s; no cluster", err);
+        else
+            master_cluster_spawn(m);
+        log_notice("reload: cluster on");
+        return;
+    }
+    if (!on) {
+        c->off = 1;
+        shape_fleet_off(m->shape_tab);
+        if (c->pid > 0)
+            (void)kill(c->pid, SIGTERM);
+        log_notice("reload: cluster off: the node's own limits alone");
+        return;
+    }
+    if (mcl_same(old, cfg))
+        return;
+    if (cfg->cluster_password_file != NULL &&
+        cluster_read_password(cfg->cluster_password_file, c->pass,
+        sizeof(c->pass), err, sizeof(err)) < 0) {
+        log_err("reload: %s; the cluster agent keeps the old settings", err);
+        return;
+    }
+    if (cfg->cluster_password_file == NULL)
+        c->pass[0] = '\0';
+    c->args.password = c->pass[0] ? c->pass : NULL;
+    c->wd_ms = cfg->cluster_timeout_ms * 4 > CLUSTER_WD_MIN_MS ?
+        cfg->cluster_timeout_ms * 4 : CLUSTER_WD_MIN_MS;
+    c->backoff_ms = 0;
+    log_notice("reload: cluster section changed: restarting the sync agent");
+    if (c->pid > 0)
+        (void)kill(c->pid, SIGTERM);    /* reaped: restarted with it */
+}
+
 int
 master_cluster_reaped(struct master *m, pid_t pid, int st)
 {
@@ -122,7 +199,7 @@ master_cluster_reaped(struct master *m, pid_t pid, int st)
     if (c == NULL || pid != c->pid)
         return 0;
     c->pid = 0;
-    if (m->stopping)
+    if (m->stopping || c->off)
         return 1;
     if (now - c->started_ms < CLUSTER_QUICK_MS)
         c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 :
@@ -146,7 +223,7 @@ master_cluster_tick(struct master *m, uint64_t now)
     struct master_cluster *c = m->cluster;
     uint64_t               hb, wall = util_wall_ms();
 
-    if (c == NULL || m->stopping)
+    if (c == NULL || m->stopping || c->off)
         return;
     if (c->pid == 0 && c->restart_at != 0 && now >= c->restart_at) {
         mcl_spawn(m);
@@ -189,7 +266,7 @@ master_cluster_ctl(struct master *m, const char *arg, char **out)
         *out = xstrdup("error: usage: cluster status|json\n");
         return;
     }
-    if (c == NULL) {
+    if (c == NULL || c->off) {
         *out = xstrdup(json ? "ok\n{\"enabled\":false}\n" :
             "ok\ncluster: off (no cluster: section in relay.yaml)\n");
         return;
@@ -223,7 +300,7 @@ master_cluster_metrics(struct master *m, struct buf *t)
     struct master_cluster *c = m->cluster;
     struct cluster_page   *p;
 
-    if (c == NULL)
+    if (c == NULL || c->off)
         return;
     p = c->page;
     buf_printf(t, "# HELP mtad_cluster_connected 1 while the sync agent's "

@@ -82,6 +82,11 @@ int     master_cluster_start(struct master *m, char *err, size_t errsz);
 void    master_cluster_spawn(struct master *m);     /* after logd */
 int     master_cluster_reaped(struct master *m, pid_t pid, int status);
 void    master_cluster_tick(struct master *m, uint64_t now_ms);
+/* After a reload (m->cur the new generation): a changed cluster section
+ * restarts the agent with it, a new one starts it, a removed one stops
+ * it and the fleet mode. */
+struct config;
+void    master_cluster_reloaded(struct master *m, const struct config *old);
 int     master_cluster_stop(struct master *m);
 void    master_cluster_ctl(struct master *m, const char *arg, char **out);
 void    master_cluster_metrics(struct master *m, struct buf *t);

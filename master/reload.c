@@ -580,6 +580,7 @@ master_finish_reload(struct master *m, int timed_out)
 
         (void)chan_send(m->logd.chan, CHAN_LOG_INTERVAL, &ms, sizeof(ms), -1);
     }
+    master_cluster_reloaded(m, old->cfg);  /* before old's config goes */
     master_gen_free(m, old);           /* closes listeners no longer in use */
     m->status->generation = g->id;
     m->status->nworkers = (uint32_t)g->cfg->workers;

@@ -22,6 +22,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "config/config.h"
+#include "common/chan.h"
+#include "events/events.h"
 #include "shape/shape.h"
 #include "master/master_int.h"
 #include "master/ops.h"
@@ -41,14 +44,44 @@ shaping_mode(const struct shape_view *v)
         v->mode == SHAPE_M_SLOW ? "slow" : "normal";
 }
 
+/* shaping_tell - an episode the master began or ended, to the events:
+ * one worker of the current generation emits it (events_shape.c). */
+static void
+shaping_tell(struct master *m, enum events_type t, const char *site,
+    const char *source, const char *mode, uint64_t until_ms,
+    const char *reason)
+{
+    const struct config *cfg = m->cur != NULL ? m->cur->cfg : NULL;
+    char                 line[512];
+    size_t               n;
+
+    if (cfg == NULL || (cfg->events_types & (1u << t)) == 0 ||
+        (cfg->events_http_url == NULL && cfg->events_redis_address == NULL) ||
+        (n = events_shape_encode(line, sizeof(line), t, site, source, mode,
+        until_ms, reason)) == 0)
+        return;
+    for (size_t i = 0; i < MASTER_MAX_SLOTS; i++) {
+        struct slot *s = &m->slots[i];
+
+        if (s->role == ROLE_WORKER && s->state == SLOT_RUNNING &&
+            s->generation == m->cur->id && s->chan >= 0 &&
+            chan_send(s->chan, CHAN_SHAPE_EVENT, line, n, -1) == 0)
+            return;
+    }
+    log_warn("shaping: no worker took the %s event of site %s source %s",
+        events_type_name(t), site, source);
+}
+
+
 static void
 shaping_event(void *arg, const struct shape_view *v, const char *what)
 {
-    (void)arg;
-    if (strcmp(what, "end") == 0)
+    if (strcmp(what, "end") == 0) {
         log_notice("shaping: site %s source %s back to normal", v->site,
             v->source);
-    else
+        shaping_tell(arg, EVENTS_RESUMPTION, v->site, v->source, NULL, 0,
+            "back-off ended");
+    } else
         log_notice("shaping: site %s source %s ramp step %u of %u: rate at "
             "%u.%u%%", v->site, v->source, v->step, v->steps,
             v->factor / 10, v->factor % 10);
@@ -226,21 +259,45 @@ shaping_text(struct buf *t, const struct shape_view *v, size_t n,
 }
 
 struct shaping_op {
+    struct master      *m;
     int                 resume;
     struct shape_action a;
     size_t              changed;
 };
 
+/* shaping_told - the event of entry e's change (its names from the view) */
+static void
+shaping_told(struct shaping_op *op, struct shape_table *t, int e,
+    uint64_t now)
+{
+    static struct shape_view v[SHAPING_LIST_MAX];
+    size_t n = shape_table_list(t, now, v, SHAPING_LIST_MAX);
+
+    for (size_t i = 0; i < n; i++)
+        if (v[i].e == e) {
+            shaping_tell(op->m, op->resume ? EVENTS_RESUMPTION :
+                EVENTS_SUSPENSION, v[i].site, v[i].source,
+                op->resume ? NULL : "suspend",
+                op->resume ? 0 : now + op->a.for_ms,
+                op->resume ? "resumed with mtactl" : "suspended with mtactl");
+            return;
+        }
+}
+
 static void
 shaping_apply(struct shape_table *t, int e, void *arg)
 {
     struct shaping_op *op = arg;
+    uint64_t           now = util_wall_ms();
+    int                done;
 
     if (op->resume)
-        op->changed += (size_t)shape_resume(t, e);
+        done = shape_resume(t, e);
     else
-        op->changed += (size_t)shape_backoff(t, e, &op->a,
-            "suspended with mtactl", util_wall_ms(), 1);
+        done = shape_backoff(t, e, &op->a, "suspended with mtactl", now, 1);
+    op->changed += (size_t)done;
+    if (done)
+        shaping_told(op, t, e, now);
 }
 
 /* "suspend NAME SOURCE|- SECONDS", "resume NAME SOURCE|-" */
@@ -264,6 +321,7 @@ shaping_change(struct master *m, int resume, const char *arg, struct buf *t)
         return;
     }
     memset(&op, 0, sizeof(op));
+    op.m = m;
     op.resume = resume;
     op.a.act = SHAPE_ACT_SUSPEND;
     op.a.for_ms = secs * 1000;

@@ -245,8 +245,9 @@ size_t  shape_table_each(struct shape_table *t, const char *site,
  * it, for a pair with a connection limit, shape_conn_take() also stops
  * at the grant; for a pair with a delivery (or new-connection) rate,
  * shape_may() also spends a token of the pair's stock (kind 0:
- * deliveries, 1: new connections) and says "not before now + wait_us"
- * when the stock is empty.  Each refusal for want of a grant or a token
+ * deliveries, 1: new connections) no sooner than the token's reserved
+ * time ("not before" it), and says "not before now + wait_us" when the
+ * stock is empty.  Each refusal for want of a grant or a token
  * is counted (the agent's demand signal).  A new pair starts with no
  * grant and no token: it waits for the agent's next sync.
  */
@@ -254,6 +255,8 @@ size_t  shape_table_each(struct shape_table *t, const char *site,
 #define SHAPE_FLEET_CONN 1
 void    shape_fleet_on(struct shape_table *t, uint32_t wait_us);
 int     shape_fleet_is(const struct shape_table *t);
+/* Cluster mode off (the section was removed): the local limits alone. */
+void    shape_fleet_off(struct shape_table *t);
 /* conns >= max, or (cluster mode, max > 0) >= the grant: the local look
  * of shape_conn_take() (counts a refusal for want of a grant). */
 int     shape_conn_full(struct shape_table *t, int e, uint32_t max);
@@ -265,11 +268,16 @@ struct shape_fleet {
     int32_t  tokens[2];             /* the stock, per kind */
     uint64_t used[2];               /* tokens spent (counter) */
     uint32_t want[2];               /* refusals for want of a token */
+    uint64_t next_us[2];            /* the next token's time */
 };
 void    shape_fleet_get(struct shape_table *t, int e, struct shape_fleet *f);
 void    shape_fleet_grant(struct shape_table *t, int e, uint32_t grant);
-/* Add n tokens of kind to the stock. */
-void    shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n);
+/* Add n tokens of kind to the stock, reserved for first_us (monotonic;
+ * may be past: a burst) and every iv_us after it: the tokens left are
+ * spent first, ending no later than first_us; a token is spent no sooner
+ * than its time (a worker is told "not before" it). */
+void    shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n,
+            uint64_t first_us, uint64_t iv_us);
 /* Take the whole stock of kind back: how many there were. */
 int32_t shape_fleet_drain(struct shape_table *t, int e, int kind);
 /* The pair's back-off episode in force at now (0: none): its action

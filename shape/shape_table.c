@@ -55,6 +55,8 @@ struct shape_ent {
     int32_t  fl_tok[2];
     uint32_t fl_want[2];
     uint64_t fl_used[2];
+    uint64_t fl_next_us[2];         /* the next token's time (monotonic) */
+    uint64_t fl_iv_us[2];           /* and the spacing of the rest */
 };
 
 struct shape_table {
@@ -252,24 +254,86 @@ shape_slot_clear(struct shape_table *t, unsigned ws)
 
 /* ---- rates ---- */
 
-/* st_fleet_token - cluster mode: one token of kind k from the stock
- * (take), or only look; -1 when it is empty (counted as demand). */
-static int
-st_fleet_token(struct shape_ent *x, int k, int take)
+/* st_fleet_lapse - the slots of kind k that passed unspent (more than a
+ * slot and the pair's burst ago) are lost: spent late they would meet
+ * another node's slots, and the fleet would pass the rate. */
+static void
+st_fleet_lapse(struct shape_ent *x, int k, uint64_t now, uint64_t tol_us,
+    uint64_t iv)
 {
-    int32_t c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    uint64_t n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED), miss;
+    int32_t  c;
 
+    if (iv == 0 || now < n + tol_us + iv)
+        return;
+    miss = (now - n - tol_us) / iv;
+    if (!__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + miss * iv, 0,
+        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;                     /* another worker did */
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    while (c > 0 && !__atomic_compare_exchange_n(&x->fl_tok[k], &c,
+        (uint64_t)c > miss ? c - (int32_t)miss : 0, 1, __ATOMIC_ACQ_REL,
+        __ATOMIC_RELAXED))
+        ;
+}
+
+/* st_fleet_token - cluster mode: one token of kind k from the stock,
+ * no sooner than its time (take), or only look; -1 with *nb when the
+ * stock is empty (counted as demand: *nb is then 0) or the next token is
+ * not due yet.  tol_us: the burst the pair's own rate allows; a slot
+ * missed by more than it and a slot lapses (st_fleet_lapse). */
+static int
+st_fleet_token(struct shape_ent *x, int k, int take, uint64_t now,
+    uint64_t tol_us, uint64_t *nb)
+{
+    int32_t  c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    uint64_t n, iv = __atomic_load_n(&x->fl_iv_us[k], __ATOMIC_RELAXED);
+
+    *nb = 0;
+    st_fleet_lapse(x, k, now, tol_us, iv);
+    c = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
     do {
         if (c <= 0) {
             __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
+            return -1;
+        }
+        n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+        if (now < n) {
+            /* mail waits: demand too, so the fleet's schedule stays
+             * reserved without gaps (an unreserved slot is lost) */
+            __atomic_add_fetch(&x->fl_want[k], 1, __ATOMIC_RELAXED);
+            *nb = n;
             return -1;
         }
         if (!take)
             return 0;
     } while (!__atomic_compare_exchange_n(&x->fl_tok[k], &c, c - 1, 1,
         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    /* the token is ours; its time too, unless another worker took it */
+    for (;;) {
+        n = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+        if (now < n) {
+            __atomic_add_fetch(&x->fl_tok[k], 1, __ATOMIC_RELAXED);
+            *nb = n;
+            return -1;
+        }
+        if (__atomic_compare_exchange_n(&x->fl_next_us[k], &n, n + iv, 0,
+            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            break;
+    }
     __atomic_add_fetch(&x->fl_used[k], 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+/* st_fleet_tol - the burst of the pair's rates of kind, in time */
+static uint64_t
+st_fleet_tol(const struct shape_limits *lim, int kind, const uint64_t *iv)
+{
+    if (kind == SHAPE_R_CONN)
+        return lim->rate[SHAPE_R_CONN].n > 1 ?
+            (uint64_t)(lim->rate[SHAPE_R_CONN].n - 1) * iv[SHAPE_R_CONN] : 0;
+    return (uint64_t)lim->burst * (iv[SHAPE_R_SEC] > iv[SHAPE_R_MIN] ?
+        iv[SHAPE_R_SEC] : iv[SHAPE_R_MIN]);
 }
 
 /* st_gcra - the shared form of shape_gcra(): a CAS on the word. */
@@ -310,7 +374,7 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
     uint32_t          factor = 1000, step;
     struct shape_rate base = { 0, 0 };
     uint64_t          iv[SHAPE_NRATES], nb = 0, b;
-    int               r, lo, hi, taken = -1, any = 0, fk, fleet = 0;
+    int               r, lo, hi, taken = -1, any = 0, fk;
 
     if (mode == SHAPE_M_SUSPEND) {
         uint64_t until = __atomic_load_n(&x->until_ms, __ATOMIC_RELAXED);
@@ -332,11 +396,16 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
         any |= iv[r] != 0;
     }
     fk = kind == SHAPE_R_CONN ? SHAPE_FLEET_CONN : SHAPE_FLEET_MSG;
-    if (t->fleet && any && st_fleet_token(x, fk, take) < 0) {
-        *not_before_us = now_us + t->fleet_wait_us;
+    if (t->fleet && any && st_fleet_token(x, fk, take, now_us,
+        st_fleet_tol(lim, kind, iv), &nb) < 0) {
+        *not_before_us = nb ? nb : now_us + t->fleet_wait_us;
         return -1;
     }
-    fleet = t->fleet && any && take;
+    /* the fleet's token was the rate's check: its slot is the pair's
+     * schedule for the whole fleet (a local one on top would only make
+     * tokens late, and a late slot is lost) */
+    if (t->fleet && any)
+        return 0;
     /* slowing a site without a rate of its own: from the rule's base */
     if (!any && factor < 1000 && kind != SHAPE_R_CONN)
         iv[SHAPE_R_SEC] = shape_interval_us(&base, factor);
@@ -359,10 +428,6 @@ shape_may(struct shape_table *t, int e, const struct shape_limits *lim,
             if (iv[taken] != 0)
                 __atomic_sub_fetch(&x->tat[taken], iv[taken],
                     __ATOMIC_RELAXED);
-        if (fleet) {                /* and the fleet's token */
-            __atomic_add_fetch(&x->fl_tok[fk], 1, __ATOMIC_RELAXED);
-            __atomic_sub_fetch(&x->fl_used[fk], 1, __ATOMIC_RELAXED);
-        }
         *not_before_us = nb;
         return -1;
     }
@@ -631,6 +696,12 @@ shape_fleet_on(struct shape_table *t, uint32_t wait_us)
     __atomic_store_n(&t->fleet, 1, __ATOMIC_RELEASE);
 }
 
+void
+shape_fleet_off(struct shape_table *t)
+{
+    __atomic_store_n(&t->fleet, 0, __ATOMIC_RELEASE);
+}
+
 int
 shape_fleet_is(const struct shape_table *t)
 {
@@ -650,6 +721,7 @@ shape_fleet_get(struct shape_table *t, int e, struct shape_fleet *f)
         f->tokens[k] = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
         f->used[k] = __atomic_load_n(&x->fl_used[k], __ATOMIC_RELAXED);
         f->want[k] = __atomic_load_n(&x->fl_want[k], __ATOMIC_RELAXED);
+        f->next_us[k] = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
     }
 }
 
@@ -660,9 +732,23 @@ shape_fleet_grant(struct shape_table *t, int e, uint32_t grant)
 }
 
 void
-shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n)
+shape_fleet_add(struct shape_table *t, int e, int kind, int32_t n,
+    uint64_t first_us, uint64_t iv_us)
 {
-    __atomic_add_fetch(&t->e[e].fl_tok[kind & 1], n, __ATOMIC_ACQ_REL);
+    struct shape_ent *x = &t->e[e];
+    int               k = kind & 1;
+    int32_t           left = __atomic_load_n(&x->fl_tok[k], __ATOMIC_RELAXED);
+    uint64_t          nx, want;
+
+    /* the tokens left go first, ending where the new ones start */
+    __atomic_store_n(&x->fl_iv_us[k], iv_us, __ATOMIC_RELAXED);
+    want = left > 0 && first_us > (uint64_t)left * iv_us ?
+        first_us - (uint64_t)left * iv_us : left > 0 ? 0 : first_us;
+    nx = __atomic_load_n(&x->fl_next_us[k], __ATOMIC_RELAXED);
+    while (nx < want && !__atomic_compare_exchange_n(&x->fl_next_us[k], &nx,
+        want, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        ;
+    __atomic_add_fetch(&x->fl_tok[k], n, __ATOMIC_ACQ_REL);
 }
 
 int32_t

@@ -590,6 +590,16 @@ worker_chan_routes(const struct chan_msg *m, void *arg)
 
 
 static void
+worker_chan_shape_event(const struct chan_msg *m, void *arg)
+{
+    struct worker *w = arg;
+
+    if (events_shape_take(w->events, m->data, m->len) < 0)
+        log_warn("channel: shape-event: malformed");
+}
+
+
+static void
 worker_chan_sandbox_test(const struct chan_msg *m, void *arg)
 {
     (void)m;
@@ -622,6 +632,7 @@ static const struct chan_side worker_chan = {
         [CHAN_ROUTES] = worker_chan_routes,
         [CHAN_AUTH_SOCKET] = worker_chan_auth_socket,
         [CHAN_AUTH_REFUSED] = worker_chan_auth_refused,
+        [CHAN_SHAPE_EVENT] = worker_chan_shape_event,
     },
     worker_chan_bad
 };

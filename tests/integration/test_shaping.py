@@ -391,3 +391,51 @@ def test_limits_hold_per_source_of_a_pool(mtad_factory, sim_factory,
     pairs = {(p["site"], p["source"]) for p in shaping_json(m)}
     assert {("google", "s0"), ("google", "s1"), ("google", "s2")} <= pairs, \
         pairs
+
+
+def test_episodes_are_events(mtad_factory, sim_factory, dns_servers,
+                             workdir):
+    """Shaping episodes reach the delivery events: a suspension a worker
+    began on refused connects (site, source, mode, its end) and its
+    resumption at the master's tick; mtactl suspend and resume, one
+    event each."""
+    from test_events import Receiver, events_cfg
+    receiver = Receiver()
+    try:
+        sim = sim_factory(gmail(mode="refuse"))
+        t0 = int(time.time() * 1000)
+        m = start(mtad_factory, dns_servers.nsd, {
+            "sites": [{"name": "google", "mx": [".google.%s" % ZONE]}],
+            "backoff": [{"kind": "connect", "action": "suspend",
+                         "for": "2s"}]},
+            events=events_cfg(workdir, receiver.url))
+        inject(m, lambda i: ["c%d@gmail.%s" % (i, ZONE)], 1)
+        assert wait_for(lambda: receiver.of("suspension"), 20)
+        sim.set_mode("gmail", "normal")
+        assert wait_for(lambda: receiver.of("resumption"), 30), \
+            receiver.events
+        s = receiver.of("suspension")[0]
+        assert (s["site"], s["source"], s["mode"]) == (
+            "google", "default", "suspend"), s
+        assert t0 + 2000 <= s["until_ms"] <= s["unix_ms"] + 2000, s
+        assert "refused" in s["reply"]["text"], s
+        r = receiver.of("resumption")[0]
+        assert (r["site"], r["source"]) == ("google", "default"), r
+        assert r["unix_ms"] >= receiver.of("suspension")[-1]["until_ms"], r
+        assert "mode" not in r and "until_ms" not in r, r
+        n = len(receiver.of("suspension"))
+
+        m.ctl("suspend", "google", "--for", "10m", check=True)
+        assert wait_for(lambda: len(receiver.of("suspension")) == n + 1,
+                        10), receiver.events
+        s2 = receiver.of("suspension")[n]
+        assert s2["site"] == "google" and s2["reply"]["text"] == \
+            "suspended with mtactl", s2
+        assert s2["until_ms"] - s2["unix_ms"] in range(599000, 600001), s2
+        m.ctl("resume", "google", check=True)
+        assert wait_for(lambda: len(receiver.of("resumption")) == 2, 10), \
+            receiver.events
+        assert receiver.of("resumption")[-1]["reply"]["text"] == \
+            "resumed with mtactl"
+    finally:
+        receiver.stop()

@@ -139,3 +139,49 @@ Test(events, type_names)
     cr_assert_eq(events_type_parse("weather"), -1);
     cr_assert_str_eq(events_type_name(EVENTS_RESUMPTION), "resumption");
 }
+
+
+Test(events, shape_episode_lines_round_trip_and_bad_ones_refused)
+{
+    char   line[512];
+    size_t n = events_shape_encode(line, sizeof(line), EVENTS_SUSPENSION,
+        "google", "out-2", "suspend", 1796407200120ULL,
+        "suspended with mtactl");
+    static const char *bad[] = {
+        "suspension\tgoogle\tout-2\tsuspend\t1\n",      /* 5 fields */
+        "pause\tgoogle\tout-2\tsuspend\t1\tx",          /* type */
+        "suspension\tgo\"ogle\tout-2\tsuspend\t1\tx",   /* site chars */
+        "suspension\tgoogle\t\tsuspend\t1\tx",          /* empty source */
+        "suspension\tgoogle\tout-2\tstop\t1\tx",        /* mode */
+        "suspension\tgoogle\tout-2\tsuspend\t1x\tx",    /* until */
+        "suspension\tgoogle\tout-2\tsuspend\t1\tx\001y", /* control */
+    };
+
+    cr_assert_str_eq(line, "suspension\tgoogle\tout-2\tsuspend\t"
+        "1796407200120\tsuspended with mtactl");
+    cr_assert_eq(n, strlen(line));
+    ev.types = 0;                   /* parsed, not emitted (no loop here) */
+    cr_assert_eq(events_shape_take(&ev, line, n), 0);
+    n = events_shape_encode(line, sizeof(line), EVENTS_RESUMPTION,
+        "google", "*", NULL, 0, NULL);
+    cr_assert_str_eq(line, "resumption\tgoogle\t*\t-\t0\t");
+    cr_assert_eq(events_shape_take(&ev, line, n), 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(events_shape_take(&ev, bad[i], strlen(bad[i])), -1,
+            "%s", bad[i]);
+    cr_assert_eq(events_shape_encode(line, 8, EVENTS_SUSPENSION, "google",
+        "s", "slow", 1, "x"), 0);
+}
+
+
+Test(events, a_suspension_names_its_mode_and_end)
+{
+    struct events_rec r = { .type = EVENTS_SUSPENSION, .site = "google",
+        .source = "default", .mode = "slow", .until_ms = 1796407260000ULL,
+        .reply = "421 4.7.28 rate limited" };
+
+    cr_assert(strstr(fmt(&r), "\"type\":\"suspension\"") != NULL);
+    cr_assert(strstr(fmt(&r), "\"site\":\"google\",\"source\":\"default\""
+        ",\"mode\":\"slow\",\"until_ms\":1796407260000}") != NULL, "%s",
+        fmt(&r));
+}
