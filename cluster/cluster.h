@@ -34,6 +34,8 @@
 #define CLUSTER_TEXT_MAX  49152     /* the report, text and JSON each */
 #define CLUSTER_ID_MAX    64
 #define CLUSTER_PASS_MAX  1024
+#define CLUSTER_UNBANS    16        /* unbans between two cycles */
+#define CLUSTER_UNBAN_MS  60000     /* a lifted ban stays lifted so long */
 
 /* Redis role of the server the agent talks to */
 enum cluster_role { CLUSTER_ROLE_NONE = 0, CLUSTER_ROLE_MASTER,
@@ -54,6 +56,10 @@ struct cluster_page {
     uint64_t latency_us;            /* the last round trip */
     uint64_t tokens_taken;          /* delivery tokens from Redis */
     uint64_t syncs;                 /* cycles, answered or not */
+    /* mtactl ban del, for every node: a ring the master writes (head),
+     * the agent reads (the entries past its own tail) */
+    uint32_t unban_head;
+    char     unban[CLUSTER_UNBANS][48];
     uint32_t seq;                   /* the report: odd while written */
     char     text[CLUSTER_TEXT_MAX];
     char     json[CLUSTER_TEXT_MAX];

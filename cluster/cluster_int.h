@@ -44,6 +44,9 @@ struct cl_pair {
     uint64_t used[2];               /* tokens spent at the last cycle */
     uint32_t want[2], conn_want;    /* demand counters then */
     uint64_t demand_ms;             /* the last refusal for a grant */
+    uint64_t active_ms;             /* the last sign of use */
+    uint64_t sent;                  /* its counter then */
+    uint32_t seen_want[3];
     uint32_t others;                /* other nodes' connections */
     uint32_t fleet_grant;           /* as Redis granted it */
     uint64_t bo_since;              /* the local episode published */
@@ -84,6 +87,7 @@ struct cl_agent {
     /* the first of them, for the report */
     struct { char addr[48]; uint64_t left_ms; } ban_list[CL_SHOWN];
     size_t               nban_list;
+    uint32_t             unban_tail;
     struct { uint32_t key; long long count; } auth_list[CL_SHOWN];
     size_t               nauth_list;
     /* fallback */

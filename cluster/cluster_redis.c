@@ -92,11 +92,17 @@ static const char *const cl_scripts[CL_NSCRIPTS] = {
     "redis.call('SET', KEYS[i], tostring(tat), 'PX', "
     "math.floor(tonumber(ARGV[i * 3 + 1]) * 2 + 60000)) end end "
     "return {K, math.floor((first - now) * 1000), math.floor(ivmax * 1000)}",
-    /* SET KEYS[1] hash; ARGV mode (ban|count) window_ms, then field value
-     * pairs (ban: ms left; count: a delta): {field, left|count, ...} */
+    /* SET KEYS[1] hash (KEYS[2]: tombstones, fields never set while
+     * theirs lives); ARGV mode (ban|count) window_ms, then field value
+     * pairs (ban: ms left; count: a delta): {field, left|count, ...},
+     * then each live tombstone's {field, -1} */
     CL_NOW
     "local ban = ARGV[1] == 'ban' local win = tonumber(ARGV[2]) "
-    "for i = 3, #ARGV, 2 do "
+    "local function dead(f) if not KEYS[2] then return false end "
+    "local v = redis.call('HGET', KEYS[2], f) if not v then return false end "
+    "local a, b = string.match(v, '^(%d+):(%d+)$') "
+    "return b ~= nil and tonumber(b) > now end "
+    "for i = 3, #ARGV, 2 do if not dead(ARGV[i]) then "
     "local cur = redis.call('HGET', KEYS[1], ARGV[i]) "
     "local c, e = 0, 0 "
     "if cur then local a, b = string.match(cur, '^(%d+):(%d+)$') "
@@ -105,14 +111,19 @@ static const char *const cl_scripts[CL_NSCRIPTS] = {
     "if ban then if now + v > e then e = now + v end c = 1 "
     "else c = c + v e = now + win end "
     "if c > 0 then redis.call('HSET', KEYS[1], ARGV[i], c .. ':' .. e) "
-    "else redis.call('HDEL', KEYS[1], ARGV[i]) end end "
+    "else redis.call('HDEL', KEYS[1], ARGV[i]) end end end "
     "local all = redis.call('HGETALL', KEYS[1]) local out = {} "
     "for i = 1, #all, 2 do "
     "local a, b = string.match(all[i + 1], '^(%d+):(%d+)$') "
-    "if b == nil or tonumber(b) <= now then "
+    "if b == nil or tonumber(b) <= now or dead(all[i]) then "
     "redis.call('HDEL', KEYS[1], all[i]) else out[#out + 1] = all[i] "
     "if ban then out[#out + 1] = tonumber(b) - now "
     "else out[#out + 1] = tonumber(a) end end end "
+    "if KEYS[2] then local d = redis.call('HGETALL', KEYS[2]) "
+    "for i = 1, #d, 2 do local a, b = string.match(d[i + 1], "
+    "'^(%d+):(%d+)$') if b and tonumber(b) > now then "
+    "out[#out + 1] = d[i] out[#out + 1] = -1 "
+    "else redis.call('HDEL', KEYS[2], d[i]) end end end "
     "if #all > 0 then redis.call('PEXPIRE', KEYS[1], 86400000) end "
     "return out",
 };

@@ -8,7 +8,8 @@
  *           stop counting by themselves; the grant never lets the sum
  *           pass the limit.  A node asks one more than it has open only
  *           after a worker was refused for want of a grant (the demand
- *           counter), and keeps a granted head-room for a second.
+ *           counter: one per refusal, CL_RAMP at most a cycle), and keeps
+ *           a granted head-room for a second.
  *           Rates: one GCRA per rate lives in Redis (its theoretical
  *           arrival time, the pair's burst as its tolerance, the
  *           slow-down factor applied); a node with demand reserves the
@@ -34,6 +35,8 @@
 #include "cluster/cluster_int.h"
 
 #define CL_HEADROOM_MS 1000         /* a granted head-room is kept so long */
+#define CL_RAMP        8            /* connections more per cycle, at most */
+#define CL_IDLE_MS     10000        /* a pair unused so long is not synced */
 
 static const char *const cl_rate_name[SHAPE_NRATES] = {
     "sec", "min", "hour", "conn"
@@ -80,7 +83,11 @@ cl_conns(struct cl_agent *g, const struct shape_view *v,
     uint32_t       want = f->conns;
 
     if (f->conn_want != p->conn_want) {
-        want = f->conns + 1;            /* a worker was refused: one more */
+        /* workers were refused: one more per refusal, CL_RAMP at most a
+         * cycle (the grant never passes what the others leave) */
+        uint32_t d = f->conn_want - p->conn_want;
+
+        want = f->conns + (d < CL_RAMP ? d : CL_RAMP);
         p->conn_want = f->conn_want;
         p->demand_ms = now;
     } else if (now - p->demand_ms < CL_HEADROOM_MS && f->grant > want)
@@ -201,6 +208,25 @@ cl_backoff(struct cl_agent *g, const struct shape_view *v,
     cl_send(g, &pd);
 }
 
+/* cl_idle - a pair unused for CL_IDLE_MS costs Redis nothing: no lease
+ * to hold (its field expires), no tokens, and its next use shows within
+ * a cycle (the demand counters move), the fleet's back-off read then */
+static int
+cl_idle(struct cl_pair *p, const struct shape_view *v,
+    const struct shape_fleet *f, uint64_t now)
+{
+    if (v->sent != p->sent || f->conns > 0 || f->tokens[0] > 0 ||
+        f->tokens[1] > 0 || f->conn_want != p->seen_want[2] ||
+        f->want[0] != p->seen_want[0] || f->want[1] != p->seen_want[1] ||
+        v->mode != SHAPE_M_NONE || p->active_ms == 0)
+        p->active_ms = now;
+    p->sent = v->sent;
+    p->seen_want[0] = f->want[0];
+    p->seen_want[1] = f->want[1];
+    p->seen_want[2] = f->conn_want;
+    return now - p->active_ms > CL_IDLE_MS;
+}
+
 void
 cl_shape_queue(struct cl_agent *g)
 {
@@ -214,6 +240,8 @@ cl_shape_queue(struct cl_agent *g)
         struct cl_pair          *p = &g->pair[v->e];
 
         shape_fleet_get(g->shape, v->e, &f);
+        if (cl_idle(p, v, &f, now))
+            continue;
         if (v->lim.connections > 0)
             cl_conns(g, v, &f, p, now);
         cl_tokens(g, v, &f, p, SHAPE_FLEET_MSG);

@@ -80,12 +80,29 @@ cl_bans_queue(struct cl_agent *g)
     size_t n = status_ban_list(g->st, cl_now_s(), b, CL_BAN_MAX), i = 0;
     char   key[200], ip[INET6_ADDRSTRLEN];
 
+    char   tomb[200];
+    uint32_t head = __atomic_load_n(&g->page->unban_head, __ATOMIC_ACQUIRE);
+
     snprintf(key, sizeof(key), "%sbans", g->prefix);
+    snprintf(tomb, sizeof(tomb), "%sunbans", g->prefix);
+    /* lifted here by mtactl: a tombstone every node honours for a while */
+    if (head - g->unban_tail > CLUSTER_UNBANS)
+        g->unban_tail = head - CLUSTER_UNBANS;
+    for (; g->unban_tail != head; g->unban_tail++) {
+        cl_eval(g, CL_S_SET, 1);
+        cl_arg(g, "%s", tomb);
+        cl_arg(g, "ban");
+        cl_arg(g, "0");
+        cl_arg(g, "%s", g->page->unban[g->unban_tail % CLUSTER_UNBANS]);
+        cl_arg(g, "%u", CLUSTER_UNBAN_MS);
+        cl_send(g, &(struct cl_pend){ CL_W_IGNORE, 0, 0, 0, NULL });
+    }
     do {
         size_t k;
 
-        cl_eval(g, CL_S_SET, 1);
+        cl_eval(g, CL_S_SET, 2);
         cl_arg(g, "%s", key);
+        cl_arg(g, "%s", tomb);
         cl_arg(g, "ban");
         cl_arg(g, "0");
         for (k = 0; k < CL_PAIRS_PER_CMD && i < n; k++, i++) {
@@ -128,21 +145,29 @@ cl_bans_reply(struct cl_agent *g, const redisReply *r)
 
     if (r->type != REDIS_REPLY_ARRAY)
         return;
-    g->fleet_bans = r->elements / 2;
+    g->fleet_bans = 0;
     g->nban_list = 0;
     for (i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *a = r->element[i], *left = r->element[i + 1];
         long long         ms = left->type == REDIS_REPLY_INTEGER ?
             left->integer : 0;
 
-        if (a->type == REDIS_REPLY_STRING && g->nban_list < CL_SHOWN) {
+        if (ms > 0)
+            g->fleet_bans++;
+        if (a->type == REDIS_REPLY_STRING && ms > 0 &&
+            g->nban_list < CL_SHOWN) {
             util_strlcpy(g->ban_list[g->nban_list].addr, a->str,
                 sizeof(g->ban_list[0].addr));
             g->ban_list[g->nban_list++].left_ms = ms > 0 ? (uint64_t)ms : 0;
         }
 
-        if (a->type != REDIS_REPLY_STRING || ms <= 0 ||
-            cl_parse_ip(a->str, &ss) < 0)
+        if (a->type != REDIS_REPLY_STRING || cl_parse_ip(a->str, &ss) < 0)
+            continue;
+        if (ms < 0) {               /* lifted on some node: here too */
+            (void)status_ban_del(g->st, (struct sockaddr *)&ss, now);
+            continue;
+        }
+        if (ms == 0)
             continue;
         if (!status_ban_check(g->st, (struct sockaddr *)&ss, now))
             (void)status_ban_add(g->st, (struct sockaddr *)&ss, now,

@@ -111,6 +111,9 @@ ctl_ban(struct master *m, const char *arg, char **out)
         goto bad;
     if (!add) {
         n = status_ban_del(m->status, (struct sockaddr *)&g, now_s);
+        /* and on every node of a cluster (it may be another's ban) */
+        if (master_cluster_unban(m, (struct sockaddr *)&g) && n == 0)
+            n = 1;
         buf_printf(&t, n > 0 ? "ok\n%s: ban lifted\n" :
             "error: %s: not banned\n", shown);
     } else {

@@ -254,6 +254,24 @@ master_cluster_stop(struct master *m)
     return 0;
 }
 
+int
+master_cluster_unban(struct master *m, const struct sockaddr *sa)
+{
+    struct master_cluster *c = m->cluster;
+    struct cluster_page   *p;
+    uint32_t               h;
+
+    if (c == NULL || c->off)
+        return 0;
+    p = c->page;
+    h = __atomic_load_n(&p->unban_head, __ATOMIC_RELAXED);
+    if (util_sockaddr_ip(sa, p->unban[h % CLUSTER_UNBANS],
+        sizeof(p->unban[0])) == NULL)
+        return 0;
+    __atomic_store_n(&p->unban_head, h + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
 void
 master_cluster_ctl(struct master *m, const char *arg, char **out)
 {

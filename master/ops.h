@@ -82,6 +82,9 @@ int     master_cluster_start(struct master *m, char *err, size_t errsz);
 void    master_cluster_spawn(struct master *m);     /* after logd */
 int     master_cluster_reaped(struct master *m, pid_t pid, int status);
 void    master_cluster_tick(struct master *m, uint64_t now_ms);
+/* mtactl ban del: lift sa's ban on every node (1: a cluster is on). */
+struct sockaddr;
+int     master_cluster_unban(struct master *m, const struct sockaddr *sa);
 /* After a reload (m->cur the new generation): a changed cluster section
  * restarts the agent with it, a new one starts it, a removed one stops
  * it and the fleet mode. */

@@ -158,6 +158,17 @@ def test_fleet_ban_and_local_ban(mtad_factory, sink, redis, workdir):
     assert wait_for(lambda: {b["address"] for b in status(m)["ban_list"]} ==
                     {"192.0.2.7", "198.51.100.9"}, 5), status(m)
     assert "192.0.2.7 for " in m.ctl("cluster", "status").stdout
+    # lifted here: lifted in the fleet too, and not copied back
+    r = m.ctl("ban", "del", "192.0.2.7", check=True)
+    assert "ban lifted" in r.stdout
+    assert wait_for(lambda: "192.0.2.7" not in redis.cmd("HKEYS", "t:bans")
+                    and "192.0.2.7" in redis.cmd("HKEYS", "t:unbans"), 5), \
+        redis.cmd("HGETALL", "t:bans")
+    # another node that still has it publishes it: refused, lifted here
+    redis.cmd("HSET", "t:bans", "192.0.2.7", "1:%d" % end)
+    assert wait_for(lambda: "192.0.2.7" not in redis.cmd("HKEYS", "t:bans"),
+                    5)
+    assert "192.0.2.7" not in m.ctl("ban", "list").stdout
 
 
 def test_fallback_episode_and_rejoin(mtad_factory, sink, workdir):
