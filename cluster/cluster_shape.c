@@ -35,7 +35,7 @@
 #include "cluster/cluster_int.h"
 
 #define CL_HEADROOM_MS 1000         /* a granted head-room is kept so long */
-#define CL_RAMP        8            /* connections more per cycle, at most */
+#define CL_RAMP        2            /* connections more per cycle, at most */
 #define CL_IDLE_MS     10000        /* a pair unused so long is not synced */
 
 static const char *const cl_rate_name[SHAPE_NRATES] = {
