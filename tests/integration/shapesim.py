@@ -103,7 +103,10 @@ Provider(name, addrs, port=25, **limits) - limits and behaviour
                 sim.set_mode(name, mode) switches at run time (connections
                 already open go on).
   greet_delay, data_delay   seconds before the banner / the end-of-data
-                reply (slow but alive)
+                reply (slow but alive).  A client that hangs up during a
+                data_delay or a scripted RCPT delay ends its session at
+                once (as a real server's read would see the FIN): it is
+                not counted open for the rest of the delay.
   caps          EHLO keywords (default PIPELINING, SIZE, 8BITMIME,
                 ENHANCEDSTATUSCODES, SMTPUTF8; no CHUNKING, so DATA)
   hostname      the name in the banner and EHLO reply
@@ -475,6 +478,23 @@ class _Conn:
             if not self.r._buffer:      # answer pipelined batches at once
                 await self.w.drain()
 
+    async def pause(self, secs):
+        """Wait secs, as a server busy with a command does, but notice a
+        client that hangs up meanwhile (its FIN, as a real server's read
+        would): False then, and the session ends, so a dead client's
+        connection does not stay counted open for the whole delay."""
+        end = time.monotonic() + secs
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            # a FIN (EOF), or a reset (a client that closes with our
+            # replies unread, or is killed, resets)
+            if (self.r._eof or self.r.exception() is not None or
+                    self.w.is_closing()):
+                return False
+            await asyncio.sleep(min(0.05, left))
+
     def reply_closes(self, reply):
         self.say(reply)
         return not reply.startswith("421")
@@ -521,8 +541,8 @@ class _Conn:
         s = p.script(rcpt.partition("@")[0])
         if s is not None:
             stage, reply, delay = s
-            if delay:
-                await asyncio.sleep(delay)
+            if delay and not await self.pause(delay):
+                return False
             if stage == "rcpt" and reply is not None:
                 reply = reply.replace("{src}", self.src)
                 self.sim._event(self, "rcpt", reply, rcpt, None)
@@ -556,8 +576,8 @@ class _Conn:
             if size <= 64 * 1024 * 1024:
                 chunks.append(line)
         data = b"".join(chunks)
-        if self.p.data_delay:
-            await asyncio.sleep(self.p.data_delay)
+        if self.p.data_delay and not await self.pause(self.p.data_delay):
+            return False
         try:
             if self.p.rate_at == "data":
                 verdict = self.sim._admit(self)

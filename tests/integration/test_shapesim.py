@@ -8,6 +8,7 @@ import json
 import os
 import smtplib
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -469,3 +470,36 @@ def test_mtad_reaches_each_provider_through_the_test_zone(
     sim.wait(lambda s: s.violations("open", kind="conns") > 0, timeout=30,
              what="a connection over the limit counted")
     sim.wait_for(len(want) + 6, timeout=60)
+
+
+def test_a_client_that_hangs_up_during_a_delay_is_not_counted_open(
+        sim_factory):
+    """A RCPT held 30 s (scripted): the client hangs up meanwhile, with a
+    FIN or a reset (as a killed sender whose replies came unread),
+    and the simulator counts it closed within a second, as a server's read
+    sees it: a killed sender's connections must not stay open for the
+    whole delay."""
+    p = prov(max_conns=2, replies=[("hold*", "rcpt", None, 30)])
+    sim = sim_factory(p)
+    for reset in (False, True):
+        s = socket.create_connection((p.addrs[0], p.port), timeout=10,
+                                     source_address=("127.0.0.2", 0))
+        s.sendall(b"EHLO out.sim.test\r\nMAIL FROM:<s@home.test>\r\n"
+                  b"RCPT TO:<hold1@gmail.mtad.test>\r\n")
+        # the MAIL reply came: the simulator took the RCPT (pipelined
+        # behind it, no turn of its loop in between) and holds it now
+        buf = b""
+        while b"250 2.1.0" not in buf:
+            chunk = s.recv(4096)
+            assert chunk, buf
+            buf += chunk
+        if reset:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         struct.pack("ii", 1, 0))
+        assert sim.source("gmail", "127.0.0.2")["open"] == 1
+        s.close()
+        t = time.monotonic()
+        sim.wait(lambda x: x.source("gmail", "127.0.0.2")["open"] == 0, 5,
+                 "counted closed")
+        assert time.monotonic() - t < 1.0
+    assert sim.records() == [] and sim.violations() == 0
