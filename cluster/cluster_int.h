@@ -55,6 +55,7 @@ struct cl_pair {
 
 struct cl_agent {
     const struct config *cfg;
+    uint64_t             jitter;    /* xorshift state: the horizon's spread */
     struct status_page  *st;
     struct shape_table  *shape;
     struct cluster_page *page;

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -125,6 +126,25 @@ cl_tol(const struct shape_limits *lim, int kind)
     return lim->burst;
 }
 
+/* cl_horizon - how far ahead this request reserves: one to two sync
+ * intervals, drawn anew each time.  A fixed horizon with a rate whose
+ * spacing is a multiple of the interval phase-locks the fleet: the slot
+ * always enters the horizon just before the same node's cycle, and the
+ * others never get one.  At least one interval, so no slot lapses while
+ * some node has demand. */
+static uint64_t
+cl_horizon(struct cl_agent *g)
+{
+    uint64_t x = g->jitter != 0 ? g->jitter :
+        ((uint64_t)getpid() << 32) ^ cl_mono_us() ^ 0x9e3779b97f4a7c15ULL;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    g->jitter = x;
+    return g->sync_ms + x % (g->sync_ms + 1);
+}
+
 /* cl_tokens - the stock of kind of a pair with rates of that kind: with
  * demand, reserve up to two sync intervals of the tightest rate (the
  * fleet's horizon is as long: whoever asks first gets the next slots);
@@ -162,7 +182,7 @@ cl_tokens(struct cl_agent *g, const struct shape_view *v,
         cl_arg(g, "%s", key);
     }
     cl_arg(g, "%" PRId32, pd.n);
-    cl_arg(g, "%" PRIu64, g->sync_ms * 2);
+    cl_arg(g, "%" PRIu64, cl_horizon(g));
     for (i = 0; i < n; i++) {
         cl_arg(g, "%" PRIu32, cl_scaled(v->lim.rate[r[i]].n, v->factor));
         cl_arg(g, "%" PRIu64, v->lim.rate[r[i]].per_ms);

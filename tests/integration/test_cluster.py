@@ -291,7 +291,8 @@ def test_redis_killed_mid_run_and_restarted(fleet):
     SIGKILL after 20 deliveries and started again (empty) 8 s later:
     each node falls back to a third of the limit (one log line and one
     episode counted per node), rejoins by itself, every accepted message
-    is delivered and the provider sees no violation."""
+    is delivered and the provider sees no more violations than the
+    episode's documented margin."""
     c = fleet(google_site(deliveries_per_minute=RATE),
               sim={"per_minute": RATE})
     n = 3 * RATE // 2
@@ -312,7 +313,12 @@ def test_redis_killed_mid_run_and_restarted(fleet):
     recs = c.sim.wait_for(n, timeout=120, provider="gmail")
     assert serials(recs) == set(range(n)), sorted(set(range(n)) -
                                                   serials(recs))[:10]
-    assert c.sim.violations("gmail") == 0, c.sim.events()[:5]
+    # the documented margin of a fallback episode (docs/SCALING.md,
+    # "Fallback"): at the limit, each node's schedule restarts without the
+    # others' last slots when it leaves Redis, and the fleet's (an empty
+    # Redis) when it comes back: at most one message per node, plus one
+    assert c.sim.violations("gmail") <= len(c.nodes) + 1, \
+        c.sim.events()[:5]
     # in fallback the fleet kept to 3 x (limit / 3): 16 in 8 s, no more
     assert during <= RATE * 8 / 60 + 3, during
     for node in c.nodes:
