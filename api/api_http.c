@@ -322,11 +322,11 @@ api_http_parse(const char *p, size_t n, uint64_t max_body,
         return *why = "chunked bodies are not accepted: send Content-Length",
             411;
     if (h->chunked)
-        return *why = "transfer coding not implemented", 501;
+        return *why = "transfer coding unsupported (send Content-Length)", 501;
     if (h->minor >= 1 && host == 0)
         return *why = "no Host header", 400;
     if (h->method == 0)
-        return *why = "method not implemented", 501;
+        return *why = "method unsupported", 501;
     h->keep_alive = h->minor >= 1 ? !close : keep && !close;
     return 0;
 }
