@@ -46,6 +46,8 @@ mc_dead(struct mconn *m, const char *why)
     }
     m->fd = -1;
     m->st = MC_DEAD;
+    if (c->stage == MS_MSG && c->cur < c->n && &c->m[c->cur] == m)
+        mc_msg_drop(c);             /* what it began to edit, undone */
     m->waiting = 0;
     ev_timer_stop(c->loop, &m->timer);
     buf_free(&m->out);

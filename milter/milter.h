@@ -27,7 +27,8 @@
  *           command, eom timeouts) or breaks the protocol is logged once
  *           and disabled for the session; from then on its default action
  *           holds for every stage from MAIL on: tempfail (451 4.7.1) or
- *           accept (as if it were not there).  Replies a milter writes
+ *           accept (as if it were not there: the edits it had sent for
+ *           the message are dropped).  Replies a milter writes
  *           (SMFIR_REPLYCODE) are checked (a 4xx or 5xx code, else the
  *           plain reject or tempfail) and escaped before they can reach a
  *           client or a log.
@@ -245,9 +246,11 @@ int     milter_data(struct milter_chain *c, const struct milter_macro *m,
             size_t nm);
 /* The message: len bytes at off in fd (header section, blank line,
  * body; CRLF lines), sent as headers, EOH, body, end of message (and
- * DATA first to a milter that was not sent it at the command: BDAT). */
+ * DATA first to a milter that was not sent it at the command: BDAT).
+ * max: the largest body a milter may replace it with (0: no limit but
+ * the module's own). */
 int     milter_message(struct milter_chain *c, const struct milter_macro *m,
-            size_t nm, int fd, off_t off, uint64_t len);
+            size_t nm, int fd, off_t off, uint64_t len, uint64_t max);
 struct milter_edits *milter_chain_edits(struct milter_chain *c);
 void    milter_chain_abort(struct milter_chain *c);
 

@@ -64,8 +64,15 @@ struct milter_chain {
     size_t          nh;
     struct buf      mac_data, mac_eom;  /* macro packets */
     struct milter_edits edits;
-    size_t          body_owner;     /* milter whose REPLBODY is kept + 1 */
     size_t          edits_mark;     /* the current milter's first edit */
+    /* the current milter's say, kept apart until its final reply: a
+     * milter that fails half way leaves nothing behind */
+    struct buf      nbody;          /* its REPLBODY chunks */
+    int             nbody_set;
+    int             nbody_cr;       /* its last byte was a CR */
+    uint64_t        nbody_size;     /* as stored: bare LFs made CRLF */
+    size_t          edit_bytes;     /* its header edits, bytes */
+    uint64_t        body_max;       /* limits.max_message_size */
 };
 
 void    mc_on_io(struct ev_loop *loop, int fd, unsigned events, void *arg);
@@ -84,5 +91,7 @@ void    mc_msg_start(struct mconn *m);
 void    mc_msg_pump(struct mconn *m);
 void    mc_msg_reply(struct mconn *m, const struct milter_reply *r);
 void    mc_msg_free(struct milter_chain *c);
+void    mc_msg_drop(struct milter_chain *c);     /* the current milter's
+                                                  * edits undone */
 
 #endif /* MTAD_MILTER_INT_H */

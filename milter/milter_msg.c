@@ -11,8 +11,16 @@
  *           while less than MM_OUT_HIGH waits to be written; the rest
  *           follows as the socket takes it.
  * LIMITS    An edit a milter did not negotiate is ignored (logged); more
- *           than MM_EDITS_MAX edits, or a replacement body over
- *           MM_BODY_MAX, is a protocol error.
+ *           than MM_EDITS_MAX edits, header edits of more than
+ *           MM_EDIT_BYTES, or a replacement body larger (as stored, CRLF)
+ *           than the message may be (limits.max_message_size), is a
+ *           protocol error.
+ * ROLLBACK  A milter's edits count from its final CONTINUE or ACCEPT on:
+ *           one that fails before (dies, times out, breaks the protocol)
+ *           leaves none of them, so its default action "accept" commits
+ *           the message as the milters before it left it, never half a
+ *           replaced body (a quarantine it asked for holds: the safe
+ *           side).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +39,7 @@
 #define MM_HDR_MAX    (1024 * 1024)     /* a header section read whole */
 #define MM_EDITS_MAX  4096
 #define MM_BODY_MAX   ((size_t)128 * 1024 * 1024)  /* under buf's cap */
+#define MM_EDIT_BYTES (1024 * 1024)     /* header edits of one milter */
 
 
 static void mm_fields_free(struct milter_chain *c);
@@ -43,8 +52,52 @@ mc_msg_free(struct milter_chain *c)
     buf_free(&c->mac_data);
     buf_free(&c->mac_eom);
     milter_edits_free(&c->edits);
-    c->body_owner = 0;
+    buf_free(&c->nbody);
+    c->nbody_set = 0;
     c->fd = -1;
+}
+
+
+/* mm_mark - the current milter starts with no edits of its own. */
+static void
+mm_mark(struct milter_chain *c)
+{
+    c->edits_mark = c->edits.n;
+    c->nbody.off = c->nbody.len = 0;
+    c->nbody_set = c->nbody_cr = 0;
+    c->nbody_size = 0;
+    c->edit_bytes = 0;
+}
+
+
+void
+mc_msg_drop(struct milter_chain *c)
+{
+    while (c->edits.n > c->edits_mark) {
+        struct milter_edit *x = &c->edits.v[--c->edits.n];
+
+        free(x->name);
+        free(x->value);
+    }
+    buf_free(&c->nbody);
+    mm_mark(c);
+}
+
+
+/* mm_keep - the current milter's final word: its body replaces the
+ * message's (earlier milters' bodies included). */
+static void
+mm_keep(struct milter_chain *c)
+{
+    struct buf t;
+
+    if (c->nbody_set) {
+        t = c->edits.body;
+        c->edits.body = c->nbody;
+        c->nbody = t;
+        c->edits.body_set = 1;
+    }
+    mm_mark(c);
 }
 
 
@@ -198,9 +251,10 @@ mm_headers(struct milter_chain *c, int fd, off_t off, uint64_t len)
 
 int
 milter_message(struct milter_chain *c, const struct milter_macro *mm,
-    size_t nm, int fd, off_t off, uint64_t len)
+    size_t nm, int fd, off_t off, uint64_t len, uint64_t max)
 {
     mc_msg_free(c);
+    c->body_max = max > 0 && max < MM_BODY_MAX ? max : MM_BODY_MAX;
     if (mm_headers(c, fd, off, len) != 0) {
         memset(&c->res, 0, sizeof(c->res));
         c->res.act = MILTER_TEMPFAIL;
@@ -229,7 +283,7 @@ mc_msg_start(struct mconn *m)
     m->hidx = 0;
     m->bpos = 0;
     m->in_msg = 1;
-    m->c->edits_mark = m->c->edits.n;
+    mm_mark(m->c);
     mc_msg_pump(m);
 }
 
@@ -397,24 +451,52 @@ mm_edit_add(struct milter_chain *c, int kind, uint32_t index,
 
 /* mm_hdr_value - the stored value: a space after the colon unless the
  * milter gives its own (SMFIP_HDR_LEADSPC), as Postfix does. */
-static void
+static int
 mm_header_edit(struct mconn *m, const struct milter_reply *r, int kind)
 {
-    char *v;
+    char  *v;
+    size_t cost = strlen(r->s1) + strlen(r->s2) + 4;
 
+    if (m->c->edit_bytes + cost > MM_EDIT_BYTES)
+        return -1;                  /* memory, and a header section
+                                     * rewritten whole, are bounded */
+    m->c->edit_bytes += cost;
     if (!mm_name_ok(r->s1)) {
         log_warn("milter %s: bad header name in an edit: ignored; "
             "session=%s", m->sp->name, m->c->sid);
-        return;
+        return 0;
     }
     if (kind == MILTER_CHGHDR && r->s2[0] == '\0') {
         mm_edit_add(m->c, kind, r->index, r->s1, "");
-        return;
+        return 0;
     }
     v = xmalloc(strlen(r->s2) + 2);
     sprintf(v, "%s%s", (m->proto & SMFIP_HDR_LEADSPC) ? "" : " ", r->s2);
     mm_edit_add(m->c, kind, r->index, r->s1, v);
     free(v);
+    return 0;
+}
+
+
+/* mm_body_add - a REPLBODY chunk; -1 when the body would be larger, as
+ * stored (session_milter.c makes bare LFs CRLF), than the limit. */
+static int
+mm_body_add(struct milter_chain *c, const uint8_t *p, size_t n)
+{
+    uint64_t size = c->nbody_size + n;
+    size_t   i;
+
+    for (i = 0; i < n; i++)
+        if (p[i] == '\n' && !(i > 0 ? p[i - 1] == '\r' : c->nbody_cr))
+            size++;
+    if (size > c->body_max)
+        return -1;
+    if (n > 0)
+        c->nbody_cr = p[n - 1] == '\r';
+    c->nbody_size = size;
+    buf_append(&c->nbody, p, n);
+    c->nbody_set = 1;
+    return 0;
 }
 
 
@@ -449,14 +531,11 @@ mm_edit(struct mconn *m, const struct milter_reply *r)
         return -1;
     switch (r->cmd) {
     case SMFIR_ADDHEADER:
-        mm_header_edit(m, r, MILTER_ADDHDR);
-        break;
+        return mm_header_edit(m, r, MILTER_ADDHDR);
     case SMFIR_INSHEADER:
-        mm_header_edit(m, r, MILTER_INSHDR);
-        break;
+        return mm_header_edit(m, r, MILTER_INSHDR);
     case SMFIR_CHGHEADER:
-        mm_header_edit(m, r, MILTER_CHGHDR);
-        break;
+        return mm_header_edit(m, r, MILTER_CHGHDR);
     case SMFIR_CHGFROM:
         mm_edit_add(c, MILTER_CHGFROM, 0, r->s1, r->s2);
         break;
@@ -468,16 +547,7 @@ mm_edit(struct mconn *m, const struct milter_reply *r)
         mm_edit_add(c, MILTER_DELRCPT, 0, r->s1, NULL);
         break;
     case SMFIR_REPLBODY:
-        if (c->body_owner != (size_t)(m - c->m) + 1) {
-            /* a later milter's body replaces an earlier one's */
-            e->body.off = e->body.len = 0;
-            c->body_owner = (size_t)(m - c->m) + 1;
-        }
-        if (e->body.len + r->len > MM_BODY_MAX)
-            return -1;
-        buf_append(&e->body, r->data, r->len);
-        e->body_set = 1;
-        break;
+        return mm_body_add(c, r->data, r->len);
     case SMFIR_QUARANTINE:
         e->quarantine = 1;
         util_escape(e->quarantine_why, sizeof(e->quarantine_why), r->s1,
@@ -512,6 +582,7 @@ mc_msg_reply(struct mconn *m, const struct milter_reply *r)
         if (m->expect == SMFIC_BODYEOB &&
             (r->cmd == SMFIR_CONTINUE || r->cmd == SMFIR_ACCEPT)) {
             mm_carry(c);
+            mm_keep(c);
             c->cur++;
             mc_step(c);
             return;

@@ -386,8 +386,8 @@ sess_milter_eom(struct sess *s)
         sess_storage_fail(s);
         return 1;
     }
-    if (milter_message(sm->c, mm, 2, fd, boff, spool_msg_size(t->msg)) ==
-        MILTER_PENDING)
+    if (milter_message(sm->c, mm, 2, fd, boff, spool_msg_size(t->msg),
+        s->d->cfg->max_message_size) == MILTER_PENDING)
         return sm_wait(s, SM_EOM);
     sm->wait = SM_EOM;              /* the verdict now, as if waited */
     sess_enter(s, SS_MILTER);

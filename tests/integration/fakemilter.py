@@ -9,7 +9,8 @@ sessions):
   replies             {cmd: packet} for C H M R T L N B (default 'c')
   rcpt_replies        {address: packet}: the RCPT reply for that address
   eom                 a list of packets sent at end of message, then the
-                      final one (default: just 'c')
+                      final one (default: just 'c'); None in it closes
+                      the connection there, ("sleep", s) waits s seconds
   die_at / stall_at   a command byte: close the socket / never answer it
   delay               {cmd: seconds} to wait before answering it
 A packet is (cmd, data bytes).
@@ -132,6 +133,12 @@ class FakeMilter:
             return False
         elif cmd == "E":
             for p in sc.get("eom", [("c", b"")]):
+                if p is None:
+                    return False
+                if p[0] == "sleep":
+                    if self.stop_ev.wait(p[1]):
+                        return False
+                    continue
                 c.sendall(pkt(*p))
         elif cmd == "R" and data.split(b"\0")[0].decode() in \
                 sc.get("rcpt_replies", {}):
