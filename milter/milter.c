@@ -93,12 +93,34 @@ mc_flush(struct mconn *m)
 }
 
 
-/* mc_expect - a reply is awaited now, within ms. */
+/* mc_expect - a reply is awaited now, within ms; SMFIR_PROGRESS may
+ * extend the wait to MC_PROGRESS_MAX times that, no further (a milter
+ * that only says "still working" would hold the session past its own
+ * timeouts, which defer to the milters'). */
+#define MC_PROGRESS_MAX 2
+
 void
 mc_expect(struct mconn *m, char cmd, uint64_t ms)
 {
     m->waiting = 1;
     m->expect = cmd;
+    m->deadline = ev_now(m->c->loop) + MC_PROGRESS_MAX * ms;
+    ev_timer_start(m->c->loop, &m->timer, ms);
+}
+
+
+/* mc_progress - SMFIR_PROGRESS: the timeout starts again, within the
+ * deadline. */
+static void
+mc_progress(struct mconn *m)
+{
+    uint64_t ms = m->expect == SMFIC_BODYEOB ? m->sp->eom_ms :
+        m->sp->command_ms, now = ev_now(m->c->loop);
+
+    if (now >= m->deadline)
+        return;                     /* the timer runs out as it is */
+    if (ms > m->deadline - now)
+        ms = m->deadline - now;
     ev_timer_start(m->c->loop, &m->timer, ms);
 }
 
@@ -251,8 +273,7 @@ mc_packet(struct mconn *m, const struct milter_pkt *pkt)
         return;
     }
     if (r.cmd == SMFIR_PROGRESS) {
-        ev_timer_start(c->loop, &m->timer, m->expect == SMFIC_BODYEOB ?
-            m->sp->eom_ms : m->sp->command_ms);
+        mc_progress(m);
         return;
     }
     if (m->st == MC_NEG) {

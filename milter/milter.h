@@ -28,7 +28,8 @@
  *           and disabled for the session; from then on its default action
  *           holds for every stage from MAIL on: tempfail (451 4.7.1) or
  *           accept (as if it were not there: the edits it had sent for
- *           the message are dropped).  Replies a milter writes
+ *           the message are dropped).  SMFIR_PROGRESS extends a wait
+ *           to twice its timeout at most.  Replies a milter writes
  *           (SMFIR_REPLYCODE) are checked (a 4xx or 5xx code, else the
  *           plain reject or tempfail) and escaped before they can reach a
  *           client or a log.

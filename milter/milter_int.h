@@ -39,6 +39,8 @@ struct mconn {
     int             mstep;          /* MM_* */
     size_t          hidx;           /* next header to send */
     uint64_t        bpos;           /* body bytes sent */
+    uint64_t        deadline;       /* ev_now() past which PROGRESS no
+                                       longer extends the wait */
     struct buf      out, in;
     struct ev_timer timer;
 };
