@@ -71,13 +71,28 @@ mh_split(struct mhdrs *h, const char *hdr, size_t n)
 }
 
 
-/* mh_make - "name:value\r\n" with the value's lines as RULES says. */
+/* mh_blank - b's line from at holds white space only. */
+static int
+mh_blank(const struct buf *b, size_t at)
+{
+    for (; at < b->len; at++)
+        if (b->data[at] != ' ' && b->data[at] != '\t')
+            return 0;
+    return 1;
+}
+
+
+/* mh_make - "name:value\r\n" with the value's lines as RULES says; a
+ * continuation line of white space only is left out (parsers that trim
+ * lines take it for the blank line that ends the header section: what
+ * follows would be body, or a header of the milter's own). */
 static char *
 mh_make(const char *name, const char *value, size_t *len)
 {
     struct buf  b;
     const char *v;
     char       *out;
+    size_t      line = 0;           /* where the current line starts */
 
     buf_init(&b);
     buf_append(&b, name, strlen(name));
@@ -86,13 +101,23 @@ mh_make(const char *name, const char *value, size_t *len)
         if (*v == '\r')
             continue;
         if (*v == '\n') {
+            if (line > 0 && mh_blank(&b, line)) {
+                b.len = line;       /* the empty line goes */
+                continue;
+            }
             buf_append(&b, "\r\n", 2);
-            if (v[1] != ' ' && v[1] != '\t' && v[1] != '\0')
+            line = b.len;
+            if (v[1] != ' ' && v[1] != '\t' && v[1] != '\0' &&
+                v[1] != '\r' && v[1] != '\n')
                 buf_append(&b, "\t", 1);
             continue;
         }
+        if (line > 0 && b.len == line && *v != ' ' && *v != '\t')
+            buf_append(&b, "\t", 1);   /* after a dropped line */
         buf_append(&b, v, 1);
     }
+    if (line > 0 && mh_blank(&b, line))
+        b.len = line;               /* a trailing empty line too */
     if (b.len < 2 || memcmp(b.data + b.len - 2, "\r\n", 2) != 0)
         buf_append(&b, "\r\n", 2);
     *len = b.len;

@@ -155,3 +155,33 @@ Test(milter, header_edits)
     buf_free(&out);
     milter_edits_free(&e);
 }
+
+
+Test(milter, header_edit_without_blank_lines)
+{
+    /* a value whose lines are empty or white space only: no line of the
+     * header section may be (a trimming parser ends the section there) */
+    static const char *const v[] = {
+        " a\n\nBcc: x@evil", " a\n \t\r\n\tb", " a\n\n", " a\r\n \r\n",
+        " \n\n\nX-Evil: 1\n\n"
+    };
+    static const char *const want[] = {
+        "X: a\r\n\tBcc: x@evil\r\n", "X: a\r\n\tb\r\n", "X: a\r\n",
+        "X: a\r\n", "X: \r\n\tX-Evil: 1\r\n"
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        struct milter_edits e;
+        struct buf          out;
+
+        memset(&e, 0, sizeof(e));
+        edit(&e, MILTER_ADDHDR, 0, "X", v[i]);
+        buf_init(&out);
+        milter_edit_headers("", 0, &e, &out);
+        buf_append(&out, "", 1);
+        cr_assert_str_eq(out.data, want[i], "value %zu", i);
+        buf_free(&out);
+        milter_edits_free(&e);
+    }
+}
